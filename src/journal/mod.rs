@@ -3,6 +3,8 @@
 //! Placeholder until the journal engine lands: only the configuration type exists so that
 //! `config` can embed it.
 
+pub mod cli;
+
 use serde::Deserialize;
 
 /// `[journal]` section of the configuration file.

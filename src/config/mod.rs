@@ -1,0 +1,2 @@
+//! Configuration (placeholder).
+pub use crate::journal::JournalConfig;
