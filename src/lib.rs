@@ -1,4 +1,25 @@
 //! walrus: a sidecar durability proxy for in-memory Valkey.
+//!
+//! Clients connect to walrus instead of Valkey. Reading the modules in this order tells the
+//! whole story:
+//!
+//! - [`config`]: every setting and limit, one place each.
+//! - [`resp`]: requests parsed and replies delimited, bounded and resumable.
+//! - [`commands`]: what each command does (writes? which keys? blocking?), learned from
+//!   Valkey's own command table.
+//! - [`upstream`]: where Valkey is, authenticated connections to it, and the managed
+//!   valkey-server child.
+//! - [`proxy`]: client sessions, the shared upstream pool, pinned connections for stateful
+//!   sessions, the accept loop and graceful shutdown.
+//! - [`journal`]: the recycled ring of log segments that makes writes durable.
+//! - [`metrics`]: Prometheus counters and the HTTP endpoint.
+//! - [`cli`]: the `walrus` command.
+
 pub mod cli;
+pub mod commands;
 pub mod config;
 pub mod journal;
+pub mod metrics;
+pub mod proxy;
+pub mod resp;
+pub mod upstream;

@@ -1,9 +1,17 @@
-//! Command line (placeholder until the proxy lands).
-use clap::{Parser, Subcommand};
+//! The `walrus` command: `serve` runs the proxy; `journal` maintains the journal.
+
+mod serve;
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// walrus: a durability proxy for in-memory Valkey.
+///
+/// Clients connect to walrus instead of Valkey. walrus forwards every command, journals
+/// every write to local disk, and acknowledges a write only once it is durable.
 #[derive(Debug, Parser)]
-#[command(name = "walrus", version, about)]
+#[command(name = "walrus", version, about, long_about)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -11,14 +19,38 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the proxy (and, in managed mode, its valkey-server).
+    Serve(ServeArgs),
     /// Journal maintenance: init, inspect, verify.
     #[command(subcommand)]
     Journal(crate::journal::cli::JournalCommand),
 }
 
+/// Flags override the configuration file, which overrides the built-in defaults
+/// (the documented defaults are in config.toml).
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Configuration file (TOML).
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address clients connect to [default: 127.0.0.1:6379].
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Valkey to use, host:port; switches upstream.mode to "external".
+    #[arg(long, value_name = "ADDR")]
+    pub upstream: Option<String>,
+    /// Data directory: journal, checkpoints, managed Valkey's working dir [default: walrus-data].
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Prometheus, health and readiness endpoint, host:port; "" disables it [default: 127.0.0.1:9121].
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
+}
+
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Serve(args) => serve::run(args),
         Command::Journal(cmd) => crate::journal::cli::run(cmd),
     }
 }

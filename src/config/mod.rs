@@ -1,2 +1,291 @@
-//! Configuration (placeholder).
+//! Configuration: one TOML file (the documented defaults are the top-level `config.toml`),
+//! overridden by command-line flags. Every limit walrus enforces is named here.
+//!
+//! Unknown keys are errors that name the key (serde's `deny_unknown_fields`); values that
+//! parse but make no sense are rejected by [`Config::validate`], naming key and value.
+
+use crate::resp::Limits;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
 pub use crate::journal::JournalConfig;
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub proxy: ProxyConfig,
+    pub upstream: UpstreamConfig,
+    pub data: DataConfig,
+    pub metrics: MetricsConfig,
+    pub log: LogConfig,
+    pub journal: JournalConfig,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProxyConfig {
+    pub listen: SocketAddr,
+    pub max_clients: usize,
+    pub max_query_buffer_bytes: usize,
+    pub max_bulk_bytes: usize,
+    pub max_array_len: usize,
+    pub max_inline_bytes: usize,
+    pub max_reply_depth: usize,
+    pub max_reply_bytes: usize,
+    pub max_pipeline_requests: usize,
+    pub shutdown_timeout_ms: u64,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        let l = Limits::default();
+        ProxyConfig {
+            listen: "127.0.0.1:6379".parse().unwrap(),
+            max_clients: 10_000,
+            max_query_buffer_bytes: 1 << 30,
+            max_bulk_bytes: l.max_bulk_bytes,
+            max_array_len: l.max_array_len,
+            max_inline_bytes: l.max_inline_bytes,
+            max_reply_depth: l.max_reply_depth,
+            max_reply_bytes: l.max_reply_bytes,
+            max_pipeline_requests: 16_384,
+            shutdown_timeout_ms: 10_000,
+        }
+    }
+}
+
+impl ProxyConfig {
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_bulk_bytes: self.max_bulk_bytes,
+            max_array_len: self.max_array_len,
+            max_inline_bytes: self.max_inline_bytes,
+            max_reply_depth: self.max_reply_depth,
+            max_reply_bytes: self.max_reply_bytes,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum UpstreamMode {
+    /// walrus runs its own valkey-server child.
+    Managed,
+    /// walrus connects to a Valkey it does not manage.
+    External,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamConfig {
+    pub mode: UpstreamMode,
+    pub address: String,
+    pub username: String,
+    pub password: String,
+    pub password_file: String,
+    pub pool_size: usize,
+    pub connect_timeout_ms: u64,
+    pub reconnect_backoff_max_ms: u64,
+    pub valkey_server: String,
+    pub port: u16,
+    pub extra_args: Vec<String>,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            mode: UpstreamMode::Managed,
+            address: "127.0.0.1:6380".into(),
+            username: String::new(),
+            password: String::new(),
+            password_file: String::new(),
+            pool_size: 4,
+            connect_timeout_ms: 2_000,
+            reconnect_backoff_max_ms: 1_000,
+            valkey_server: String::new(),
+            port: 0,
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DataConfig {
+    pub dir: PathBuf,
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        DataConfig {
+            dir: PathBuf::from("walrus-data"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Empty disables the HTTP endpoint.
+    pub listen: String,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            listen: "127.0.0.1:9121".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// A tracing filter: `info`, `walrus=debug`, ...; `RUST_LOG` overrides it.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: "info".into(),
+        }
+    }
+}
+
+/// Credentials for walrus's own connections to Valkey.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub username: Option<String>,
+    pub password: String,
+}
+
+impl Config {
+    /// Reads and validates a configuration file.
+    pub fn load(path: &Path) -> Result<Config, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+        Config::parse(&text).map_err(|e| format!("config file {}: {e}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> Result<Config, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// Rejects values that parse but cannot work, naming the key and the value.
+    pub fn validate(&self) -> Result<(), String> {
+        fn at_least(key: &str, value: u64, min: u64) -> Result<(), String> {
+            if value < min {
+                return Err(format!(
+                    "invalid value for {key}: {value} (must be at least {min})"
+                ));
+            }
+            Ok(())
+        }
+        let p = &self.proxy;
+        at_least("proxy.max_clients", p.max_clients as u64, 1)?;
+        at_least("proxy.max_bulk_bytes", p.max_bulk_bytes as u64, 1)?;
+        at_least("proxy.max_array_len", p.max_array_len as u64, 1)?;
+        at_least("proxy.max_inline_bytes", p.max_inline_bytes as u64, 16)?;
+        at_least("proxy.max_reply_depth", p.max_reply_depth as u64, 8)?;
+        at_least("proxy.max_reply_bytes", p.max_reply_bytes as u64, 1024)?;
+        at_least(
+            "proxy.max_pipeline_requests",
+            p.max_pipeline_requests as u64,
+            1,
+        )?;
+        at_least(
+            "proxy.max_query_buffer_bytes",
+            p.max_query_buffer_bytes as u64,
+            p.max_inline_bytes as u64,
+        )?;
+        let u = &self.upstream;
+        at_least("upstream.pool_size", u.pool_size as u64, 1)?;
+        if u.pool_size > 256 {
+            return Err(format!(
+                "invalid value for upstream.pool_size: {} (at most 256)",
+                u.pool_size
+            ));
+        }
+        at_least("upstream.connect_timeout_ms", u.connect_timeout_ms, 1)?;
+        at_least(
+            "upstream.reconnect_backoff_max_ms",
+            u.reconnect_backoff_max_ms,
+            1,
+        )?;
+        if u.mode == UpstreamMode::External && u.address.is_empty() {
+            return Err(
+                "invalid value for upstream.address: \"\" (external mode needs an address)".into(),
+            );
+        }
+        if !u.password.is_empty() && !u.password_file.is_empty() {
+            return Err(
+                "upstream.password and upstream.password_file are both set: choose one".into(),
+            );
+        }
+        if !self.metrics.listen.is_empty() && self.metrics.listen.parse::<SocketAddr>().is_err() {
+            return Err(format!(
+                "invalid value for metrics.listen: {:?} (expected host:port)",
+                self.metrics.listen
+            ));
+        }
+        if self.data.dir.as_os_str().is_empty() {
+            return Err("invalid value for data.dir: \"\"".into());
+        }
+        self.journal.validate()
+    }
+
+    /// The credentials walrus uses for its own connections, reading the password file if set.
+    pub fn credentials(&self) -> Result<Option<Credentials>, String> {
+        let u = &self.upstream;
+        let password = if !u.password_file.is_empty() {
+            let text = std::fs::read_to_string(&u.password_file).map_err(|e| {
+                format!(
+                    "cannot read upstream.password_file {:?}: {e}",
+                    u.password_file
+                )
+            })?;
+            text.trim_end_matches(['\r', '\n']).to_string()
+        } else {
+            u.password.clone()
+        };
+        if password.is_empty() && u.username.is_empty() {
+            return Ok(None);
+        }
+        let username = (!u.username.is_empty()).then(|| u.username.clone());
+        Ok(Some(Credentials { username, password }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_config_file_is_the_default() {
+        let text = include_str!("../../config.toml");
+        assert_eq!(Config::parse(text).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = Config::parse("[proxy]\nmax_clientz = 3\n").unwrap_err();
+        assert!(err.contains("max_clientz"), "{err}");
+    }
+
+    #[test]
+    fn invalid_value_names_key_and_value() {
+        let err = Config::parse("[proxy]\nmax_clients = \"many\"\n").unwrap_err();
+        assert!(err.contains("max_clients") && err.contains("many"), "{err}");
+        let mut c = Config::default();
+        c.upstream.pool_size = 0;
+        let err = c.validate().unwrap_err();
+        assert!(
+            err.contains("upstream.pool_size") && err.contains('0'),
+            "{err}"
+        );
+        let err = Config::parse("[upstream]\nmode = \"embedded\"\n").unwrap_err();
+        assert!(err.contains("embedded"), "{err}");
+    }
+}

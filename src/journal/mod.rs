@@ -19,6 +19,15 @@ pub struct JournalConfig {
 
 impl Default for JournalConfig {
     fn default() -> Self {
-        JournalConfig { segment_size: 64 << 20, segments: 16 }
+        JournalConfig {
+            segment_size: 64 << 20,
+            segments: 16,
+        }
+    }
+}
+
+impl JournalConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        Ok(())
     }
 }

@@ -1,0 +1,244 @@
+//! `walrus serve`: load the configuration, bring Valkey up (managed) or find it (external),
+//! learn its command table, and proxy until SIGTERM or SIGINT.
+
+use super::ServeArgs;
+use crate::commands::CommandTable;
+use crate::config::{Config, UpstreamMode};
+use crate::proxy::pool::{PoolKey, Pools};
+use crate::proxy::{server, Shared};
+use crate::upstream::client::{frame_int, Conn};
+use crate::upstream::managed::ManagedValkey;
+use crate::upstream::{binary, Upstream};
+use redis_protocol::resp2::types::OwnedFrame;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+
+pub fn run(args: ServeArgs) -> ExitCode {
+    let config = match load(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("walrus: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_tracing(&config.log.level);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("walrus: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("walrus: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load(args: &ServeArgs) -> Result<Config, String> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    if let Some(l) = args.listen {
+        config.proxy.listen = l;
+    }
+    if let Some(u) = &args.upstream {
+        config.upstream.mode = UpstreamMode::External;
+        config.upstream.address = u.clone();
+    }
+    if let Some(d) = &args.data_dir {
+        config.data.dir = d.clone();
+    }
+    if let Some(m) = &args.metrics_listen {
+        config.metrics.listen = m.clone();
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+fn init_tracing(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+async fn serve(config: Config) -> Result<(), String> {
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), "walrus starting");
+    let (stop_tx, stop) = watch::channel(false);
+    spawn_signal_handler(stop_tx)?;
+
+    let managed = match config.upstream.mode {
+        UpstreamMode::Managed => {
+            let bin = binary::find(&config.upstream.valkey_server)?;
+            Some(
+                ManagedValkey::start(
+                    bin,
+                    &config.data.dir,
+                    config.upstream.port,
+                    config.upstream.extra_args.clone(),
+                )
+                .await?,
+            )
+        }
+        UpstreamMode::External => None,
+    };
+    let address = managed
+        .as_ref()
+        .map(|m| m.address.clone())
+        .unwrap_or_else(|| config.upstream.address.clone());
+    let up = Upstream {
+        address,
+        credentials: config.credentials()?,
+        connect_timeout: Duration::from_millis(config.upstream.connect_timeout_ms),
+        limits: config.proxy.limits(),
+    };
+    let result = run_proxy(&config, up, stop).await;
+    if let Some(m) = managed {
+        tracing::info!("stopping managed valkey-server");
+        m.stop().await;
+    }
+    result
+}
+
+async fn run_proxy(
+    config: &Config,
+    up: Upstream,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), String> {
+    let (table, databases) = tokio::select! {
+        r = learn_upstream(&up, Duration::from_millis(config.upstream.reconnect_backoff_max_ms)) => r,
+        _ = stop.wait_for(|s| *s) => return Ok(()),
+    };
+    tracing::info!(
+        commands = table.len(),
+        databases,
+        "learned Valkey's command table"
+    );
+    let pools = Pools::new(
+        up.clone(),
+        config.upstream.pool_size,
+        Duration::from_millis(config.upstream.reconnect_backoff_max_ms),
+    );
+    let default_pool = pools
+        .get(
+            PoolKey {
+                user: None,
+                resp3: false,
+            },
+            None,
+        )
+        .await;
+    let shared = Arc::new(Shared {
+        table,
+        pools,
+        default_pool: default_pool.clone(),
+        limits: config.proxy.limits(),
+        max_query_buffer_bytes: config.proxy.max_query_buffer_bytes,
+        max_pipeline_requests: config.proxy.max_pipeline_requests,
+        databases,
+    });
+    let listener = TcpListener::bind(config.proxy.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", config.proxy.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    if !config.metrics.listen.is_empty() {
+        let m = TcpListener::bind(&config.metrics.listen)
+            .await
+            .map_err(|e| {
+                format!(
+                    "cannot listen on metrics.listen {}: {e}",
+                    config.metrics.listen
+                )
+            })?;
+        tracing::info!(
+            "metrics on http://{}/metrics",
+            m.local_addr().map_err(|e| e.to_string())?
+        );
+        let pool = default_pool.clone();
+        tokio::spawn(crate::metrics::serve(
+            m,
+            Arc::new(move || pool.is_connected()),
+        ));
+    }
+    tracing::info!(
+        "walrus listening on {addr}, upstream Valkey at {}",
+        up.address
+    );
+    server::serve(
+        shared,
+        listener,
+        config.proxy.max_clients,
+        stop,
+        Duration::from_millis(config.proxy.shutdown_timeout_ms),
+    )
+    .await;
+    Ok(())
+}
+
+/// Connects with walrus's own credentials and reads the command table and the number of
+/// databases, retrying until Valkey answers (in Kubernetes it may start after walrus).
+async fn learn_upstream(up: &Upstream, backoff_max: Duration) -> (CommandTable, u32) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match try_learn(up).await {
+            Ok(r) => return r,
+            Err(e) => {
+                tracing::warn!(
+                    "cannot read Valkey's command table yet: {e}; retrying in {backoff:?}"
+                );
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(backoff_max.max(Duration::from_millis(50)));
+            }
+        }
+    }
+}
+
+async fn try_learn(up: &Upstream) -> Result<(CommandTable, u32), String> {
+    let mut conn = Conn::control(up).await.map_err(|e| e.to_string())?;
+    let table = CommandTable::fetch(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    let reply = conn
+        .call(["CONFIG", "GET", "databases"])
+        .await
+        .map_err(|e| e.to_string())?;
+    let databases = match &reply {
+        OwnedFrame::Array(kv) => kv.get(1).and_then(frame_int),
+        _ => None,
+    }
+    .filter(|&n| n > 0 && n <= u32::MAX as i64)
+    .ok_or_else(|| format!("unexpected CONFIG GET databases reply: {reply:?}"))?;
+    Ok((table, databases as u32))
+}
+
+fn spawn_signal_handler(stop: watch::Sender<bool>) -> Result<(), String> {
+    let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = int.recv() => tracing::info!("SIGINT received"),
+        }
+        let _ = stop.send(true);
+    });
+    Ok(())
+}

@@ -1,0 +1,305 @@
+//! Key specs (Valkey 7+): where a command's keys are among its arguments.
+//!
+//! A spec is a *begin search* (the first key is at a fixed index, or after a keyword) and a
+//! *find keys* step (a range, or a count argument followed by that many keys). This mirrors
+//! Valkey's `getKeysUsingKeySpecs` in db.c, so movable-key commands (EVAL, ZUNIONSTORE,
+//! XREAD ... STREAMS, MIGRATE ... KEYS) get their real keys without a round trip. A spec
+//! marked INCOMPLETE, or of an unknown type, makes the whole answer [`Keys::Unknown`]: the
+//! caller then treats the request as touching every key, which is always safe.
+
+use super::Keys;
+use crate::upstream::client::{frame_int, frame_str};
+use bytes::Bytes;
+use redis_protocol::resp2::types::OwnedFrame;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BeginSearch {
+    Index(i64),
+    Keyword { keyword: Vec<u8>, startfrom: i64 },
+    Unknown,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FindKeys {
+    Range {
+        lastkey: i64,
+        keystep: i64,
+        limit: i64,
+    },
+    Keynum {
+        keynumidx: i64,
+        firstkey: i64,
+        keystep: i64,
+    },
+    Unknown,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySpec {
+    pub begin: BeginSearch,
+    pub find: FindKeys,
+    /// The spec may miss keys (SORT ... BY/GET patterns): never trust it alone.
+    pub incomplete: bool,
+}
+
+/// Parses one key spec from COMMAND's flat RESP2 form: `["flags", [...], "begin_search",
+/// ["type", T, "spec", [...]], "find_keys", ["type", T, "spec", [...]]]`.
+pub fn parse_spec(f: &OwnedFrame) -> Result<KeySpec, String> {
+    let map = pairs(f);
+    let incomplete = match map.iter().find(|(k, _)| k == "flags") {
+        Some((_, OwnedFrame::Array(fl))) => {
+            fl.iter().filter_map(frame_str).any(|s| s == "incomplete")
+        }
+        _ => false,
+    };
+    let (bt, bspec) = typed(
+        map.iter()
+            .find(|(k, _)| k == "begin_search")
+            .map(|(_, v)| *v),
+    )?;
+    let begin = match bt.as_str() {
+        "index" => BeginSearch::Index(int(&bspec, "index")?),
+        "keyword" => BeginSearch::Keyword {
+            keyword: bspec
+                .iter()
+                .find(|(k, _)| k == "keyword")
+                .and_then(|(_, v)| frame_str(v))
+                .ok_or("keyword spec without keyword")?
+                .into_bytes(),
+            startfrom: int(&bspec, "startfrom")?,
+        },
+        _ => BeginSearch::Unknown,
+    };
+    let (ft, fspec) = typed(map.iter().find(|(k, _)| k == "find_keys").map(|(_, v)| *v))?;
+    let find = match ft.as_str() {
+        "range" => FindKeys::Range {
+            lastkey: int(&fspec, "lastkey")?,
+            keystep: int(&fspec, "keystep")?,
+            limit: int(&fspec, "limit")?,
+        },
+        "keynum" => FindKeys::Keynum {
+            keynumidx: int(&fspec, "keynumidx")?,
+            firstkey: int(&fspec, "firstkey")?,
+            keystep: int(&fspec, "keystep")?,
+        },
+        _ => FindKeys::Unknown,
+    };
+    Ok(KeySpec {
+        begin,
+        find,
+        incomplete,
+    })
+}
+
+fn pairs(f: &OwnedFrame) -> Vec<(String, &OwnedFrame)> {
+    match f {
+        OwnedFrame::Array(items) => items
+            .chunks(2)
+            .filter_map(|c| Some((frame_str(&c[0])?, c.get(1)?)))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn typed(f: Option<&OwnedFrame>) -> Result<(String, Vec<(String, &OwnedFrame)>), String> {
+    let f = f.ok_or("key spec without search")?;
+    let m = pairs(f);
+    let t = m
+        .iter()
+        .find(|(k, _)| k == "type")
+        .and_then(|(_, v)| frame_str(v))
+        .ok_or("key spec search without type")?;
+    let spec = m
+        .iter()
+        .find(|(k, _)| k == "spec")
+        .map(|(_, v)| pairs(v))
+        .unwrap_or_default();
+    Ok((t, spec))
+}
+
+fn int(m: &[(String, &OwnedFrame)], key: &str) -> Result<i64, String> {
+    m.iter()
+        .find(|(k, _)| k == key)
+        .and_then(|(_, v)| frame_int(v))
+        .ok_or_else(|| format!("key spec without {key}"))
+}
+
+/// The key argument indexes of a request, following each spec in turn.
+pub fn extract(specs: &[KeySpec], args: &[Bytes]) -> Keys {
+    let argc = args.len() as i64;
+    let mut out = Vec::new();
+    for spec in specs {
+        if spec.incomplete {
+            return Keys::Unknown;
+        }
+        let first = match &spec.begin {
+            BeginSearch::Index(i) => *i,
+            BeginSearch::Keyword { keyword, startfrom } => {
+                let (start, end) = if *startfrom > 0 {
+                    (*startfrom, argc - 1)
+                } else {
+                    (argc + startfrom, 1)
+                };
+                let step = if start <= end { 1 } else { -1 };
+                let mut i = start;
+                let mut found = None;
+                while i >= 1 && i < argc {
+                    if args[i as usize].eq_ignore_ascii_case(keyword) {
+                        found = Some(i + 1);
+                        break;
+                    }
+                    if i == end {
+                        break;
+                    }
+                    i += step;
+                }
+                match found {
+                    Some(f) => f,
+                    None => continue, // the keyword is absent: this spec has no keys here
+                }
+            }
+            BeginSearch::Unknown => return Keys::Unknown,
+        };
+        if first >= argc {
+            continue;
+        }
+        let (first, last, step) = match spec.find {
+            FindKeys::Range {
+                lastkey,
+                keystep,
+                limit,
+            } => {
+                let last = if lastkey >= 0 {
+                    first + lastkey
+                } else if limit <= 1 {
+                    argc + lastkey
+                } else {
+                    first + ((argc - first) / limit + lastkey)
+                };
+                (first, last, keystep)
+            }
+            FindKeys::Keynum {
+                keynumidx,
+                firstkey,
+                keystep,
+            } => {
+                let idx = first + keynumidx;
+                let Some(n) = args
+                    .get(idx as usize)
+                    .and_then(|a| crate::resp::parse_i64(a))
+                else {
+                    return Keys::Unknown;
+                };
+                if n < 0 {
+                    return Keys::Unknown;
+                }
+                let first = first + firstkey;
+                (first, first + (n - 1) * keystep, keystep)
+            }
+            FindKeys::Unknown => return Keys::Unknown,
+        };
+        if step <= 0 {
+            return Keys::Unknown;
+        }
+        let mut i = first;
+        while i <= last {
+            if i >= argc || i < 1 {
+                // More keys declared than arguments given: Valkey rejects the command, and
+                // walrus must not guess which keys it meant.
+                return Keys::Unknown;
+            }
+            out.push(i as usize);
+            i += step;
+        }
+    }
+    Keys::Args(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<Bytes> {
+        s.split(' ')
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect()
+    }
+
+    fn range(index: i64, lastkey: i64, keystep: i64, limit: i64) -> KeySpec {
+        KeySpec {
+            begin: BeginSearch::Index(index),
+            find: FindKeys::Range {
+                lastkey,
+                keystep,
+                limit,
+            },
+            incomplete: false,
+        }
+    }
+
+    #[test]
+    fn fixed_ranges() {
+        assert_eq!(
+            extract(&[range(1, 0, 1, 0)], &args("SET k v")),
+            Keys::Args(vec![1])
+        );
+        assert_eq!(
+            extract(&[range(1, -1, 2, 0)], &args("MSET a 1 b 2")),
+            Keys::Args(vec![1, 3])
+        );
+        assert_eq!(
+            extract(&[range(1, -2, 1, 0)], &args("BLPOP a b 0")),
+            Keys::Args(vec![1, 2])
+        );
+    }
+
+    #[test]
+    fn keynum_for_eval() {
+        let spec = KeySpec {
+            begin: BeginSearch::Index(2),
+            find: FindKeys::Keynum {
+                keynumidx: 0,
+                firstkey: 1,
+                keystep: 1,
+            },
+            incomplete: false,
+        };
+        assert_eq!(
+            extract(&[spec.clone()], &args("EVAL s 2 a b x")),
+            Keys::Args(vec![3, 4])
+        );
+        assert_eq!(
+            extract(&[spec.clone()], &args("EVAL s 0")),
+            Keys::Args(vec![])
+        );
+        assert_eq!(extract(&[spec.clone()], &args("EVAL s 5 a")), Keys::Unknown);
+        assert_eq!(extract(&[spec], &args("EVAL s x a")), Keys::Unknown);
+    }
+
+    #[test]
+    fn keyword_for_xread() {
+        let spec = KeySpec {
+            begin: BeginSearch::Keyword {
+                keyword: b"STREAMS".to_vec(),
+                startfrom: 1,
+            },
+            find: FindKeys::Range {
+                lastkey: -1,
+                keystep: 1,
+                limit: 2,
+            },
+            incomplete: false,
+        };
+        assert_eq!(
+            extract(&[spec], &args("XREAD COUNT 2 STREAMS a b 0 0")),
+            Keys::Args(vec![4, 5])
+        );
+    }
+
+    #[test]
+    fn incomplete_is_unknown() {
+        let mut s = range(1, 0, 1, 0);
+        s.incomplete = true;
+        assert_eq!(extract(&[s], &args("SORT k")), Keys::Unknown);
+    }
+}

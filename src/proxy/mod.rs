@@ -1,0 +1,32 @@
+//! The proxy: accept loop, client sessions, the shared pool and pinned connections.
+//!
+//! - [`server`]: listens, enforces `max_clients`, shuts down gracefully.
+//! - [`session`]: one client: parse, route, keep reply order.
+//! - [`route`]: the rule for where a command runs.
+//! - [`pool`] and [`pipeline`]: the shared, pipelined upstream connections.
+//! - [`pinned`]: dedicated connections for stateful sessions.
+
+pub mod pinned;
+pub mod pipeline;
+pub mod pool;
+pub mod route;
+pub mod server;
+pub mod session;
+
+use crate::commands::CommandTable;
+use crate::resp::Limits;
+use pool::{Pool, Pools};
+use std::sync::Arc;
+
+/// What every session shares, read-only after start-up.
+pub struct Shared {
+    pub table: CommandTable,
+    pub pools: Pools,
+    /// The pool of unauthenticated RESP2 clients, which most clients use.
+    pub default_pool: Arc<Pool>,
+    pub limits: Limits,
+    pub max_query_buffer_bytes: usize,
+    pub max_pipeline_requests: usize,
+    /// Valkey's `databases`: SELECT is answered by walrus, so it must know the range.
+    pub databases: u32,
+}

@@ -1,0 +1,132 @@
+//! Pinned sessions: a client whose state must live on one upstream connection (a
+//! transaction, a subscription, a blocking pop, tracking, MONITOR, ...) gets a dedicated
+//! connection for the rest of its session, opened with the client's identity (user,
+//! protocol, database, name), and from then on walrus relays both ways.
+//!
+//! Requests are still parsed, so the same limits and protocol errors apply; replies and
+//! pushes are copied as they come, since on such a connection they are not one per request.
+
+use super::session::Identity;
+use super::Shared;
+use crate::resp::{write, Request, RequestParser};
+use crate::upstream::client::Conn;
+use bytes::{Bytes, BytesMut};
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::watch;
+
+const READ_CHUNK_BYTES: usize = 16 << 10;
+
+/// Opens the dedicated connection; `Err` is the reply for the client.
+pub async fn open(shared: &Shared, id: &Identity) -> Result<Conn, Bytes> {
+    let fail = |e: &dyn std::fmt::Display| {
+        crate::metrics::UPSTREAM_ERRORS.inc();
+        write::error(&format!(
+            "ERR walrus: cannot open a dedicated Valkey connection: {}",
+            e.to_string().replace(['\r', '\n'], " ")
+        ))
+    };
+    let mut conn = Conn::for_client(shared.pools.upstream(), id.creds.as_ref(), id.resp3)
+        .await
+        .map_err(|e| fail(&e))?;
+    if id.db != 0 {
+        conn.expect_ok(write::command([
+            b"SELECT".as_slice(),
+            id.db.to_string().as_bytes(),
+        ]))
+        .await
+        .map_err(|e| fail(&e))?;
+    }
+    if let Some(name) = &id.name {
+        conn.expect_ok(write::command([b"CLIENT".as_slice(), b"SETNAME", name]))
+            .await
+            .map_err(|e| fail(&e))?;
+    }
+    Ok(conn)
+}
+
+/// Relays until either side closes. The client's unparsed bytes and parser state carry over.
+#[allow(clippy::too_many_arguments)]
+pub async fn relay(
+    shared: Arc<Shared>,
+    conn: Conn,
+    _id: Identity,
+    first: Request,
+    mut rd: OwnedReadHalf,
+    mut rbuf: BytesMut,
+    mut parser: RequestParser,
+    mut wr: OwnedWriteHalf,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    crate::metrics::PINNED_SESSIONS.inc();
+    let parts = conn.into_parts();
+    let (mut up_rd, mut up_wr) = parts.stream.into_split();
+    let mut up_buf = parts.buf;
+    let mut out = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    out.extend_from_slice(&first.raw);
+    let mut reading = true;
+    loop {
+        // Forward every complete request already buffered.
+        loop {
+            match parser.next(&mut rbuf) {
+                Ok(Some(req)) => {
+                    crate::metrics::COMMANDS.inc();
+                    out.extend_from_slice(&req.raw);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    // Replies to earlier commands may still be on their way; a client that
+                    // breaks the protocol on a pinned connection loses them, as it is closed.
+                    crate::metrics::PROTOCOL_ERRORS.inc();
+                    let _ = wr.write_all(&up_buf).await;
+                    let _ = wr.write_all(&e.reply()).await;
+                    return;
+                }
+            }
+        }
+        if !out.is_empty() {
+            if up_wr.write_all(&out).await.is_err() {
+                break;
+            }
+            out.clear();
+        }
+        if !up_buf.is_empty() {
+            if wr.write_all(&up_buf).await.is_err() {
+                return;
+            }
+            up_buf.clear();
+        }
+        if rbuf.capacity() - rbuf.len() < READ_CHUNK_BYTES / 4 {
+            rbuf.reserve(
+                parser
+                    .bytes_wanted()
+                    .saturating_sub(rbuf.len())
+                    .max(READ_CHUNK_BYTES),
+            );
+        }
+        if up_buf.capacity() < READ_CHUNK_BYTES / 4 {
+            up_buf.reserve(READ_CHUNK_BYTES);
+        }
+        tokio::select! {
+            r = up_rd.read_buf(&mut up_buf) => {
+                if !matches!(r, Ok(n) if n > 0) {
+                    break;
+                }
+            }
+            r = rd.read_buf(&mut rbuf), if reading => {
+                if !matches!(r, Ok(n) if n > 0) {
+                    return;
+                }
+                if rbuf.len() > shared.max_query_buffer_bytes {
+                    tracing::warn!("closing client that reached max query buffer length ({} bytes)", rbuf.len());
+                    return;
+                }
+            }
+            _ = shutdown.changed(), if reading => reading = false,
+        }
+    }
+    // Valkey closed the dedicated connection (QUIT, or it went away): write what it sent.
+    let _ = wr.write_all(&up_buf).await;
+    let _ = wr.shutdown().await;
+}

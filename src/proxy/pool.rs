@@ -1,0 +1,192 @@
+//! The shared upstream pool: a few pipelined connections that carry the stateless traffic
+//! of every client.
+//!
+//! There is one [`Pool`] per client identity, that is per (authenticated user, protocol):
+//! a client's commands run on connections authenticated as that client's own Valkey user, so
+//! ACLs apply as if it were connected directly, and in its RESP version, so replies are
+//! Valkey's own bytes. Unauthenticated clients share connections that never sent AUTH: if
+//! Valkey requires a password, they get exactly Valkey's `-NOAUTH`.
+//!
+//! Each slot has a supervisor task that connects, runs the [`pipeline`](super::pipeline)
+//! until it breaks, and reconnects with exponential backoff. While a slot has no connection,
+//! requests for it fail at once with the last connection error, instead of hanging.
+
+use super::pipeline::{self, PipelinedRequest};
+use crate::config::Credentials;
+use crate::upstream::client::Conn;
+use crate::upstream::Upstream;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch, Mutex};
+
+/// Requests queued for one upstream connection before senders wait.
+const QUEUE_REQUESTS_MAX: usize = 4096;
+const BACKOFF_MIN: Duration = Duration::from_millis(10);
+
+/// Who a pool's connections act for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PoolKey {
+    /// `None`: not authenticated.
+    pub user: Option<String>,
+    pub resp3: bool,
+}
+
+struct Slot {
+    /// The live connection's queue, or why there is none.
+    state: RwLock<Result<mpsc::Sender<PipelinedRequest>, String>>,
+}
+
+pub struct Pool {
+    slots: Vec<Slot>,
+    next: AtomicUsize,
+}
+
+impl Default for Slot {
+    fn default() -> Self {
+        Slot {
+            state: RwLock::new(Err("not connected yet".into())),
+        }
+    }
+}
+
+impl Pool {
+    /// Creates the pool and waits for each slot's first connection attempt, so that the
+    /// first requests do not fail merely because connecting takes a moment.
+    async fn start(
+        up: Upstream,
+        key: PoolKey,
+        creds: Option<Credentials>,
+        size: usize,
+        backoff_max: Duration,
+    ) -> Arc<Pool> {
+        let pool = Arc::new(Pool {
+            slots: (0..size).map(|_| Slot::default()).collect(),
+            next: AtomicUsize::new(0),
+        });
+        let mut first_attempts = Vec::with_capacity(size);
+        for i in 0..size {
+            let (tx, rx) = watch::channel(false);
+            first_attempts.push(rx);
+            tokio::spawn(supervise(
+                Arc::downgrade(&pool),
+                i,
+                up.clone(),
+                key.clone(),
+                creds.clone(),
+                backoff_max,
+                tx,
+            ));
+        }
+        for mut rx in first_attempts {
+            let _ = rx.wait_for(|done| *done).await;
+        }
+        pool
+    }
+
+    /// Picks a slot for a new client. A client keeps its slot: its commands then reach
+    /// Valkey in the order it sent them.
+    pub fn pick(&self) -> usize {
+        self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len()
+    }
+
+    /// The queue of the slot's live connection, or why there is none.
+    pub fn sender(&self, slot: usize) -> Result<mpsc::Sender<PipelinedRequest>, String> {
+        self.slots[slot]
+            .state
+            .read()
+            .expect("pool slot lock")
+            .clone()
+    }
+
+    /// Whether any slot has a live connection.
+    pub fn is_connected(&self) -> bool {
+        self.slots
+            .iter()
+            .any(|s| s.state.read().expect("pool slot lock").is_ok())
+    }
+}
+
+async fn supervise(
+    pool: std::sync::Weak<Pool>,
+    slot: usize,
+    up: Upstream,
+    key: PoolKey,
+    creds: Option<Credentials>,
+    backoff_max: Duration,
+    first_attempt: watch::Sender<bool>,
+) {
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        let conn = Conn::for_client(&up, creds.as_ref(), key.resp3).await;
+        let Some(p) = pool.upgrade() else { return };
+        match conn {
+            Ok(conn) => {
+                let (tx, rx) = mpsc::channel(QUEUE_REQUESTS_MAX);
+                *p.slots[slot].state.write().expect("pool slot lock") = Ok(tx);
+                drop(p);
+                let _ = first_attempt.send(true);
+                backoff = BACKOFF_MIN;
+                let result = pipeline::run(conn, rx).await;
+                let Some(p) = pool.upgrade() else { return };
+                let reason = match result {
+                    Ok(()) => "connection closed".to_string(),
+                    Err(e) => e.to_string(),
+                };
+                tracing::warn!(user = ?key.user, slot, "upstream connection lost: {reason}; reconnecting");
+                *p.slots[slot].state.write().expect("pool slot lock") = Err(reason);
+            }
+            Err(e) => {
+                tracing::warn!(user = ?key.user, slot, "cannot connect to Valkey: {e}; retrying in {backoff:?}");
+                *p.slots[slot].state.write().expect("pool slot lock") = Err(e.to_string());
+                drop(p);
+                let _ = first_attempt.send(true);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(backoff_max);
+            }
+        }
+        crate::metrics::UPSTREAM_RECONNECTS.inc();
+    }
+}
+
+/// All pools, created on first use.
+pub struct Pools {
+    up: Upstream,
+    size: usize,
+    backoff_max: Duration,
+    pools: Mutex<HashMap<PoolKey, Arc<Pool>>>,
+}
+
+impl Pools {
+    pub fn new(up: Upstream, size: usize, backoff_max: Duration) -> Pools {
+        Pools {
+            up,
+            size,
+            backoff_max,
+            pools: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The pool for this identity; `creds` must already be verified with Valkey.
+    pub async fn get(&self, key: PoolKey, creds: Option<&Credentials>) -> Arc<Pool> {
+        let mut pools = self.pools.lock().await;
+        if let Some(p) = pools.get(&key) {
+            return p.clone();
+        }
+        let pool = Pool::start(
+            self.up.clone(),
+            key.clone(),
+            creds.cloned(),
+            self.size,
+            self.backoff_max,
+        )
+        .await;
+        pools.insert(key, pool.clone());
+        pool
+    }
+
+    pub fn upstream(&self) -> &Upstream {
+        &self.up
+    }
+}

@@ -1,0 +1,505 @@
+//! One client connection.
+//!
+//! The session reads requests, routes each ([`route`](super::route)), and keeps a FIFO of
+//! pending replies, one per request, so replies leave in request order whichever way each
+//! was answered: by a pooled upstream connection, by walrus itself, or with an error. Replies
+//! that are ready together are written together.
+//!
+//! Backpressure: at most `max_pipeline_requests` replies may be pending; past that the
+//! session stops reading the client until replies drain, and a client that does not read its
+//! replies stalls only itself.
+
+use super::pinned;
+use super::pipeline::PipelinedRequest;
+use super::pool::{Pool, PoolKey};
+use super::route::{route, Local, Route};
+use super::Shared;
+use crate::config::Credentials;
+use crate::metrics;
+use crate::resp::{write, Request, RequestParser};
+use crate::upstream::client::Conn;
+use bytes::{Bytes, BytesMut};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, watch};
+
+const READ_CHUNK_BYTES: usize = 16 << 10;
+
+/// What a client is, as Valkey must see it: the state every upstream connection that acts
+/// for this client must share.
+#[derive(Debug, Clone, Default)]
+pub struct Identity {
+    /// Verified credentials; `None` until the client authenticates.
+    pub creds: Option<Credentials>,
+    pub resp3: bool,
+    pub db: u32,
+    pub name: Option<Bytes>,
+}
+
+impl Identity {
+    pub fn pool_key(&self) -> PoolKey {
+        let user = self
+            .creds
+            .as_ref()
+            .map(|c| c.username.clone().unwrap_or_else(|| "default".into()));
+        PoolKey {
+            user,
+            resp3: self.resp3,
+        }
+    }
+}
+
+enum Pending {
+    Ready(Bytes),
+    Wait(oneshot::Receiver<Bytes>),
+}
+
+/// What the read loop does after a request.
+enum Flow {
+    Continue,
+    /// Stop reading; close once pending replies are written.
+    Close,
+    /// Move the session to a dedicated connection, starting with this request.
+    Pin(Request),
+}
+
+struct Session {
+    shared: Arc<Shared>,
+    id: Identity,
+    pool: Arc<Pool>,
+    slot: usize,
+    tx: Option<mpsc::Sender<PipelinedRequest>>,
+    pending: VecDeque<Pending>,
+    out: BytesMut,
+    wr: OwnedWriteHalf,
+}
+
+pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Receiver<bool>) {
+    let _ = stream.set_nodelay(true);
+    let (mut rd, wr) = stream.into_split();
+    let pool = shared.default_pool.clone();
+    let slot = pool.pick();
+    let tx = pool.sender(slot).ok();
+    let mut s = Session {
+        shared: shared.clone(),
+        id: Identity::default(),
+        pool,
+        slot,
+        tx,
+        pending: VecDeque::new(),
+        out: BytesMut::with_capacity(READ_CHUNK_BYTES),
+        wr,
+    };
+    let mut rbuf = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    let mut parser = RequestParser::new(shared.limits);
+    let mut reading = true;
+    loop {
+        if !reading && s.pending.is_empty() {
+            break;
+        }
+        let can_read = reading && s.pending.len() < shared.max_pipeline_requests;
+        let wanted = parser.bytes_wanted().max(rbuf.len() + READ_CHUNK_BYTES / 4);
+        if rbuf.capacity() < wanted {
+            rbuf.reserve(wanted - rbuf.len());
+        }
+        tokio::select! {
+            biased;
+            reply = next_reply(&mut s.pending), if !s.pending.is_empty() => {
+                s.pending.pop_front();
+                s.out.extend_from_slice(&reply);
+                while let Some(r) = s.ready_front() {
+                    s.out.extend_from_slice(&r);
+                }
+                if s.flush().await.is_err() {
+                    return;
+                }
+            }
+            r = rd.read_buf(&mut rbuf), if can_read => {
+                match r {
+                    Ok(0) | Err(_) => return, // the client is gone: its pending replies go nowhere
+                    Ok(_) => {}
+                }
+                if rbuf.len() > shared.max_query_buffer_bytes {
+                    tracing::warn!("closing client that reached max query buffer length ({} bytes)", rbuf.len());
+                    return;
+                }
+                loop {
+                    let req = match parser.next(&mut rbuf) {
+                        Ok(Some(req)) => req,
+                        Ok(None) => break,
+                        Err(e) => {
+                            metrics::PROTOCOL_ERRORS.inc();
+                            tracing::debug!("client protocol error: {e}");
+                            s.pending.push_back(Pending::Ready(e.reply()));
+                            reading = false;
+                            break;
+                        }
+                    };
+                    metrics::COMMANDS.inc();
+                    match s.handle(req).await {
+                        Flow::Continue => {}
+                        Flow::Close => {
+                            reading = false;
+                            break;
+                        }
+                        Flow::Pin(req) => {
+                            if s.drain().await.is_err() {
+                                return;
+                            }
+                            match pinned::open(&s.shared, &s.id).await {
+                                Ok(conn) => {
+                                    let Session { wr, id, .. } = s;
+                                    pinned::relay(shared, conn, id, req, rd, rbuf, parser, wr, shutdown).await;
+                                    return;
+                                }
+                                Err(e) => s.pending.push_back(Pending::Ready(e)),
+                            }
+                        }
+                    }
+                }
+            }
+            _ = shutdown.changed(), if reading => reading = false,
+        }
+    }
+    let _ = s.flush().await;
+}
+
+async fn next_reply(pending: &mut VecDeque<Pending>) -> Bytes {
+    match pending
+        .front_mut()
+        .expect("guarded by the select condition")
+    {
+        Pending::Ready(b) => b.clone(),
+        Pending::Wait(rx) => rx.await.unwrap_or_else(|_| lost()),
+    }
+}
+
+/// The reply for a request whose upstream connection broke before answering.
+fn lost() -> Bytes {
+    metrics::UPSTREAM_ERRORS.inc();
+    write::error("ERR walrus: connection to Valkey lost before the reply; the command may or may not have run")
+}
+
+fn unavailable(reason: &str) -> Bytes {
+    metrics::UPSTREAM_ERRORS.inc();
+    write::error(&format!(
+        "ERR walrus: Valkey is unavailable: {}",
+        reason.replace(['\r', '\n'], " ")
+    ))
+}
+
+impl Session {
+    /// Pops the front reply if it has already arrived.
+    fn ready_front(&mut self) -> Option<Bytes> {
+        let r = match self.pending.front_mut()? {
+            Pending::Ready(b) => b.clone(),
+            Pending::Wait(rx) => match rx.try_recv() {
+                Ok(b) => b,
+                Err(oneshot::error::TryRecvError::Empty) => return None,
+                Err(oneshot::error::TryRecvError::Closed) => lost(),
+            },
+        };
+        self.pending.pop_front();
+        Some(r)
+    }
+
+    async fn flush(&mut self) -> std::io::Result<()> {
+        if !self.out.is_empty() {
+            self.wr.write_all(&self.out).await?;
+            self.out.clear();
+        }
+        Ok(())
+    }
+
+    /// Waits for every pending reply and writes them: the barrier before anything that
+    /// changes which upstream connection the client's next command runs on.
+    async fn drain(&mut self) -> std::io::Result<()> {
+        while let Some(p) = self.pending.pop_front() {
+            let reply = match p {
+                Pending::Ready(b) => b,
+                Pending::Wait(rx) => rx.await.unwrap_or_else(|_| lost()),
+            };
+            self.out.extend_from_slice(&reply);
+        }
+        self.flush().await
+    }
+
+    async fn handle(&mut self, req: Request) -> Flow {
+        match route(&self.shared.table, &req) {
+            Route::Pool => {
+                self.forward(req.raw).await;
+                Flow::Continue
+            }
+            Route::Pin => Flow::Pin(req),
+            Route::Local(l) => self.local(l, req).await,
+        }
+    }
+
+    /// Sends a command on the client's pooled connection.
+    async fn forward(&mut self, cmd: Bytes) {
+        let rx = self.send(cmd).await;
+        self.pending.push_back(rx);
+    }
+
+    async fn send(&mut self, cmd: Bytes) -> Pending {
+        let (tx, rx) = oneshot::channel();
+        let mut req = PipelinedRequest {
+            db: self.id.db,
+            cmd,
+            reply: tx,
+        };
+        for _ in 0..2 {
+            if let Some(sender) = &self.tx {
+                match sender.send(req).await {
+                    Ok(()) => return Pending::Wait(rx),
+                    Err(mpsc::error::SendError(back)) => req = back,
+                }
+            }
+            // The connection this client used is gone; take the slot's current one.
+            match self.pool.sender(self.slot) {
+                Ok(s) => self.tx = Some(s),
+                Err(reason) => return Pending::Ready(unavailable(&reason)),
+            }
+        }
+        Pending::Ready(unavailable("connection lost"))
+    }
+
+    async fn switch_pool(&mut self) {
+        let pool = self
+            .shared
+            .pools
+            .get(self.id.pool_key(), self.id.creds.as_ref())
+            .await;
+        self.slot = pool.pick();
+        self.tx = pool.sender(self.slot).ok();
+        self.pool = pool;
+    }
+
+    fn ready(&mut self, reply: Bytes) -> Flow {
+        self.pending.push_back(Pending::Ready(reply));
+        Flow::Continue
+    }
+
+    async fn local(&mut self, cmd: Local, req: Request) -> Flow {
+        match cmd {
+            Local::Select => {
+                if req.args.len() != 2 {
+                    self.forward(req.raw).await; // Valkey's own arity error
+                    return Flow::Continue;
+                }
+                let reply = match crate::resp::parse_i64(&req.args[1]) {
+                    None => write::error("ERR value is not an integer or out of range"),
+                    Some(db) if db < 0 || db >= self.shared.databases as i64 => {
+                        write::error("ERR DB index is out of range")
+                    }
+                    Some(db) => {
+                        self.id.db = db as u32;
+                        Bytes::from_static(write::OK)
+                    }
+                };
+                self.ready(reply)
+            }
+            Local::Quit => {
+                self.ready(Bytes::from_static(write::OK));
+                Flow::Close
+            }
+            Local::Reset => {
+                if self.drain().await.is_err() {
+                    return Flow::Close;
+                }
+                self.id = Identity::default();
+                self.switch_pool().await;
+                self.ready(write::simple("RESET"))
+            }
+            Local::Auth => {
+                let creds = match req.args.len() {
+                    2 => Credentials {
+                        username: None,
+                        password: String::from_utf8_lossy(&req.args[1]).into_owned(),
+                    },
+                    3 => Credentials {
+                        username: Some(String::from_utf8_lossy(&req.args[1]).into_owned()),
+                        password: String::from_utf8_lossy(&req.args[2]).into_owned(),
+                    },
+                    _ => {
+                        self.forward(req.raw).await; // Valkey's own syntax error
+                        return Flow::Continue;
+                    }
+                };
+                if self.drain().await.is_err() {
+                    return Flow::Close;
+                }
+                let reply = match verify(&self.shared, &req.raw).await {
+                    Ok(()) => {
+                        self.id.creds = Some(creds);
+                        self.switch_pool().await;
+                        Bytes::from_static(write::OK)
+                    }
+                    Err(reply) => reply,
+                };
+                self.ready(reply)
+            }
+            Local::Hello => self.hello(req).await,
+            Local::ClientSetName => {
+                if req.args.len() != 3 {
+                    self.forward(req.raw).await;
+                    return Flow::Continue;
+                }
+                match valid_name(&req.args[2]) {
+                    Ok(()) => {
+                        self.id.name = (!req.args[2].is_empty()).then(|| req.args[2].clone());
+                        self.ready(Bytes::from_static(write::OK))
+                    }
+                    Err(e) => self.ready(e),
+                }
+            }
+            Local::ClientGetName => {
+                if req.args.len() != 2 {
+                    self.forward(req.raw).await;
+                    return Flow::Continue;
+                }
+                let reply = write::bulk_or_null(self.id.name.as_deref(), self.id.resp3);
+                self.ready(reply)
+            }
+            Local::ClientSetInfo => {
+                // Library name and version are per connection; pooled connections are shared,
+                // so walrus validates and accepts them without passing them on.
+                if req.args.len() != 4 {
+                    self.forward(req.raw).await;
+                    return Flow::Continue;
+                }
+                if !(req.arg_is(2, "lib-name") || req.arg_is(2, "lib-ver")) {
+                    let attr = String::from_utf8_lossy(&req.args[2]).into_owned();
+                    return self.ready(write::error(&format!(
+                        "ERR Unrecognized option '{}'",
+                        attr.replace(['\r', '\n'], "")
+                    )));
+                }
+                match valid_name(&req.args[3]) {
+                    Ok(()) => self.ready(Bytes::from_static(write::OK)),
+                    Err(_) => self.ready(write::error(&format!(
+                        "ERR {} cannot contain spaces, newlines or special characters.",
+                        String::from_utf8_lossy(&req.args[2]).to_ascii_lowercase()
+                    ))),
+                }
+            }
+        }
+    }
+
+    /// `HELLO [protover [AUTH user pass] [SETNAME name]]`: authentication is verified with
+    /// Valkey, the name is kept by walrus, and the reply is Valkey's own, from a connection
+    /// of the identity the client switches to.
+    async fn hello(&mut self, req: Request) -> Flow {
+        let mut id = self.id.clone();
+        let mut auth: Option<Credentials> = None;
+        if let Some(v) = req.args.get(1) {
+            match crate::resp::parse_i64(v) {
+                None => {
+                    return self.ready(write::error(
+                        "ERR Protocol version is not an integer or out of range",
+                    ))
+                }
+                Some(v) if !(2..=3).contains(&v) => {
+                    return self.ready(write::error("NOPROTO unsupported protocol version"))
+                }
+                Some(v) => id.resp3 = v == 3,
+            }
+        }
+        let mut i = 2;
+        while i < req.args.len() {
+            let more = req.args.len() - i - 1;
+            if req.arg_is(i, "AUTH") && more >= 2 {
+                auth = Some(Credentials {
+                    username: Some(String::from_utf8_lossy(&req.args[i + 1]).into_owned()),
+                    password: String::from_utf8_lossy(&req.args[i + 2]).into_owned(),
+                });
+                i += 3;
+            } else if req.arg_is(i, "SETNAME") && more >= 1 {
+                if let Err(e) = valid_name(&req.args[i + 1]) {
+                    return self.ready(e);
+                }
+                id.name = (!req.args[i + 1].is_empty()).then(|| req.args[i + 1].clone());
+                i += 2;
+            } else {
+                let opt = String::from_utf8_lossy(&req.args[i]).replace(['\r', '\n'], "");
+                return self.ready(write::error(&format!(
+                    "ERR Syntax error in HELLO option '{opt}'"
+                )));
+            }
+        }
+        if self.drain().await.is_err() {
+            return Flow::Close;
+        }
+        if let Some(c) = auth {
+            let user = c.username.clone().unwrap_or_default();
+            let cmd = write::command([b"AUTH".as_slice(), user.as_bytes(), c.password.as_bytes()]);
+            if let Err(reply) = verify(&self.shared, &cmd).await {
+                return self.ready(reply);
+            }
+            id.creds = Some(c);
+        }
+        // Valkey's own HELLO reply, from a connection that already is what the client asked for.
+        let pool = self
+            .shared
+            .pools
+            .get(id.pool_key(), id.creds.as_ref())
+            .await;
+        let slot = pool.pick();
+        let hello = match req.args.get(1) {
+            Some(v) => write::command([b"HELLO".as_slice(), v]),
+            None => write::command(["HELLO"]),
+        };
+        let (tx, rx) = oneshot::channel();
+        let reply = match pool.sender(slot) {
+            Err(reason) => unavailable(&reason),
+            Ok(sender) => match sender
+                .send(PipelinedRequest {
+                    db: id.db,
+                    cmd: hello,
+                    reply: tx,
+                })
+                .await
+            {
+                Err(_) => unavailable("connection lost"),
+                Ok(()) => rx.await.unwrap_or_else(|_| lost()),
+            },
+        };
+        if !reply.starts_with(b"-") {
+            self.id = id;
+            self.pool = pool;
+            self.slot = slot;
+            self.tx = self.pool.sender(slot).ok();
+        }
+        self.ready(reply)
+    }
+}
+
+/// Checks credentials with Valkey on a fresh connection; `Err` carries Valkey's own reply
+/// (`-WRONGPASS ...`) or walrus's error.
+async fn verify(shared: &Shared, auth_cmd: &[u8]) -> Result<(), Bytes> {
+    let mut conn = Conn::connect(shared.pools.upstream())
+        .await
+        .map_err(|e| unavailable(&e.to_string()))?;
+    let reply = conn
+        .call_raw(auth_cmd)
+        .await
+        .map_err(|e| unavailable(&e.to_string()))?;
+    if reply.starts_with(b"-") {
+        return Err(reply);
+    }
+    Ok(())
+}
+
+/// Valkey's rule for client names: printable ASCII without spaces.
+fn valid_name(name: &[u8]) -> Result<(), Bytes> {
+    if name.iter().all(|&c| (b'!'..=b'~').contains(&c)) {
+        Ok(())
+    } else {
+        Err(write::error(
+            "ERR Client names cannot contain spaces, newlines or special characters.",
+        ))
+    }
+}

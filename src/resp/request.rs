@@ -1,0 +1,461 @@
+//! Client requests: RESP arrays of bulk strings, and inline commands (what redis-cli and
+//! telnet users type), parsed with Valkey's own rules and error texts (networking.c:
+//! `processMultibulkBuffer`, `processInlineBuffer`).
+//!
+//! The parser is resumable: a request that arrives in pieces is scanned once, with its
+//! progress kept in [`RequestParser`], and a large bulk is awaited by length, never re-read.
+//! A complete request is split off the read buffer without copying: its arguments are
+//! slices of the very bytes that are then forwarded upstream.
+
+use super::{parse_i64, write, Limits};
+use bytes::{Bytes, BytesMut};
+use std::ops::Range;
+
+/// One client command.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The command as forwarded upstream: the client's bytes for an array request, a
+    /// re-encoded array for an inline one.
+    pub raw: Bytes,
+    /// Arguments, the command name first; never empty.
+    pub args: Vec<Bytes>,
+}
+
+impl Request {
+    /// Builds a request from arguments (for walrus's own commands and for tests).
+    pub fn from_args<I: IntoIterator<Item = A>, A: AsRef<[u8]>>(args: I) -> Request {
+        let args: Vec<Bytes> = args
+            .into_iter()
+            .map(|a| Bytes::copy_from_slice(a.as_ref()))
+            .collect();
+        Request {
+            raw: write::command(&args),
+            args,
+        }
+    }
+
+    /// The command name, as sent (any case).
+    pub fn name(&self) -> &[u8] {
+        &self.args[0]
+    }
+
+    /// True when argument `i` equals `word`, ignoring ASCII case.
+    pub fn arg_is(&self, i: usize, word: &str) -> bool {
+        self.args
+            .get(i)
+            .is_some_and(|a| a.eq_ignore_ascii_case(word.as_bytes()))
+    }
+}
+
+/// A request the client got wrong. Valkey answers `-ERR Protocol error: <text>` and closes
+/// the connection; so does walrus.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("Protocol error: {0}")]
+pub struct ParseError(pub String);
+
+impl ParseError {
+    fn new(text: impl Into<String>) -> Self {
+        ParseError(text.into())
+    }
+
+    /// The reply Valkey would send for this error.
+    pub fn reply(&self) -> Bytes {
+        write::error(&format!("ERR {self}"))
+    }
+}
+
+#[derive(Debug)]
+enum State {
+    /// Between requests.
+    Idle,
+    /// Inside an array request: `pos` is where scanning resumes in the read buffer,
+    /// `remaining` how many bulk strings are still to come.
+    Array {
+        remaining: usize,
+        pos: usize,
+        args: Vec<Range<usize>>,
+    },
+}
+
+/// Incremental request parser. Feed it the session's read buffer after every read.
+#[derive(Debug)]
+pub struct RequestParser {
+    limits: Limits,
+    state: State,
+    /// Bytes the buffer must hold before parsing can make progress (0: unknown).
+    wanted: usize,
+}
+
+impl RequestParser {
+    pub fn new(limits: Limits) -> Self {
+        RequestParser {
+            limits,
+            state: State::Idle,
+            wanted: 0,
+        }
+    }
+
+    /// How many bytes the read buffer must hold before the next request can complete, when
+    /// known (a bulk string's length was read): lets the reader reserve once for a large value.
+    pub fn bytes_wanted(&self) -> usize {
+        self.wanted
+    }
+
+    /// Takes the next complete request off the front of `buf`, if there is one.
+    /// Empty requests (blank inline lines, `*0`) are skipped as Valkey skips them.
+    pub fn next(&mut self, buf: &mut BytesMut) -> Result<Option<Request>, ParseError> {
+        loop {
+            if buf.is_empty() {
+                return Ok(None);
+            }
+            let parsed = match self.state {
+                State::Idle if buf[0] != b'*' => self.inline(buf)?,
+                _ => self.array(buf)?,
+            };
+            match parsed {
+                Step::Done(req) => return Ok(Some(req)),
+                Step::Skipped => continue,
+                Step::NeedMore => return Ok(None),
+            }
+        }
+    }
+
+    fn inline(&mut self, buf: &mut BytesMut) -> Result<Step, ParseError> {
+        let Some(nl) = buf.iter().position(|&b| b == b'\n') else {
+            if buf.len() > self.limits.max_inline_bytes {
+                return Err(ParseError::new("too big inline request"));
+            }
+            return Ok(Step::NeedMore);
+        };
+        let line = buf.split_to(nl + 1);
+        let mut text = &line[..nl];
+        if text.last() == Some(&b'\r') {
+            text = &text[..text.len() - 1];
+        }
+        if text.len() > self.limits.max_inline_bytes {
+            return Err(ParseError::new("too big inline request"));
+        }
+        let args =
+            split_args(text).ok_or_else(|| ParseError::new("unbalanced quotes in request"))?;
+        if args.is_empty() {
+            return Ok(Step::Skipped);
+        }
+        if args.len() > self.limits.max_array_len {
+            return Err(ParseError::new("invalid multibulk length"));
+        }
+        let args: Vec<Bytes> = args.into_iter().map(Bytes::from).collect();
+        Ok(Step::Done(Request {
+            raw: write::command(&args),
+            args,
+        }))
+    }
+
+    fn array(&mut self, buf: &mut BytesMut) -> Result<Step, ParseError> {
+        if let State::Idle = self.state {
+            let Some(cr) = find_line_end(buf, 1) else {
+                if buf.len() > self.limits.max_inline_bytes {
+                    return Err(ParseError::new("too big mbulk count string"));
+                }
+                return Ok(Step::NeedMore);
+            };
+            let count = parse_i64(&buf[1..cr])
+                .filter(|&n| n <= i32::MAX as i64 && n <= self.limits.max_array_len as i64)
+                .ok_or_else(|| ParseError::new("invalid multibulk length"))?;
+            if count <= 0 {
+                let _ = buf.split_to(cr + 2);
+                return Ok(Step::Skipped);
+            }
+            // Capacity is bounded: a hostile count must not reserve memory up front.
+            let args = Vec::with_capacity((count as usize).min(64));
+            self.state = State::Array {
+                remaining: count as usize,
+                pos: cr + 2,
+                args,
+            };
+        }
+        let State::Array {
+            remaining,
+            pos,
+            args,
+        } = &mut self.state
+        else {
+            unreachable!()
+        };
+        while *remaining > 0 {
+            let Some(cr) = find_line_end(buf, *pos) else {
+                if buf.len() - *pos > self.limits.max_inline_bytes {
+                    return Err(ParseError::new("too big bulk count string"));
+                }
+                self.wanted = 0;
+                return Ok(Step::NeedMore);
+            };
+            if buf[*pos] != b'$' {
+                return Err(ParseError::new(format!(
+                    "expected '$', got '{}'",
+                    buf[*pos] as char
+                )));
+            }
+            let len = parse_i64(&buf[*pos + 1..cr])
+                .filter(|&n| n >= 0 && n as u64 <= self.limits.max_bulk_bytes as u64)
+                .ok_or_else(|| ParseError::new("invalid bulk length"))?
+                as usize;
+            let start = cr + 2;
+            // Like Valkey, the two bytes after the data are skipped, not checked.
+            let end = start + len + 2;
+            if buf.len() < end {
+                self.wanted = end;
+                return Ok(Step::NeedMore);
+            }
+            args.push(start..start + len);
+            *pos = end;
+            *remaining -= 1;
+        }
+        let consumed = *pos;
+        let ranges = std::mem::take(args);
+        self.state = State::Idle;
+        self.wanted = 0;
+        let raw = buf.split_to(consumed).freeze();
+        let args = ranges.into_iter().map(|r| raw.slice(r)).collect();
+        Ok(Step::Done(Request { raw, args }))
+    }
+}
+
+enum Step {
+    Done(Request),
+    Skipped,
+    NeedMore,
+}
+
+/// Valkey finds the end of a count line by its `\r` and then skips two bytes.
+fn find_line_end(buf: &[u8], from: usize) -> Option<usize> {
+    let p = buf[from..].iter().position(|&b| b == b'\r')? + from;
+    (p + 1 < buf.len()).then_some(p)
+}
+
+/// Splits an inline command line into arguments with Valkey's `sdssplitargs` rules:
+/// blanks separate, "double quotes" take `\n \r \t \b \a \\ \" \xHH` escapes, 'single quotes'
+/// take `\'`, and a closing quote must be followed by a blank or the end.
+/// `None` means unbalanced quotes.
+pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let mut args = Vec::new();
+    let mut i = 0;
+    let n = line.len();
+    loop {
+        while i < n && is_space(line[i]) {
+            i += 1;
+        }
+        if i >= n {
+            return Some(args);
+        }
+        let mut cur = Vec::new();
+        let (mut inq, mut insq) = (false, false);
+        loop {
+            if inq {
+                if i >= n {
+                    return None;
+                }
+                let c = line[i];
+                if c == b'\\'
+                    && i + 3 < n
+                    && line[i + 1] == b'x'
+                    && hex(line[i + 2]).is_some()
+                    && hex(line[i + 3]).is_some()
+                {
+                    cur.push(hex(line[i + 2]).unwrap() * 16 + hex(line[i + 3]).unwrap());
+                    i += 3;
+                } else if c == b'\\' && i + 1 < n {
+                    i += 1;
+                    cur.push(match line[i] {
+                        b'n' => b'\n',
+                        b'r' => b'\r',
+                        b't' => b'\t',
+                        b'b' => 8,
+                        b'a' => 7,
+                        other => other,
+                    });
+                } else if c == b'"' {
+                    if i + 1 < n && !is_space(line[i + 1]) {
+                        return None;
+                    }
+                    i += 1;
+                    break;
+                } else {
+                    cur.push(c);
+                }
+            } else if insq {
+                if i >= n {
+                    return None;
+                }
+                let c = line[i];
+                if c == b'\\' && i + 1 < n && line[i + 1] == b'\'' {
+                    i += 1;
+                    cur.push(b'\'');
+                } else if c == b'\'' {
+                    if i + 1 < n && !is_space(line[i + 1]) {
+                        return None;
+                    }
+                    i += 1;
+                    break;
+                } else {
+                    cur.push(c);
+                }
+            } else {
+                if i >= n {
+                    break;
+                }
+                match line[i] {
+                    c if is_space(c) || c == 0 => break,
+                    b'"' => inq = true,
+                    b'\'' => insq = true,
+                    c => cur.push(c),
+                }
+            }
+            i += 1;
+        }
+        args.push(cur);
+    }
+}
+
+/// C's `isspace`, which `sdssplitargs` uses (Rust's `is_ascii_whitespace` lacks `\v`).
+fn is_space(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
+}
+
+fn hex(c: u8) -> Option<u8> {
+    (c as char).to_digit(16).map(|d| d as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_all(input: &[u8]) -> (Vec<Vec<Vec<u8>>>, Option<ParseError>) {
+        let mut p = RequestParser::new(Limits::default());
+        let mut buf = BytesMut::from(input);
+        let mut out = Vec::new();
+        loop {
+            match p.next(&mut buf) {
+                Ok(Some(r)) => out.push(r.args.iter().map(|a| a.to_vec()).collect()),
+                Ok(None) => return (out, None),
+                Err(e) => return (out, Some(e)),
+            }
+        }
+    }
+
+    #[test]
+    fn array_and_inline_requests() {
+        let (reqs, err) =
+            parse_all(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\nSET a \"b c\"\r\n\r\n*0\r\nPING\n");
+        assert!(err.is_none());
+        assert_eq!(
+            reqs,
+            vec![
+                vec![b"GET".to_vec(), b"k".to_vec()],
+                vec![b"SET".to_vec(), b"a".to_vec(), b"b c".to_vec()],
+                vec![b"PING".to_vec()],
+            ]
+        );
+    }
+
+    #[test]
+    fn byte_by_byte_feeding_gives_the_same_requests() {
+        let input = b"*3\r\n$3\r\nSET\r\n$5\r\nhello\r\n$10\r\n0123456789\r\nGET x\r\n";
+        let mut p = RequestParser::new(Limits::default());
+        let mut buf = BytesMut::new();
+        let mut got = Vec::new();
+        for &b in input.iter() {
+            buf.extend_from_slice(&[b]);
+            while let Some(r) = p.next(&mut buf).unwrap() {
+                got.push(r);
+            }
+        }
+        assert_eq!(got.len(), 2);
+        assert_eq!(&got[0].raw[..], &input[..41]);
+        assert_eq!(&got[0].args[2][..], b"0123456789");
+        assert_eq!(&got[1].raw[..], b"*2\r\n$3\r\nGET\r\n$1\r\nx\r\n");
+    }
+
+    #[test]
+    fn valkey_error_texts() {
+        let cases: &[(&[u8], &str)] = &[
+            (b"*x\r\n", "invalid multibulk length"),
+            (b"*1\r\n+foo\r\n", "expected '$', got '+'"),
+            (b"*1\r\n$-5\r\n", "invalid bulk length"),
+            (b"*1\r\n$999999999999\r\n", "invalid bulk length"),
+            (b"SET \"a\r\n", "unbalanced quotes in request"),
+            (b"SET \"a\"b\r\n", "unbalanced quotes in request"),
+        ];
+        for (input, text) in cases {
+            let (_, err) = parse_all(input);
+            assert_eq!(
+                err.unwrap().0,
+                *text,
+                "input {:?}",
+                String::from_utf8_lossy(input)
+            );
+        }
+    }
+
+    #[test]
+    fn oversized_headers_are_refused_before_buffering_forever() {
+        let limits = Limits {
+            max_inline_bytes: 16,
+            ..Limits::default()
+        };
+        for (input, text) in [
+            (
+                &b"GET aaaaaaaaaaaaaaaaaaaaaaaa"[..],
+                "too big inline request",
+            ),
+            (b"*1111111111111111111111", "too big mbulk count string"),
+            (
+                b"*1\r\n$11111111111111111111111",
+                "too big bulk count string",
+            ),
+        ] {
+            let mut p = RequestParser::new(limits);
+            let err = p.next(&mut BytesMut::from(input)).unwrap_err();
+            assert_eq!(err.0, text);
+        }
+    }
+
+    #[test]
+    fn bulk_length_limit_is_configurable() {
+        let limits = Limits {
+            max_bulk_bytes: 4,
+            ..Limits::default()
+        };
+        let mut p = RequestParser::new(limits);
+        assert!(p
+            .next(&mut BytesMut::from(&b"*1\r\n$4\r\nPING\r\n"[..]))
+            .unwrap()
+            .is_some());
+        let err = p
+            .next(&mut BytesMut::from(&b"*1\r\n$5\r\n"[..]))
+            .unwrap_err();
+        assert_eq!(err.0, "invalid bulk length");
+    }
+
+    #[test]
+    fn large_bulk_announces_its_size() {
+        let mut p = RequestParser::new(Limits::default());
+        let mut buf = BytesMut::from(&b"*2\r\n$3\r\nSET\r\n$1000\r\nab"[..]);
+        assert!(p.next(&mut buf).unwrap().is_none());
+        assert_eq!(p.bytes_wanted(), 13 + 7 + 1000 + 2);
+    }
+
+    #[test]
+    fn split_args_escapes() {
+        assert_eq!(
+            split_args(b"set k \"a\\x41\\n\" 'it\\'s'").unwrap(),
+            vec![
+                b"set".to_vec(),
+                b"k".to_vec(),
+                b"aA\n".to_vec(),
+                b"it's".to_vec()
+            ]
+        );
+        assert_eq!(split_args(b"   ").unwrap(), Vec::<Vec<u8>>::new());
+        assert!(split_args(b"'abc").is_none());
+    }
+}

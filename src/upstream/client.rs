@@ -1,0 +1,183 @@
+//! A connection to Valkey opened by walrus: TCP connect with a timeout, `AUTH`, optional
+//! `HELLO 3`, `SELECT`, then either a simple request/response control client ([`Conn::call`],
+//! decoding with the redis-protocol crate) or the bare socket handed to the proxy.
+
+use super::Upstream;
+use crate::config::Credentials;
+use crate::resp::{write, ReplyScanner};
+use bytes::{Bytes, BytesMut};
+use redis_protocol::resp2::types::OwnedFrame;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Why a connection to Valkey failed or broke.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("cannot connect to Valkey at {addr}: {source}")]
+    Connect {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("timed out connecting to Valkey at {0}")]
+    ConnectTimeout(String),
+    #[error("Valkey connection I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("Valkey closed the connection")]
+    Closed,
+    #[error("{0}")]
+    Scan(#[from] crate::resp::ScanError),
+    #[error("cannot decode Valkey reply: {0}")]
+    Decode(String),
+    /// Valkey answered with an error reply; the text is Valkey's own.
+    #[error("Valkey replied: {}", String::from_utf8_lossy(.0).trim_end())]
+    Refused(Bytes),
+}
+
+/// An open connection to Valkey with its read buffer.
+pub struct Conn {
+    pub stream: TcpStream,
+    pub buf: BytesMut,
+    scanner: ReplyScanner,
+}
+
+impl Conn {
+    /// Connects without authenticating.
+    pub async fn connect(up: &Upstream) -> Result<Conn, UpstreamError> {
+        let connect = TcpStream::connect(&up.address);
+        let stream = match tokio::time::timeout(up.connect_timeout, connect).await {
+            Err(_) => return Err(UpstreamError::ConnectTimeout(up.address.clone())),
+            Ok(Err(source)) => {
+                return Err(UpstreamError::Connect {
+                    addr: up.address.clone(),
+                    source,
+                })
+            }
+            Ok(Ok(s)) => s,
+        };
+        // Replies are latency-bound: never let Nagle hold a small write.
+        stream.set_nodelay(true)?;
+        Ok(Conn {
+            stream,
+            buf: BytesMut::with_capacity(16 << 10),
+            scanner: ReplyScanner::new(up.limits),
+        })
+    }
+
+    /// Connects as walrus itself, with the configured credentials.
+    pub async fn control(up: &Upstream) -> Result<Conn, UpstreamError> {
+        let mut conn = Conn::connect(up).await?;
+        if let Some(c) = &up.credentials {
+            conn.auth(c).await?;
+        }
+        Ok(conn)
+    }
+
+    /// Opens a connection that acts for a client: authenticated as the client's user (not as
+    /// walrus), in the client's protocol. If Valkey refuses `HELLO 3` because the connection
+    /// is not authenticated, the connection stays as it is: Valkey will answer that client's
+    /// commands with the same `-NOAUTH` it would have sent directly.
+    pub async fn for_client(
+        up: &Upstream,
+        creds: Option<&Credentials>,
+        resp3: bool,
+    ) -> Result<Conn, UpstreamError> {
+        let mut conn = Conn::connect(up).await?;
+        if let Some(c) = creds {
+            conn.auth(c).await?;
+        }
+        if resp3 {
+            match conn.expect_ok(write::command(["HELLO", "3"])).await {
+                Err(UpstreamError::Refused(e)) if e.starts_with(b"-NOAUTH") => {}
+                r => r?,
+            }
+        }
+        Ok(conn)
+    }
+
+    /// `AUTH [user] password`; Valkey's error reply is returned as [`UpstreamError::Refused`].
+    pub async fn auth(&mut self, c: &Credentials) -> Result<(), UpstreamError> {
+        let cmd = match &c.username {
+            Some(u) => write::command([b"AUTH".as_slice(), u.as_bytes(), c.password.as_bytes()]),
+            None => write::command([b"AUTH".as_slice(), c.password.as_bytes()]),
+        };
+        self.expect_ok(cmd).await
+    }
+
+    /// Sends one command and returns its raw reply, error replies included.
+    pub async fn call_raw(&mut self, cmd: &[u8]) -> Result<Bytes, UpstreamError> {
+        self.stream.write_all(cmd).await?;
+        self.read_frame().await
+    }
+
+    /// Sends a command and checks for a non-error reply.
+    pub async fn expect_ok(&mut self, cmd: Bytes) -> Result<(), UpstreamError> {
+        let reply = self.call_raw(&cmd).await?;
+        if reply.first() == Some(&b'-') {
+            return Err(UpstreamError::Refused(reply));
+        }
+        Ok(())
+    }
+
+    /// Sends a command and decodes its RESP2 reply; an error reply becomes `Refused`.
+    pub async fn call<I: IntoIterator<Item = A>, A: AsRef<[u8]>>(
+        &mut self,
+        args: I,
+    ) -> Result<OwnedFrame, UpstreamError> {
+        let reply = self.call_raw(&write::command(args)).await?;
+        if reply.first() == Some(&b'-') {
+            return Err(UpstreamError::Refused(reply));
+        }
+        match redis_protocol::resp2::decode::decode(&reply) {
+            Ok(Some((frame, _))) => Ok(frame),
+            Ok(None) => Err(UpstreamError::Decode("incomplete frame".into())),
+            Err(e) => Err(UpstreamError::Decode(e.to_string())),
+        }
+    }
+
+    /// The socket, unread bytes and scanner state, for a proxy task to take over.
+    pub fn into_parts(self) -> ConnParts {
+        ConnParts {
+            stream: self.stream,
+            buf: self.buf,
+            scanner: self.scanner,
+        }
+    }
+
+    /// Reads exactly one complete reply frame.
+    pub async fn read_frame(&mut self) -> Result<Bytes, UpstreamError> {
+        loop {
+            if let Some(n) = self.scanner.scan(&self.buf)? {
+                return Ok(self.buf.split_to(n).freeze());
+            }
+            if self.stream.read_buf(&mut self.buf).await? == 0 {
+                return Err(UpstreamError::Closed);
+            }
+        }
+    }
+}
+
+pub struct ConnParts {
+    pub stream: TcpStream,
+    pub buf: BytesMut,
+    pub scanner: ReplyScanner,
+}
+
+/// Helpers to read decoded control-plane replies.
+pub fn frame_str(f: &OwnedFrame) -> Option<String> {
+    match f {
+        OwnedFrame::BulkString(b) | OwnedFrame::SimpleString(b) => {
+            Some(String::from_utf8_lossy(b).into_owned())
+        }
+        _ => None,
+    }
+}
+
+pub fn frame_int(f: &OwnedFrame) -> Option<i64> {
+    match f {
+        OwnedFrame::Integer(i) => Some(*i),
+        OwnedFrame::BulkString(b) | OwnedFrame::SimpleString(b) => {
+            std::str::from_utf8(b).ok()?.parse().ok()
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,202 @@
+//! Managed mode: walrus runs its own valkey-server child, persistence off, on loopback.
+//!
+//! The child is started with `--save "" --appendonly no` (walrus is the durability layer),
+//! bound to 127.0.0.1 on the configured port (or a free one), with its working directory
+//! under the data dir. Its log goes to walrus's log (target `valkey`). If it dies, it is
+//! restarted with backoff; on shutdown it gets SIGTERM, then SIGKILL after a grace period.
+//! `PR_SET_PDEATHSIG` makes the kernel kill it if walrus itself is killed, so no orphan ever
+//! holds the port.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+
+/// How long a fresh valkey-server may take to say it is ready.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// Grace period between SIGTERM and SIGKILL on shutdown.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+pub struct ManagedValkey {
+    pub address: String,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl ManagedValkey {
+    /// Starts valkey-server and returns once it accepts connections.
+    pub async fn start(
+        binary: PathBuf,
+        data_dir: &Path,
+        port: u16,
+        extra_args: Vec<String>,
+    ) -> Result<ManagedValkey, String> {
+        let dir = data_dir.join("valkey");
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let port = if port == 0 {
+            free_port().map_err(|e| format!("cannot pick a free port: {e}"))?
+        } else {
+            port
+        };
+        let spec = ChildSpec {
+            binary,
+            dir,
+            port,
+            extra_args,
+        };
+        let (child, ready) = spec
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", spec.binary.display()))?;
+        wait_ready(ready)
+            .await
+            .map_err(|e| format!("valkey-server did not start: {e}"))?;
+        tracing::info!(port, binary = %spec.binary.display(), "managed valkey-server is ready");
+        let (stop, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(supervise(spec, child, stop_rx));
+        Ok(ManagedValkey {
+            address: format!("127.0.0.1:{port}"),
+            stop,
+            task,
+        })
+    }
+
+    /// Stops the child: SIGTERM, then SIGKILL after the grace period.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+struct ChildSpec {
+    binary: PathBuf,
+    dir: PathBuf,
+    port: u16,
+    extra_args: Vec<String>,
+}
+
+impl ChildSpec {
+    fn spawn(&self) -> std::io::Result<(Child, oneshot::Receiver<Result<(), String>>)> {
+        let mut cmd = Command::new(&self.binary);
+        cmd.args([
+            "--port",
+            &self.port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .args(["--daemonize", "no", "--logfile", "", "--dir"])
+        .arg(&self.dir)
+        .args(&self.extra_args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn()?;
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stderr = child.stderr.take().expect("piped stderr");
+        tokio::spawn(forward_log(stdout, Some(ready_tx)));
+        tokio::spawn(forward_log(stderr, None));
+        Ok((child, ready_rx))
+    }
+}
+
+/// Copies the child's log lines into walrus's log and reports readiness, an event rather
+/// than a polling loop: valkey-server prints "Ready to accept connections" once listening.
+async fn forward_log(
+    out: impl tokio::io::AsyncRead + Unpin,
+    mut ready: Option<oneshot::Sender<Result<(), String>>>,
+) {
+    let mut lines = BufReader::new(out).lines();
+    let mut last = String::new();
+    while let Ok(Some(line)) = lines.next_line().await {
+        tracing::info!(target: "valkey", "{line}");
+        if line.contains("Ready to accept connections") {
+            if let Some(tx) = ready.take() {
+                let _ = tx.send(Ok(()));
+            }
+        }
+        last = line;
+    }
+    if let Some(tx) = ready.take() {
+        let _ = tx.send(Err(format!("it exited; its last log line: {last:?}")));
+    }
+}
+
+async fn wait_ready(ready: oneshot::Receiver<Result<(), String>>) -> Result<(), String> {
+    match tokio::time::timeout(START_TIMEOUT, ready).await {
+        Err(_) => Err(format!("not ready after {START_TIMEOUT:?}")),
+        Ok(Err(_)) => Err("its log closed".into()),
+        Ok(Ok(r)) => r,
+    }
+}
+
+async fn supervise(spec: ChildSpec, mut child: Child, mut stop: watch::Receiver<bool>) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                tracing::error!(?status, "managed valkey-server exited; restarting it in {backoff:?}");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = stop.changed() => return,
+                }
+                backoff = (backoff * 2).min(RESTART_BACKOFF_MAX);
+                match spec.spawn() {
+                    Ok((c, ready)) => {
+                        child = c;
+                        match wait_ready(ready).await {
+                            Ok(()) => {
+                                tracing::info!(port = spec.port, "managed valkey-server restarted");
+                                backoff = Duration::from_millis(100);
+                            }
+                            Err(e) => tracing::error!("restarted valkey-server is not ready: {e}"),
+                        }
+                    }
+                    Err(e) => tracing::error!("cannot restart valkey-server: {e}"),
+                }
+            }
+            _ = stop.changed() => {
+                terminate(&mut child).await;
+                return;
+            }
+        }
+    }
+}
+
+async fn terminate(child: &mut Child) {
+    if let Some(pid) = child.id() {
+        // SAFETY: plain syscall on our own child's pid.
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    }
+    if tokio::time::timeout(STOP_TIMEOUT, child.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("valkey-server ignored SIGTERM for {STOP_TIMEOUT:?}; killing it");
+        let _ = child.kill().await;
+    }
+}
+
+/// A port that was free a moment ago. Valkey binds it right after; the window is small and
+/// a collision shows up as a clear start-up error.
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}

@@ -1,0 +1,22 @@
+//! Valkey as walrus sees it: where it is ([`Upstream`]), how to open an authenticated
+//! connection to it ([`client`]), and, in managed mode, the valkey-server child that walrus
+//! runs itself ([`managed`], [`binary`]).
+
+pub mod binary;
+pub mod client;
+pub mod managed;
+
+use crate::config::Credentials;
+use std::time::Duration;
+
+/// How to reach Valkey. Cheap to clone; shared by the pool, pinned sessions and the control plane.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    /// `host:port` of Valkey.
+    pub address: String,
+    /// walrus's own credentials, for control connections. Client traffic never uses them:
+    /// it runs as the user each client authenticated as.
+    pub credentials: Option<Credentials>,
+    pub connect_timeout: Duration,
+    pub limits: crate::resp::Limits,
+}
