@@ -67,6 +67,10 @@ async fn writer(
     let mut db = 0u32;
     let mut out = BytesMut::with_capacity(BATCH_BYTES_MAX);
     while let Some(first) = requests.recv().await {
+        // Let every other runnable session queue its requests first, so that one write
+        // carries them all: without this, the writer (woken first) sends one command per
+        // syscall under load.
+        tokio::task::yield_now().await;
         let mut next = Some(first);
         while let Some(req) = next.take() {
             if req.db != db {

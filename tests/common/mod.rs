@@ -1,0 +1,279 @@
+//! Test harness: real valkey-server and walrus processes on free ports, and a raw RESP client
+//! for byte-exact comparisons. Every wait is on an event (a log line, a reply), bounded by a
+//! timeout that fails the test with the process's log.
+#![allow(dead_code)]
+
+use bytes::BytesMut;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use walrus::resp::{Limits, ReplyScanner};
+
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub fn valkey_server_bin() -> PathBuf {
+    walrus::upstream::binary::find("").expect("a valkey-server binary (run deploy/setup.sh)")
+}
+
+pub fn walrus_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_walrus"))
+}
+
+/// A child process whose output lines are collected and can be awaited.
+pub struct Proc {
+    pub child: Child,
+    pub log: Arc<Mutex<Vec<String>>>,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Proc {
+    pub fn spawn(mut cmd: Command, from_stderr: bool) -> Proc {
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, lines) = mpsc::channel();
+        let out: Box<dyn Read + Send> = Box::new(child.stdout.take().unwrap());
+        let err: Box<dyn Read + Send> = Box::new(child.stderr.take().unwrap());
+        let (watched, other) = if from_stderr { (err, out) } else { (out, err) };
+        for (stream, tx) in [(watched, Some(tx)), (other, None)] {
+            let log = log.clone();
+            // Drains the pipe for the process's whole life, so it never blocks on a full pipe.
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    log.lock().unwrap().push(line.clone());
+                    if let Some(tx) = &tx {
+                        let _ = tx.send(line);
+                    }
+                }
+            });
+        }
+        Proc { child, log, lines }
+    }
+
+    /// Waits for a line containing `needle`; returns it.
+    pub fn wait_line(&self, needle: &str, timeout: Duration) -> String {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(_) => panic!(
+                    "no line containing {needle:?} within {timeout:?}; log:\n{}",
+                    self.log_text()
+                ),
+            }
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    pub fn signal(&self, sig: i32) {
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return Some(s);
+            }
+            if std::time::Instant::now() > deadline {
+                return None;
+            }
+            // Polling a child's exit status has no event to await from std; keep it short.
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    walrus::upstream::managed::free_port().unwrap()
+}
+
+/// A valkey-server with persistence off on a free port.
+pub struct Valkey {
+    pub proc: Proc,
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+}
+
+impl Valkey {
+    pub fn start() -> Valkey {
+        Valkey::start_with(&[])
+    }
+
+    pub fn start_with(args: &[&str]) -> Valkey {
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().unwrap();
+            let port = free_port();
+            let mut cmd = Command::new(valkey_server_bin());
+            cmd.args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .args(["--logfile", ""])
+            .arg("--dir")
+            .arg(dir.path())
+            .args(args);
+            let mut proc = Proc::spawn(cmd, false);
+            let deadline = std::time::Instant::now() + START_TIMEOUT;
+            loop {
+                match proc
+                    .lines
+                    .recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+                {
+                    Ok(l) if l.contains("Ready to accept connections") => {
+                        return Valkey { proc, port, dir }
+                    }
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+            // Port taken between probe and bind, most likely: try another.
+            let _ = proc.child.kill();
+            eprintln!("valkey-server did not start; log:\n{}", proc.log_text());
+        }
+        panic!("valkey-server failed to start five times");
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+/// A walrus in external mode in front of `upstream`, listening on a free port.
+pub struct Walrus {
+    pub proc: Proc,
+    pub addr: String,
+    pub data: tempfile::TempDir,
+}
+
+impl Walrus {
+    pub fn start(upstream: &str) -> Walrus {
+        Walrus::start_with(upstream, &[])
+    }
+
+    /// `extra`: further `serve` flags; a config file can be passed with `--config`.
+    pub fn start_with(upstream: &str, extra: &[&str]) -> Walrus {
+        let data = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new(walrus_bin());
+        cmd.args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "",
+            "--upstream",
+            upstream,
+            "--data-dir",
+        ])
+        .arg(data.path())
+        .args(extra)
+        .env("RUST_LOG", "info");
+        let proc = Proc::spawn(cmd, true);
+        let line = proc.wait_line("walrus listening on ", START_TIMEOUT);
+        let addr = line
+            .split("walrus listening on ")
+            .nth(1)
+            .unwrap()
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .next()
+            .unwrap()
+            .to_string();
+        Walrus { proc, addr, data }
+    }
+}
+
+/// A blocking RESP client that returns replies as raw bytes.
+pub struct Raw {
+    pub stream: TcpStream,
+    buf: BytesMut,
+    scanner: ReplyScanner,
+}
+
+impl Raw {
+    pub fn connect(addr: &str) -> Raw {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream.set_nodelay(true).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        Raw {
+            stream,
+            buf: BytesMut::new(),
+            scanner: ReplyScanner::new(Limits::default()),
+        }
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).unwrap();
+    }
+
+    /// Sends a command and returns its reply's bytes.
+    pub fn cmd<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Vec<u8> {
+        self.send_raw(&walrus::resp::write::command(
+            args.iter().map(|a| a.as_ref()),
+        ));
+        self.read_frame()
+    }
+
+    /// Reads one whole reply frame; panics on timeout or EOF.
+    pub fn read_frame(&mut self) -> Vec<u8> {
+        self.try_read_frame()
+            .unwrap_or_else(|e| panic!("no reply: {e}"))
+    }
+
+    pub fn try_read_frame(&mut self) -> Result<Vec<u8>, String> {
+        loop {
+            if let Some(n) = self.scanner.scan(&self.buf).map_err(|e| e.to_string())? {
+                return Ok(self.buf.split_to(n).to_vec());
+            }
+            let mut chunk = [0u8; 65536];
+            let n = self.stream.read(&mut chunk).map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err("connection closed".into());
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// True when the server closed the connection (after any bytes still unread).
+    pub fn closed(&mut self) -> bool {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return true,
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+/// Shows a reply readably in assertion messages.
+pub fn show(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).replace("\r\n", "⏎")
+}
