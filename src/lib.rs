@@ -21,5 +21,6 @@ pub mod config;
 pub mod journal;
 pub mod metrics;
 pub mod proxy;
+pub mod replication;
 pub mod resp;
 pub mod upstream;

@@ -103,6 +103,11 @@ impl Conn {
         self.expect_ok(cmd).await
     }
 
+    /// Writes bytes without reading a reply.
+    pub async fn stream_write(&mut self, bytes: &[u8]) -> Result<(), UpstreamError> {
+        Ok(self.stream.write_all(bytes).await?)
+    }
+
     /// Sends one command and returns its raw reply, error replies included.
     pub async fn call_raw(&mut self, cmd: &[u8]) -> Result<Bytes, UpstreamError> {
         self.stream.write_all(cmd).await?;

@@ -1,0 +1,166 @@
+//! The replica handshake, as Valkey's own replicas do it (replication.c, `syncWithPrimary`):
+//! `PING`, `AUTH` (done by [`Conn::control`]), `REPLCONF listening-port`, `REPLCONF capa eof
+//! capa psync2`, then `PSYNC <replid> <offset+1>` to continue from what the journal holds,
+//! or `PSYNC ? -1` for a full resynchronization.
+//!
+//! walrus does not announce `dual-channel`: the RDB and the stream then arrive on the same
+//! connection, in order, which keeps the offset accounting a single byte count.
+
+use crate::resp::write;
+use crate::upstream::client::{Conn, UpstreamError};
+use tokio::io::AsyncReadExt;
+
+/// A Valkey replication id: 40 hex characters.
+pub const REPLID_LEN: usize = 40;
+
+/// What the primary answered to PSYNC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SyncStart {
+    /// An RDB follows; the stream after it starts at `offset + 1`.
+    Full { replid: String, offset: u64 },
+    /// The stream continues right after the offset the replica asked for; `replid` is the
+    /// primary's current replication id (it may have changed).
+    Continue { replid: String },
+}
+
+/// Where a replica wants to continue from: the last replication id and offset it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Position {
+    pub replid: String,
+    pub offset: u64,
+}
+
+/// Runs the handshake on an authenticated connection.
+pub async fn handshake(
+    conn: &mut Conn,
+    listening_port: u16,
+    from: Option<&Position>,
+) -> Result<SyncStart, UpstreamError> {
+    conn.expect_ok(write::command(["PING"])).await?;
+    conn.expect_ok(write::command([
+        b"REPLCONF".as_slice(),
+        b"listening-port",
+        listening_port.to_string().as_bytes(),
+    ]))
+    .await?;
+    conn.expect_ok(write::command([
+        "REPLCONF", "capa", "eof", "capa", "psync2",
+    ]))
+    .await?;
+    let psync = match from {
+        Some(p) => write::command([
+            b"PSYNC".as_slice(),
+            p.replid.as_bytes(),
+            (p.offset + 1).to_string().as_bytes(),
+        ]),
+        None => write::command(["PSYNC", "?", "-1"]),
+    };
+    conn.stream_write(&psync).await?;
+    let line = read_line(conn).await?;
+    parse_psync_reply(&line, from)
+}
+
+fn parse_psync_reply(line: &str, from: Option<&Position>) -> Result<SyncStart, UpstreamError> {
+    let bad = || UpstreamError::Decode(format!("unexpected PSYNC reply: {line:?}"));
+    if let Some(rest) = line.strip_prefix("+FULLRESYNC ") {
+        let (replid, offset) = rest.split_once(' ').ok_or_else(bad)?;
+        if replid.len() != REPLID_LEN {
+            return Err(bad());
+        }
+        let offset = offset.trim().parse().map_err(|_| bad())?;
+        return Ok(SyncStart::Full {
+            replid: replid.to_string(),
+            offset,
+        });
+    }
+    if let Some(rest) = line.strip_prefix("+CONTINUE") {
+        let replid = rest.trim();
+        let replid = if replid.is_empty() {
+            from.map(|p| p.replid.clone()).ok_or_else(bad)?
+        } else {
+            replid.to_string()
+        };
+        if replid.len() != REPLID_LEN {
+            return Err(bad());
+        }
+        return Ok(SyncStart::Continue { replid });
+    }
+    if line.starts_with('-') {
+        return Err(UpstreamError::Refused(bytes::Bytes::from(format!(
+            "{line}\r\n"
+        ))));
+    }
+    Err(bad())
+}
+
+/// Sends `REPLCONF ACK <offset>`. The primary does not answer it. After an RDB it also
+/// starts the command stream: Valkey holds the stream back until the replica's first ACK.
+pub async fn ack(conn: &mut Conn, offset: u64) -> Result<(), UpstreamError> {
+    conn.stream_write(&write::command([
+        b"REPLCONF".as_slice(),
+        b"ACK",
+        offset.to_string().as_bytes(),
+    ]))
+    .await
+}
+
+/// Reads one `\r\n`-terminated line, skipping the bare `\n` keepalives a primary sends
+/// while it prepares a reply or an RDB. Bytes after the line stay in the buffer.
+pub async fn read_line(conn: &mut Conn) -> Result<String, UpstreamError> {
+    /// A status line longer than this is not one.
+    const LINE_MAX_BYTES: usize = 4096;
+    loop {
+        while conn.buf.first() == Some(&b'\n') {
+            let _ = conn.buf.split_to(1);
+        }
+        if let Some(p) = conn.buf.iter().position(|&b| b == b'\n') {
+            let line = conn.buf.split_to(p + 1);
+            let text = String::from_utf8_lossy(&line[..p])
+                .trim_end_matches('\r')
+                .to_string();
+            return Ok(text);
+        }
+        if conn.buf.len() > LINE_MAX_BYTES {
+            return Err(UpstreamError::Decode("status line too long".into()));
+        }
+        if conn.stream.read_buf(&mut conn.buf).await? == 0 {
+            return Err(UpstreamError::Closed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "0123456789abcdef0123456789abcdef01234567";
+
+    #[test]
+    fn psync_replies() {
+        assert_eq!(
+            parse_psync_reply(&format!("+FULLRESYNC {ID} 1234"), None).unwrap(),
+            SyncStart::Full {
+                replid: ID.into(),
+                offset: 1234
+            }
+        );
+        let from = Position {
+            replid: ID.into(),
+            offset: 9,
+        };
+        assert_eq!(
+            parse_psync_reply("+CONTINUE", Some(&from)).unwrap(),
+            SyncStart::Continue { replid: ID.into() }
+        );
+        let other = "f".repeat(40);
+        assert_eq!(
+            parse_psync_reply(&format!("+CONTINUE {other}"), Some(&from)).unwrap(),
+            SyncStart::Continue { replid: other }
+        );
+        assert!(parse_psync_reply("+FULLRESYNC abc 1", None).is_err());
+        assert!(matches!(
+            parse_psync_reply("-NOMASTERLINK Can't SYNC", None),
+            Err(UpstreamError::Refused(_))
+        ));
+    }
+}

@@ -1,0 +1,233 @@
+//! walrus's replica link against a real Valkey: the handshake, the RDB in both transfer
+//! forms, and stream framing whose offsets equal Valkey's replication offsets byte for byte.
+mod common;
+use common::*;
+
+use bytes::Bytes;
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+use walrus::replication::handshake::{ack, handshake, SyncStart};
+use walrus::replication::rdb;
+use walrus::replication::stream::{StreamEntry, StreamFramer};
+use walrus::resp::Limits;
+use walrus::upstream::client::{frame_str, Conn};
+use walrus::upstream::Upstream;
+
+fn upstream(addr: String) -> Upstream {
+    Upstream {
+        address: addr,
+        credentials: None,
+        connect_timeout: Duration::from_secs(5),
+        limits: Limits::default(),
+    }
+}
+
+struct Link {
+    conn: Conn,
+    framer: StreamFramer,
+    entries: Vec<StreamEntry>,
+}
+
+impl Link {
+    async fn attach(up: &Upstream, dir: &std::path::Path) -> (Link, rdb::StoredRdb) {
+        let mut conn = Conn::control(up).await.unwrap();
+        let SyncStart::Full { replid, offset } = handshake(&mut conn, 0, None).await.unwrap()
+        else {
+            panic!("expected a full resync")
+        };
+        assert_eq!(replid.len(), 40);
+        let stored = rdb::receive(&mut conn, &dir.join("first.rdb"), 1 << 30)
+            .await
+            .unwrap();
+        ack(&mut conn, offset).await.unwrap();
+        let framer = StreamFramer::new(offset, Limits::default(), 1 << 20);
+        (
+            Link {
+                conn,
+                framer,
+                entries: Vec::new(),
+            },
+            stored,
+        )
+    }
+
+    /// Reads the stream until the framer has consumed exactly up to `offset`.
+    async fn catch_up(&mut self, offset: u64) -> Vec<StreamEntry> {
+        let mut got = Vec::new();
+        while self.framer.offset() < offset {
+            while let Some(e) = self.framer.next_entry(&mut self.conn.buf).unwrap() {
+                got.push(e);
+            }
+            if self.framer.offset() >= offset {
+                break;
+            }
+            let n = tokio::time::timeout(
+                Duration::from_secs(20),
+                self.conn.stream.read_buf(&mut self.conn.buf),
+            )
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "stream stalled at {} of {offset}; buffered {:?}",
+                    self.framer.offset(),
+                    show(&self.conn.buf)
+                )
+            })
+            .unwrap();
+            assert!(n > 0, "primary closed the link");
+        }
+        assert_eq!(
+            self.framer.offset(),
+            offset,
+            "framed offset must equal Valkey's offset exactly"
+        );
+        self.entries.extend(got.clone());
+        got
+    }
+}
+
+async fn master_offset(c: &mut Conn) -> u64 {
+    let info = frame_str(&c.call(["INFO", "replication"]).await.unwrap()).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("master_repl_offset:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn joined(entries: &[StreamEntry]) -> Vec<u8> {
+    entries.iter().flat_map(|e| e.payload.to_vec()).collect()
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+async fn run_scenarios(v: &Valkey, diskless: bool) {
+    let up = upstream(v.addr());
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Conn::control(&up).await.unwrap();
+    c.call(["SET", "before", "sync"]).await.unwrap();
+    let (mut link, stored) = Link::attach(&up, dir.path()).await;
+    let head = std::fs::read(&stored.path).unwrap();
+    assert!(
+        head.starts_with(b"REDIS") || head.starts_with(b"VALKEY"),
+        "RDB magic: {:?}",
+        &head[..8.min(head.len())]
+    );
+    assert_eq!(head.len() as u64, stored.bytes);
+    assert_eq!(stored.eof_mark, diskless, "RDB transfer form");
+
+    // SELECT travels in the stream before a write to another database.
+    c.call(["SELECT", "3"]).await.unwrap();
+    c.call(["SET", "k3", "v3"]).await.unwrap();
+    let off = master_offset(&mut c).await;
+    let e = joined(&link.catch_up(off).await);
+    assert!(
+        contains(&e, b"SELECT") && contains(&e, b"k3"),
+        "{}",
+        show(&e)
+    );
+
+    // A transaction is one entry, MULTI through EXEC.
+    c.call(["MULTI"]).await.unwrap();
+    c.call_raw(&walrus::resp::write::command(["SET", "a", "1"]))
+        .await
+        .unwrap();
+    c.call_raw(&walrus::resp::write::command(["INCR", "n"]))
+        .await
+        .unwrap();
+    c.call(["EXEC"]).await.unwrap();
+    let off = master_offset(&mut c).await;
+    let got = link.catch_up(off).await;
+    let tx: Vec<_> = got
+        .iter()
+        .filter(|e| contains(&e.payload, b"MULTI"))
+        .collect();
+    assert_eq!(tx.len(), 1);
+    assert!(contains(&tx[0].payload, b"EXEC") && contains(&tx[0].payload, b"INCR"));
+
+    // Scripts replicate their effects; EXPIRE becomes PEXPIREAT.
+    c.call([
+        "EVAL",
+        "redis.call('SET', KEYS[1], ARGV[1]); redis.call('SPOP', KEYS[2]); return 1",
+        "2",
+        "s1",
+        "set1",
+        "x",
+    ])
+    .await
+    .unwrap();
+    c.call(["SADD", "set1", "m1", "m2", "m3"]).await.unwrap();
+    c.call(["SPOP", "set1"]).await.unwrap();
+    c.call(["EXPIRE", "a", "1000"]).await.unwrap();
+    let off = master_offset(&mut c).await;
+    let e = joined(&link.catch_up(off).await);
+    assert!(contains(&e, b"PEXPIREAT"), "{}", show(&e));
+    assert!(
+        contains(&e, b"SREM"),
+        "SPOP must replicate as SREM: {}",
+        show(&e)
+    );
+    assert!(
+        !contains(&e, b"EVAL"),
+        "scripts replicate effects, not the script"
+    );
+
+    // Functions, binary keys.
+    c.call(["FUNCTION", "LOAD", "#!lua name=lib\nserver.register_function('f', function(keys, args) return server.call('SET', keys[1], args[1]) end)"])
+        .await
+        .unwrap();
+    let bin_key: &[u8] = b"bin\r\n\x00key";
+    c.call([b"FCALL".as_slice(), b"f", b"1", bin_key, b"\x00\xff"])
+        .await
+        .unwrap();
+    let off = master_offset(&mut c).await;
+    let e = joined(&link.catch_up(off).await);
+    assert!(contains(&e, bin_key), "{}", show(&e));
+
+    // An expired key is deleted through the stream.
+    c.call(["SET", "short", "lived", "PX", "1"]).await.unwrap();
+    loop {
+        // Accessing the key after its deadline makes the primary expire it and propagate that.
+        if matches!(
+            c.call(["GET", "short"]).await.unwrap(),
+            redis_protocol::resp2::types::OwnedFrame::Null
+        ) {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let off = master_offset(&mut c).await;
+    let e = joined(&link.catch_up(off).await);
+    assert!(
+        contains(&e, b"DEL") || contains(&e, b"UNLINK"),
+        "{}",
+        show(&e)
+    );
+
+    // A 64 MiB value arrives whole, in one entry, at the right offset.
+    let big = Bytes::from(vec![b'z'; 64 << 20]);
+    c.call([b"SET".as_slice(), b"big", &big]).await.unwrap();
+    let off = master_offset(&mut c).await;
+    let got = link.catch_up(off).await;
+    assert!(got.iter().any(|e| e.payload.len() > 64 << 20));
+}
+
+#[tokio::test]
+async fn stream_framing_matches_replication_offsets_with_disk_rdb() {
+    let v = Valkey::start_with(&["--repl-diskless-sync", "no"]);
+    run_scenarios(&v, false).await;
+}
+
+#[tokio::test]
+async fn stream_framing_matches_replication_offsets_with_diskless_rdb() {
+    let v = Valkey::start_with(&[
+        "--repl-diskless-sync",
+        "yes",
+        "--repl-diskless-sync-delay",
+        "0",
+    ]);
+    run_scenarios(&v, true).await;
+}
