@@ -29,9 +29,14 @@ struct Link {
 }
 
 impl Link {
-    async fn attach(up: &Upstream, dir: &std::path::Path) -> (Link, rdb::StoredRdb) {
+    async fn attach(
+        up: &Upstream,
+        dir: &std::path::Path,
+        eof_capable: bool,
+    ) -> (Link, rdb::StoredRdb) {
         let mut conn = Conn::control(up).await.unwrap();
-        let SyncStart::Full { replid, offset } = handshake(&mut conn, 0, None).await.unwrap()
+        let SyncStart::Full { replid, offset } =
+            handshake(&mut conn, 0, None, eof_capable).await.unwrap()
         else {
             panic!("expected a full resync")
         };
@@ -109,7 +114,7 @@ async fn run_scenarios(v: &Valkey, diskless: bool) {
     let dir = tempfile::tempdir().unwrap();
     let mut c = Conn::control(&up).await.unwrap();
     c.call(["SET", "before", "sync"]).await.unwrap();
-    let (mut link, stored) = Link::attach(&up, dir.path()).await;
+    let (mut link, stored) = Link::attach(&up, dir.path(), diskless).await;
     let head = std::fs::read(&stored.path).unwrap();
     assert!(
         head.starts_with(b"REDIS") || head.starts_with(b"VALKEY"),
@@ -216,13 +221,14 @@ async fn run_scenarios(v: &Valkey, diskless: bool) {
 }
 
 #[tokio::test]
-async fn stream_framing_matches_replication_offsets_with_disk_rdb() {
+async fn stream_framing_matches_replication_offsets_with_length_prefixed_rdb() {
+    // A replica that does not announce `capa eof` gets the RDB as `$<len>`.
     let v = Valkey::start_with(&["--repl-diskless-sync", "no"]);
     run_scenarios(&v, false).await;
 }
 
 #[tokio::test]
-async fn stream_framing_matches_replication_offsets_with_diskless_rdb() {
+async fn stream_framing_matches_replication_offsets_with_eof_marked_rdb() {
     let v = Valkey::start_with(&[
         "--repl-diskless-sync",
         "yes",
