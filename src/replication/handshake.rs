@@ -30,23 +30,24 @@ pub struct Position {
     pub offset: u64,
 }
 
-/// Runs the handshake on an authenticated connection.
+/// Runs the handshake on an authenticated connection. `eof_capable`: announce that the RDB
+/// may come in the diskless `$EOF:` form (walrus does; without it Valkey sends `$<len>`).
 pub async fn handshake(
     conn: &mut Conn,
     listening_port: u16,
     from: Option<&Position>,
+    eof_capable: bool,
 ) -> Result<SyncStart, UpstreamError> {
     conn.expect_ok(write::command(["PING"])).await?;
-    conn.expect_ok(write::command([
-        b"REPLCONF".as_slice(),
-        b"listening-port",
-        listening_port.to_string().as_bytes(),
-    ]))
-    .await?;
-    conn.expect_ok(write::command([
-        "REPLCONF", "capa", "eof", "capa", "psync2",
-    ]))
-    .await?;
+    let port = listening_port.to_string();
+    conn.expect_ok(write::command(["REPLCONF", "listening-port", &port]))
+        .await?;
+    let capa = if eof_capable {
+        write::command(["REPLCONF", "capa", "eof", "capa", "psync2"])
+    } else {
+        write::command(["REPLCONF", "capa", "psync2"])
+    };
+    conn.expect_ok(capa).await?;
     let psync = match from {
         Some(p) => write::command([
             b"PSYNC".as_slice(),
