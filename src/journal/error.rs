@@ -5,7 +5,8 @@ use std::sync::Arc;
 /// Where recovery found mid-log corruption, and the proof that it is not a torn tail.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Corruption {
-    /// Logical position of the first bad record.
+    /// Logical position just past the last valid record: the damage starts at or after it
+    /// (at this position, or at the next block boundary where the next write began).
     pub pos: u64,
     /// Segment file index and offset of that position.
     pub segment_index: u32,
@@ -24,7 +25,7 @@ impl std::fmt::Display for Corruption {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "mid-log corruption at log position {} (segment file {}, offset {}): expected LSN {} but {}; \
+            "mid-log corruption after log position {} (segment file {}, offset {}): expected LSN {} but {}; \
              a valid record at position {} (LSN {}) says entries up to LSN {} were durable",
             self.pos,
             self.segment_index,

@@ -29,6 +29,7 @@ pub mod manifest;
 pub mod reader;
 pub mod recovery;
 pub mod ring;
+pub mod sim;
 pub mod writer;
 
 pub use config::{DirectIo, IoBackendChoice, JournalConfig};
