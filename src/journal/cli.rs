@@ -128,11 +128,7 @@ fn progress_bar(quiet: bool) -> impl FnMut(u64, u64) {
 }
 
 fn init(dir: &Path, g: GeometryArgs, quiet: bool) -> ExitCode {
-    let cfg = JournalConfig {
-        segment_size_bytes: g.segment_size_bytes,
-        segments: g.segments,
-        ..Default::default()
-    };
+    let cfg = JournalConfig::for_geometry(g.segment_size_bytes, g.segments);
     match initialize(dir, &cfg, &mut progress_bar(quiet)) {
         Ok((_, created)) => {
             println!(
@@ -292,16 +288,9 @@ fn repair(dir: &Path, accept_data_loss: bool, lookahead: u64) -> ExitCode {
     };
     // Sync backend: repair needs no performance and must work everywhere.
     let cfg = JournalConfig {
-        segment_size_bytes: m.segment_size_bytes,
-        segments: m.segments,
         io_backend: super::config::IoBackendChoice::Sync,
         recovery_lookahead_bytes: lookahead,
-        max_entry_bytes: m.segment_size_bytes,
-        ..Default::default()
-    };
-    let cfg = JournalConfig {
-        max_write_bytes: cfg.max_write_bytes.min(m.segment_size_bytes),
-        ..cfg
+        ..JournalConfig::for_geometry(m.segment_size_bytes, m.segments)
     };
     match Journal::open_with(
         dir,

@@ -81,6 +81,21 @@ impl Default for JournalConfig {
 }
 
 impl JournalConfig {
+    /// Defaults, with the limits that depend on the ring size clamped to fit it (CLI tools
+    /// operating on a journal of any geometry).
+    pub fn for_geometry(segment_size_bytes: u64, segments: u32) -> Self {
+        let d = JournalConfig::default();
+        JournalConfig {
+            segment_size_bytes,
+            segments,
+            max_write_bytes: d.max_write_bytes.min(segment_size_bytes),
+            max_entry_bytes: d
+                .max_entry_bytes
+                .min(segment_size_bytes * u64::from(segments.saturating_sub(2).max(1))),
+            ..d
+        }
+    }
+
     /// A configuration sized for tests: 64 KiB segments, small buffers.
     pub fn small_for_tests(segment_size_bytes: u64, segments: u32) -> Self {
         JournalConfig {
