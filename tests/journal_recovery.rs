@@ -339,3 +339,19 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+
+    /// The fuzz target's body on random inputs, so CI exercises it without cargo-fuzz.
+    #[test]
+    fn fuzz_recovery_body(
+        appends in prop::collection::vec((0u8..0xFF, any::<u8>()), 0..40),
+        damage in prop::collection::vec(prop::array::uniform5(any::<u8>()), 0..6),
+    ) {
+        let mut data: Vec<u8> = appends.iter().flat_map(|&(a, b)| [a, b]).collect();
+        data.extend([0xFF, 0]);
+        data.extend(damage.iter().flatten());
+        walrus::journal::sim::fuzz_recovery(&data);
+    }
+}
