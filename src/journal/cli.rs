@@ -1,10 +1,315 @@
-//! `walrus journal ...` subcommands (placeholder).
-use clap::Subcommand;
+//! `walrus journal ...` subcommands: init, inspect, verify, repair.
+//!
+//! Exit codes: 0 success / clean; 1 usage, configuration or I/O error; 2 mid-log corruption.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use clap::{Args, Subcommand};
+
+use super::config::JournalConfig;
+use super::engine::{initialize, scan_dir, Journal, OpenOptions};
+use super::error::JournalError;
+use super::format::{HeaderError, RecordHeader, HEADER_BYTES};
+use super::manifest::Manifest;
+use super::recovery::{ScanReport, Tail};
+use super::ring::{segment_path, Geometry};
+
+/// Exit code for mid-log corruption (distinct from ordinary errors).
+pub const EXIT_CORRUPT: u8 = 2;
+
+#[derive(Debug, Args)]
+pub struct GeometryArgs {
+    /// Segment size in bytes (multiple of 4096, at least 65536).
+    #[arg(long, default_value_t = JournalConfig::default().segment_size_bytes)]
+    pub segment_size_bytes: u64,
+    /// Number of segments in the ring (at least 3).
+    #[arg(long, default_value_t = JournalConfig::default().segments)]
+    pub segments: u32,
+}
+
 #[derive(Debug, Subcommand)]
-pub enum JournalCommand {}
+pub enum JournalCommand {
+    /// Create the manifest and pre-initialize (zero-fill) all segments ahead of time.
+    Init {
+        #[arg(long)]
+        dir: PathBuf,
+        #[command(flatten)]
+        geometry: GeometryArgs,
+        /// No progress bar.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Show segments, generations, LSN and offset ranges, checkpoint, durable end, fill.
+    Inspect {
+        #[arg(long)]
+        dir: PathBuf,
+        /// How far past the end recovery looks for proof of corruption.
+        #[arg(long, default_value_t = JournalConfig::default().recovery_lookahead_bytes)]
+        recovery_lookahead_bytes: u64,
+    },
+    /// Check the log: exit 0 when clean (a torn tail is normal), 2 on mid-log corruption.
+    Verify {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long, default_value_t = JournalConfig::default().recovery_lookahead_bytes)]
+        recovery_lookahead_bytes: u64,
+    },
+    /// Cut the log at mid-log corruption, losing the entries after it.
+    Repair {
+        #[arg(long)]
+        dir: PathBuf,
+        /// Required: acknowledges that entries after the corruption are lost.
+        #[arg(long)]
+        accept_data_loss: bool,
+        #[arg(long, default_value_t = JournalConfig::default().recovery_lookahead_bytes)]
+        recovery_lookahead_bytes: u64,
+    },
+}
 
 pub fn run(cmd: JournalCommand) -> ExitCode {
-    match cmd {}
+    match cmd {
+        JournalCommand::Init {
+            dir,
+            geometry,
+            quiet,
+        } => init(&dir, geometry, quiet),
+        JournalCommand::Inspect {
+            dir,
+            recovery_lookahead_bytes,
+        } => inspect(&dir, recovery_lookahead_bytes),
+        JournalCommand::Verify {
+            dir,
+            recovery_lookahead_bytes,
+        } => verify(&dir, recovery_lookahead_bytes),
+        JournalCommand::Repair {
+            dir,
+            accept_data_loss,
+            recovery_lookahead_bytes,
+        } => repair(&dir, accept_data_loss, recovery_lookahead_bytes),
+    }
+}
+
+fn fail(e: JournalError) -> ExitCode {
+    eprintln!("error: {e}");
+    match e {
+        JournalError::Corrupt(_) => ExitCode::from(EXIT_CORRUPT),
+        _ => ExitCode::FAILURE,
+    }
+}
+
+/// Renders a text progress bar on stderr.
+fn progress_bar(quiet: bool) -> impl FnMut(u64, u64) {
+    let mut last_pct = u64::MAX;
+    move |done, total| {
+        if quiet || total == 0 {
+            return;
+        }
+        let pct = done * 100 / total;
+        if pct == last_pct {
+            return;
+        }
+        last_pct = pct;
+        let filled = (pct / 2) as usize;
+        let mut err = std::io::stderr().lock();
+        let _ = write!(
+            err,
+            "\r[{}{}] {pct:3}% {} / {} MiB",
+            "#".repeat(filled),
+            " ".repeat(50 - filled),
+            done >> 20,
+            total >> 20
+        );
+        if done == total {
+            let _ = writeln!(err);
+        }
+    }
+}
+
+fn init(dir: &Path, g: GeometryArgs, quiet: bool) -> ExitCode {
+    let cfg = JournalConfig::for_geometry(g.segment_size_bytes, g.segments);
+    match initialize(dir, &cfg, &mut progress_bar(quiet)) {
+        Ok((_, created)) => {
+            println!(
+                "journal in {}: {} segments of {} bytes ({created} created now)",
+                dir.display(),
+                cfg.segments,
+                cfg.segment_size_bytes
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// Config for read-only scans: geometry comes from the manifest.
+fn scan_cfg(lookahead: u64) -> JournalConfig {
+    JournalConfig {
+        recovery_lookahead_bytes: lookahead,
+        ..Default::default()
+    }
+}
+
+fn describe_tail(t: &Tail) -> String {
+    match t {
+        Tail::End { pos, reason } => format!("clean end at log position {pos} ({reason})"),
+        Tail::Corrupt(c) => format!("CORRUPT: {c}"),
+    }
+}
+
+/// What a segment outside the live log holds: its first record's lap, if any.
+fn peek_segment(dir: &Path, index: u32) -> String {
+    use std::os::unix::fs::FileExt;
+    let mut hdr = [0u8; HEADER_BYTES];
+    let read =
+        std::fs::File::open(segment_path(dir, index)).and_then(|f| f.read_exact_at(&mut hdr, 0));
+    match read.map(|()| RecordHeader::parse(&hdr)) {
+        Ok(Ok(h)) => format!("stale, seg_seq {} (first LSN {})", h.seg_seq, h.lsn),
+        Ok(Err(HeaderError::Magic)) => "empty (zeros or junk at offset 0)".into(),
+        Ok(Err(e)) => format!("junk ({e:?})"),
+        Err(e) => format!("unreadable: {e}"),
+    }
+}
+
+fn print_report(dir: &Path, m: &Manifest, r: &ScanReport) {
+    let geo = Geometry {
+        segment_size_bytes: m.segment_size_bytes,
+        segments: m.segments,
+    };
+    println!("journal: {}", dir.display());
+    println!(
+        "layout v{}: {} segments x {} bytes = {} bytes; epoch {}",
+        m.layout_version,
+        m.segments,
+        m.segment_size_bytes,
+        geo.ring_bytes(),
+        m.epoch
+    );
+    let cp = &m.checkpoint;
+    println!(
+        "checkpoint: released through LSN {}; log starts at position {} (seg_seq {}) with LSN {}",
+        cp.released_through_lsn,
+        cp.start_pos,
+        geo.seg_seq(cp.start_pos),
+        cp.start_lsn
+    );
+    println!(
+        "durable end: LSN {} at position {}, repl offset {}, repl id {}",
+        r.end.last_lsn(),
+        r.end.end_pos,
+        r.end.last_repl_offset,
+        String::from_utf8_lossy(&r.end.last_repl_id).trim_end_matches('\0')
+    );
+    println!("entries retained: {} in {} records", r.entries, r.records);
+    let used = geo
+        .seg_seq(r.end.end_pos.max(1) - 1)
+        .saturating_sub(geo.seg_seq(cp.start_pos))
+        + 1;
+    let live_bytes = r.end.end_pos - cp.start_pos;
+    println!(
+        "fill: {live_bytes} bytes in {used} of {} segments ({:.1}%)",
+        m.segments,
+        live_bytes as f64 * 100.0 / geo.ring_bytes() as f64
+    );
+    println!("tail: {}", describe_tail(&r.tail));
+    println!("segments:");
+    for i in 0..m.segments {
+        match r.segments.iter().find(|s| geo.seg_index(geo.seq_start(s.seg_seq)) == i) {
+            Some(s) => println!(
+                "  {i:5}  seg_seq {:6} (lap {})  LSN {}..={}  repl offset ..{}..={}  {} records  {:.1}% full",
+                s.seg_seq,
+                s.seg_seq / u64::from(m.segments),
+                s.first_lsn,
+                s.last_lsn,
+                s.first_repl_offset_end,
+                s.last_repl_offset_end,
+                s.records,
+                s.used_bytes as f64 * 100.0 / m.segment_size_bytes as f64
+            ),
+            None => println!("  {i:5}  free: {}", peek_segment(dir, i)),
+        }
+    }
+}
+
+fn inspect(dir: &Path, lookahead: u64) -> ExitCode {
+    match scan_dir(dir, &scan_cfg(lookahead)) {
+        Ok((m, r)) => {
+            print_report(dir, &m, &r);
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}
+
+fn verify(dir: &Path, lookahead: u64) -> ExitCode {
+    match scan_dir(dir, &scan_cfg(lookahead)) {
+        Ok((_, r)) => match &r.tail {
+            Tail::Corrupt(c) => {
+                eprintln!("CORRUPT: {c}");
+                eprintln!(
+                    "entries after LSN {} are unreachable; `walrus journal repair --dir {} --accept-data-loss` cuts the log there",
+                    r.end.last_lsn(),
+                    dir.display()
+                );
+                ExitCode::from(EXIT_CORRUPT)
+            }
+            Tail::End { .. } => {
+                println!(
+                    "OK: {} entries, LSN {}..={}, {}",
+                    r.entries,
+                    r.start.lsn,
+                    r.end.last_lsn(),
+                    describe_tail(&r.tail)
+                );
+                ExitCode::SUCCESS
+            }
+        },
+        Err(e) => fail(e),
+    }
+}
+
+fn repair(dir: &Path, accept_data_loss: bool, lookahead: u64) -> ExitCode {
+    if !accept_data_loss {
+        eprintln!(
+            "error: repair cuts the log and loses entries; pass --accept-data-loss to confirm"
+        );
+        return ExitCode::FAILURE;
+    }
+    let m = match Manifest::load(dir) {
+        Ok(Some(m)) => m,
+        Ok(None) => {
+            return fail(JournalError::Layout(format!(
+                "no MANIFEST in {}",
+                dir.display()
+            )))
+        }
+        Err(e) => return fail(e),
+    };
+    // Sync backend: repair needs no performance and must work everywhere.
+    let cfg = JournalConfig {
+        io_backend: super::config::IoBackendChoice::Sync,
+        recovery_lookahead_bytes: lookahead,
+        ..JournalConfig::for_geometry(m.segment_size_bytes, m.segments)
+    };
+    match Journal::open_with(
+        dir,
+        &cfg,
+        OpenOptions {
+            accept_data_loss: true,
+        },
+    ) {
+        Ok((j, rec)) => {
+            match &rec.cut_corruption {
+                Some(c) => println!("cut the log at: {c}"),
+                None => println!("no corruption found; nothing cut"),
+            }
+            println!("log now ends at LSN {}", rec.end.last_lsn());
+            match j.close() {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => fail(e),
+            }
+        }
+        Err(e) => fail(e),
+    }
 }

@@ -1,33 +1,41 @@
 //! The journal: a pre-initialized, recycled ring of log segments (issue 3).
 //!
-//! Placeholder until the journal engine lands: only the configuration type exists so that
-//! `config` can embed it.
+//! walrus journals Valkey's replication stream here and releases client replies only once
+//! the entries covering them are durable. The design, in the order of the modules:
+//!
+//! - [`format`]: the record header (diagram there): magic, version, kind, length, epoch,
+//!   segment sequence (lap tag), LSN, replication offset, durable hint, replication id, CRC64.
+//! - [`manifest`]: the superblock (geometry, epoch, checkpoint), replaced atomically.
+//! - [`ring`]: geometry of the ring (logical position -> file, offset) and segment files,
+//!   zero-filled once and recycled forever.
+//! - [`recovery`]: the scanner that finds the true end of the log and tells a torn tail
+//!   from mid-log corruption.
+//! - [`buf`]: aligned buffers and their pool; [`batcher`]: group commit into buffers.
+//! - [`writer`]: the writer loop over an [`writer::IoBackend`]; [`io`]: the io_uring and
+//!   sync backends and their selection.
+//! - [`engine`]: the [`Journal`] handle; [`reader`]: replay; [`cli`]: `walrus journal ...`.
+//!
+//! See docs/journal.md for the full description and benchmark results.
 
+pub mod batcher;
+pub mod buf;
 pub mod cli;
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod format;
+pub mod io;
+pub mod manifest;
+pub mod reader;
+pub mod recovery;
+pub mod ring;
+pub mod sim;
+pub mod writer;
 
-use serde::Deserialize;
-
-/// `[journal]` section of the configuration file.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct JournalConfig {
-    /// Size of one segment file in bytes.
-    pub segment_size: u64,
-    /// Number of segment files in the ring.
-    pub segments: u32,
-}
-
-impl Default for JournalConfig {
-    fn default() -> Self {
-        JournalConfig {
-            segment_size: 64 << 20,
-            segments: 16,
-        }
-    }
-}
-
-impl JournalConfig {
-    pub fn validate(&self) -> Result<(), String> {
-        Ok(())
-    }
-}
+pub use config::{DirectIo, IoBackendChoice, JournalConfig};
+pub use engine::{Entry, Journal, JournalStatus, OpenOptions, Recovered, Ticket};
+pub use error::{Corruption, JournalError};
+pub use io::{BackendInfo, BackendKind};
+pub use reader::{ReplayEntry, ReplayFrom};
+pub use recovery::{LogEnd, Tail};
+pub use writer::Durable;

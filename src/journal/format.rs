@@ -1,0 +1,297 @@
+//! On-disk record format: encoder and decoder of one record header.
+//!
+//! The log is a logical byte stream; logical position `pos` lives in segment sequence
+//! `pos / S` (S = segment size), stored in file `(pos / S) % N`, at offset `pos % S`.
+//! An entry is stored as one record (`FULL`) or, when it does not fit the rest of a write
+//! buffer or segment, as fragments `FIRST, MIDDLE*, LAST` (as LevelDB/RocksDB do).
+//! Every record starts with a 96-byte little-endian header:
+//!
+//! ```text
+//!  0       4   5   6       8              12             16
+//!  +-------+---+---+-------+--------------+--------------+
+//!  | magic |ver|knd| rsvd  | payload_len  |    epoch     |
+//!  +-------+---+---+-------+--------------+--------------+
+//! 16                              24                     32
+//!  +------------------------------+----------------------+
+//!  | seg_seq (lap tag: pos / S)   |  lsn                 |
+//!  +------------------------------+----------------------+
+//! 32                              40                     48
+//!  +------------------------------+----------------------+
+//!  | repl_offset_end              |  durable_hint (LSN)  |
+//!  +------------------------------+----------------------+
+//! 48                                                     88
+//!  +-----------------------------------------------------+
+//!  | repl_id (40 bytes, Valkey replid)                   |
+//!  +-----------------------------------------------------+
+//! 88                              96
+//!  +------------------------------+------------ ... -----+
+//!  | crc64 (header[0..88] ++ payload) | payload (payload_len)
+//!  +------------------------------+------------ ... -----+
+//! ```
+//!
+//! Why each field:
+//! - `seg_seq`: the segment sequence the record was written for (RocksDB's log number in a
+//!   recyclable record, ScyllaDB's segment id). A recycled segment still holds the previous
+//!   lap's records, CRC-valid; their `seg_seq` is `N` lower, so they are never replayed.
+//! - `lsn`: +1 per entry (fragments of one entry share it); a gap ends the log.
+//! - `epoch`: incremented at every open for writing. Records left beyond the recovered end by
+//!   a crash (a later write completed while an earlier one tore) carry an older epoch than
+//!   the records written after restart, so they can never be mistaken for a continuation.
+//! - `durable_hint`: the highest LSN known durable when the record was encoded. If recovery
+//!   finds a bad record at LSN `e` but a later valid record with `durable_hint >= e`, entry
+//!   `e` had been acknowledged: that is mid-log corruption, not a torn tail.
+//! - `crc64` (crc64fast, ECMA polynomial) covers the header and payload.
+//!
+//! Writes are padded with zeros to 4 KiB blocks; the next write starts at the next block
+//! boundary. A record never crosses a segment end.
+
+use crc64fast::Digest;
+
+/// Alignment and padding unit of every write (O_DIRECT needs it).
+pub const BLOCK_BYTES: usize = 4096;
+/// Size of a record header.
+pub const HEADER_BYTES: usize = 96;
+/// Bytes covered by the CRC inside the header (everything before the CRC field).
+pub const CRC_COVERED_HEADER_BYTES: usize = 88;
+/// "WJL1" read as little-endian u32: walrus journal log.
+pub const MAGIC: u32 = u32::from_le_bytes(*b"WJL1");
+/// Version of this record format.
+pub const FORMAT_VERSION: u8 = 1;
+/// Length of a Valkey replication id.
+pub const REPL_ID_BYTES: usize = 40;
+
+/// Record kind: whole entry or a fragment of one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    Full = 1,
+    First = 2,
+    Middle = 3,
+    Last = 4,
+}
+
+impl Kind {
+    fn from_u8(v: u8) -> Option<Kind> {
+        match v {
+            1 => Some(Kind::Full),
+            2 => Some(Kind::First),
+            3 => Some(Kind::Middle),
+            4 => Some(Kind::Last),
+            _ => None,
+        }
+    }
+
+    /// True when this record begins an entry.
+    pub fn starts_entry(self) -> bool {
+        matches!(self, Kind::Full | Kind::First)
+    }
+
+    /// True when this record completes an entry.
+    pub fn ends_entry(self) -> bool {
+        matches!(self, Kind::Full | Kind::Last)
+    }
+}
+
+/// Decoded header fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordHeader {
+    pub kind: Kind,
+    pub payload_len: u32,
+    pub epoch: u32,
+    pub seg_seq: u64,
+    pub lsn: u64,
+    pub repl_offset_end: u64,
+    pub durable_hint: u64,
+    pub repl_id: [u8; REPL_ID_BYTES],
+}
+
+/// Why bytes are not a well-formed header (before any CRC or sequence check).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderError {
+    /// Fewer than HEADER_BYTES available.
+    Short,
+    /// Wrong magic: zeros, junk, or the middle of a payload.
+    Magic,
+    /// Unknown format version.
+    Version(u8),
+    /// Unknown record kind.
+    Kind(u8),
+    /// Reserved bytes not zero.
+    Reserved,
+}
+
+/// Does a record (header plus at least one payload byte) fit at `seg_off` in a segment?
+/// The writer and recovery both use this one rule for where records may start.
+pub fn record_fits_at(seg_off: u64, segment_size_bytes: u64) -> bool {
+    segment_size_bytes.saturating_sub(seg_off) > HEADER_BYTES as u64
+}
+
+/// Round `pos` up to the next block boundary.
+pub fn align_up(pos: u64) -> u64 {
+    let b = BLOCK_BYTES as u64;
+    pos.div_ceil(b) * b
+}
+
+impl RecordHeader {
+    /// Writes the header fields (CRC left zero) into `out[..HEADER_BYTES]`.
+    pub fn write_fields(&self, out: &mut [u8]) {
+        assert!(out.len() >= HEADER_BYTES, "header buffer too small");
+        out[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        out[4] = FORMAT_VERSION;
+        out[5] = self.kind as u8;
+        out[6..8].copy_from_slice(&[0, 0]);
+        out[8..12].copy_from_slice(&self.payload_len.to_le_bytes());
+        out[12..16].copy_from_slice(&self.epoch.to_le_bytes());
+        out[16..24].copy_from_slice(&self.seg_seq.to_le_bytes());
+        out[24..32].copy_from_slice(&self.lsn.to_le_bytes());
+        out[32..40].copy_from_slice(&self.repl_offset_end.to_le_bytes());
+        out[40..48].copy_from_slice(&self.durable_hint.to_le_bytes());
+        out[48..88].copy_from_slice(&self.repl_id);
+        out[88..96].copy_from_slice(&[0; 8]);
+    }
+
+    /// Parses the fixed fields; does not check the CRC.
+    pub fn parse(bytes: &[u8]) -> Result<RecordHeader, HeaderError> {
+        if bytes.len() < HEADER_BYTES {
+            return Err(HeaderError::Short);
+        }
+        let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap());
+        let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap());
+        if u32_at(0) != MAGIC {
+            return Err(HeaderError::Magic);
+        }
+        if bytes[4] != FORMAT_VERSION {
+            return Err(HeaderError::Version(bytes[4]));
+        }
+        let kind = Kind::from_u8(bytes[5]).ok_or(HeaderError::Kind(bytes[5]))?;
+        if bytes[6] != 0 || bytes[7] != 0 {
+            return Err(HeaderError::Reserved);
+        }
+        let mut repl_id = [0u8; REPL_ID_BYTES];
+        repl_id.copy_from_slice(&bytes[48..88]);
+        Ok(RecordHeader {
+            kind,
+            payload_len: u32_at(8),
+            epoch: u32_at(12),
+            seg_seq: u64_at(16),
+            lsn: u64_at(24),
+            repl_offset_end: u64_at(32),
+            durable_hint: u64_at(40),
+            repl_id,
+        })
+    }
+}
+
+/// CRC of a record: header bytes before the CRC field, then the payload.
+pub fn record_crc(header: &[u8], payload: &[u8]) -> u64 {
+    let mut d = Digest::new();
+    d.write(&header[..CRC_COVERED_HEADER_BYTES]);
+    d.write(payload);
+    d.sum64()
+}
+
+/// Stores the CRC into an encoded header whose fields are already written.
+pub fn seal_crc(header: &mut [u8], payload: &[u8]) {
+    let crc = record_crc(header, payload);
+    header[88..96].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// CRC stored in an encoded header.
+pub fn stored_crc(header: &[u8]) -> u64 {
+    u64::from_le_bytes(header[88..96].try_into().unwrap())
+}
+
+/// Encodes header + payload into `out` (which must hold HEADER_BYTES + payload.len()).
+/// Returns the number of bytes written. Used by tests and tools; the hot path encodes in place.
+pub fn encode_record(h: &RecordHeader, payload: &[u8], out: &mut [u8]) -> usize {
+    assert_eq!(
+        h.payload_len as usize,
+        payload.len(),
+        "payload_len disagrees with payload"
+    );
+    let total = HEADER_BYTES + payload.len();
+    assert!(out.len() >= total, "output buffer too small");
+    let (hdr, rest) = out.split_at_mut(HEADER_BYTES);
+    h.write_fields(hdr);
+    rest[..payload.len()].copy_from_slice(payload);
+    seal_crc(hdr, payload);
+    total
+}
+
+/// Decodes a whole record from `bytes` (header at the start). Checks structure and CRC.
+pub fn decode_record(bytes: &[u8]) -> Result<(RecordHeader, &[u8]), DecodeError> {
+    let h = RecordHeader::parse(bytes).map_err(DecodeError::Header)?;
+    let end = HEADER_BYTES + h.payload_len as usize;
+    if bytes.len() < end {
+        return Err(DecodeError::Truncated {
+            needed: end,
+            available: bytes.len(),
+        });
+    }
+    let payload = &bytes[HEADER_BYTES..end];
+    if record_crc(bytes, payload) != stored_crc(bytes) {
+        return Err(DecodeError::Crc);
+    }
+    Ok((h, payload))
+}
+
+/// Why a record failed to decode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeError {
+    Header(HeaderError),
+    Truncated { needed: usize, available: usize },
+    Crc,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hdr(len: u32) -> RecordHeader {
+        RecordHeader {
+            kind: Kind::Full,
+            payload_len: len,
+            epoch: 3,
+            seg_seq: 7,
+            lsn: 42,
+            repl_offset_end: 1000,
+            durable_hint: 40,
+            repl_id: [b'a'; REPL_ID_BYTES],
+        }
+    }
+
+    #[test]
+    fn roundtrip_and_crc_detects_flip() {
+        let payload = b"*3\r\n$3\r\nSET\r\n";
+        let mut buf = vec![0u8; HEADER_BYTES + payload.len()];
+        let n = encode_record(&hdr(payload.len() as u32), payload, &mut buf);
+        assert_eq!(n, buf.len());
+        let (h, p) = decode_record(&buf).unwrap();
+        assert_eq!(h, hdr(payload.len() as u32));
+        assert_eq!(p, payload);
+        for bit in 0..buf.len() * 8 {
+            let mut b = buf.clone();
+            b[bit / 8] ^= 1 << (bit % 8);
+            assert!(decode_record(&b).is_err(), "bit {bit} flip undetected");
+        }
+    }
+
+    #[test]
+    fn zeros_are_not_a_record() {
+        assert_eq!(
+            decode_record(&[0u8; 200]),
+            Err(DecodeError::Header(HeaderError::Magic))
+        );
+        assert_eq!(RecordHeader::parse(&[0u8; 10]), Err(HeaderError::Short));
+    }
+
+    #[test]
+    fn fits_and_align() {
+        assert!(record_fits_at(0, 65536));
+        assert!(!record_fits_at(65536 - 96, 65536));
+        assert!(record_fits_at(65536 - 97, 65536));
+        assert_eq!(align_up(0), 0);
+        assert_eq!(align_up(1), 4096);
+        assert_eq!(align_up(4096), 4096);
+    }
+}

@@ -1,0 +1,483 @@
+//! Recovery: find the true end of the log, and tell a torn tail from mid-log corruption.
+//!
+//! Scanning starts at the checkpoint (a record start with a known LSN) and walks records.
+//! After a record ending at `end`, the next record is at `end` (same write) or at
+//! `align_up(end)` (a new write; this may be the next segment's start). A candidate is
+//! accepted only when all of these hold:
+//! - magic, version, kind and reserved bytes are right, the record fits in its segment;
+//! - the CRC over header and payload matches;
+//! - `seg_seq` equals the position's segment sequence (a previous lap's record is stale);
+//! - `epoch` is not older than the previous record's (leftovers of a crashed run) and not
+//!   newer than the manifest's;
+//! - the kind and LSN continue the sequence: FULL/FIRST with LSN exactly previous + 1,
+//!   MIDDLE/LAST of the entry in progress.
+//!
+//! The first rejected position is the end. Then a look-ahead checks the following block
+//! boundaries (every write starts on one) for a valid record of the current lap whose
+//! `durable_hint` is at least the expected LSN: such a record was encoded after the missing
+//! entry had been acknowledged durable, so the gap is corruption, not a torn tail. Without
+//! such proof the tail is cut silently: writes after a torn one may have completed, but none
+//! of them was reported durable (durability is the contiguous prefix of completed writes).
+
+use super::error::{Corruption, JournalError};
+use super::format::{
+    align_up, record_crc, record_fits_at, stored_crc, Kind, RecordHeader, BLOCK_BYTES,
+    HEADER_BYTES, REPL_ID_BYTES,
+};
+use super::ring::{Geometry, RingRead};
+
+/// Where a scan starts: a record boundary with the LSN expected there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScanStart {
+    pub pos: u64,
+    pub lsn: u64,
+    /// Replication position at the end of the entry before `lsn`.
+    pub repl_id: [u8; REPL_ID_BYTES],
+    pub repl_offset: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct ScanLimits {
+    /// Records from a newer epoch than the manifest's cannot exist; treat them as junk.
+    pub max_epoch: u32,
+    pub lookahead_bytes: u64,
+}
+
+/// End of the recovered log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogEnd {
+    /// Logical position just after the last record of the last complete entry.
+    pub end_pos: u64,
+    /// LSN the next appended entry gets.
+    pub next_lsn: u64,
+    pub last_repl_id: [u8; REPL_ID_BYTES],
+    pub last_repl_offset: u64,
+    pub last_epoch: u32,
+}
+
+impl LogEnd {
+    pub fn last_lsn(&self) -> u64 {
+        self.next_lsn - 1
+    }
+}
+
+/// First entry starting in a segment: a place where a checkpoint can start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryStart {
+    pub pos: u64,
+    pub lsn: u64,
+    pub prev_repl_id: [u8; REPL_ID_BYTES],
+    pub prev_repl_offset: u64,
+}
+
+/// What the scan saw in one segment of the live log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegStat {
+    pub seg_seq: u64,
+    pub records: u64,
+    pub first_lsn: u64,
+    pub last_lsn: u64,
+    pub first_repl_offset_end: u64,
+    pub last_repl_offset_end: u64,
+    /// Offset just past the last accepted record in this segment.
+    pub used_bytes: u64,
+    pub first_entry_start: Option<EntryStart>,
+}
+
+/// How the log ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Tail {
+    /// Normal end (never written, stale lap, or torn tail). `reason` says what was found.
+    End { pos: u64, reason: String },
+    /// Mid-log corruption: valid, acknowledged-after entries follow a bad record.
+    Corrupt(Corruption),
+}
+
+#[derive(Debug, Clone)]
+pub struct ScanReport {
+    pub start: ScanStart,
+    pub end: LogEnd,
+    pub entries: u64,
+    pub records: u64,
+    pub segments: Vec<SegStat>,
+    pub tail: Tail,
+    /// True when the last entry was cut because it ended inside a fragmented entry.
+    pub dropped_partial_entry: bool,
+}
+
+/// Size of the read-ahead window: large sequential reads.
+const WINDOW_BYTES: usize = 1 << 20;
+
+/// Caches a window of one segment so that small records do not each cost a syscall.
+struct Window<R> {
+    ring: R,
+    geo: Geometry,
+    buf: Vec<u8>,
+    /// Logical position of buf[0]; u64::MAX when empty.
+    start: u64,
+    len: usize,
+}
+
+impl<R: RingRead> Window<R> {
+    fn new(ring: R, geo: Geometry) -> Self {
+        Window {
+            ring,
+            geo,
+            buf: Vec::new(),
+            start: u64::MAX,
+            len: 0,
+        }
+    }
+
+    /// Bytes `[pos, pos+len)`; the range must lie within one segment.
+    fn get(&mut self, pos: u64, len: usize) -> std::io::Result<&[u8]> {
+        let seg_end = self.geo.seg_end(pos);
+        assert!(
+            pos + len as u64 <= seg_end,
+            "window read crosses a segment end"
+        );
+        let cached = self.start != u64::MAX
+            && pos >= self.start
+            && pos + len as u64 <= self.start + self.len as u64;
+        if !cached {
+            let want = (len.max(WINDOW_BYTES) as u64).min(seg_end - pos) as usize;
+            if self.buf.len() < want {
+                self.buf.resize(want, 0);
+            }
+            self.ring.read_exact_at(
+                self.geo.seg_index(pos),
+                self.geo.seg_off(pos),
+                &mut self.buf[..want],
+            )?;
+            self.start = pos;
+            self.len = want;
+        }
+        let o = (pos - self.start) as usize;
+        Ok(&self.buf[o..o + len])
+    }
+}
+
+/// Why a candidate position does not hold the next record.
+fn describe_reject(r: &Reject) -> String {
+    match r {
+        Reject::NoRoom => "no room for a record before the segment end".into(),
+        Reject::Header(e) => format!("no record header ({e:?})"),
+        Reject::Length(n) => format!("payload length {n} runs past the segment end"),
+        Reject::Crc => "CRC mismatch".into(),
+        Reject::StaleLap { found, expected } => {
+            format!("stale record from an earlier lap (seg_seq {found}, expected {expected})")
+        }
+        Reject::Epoch { found, min, max } => format!("record epoch {found} outside [{min}, {max}]"),
+        Reject::Sequence {
+            kind,
+            lsn,
+            expected,
+        } => format!("{kind:?} record with LSN {lsn}, expected {expected}"),
+        Reject::BeyondRing => "the ring is full up to here".into(),
+    }
+}
+
+#[derive(Debug)]
+enum Reject {
+    NoRoom,
+    Header(super::format::HeaderError),
+    Length(u32),
+    Crc,
+    StaleLap {
+        found: u64,
+        expected: u64,
+    },
+    Epoch {
+        found: u32,
+        min: u32,
+        max: u32,
+    },
+    Sequence {
+        kind: Kind,
+        lsn: u64,
+        expected: String,
+    },
+    BeyondRing,
+}
+
+/// One accepted record.
+pub struct Record<'a> {
+    pub pos: u64,
+    pub header: RecordHeader,
+    pub payload: &'a [u8],
+}
+
+/// Walks the records of the log in order. Used by recovery, verify, inspect and replay.
+pub struct Scanner<R> {
+    win: Window<R>,
+    geo: Geometry,
+    limits: ScanLimits,
+    start: ScanStart,
+    /// End of the last accepted record (or the start position).
+    pos: u64,
+    limit_pos: u64,
+    in_entry: Option<(u64, u64)>, // (lsn, start pos) of a fragmented entry in progress
+    last_epoch: u32,
+    end: LogEnd,
+    entries: u64,
+    records: u64,
+    last_reject: Option<(u64, Reject)>,
+    segments: Vec<SegStat>,
+    stopped: bool,
+}
+
+impl<R: RingRead> Scanner<R> {
+    pub fn new(ring: R, geo: Geometry, start: ScanStart, limits: ScanLimits) -> Self {
+        Scanner {
+            win: Window::new(ring, geo),
+            geo,
+            limits,
+            start,
+            pos: start.pos,
+            limit_pos: geo.write_limit(start.pos),
+            in_entry: None,
+            last_epoch: 0,
+            end: LogEnd {
+                end_pos: start.pos,
+                next_lsn: start.lsn,
+                last_repl_id: start.repl_id,
+                last_repl_offset: start.repl_offset,
+                last_epoch: 0,
+            },
+            entries: 0,
+            records: 0,
+            last_reject: None,
+            segments: Vec::new(),
+            stopped: false,
+        }
+    }
+
+    /// End state after the last complete entry seen so far.
+    pub fn log_end(&self) -> LogEnd {
+        self.end
+    }
+
+    fn check(&mut self, c: u64) -> std::io::Result<Result<RecordHeader, Reject>> {
+        if c >= self.limit_pos {
+            return Ok(Err(Reject::BeyondRing));
+        }
+        let seg_size = self.geo.segment_size_bytes;
+        if !record_fits_at(self.geo.seg_off(c), seg_size) {
+            return Ok(Err(Reject::NoRoom));
+        }
+        let h = match RecordHeader::parse(self.win.get(c, HEADER_BYTES)?) {
+            Ok(h) => h,
+            Err(e) => return Ok(Err(Reject::Header(e))),
+        };
+        let total = HEADER_BYTES as u64 + u64::from(h.payload_len);
+        if c + total > self.geo.seg_end(c) {
+            return Ok(Err(Reject::Length(h.payload_len)));
+        }
+        let rec = self.win.get(c, total as usize)?;
+        if record_crc(rec, &rec[HEADER_BYTES..]) != stored_crc(rec) {
+            return Ok(Err(Reject::Crc));
+        }
+        let expected_seq = self.geo.seg_seq(c);
+        if h.seg_seq != expected_seq {
+            return Ok(Err(Reject::StaleLap {
+                found: h.seg_seq,
+                expected: expected_seq,
+            }));
+        }
+        if h.epoch < self.last_epoch || h.epoch > self.limits.max_epoch {
+            return Ok(Err(Reject::Epoch {
+                found: h.epoch,
+                min: self.last_epoch,
+                max: self.limits.max_epoch,
+            }));
+        }
+        let ok = match self.in_entry {
+            Some((lsn, _)) => matches!(h.kind, Kind::Middle | Kind::Last) && h.lsn == lsn,
+            None => h.kind.starts_entry() && h.lsn == self.end.next_lsn,
+        };
+        if !ok {
+            let expected = match self.in_entry {
+                Some((lsn, _)) => format!("MIDDLE/LAST of LSN {lsn}"),
+                None => format!("FULL/FIRST with LSN {}", self.end.next_lsn),
+            };
+            return Ok(Err(Reject::Sequence {
+                kind: h.kind,
+                lsn: h.lsn,
+                expected,
+            }));
+        }
+        Ok(Ok(h))
+    }
+
+    /// The next accepted record, or None at the end of the log.
+    pub fn next_record(&mut self) -> std::io::Result<Option<Record<'_>>> {
+        if self.stopped {
+            return Ok(None);
+        }
+        let end = self.pos;
+        let aligned = align_up(end);
+        let mut accepted = None;
+        let candidates = [Some(end), (aligned != end).then_some(aligned)];
+        for c in candidates.into_iter().flatten() {
+            match self.check(c)? {
+                Ok(h) => {
+                    accepted = Some((c, h));
+                    break;
+                }
+                // Keep the last candidate's reason: after a write's zero padding, the
+                // block boundary says more than the padding.
+                Err(r) => self.last_reject = Some((c, r)),
+            }
+        }
+        let Some((c, h)) = accepted else {
+            self.stopped = true;
+            return Ok(None);
+        };
+        self.last_reject = None;
+        let rec_end = c + HEADER_BYTES as u64 + u64::from(h.payload_len);
+        self.note_record(c, rec_end, &h);
+        self.pos = rec_end;
+        self.last_epoch = h.epoch;
+        self.records += 1;
+        match h.kind {
+            Kind::First => self.in_entry = Some((h.lsn, c)),
+            Kind::Middle => {}
+            Kind::Full | Kind::Last => {
+                self.in_entry = None;
+                self.entries += 1;
+                self.end = LogEnd {
+                    end_pos: rec_end,
+                    next_lsn: h.lsn + 1,
+                    last_repl_id: h.repl_id,
+                    last_repl_offset: h.repl_offset_end,
+                    last_epoch: h.epoch,
+                };
+            }
+        }
+        let payload = self
+            .win
+            .get(c + HEADER_BYTES as u64, h.payload_len as usize)?;
+        Ok(Some(Record {
+            pos: c,
+            header: h,
+            payload,
+        }))
+    }
+
+    fn note_record(&mut self, pos: u64, rec_end: u64, h: &RecordHeader) {
+        let seq = self.geo.seg_seq(pos);
+        if self.segments.last().map(|s| s.seg_seq) != Some(seq) {
+            self.segments.push(SegStat {
+                seg_seq: seq,
+                records: 0,
+                first_lsn: h.lsn,
+                last_lsn: h.lsn,
+                first_repl_offset_end: h.repl_offset_end,
+                last_repl_offset_end: h.repl_offset_end,
+                used_bytes: 0,
+                first_entry_start: None,
+            });
+        }
+        let (end_repl_id, end_repl_off) = (self.end.last_repl_id, self.end.last_repl_offset);
+        let s = self.segments.last_mut().expect("pushed above");
+        s.records += 1;
+        s.last_lsn = h.lsn;
+        s.last_repl_offset_end = h.repl_offset_end;
+        s.used_bytes = self.geo.seg_off(rec_end - 1) + 1;
+        if s.first_entry_start.is_none() && h.kind.starts_entry() {
+            s.first_entry_start = Some(EntryStart {
+                pos,
+                lsn: h.lsn,
+                prev_repl_id: end_repl_id,
+                prev_repl_offset: end_repl_off,
+            });
+        }
+    }
+
+    /// Runs to the end, then classifies the tail.
+    pub fn finish(mut self) -> std::io::Result<ScanReport> {
+        while self.next_record()?.is_some() {}
+        let bad_pos = self.pos;
+        let (expected_lsn, dropped_partial) = match self.in_entry {
+            Some((lsn, _)) => (lsn, true),
+            None => (self.end.next_lsn, false),
+        };
+        let reason = self
+            .last_reject
+            .as_ref()
+            .map(|(_, r)| describe_reject(r))
+            .unwrap_or_else(|| "end of scan".to_string());
+        let tail = match self.look_ahead(bad_pos, expected_lsn)? {
+            Some((epos, eh)) => Tail::Corrupt(Corruption {
+                pos: bad_pos,
+                segment_index: self.geo.seg_index(bad_pos),
+                segment_offset: self.geo.seg_off(bad_pos),
+                expected_lsn,
+                reason,
+                evidence_pos: epos,
+                evidence_lsn: eh.lsn,
+                evidence_durable_hint: eh.durable_hint,
+            }),
+            None => Tail::End {
+                pos: bad_pos,
+                reason,
+            },
+        };
+        Ok(ScanReport {
+            start: self.start,
+            end: self.end,
+            entries: self.entries,
+            records: self.records,
+            segments: self.segments,
+            tail,
+            dropped_partial_entry: dropped_partial,
+        })
+    }
+
+    /// Searches block boundaries after `bad_pos` for a valid current-lap record whose
+    /// durable hint covers `expected_lsn`.
+    fn look_ahead(
+        &mut self,
+        bad_pos: u64,
+        expected_lsn: u64,
+    ) -> std::io::Result<Option<(u64, RecordHeader)>> {
+        let stop = (bad_pos.saturating_add(self.limits.lookahead_bytes)).min(self.limit_pos);
+        let mut b = align_up(bad_pos);
+        while b < stop {
+            if record_fits_at(self.geo.seg_off(b), self.geo.segment_size_bytes) {
+                let h = match RecordHeader::parse(self.win.get(b, HEADER_BYTES)?) {
+                    Ok(h) => Some(h),
+                    Err(_) => None,
+                };
+                if let Some(h) = h {
+                    let total = HEADER_BYTES as u64 + u64::from(h.payload_len);
+                    if h.seg_seq == self.geo.seg_seq(b)
+                        && h.lsn > expected_lsn
+                        && h.durable_hint >= expected_lsn
+                        && h.epoch <= self.limits.max_epoch
+                        && b + total <= self.geo.seg_end(b)
+                    {
+                        let rec = self.win.get(b, total as usize)?;
+                        if record_crc(rec, &rec[HEADER_BYTES..]) == stored_crc(rec) {
+                            return Ok(Some((b, h)));
+                        }
+                    }
+                }
+            }
+            b += BLOCK_BYTES as u64;
+        }
+        Ok(None)
+    }
+}
+
+/// Scans the whole live log from `start`.
+pub fn scan<R: RingRead>(
+    ring: R,
+    geo: Geometry,
+    start: ScanStart,
+    limits: ScanLimits,
+) -> Result<ScanReport, JournalError> {
+    Scanner::new(ring, geo, start, limits)
+        .finish()
+        .map_err(|e| JournalError::io("reading journal segments", e))
+}

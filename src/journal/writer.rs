@@ -1,0 +1,165 @@
+//! The writer loop: submits group-commit writes at increasing offsets, keeps several in
+//! flight, and publishes the durable position as the end of the contiguous prefix of
+//! completed writes. Runs on a dedicated thread, generic over the I/O backend.
+//!
+//! A failed write fails the journal forever: an fsync error may have dropped dirty pages,
+//! so retrying and trusting a later success could acknowledge lost data.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::{mpsc, watch, Notify};
+
+use super::batcher::Batcher;
+use super::buf::IoBuf;
+
+/// The durable position: every entry up to `lsn` is on stable storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Durable {
+    /// Highest durable LSN (0: none yet).
+    pub lsn: u64,
+    /// Replication offset at the end of entry `lsn`.
+    pub repl_offset: u64,
+    /// The journal failed: no entry after `lsn` will ever become durable.
+    pub failed: bool,
+}
+
+/// An I/O backend: performs one write durably (O_DSYNC, or write + fdatasync).
+///
+/// Writes are block-aligned, whole blocks, inside one segment file. The writer loop keeps
+/// up to `max_in_flight()` of them outstanding. Swapping tokio-uring for another io_uring
+/// binding means implementing this trait only.
+pub trait IoBackend: 'static {
+    fn max_in_flight(&self) -> usize;
+    fn write_durable(
+        &self,
+        seg_index: u32,
+        seg_off: u64,
+        buf: IoBuf,
+    ) -> impl Future<Output = (std::io::Result<()>, IoBuf)> + 'static;
+}
+
+/// State shared by appenders (any thread) and the writer thread.
+pub struct Shared {
+    pub batcher: Mutex<Batcher>,
+    /// Appenders wake the writer: work is pending.
+    pub wake_writer: Notify,
+    /// The writer wakes appenders waiting for a free buffer.
+    pub buffers_freed: Notify,
+    pub durable_tx: watch::Sender<Durable>,
+    /// Durable LSN, readable without the watch lock; stamped into records as durable_hint.
+    pub durable_lsn: AtomicU64,
+}
+
+impl Shared {
+    pub fn lock(&self) -> MutexGuard<'_, Batcher> {
+        // A panic while holding the lock is a bug; the state may be torn, so stop.
+        self.batcher.lock().expect("journal batcher mutex poisoned")
+    }
+
+    fn fail(&self, why: String) {
+        tracing::error!(error = %why, "journal failed; no further entry will become durable");
+        // Also reachable while unwinding: do not panic again on a poisoned lock.
+        let mut b = match self.batcher.lock() {
+            Ok(b) => b,
+            Err(p) => p.into_inner(),
+        };
+        b.set_failed(Arc::from(why));
+        drop(b);
+        self.durable_tx.send_modify(|d| d.failed = true);
+        self.buffers_freed.notify_waiters();
+    }
+}
+
+struct InFlight {
+    seq: u64,
+    done: bool,
+    last_complete: Option<(u64, u64)>,
+}
+
+/// Fails the journal if the writer unwinds, so that tickets error instead of hanging.
+struct PanicGuard(Arc<Shared>);
+
+impl Drop for PanicGuard {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.fail("journal writer panicked".to_string());
+        }
+    }
+}
+
+/// Runs until the journal is closed and drained, or failed and drained.
+pub async fn drive<B: IoBackend>(backend: B, shared: Arc<Shared>) {
+    let _guard = PanicGuard(shared.clone());
+    let max_in_flight = backend.max_in_flight();
+    assert!(max_in_flight > 0);
+    let (done_tx, mut done_rx) = mpsc::channel::<(u64, std::io::Result<()>, IoBuf)>(max_in_flight);
+    let mut inflight: VecDeque<InFlight> = VecDeque::with_capacity(max_in_flight);
+    let mut next_seq = 0u64;
+    let mut failed = false;
+    loop {
+        if !failed {
+            while inflight.len() < max_in_flight {
+                let Some(w) = shared.lock().take_write() else {
+                    break;
+                };
+                let seq = next_seq;
+                next_seq += 1;
+                inflight.push_back(InFlight {
+                    seq,
+                    done: false,
+                    last_complete: w.last_complete,
+                });
+                let fut = backend.write_durable(w.seg_index, w.seg_off, w.buf);
+                let tx = done_tx.clone();
+                tokio::task::spawn_local(async move {
+                    let (res, buf) = fut.await;
+                    // The receiver lives as long as any write is in flight.
+                    let _ = tx.send((seq, res, buf)).await;
+                });
+            }
+        }
+        if inflight.is_empty() {
+            let b = shared.lock();
+            if failed || (b.is_closed() && b.is_idle()) {
+                break;
+            }
+        }
+        tokio::select! {
+            biased;
+            Some((seq, res, buf)) = done_rx.recv() => {
+                shared.lock().give_back(buf);
+                shared.buffers_freed.notify_waiters();
+                let front = inflight.front().expect("completion without a write in flight").seq;
+                let slot = &mut inflight[(seq - front) as usize];
+                assert_eq!(slot.seq, seq, "in-flight writes are tracked in submission order");
+                slot.done = true;
+                if let Err(e) = res {
+                    if !failed {
+                        failed = true;
+                        shared.fail(format!("segment write failed: {e}"));
+                    }
+                }
+                let mut advanced = None;
+                while inflight.front().is_some_and(|f| f.done) {
+                    let f = inflight.pop_front().expect("checked");
+                    if f.last_complete.is_some() {
+                        advanced = f.last_complete;
+                    }
+                }
+                if let (Some((lsn, repl_offset)), false) = (advanced, failed) {
+                    debug_assert!(lsn >= shared.durable_lsn.load(Ordering::Relaxed), "durable LSN went backwards");
+                    shared.durable_lsn.store(lsn, Ordering::Release);
+                    shared.durable_tx.send_modify(|d| {
+                        d.lsn = lsn;
+                        d.repl_offset = repl_offset;
+                    });
+                }
+            }
+            _ = shared.wake_writer.notified() => {}
+        }
+    }
+    shared.buffers_freed.notify_waiters();
+}

@@ -1,0 +1,245 @@
+//! End-to-end tests of the journal handle: append, durability, reopen, replay, ring full,
+//! release, large entries, both backends.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use walrus::journal::{
+    Entry, IoBackendChoice, Journal, JournalConfig, JournalError, ReplayFrom, Tail,
+};
+
+const REPL_ID: [u8; 40] = *b"8c1b2f6e0a7d4c3b9e5f1a2d6c8b0e4f7a9c1d3e";
+
+fn cfg(backend: IoBackendChoice) -> JournalConfig {
+    JournalConfig {
+        io_backend: backend,
+        ..JournalConfig::small_for_tests(64 * 1024, 4)
+    }
+}
+
+fn payload(lsn: u64, len: usize) -> Bytes {
+    let mut v = vec![0u8; len];
+    for (i, b) in v.iter_mut().enumerate() {
+        *b = (lsn as usize * 31 + i) as u8;
+    }
+    Bytes::from(v)
+}
+
+async fn append_and_replay(backend: IoBackendChoice) {
+    let dir = tempfile::tempdir().unwrap();
+    // 24 entries of up to 70 KB: about 290 KB, so 8 segments of 64 KiB.
+    let cfg = JournalConfig {
+        segments: 8,
+        ..cfg(backend)
+    };
+    let mut off = 0u64;
+    let sizes = [1usize, 100, 1000, 5000, 20_000, 70_000, 0, 333];
+    {
+        let (j, rec) = Journal::open(dir.path(), &cfg).unwrap();
+        assert_eq!(rec.end.next_lsn, 1);
+        assert_eq!(rec.segments_initialized, 8);
+        eprintln!("backend in use: {}", rec.backend);
+        let mut tickets = Vec::new();
+        for (i, &len) in sizes.iter().cycle().take(24).enumerate() {
+            off += len as u64;
+            let t = j
+                .append(Entry {
+                    repl_id: REPL_ID,
+                    repl_offset_end: off,
+                    payload: payload(i as u64 + 1, len),
+                })
+                .await
+                .unwrap();
+            assert_eq!(t.lsn(), i as u64 + 1);
+            tickets.push(t);
+        }
+        for t in tickets {
+            let lsn = t.lsn();
+            let d = t.wait().await.unwrap();
+            assert!(d.lsn >= lsn);
+        }
+        let d = *j.durable().borrow();
+        assert_eq!(d.lsn, 24);
+        assert_eq!(d.repl_offset, off);
+        let got: Vec<_> = j
+            .replay(ReplayFrom::Lsn(5))
+            .unwrap()
+            .map(|e| e.unwrap())
+            .collect();
+        assert_eq!(got.len(), 20);
+        assert_eq!(got[0].lsn, 5);
+        j.close().unwrap();
+    }
+    let (j, rec) = Journal::open(dir.path(), &cfg).unwrap();
+    assert_eq!(rec.end.next_lsn, 25);
+    assert_eq!(rec.end.last_repl_offset, off);
+    assert_eq!(rec.end.last_repl_id, REPL_ID);
+    assert!(matches!(rec.tail, Tail::End { .. }));
+    let all: Vec<_> = j
+        .replay(ReplayFrom::Lsn(1))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect();
+    assert_eq!(all.len(), 24);
+    for (i, e) in all.iter().enumerate() {
+        let len = sizes[i % sizes.len()];
+        assert_eq!(e.lsn, i as u64 + 1);
+        assert_eq!(e.payload, payload(e.lsn, len), "payload of LSN {}", e.lsn);
+    }
+    // Replay from a replication offset: first entry whose range ends after it.
+    let mid = all[10].repl_offset_end;
+    let from_off: Vec<_> = j
+        .replay(ReplayFrom::ReplOffset(mid))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect();
+    assert_eq!(
+        from_off[0].lsn,
+        all.iter().find(|e| e.repl_offset_end > mid).unwrap().lsn
+    );
+    // Appending continues the LSN sequence after reopen.
+    let t = j
+        .try_append(&Entry {
+            repl_id: REPL_ID,
+            repl_offset_end: off + 3,
+            payload: payload(25, 3),
+        })
+        .unwrap();
+    assert_eq!(t.lsn(), 25);
+    t.wait().await.unwrap();
+}
+
+#[tokio::test]
+async fn sync_backend_append_reopen_replay() {
+    append_and_replay(IoBackendChoice::Sync).await;
+}
+
+#[tokio::test]
+async fn auto_backend_append_reopen_replay() {
+    append_and_replay(IoBackendChoice::Auto).await;
+}
+
+#[tokio::test]
+async fn ring_full_then_release_recycles() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = cfg(IoBackendChoice::Auto);
+    let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
+    let j = Arc::new(j);
+    let mut lsn = 0;
+    let mut off = 0;
+    // Fill the ring with 3 KiB entries until RingFull.
+    let full = loop {
+        off += 3000;
+        match j
+            .append(Entry {
+                repl_id: REPL_ID,
+                repl_offset_end: off,
+                payload: payload(lsn + 1, 3000),
+            })
+            .await
+        {
+            Ok(t) => {
+                lsn = t.lsn();
+                t.wait().await.unwrap();
+            }
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(full, JournalError::RingFull { .. }), "{full}");
+    assert!(
+        lsn > 60,
+        "a 256 KiB ring holds more than 60 entries of 3 KiB, got {lsn}"
+    );
+    // Releasing beyond the durable point is refused.
+    assert!(j.release_through(lsn + 1).await.is_err());
+    let cp = j.release_through(lsn / 2).await.unwrap();
+    assert!(cp.start_lsn <= lsn / 2 + 1 && cp.start_lsn > 1, "{cp:?}");
+    // Now there is room again, and the log wraps into recycled segments.
+    for _ in 0..10 {
+        off += 3000;
+        let t = j
+            .append(Entry {
+                repl_id: REPL_ID,
+                repl_offset_end: off,
+                payload: payload(lsn + 1, 3000),
+            })
+            .await
+            .unwrap();
+        lsn = t.lsn();
+        t.wait().await.unwrap();
+    }
+    let j = Arc::into_inner(j).unwrap();
+    j.close().unwrap();
+    let (j, rec) = Journal::open(dir.path(), &cfg).unwrap();
+    assert_eq!(rec.end.last_lsn(), lsn);
+    assert_eq!(rec.checkpoint.start_lsn, cp.start_lsn);
+    let first = j
+        .replay(ReplayFrom::Lsn(0))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.lsn, cp.start_lsn);
+    assert_eq!(
+        j.replay(ReplayFrom::Lsn(0)).unwrap().count() as u64,
+        lsn - cp.start_lsn + 1
+    );
+}
+
+#[tokio::test]
+async fn oversized_entry_rejected_large_entry_spans_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = JournalConfig {
+        max_entry_bytes: 150_000,
+        segments: 5,
+        ..cfg(IoBackendChoice::Sync)
+    };
+    let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
+    let err = j
+        .try_append(&Entry {
+            repl_id: REPL_ID,
+            repl_offset_end: 1,
+            payload: payload(1, 150_001),
+        })
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            JournalError::EntryTooLarge {
+                len_bytes: 150_001,
+                max_entry_bytes: 150_000
+            }
+        ),
+        "{err}"
+    );
+    // 150 KB spans three 64 KiB segments and ten 16 KiB write buffers (pool has 8).
+    let t = j
+        .append(Entry {
+            repl_id: REPL_ID,
+            repl_offset_end: 150_000,
+            payload: payload(1, 150_000),
+        })
+        .await
+        .unwrap();
+    t.wait().await.unwrap();
+    let e = j
+        .replay(ReplayFrom::Lsn(1))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap();
+    assert_eq!(e.payload, payload(1, 150_000));
+}
+
+#[test]
+fn geometry_change_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = cfg(IoBackendChoice::Sync);
+    drop(Journal::open(dir.path(), &cfg).unwrap());
+    let other = JournalConfig { segments: 5, ..cfg };
+    let err = Journal::open(dir.path(), &other).err().unwrap().to_string();
+    assert!(
+        err.contains("segments = 4") && err.contains("not supported"),
+        "{err}"
+    );
+}
