@@ -18,6 +18,7 @@
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod durability;
 pub mod journal;
 pub mod metrics;
 pub mod proxy;

@@ -4,6 +4,7 @@
 use super::ServeArgs;
 use crate::commands::CommandTable;
 use crate::config::{Config, UpstreamMode};
+use crate::proxy::pipeline::PipelineCtx;
 use crate::proxy::pool::{PoolKey, Pools};
 use crate::proxy::{server, Shared};
 use crate::upstream::client::{frame_int, Conn};
@@ -133,8 +134,12 @@ async fn run_proxy(
         databases,
         "learned Valkey's command table"
     );
+    let ctx = Arc::new(PipelineCtx {
+        upstream: up.clone(),
+        durability: None,
+    });
     let pools = Pools::new(
-        up.clone(),
+        ctx,
         config.upstream.pool_size,
         Duration::from_millis(config.upstream.reconnect_backoff_max_ms),
     );

@@ -1,11 +1,13 @@
-//! Pinned sessions: a client whose state must live on one upstream connection (a
-//! transaction, a subscription, a blocking pop, tracking, MONITOR, ...) gets a dedicated
-//! connection for the rest of its session, opened with the client's identity (user,
-//! protocol, database, name), and from then on walrus relays both ways.
+//! Dedicated upstream connections for pinned sessions, opened with the client's identity
+//! (user, protocol, database, name); and the byte relay for the modes in which Valkey stops
+//! answering one reply per request (RESP2 Pub/Sub, MONITOR, replica handshakes).
 //!
-//! Requests are still parsed, so the same limits and protocol errors apply; replies and
-//! pushes are copied as they come, since on such a connection they are not one per request.
+//! In the relay, requests are still parsed, so the same limits and protocol errors apply,
+//! and only the commands those modes allow pass ([`route::allowed_in_relay`]): none of them
+//! reads or writes data, so nothing there needs the durability gate. Anything else closes
+//! the connection with an error, rather than letting data through ungated.
 
+use super::route;
 use super::session::Identity;
 use super::Shared;
 use crate::resp::{write, Request, RequestParser};
@@ -51,7 +53,6 @@ pub async fn open(shared: &Shared, id: &Identity) -> Result<Conn, Bytes> {
 pub async fn relay(
     shared: Arc<Shared>,
     conn: Conn,
-    _id: Identity,
     first: Request,
     mut rd: OwnedReadHalf,
     mut rbuf: BytesMut,
@@ -70,9 +71,20 @@ pub async fn relay(
         // Forward every complete request already buffered.
         loop {
             match parser.next(&mut rbuf) {
-                Ok(Some(req)) => {
+                Ok(Some(req)) if route::allowed_in_relay(&req) => {
                     crate::metrics::COMMANDS.inc();
                     out.extend_from_slice(&req.raw);
+                }
+                Ok(Some(req)) => {
+                    let name = String::from_utf8_lossy(req.name()).replace(['\r', '\n'], " ");
+                    let _ = up_wr.write_all(&out).await;
+                    let _ = wr.write_all(&up_buf).await;
+                    let msg = format!(
+                        "ERR walrus: '{name}' is not allowed on a connection in Pub/Sub, MONITOR or replica mode; \
+                         use a separate connection"
+                    );
+                    let _ = wr.write_all(&write::error(&msg)).await;
+                    return;
                 }
                 Ok(None) => break,
                 Err(e) => {

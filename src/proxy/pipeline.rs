@@ -1,32 +1,75 @@
-//! One pipelined upstream connection of the shared pool.
+//! One pipelined upstream connection: a connection of the shared pool, or a pinned
+//! session's dedicated one.
 //!
-//! Requests from many client sessions arrive on a channel; the writer half takes whatever is
-//! queued, writes it in one batch, and records for each request whom its reply belongs to;
-//! the reader half delimits replies and hands each to its requester, in order (Valkey answers
-//! a connection's commands in the order it received them). A request carries its client's
-//! database: when it differs from the connection's, a `SELECT` goes first and its reply is
-//! swallowed.
+//! Requests arrive on a channel; the writer half takes whatever is queued, writes it in one
+//! batch, and records for each request whom its reply belongs to; the reader half delimits
+//! replies and hands each to its requester, in order (Valkey answers a connection's commands
+//! in the order it received them). A request carries its client's database: when it differs
+//! from the connection's, a `SELECT` goes first and its reply is swallowed.
+//!
+//! Durability (see [`crate::durability`]): a batch that contains a write ends with `ROLE`,
+//! whose reply (Valkey's replication offset right after the batch) is swallowed too; the
+//! batch's write replies are handed to the durability gate with that offset. `ROLE` never
+//! goes between MULTI and EXEC, where it would be queued: a transaction's replies wait for
+//! the `ROLE` after its EXEC. Read replies are checked against the dirty-key map as they
+//! arrive.
 //!
 //! If the connection breaks, every request in flight on it, and every one still queued for
 //! it, is dropped; the requester sees its reply channel close and answers its client with an
 //! error. Nothing is retried: a write's outcome is unknown once its connection is gone.
 
+use crate::durability::{dirty::Scope, Durability, Held, WriteMark};
 use crate::resp::{write, ReplyScanner};
-use crate::upstream::client::{Conn, UpstreamError};
+use crate::upstream::client::{Conn, ConnParts, UpstreamError};
+use crate::upstream::Upstream;
 use bytes::{Bytes, BytesMut};
+use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot};
 
+/// How a reply is released.
+#[derive(Debug)]
+pub enum Gate {
+    /// At once.
+    Free,
+    /// At once unless what it read is dirty when it arrives.
+    Read(Scope),
+    /// When the offset after its batch is durable; carries the write's dirty-key mark.
+    Offset(Option<WriteMark>),
+}
+
+/// Transaction structure the writer must respect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxCmd {
+    Other,
+    Multi,
+    /// EXEC or DISCARD.
+    End,
+    /// A client's own SELECT queued inside MULTI: after the transaction the connection's
+    /// database is unknown.
+    SelectInMulti,
+}
+
 /// A client command on its way upstream.
 #[derive(Debug)]
 pub struct PipelinedRequest {
-    /// The client's selected database.
-    pub db: u32,
+    /// The client's selected database; `None` inside a transaction, where walrus must not
+    /// insert a SELECT of its own.
+    pub db: Option<u32>,
     /// The encoded command.
     pub cmd: Bytes,
     /// Where its reply goes.
     pub reply: oneshot::Sender<Bytes>,
+    pub gate: Gate,
+    pub tx: TxCmd,
+}
+
+/// What every pipeline shares.
+pub struct PipelineCtx {
+    pub upstream: Upstream,
+    /// `None` when durability is off: no ROLE, no holding.
+    pub durability: Option<Arc<Durability>>,
 }
 
 /// Most bytes gathered into one write; a larger command is written on its own.
@@ -36,35 +79,89 @@ const READ_CHUNK_BYTES: usize = 64 << 10;
 
 /// What the reader does with the next reply.
 enum Inflight {
-    Client(oneshot::Sender<Bytes>),
+    Client(oneshot::Sender<Bytes>, Gate),
     /// walrus's own `SELECT`: check and drop.
     Select,
+    /// walrus's own `ROLE`: the offset covering the write replies gathered so far.
+    Role,
 }
 
-/// Runs the connection until it breaks or `requests` closes.
+/// Runs the connection until it breaks or `requests` closes. RESP3 pushes go to `pushes`
+/// (a pinned session's out-of-band channel), or are dropped on pooled connections.
 pub async fn run(
     conn: Conn,
     requests: mpsc::Receiver<PipelinedRequest>,
+    ctx: Arc<PipelineCtx>,
+    pushes: Option<mpsc::UnboundedSender<Bytes>>,
 ) -> Result<(), UpstreamError> {
-    let crate::upstream::client::ConnParts {
+    let ConnParts {
         stream,
         buf,
         scanner,
     } = conn.into_parts();
     let (rd, wr) = stream.into_split();
-    let (inflight_tx, inflight_rx) = mpsc::unbounded_channel();
-    tokio::select! {
-        r = writer(wr, requests, inflight_tx) => r,
-        r = reader(rd, buf, scanner, inflight_rx) => r,
+    let (inflight_tx, mut inflight_rx) = mpsc::unbounded_channel();
+    let gated = ctx.durability.is_some();
+    let mut reader = Reader {
+        ctx: &ctx,
+        pushes,
+        awaiting: Vec::new(),
+        marks: Vec::new(),
+    };
+    let result = tokio::select! {
+        r = writer(wr, requests, inflight_tx, gated) => r,
+        r = reader.run(rd, buf, scanner, &mut inflight_rx) => r,
+    };
+    // Settle what the broken connection leaves behind: write replies still waiting for an
+    // offset, and marks of writes that got no reply at all.
+    if let Some(d) = &ctx.durability {
+        inflight_rx.close();
+        let mut marks = std::mem::take(&mut reader.marks);
+        while let Ok(i) = inflight_rx.try_recv() {
+            if let Inflight::Client(_, Gate::Offset(Some(m))) = i {
+                marks.push(m);
+            }
+        }
+        let awaiting = std::mem::take(&mut reader.awaiting);
+        if !awaiting.is_empty() || !marks.is_empty() {
+            let hint = current_offset(&ctx.upstream).await;
+            d.abandon_batch(awaiting, marks, lost_reply(), hint);
+        }
     }
+    result
+}
+
+/// The reply for a request whose connection broke before its outcome was known.
+pub fn lost_reply() -> Bytes {
+    crate::metrics::UPSTREAM_ERRORS.inc();
+    write::error("ERR walrus: connection to Valkey lost before the reply; the command may or may not have run")
+}
+
+/// Valkey's replication offset now, asked on a control connection; `None` if unreachable.
+async fn current_offset(up: &Upstream) -> Option<u64> {
+    let ask = async {
+        let mut conn = Conn::control(up).await.ok()?;
+        let reply = conn.call_raw(&write::command(["ROLE"])).await.ok()?;
+        parse_role_offset(&reply)
+    };
+    tokio::time::timeout(up.connect_timeout, ask)
+        .await
+        .ok()
+        .flatten()
 }
 
 async fn writer(
     mut wr: OwnedWriteHalf,
     mut requests: mpsc::Receiver<PipelinedRequest>,
     inflight: mpsc::UnboundedSender<Inflight>,
+    gated: bool,
 ) -> Result<(), UpstreamError> {
-    let mut db = 0u32;
+    // `None`: unknown (after a transaction that selected a database).
+    let mut db = Some(0u32);
+    let mut in_multi = false;
+    let mut select_in_tx = false;
+    let mut role_due = false;
+    let role = write::command(["ROLE"]);
     let mut out = BytesMut::with_capacity(BATCH_BYTES_MAX);
     while let Some(first) = requests.recv().await {
         // Let every other runnable session queue its requests first, so that one write
@@ -73,16 +170,30 @@ async fn writer(
         tokio::task::yield_now().await;
         let mut next = Some(first);
         while let Some(req) = next.take() {
-            if req.db != db {
-                out.extend_from_slice(&write::command([
-                    b"SELECT".as_slice(),
-                    req.db.to_string().as_bytes(),
-                ]));
-                let _ = inflight.send(Inflight::Select);
-                db = req.db;
+            if let Some(want) = req.db {
+                if !in_multi && db != Some(want) {
+                    out.extend_from_slice(&write::command([
+                        b"SELECT".as_slice(),
+                        want.to_string().as_bytes(),
+                    ]));
+                    let _ = inflight.send(Inflight::Select);
+                    db = Some(want);
+                }
             }
+            match req.tx {
+                TxCmd::Multi => in_multi = true,
+                TxCmd::SelectInMulti => select_in_tx = true,
+                TxCmd::End => {
+                    in_multi = false;
+                    if std::mem::take(&mut select_in_tx) {
+                        db = None;
+                    }
+                }
+                TxCmd::Other => {}
+            }
+            role_due |= gated && matches!(req.gate, Gate::Offset(_));
             // The reader must know whom a reply is for before the command can be answered.
-            let _ = inflight.send(Inflight::Client(req.reply));
+            let _ = inflight.send(Inflight::Client(req.reply, req.gate));
             if req.cmd.len() >= BATCH_BYTES_MAX {
                 wr.write_all(&out).await?;
                 out.clear();
@@ -94,42 +205,121 @@ async fn writer(
                 next = requests.try_recv().ok();
             }
         }
+        if role_due && !in_multi {
+            out.extend_from_slice(&role);
+            let _ = inflight.send(Inflight::Role);
+            role_due = false;
+        }
         wr.write_all(&out).await?;
         out.clear();
     }
     Ok(())
 }
 
-async fn reader(
-    mut rd: OwnedReadHalf,
-    mut buf: BytesMut,
-    mut scanner: ReplyScanner,
-    mut inflight: mpsc::UnboundedReceiver<Inflight>,
-) -> Result<(), UpstreamError> {
-    loop {
-        while let Some(n) = scanner.scan(&buf)? {
-            let frame = buf.split_to(n).freeze();
-            if frame[0] == b'>' {
-                // A RESP3 push is not a reply; pooled connections subscribe to nothing.
-                tracing::debug!("ignoring push on a pooled connection");
-                continue;
-            }
-            match inflight.try_recv() {
-                Ok(Inflight::Client(tx)) => {
-                    let _ = tx.send(frame);
+struct Reader<'a> {
+    ctx: &'a PipelineCtx,
+    pushes: Option<mpsc::UnboundedSender<Bytes>>,
+    /// Write replies (and transaction replies) waiting for the next ROLE.
+    awaiting: Vec<Held>,
+    marks: Vec<WriteMark>,
+}
+
+impl Reader<'_> {
+    async fn run(
+        &mut self,
+        mut rd: OwnedReadHalf,
+        mut buf: BytesMut,
+        mut scanner: ReplyScanner,
+        inflight: &mut mpsc::UnboundedReceiver<Inflight>,
+    ) -> Result<(), UpstreamError> {
+        loop {
+            while let Some(n) = scanner.scan(&buf)? {
+                let frame = buf.split_to(n).freeze();
+                if frame[0] == b'>' {
+                    // A RESP3 push is not a reply: tracking invalidations and Pub/Sub messages
+                    // of a pinned session go to its client as they come.
+                    if let Some(p) = &self.pushes {
+                        let _ = p.send(frame);
+                    }
+                    continue;
                 }
-                Ok(Inflight::Select) if frame[0] == b'-' => {
-                    return Err(UpstreamError::Refused(frame))
+                match inflight.try_recv() {
+                    Ok(Inflight::Client(tx, gate)) => self.reply(tx, gate, frame),
+                    Ok(Inflight::Select) if frame[0] == b'-' => {
+                        return Err(UpstreamError::Refused(frame))
+                    }
+                    Ok(Inflight::Select) => {}
+                    Ok(Inflight::Role) => self.settle(&frame),
+                    Err(_) => return Err(UpstreamError::Decode("reply without a request".into())),
                 }
-                Ok(Inflight::Select) => {}
-                Err(_) => return Err(UpstreamError::Decode("reply without a request".into())),
+            }
+            if buf.capacity() - buf.len() < READ_CHUNK_BYTES / 4 {
+                buf.reserve(READ_CHUNK_BYTES);
+            }
+            if rd.read_buf(&mut buf).await? == 0 {
+                return Err(UpstreamError::Closed);
             }
         }
-        if buf.capacity() - buf.len() < READ_CHUNK_BYTES / 4 {
-            buf.reserve(READ_CHUNK_BYTES);
+    }
+
+    fn reply(&mut self, tx: oneshot::Sender<Bytes>, gate: Gate, frame: Bytes) {
+        let Some(d) = &self.ctx.durability else {
+            let _ = tx.send(frame);
+            return;
+        };
+        match gate {
+            Gate::Free => {
+                let _ = tx.send(frame);
+            }
+            Gate::Read(scope) => d.read_reply(&scope, Held { tx, reply: frame }),
+            Gate::Offset(mark) => {
+                self.awaiting.push(Held { tx, reply: frame });
+                self.marks.extend(mark);
+            }
         }
-        if rd.read_buf(&mut buf).await? == 0 {
-            return Err(UpstreamError::Closed);
+    }
+
+    fn settle(&mut self, role_reply: &Bytes) {
+        let Some(d) = &self.ctx.durability else {
+            return;
+        };
+        let awaiting = std::mem::take(&mut self.awaiting);
+        let marks = std::mem::take(&mut self.marks);
+        match parse_role_offset(role_reply) {
+            Some(offset) => d.settle_batch(offset, awaiting, marks),
+            None => {
+                let text = String::from_utf8_lossy(role_reply)
+                    .trim_end()
+                    .replace(['\r', '\n'], " ");
+                tracing::error!("cannot learn Valkey's replication offset, ROLE replied {text:?}");
+                let why = write::error(&format!(
+                    "ERR walrus: cannot confirm durability: ROLE replied {text} (the client's user needs +role)"
+                ));
+                d.abandon_batch(awaiting, marks, why, None);
+            }
         }
+    }
+}
+
+/// Reads the offset from a primary's ROLE reply: `*3 $6 master :<offset> *<replicas>`.
+pub fn parse_role_offset(reply: &[u8]) -> Option<u64> {
+    const HEAD: &[u8] = b"*3\r\n$6\r\nmaster\r\n:";
+    let rest = reply.strip_prefix(HEAD)?;
+    let end = rest.iter().position(|&b| b == b'\r')?;
+    std::str::from_utf8(&rest[..end]).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_role_offset;
+
+    #[test]
+    fn role_offsets() {
+        assert_eq!(
+            parse_role_offset(b"*3\r\n$6\r\nmaster\r\n:1234\r\n*0\r\n"),
+            Some(1234)
+        );
+        assert_eq!(parse_role_offset(b"*5\r\n$5\r\nslave\r\n"), None);
+        assert_eq!(parse_role_offset(b"-NOPERM no\r\n"), None);
     }
 }

@@ -11,7 +11,7 @@
 //! until it breaks, and reconnects with exponential backoff. While a slot has no connection,
 //! requests for it fail at once with the last connection error, instead of hanging.
 
-use super::pipeline::{self, PipelinedRequest};
+use super::pipeline::{self, PipelineCtx, PipelinedRequest};
 use crate::config::Credentials;
 use crate::upstream::client::Conn;
 use crate::upstream::Upstream;
@@ -55,7 +55,7 @@ impl Pool {
     /// Creates the pool and waits for each slot's first connection attempt, so that the
     /// first requests do not fail merely because connecting takes a moment.
     async fn start(
-        up: Upstream,
+        ctx: Arc<PipelineCtx>,
         key: PoolKey,
         creds: Option<Credentials>,
         size: usize,
@@ -72,7 +72,7 @@ impl Pool {
             tokio::spawn(supervise(
                 Arc::downgrade(&pool),
                 i,
-                up.clone(),
+                ctx.clone(),
                 key.clone(),
                 creds.clone(),
                 backoff_max,
@@ -111,7 +111,7 @@ impl Pool {
 async fn supervise(
     pool: std::sync::Weak<Pool>,
     slot: usize,
-    up: Upstream,
+    ctx: Arc<PipelineCtx>,
     key: PoolKey,
     creds: Option<Credentials>,
     backoff_max: Duration,
@@ -119,7 +119,7 @@ async fn supervise(
 ) {
     let mut backoff = BACKOFF_MIN;
     loop {
-        let conn = Conn::for_client(&up, creds.as_ref(), key.resp3).await;
+        let conn = Conn::for_client(&ctx.upstream, creds.as_ref(), key.resp3).await;
         let Some(p) = pool.upgrade() else { return };
         match conn {
             Ok(conn) => {
@@ -128,7 +128,7 @@ async fn supervise(
                 drop(p);
                 let _ = first_attempt.send(true);
                 backoff = BACKOFF_MIN;
-                let result = pipeline::run(conn, rx).await;
+                let result = pipeline::run(conn, rx, ctx.clone(), None).await;
                 let Some(p) = pool.upgrade() else { return };
                 let reason = match result {
                     Ok(()) => "connection closed".to_string(),
@@ -152,16 +152,16 @@ async fn supervise(
 
 /// All pools, created on first use.
 pub struct Pools {
-    up: Upstream,
+    ctx: Arc<PipelineCtx>,
     size: usize,
     backoff_max: Duration,
     pools: Mutex<HashMap<PoolKey, Arc<Pool>>>,
 }
 
 impl Pools {
-    pub fn new(up: Upstream, size: usize, backoff_max: Duration) -> Pools {
+    pub fn new(ctx: Arc<PipelineCtx>, size: usize, backoff_max: Duration) -> Pools {
         Pools {
-            up,
+            ctx,
             size,
             backoff_max,
             pools: Mutex::new(HashMap::new()),
@@ -175,7 +175,7 @@ impl Pools {
             return p.clone();
         }
         let pool = Pool::start(
-            self.up.clone(),
+            self.ctx.clone(),
             key.clone(),
             creds.cloned(),
             self.size,
@@ -187,6 +187,10 @@ impl Pools {
     }
 
     pub fn upstream(&self) -> &Upstream {
-        &self.up
+        &self.ctx.upstream
+    }
+
+    pub fn ctx(&self) -> &Arc<PipelineCtx> {
+        &self.ctx
     }
 }

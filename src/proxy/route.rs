@@ -6,13 +6,14 @@
 //! - **Local**: connection-state commands walrus answers itself, because on a shared
 //!   connection they would change every client's state: AUTH and HELLO (verified with
 //!   Valkey, then switch the client's pool), SELECT (the database travels with each request),
-//!   QUIT, RESET, CLIENT SETNAME/GETNAME/SETINFO.
+//!   QUIT, RESET, CLIENT SETNAME/GETNAME/SETINFO/REPLY.
 //! - **Pin**: the command starts state that must stay on one connection: MULTI and WATCH
-//!   (transactions), (P|S)SUBSCRIBE, MONITOR, CLIENT TRACKING/CACHING/REPLY/NO-EVICT/NO-TOUCH,
+//!   (transactions), (P|S)SUBSCRIBE, MONITOR, CLIENT TRACKING/CACHING/NO-EVICT/NO-TOUCH,
 //!   READONLY/READWRITE/ASKING, replication handshakes (SYNC, PSYNC, REPLCONF), and every
 //!   command Valkey flags `blocking` (BLPOP, BLMOVE, BZPOPMIN, WAIT, WAITAOF, ...; XREAD and
 //!   XREADGROUP only with BLOCK). From then on the client has a dedicated upstream
-//!   connection for the rest of its session.
+//!   connection, pipelined and gated like a pooled one, until it sends RESET. RESP2 Pub/Sub,
+//!   MONITOR and replica handshakes are relayed instead ([`is_relay_mode`]).
 //!
 //! Only the names in this file are hard-coded; everything else comes from the command table.
 
@@ -36,6 +37,42 @@ pub enum Local {
     ClientSetName,
     ClientGetName,
     ClientSetInfo,
+    /// CLIENT REPLY: ON is a no-op; OFF and SKIP are refused, since walrus must pair every
+    /// request with its reply to hold it until durable.
+    ClientReply,
+}
+
+/// Pinned sessions whose upstream connection stops answering one reply per request
+/// (RESP2 Pub/Sub, MONITOR, a client acting as a replica) are relayed byte for byte. Such a
+/// relay accepts only the commands these modes allow, none of which reads or writes data.
+pub fn is_relay_mode(req: &Request, resp3: bool) -> bool {
+    let n = req.name();
+    let subscribe = ["subscribe", "psubscribe", "ssubscribe"]
+        .iter()
+        .any(|c| n.eq_ignore_ascii_case(c.as_bytes()));
+    (subscribe && !resp3)
+        || ["monitor", "sync", "psync"]
+            .iter()
+            .any(|c| n.eq_ignore_ascii_case(c.as_bytes()))
+}
+
+/// What a relayed session may still send.
+pub fn allowed_in_relay(req: &Request) -> bool {
+    const ALLOWED: [&str; 10] = [
+        "subscribe",
+        "unsubscribe",
+        "psubscribe",
+        "punsubscribe",
+        "ssubscribe",
+        "sunsubscribe",
+        "ping",
+        "quit",
+        "reset",
+        "replconf",
+    ];
+    ALLOWED
+        .iter()
+        .any(|c| req.name().eq_ignore_ascii_case(c.as_bytes()))
 }
 
 pub fn route(table: &CommandTable, req: &Request) -> Route {
@@ -51,10 +88,10 @@ pub fn route(table: &CommandTable, req: &Request) -> Route {
         "client|setname" => Route::Local(Local::ClientSetName),
         "client|getname" => Route::Local(Local::ClientGetName),
         "client|setinfo" => Route::Local(Local::ClientSetInfo),
+        "client|reply" => Route::Local(Local::ClientReply),
         "multi" | "watch" | "subscribe" | "psubscribe" | "ssubscribe" | "monitor"
-        | "client|tracking" | "client|caching" | "client|reply" | "client|no-evict"
-        | "client|no-touch" | "readonly" | "readwrite" | "asking" | "sync" | "psync"
-        | "replconf" => Route::Pin,
+        | "client|tracking" | "client|caching" | "client|no-evict" | "client|no-touch"
+        | "readonly" | "readwrite" | "asking" | "sync" | "psync" | "replconf" => Route::Pin,
         "xread" | "xreadgroup" => {
             if req
                 .args

@@ -2,19 +2,25 @@
 //!
 //! The session reads requests, routes each ([`route`](super::route)), and keeps a FIFO of
 //! pending replies, one per request, so replies leave in request order whichever way each
-//! was answered: by a pooled upstream connection, by walrus itself, or with an error. Replies
-//! that are ready together are written together.
+//! was answered: by a pooled upstream connection, by the session's dedicated connection, by
+//! walrus itself, or with an error; and however long the durability gate held each of them.
+//! Replies that are ready together are written together.
+//!
+//! Before a write is sent upstream, the session registers its keys as dirty and waits for
+//! room under the durability bounds ([`crate::durability`]); the upstream connection holds
+//! its reply until the journal covers it.
 //!
 //! Backpressure: at most `max_pipeline_requests` replies may be pending; past that the
 //! session stops reading the client until replies drain, and a client that does not read its
 //! replies stalls only itself.
 
 use super::pinned;
-use super::pipeline::PipelinedRequest;
+use super::pipeline::{self, Gate, PipelinedRequest, TxCmd};
 use super::pool::{Pool, PoolKey};
-use super::route::{route, Local, Route};
+use super::route::{self, route, Local, Route};
 use super::Shared;
 use crate::config::Credentials;
+use crate::durability::{self, dirty::Scope, Access};
 use crate::metrics;
 use crate::resp::{write, Request, RequestParser};
 use crate::upstream::client::Conn;
@@ -27,6 +33,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
 const READ_CHUNK_BYTES: usize = 16 << 10;
+/// Requests queued for a pinned session's dedicated connection.
+const DEDICATED_QUEUE_REQUESTS: usize = 1024;
 
 /// What a client is, as Valkey must see it: the state every upstream connection that acts
 /// for this client must share.
@@ -62,16 +70,29 @@ enum Flow {
     Continue,
     /// Stop reading; close once pending replies are written.
     Close,
-    /// Move the session to a dedicated connection, starting with this request.
-    Pin(Request),
+    /// Hand the connection to a byte relay, starting with this request.
+    Relay(Request),
+}
+
+/// Where the session's commands run.
+enum Upstream {
+    /// A slot of the shared pool of this identity.
+    Pooled { pool: Arc<Pool>, slot: usize },
+    /// The session's own connection (see [`route`]).
+    Dedicated,
 }
 
 struct Session {
     shared: Arc<Shared>,
     id: Identity,
-    pool: Arc<Pool>,
-    slot: usize,
+    upstream: Upstream,
     tx: Option<mpsc::Sender<PipelinedRequest>>,
+    /// RESP3 pushes from a dedicated connection.
+    pushes: Option<mpsc::UnboundedReceiver<Bytes>>,
+    /// Inside MULTI (on the dedicated connection).
+    in_multi: bool,
+    /// A SELECT was queued in the current transaction: its writes' keys may be in any database.
+    selected_in_multi: bool,
     pending: VecDeque<Pending>,
     out: BytesMut,
     wr: OwnedWriteHalf,
@@ -86,9 +107,11 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
     let mut s = Session {
         shared: shared.clone(),
         id: Identity::default(),
-        pool,
-        slot,
+        upstream: Upstream::Pooled { pool, slot },
         tx,
+        pushes: None,
+        in_multi: false,
+        selected_in_multi: false,
         pending: VecDeque::new(),
         out: BytesMut::with_capacity(READ_CHUNK_BYTES),
         wr,
@@ -115,6 +138,13 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
                 }
                 if s.flush().await.is_err() {
                     return;
+                }
+            }
+            push = next_push(&mut s.pushes), if s.pushes.is_some() => {
+                match push {
+                    // Out of band, as Valkey sends it: pushes are not replies to any request.
+                    Some(p) => if s.wr.write_all(&p).await.is_err() { return },
+                    None => s.pushes = None,
                 }
             }
             r = rd.read_buf(&mut rbuf), if can_read => {
@@ -145,14 +175,14 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
                             reading = false;
                             break;
                         }
-                        Flow::Pin(req) => {
+                        Flow::Relay(req) => {
                             if s.drain().await.is_err() {
                                 return;
                             }
                             match pinned::open(&s.shared, &s.id).await {
                                 Ok(conn) => {
-                                    let Session { wr, id, .. } = s;
-                                    pinned::relay(shared, conn, id, req, rd, rbuf, parser, wr, shutdown).await;
+                                    let Session { wr, .. } = s;
+                                    pinned::relay(shared, conn, req, rd, rbuf, parser, wr, shutdown).await;
                                     return;
                                 }
                                 Err(e) => s.pending.push_back(Pending::Ready(e)),
@@ -173,14 +203,16 @@ async fn next_reply(pending: &mut VecDeque<Pending>) -> Bytes {
         .expect("guarded by the select condition")
     {
         Pending::Ready(b) => b.clone(),
-        Pending::Wait(rx) => rx.await.unwrap_or_else(|_| lost()),
+        Pending::Wait(rx) => rx.await.unwrap_or_else(|_| pipeline::lost_reply()),
     }
 }
 
-/// The reply for a request whose upstream connection broke before answering.
-fn lost() -> Bytes {
-    metrics::UPSTREAM_ERRORS.inc();
-    write::error("ERR walrus: connection to Valkey lost before the reply; the command may or may not have run")
+async fn next_push(pushes: &mut Option<mpsc::UnboundedReceiver<Bytes>>) -> Option<Bytes> {
+    pushes
+        .as_mut()
+        .expect("guarded by the select condition")
+        .recv()
+        .await
 }
 
 fn unavailable(reason: &str) -> Bytes {
@@ -199,7 +231,7 @@ impl Session {
             Pending::Wait(rx) => match rx.try_recv() {
                 Ok(b) => b,
                 Err(oneshot::error::TryRecvError::Empty) => return None,
-                Err(oneshot::error::TryRecvError::Closed) => lost(),
+                Err(oneshot::error::TryRecvError::Closed) => pipeline::lost_reply(),
             },
         };
         self.pending.pop_front();
@@ -220,37 +252,162 @@ impl Session {
         while let Some(p) = self.pending.pop_front() {
             let reply = match p {
                 Pending::Ready(b) => b,
-                Pending::Wait(rx) => rx.await.unwrap_or_else(|_| lost()),
+                Pending::Wait(rx) => rx.await.unwrap_or_else(|_| pipeline::lost_reply()),
             };
             self.out.extend_from_slice(&reply);
         }
         self.flush().await
     }
 
+    fn dedicated(&self) -> bool {
+        matches!(self.upstream, Upstream::Dedicated)
+    }
+
     async fn handle(&mut self, req: Request) -> Flow {
         match route(&self.shared.table, &req) {
             Route::Pool => {
-                self.forward(req.raw).await;
+                self.forward(req).await;
                 Flow::Continue
             }
-            Route::Pin => Flow::Pin(req),
+            Route::Pin if route::is_relay_mode(&req, self.id.resp3) => {
+                if self.dedicated() {
+                    return self.ready(write::error(
+                        "ERR walrus: this connection already has a transaction, blocking or tracking state; \
+                         use a separate connection for RESP2 Pub/Sub or MONITOR",
+                    ));
+                }
+                Flow::Relay(req)
+            }
+            Route::Pin => {
+                if !self.dedicated() {
+                    if let Err(e) = self.dedicate().await {
+                        return self.ready(e);
+                    }
+                }
+                self.forward(req).await;
+                Flow::Continue
+            }
             Route::Local(l) => self.local(l, req).await,
         }
     }
 
-    /// Sends a command on the client's pooled connection.
-    async fn forward(&mut self, cmd: Bytes) {
-        let rx = self.send(cmd).await;
-        self.pending.push_back(rx);
+    /// Moves the session to its own upstream connection, after its pending replies.
+    async fn dedicate(&mut self) -> Result<(), Bytes> {
+        self.drain()
+            .await
+            .map_err(|_| write::error("ERR walrus: client connection failed"))?;
+        let conn = pinned::open(&self.shared, &self.id).await?;
+        let (tx, rx) = mpsc::channel(DEDICATED_QUEUE_REQUESTS);
+        let (push_tx, push_rx) = mpsc::unbounded_channel();
+        let ctx = self.shared.pools.ctx().clone();
+        tokio::spawn(async move {
+            if let Err(e) = pipeline::run(conn, rx, ctx, Some(push_tx)).await {
+                tracing::debug!("dedicated upstream connection ended: {e}");
+            }
+        });
+        metrics::PINNED_SESSIONS.inc();
+        self.upstream = Upstream::Dedicated;
+        self.tx = Some(tx);
+        self.pushes = Some(push_rx);
+        Ok(())
     }
 
-    async fn send(&mut self, cmd: Bytes) -> Pending {
-        let (tx, rx) = oneshot::channel();
-        let mut req = PipelinedRequest {
-            db: self.id.db,
-            cmd,
-            reply: tx,
+    /// Back to the shared pool of the session's identity (after RESET, AUTH, HELLO).
+    async fn pool_again(&mut self) {
+        let pool = self
+            .shared
+            .pools
+            .get(self.id.pool_key(), self.id.creds.as_ref())
+            .await;
+        let slot = pool.pick();
+        self.tx = pool.sender(slot).ok();
+        self.upstream = Upstream::Pooled { pool, slot };
+        self.pushes = None;
+        self.in_multi = false;
+        self.selected_in_multi = false;
+    }
+
+    /// Sends a client command upstream, registering it with the durability gate.
+    async fn forward(&mut self, req: Request) {
+        let tx = self.tx_cmd(&req);
+        let gate = match self.gate(&req, tx).await {
+            Ok(g) => g,
+            Err(refused) => {
+                self.pending.push_back(Pending::Ready(refused));
+                return;
+            }
         };
+        match tx {
+            TxCmd::Multi => self.in_multi = true,
+            TxCmd::End => {
+                self.in_multi = false;
+                self.selected_in_multi = false;
+            }
+            TxCmd::SelectInMulti => self.selected_in_multi = true,
+            TxCmd::Other => {}
+        }
+        let db = (!self.in_multi && tx != TxCmd::End).then_some(self.id.db);
+        let p = self
+            .send(PipelinedRequest {
+                db,
+                cmd: req.raw,
+                reply: oneshot::channel().0,
+                gate,
+                tx,
+            })
+            .await;
+        self.pending.push_back(p);
+    }
+
+    fn tx_cmd(&self, req: &Request) -> TxCmd {
+        if !self.dedicated() {
+            return TxCmd::Other;
+        }
+        let n = req.name();
+        if n.eq_ignore_ascii_case(b"MULTI") {
+            TxCmd::Multi
+        } else if self.in_multi
+            && (n.eq_ignore_ascii_case(b"EXEC") || n.eq_ignore_ascii_case(b"DISCARD"))
+        {
+            TxCmd::End
+        } else if self.in_multi && n.eq_ignore_ascii_case(b"SELECT") {
+            TxCmd::SelectInMulti
+        } else {
+            TxCmd::Other
+        }
+    }
+
+    /// How the reply will be released (see [`crate::durability`]); `Err` is the refusal.
+    async fn gate(&mut self, req: &Request, tx: TxCmd) -> Result<Gate, Bytes> {
+        let Some(d) = self.shared.pools.ctx().durability.clone() else {
+            return Ok(Gate::Free);
+        };
+        if tx == TxCmd::End {
+            // EXEC's reply shows what the transaction read and wrote: it waits for the
+            // offset after it.
+            return Ok(Gate::Offset(None));
+        }
+        let class = self.shared.table.classify(&req.args);
+        match durability::access(&class, &req.args, req.raw.len(), self.id.db) {
+            Access::Free => Ok(Gate::Free),
+            // Inside MULTI a read only answers +QUEUED; EXEC is gated.
+            Access::Read(_) if self.in_multi => Ok(Gate::Free),
+            Access::Read(scope) => Ok(Gate::Read(scope)),
+            Access::Write(scope) => {
+                let scope = if self.selected_in_multi {
+                    Scope::All
+                } else {
+                    scope
+                };
+                d.write_room().await?;
+                Ok(Gate::Offset(Some(d.begin_write(scope)?)))
+            }
+        }
+    }
+
+    async fn send(&mut self, mut req: PipelinedRequest) -> Pending {
+        let (reply_tx, rx) = oneshot::channel();
+        req.reply = reply_tx;
         for _ in 0..2 {
             if let Some(sender) = &self.tx {
                 match sender.send(req).await {
@@ -259,23 +416,27 @@ impl Session {
                 }
             }
             // The connection this client used is gone; take the slot's current one.
-            match self.pool.sender(self.slot) {
+            let current = match &self.upstream {
+                Upstream::Pooled { pool, slot } => pool.sender(*slot),
+                Upstream::Dedicated => {
+                    Err("the session's dedicated connection was lost".to_string())
+                }
+            };
+            match current {
                 Ok(s) => self.tx = Some(s),
-                Err(reason) => return Pending::Ready(unavailable(&reason)),
+                Err(reason) => return self.refuse(req, &reason),
             }
         }
-        Pending::Ready(unavailable("connection lost"))
+        self.refuse(req, "connection lost")
     }
 
-    async fn switch_pool(&mut self) {
-        let pool = self
-            .shared
-            .pools
-            .get(self.id.pool_key(), self.id.creds.as_ref())
-            .await;
-        self.slot = pool.pick();
-        self.tx = pool.sender(self.slot).ok();
-        self.pool = pool;
+    /// A request that was never sent: its write mark is released at once.
+    fn refuse(&self, req: PipelinedRequest, reason: &str) -> Pending {
+        if let (Gate::Offset(Some(mark)), Some(d)) = (req.gate, &self.shared.pools.ctx().durability)
+        {
+            d.abandon_batch(Vec::new(), vec![mark], Bytes::new(), None);
+        }
+        Pending::Ready(unavailable(reason))
     }
 
     fn ready(&mut self, reply: Bytes) -> Flow {
@@ -285,9 +446,14 @@ impl Session {
 
     async fn local(&mut self, cmd: Local, req: Request) -> Flow {
         match cmd {
+            Local::Select if self.in_multi => {
+                // Queued with the transaction: Valkey answers it.
+                self.forward(req).await;
+                Flow::Continue
+            }
             Local::Select => {
                 if req.args.len() != 2 {
-                    self.forward(req.raw).await; // Valkey's own arity error
+                    self.forward(req).await; // Valkey's own arity error
                     return Flow::Continue;
                 }
                 let reply = match crate::resp::parse_i64(&req.args[1]) {
@@ -310,8 +476,9 @@ impl Session {
                 if self.drain().await.is_err() {
                     return Flow::Close;
                 }
+                // A dedicated connection is dropped with its state; the session is pooled again.
                 self.id = Identity::default();
-                self.switch_pool().await;
+                self.pool_again().await;
                 self.ready(write::simple("RESET"))
             }
             Local::Auth => {
@@ -325,27 +492,39 @@ impl Session {
                         password: String::from_utf8_lossy(&req.args[2]).into_owned(),
                     },
                     _ => {
-                        self.forward(req.raw).await; // Valkey's own syntax error
+                        self.forward(req).await; // Valkey's own syntax error
                         return Flow::Continue;
                     }
                 };
                 if self.drain().await.is_err() {
                     return Flow::Close;
                 }
-                let reply = match verify(&self.shared, &req.raw).await {
+                match verify(&self.shared, &req.raw).await {
                     Ok(()) => {
                         self.id.creds = Some(creds);
-                        self.switch_pool().await;
-                        Bytes::from_static(write::OK)
+                        if self.dedicated() {
+                            // The dedicated connection switches user too; its +OK is the reply.
+                            self.forward(req).await;
+                            return Flow::Continue;
+                        }
+                        self.pool_again().await;
+                        self.ready(Bytes::from_static(write::OK))
                     }
-                    Err(reply) => reply,
-                };
-                self.ready(reply)
+                    Err(reply) => self.ready(reply),
+                }
+            }
+            Local::Hello if self.dedicated() => {
+                // The connection is the client's own: Valkey handles HELLO on it.
+                if let Some(v) = req.args.get(1).and_then(|v| crate::resp::parse_i64(v)) {
+                    self.id.resp3 = v == 3;
+                }
+                self.forward(req).await;
+                Flow::Continue
             }
             Local::Hello => self.hello(req).await,
             Local::ClientSetName => {
                 if req.args.len() != 3 {
-                    self.forward(req.raw).await;
+                    self.forward(req).await;
                     return Flow::Continue;
                 }
                 match valid_name(&req.args[2]) {
@@ -358,7 +537,7 @@ impl Session {
             }
             Local::ClientGetName => {
                 if req.args.len() != 2 {
-                    self.forward(req.raw).await;
+                    self.forward(req).await;
                     return Flow::Continue;
                 }
                 let reply = write::bulk_or_null(self.id.name.as_deref(), self.id.resp3);
@@ -368,7 +547,7 @@ impl Session {
                 // Library name and version are per connection; pooled connections are shared,
                 // so walrus validates and accepts them without passing them on.
                 if req.args.len() != 4 {
-                    self.forward(req.raw).await;
+                    self.forward(req).await;
                     return Flow::Continue;
                 }
                 if !(req.arg_is(2, "lib-name") || req.arg_is(2, "lib-ver")) {
@@ -385,6 +564,18 @@ impl Session {
                         String::from_utf8_lossy(&req.args[2]).to_ascii_lowercase()
                     ))),
                 }
+            }
+            Local::ClientReply => {
+                if req.args.len() == 3 && req.arg_is(2, "ON") {
+                    return self.ready(Bytes::from_static(write::OK));
+                }
+                if req.args.len() == 3 && (req.arg_is(2, "OFF") || req.arg_is(2, "SKIP")) {
+                    return self.ready(write::error(
+                        "ERR walrus: CLIENT REPLY OFF and SKIP are not supported: walrus holds each reply until it is durable",
+                    ));
+                }
+                self.forward(req).await; // Valkey's own syntax error
+                Flow::Continue
             }
         }
     }
@@ -453,25 +644,24 @@ impl Session {
             None => write::command(["HELLO"]),
         };
         let (tx, rx) = oneshot::channel();
+        let request = PipelinedRequest {
+            db: Some(id.db),
+            cmd: hello,
+            reply: tx,
+            gate: Gate::Free,
+            tx: TxCmd::Other,
+        };
         let reply = match pool.sender(slot) {
             Err(reason) => unavailable(&reason),
-            Ok(sender) => match sender
-                .send(PipelinedRequest {
-                    db: id.db,
-                    cmd: hello,
-                    reply: tx,
-                })
-                .await
-            {
+            Ok(sender) => match sender.send(request).await {
                 Err(_) => unavailable("connection lost"),
-                Ok(()) => rx.await.unwrap_or_else(|_| lost()),
+                Ok(()) => rx.await.unwrap_or_else(|_| pipeline::lost_reply()),
             },
         };
         if !reply.starts_with(b"-") {
             self.id = id;
-            self.pool = pool;
-            self.slot = slot;
-            self.tx = self.pool.sender(slot).ok();
+            self.tx = pool.sender(slot).ok();
+            self.upstream = Upstream::Pooled { pool, slot };
         }
         self.ready(reply)
     }

@@ -64,9 +64,13 @@ pub(crate) fn find_crlf(buf: &[u8], from: usize) -> Option<usize> {
 }
 
 /// Parses a signed decimal as Valkey's `string2ll` does: no sign-only, no leading `+`,
-/// no spaces, no overflow.
+/// no leading zeros (`01`, `-0`), no spaces, no overflow.
 pub(crate) fn parse_i64(s: &[u8]) -> Option<i64> {
     if s.is_empty() || s.len() > 20 {
+        return None;
+    }
+    let digits = s.strip_prefix(b"-").unwrap_or(s);
+    if digits.first() == Some(&b'0') && s != b"0" {
         return None;
     }
     std::str::from_utf8(s)

@@ -121,11 +121,16 @@ impl RequestParser {
     }
 
     fn inline(&mut self, buf: &mut BytesMut) -> Result<Step, ParseError> {
-        let Some(nl) = buf.iter().position(|&b| b == b'\n') else {
-            if buf.len() > self.limits.max_inline_bytes {
-                return Err(ParseError::new("too big inline request"));
+        // Valkey looks for the newline with strchr, which stops at a NUL byte: a line with a
+        // NUL before its newline is never complete (until it is too big).
+        let nl = match buf.iter().position(|&b| b == b'\n' || b == 0) {
+            Some(i) if buf[i] == b'\n' => i,
+            _ => {
+                if buf.len() > self.limits.max_inline_bytes {
+                    return Err(ParseError::new("too big inline request"));
+                }
+                return Ok(Step::NeedMore);
             }
-            return Ok(Step::NeedMore);
         };
         let line = buf.split_to(nl + 1);
         let mut text = &line[..nl];
@@ -200,11 +205,16 @@ impl RequestParser {
                 .ok_or_else(|| ParseError::new("invalid bulk length"))?
                 as usize;
             let start = cr + 2;
-            // Like Valkey, the two bytes after the data are skipped, not checked.
             let end = start + len + 2;
             if buf.len() < end {
                 self.wanted = end;
                 return Ok(Step::NeedMore);
+            }
+            // Valkey (9.0.x patch releases, 8.0.11+) refuses a bulk not followed by CRLF.
+            // Checking matters beyond the error text: the raw bytes are forwarded, and Valkey
+            // would close the shared pooled connection on them.
+            if &buf[end - 2..end] != b"\r\n" {
+                return Err(ParseError::new("invalid CRLF in request"));
             }
             args.push(start..start + len);
             *pos = end;
@@ -234,9 +244,11 @@ fn find_line_end(buf: &[u8], from: usize) -> Option<usize> {
 
 /// Splits an inline command line into arguments with Valkey's `sdssplitargs` rules:
 /// blanks separate, "double quotes" take `\n \r \t \b \a \\ \" \xHH` escapes, 'single quotes'
-/// take `\'`, and a closing quote must be followed by a blank or the end.
+/// take `\'`, and quoted and unquoted parts next to each other form one argument
+/// (`"a"'b'c` is `abc`, as in Valkey 9). A NUL byte ends the line, as it ends a C string.
 /// `None` means unbalanced quotes.
 pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let line = &line[..line.iter().position(|&b| b == 0).unwrap_or(line.len())];
     let mut args = Vec::new();
     let mut i = 0;
     let n = line.len();
@@ -274,11 +286,8 @@ pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
                         other => other,
                     });
                 } else if c == b'"' {
-                    if i + 1 < n && !is_space(line[i + 1]) {
-                        return None;
-                    }
-                    i += 1;
-                    break;
+                    // Valkey 9: quoted and unquoted parts of one argument concatenate.
+                    inq = false;
                 } else {
                     cur.push(c);
                 }
@@ -291,11 +300,7 @@ pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
                     i += 1;
                     cur.push(b'\'');
                 } else if c == b'\'' {
-                    if i + 1 < n && !is_space(line[i + 1]) {
-                        return None;
-                    }
-                    i += 1;
-                    break;
+                    insq = false;
                 } else {
                     cur.push(c);
                 }
@@ -383,7 +388,9 @@ mod tests {
             (b"*1\r\n$-5\r\n", "invalid bulk length"),
             (b"*1\r\n$999999999999\r\n", "invalid bulk length"),
             (b"SET \"a\r\n", "unbalanced quotes in request"),
-            (b"SET \"a\"b\r\n", "unbalanced quotes in request"),
+            (b"*1\r\n$4\r\nPINGxx", "invalid CRLF in request"),
+            (b"*01\r\n", "invalid multibulk length"),
+            (b"*1\r\n$04\r\n", "invalid bulk length"),
         ];
         for (input, text) in cases {
             let (_, err) = parse_all(input);
@@ -457,5 +464,10 @@ mod tests {
         );
         assert_eq!(split_args(b"   ").unwrap(), Vec::<Vec<u8>>::new());
         assert!(split_args(b"'abc").is_none());
+        assert_eq!(
+            split_args(b"ECHO \"a\"'b'c").unwrap(),
+            vec![b"ECHO".to_vec(), b"abc".to_vec()]
+        );
+        assert_eq!(split_args(b"a\0b c").unwrap(), vec![b"a".to_vec()]);
     }
 }

@@ -1,0 +1,205 @@
+//! The dirty-key map: which keys (per database) have writes that Valkey executed but the
+//! journal does not cover yet.
+//!
+//! Every write gets a *generation*, a number that grows by one per write. A key remembers how
+//! many of its writes are pending and the newest one's generation. A read that finds its key
+//! dirty waits until every write up to that generation is durable ([`settled_through`]):
+//! later writes to the same key cannot extend the wait, so a hot key never starves readers,
+//! and earlier writes to it (which may have run after the newest one on another connection)
+//! are covered too.
+//!
+//! [`settled_through`]: DirtyKeys::settled_through
+
+use bytes::Bytes;
+use std::collections::{BTreeSet, HashMap};
+
+/// What a command touches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// These keys of one database.
+    Keys { db: u32, keys: Vec<Bytes> },
+    /// Every key of one database (FLUSHDB).
+    Db(u32),
+    /// Every key of every database (FLUSHALL, SWAPDB, unknown commands, keyspace scans).
+    All,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    pending_writes: u32,
+    newest_generation: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct DirtyKeys {
+    last_generation: u64,
+    pending: BTreeSet<u64>,
+    keys: HashMap<(u32, Bytes), Mark>,
+    dbs: HashMap<u32, Mark>,
+    all: Option<Mark>,
+}
+
+fn bump(slot: &mut Option<Mark>, generation: u64) {
+    let m = slot.get_or_insert(Mark {
+        pending_writes: 0,
+        newest_generation: 0,
+    });
+    m.pending_writes += 1;
+    m.newest_generation = generation;
+}
+
+impl DirtyKeys {
+    /// Registers a write; returns its generation.
+    pub fn mark(&mut self, scope: &Scope) -> u64 {
+        self.last_generation += 1;
+        let generation = self.last_generation;
+        self.pending.insert(generation);
+        match scope {
+            Scope::Keys { db, keys } => {
+                for k in keys {
+                    let m = self.keys.entry((*db, k.clone())).or_insert(Mark {
+                        pending_writes: 0,
+                        newest_generation: 0,
+                    });
+                    m.pending_writes += 1;
+                    m.newest_generation = generation;
+                }
+            }
+            Scope::Db(db) => {
+                let mut slot = self.dbs.get(db).copied();
+                bump(&mut slot, generation);
+                self.dbs.insert(*db, slot.expect("just set"));
+            }
+            Scope::All => bump(&mut self.all, generation),
+        }
+        generation
+    }
+
+    /// The write of `generation` is durable (or will never be).
+    pub fn unmark(&mut self, generation: u64, scope: &Scope) {
+        self.pending.remove(&generation);
+        fn drop_one<K: std::hash::Hash + Eq>(map: &mut HashMap<K, Mark>, key: K) {
+            if let std::collections::hash_map::Entry::Occupied(mut e) = map.entry(key) {
+                e.get_mut().pending_writes -= 1;
+                if e.get().pending_writes == 0 {
+                    e.remove();
+                }
+            }
+        }
+        match scope {
+            Scope::Keys { db, keys } => {
+                for k in keys {
+                    drop_one(&mut self.keys, (*db, k.clone()));
+                }
+            }
+            Scope::Db(db) => drop_one(&mut self.dbs, *db),
+            Scope::All => {
+                if let Some(m) = &mut self.all {
+                    m.pending_writes -= 1;
+                    if m.pending_writes == 0 {
+                        self.all = None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// For a read of `scope`: the generation to wait for, or `None` when nothing it reads
+    /// is dirty.
+    pub fn pending_for(&self, scope: &Scope) -> Option<u64> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        let newest = |m: Option<&Mark>| m.map(|m| m.newest_generation);
+        match scope {
+            Scope::Keys { db, keys } => {
+                let mut g = newest(self.all.as_ref()).max(newest(self.dbs.get(db)));
+                for k in keys {
+                    // Hashing a (db, key) pair needs an owned key; the clone is a refcount bump.
+                    g = g.max(newest(self.keys.get(&(*db, k.clone()))));
+                }
+                g
+            }
+            // A scan of a database, or of everything, can see any pending write.
+            Scope::Db(_) | Scope::All => self.pending.last().copied(),
+        }
+    }
+
+    /// Every write with a generation up to this one is settled.
+    pub fn settled_through(&self) -> u64 {
+        match self.pending.first() {
+            Some(g) => g - 1,
+            None => self.last_generation,
+        }
+    }
+
+    /// Dirty keys right now.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty() && self.dbs.is_empty() && self.all.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(db: u32, ks: &[&str]) -> Scope {
+        Scope::Keys {
+            db,
+            keys: ks
+                .iter()
+                .map(|k| Bytes::copy_from_slice(k.as_bytes()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_read_waits_for_the_writes_pending_on_its_keys_only() {
+        let mut d = DirtyKeys::default();
+        let a1 = d.mark(&keys(0, &["a"]));
+        let b = d.mark(&keys(0, &["b"]));
+        let a2 = d.mark(&keys(0, &["a"]));
+        assert_eq!(d.pending_for(&keys(0, &["a"])), Some(a2));
+        assert_eq!(d.pending_for(&keys(0, &["b"])), Some(b));
+        assert_eq!(d.pending_for(&keys(0, &["c"])), None);
+        assert_eq!(
+            d.pending_for(&keys(1, &["a"])),
+            None,
+            "databases are separate"
+        );
+        // The newest write on `a` settles first: `a` is still dirty (a1 pending), and a read
+        // of it waits through a2, which covers a1.
+        d.unmark(a2, &keys(0, &["a"]));
+        assert_eq!(d.pending_for(&keys(0, &["a"])), Some(a2));
+        assert_eq!(d.settled_through(), a1 - 1);
+        d.unmark(a1, &keys(0, &["a"]));
+        assert_eq!(d.pending_for(&keys(0, &["a"])), None);
+        assert_eq!(d.settled_through(), b - 1);
+        d.unmark(b, &keys(0, &["b"]));
+        assert_eq!(d.settled_through(), a2);
+        assert!(d.is_empty());
+    }
+
+    #[test]
+    fn whole_database_and_global_marks_cover_every_key() {
+        let mut d = DirtyKeys::default();
+        let f = d.mark(&Scope::Db(2));
+        assert_eq!(d.pending_for(&keys(2, &["x"])), Some(f));
+        assert_eq!(d.pending_for(&keys(0, &["x"])), None);
+        let all = d.mark(&Scope::All);
+        assert_eq!(d.pending_for(&keys(0, &["x"])), Some(all));
+        assert_eq!(
+            d.pending_for(&Scope::All),
+            Some(all),
+            "keyspace scans wait for everything"
+        );
+        d.unmark(all, &Scope::All);
+        d.unmark(f, &Scope::Db(2));
+        assert!(d.is_empty());
+        assert_eq!(d.pending_for(&Scope::All), None);
+    }
+}

@@ -1,0 +1,406 @@
+//! The durability rule, written once:
+//!
+//! > **A reply leaves walrus only when the journal covers everything it reveals.**
+//!
+//! - A *write*'s reply is held until the journal's durable replication offset reaches the
+//!   offset Valkey reported right after the write's batch (the `ROLE` appended to every
+//!   upstream batch that writes; see [`crate::proxy::pipeline`]).
+//! - A *read*'s reply is held when, at the moment it arrives from Valkey, any key it read is
+//!   *dirty*: written by a write whose batch is not durable yet. It is released once every
+//!   write that was pending on those keys at that moment is durable ([`dirty`]). Reads that
+//!   scan the keyspace (KEYS, SCAN, DBSIZE, RANDOMKEY, read-only scripts without keys) wait
+//!   for every pending write. Writes whose keys walrus cannot know (unknown commands,
+//!   FLUSHALL, SWAPDB, scripts that declare no keys) dirty every key.
+//! - Until the replica link is attached and the journal follows Valkey's stream, writes are
+//!   refused: before that, Valkey's offsets do not move (no replication backlog yet), and a
+//!   write would look durable with nothing journaled.
+//! - When the journal fails (an I/O error, an fsync error: never retried and trusted), every
+//!   held reply gets an error, writes are refused with `-MISCONF`, and reads of clean keys go
+//!   on. A write whose connection broke before its offset was known is never acknowledged.
+//! - Executed-but-not-durable bytes are bounded (`durability.max_pending_bytes`), and so is
+//!   the memory of held replies (`durability.max_held_bytes`): past either, new writes wait
+//!   before they are sent to Valkey; reads keep flowing.
+//!
+//! Side effects are not gated: Pub/Sub messages, keyspace notifications and CLIENT TRACKING
+//! invalidations are delivered as Valkey sends them, possibly before the write that caused
+//! them is durable (a subscriber can see an event for a write a crash then loses). The data
+//! itself, read with any command, never is.
+
+pub mod dirty;
+
+use bytes::Bytes;
+use dirty::{DirtyKeys, Scope};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use tokio::sync::{oneshot, Notify};
+
+/// A reply waiting for durability.
+#[derive(Debug)]
+pub struct Held {
+    pub tx: oneshot::Sender<Bytes>,
+    pub reply: Bytes,
+}
+
+impl Held {
+    fn release(self) {
+        let _ = self.tx.send(self.reply);
+    }
+
+    fn fail(self, why: &Bytes) {
+        let _ = self.tx.send(why.clone());
+    }
+}
+
+/// A write registered with the dirty-key map; given back when its batch is settled.
+#[derive(Debug)]
+pub struct WriteMark {
+    generation: u64,
+    scope: Scope,
+}
+
+/// Why writes are not accepted right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Status {
+    /// The replica link is not (yet, or no longer) following Valkey's stream.
+    Detached,
+    Attached,
+    /// The journal failed: permanent.
+    Failed(String),
+}
+
+struct State {
+    status: Status,
+    /// Highest replication offset the journal holds durably (or that a stored RDB covers).
+    durable_offset: u64,
+    /// Highest batch offset Valkey has reported.
+    executed_offset: u64,
+    dirty: DirtyKeys,
+    /// Settled write batches waiting for `durable_offset` to reach their offset.
+    batches: BTreeMap<u64, Vec<(Vec<Held>, Vec<WriteMark>)>>,
+    /// Reads waiting for every write up to a generation to be durable.
+    reads: BTreeMap<u64, Vec<Held>>,
+    held_bytes: u64,
+}
+
+pub struct Durability {
+    state: Mutex<State>,
+    /// Woken when writes may proceed again (room freed, status changed).
+    room: Notify,
+    max_pending_bytes: u64,
+    max_held_bytes: u64,
+}
+
+/// The error a refused write gets.
+fn refusal(status: &Status) -> Bytes {
+    crate::resp::write::error(&match status {
+        Status::Detached => {
+            "MISCONF walrus: the journal is not attached to Valkey's replication stream; writes are refused until it is"
+                .to_string()
+        }
+        Status::Failed(why) => format!("MISCONF walrus: journal failed, writes are refused: {}", why.replace(['\r', '\n'], " ")),
+        Status::Attached => unreachable!("attached writes are not refused"),
+    })
+}
+
+impl Durability {
+    pub fn new(max_pending_bytes: u64, max_held_bytes: u64) -> Durability {
+        Durability {
+            state: Mutex::new(State {
+                status: Status::Detached,
+                durable_offset: 0,
+                executed_offset: 0,
+                dirty: DirtyKeys::default(),
+                batches: BTreeMap::new(),
+                reads: BTreeMap::new(),
+                held_bytes: 0,
+            }),
+            room: Notify::new(),
+            max_pending_bytes,
+            max_held_bytes,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("durability state lock")
+    }
+
+    pub fn status(&self) -> Status {
+        self.lock().status.clone()
+    }
+
+    /// Waits until a write may be sent: attached, and pending bytes and held memory under
+    /// their bounds. Returns the refusal reply when writes are refused instead.
+    pub async fn write_room(&self) -> Result<(), Bytes> {
+        loop {
+            let notified = self.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let s = self.lock();
+                if s.status != Status::Attached {
+                    return Err(refusal(&s.status));
+                }
+                let pending = s.executed_offset.saturating_sub(s.durable_offset);
+                if pending <= self.max_pending_bytes && s.held_bytes <= self.max_held_bytes {
+                    return Ok(());
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Registers a write about to be sent: its keys become dirty.
+    pub fn begin_write(&self, scope: Scope) -> Result<WriteMark, Bytes> {
+        let mut s = self.lock();
+        if s.status != Status::Attached {
+            return Err(refusal(&s.status));
+        }
+        let generation = s.dirty.mark(&scope);
+        Ok(WriteMark { generation, scope })
+    }
+
+    /// A batch's offset is known: its write replies wait for it.
+    pub fn settle_batch(&self, offset: u64, replies: Vec<Held>, marks: Vec<WriteMark>) {
+        let mut s = self.lock();
+        if let Status::Failed(_) = s.status {
+            let why = refusal(&s.status);
+            s.unmark(marks);
+            drop(s);
+            replies.into_iter().for_each(|h| h.fail(&why));
+            return;
+        }
+        s.executed_offset = s.executed_offset.max(offset);
+        if offset <= s.durable_offset {
+            s.unmark(marks);
+            let reads = s.ready_reads();
+            drop(s);
+            replies.into_iter().chain(reads).for_each(Held::release);
+            return;
+        }
+        s.held_bytes += replies.iter().map(|h| h.reply.len() as u64).sum::<u64>();
+        s.batches.entry(offset).or_default().push((replies, marks));
+    }
+
+    /// A batch whose offset can never be known (its connection broke, ROLE failed): its
+    /// replies get `why`. Its writes may have run, so their keys stay dirty until the journal
+    /// passes `offset_hint` (Valkey's offset learned afterwards), or for good if unknown.
+    pub fn abandon_batch(
+        &self,
+        replies: Vec<Held>,
+        marks: Vec<WriteMark>,
+        why: Bytes,
+        offset_hint: Option<u64>,
+    ) {
+        replies.into_iter().for_each(|h| h.fail(&why));
+        if marks.is_empty() {
+            return;
+        }
+        match offset_hint {
+            Some(offset) => self.settle_batch(offset, Vec::new(), marks),
+            None => {
+                // Valkey is unreachable: the writes either never ran or died with it. Keeping
+                // the keys dirty until the journal fails or is reattached would be safe too,
+                // but would block reads of a Valkey that restarted empty; clear them.
+                let mut s = self.lock();
+                s.unmark(marks);
+                let reads = s.ready_reads();
+                drop(s);
+                reads.into_iter().for_each(Held::release);
+            }
+        }
+    }
+
+    /// A read's reply arrived: release it now, or hold it while its keys are dirty.
+    pub fn read_reply(&self, scope: &Scope, held: Held) {
+        let mut s = self.lock();
+        let Some(generation) = s.dirty.pending_for(scope) else {
+            drop(s);
+            return held.release();
+        };
+        if let Status::Failed(_) = s.status {
+            // The write it would reveal can no longer become durable.
+            let why = refusal(&s.status);
+            drop(s);
+            return held.fail(&why);
+        }
+        s.held_bytes += held.reply.len() as u64;
+        s.reads.entry(generation).or_default().push(held);
+    }
+
+    /// The journal's durable offset advanced.
+    pub fn set_durable(&self, offset: u64) {
+        let mut s = self.lock();
+        if offset <= s.durable_offset {
+            return;
+        }
+        s.durable_offset = offset;
+        let later = s.batches.split_off(&(offset + 1));
+        let done = std::mem::replace(&mut s.batches, later);
+        let mut out = Vec::new();
+        for (_, batches) in done {
+            for (replies, marks) in batches {
+                s.held_bytes -= replies.iter().map(|h| h.reply.len() as u64).sum::<u64>();
+                s.unmark(marks);
+                out.extend(replies);
+            }
+        }
+        out.extend(s.ready_reads());
+        drop(s);
+        out.into_iter().for_each(Held::release);
+        self.room.notify_waiters();
+    }
+
+    /// The replica link attached (or re-attached) to Valkey's stream at `offset`. After a full
+    /// resynchronization, `offset` is covered by the stored RDB, so it is durable too. A new
+    /// replication history (`new_history`: Valkey restarted or failed over) invalidates every
+    /// held write: its offset belongs to the old history.
+    pub fn attach(&self, offset: u64, durable: bool, new_history: bool) {
+        let mut s = self.lock();
+        let mut failed = Vec::new();
+        if new_history {
+            let why = crate::resp::write::error(
+                "ERR walrus: Valkey's replication history changed before this write was journaled; it may be lost",
+            );
+            for (_, batches) in std::mem::take(&mut s.batches) {
+                for (replies, marks) in batches {
+                    s.unmark(marks);
+                    failed.extend(replies.into_iter().map(|h| (h, why.clone())));
+                }
+            }
+            s.durable_offset = offset;
+            s.executed_offset = offset;
+            s.held_bytes = s
+                .reads
+                .values()
+                .flatten()
+                .map(|h| h.reply.len() as u64)
+                .sum();
+        }
+        s.status = Status::Attached;
+        drop(s);
+        failed.into_iter().for_each(|(h, why)| h.fail(&why));
+        if durable {
+            self.set_durable(offset);
+        }
+        self.room.notify_waiters();
+    }
+
+    /// The replica link broke: refuse new writes until it is back. Held replies stay held:
+    /// a partial resync will deliver their offsets.
+    pub fn detach(&self) {
+        let mut s = self.lock();
+        if s.status == Status::Attached {
+            s.status = Status::Detached;
+        }
+        drop(s);
+        self.room.notify_waiters();
+    }
+
+    /// The journal failed for good: every held reply gets an error, writes are refused.
+    pub fn fail(&self, why: &str) {
+        let mut s = self.lock();
+        s.status = Status::Failed(why.to_string());
+        let err = refusal(&s.status);
+        let mut out: Vec<Held> = Vec::new();
+        for (_, batches) in std::mem::take(&mut s.batches) {
+            for (replies, marks) in batches {
+                s.unmark(marks);
+                out.extend(replies);
+            }
+        }
+        for (_, reads) in std::mem::take(&mut s.reads) {
+            out.extend(reads);
+        }
+        s.held_bytes = 0;
+        drop(s);
+        out.into_iter().for_each(|h| h.fail(&err));
+        self.room.notify_waiters();
+    }
+
+    /// For metrics and tests: (durable offset, executed offset, held bytes, dirty keys).
+    pub fn snapshot(&self) -> (u64, u64, u64, usize) {
+        let s = self.lock();
+        (
+            s.durable_offset,
+            s.executed_offset,
+            s.held_bytes,
+            s.dirty.len(),
+        )
+    }
+}
+
+impl State {
+    fn unmark(&mut self, marks: Vec<WriteMark>) {
+        for m in marks {
+            self.dirty.unmark(m.generation, &m.scope);
+        }
+    }
+
+    /// Reads whose writes are all durable now.
+    fn ready_reads(&mut self) -> Vec<Held> {
+        let upto = self.dirty.settled_through();
+        let later = self.reads.split_off(&(upto + 1));
+        let ready = std::mem::replace(&mut self.reads, later);
+        let out: Vec<Held> = ready.into_values().flatten().collect();
+        self.held_bytes -= out.iter().map(|h| h.reply.len() as u64).sum::<u64>();
+        out
+    }
+}
+
+/// How a request relates to durability, decided from its classification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Access {
+    /// Reveals no data: released at once (PING, CLIENT ..., CONFIG GET, ...).
+    Free,
+    /// Reads what `Scope` covers.
+    Read(Scope),
+    /// May change what `Scope` covers.
+    Write(Scope),
+}
+
+/// Keys from a request larger than this are copied, so that a held dirty-key mark does not
+/// keep a large request (a 64 MiB SET) in memory.
+const COPY_KEYS_ABOVE_BYTES: usize = 64 << 10;
+
+/// Decides a request's [`Access`] (the rules in the module doc).
+pub fn access(class: &crate::commands::Class, args: &[Bytes], raw_len: usize, db: u32) -> Access {
+    use crate::commands::Keys;
+    let keys = |idx: &[usize]| -> Vec<Bytes> {
+        idx.iter()
+            .map(|&i| {
+                if raw_len > COPY_KEYS_ABOVE_BYTES {
+                    Bytes::copy_from_slice(&args[i])
+                } else {
+                    args[i].clone()
+                }
+            })
+            .collect()
+    };
+    let Some(info) = &class.info else {
+        return Access::Write(Scope::All);
+    };
+    if class.may_write {
+        let scope = match &class.keys {
+            Keys::Args(idx) if !idx.is_empty() => Scope::Keys {
+                db,
+                keys: keys(idx),
+            },
+            // FLUSHDB empties one database; every other keyless write (FLUSHALL, SWAPDB,
+            // scripts declaring no keys, FUNCTION ...) may touch anything.
+            Keys::Args(_) if info.name == "flushdb" => Scope::Db(db),
+            _ => Scope::All,
+        };
+        return Access::Write(scope);
+    }
+    match &class.keys {
+        Keys::Args(idx) if !idx.is_empty() => Access::Read(Scope::Keys {
+            db,
+            keys: keys(idx),
+        }),
+        // Read-only commands without key arguments read the keyspace as a whole (KEYS, SCAN,
+        // DBSIZE, RANDOMKEY, EVAL_RO without keys).
+        Keys::Args(_) if info.flags.readonly => Access::Read(Scope::All),
+        Keys::Args(_) => Access::Free,
+        Keys::Unknown => Access::Read(Scope::All),
+    }
+}
