@@ -4,9 +4,13 @@
 use super::ServeArgs;
 use crate::commands::CommandTable;
 use crate::config::{Config, UpstreamMode};
-use crate::proxy::pipeline::PipelineCtx;
+use crate::durability::{Durability, Status};
+use crate::journal::Journal;
+use crate::proxy::pipeline::{OffsetOracle, PipelineCtx};
 use crate::proxy::pool::{PoolKey, Pools};
 use crate::proxy::{server, Shared};
+use crate::replication::handshake::Position;
+use crate::replication::link::{self, LinkConfig};
 use crate::upstream::client::{frame_int, Conn};
 use crate::upstream::managed::ManagedValkey;
 use crate::upstream::{binary, Upstream};
@@ -134,9 +138,16 @@ async fn run_proxy(
         databases,
         "learned Valkey's command table"
     );
+    let durable = if config.durability.enabled {
+        Some(start_durability(config, &up, stop.clone()).await?)
+    } else {
+        tracing::warn!("durability.enabled = false: walrus proxies without journaling; acknowledged writes can be lost");
+        None
+    };
     let ctx = Arc::new(PipelineCtx {
         upstream: up.clone(),
-        durability: None,
+        durability: durable.as_ref().map(|d| d.durability.clone()),
+        oracle: OffsetOracle::new(),
     });
     let pools = Pools::new(
         ctx,
@@ -179,10 +190,12 @@ async fn run_proxy(
             m.local_addr().map_err(|e| e.to_string())?
         );
         let pool = default_pool.clone();
-        tokio::spawn(crate::metrics::serve(
-            m,
-            Arc::new(move || pool.is_connected()),
-        ));
+        let gate = durable.as_ref().map(|d| d.durability.clone());
+        // Ready: Valkey reachable and, when durable, the journal attached to its stream.
+        let ready = move || {
+            pool.is_connected() && gate.as_ref().is_none_or(|g| g.status() == Status::Attached)
+        };
+        tokio::spawn(crate::metrics::serve(m, Arc::new(ready)));
     }
     tracing::info!(
         "walrus listening on {addr}, upstream Valkey at {}",
@@ -196,7 +209,93 @@ async fn run_proxy(
         Duration::from_millis(config.proxy.shutdown_timeout_ms),
     )
     .await;
+    if let Some(d) = durable {
+        d.stop().await;
+    }
     Ok(())
+}
+
+/// The journal and the replica link that feeds it.
+struct Durable {
+    durability: Arc<Durability>,
+    journal: Arc<Journal>,
+    link: tokio::task::JoinHandle<()>,
+}
+
+impl Durable {
+    /// Stops the link, then closes the journal (what was appended is written out).
+    async fn stop(self) {
+        self.link.abort();
+        let _ = self.link.await;
+        match Arc::try_unwrap(self.journal) {
+            Ok(j) => match tokio::task::spawn_blocking(move || j.close()).await {
+                Ok(Ok(d)) => tracing::info!(lsn = d.lsn, offset = d.repl_offset, "journal closed"),
+                Ok(Err(e)) => tracing::error!("closing the journal: {e}"),
+                Err(e) => tracing::error!("closing the journal: {e}"),
+            },
+            Err(_) => tracing::warn!(
+                "journal still in use at shutdown; its writer stops with the process"
+            ),
+        }
+    }
+}
+
+/// Opens (initializing if needed, recovering always) the journal under the data dir, and
+/// starts the replica link from the journal's end.
+async fn start_durability(
+    config: &Config,
+    up: &Upstream,
+    stop: watch::Receiver<bool>,
+) -> Result<Durable, String> {
+    let dir = config.data.dir.join("journal");
+    let cfg = config.journal.clone();
+    let opened = tokio::task::spawn_blocking(move || {
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        Journal::open(&dir, &cfg).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())??;
+    let (journal, recovered) = opened;
+    tracing::info!(
+        backend = ?recovered.backend,
+        entries = recovered.entries,
+        next_lsn = recovered.end.next_lsn,
+        offset = recovered.end.last_repl_offset,
+        "journal open"
+    );
+    let start = (recovered.end.next_lsn > 1)
+        .then(|| String::from_utf8(recovered.end.last_repl_id.to_vec()).ok())
+        .flatten()
+        .filter(|id| id.len() == 40 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+        .map(|replid| Position {
+            replid,
+            offset: recovered.end.last_repl_offset,
+        });
+    let durability = Arc::new(Durability::new(
+        config.durability.max_pending_bytes,
+        config.durability.max_held_bytes,
+    ));
+    let journal = Arc::new(journal);
+    let link_cfg = LinkConfig {
+        checkpoint_dir: config.data.dir.join("checkpoints"),
+        max_rdb_bytes: config.durability.max_rdb_bytes,
+        entry_bytes: (config.journal.max_write_bytes as usize / 2).max(64 << 10),
+        limits: config.proxy.limits(),
+    };
+    let link = tokio::spawn(link::run(
+        up.clone(),
+        journal.clone(),
+        durability.clone(),
+        link_cfg,
+        start,
+        stop,
+    ));
+    Ok(Durable {
+        durability,
+        journal,
+        link,
+    })
 }
 
 /// Connects with walrus's own credentials and reads the command table and the number of

@@ -19,7 +19,33 @@ pub struct Config {
     pub data: DataConfig,
     pub metrics: MetricsConfig,
     pub log: LogConfig,
+    pub durability: DurabilityConfig,
     pub journal: JournalConfig,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DurabilityConfig {
+    /// Off: walrus is a plain proxy (no journal, no held replies). For measuring the proxy.
+    pub enabled: bool,
+    /// Bytes Valkey may have executed that the journal does not cover yet; past it, new
+    /// writes wait before they are sent.
+    pub max_pending_bytes: u64,
+    /// Memory of replies held for durability; past it, new writes wait.
+    pub max_held_bytes: u64,
+    /// Largest RDB a full resynchronization may send.
+    pub max_rdb_bytes: u64,
+}
+
+impl Default for DurabilityConfig {
+    fn default() -> Self {
+        DurabilityConfig {
+            enabled: true,
+            max_pending_bytes: 64 << 20,
+            max_held_bytes: 256 << 20,
+            max_rdb_bytes: 64 << 30,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -230,6 +256,16 @@ impl Config {
                 self.metrics.listen
             ));
         }
+        at_least(
+            "durability.max_pending_bytes",
+            self.durability.max_pending_bytes,
+            1 << 20,
+        )?;
+        at_least(
+            "durability.max_held_bytes",
+            self.durability.max_held_bytes,
+            1 << 20,
+        )?;
         if self.data.dir.as_os_str().is_empty() {
             return Err("invalid value for data.dir: \"\"".into());
         }

@@ -70,6 +70,7 @@ pub struct PipelineCtx {
     pub upstream: Upstream,
     /// `None` when durability is off: no ROLE, no holding.
     pub durability: Option<Arc<Durability>>,
+    pub oracle: OffsetOracle,
 }
 
 /// Most bytes gathered into one write; a larger command is written on its own.
@@ -103,7 +104,7 @@ pub async fn run(
     let (inflight_tx, mut inflight_rx) = mpsc::unbounded_channel();
     let gated = ctx.durability.is_some();
     let mut reader = Reader {
-        ctx: &ctx,
+        ctx: ctx.clone(),
         pushes,
         awaiting: Vec::new(),
         marks: Vec::new(),
@@ -124,7 +125,7 @@ pub async fn run(
         }
         let awaiting = std::mem::take(&mut reader.awaiting);
         if !awaiting.is_empty() || !marks.is_empty() {
-            let hint = current_offset(&ctx.upstream).await;
+            let hint = ctx.oracle.offset(&ctx.upstream).await;
             d.abandon_batch(awaiting, marks, lost_reply(), hint);
         }
     }
@@ -137,17 +138,46 @@ pub fn lost_reply() -> Bytes {
     write::error("ERR walrus: connection to Valkey lost before the reply; the command may or may not have run")
 }
 
-/// Valkey's replication offset now, asked on a control connection; `None` if unreachable.
-async fn current_offset(up: &Upstream) -> Option<u64> {
-    let ask = async {
-        let mut conn = Conn::control(up).await.ok()?;
-        let reply = conn.call_raw(&write::command(["ROLE"])).await.ok()?;
-        parse_role_offset(&reply)
-    };
-    tokio::time::timeout(up.connect_timeout, ask)
-        .await
-        .ok()
-        .flatten()
+/// Valkey's replication offset now, asked on walrus's own control connection.
+///
+/// Used when a batch's inline `ROLE` is refused (the client's ACL user lacks `+role`, or is
+/// not authenticated) and when a connection breaks with writes in flight. Every reply of the
+/// batch has arrived by then, so the batch ran before this ROLE does: the offset covers it.
+pub struct OffsetOracle {
+    conn: tokio::sync::Mutex<Option<Conn>>,
+}
+
+impl OffsetOracle {
+    pub fn new() -> OffsetOracle {
+        OffsetOracle {
+            conn: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// `None` if Valkey is unreachable.
+    pub async fn offset(&self, up: &Upstream) -> Option<u64> {
+        let mut slot = self.conn.lock().await;
+        for _ in 0..2 {
+            if slot.is_none() {
+                *slot = Some(Conn::control(up).await.ok()?);
+            }
+            let conn = slot.as_mut().expect("just connected");
+            let asked =
+                tokio::time::timeout(up.connect_timeout, conn.call_raw(&write::command(["ROLE"])))
+                    .await;
+            match asked {
+                Ok(Ok(reply)) => return parse_role_offset(&reply),
+                _ => *slot = None, // broken or stuck: reconnect once
+            }
+        }
+        None
+    }
+}
+
+impl Default for OffsetOracle {
+    fn default() -> Self {
+        OffsetOracle::new()
+    }
 }
 
 async fn writer(
@@ -216,15 +246,15 @@ async fn writer(
     Ok(())
 }
 
-struct Reader<'a> {
-    ctx: &'a PipelineCtx,
+struct Reader {
+    ctx: Arc<PipelineCtx>,
     pushes: Option<mpsc::UnboundedSender<Bytes>>,
     /// Write replies (and transaction replies) waiting for the next ROLE.
     awaiting: Vec<Held>,
     marks: Vec<WriteMark>,
 }
 
-impl Reader<'_> {
+impl Reader {
     async fn run(
         &mut self,
         mut rd: OwnedReadHalf,
@@ -285,19 +315,24 @@ impl Reader<'_> {
         };
         let awaiting = std::mem::take(&mut self.awaiting);
         let marks = std::mem::take(&mut self.marks);
-        match parse_role_offset(role_reply) {
-            Some(offset) => d.settle_batch(offset, awaiting, marks),
-            None => {
-                let text = String::from_utf8_lossy(role_reply)
-                    .trim_end()
-                    .replace(['\r', '\n'], " ");
-                tracing::error!("cannot learn Valkey's replication offset, ROLE replied {text:?}");
-                let why = write::error(&format!(
-                    "ERR walrus: cannot confirm durability: ROLE replied {text} (the client's user needs +role)"
-                ));
-                d.abandon_batch(awaiting, marks, why, None);
-            }
+        if let Some(offset) = parse_role_offset(role_reply) {
+            return d.settle_batch(offset, awaiting, marks);
         }
+        // ROLE refused on this connection: ask on walrus's own.
+        tracing::debug!(
+            "inline ROLE refused ({}); asking on the control connection",
+            String::from_utf8_lossy(role_reply).trim_end()
+        );
+        let (d, ctx) = (d.clone(), self.ctx.clone());
+        tokio::spawn(async move {
+            match ctx.oracle.offset(&ctx.upstream).await {
+                Some(offset) => d.settle_batch(offset, awaiting, marks),
+                None => {
+                    let why = write::error("ERR walrus: cannot confirm durability: Valkey's replication offset is unavailable");
+                    d.abandon_batch(awaiting, marks, why, None);
+                }
+            }
+        });
     }
 }
 

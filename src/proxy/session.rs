@@ -93,6 +93,8 @@ struct Session {
     in_multi: bool,
     /// A SELECT was queued in the current transaction: its writes' keys may be in any database.
     selected_in_multi: bool,
+    /// An unauthenticated client was found not to need authentication (see [`Session::noauth`]).
+    needs_no_auth: bool,
     pending: VecDeque<Pending>,
     out: BytesMut,
     wr: OwnedWriteHalf,
@@ -112,6 +114,7 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
         pushes: None,
         in_multi: false,
         selected_in_multi: false,
+        needs_no_auth: false,
         pending: VecDeque::new(),
         out: BytesMut::with_capacity(READ_CHUNK_BYTES),
         wr,
@@ -296,7 +299,13 @@ impl Session {
         self.drain()
             .await
             .map_err(|_| write::error("ERR walrus: client connection failed"))?;
-        let conn = pinned::open(&self.shared, &self.id).await?;
+        // Opened in database 0, where the pipeline's writer assumes a connection starts: each
+        // request carries the client's database, and the writer selects it when needed.
+        let start = Identity {
+            db: 0,
+            ..self.id.clone()
+        };
+        let conn = pinned::open(&self.shared, &start).await?;
         let (tx, rx) = mpsc::channel(DEDICATED_QUEUE_REQUESTS);
         let (push_tx, push_rx) = mpsc::unbounded_channel();
         let ctx = self.shared.pools.ctx().clone();
@@ -346,7 +355,8 @@ impl Session {
             TxCmd::SelectInMulti => self.selected_in_multi = true,
             TxCmd::Other => {}
         }
-        let db = (!self.in_multi && tx != TxCmd::End).then_some(self.id.db);
+        // MULTI itself still carries the database: its transaction runs there.
+        let db = ((!self.in_multi || tx == TxCmd::Multi) && tx != TxCmd::End).then_some(self.id.db);
         let p = self
             .send(PipelinedRequest {
                 db,
@@ -444,7 +454,48 @@ impl Session {
         Flow::Continue
     }
 
+    /// Valkey refuses every command but AUTH, HELLO, QUIT and RESET before authentication;
+    /// the connection-state commands walrus answers itself must be refused alike (and a
+    /// SELECT accepted here would later fail on the shared connection, breaking it for every
+    /// client on it). Whether this client needs to authenticate is asked once, with a PING
+    /// on its own pooled connection: `Some` is Valkey's `-NOAUTH` reply.
+    async fn noauth(&mut self) -> Option<Bytes> {
+        if self.id.creds.is_some() || self.needs_no_auth || self.in_multi {
+            return None;
+        }
+        let probe = self
+            .send(PipelinedRequest {
+                db: None,
+                cmd: write::command(["PING"]),
+                reply: oneshot::channel().0,
+                gate: Gate::Free,
+                tx: TxCmd::Other,
+            })
+            .await;
+        let reply = match probe {
+            Pending::Ready(b) => b,
+            Pending::Wait(rx) => rx.await.unwrap_or_else(|_| pipeline::lost_reply()),
+        };
+        if reply.starts_with(b"-NOAUTH") {
+            return Some(reply);
+        }
+        self.needs_no_auth = !reply.starts_with(b"-");
+        None
+    }
+
     async fn local(&mut self, cmd: Local, req: Request) -> Flow {
+        // With a wrong number of arguments these go to Valkey, whose arity error comes first.
+        let answered_here = match cmd {
+            Local::Select | Local::ClientGetName => req.args.len() == 2,
+            Local::ClientSetName => req.args.len() == 3,
+            Local::ClientSetInfo => req.args.len() == 4,
+            _ => false,
+        };
+        if answered_here {
+            if let Some(noauth) = self.noauth().await {
+                return self.ready(noauth);
+            }
+        }
         match cmd {
             Local::Select if self.in_multi => {
                 // Queued with the transaction: Valkey answers it.
@@ -472,12 +523,17 @@ impl Session {
                 self.ready(Bytes::from_static(write::OK));
                 Flow::Close
             }
+            Local::Reset if req.args.len() != 1 => {
+                self.forward(req).await; // Valkey's own arity error
+                Flow::Continue
+            }
             Local::Reset => {
                 if self.drain().await.is_err() {
                     return Flow::Close;
                 }
                 // A dedicated connection is dropped with its state; the session is pooled again.
                 self.id = Identity::default();
+                self.needs_no_auth = false;
                 self.pool_again().await;
                 self.ready(write::simple("RESET"))
             }
@@ -561,7 +617,8 @@ impl Session {
                     Ok(()) => self.ready(Bytes::from_static(write::OK)),
                     Err(_) => self.ready(write::error(&format!(
                         "ERR {} cannot contain spaces, newlines or special characters.",
-                        String::from_utf8_lossy(&req.args[2]).to_ascii_lowercase()
+                        // Valkey names the attribute as the client spelled it.
+                        String::from_utf8_lossy(&req.args[2]).replace(['\r', '\n'], "")
                     ))),
                 }
             }

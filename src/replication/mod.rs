@@ -11,5 +11,6 @@
 //! - [`stream`]: cutting the command stream into journal entries on command boundaries.
 
 pub mod handshake;
+pub mod link;
 pub mod rdb;
 pub mod stream;

@@ -15,6 +15,32 @@ use tokio::process::{Child, Command};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
+/// What walrus's replica link needs from Valkey; external users should apply the same
+/// (README, "Valkey settings"):
+/// - the backlog is never freed (`repl-backlog-ttl 0`) and is large enough for walrus to
+///   continue with a partial resync after a restart of its own;
+/// - a replica is never disconnected for its output buffer: walrus bounds the lag itself
+///   (`durability.max_pending_bytes`);
+/// - writes are refused by Valkey too while walrus's link is down (`min-replicas-to-write`),
+///   a second line of defence behind walrus's own refusal;
+/// - full resyncs stream the RDB straight to walrus (diskless, no delay).
+pub const REPLICATION_SETTINGS: &[&str] = &[
+    "--repl-backlog-size",
+    "256mb",
+    "--repl-backlog-ttl",
+    "0",
+    "--client-output-buffer-limit",
+    "replica 0 0 0",
+    "--min-replicas-to-write",
+    "1",
+    "--min-replicas-max-lag",
+    "10",
+    "--repl-diskless-sync",
+    "yes",
+    "--repl-diskless-sync-delay",
+    "0",
+];
+
 /// How long a fresh valkey-server may take to say it is ready.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// Grace period between SIGTERM and SIGKILL on shutdown.

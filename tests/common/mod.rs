@@ -163,7 +163,12 @@ impl Valkey {
     }
 }
 
-/// A walrus in external mode in front of `upstream`, listening on a free port.
+/// The journal every test walrus uses: small, so that it initializes in milliseconds.
+pub const TEST_JOURNAL: &str =
+    "[journal]\nsegment_size = 1048576\nsegments = 16\nmax_entry_bytes = 8388608\n";
+
+/// A walrus in external mode in front of `upstream`, listening on a free port, with its
+/// journal attached to Valkey's replication stream before it is handed to the test.
 pub struct Walrus {
     pub proc: Proc,
     pub addr: String,
@@ -172,26 +177,55 @@ pub struct Walrus {
 
 impl Walrus {
     pub fn start(upstream: &str) -> Walrus {
-        Walrus::start_with(upstream, &[])
+        Walrus::start_config(upstream, "")
     }
 
-    /// `extra`: further `serve` flags; a config file can be passed with `--config`.
+    /// `config`: TOML added to the test journal settings (no `[journal]` table).
+    /// `WALRUS_TEST_NO_DURABILITY=1` turns the journal off, to check the proxy on its own.
+    pub fn start_config(upstream: &str, config: &str) -> Walrus {
+        Walrus::start_full(upstream, config, &[])
+    }
+
+    /// `extra`: further `serve` flags.
     pub fn start_with(upstream: &str, extra: &[&str]) -> Walrus {
+        Walrus::start_full(upstream, "", extra)
+    }
+
+    pub fn start_full(upstream: &str, config: &str, extra: &[&str]) -> Walrus {
         let data = tempfile::tempdir().unwrap();
+        let mut text = format!("{TEST_JOURNAL}{config}\n");
+        // A `--config FILE` among the flags is merged into the test configuration.
+        let mut args: Vec<&str> = Vec::new();
+        let mut it = extra.iter();
+        while let Some(a) = it.next() {
+            if *a == "--config" {
+                let file = it.next().expect("--config takes a file");
+                text.push_str(&std::fs::read_to_string(file).unwrap());
+                text.push('\n');
+            } else {
+                args.push(a);
+            }
+        }
+        if std::env::var_os("WALRUS_TEST_NO_DURABILITY").is_some_and(|v| v == "1") {
+            text.push_str("[durability]\nenabled = false\n");
+        }
+        let durable = !text.contains("enabled = false");
+        let path = data.path().join("walrus.toml");
+        std::fs::write(&path, text).unwrap();
         let mut cmd = Command::new(walrus_bin());
-        cmd.args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "",
-            "--upstream",
-            upstream,
-            "--data-dir",
-        ])
-        .arg(data.path())
-        .args(extra)
-        .env("RUST_LOG", "info");
+        cmd.args(["serve", "--config", path.to_str().unwrap()])
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "",
+                "--upstream",
+                upstream,
+                "--data-dir",
+            ])
+            .arg(data.path().join("data"))
+            .args(&args)
+            .env("RUST_LOG", "info");
         let proc = Proc::spawn(cmd, true);
         let line = proc.wait_line("walrus listening on ", START_TIMEOUT);
         let addr = line
@@ -202,6 +236,9 @@ impl Walrus {
             .next()
             .unwrap()
             .to_string();
+        if durable {
+            proc.wait_line("replica link attached", START_TIMEOUT);
+        }
         Walrus { proc, addr, data }
     }
 }

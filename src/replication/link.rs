@@ -1,0 +1,245 @@
+//! The replica link: attach to Valkey, journal its replication stream, acknowledge what is
+//! durable, and re-attach after any break.
+//!
+//! 1. Connect with walrus's own credentials and run the [handshake](super::handshake),
+//!    continuing from the journal's last entry (`PSYNC <replid> <offset+1>`) when there is
+//!    one.
+//! 2. `+FULLRESYNC`: store the RDB durably under `<data>/checkpoints/` (it covers every
+//!    write up to its offset: the first checkpoint a restore starts from). `+CONTINUE`: the
+//!    stream goes on right after the journal's end.
+//! 3. Cut the stream into entries on command boundaries ([`super::stream`]) and append each
+//!    to the journal, whose offsets are therefore Valkey's replication offsets, byte for byte.
+//! 4. Report the durable offset to the [durability gate](crate::durability) and to Valkey
+//!    (`REPLCONF ACK <offset>`), after every durable advance, every second (Valkey drops a
+//!    replica that stays silent for `repl-timeout`), and when Valkey asks (`GETACK`).
+//!
+//! The durable offset handed to the gate only ever comes from entries of the current
+//! replication history: after a full resynchronization under a new replication id (Valkey
+//! restarted or failed over), the journal's older entries belong to another offset space.
+
+use super::handshake::{ack, handshake, Position, SyncStart};
+use super::rdb;
+use super::stream::StreamFramer;
+use crate::durability::Durability;
+use crate::journal::{Entry, Journal, JournalError};
+use crate::resp::Limits;
+use crate::upstream::client::{Conn, UpstreamError};
+use crate::upstream::Upstream;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{watch, Notify};
+
+/// Valkey drops a replica silent for `repl-timeout` (60 s by default): ack well within it.
+const ACK_INTERVAL: Duration = Duration::from_secs(1);
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+const READ_CHUNK_BYTES: usize = 256 << 10;
+
+pub struct LinkConfig {
+    /// Where full-resync RDBs are stored.
+    pub checkpoint_dir: PathBuf,
+    /// Largest RDB accepted.
+    pub max_rdb_bytes: u64,
+    /// Entry size the stream is cut at (a transaction may be larger).
+    pub entry_bytes: usize,
+    pub limits: Limits,
+}
+
+/// Why an attachment ended.
+#[derive(Debug, thiserror::Error)]
+enum LinkError {
+    #[error("{0}")]
+    Upstream(#[from] UpstreamError),
+    #[error("{0}")]
+    Stream(#[from] crate::resp::ScanError),
+    #[error("journal: {0}")]
+    Journal(#[from] JournalError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Runs the link until `stop`. `start`: the journal's end, to continue from.
+pub async fn run(
+    up: Upstream,
+    journal: Arc<Journal>,
+    durability: Arc<Durability>,
+    cfg: LinkConfig,
+    start: Option<Position>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut pos = start;
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        let attached = tokio::select! {
+            r = attach(&up, &journal, &durability, &cfg, &mut pos) => r,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        durability.detach();
+        match attached {
+            Err(LinkError::Journal(e)) => {
+                // The journal cannot take the stream: nothing more can become durable.
+                durability.fail(&e.to_string());
+                tracing::error!("journal failed, the replica link stops: {e}");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!("replica link to Valkey broke: {e}; re-attaching in {backoff:?}")
+            }
+            Ok(()) => {}
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// One attachment: handshake, RDB or continue, then the stream until something breaks.
+async fn attach(
+    up: &Upstream,
+    journal: &Arc<Journal>,
+    durability: &Arc<Durability>,
+    cfg: &LinkConfig,
+    pos: &mut Option<Position>,
+) -> Result<(), LinkError> {
+    let mut conn = Conn::control(up).await?;
+    let (replid, offset, covered, new_history) = match handshake(&mut conn, 0, pos.as_ref(), true)
+        .await?
+    {
+        SyncStart::Full { replid, offset } => {
+            tokio::fs::create_dir_all(&cfg.checkpoint_dir).await?;
+            let dest = cfg
+                .checkpoint_dir
+                .join(format!("full-{replid}-{offset}.rdb"));
+            let stored = rdb::receive(&mut conn, &dest, cfg.max_rdb_bytes).await?;
+            tracing::info!(bytes = stored.bytes, path = %stored.path.display(), offset, "full resync: RDB stored durably");
+            let new_history = pos.as_ref().is_none_or(|p| p.replid != replid);
+            (replid, offset, true, new_history)
+        }
+        SyncStart::Continue { replid } => {
+            let offset = pos
+                .as_ref()
+                .expect("+CONTINUE answers a PSYNC with a position")
+                .offset;
+            tracing::info!(
+                offset,
+                "partial resync: the stream continues after the journal's end"
+            );
+            (replid, offset, false, false)
+        }
+    };
+    ack(&mut conn, offset).await?;
+    *pos = Some(Position {
+        replid: replid.clone(),
+        offset,
+    });
+    // Durable offsets of this history come from entries appended from now on.
+    let history_lsn = journal.status().next_lsn;
+    durability.attach(offset, covered, new_history);
+    tracing::info!(%replid, offset, "replica link attached; journaling Valkey's replication stream");
+
+    let parts = conn.into_parts();
+    let (mut rd, wr) = parts.stream.into_split();
+    let mut buf = parts.buf;
+    let getack = Arc::new(Notify::new());
+    let acker = tokio::spawn(acknowledge(
+        wr,
+        journal.durable(),
+        durability.clone(),
+        history_lsn,
+        offset,
+        getack.clone(),
+    ));
+    let _stop_acker = AbortOnDrop(acker);
+    let repl_id: [u8; 40] = replid
+        .as_bytes()
+        .try_into()
+        .expect("replication ids are 40 characters");
+    let mut framer = StreamFramer::new(offset, cfg.limits, cfg.entry_bytes);
+    loop {
+        while let Some(entry) = framer.next_entry(&mut buf)? {
+            let offset_end = entry.offset_end;
+            if entry.getack {
+                getack.notify_one();
+            }
+            // The ticket is not awaited: durability is observed through the durable watch.
+            journal
+                .append(Entry {
+                    repl_id,
+                    repl_offset_end: offset_end,
+                    payload: entry.payload,
+                })
+                .await?;
+            if let Some(p) = pos.as_mut() {
+                p.offset = offset_end;
+            }
+        }
+        if buf.capacity() - buf.len() < READ_CHUNK_BYTES / 4 {
+            buf.reserve(READ_CHUNK_BYTES);
+        }
+        if rd.read_buf(&mut buf).await? == 0 {
+            return Err(UpstreamError::Closed.into());
+        }
+    }
+}
+
+/// Tells the gate and Valkey how far the journal is durable.
+async fn acknowledge(
+    mut wr: tokio::net::tcp::OwnedWriteHalf,
+    mut durable: watch::Receiver<crate::journal::Durable>,
+    durability: Arc<Durability>,
+    history_lsn: u64,
+    attached_at: u64,
+    getack: Arc<Notify>,
+) {
+    let mut tick = tokio::time::interval(ACK_INTERVAL);
+    let mut last_acked = Some(attached_at);
+    loop {
+        let d = *durable.borrow_and_update();
+        if d.failed {
+            durability.fail("an I/O error made the journal fail");
+            return;
+        }
+        // Entries of an older history carry offsets of another offset space.
+        let offset = (d.lsn >= history_lsn).then_some(d.repl_offset);
+        if let Some(o) = offset {
+            durability.set_durable(o);
+        }
+        if let Some(o) = offset.filter(|o| last_acked != Some(*o)) {
+            if send_ack(&mut wr, o).await.is_err() {
+                return;
+            }
+            last_acked = Some(o);
+        }
+        let repeat = tokio::select! {
+            r = durable.changed() => if r.is_err() { return } else { false },
+            _ = tick.tick() => true,
+            _ = getack.notified() => true,
+        };
+        if let Some(o) = last_acked.filter(|_| repeat) {
+            if send_ack(&mut wr, o).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+async fn send_ack(wr: &mut tokio::net::tcp::OwnedWriteHalf, offset: u64) -> std::io::Result<()> {
+    wr.write_all(&crate::resp::write::command([
+        b"REPLCONF".as_slice(),
+        b"ACK",
+        offset.to_string().as_bytes(),
+    ]))
+    .await
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
