@@ -298,7 +298,7 @@ pub fn fuzz_recovery(data: &[u8]) {
         // Injected junk records are CRC-valid, so with v == LSN they could pass: their
         // payload then differs, which this catches (the format cannot, by design: only
         // lap, epoch and LSN order separate valid-looking records).
-        if &e.payload[..] != &payload[..] {
+        if e.payload[..] != payload[..] {
             assert!(
                 damaged,
                 "undamaged log replayed a wrong payload for LSN {lsn}"
