@@ -60,6 +60,11 @@ async fn append_and_replay(backend: IoBackendChoice) {
         }
         let d = *j.durable().borrow();
         assert_eq!(d.lsn, 24);
+        // Several buffers were queued at once: besides the direct write at queue depth 1,
+        // writes went through the concurrent path (io_uring ring or sync workers).
+        let st = j.status();
+        assert!(st.writes_total > st.writes_inline, "{st:?}");
+        assert!(st.writes_inline >= 1, "{st:?}");
         assert_eq!(d.repl_offset, off);
         let got: Vec<_> = j
             .replay(ReplayFrom::Lsn(5))

@@ -102,6 +102,9 @@ pub struct JournalStatus {
     /// Segments between the head and the write position (inclusive).
     pub used_segments: u64,
     pub segments: u32,
+    /// Writes submitted since open, and those done as a direct blocking call (queue depth 1).
+    pub writes_total: u64,
+    pub writes_inline: u64,
 }
 
 /// A journal open for writing.
@@ -327,6 +330,8 @@ impl Journal {
             buffers_freed: Notify::new(),
             durable_tx,
             durable_lsn: AtomicU64::new(durable.lsn),
+            writes_total: AtomicU64::new(0),
+            writes_inline: AtomicU64::new(0),
         });
         let (backend, thread) = start_writer(dir, geo, cfg, shared.clone())?;
         tracing::info!(
@@ -413,6 +418,8 @@ impl Journal {
             head_pos: b.head_pos(),
             used_segments: self.geo.seg_seq(b.write_pos()) - self.geo.seg_seq(b.head_pos()) + 1,
             segments: self.geo.segments,
+            writes_total: self.shared.writes_total.load(Ordering::Relaxed),
+            writes_inline: self.shared.writes_inline.load(Ordering::Relaxed),
         }
     }
 

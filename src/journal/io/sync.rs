@@ -35,6 +35,7 @@ pub struct SyncBackend {
     files: Arc<Vec<File>>,
     /// Writes handed out and not yet finished (on this single writer-loop thread).
     outstanding: Rc<Cell<usize>>,
+    shared: Arc<Shared>,
 }
 
 /// Decrements the outstanding count when a write finishes (or its future is dropped).
@@ -61,11 +62,14 @@ impl IoBackend for SyncBackend {
         self.outstanding.set(outstanding + 1);
         let guard = Outstanding(self.outstanding.clone());
         if outstanding == 0 {
+            self.shared
+                .writes_inline
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             // Nothing else in flight (queue depth 1): write on this thread, saving two
             // thread hand-offs. Appends arriving meanwhile are grouped into the next write;
             // writes issued while this one runs go to the workers.
             let files = self.files.clone();
-            return futures_either::Left(async move {
+            return super::either::Left(async move {
                 let _guard = guard;
                 let res = write_and_sync(&files[seg_index as usize], &buf, seg_off);
                 (res, buf)
@@ -78,7 +82,7 @@ impl IoBackend for SyncBackend {
             buf,
             reply: tx,
         });
-        futures_either::Right(async move {
+        super::either::Right(async move {
             let _guard = guard;
             match sent {
                 Ok(()) => rx
@@ -93,35 +97,9 @@ impl IoBackend for SyncBackend {
     }
 }
 
-fn write_and_sync(f: &File, buf: &IoBuf, seg_off: u64) -> std::io::Result<()> {
+pub(super) fn write_and_sync(f: &File, buf: &IoBuf, seg_off: u64) -> std::io::Result<()> {
     f.write_all_at(buf.as_slice(), seg_off)
         .and_then(|()| f.sync_data())
-}
-
-/// Two future types behind one `impl Future` (avoids boxing per write).
-mod futures_either {
-    use std::future::Future;
-    use std::pin::Pin;
-    use std::task::{Context, Poll};
-
-    pub enum Either<A, B> {
-        Left(A),
-        Right(B),
-    }
-    pub use Either::{Left, Right};
-
-    impl<A: Future, B: Future<Output = A::Output>> Future for Either<A, B> {
-        type Output = A::Output;
-        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<A::Output> {
-            // SAFETY: structural pinning; the variant is never moved out of the pin.
-            unsafe {
-                match self.get_unchecked_mut() {
-                    Either::Left(a) => Pin::new_unchecked(a).poll(cx),
-                    Either::Right(b) => Pin::new_unchecked(b).poll(cx),
-                }
-            }
-        }
-    }
 }
 
 fn worker(files: Arc<Vec<File>>, jobs: Arc<Mutex<mpsc::Receiver<Job>>>) {
@@ -167,6 +145,7 @@ pub fn start(
                 max_in_flight,
                 files,
                 outstanding,
+                shared: shared.clone(),
             };
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
