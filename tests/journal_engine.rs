@@ -342,3 +342,18 @@ fn auto_falls_back_to_sync_when_seccomp_blocks_io_uring() {
     .join()
     .unwrap();
 }
+
+#[test]
+fn second_writer_is_refused_while_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = cfg(IoBackendChoice::Sync);
+    let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
+    let err = Journal::open(dir.path(), &cfg)
+        .err()
+        .expect("second open must fail")
+        .to_string();
+    assert!(err.contains("open in another process"), "{err}");
+    j.close().unwrap();
+    let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
+    j.close().unwrap();
+}
