@@ -122,6 +122,7 @@ fn crash_loop(backend: &str, rounds: u32) {
     let exe = std::env::current_exe().unwrap();
     let mut rng = 0x9e3779b97f4a7c15u64 ^ u64::from(rounds);
     let mut total_verified = 0u64;
+    let mut kills_mid_ring = 0u32;
     for round in 0..rounds {
         rng = mix(rng.wrapping_add(round as u64));
         let kill_after = 1 + rng % 300;
@@ -168,6 +169,9 @@ fn crash_loop(backend: &str, rounds: u32) {
             "round {round}: recovered up to LSN {} but LSN {max_durable} was reported durable",
             rec.end.last_lsn()
         );
+        if rec.checkpoint.start_pos > 0 {
+            kills_mid_ring += 1;
+        }
         let mut expect_lsn = rec.checkpoint.start_lsn;
         let mut off = rec.checkpoint.prev_repl_offset;
         for e in j.replay(ReplayFrom::Lsn(0)).unwrap() {
@@ -190,6 +194,7 @@ fn crash_loop(backend: &str, rounds: u32) {
         );
         j.close().unwrap();
     }
+    eprintln!("{backend}: {rounds} kills, {total_verified} replayed entries verified, {kills_mid_ring} after checkpoints moved");
     assert!(
         total_verified > u64::from(rounds),
         "too little was verified: {total_verified}"
@@ -198,10 +203,10 @@ fn crash_loop(backend: &str, rounds: u32) {
 
 #[test]
 fn crash_loop_sync_backend() {
-    crash_loop("sync", 12);
+    crash_loop("sync", 25);
 }
 
 #[test]
 fn crash_loop_default_backend() {
-    crash_loop("auto", 12);
+    crash_loop("auto", 25);
 }

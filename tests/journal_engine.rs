@@ -60,6 +60,11 @@ async fn append_and_replay(backend: IoBackendChoice) {
         }
         let d = *j.durable().borrow();
         assert_eq!(d.lsn, 24);
+        // Several buffers were queued at once: besides the direct write at queue depth 1,
+        // writes went through the concurrent path (io_uring ring or sync workers).
+        let st = j.status();
+        assert!(st.writes_total > st.writes_inline, "{st:?}");
+        assert!(st.writes_inline >= 1, "{st:?}");
         assert_eq!(d.repl_offset, off);
         let got: Vec<_> = j
             .replay(ReplayFrom::Lsn(5))
@@ -242,4 +247,113 @@ fn geometry_change_is_refused() {
         err.contains("segments = 4") && err.contains("not supported"),
         "{err}"
     );
+}
+
+/// Blocks io_uring_setup(2) with EPERM for the calling thread and threads it creates later,
+/// as Docker's and containerd's default seccomp profiles do.
+fn block_io_uring_in_this_thread() {
+    use libc::{sock_filter, sock_fprog};
+    const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const BPF_JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    let nr = libc::SYS_io_uring_setup as u32;
+    let filter = [
+        // seccomp_data.nr is at offset 0.
+        sock_filter {
+            code: BPF_LD_W_ABS,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        sock_filter {
+            code: BPF_JEQ_K,
+            jt: 0,
+            jf: 1,
+            k: nr,
+        },
+        sock_filter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+        },
+        sock_filter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        },
+    ];
+    let prog = sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr() as *mut sock_filter,
+    };
+    // SAFETY: plain prctl calls with a valid, live filter program.
+    unsafe {
+        assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+        assert_eq!(
+            libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &prog as *const sock_fprog
+            ),
+            0,
+            "installing the seccomp filter: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+#[test]
+fn auto_falls_back_to_sync_when_seccomp_blocks_io_uring() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    std::thread::spawn(move || {
+        block_io_uring_in_this_thread();
+        let forced = JournalConfig {
+            io_backend: IoBackendChoice::IoUring,
+            ..cfg(IoBackendChoice::IoUring)
+        };
+        let err = Journal::open(&path, &forced)
+            .err()
+            .expect("io_uring must be unavailable");
+        assert!(err.to_string().contains("io_uring is unavailable"), "{err}");
+        let (j, rec) = Journal::open(&path, &cfg(IoBackendChoice::Auto)).unwrap();
+        assert_eq!(
+            rec.backend.kind,
+            walrus::journal::BackendKind::Sync,
+            "{}",
+            rec.backend
+        );
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let t = j
+            .try_append(&Entry {
+                repl_id: REPL_ID,
+                repl_offset_end: 5,
+                payload: payload(1, 5),
+            })
+            .unwrap();
+        rt.block_on(t.wait()).unwrap();
+        j.close().unwrap();
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
+fn second_writer_is_refused_while_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = cfg(IoBackendChoice::Sync);
+    let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
+    let err = Journal::open(dir.path(), &cfg)
+        .err()
+        .expect("second open must fail")
+        .to_string();
+    assert!(err.contains("open in another process"), "{err}");
+    j.close().unwrap();
+    let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
+    j.close().unwrap();
 }

@@ -228,7 +228,7 @@ impl Batcher {
         }
         let lsn = self.next_lsn;
         self.place(lsn, repl_id, repl_offset_end, payload, durable_hint);
-        debug_assert_eq!(self.pos, end, "placement disagrees with plan");
+        assert_eq!(self.pos, end, "placement disagrees with plan");
         self.next_lsn += 1;
         self.last_repl_id = *repl_id;
         self.last_repl_offset = repl_offset_end;

@@ -255,13 +255,17 @@ fn verify(dir: &Path, lookahead: u64) -> ExitCode {
                 ExitCode::from(EXIT_CORRUPT)
             }
             Tail::End { .. } => {
-                println!(
-                    "OK: {} entries, LSN {}..={}, {}",
-                    r.entries,
-                    r.start.lsn,
-                    r.end.last_lsn(),
-                    describe_tail(&r.tail)
-                );
+                let range = if r.entries == 0 {
+                    "no entries".to_string()
+                } else {
+                    format!(
+                        "{} entries, LSN {}..={}",
+                        r.entries,
+                        r.start.lsn,
+                        r.end.last_lsn()
+                    )
+                };
+                println!("OK: {range}, {}", describe_tail(&r.tail));
                 ExitCode::SUCCESS
             }
         },

@@ -196,7 +196,7 @@ impl JournalConfig {
                 self.recovery_lookahead_bytes
             ));
         }
-        debug_assert!(HEADER_BYTES < BLOCK_BYTES);
+        const { assert!(HEADER_BYTES < BLOCK_BYTES) };
         Ok(())
     }
 }

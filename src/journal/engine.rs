@@ -102,6 +102,9 @@ pub struct JournalStatus {
     /// Segments between the head and the write position (inclusive).
     pub used_segments: u64,
     pub segments: u32,
+    /// Writes submitted since open, and those done as a direct blocking call (queue depth 1).
+    pub writes_total: u64,
+    pub writes_inline: u64,
 }
 
 /// A journal open for writing.
@@ -113,6 +116,38 @@ pub struct Journal {
     manifest: Arc<Mutex<Manifest>>,
     thread: Option<JoinHandle<()>>,
     backend: BackendInfo,
+    /// Exclusive flock on `dir/LOCK`, held while open: one writer per journal.
+    _lock: std::fs::File,
+}
+
+const LOCK_FILE: &str = "LOCK";
+
+/// Takes an exclusive, non-blocking flock on `dir/LOCK` (released when the file closes,
+/// including when the process dies).
+fn lock_dir(dir: &Path) -> Result<std::fs::File, JournalError> {
+    use std::os::fd::AsRawFd;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| JournalError::io(format!("creating {}", dir.display()), e))?;
+    let path = dir.join(LOCK_FILE);
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| JournalError::io(format!("opening {}", path.display()), e))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(JournalError::io(
+            format!(
+                "journal {} is open in another process (flock on {})",
+                dir.display(),
+                path.display()
+            ),
+            e,
+        ));
+    }
+    Ok(f)
 }
 
 fn scan_start(cp: &Checkpoint) -> Result<ScanStart, JournalError> {
@@ -261,6 +296,8 @@ impl Journal {
         cfg: &JournalConfig,
         opts: OpenOptions,
     ) -> Result<(Journal, Recovered), JournalError> {
+        cfg.validate().map_err(JournalError::Config)?;
+        let lock = lock_dir(dir)?;
         let (mut manifest, created) = initialize(dir, cfg, &mut log_progress())?;
         let geo = Geometry {
             segment_size_bytes: cfg.segment_size_bytes,
@@ -327,6 +364,8 @@ impl Journal {
             buffers_freed: Notify::new(),
             durable_tx,
             durable_lsn: AtomicU64::new(durable.lsn),
+            writes_total: AtomicU64::new(0),
+            writes_inline: AtomicU64::new(0),
         });
         let (backend, thread) = start_writer(dir, geo, cfg, shared.clone())?;
         tracing::info!(
@@ -358,6 +397,7 @@ impl Journal {
             manifest: Arc::new(Mutex::new(manifest)),
             thread: Some(thread),
             backend,
+            _lock: lock,
         };
         Ok((journal, recovered))
     }
@@ -413,6 +453,8 @@ impl Journal {
             head_pos: b.head_pos(),
             used_segments: self.geo.seg_seq(b.write_pos()) - self.geo.seg_seq(b.head_pos()) + 1,
             segments: self.geo.segments,
+            writes_total: self.shared.writes_total.load(Ordering::Relaxed),
+            writes_inline: self.shared.writes_inline.load(Ordering::Relaxed),
         }
     }
 

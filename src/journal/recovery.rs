@@ -445,10 +445,7 @@ impl<R: RingRead> Scanner<R> {
         let mut b = align_up(bad_pos);
         while b < stop {
             if record_fits_at(self.geo.seg_off(b), self.geo.segment_size_bytes) {
-                let h = match RecordHeader::parse(self.win.get(b, HEADER_BYTES)?) {
-                    Ok(h) => Some(h),
-                    Err(_) => None,
-                };
+                let h = RecordHeader::parse(self.win.get(b, HEADER_BYTES)?).ok();
                 if let Some(h) = h {
                     let total = HEADER_BYTES as u64 + u64::from(h.payload_len);
                     if h.seg_seq == self.geo.seg_seq(b)

@@ -51,6 +51,9 @@ pub struct Shared {
     pub durable_tx: watch::Sender<Durable>,
     /// Durable LSN, readable without the watch lock; stamped into records as durable_hint.
     pub durable_lsn: AtomicU64,
+    /// Writes submitted, and those done as a direct blocking call at queue depth 1.
+    pub writes_total: AtomicU64,
+    pub writes_inline: AtomicU64,
 }
 
 impl Shared {
@@ -107,6 +110,7 @@ pub async fn drive<B: IoBackend>(backend: B, shared: Arc<Shared>) {
                 };
                 let seq = next_seq;
                 next_seq += 1;
+                shared.writes_total.fetch_add(1, Ordering::Relaxed);
                 inflight.push_back(InFlight {
                     seq,
                     done: false,

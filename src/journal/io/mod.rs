@@ -12,6 +12,32 @@
 pub mod sync;
 pub mod uring;
 
+/// Two future types behind one `impl Future` (avoids boxing per write).
+pub(crate) mod either {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    pub enum Either<A, B> {
+        Left(A),
+        Right(B),
+    }
+    pub use Either::{Left, Right};
+
+    impl<A: Future, B: Future<Output = A::Output>> Future for Either<A, B> {
+        type Output = A::Output;
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<A::Output> {
+            // SAFETY: structural pinning; the variant is never moved out of the pin.
+            unsafe {
+                match self.get_unchecked_mut() {
+                    Either::Left(a) => Pin::new_unchecked(a).poll(cx),
+                    Either::Right(b) => Pin::new_unchecked(b).poll(cx),
+                }
+            }
+        }
+    }
+}
+
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;

@@ -2,10 +2,14 @@
 //!
 //! The writer loop runs on its own thread in a current-thread tokio runtime; each write is
 //! handed to a worker, which writes it and fdatasyncs the segment file before replying.
-//! Several workers give several writes in flight, like io_uring's queue depth.
+//! Several workers give several writes in flight, like io_uring's queue depth. When no
+//! other write is outstanding, the writer-loop thread performs the write itself: at queue
+//! depth 1 this saves the hand-off to a worker and back.
 
+use std::cell::Cell;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::rc::Rc;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -28,6 +32,19 @@ struct Job {
 pub struct SyncBackend {
     jobs: mpsc::Sender<Job>,
     max_in_flight: usize,
+    files: Arc<Vec<File>>,
+    /// Writes handed out and not yet finished (on this single writer-loop thread).
+    outstanding: Rc<Cell<usize>>,
+    shared: Arc<Shared>,
+}
+
+/// Decrements the outstanding count when a write finishes (or its future is dropped).
+struct Outstanding(Rc<Cell<usize>>);
+
+impl Drop for Outstanding {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
 }
 
 impl IoBackend for SyncBackend {
@@ -41,6 +58,23 @@ impl IoBackend for SyncBackend {
         seg_off: u64,
         buf: IoBuf,
     ) -> impl std::future::Future<Output = (std::io::Result<()>, IoBuf)> + 'static {
+        let outstanding = self.outstanding.get();
+        self.outstanding.set(outstanding + 1);
+        let guard = Outstanding(self.outstanding.clone());
+        if outstanding == 0 {
+            self.shared
+                .writes_inline
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // Nothing else in flight (queue depth 1): write on this thread, saving two
+            // thread hand-offs. Appends arriving meanwhile are grouped into the next write;
+            // writes issued while this one runs go to the workers.
+            let files = self.files.clone();
+            return super::either::Left(async move {
+                let _guard = guard;
+                let res = write_and_sync(&files[seg_index as usize], &buf, seg_off);
+                (res, buf)
+            });
+        }
         let (tx, rx) = oneshot::channel();
         let sent = self.jobs.send(Job {
             seg_index,
@@ -48,7 +82,8 @@ impl IoBackend for SyncBackend {
             buf,
             reply: tx,
         });
-        async move {
+        super::either::Right(async move {
+            let _guard = guard;
             match sent {
                 Ok(()) => rx
                     .await
@@ -58,8 +93,13 @@ impl IoBackend for SyncBackend {
                     job.buf,
                 ),
             }
-        }
+        })
     }
+}
+
+pub(super) fn write_and_sync(f: &File, buf: &IoBuf, seg_off: u64) -> std::io::Result<()> {
+    f.write_all_at(buf.as_slice(), seg_off)
+        .and_then(|()| f.sync_data())
 }
 
 fn worker(files: Arc<Vec<File>>, jobs: Arc<Mutex<mpsc::Receiver<Job>>>) {
@@ -71,10 +111,7 @@ fn worker(files: Arc<Vec<File>>, jobs: Arc<Mutex<mpsc::Receiver<Job>>>) {
                 Err(_) => return, // backend dropped: shut down
             }
         };
-        let f = &files[job.seg_index as usize];
-        let res = f
-            .write_all_at(job.buf.as_slice(), job.seg_off)
-            .and_then(|()| f.sync_data());
+        let res = write_and_sync(&files[job.seg_index as usize], &job.buf, job.seg_off);
         let _ = job.reply.send((res, job.buf));
     }
 }
@@ -98,13 +135,18 @@ pub fn start(
                 .map_err(|e| JournalError::io("spawning journal sync worker", e))?,
         );
     }
-    let backend = SyncBackend {
-        jobs: tx,
-        max_in_flight,
-    };
     std::thread::Builder::new()
         .name("walrus-journal".into())
         .spawn(move || {
+            // Rc: the backend lives on this thread only.
+            let outstanding = Rc::new(Cell::new(0));
+            let backend = SyncBackend {
+                jobs: tx,
+                max_in_flight,
+                files,
+                outstanding,
+                shared: shared.clone(),
+            };
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
