@@ -15,6 +15,7 @@
 //! - [`metrics`]: Prometheus counters and the HTTP endpoint.
 //! - [`cli`]: the `walrus` command.
 
+pub mod checkpoint;
 pub mod cli;
 pub mod commands;
 pub mod config;

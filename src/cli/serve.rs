@@ -2,6 +2,7 @@
 //! learn its command table, and proxy until SIGTERM or SIGINT.
 
 use super::ServeArgs;
+use crate::checkpoint::{self, CheckpointConfig};
 use crate::commands::CommandTable;
 use crate::config::{Config, UpstreamMode};
 use crate::durability::{Durability, Status};
@@ -138,8 +139,12 @@ async fn run_proxy(
         databases,
         "learned Valkey's command table"
     );
+    // The link must outlive the client sessions: on SIGTERM they drain replies that are held
+    // until the journal covers them, so it is stopped (by `Durable::stop`) only after they are
+    // done. Its stop signal never fires; the sender lives until this function returns.
+    let (_link_stop_tx, link_stop) = watch::channel(false);
     let durable = if config.durability.enabled {
-        Some(start_durability(config, &up, stop.clone()).await?)
+        Some(start_durability(config, &up, link_stop).await?)
     } else {
         tracing::warn!("durability.enabled = false: walrus proxies without journaling; acknowledged writes can be lost");
         None
@@ -220,11 +225,14 @@ struct Durable {
     durability: Arc<Durability>,
     journal: Arc<Journal>,
     link: tokio::task::JoinHandle<()>,
+    checkpointer: tokio::task::JoinHandle<()>,
 }
 
 impl Durable {
     /// Stops the link, then closes the journal (what was appended is written out).
     async fn stop(self) {
+        self.checkpointer.abort();
+        let _ = self.checkpointer.await;
         self.link.abort();
         let _ = self.link.await;
         match Arc::try_unwrap(self.journal) {
@@ -277,7 +285,20 @@ async fn start_durability(
         config.durability.max_held_bytes,
     ));
     let journal = Arc::new(journal);
+    let released = Arc::new(tokio::sync::Notify::new());
+    let checkpoints = CheckpointConfig {
+        dir: config.data.dir.join("checkpoints"),
+        max_rdb_bytes: config.durability.max_rdb_bytes,
+        ring_fill_trigger: 0.5,
+    };
+    let checkpointer = tokio::spawn(checkpoint::run(
+        up.clone(),
+        journal.clone(),
+        checkpoints,
+        released.clone(),
+    ));
     let link_cfg = LinkConfig {
+        released,
         checkpoint_dir: config.data.dir.join("checkpoints"),
         max_rdb_bytes: config.durability.max_rdb_bytes,
         entry_bytes: (config.journal.max_write_bytes as usize / 2).max(64 << 10),
@@ -295,6 +316,7 @@ async fn start_durability(
         durability,
         journal,
         link,
+        checkpointer,
     })
 }
 

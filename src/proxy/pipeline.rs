@@ -35,8 +35,9 @@ pub enum Gate {
     Free,
     /// At once unless what it read is dirty when it arrives.
     Read(Scope),
-    /// When the offset after its batch is durable; carries the write's dirty-key mark.
-    Offset(Option<WriteMark>),
+    /// When the offset after its batch is durable; carries the dirty-key marks of the
+    /// write (or, for EXEC, of the transaction's writes).
+    Offset(Vec<WriteMark>),
 }
 
 /// Transaction structure the writer must respect.
@@ -63,6 +64,9 @@ pub struct PipelinedRequest {
     pub reply: oneshot::Sender<Bytes>,
     pub gate: Gate,
     pub tx: TxCmd,
+    /// The connection is inside MULTI once this command has run: no ROLE may follow it.
+    /// The session knows (it waits for MULTI's reply before queueing anything after it).
+    pub in_multi: bool,
 }
 
 /// What every pipeline shares.
@@ -119,8 +123,8 @@ pub async fn run(
         inflight_rx.close();
         let mut marks = std::mem::take(&mut reader.marks);
         while let Ok(i) = inflight_rx.try_recv() {
-            if let Inflight::Client(_, Gate::Offset(Some(m))) = i {
-                marks.push(m);
+            if let Inflight::Client(_, Gate::Offset(m)) = i {
+                marks.extend(m);
             }
         }
         let awaiting = std::mem::take(&mut reader.awaiting);
@@ -201,7 +205,7 @@ async fn writer(
         let mut next = Some(first);
         while let Some(req) = next.take() {
             if let Some(want) = req.db {
-                if !in_multi && db != Some(want) {
+                if db != Some(want) {
                     out.extend_from_slice(&write::command([
                         b"SELECT".as_slice(),
                         want.to_string().as_bytes(),
@@ -211,16 +215,11 @@ async fn writer(
                 }
             }
             match req.tx {
-                TxCmd::Multi => in_multi = true,
                 TxCmd::SelectInMulti => select_in_tx = true,
-                TxCmd::End => {
-                    in_multi = false;
-                    if std::mem::take(&mut select_in_tx) {
-                        db = None;
-                    }
-                }
-                TxCmd::Other => {}
+                TxCmd::End if std::mem::take(&mut select_in_tx) => db = None,
+                _ => {}
             }
+            in_multi = req.in_multi;
             role_due |= gated && matches!(req.gate, Gate::Offset(_));
             // The reader must know whom a reply is for before the command can be answered.
             let _ = inflight.send(Inflight::Client(req.reply, req.gate));

@@ -91,8 +91,11 @@ struct Session {
     pushes: Option<mpsc::UnboundedReceiver<Bytes>>,
     /// Inside MULTI (on the dedicated connection).
     in_multi: bool,
-    /// A SELECT was queued in the current transaction: its writes' keys may be in any database.
-    selected_in_multi: bool,
+    /// The database a SELECT queued in the current transaction switches to: the keys of
+    /// the transaction's writes may then be in any database.
+    selected_in_multi: Option<u32>,
+    /// Dirty-key marks of the writes queued in the current transaction; EXEC carries them.
+    tx_marks: TxMarks,
     /// An unauthenticated client was found not to need authentication (see [`Session::noauth`]).
     needs_no_auth: bool,
     pending: VecDeque<Pending>,
@@ -113,7 +116,11 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
         tx,
         pushes: None,
         in_multi: false,
-        selected_in_multi: false,
+        selected_in_multi: None,
+        tx_marks: TxMarks {
+            marks: Vec::new(),
+            durability: shared.pools.ctx().durability.clone(),
+        },
         needs_no_auth: false,
         pending: VecDeque::new(),
         out: BytesMut::with_capacity(READ_CHUNK_BYTES),
@@ -332,13 +339,17 @@ impl Session {
         self.tx = pool.sender(slot).ok();
         self.upstream = Upstream::Pooled { pool, slot };
         self.pushes = None;
+        self.tx_marks.release();
         self.in_multi = false;
-        self.selected_in_multi = false;
+        self.selected_in_multi = None;
     }
 
     /// Sends a client command upstream, registering it with the durability gate.
     async fn forward(&mut self, req: Request) {
         let tx = self.tx_cmd(&req);
+        if tx == TxCmd::Multi {
+            return self.multi(req).await;
+        }
         let gate = match self.gate(&req, tx).await {
             Ok(g) => g,
             Err(refused) => {
@@ -347,26 +358,58 @@ impl Session {
             }
         };
         match tx {
-            TxCmd::Multi => self.in_multi = true,
             TxCmd::End => {
                 self.in_multi = false;
-                self.selected_in_multi = false;
+                // A SELECT queued in the transaction takes effect with EXEC (assumed to run:
+                // an aborted transaction leaves walrus's idea of the database off).
+                let selected = self.selected_in_multi.take();
+                if req.name().eq_ignore_ascii_case(b"EXEC") {
+                    self.id.db = selected.unwrap_or(self.id.db);
+                }
             }
-            TxCmd::SelectInMulti => self.selected_in_multi = true,
-            TxCmd::Other => {}
+            TxCmd::SelectInMulti => {
+                let db = req.args.get(1).and_then(|a| crate::resp::parse_i64(a));
+                self.selected_in_multi = db
+                    .filter(|&d| d >= 0 && d < self.shared.databases as i64)
+                    .map(|d| d as u32);
+            }
+            TxCmd::Other | TxCmd::Multi => {}
         }
-        // MULTI itself still carries the database: its transaction runs there.
-        let db = ((!self.in_multi || tx == TxCmd::Multi) && tx != TxCmd::End).then_some(self.id.db);
-        let p = self
-            .send(PipelinedRequest {
-                db,
-                cmd: req.raw,
-                reply: oneshot::channel().0,
-                gate,
-                tx,
-            })
-            .await;
+        let db = (!self.in_multi && tx != TxCmd::End).then_some(self.id.db);
+        let request = PipelinedRequest {
+            db,
+            cmd: req.raw,
+            reply: oneshot::channel().0,
+            gate,
+            tx,
+            in_multi: self.in_multi,
+        };
+        let p = self.send(request).await;
         self.pending.push_back(p);
+    }
+
+    /// MULTI is a barrier: whether the commands after it are queued depends on its reply
+    /// (it fails before AUTH, for one), and the pipeline must know, since no ROLE may be
+    /// queued inside a transaction. Earlier replies are settled first, so nothing before it
+    /// still waits for a ROLE.
+    async fn multi(&mut self, req: Request) {
+        if self.drain().await.is_err() {
+            return;
+        }
+        let request = PipelinedRequest {
+            db: Some(self.id.db),
+            cmd: req.raw,
+            reply: oneshot::channel().0,
+            gate: Gate::Free,
+            tx: TxCmd::Multi,
+            in_multi: true,
+        };
+        let reply = match self.send(request).await {
+            Pending::Ready(b) => b,
+            Pending::Wait(rx) => rx.await.unwrap_or_else(|_| pipeline::lost_reply()),
+        };
+        self.in_multi = &reply[..] == write::OK;
+        self.pending.push_back(Pending::Ready(reply));
     }
 
     fn tx_cmd(&self, req: &Request) -> TxCmd {
@@ -374,7 +417,7 @@ impl Session {
             return TxCmd::Other;
         }
         let n = req.name();
-        if n.eq_ignore_ascii_case(b"MULTI") {
+        if !self.in_multi && n.eq_ignore_ascii_case(b"MULTI") {
             TxCmd::Multi
         } else if self.in_multi
             && (n.eq_ignore_ascii_case(b"EXEC") || n.eq_ignore_ascii_case(b"DISCARD"))
@@ -395,7 +438,7 @@ impl Session {
         if tx == TxCmd::End {
             // EXEC's reply shows what the transaction read and wrote: it waits for the
             // offset after it.
-            return Ok(Gate::Offset(None));
+            return Ok(Gate::Offset(std::mem::take(&mut self.tx_marks.marks)));
         }
         let class = self.shared.table.classify(&req.args);
         match durability::access(&class, &req.args, req.raw.len(), self.id.db) {
@@ -404,13 +447,20 @@ impl Session {
             Access::Read(_) if self.in_multi => Ok(Gate::Free),
             Access::Read(scope) => Ok(Gate::Read(scope)),
             Access::Write(scope) => {
-                let scope = if self.selected_in_multi {
+                let scope = if self.selected_in_multi.is_some() {
                     Scope::All
                 } else {
                     scope
                 };
                 d.write_room().await?;
-                Ok(Gate::Offset(Some(d.begin_write(scope)?)))
+                let mark = d.begin_write(scope)?;
+                if self.in_multi {
+                    // +QUEUED reveals nothing and must not wait (the client may wait for
+                    // it before sending EXEC): the mark rides with EXEC.
+                    self.tx_marks.marks.push(mark);
+                    return Ok(Gate::Free);
+                }
+                Ok(Gate::Offset(vec![mark]))
             }
         }
     }
@@ -442,9 +492,8 @@ impl Session {
 
     /// A request that was never sent: its write mark is released at once.
     fn refuse(&self, req: PipelinedRequest, reason: &str) -> Pending {
-        if let (Gate::Offset(Some(mark)), Some(d)) = (req.gate, &self.shared.pools.ctx().durability)
-        {
-            d.abandon_batch(Vec::new(), vec![mark], Bytes::new(), None);
+        if let (Gate::Offset(marks), Some(d)) = (req.gate, &self.shared.pools.ctx().durability) {
+            d.abandon_batch(Vec::new(), marks, Bytes::new(), None);
         }
         Pending::Ready(unavailable(reason))
     }
@@ -470,6 +519,7 @@ impl Session {
                 reply: oneshot::channel().0,
                 gate: Gate::Free,
                 tx: TxCmd::Other,
+                in_multi: false,
             })
             .await;
         let reply = match probe {
@@ -707,6 +757,7 @@ impl Session {
             reply: tx,
             gate: Gate::Free,
             tx: TxCmd::Other,
+            in_multi: false,
         };
         let reply = match pool.sender(slot) {
             Err(reason) => unavailable(&reason),
@@ -721,6 +772,29 @@ impl Session {
             self.upstream = Upstream::Pooled { pool, slot };
         }
         self.ready(reply)
+    }
+}
+
+/// Dirty-key marks of the writes queued in an open transaction. A transaction the client
+/// never finishes (it leaves, or sends RESET) runs nothing: dropping this cleans its keys.
+#[derive(Default)]
+struct TxMarks {
+    marks: Vec<crate::durability::WriteMark>,
+    durability: Option<Arc<crate::durability::Durability>>,
+}
+
+impl TxMarks {
+    fn release(&mut self) {
+        let marks = std::mem::take(&mut self.marks);
+        if let (false, Some(d)) = (marks.is_empty(), &self.durability) {
+            d.abandon_batch(Vec::new(), marks, Bytes::new(), None);
+        }
+    }
+}
+
+impl Drop for TxMarks {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 

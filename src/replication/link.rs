@@ -45,6 +45,8 @@ pub struct LinkConfig {
     /// Entry size the stream is cut at (a transaction may be larger).
     pub entry_bytes: usize,
     pub limits: Limits,
+    /// Notified when a checkpoint releases ring segments.
+    pub released: Arc<Notify>,
 }
 
 /// Why an attachment ended.
@@ -165,14 +167,12 @@ async fn attach(
             if entry.getack {
                 getack.notify_one();
             }
-            // The ticket is not awaited: durability is observed through the durable watch.
-            journal
-                .append(Entry {
-                    repl_id,
-                    repl_offset_end: offset_end,
-                    payload: entry.payload,
-                })
-                .await?;
+            let entry = Entry {
+                repl_id,
+                repl_offset_end: offset_end,
+                payload: entry.payload,
+            };
+            append(journal, entry, &cfg.released).await?;
             if let Some(p) = pos.as_mut() {
                 p.offset = offset_end;
             }
@@ -182,6 +182,25 @@ async fn attach(
         }
         if rd.read_buf(&mut buf).await? == 0 {
             return Err(UpstreamError::Closed.into());
+        }
+    }
+}
+
+/// Appends an entry; when the ring is full, waits for a checkpoint to release segments
+/// (meanwhile the stream stays in Valkey's replica buffer, and the gate's pending-bytes
+/// bound stops new writes). The ticket is not awaited: durability is observed through the
+/// durable watch.
+async fn append(journal: &Journal, entry: Entry, released: &Notify) -> Result<(), JournalError> {
+    loop {
+        let notified = released.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        match journal.append(entry.clone()).await {
+            Err(JournalError::RingFull { .. }) => {
+                tracing::warn!("journal ring full: waiting for a checkpoint to release segments");
+                notified.await;
+            }
+            r => return r.map(|_ticket| ()),
         }
     }
 }

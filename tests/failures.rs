@@ -1,0 +1,260 @@
+//! Upstream failures and walrus's lifecycle: Valkey dying and coming back, graceful shutdown
+//! with replies in flight, the managed valkey-server child, configuration errors, and the
+//! command line's --version and --help.
+
+mod common;
+use common::*;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const OK: &[u8] = b"+OK\r\n";
+
+fn command<A: AsRef<[u8]>>(args: &[A]) -> Vec<u8> {
+    walrus::resp::write::command(args.iter().map(|a| a.as_ref())).to_vec()
+}
+
+/// Retries `args` until the reply is `want`; every other reply must be a walrus error (an
+/// `-ERR walrus:` while Valkey is away, or a `-MISCONF walrus:` while the journal is not yet
+/// following the new Valkey). Each try waits for its reply; the short pause between tries is
+/// the reconnection backoff.
+fn retry_until(c: &mut Raw, args: &[&str], want: &[u8], within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let r = c.cmd(args);
+        if r == want {
+            return;
+        }
+        assert!(
+            r.starts_with(b"-ERR walrus:") || r.starts_with(b"-MISCONF walrus:"),
+            "{args:?}: unexpected reply {}",
+            show(&r)
+        );
+        assert!(
+            Instant::now() < deadline,
+            "{args:?}: still {} after {within:?}",
+            show(&r)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+#[test]
+fn valkey_killed_gives_errors_at_once_and_walrus_reconnects_when_it_is_back() {
+    let mut v = Valkey::start_with(&["--enable-debug-command", "yes"]);
+    let port = v.port.to_string();
+    let w = Walrus::start(&v.addr());
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["SET", "k", "v"]), OK);
+
+    // A request in flight when Valkey dies, and requests after: errors, quickly.
+    c.send_raw(&command(&["DEBUG", "SLEEP", "10"]));
+    let killed = Instant::now();
+    v.proc.signal(libc::SIGKILL);
+    assert!(v.proc.wait_exit(Duration::from_secs(10)).is_some());
+    let r = c.read_frame();
+    assert!(r.starts_with(b"-ERR walrus:"), "{}", show(&r));
+    assert!(killed.elapsed() < Duration::from_secs(5));
+    let r = c.cmd(&["GET", "k"]);
+    assert!(r.starts_with(b"-ERR walrus:"), "{}", show(&r));
+    let mut newcomer = Raw::connect(&w.addr);
+    let r = newcomer.cmd(&["PING"]);
+    assert!(r.starts_with(b"-ERR walrus:"), "{}", show(&r));
+    assert!(killed.elapsed() < Duration::from_secs(8));
+
+    // A new Valkey on the same port: walrus finds it by itself.
+    let v2 = Valkey::start_with(&["--port", &port]);
+    retry_until(&mut c, &["SET", "k", "v2"], OK, Duration::from_secs(15));
+    assert_eq!(c.cmd(&["GET", "k"]), b"$2\r\nv2\r\n");
+    retry_until(
+        &mut newcomer,
+        &["PING"],
+        b"+PONG\r\n",
+        Duration::from_secs(15),
+    );
+    let mut fresh = Raw::connect(&w.addr);
+    assert_eq!(fresh.cmd(&["GET", "k"]), b"$2\r\nv2\r\n");
+    let mut direct = Raw::connect(&format!("127.0.0.1:{port}"));
+    assert_eq!(direct.cmd(&["GET", "k"]), b"$2\r\nv2\r\n");
+    drop(v2);
+}
+
+#[test]
+fn sigterm_delivers_every_pipelined_reply_then_closes_and_exits_zero() {
+    let v = Valkey::start_with(&["--enable-debug-command", "yes"]);
+    let mut w = Walrus::start(&v.addr());
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["SET", "n", "0"]), OK);
+    // The slow command first: the other 999 replies are all still pending at SIGTERM.
+    let mut p = command(&["DEBUG", "SLEEP", "0.3"]);
+    for _ in 0..999 {
+        p.extend_from_slice(&command(&["INCR", "n"]));
+    }
+    c.send_raw(&p);
+    w.proc.signal(libc::SIGTERM);
+    w.proc.wait_line("shutting down", Duration::from_secs(10));
+    assert!(
+        TcpStream::connect(&w.addr).is_err(),
+        "walrus still accepts connections after SIGTERM"
+    );
+    assert_eq!(c.read_frame(), OK);
+    for i in 1..=999 {
+        let r = c.try_read_frame().unwrap_or_else(|e| {
+            panic!("reply {i} of 999 after SIGTERM: {e}\n{}", w.proc.log_text())
+        });
+        assert_eq!(show(&r), format!(":{i}⏎"));
+    }
+    assert!(c.closed(), "connection not closed after the last reply");
+    let status = w
+        .proc
+        .wait_exit(Duration::from_secs(15))
+        .expect("walrus did not exit");
+    assert!(status.success(), "{status:?}\n{}", w.proc.log_text());
+    let mut direct = Raw::connect(&v.addr());
+    assert_eq!(direct.cmd(&["GET", "n"]), b"$3\r\n999\r\n");
+}
+
+fn info_pid(c: &mut Raw) -> i32 {
+    let info = c.cmd(&["INFO", "server"]);
+    let text = String::from_utf8_lossy(&info);
+    text.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .unwrap_or_else(|| panic!("no process_id in {text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // pid (comm) state ppid ...: comm may hold spaces, so split after its closing paren.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+#[test]
+fn managed_valkey_is_restarted_when_it_dies_and_stopped_with_walrus() {
+    let data = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(walrus_bin());
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--metrics-listen", ""])
+        .arg("--data-dir")
+        .arg(data.path())
+        .env("VALKEY_SERVER", valkey_server_bin())
+        .env("RUST_LOG", "info");
+    let mut w = Proc::spawn(cmd, true);
+    let line = w.wait_line("walrus listening on ", START_TIMEOUT);
+    let addr = line
+        .split("walrus listening on ")
+        .nth(1)
+        .unwrap()
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .next()
+        .unwrap()
+        .to_string();
+    let walrus_pid = w.child.id() as i32;
+    // Writes are accepted once the journal follows the managed Valkey's stream.
+    w.wait_line("replica link attached", START_TIMEOUT);
+
+    let mut c = Raw::connect(&addr);
+    assert_eq!(c.cmd(&["SET", "k", "v"]), OK);
+    assert_eq!(c.cmd(&["GET", "k"]), b"$1\r\nv\r\n");
+    let first = info_pid(&mut c);
+    assert_eq!(parent_of(first), Some(walrus_pid), "not walrus's child");
+
+    unsafe { libc::kill(first, libc::SIGKILL) };
+    w.wait_line("managed valkey-server restarted", Duration::from_secs(30));
+    // The pool reconnects with its own backoff.
+    retry_until(&mut c, &["SET", "k", "again"], OK, Duration::from_secs(15));
+    assert_eq!(c.cmd(&["GET", "k"]), b"$5\r\nagain\r\n");
+    let second = info_pid(&mut c);
+    assert_ne!(second, first);
+    assert_eq!(parent_of(second), Some(walrus_pid), "not walrus's child");
+
+    w.signal(libc::SIGTERM);
+    let status = w
+        .wait_exit(Duration::from_secs(20))
+        .expect("walrus did not exit");
+    assert!(status.success(), "{status:?}\n{}", w.log_text());
+    // walrus waits for its child before exiting; allow only for the kernel's bookkeeping.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive(second) {
+        assert!(
+            Instant::now() < deadline,
+            "managed valkey-server {second} outlived walrus"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Runs `walrus serve --config` with `text`; it must fail, and its stderr must contain every
+/// one of `needles`.
+fn config_error(text: &str, needles: &[&str]) {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(walrus_bin());
+    cmd.args(["serve", "--config"])
+        .arg(f.path())
+        .args(["--listen", "127.0.0.1:0", "--metrics-listen", ""])
+        .arg("--data-dir")
+        .arg(data.path());
+    let mut p = Proc::spawn(cmd, true);
+    let status = p
+        .wait_exit(Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("walrus started with config {text:?}"));
+    assert!(!status.success(), "config {text:?}: {status:?}");
+    let line = p.wait_line(needles[0], Duration::from_secs(5));
+    for n in needles {
+        assert!(line.contains(n), "config {text:?}: {line:?} lacks {n:?}");
+    }
+}
+
+#[test]
+fn config_errors_name_the_key_and_the_value() {
+    config_error("[proxy]\nmax_clientz = 3\n", &["max_clientz"]);
+    config_error(
+        "[proxy]\nmax_clients = \"many\"\n",
+        &["max_clients", "many"],
+    );
+    config_error("[upstream]\npool_size = 0\n", &["upstream.pool_size", "0"]);
+    config_error("[upstream]\nmode = \"embedded\"\n", &["mode", "embedded"]);
+    config_error("[nonsense]\nx = 1\n", &["nonsense"]);
+}
+
+#[test]
+fn version_and_help() {
+    let out = Command::new(walrus_bin())
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("walrus {}", env!("CARGO_PKG_VERSION"))),
+        "{text}"
+    );
+    let out = Command::new(walrus_bin()).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("serve") && text.contains("Usage"), "{text}");
+    let out = Command::new(walrus_bin())
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("--config") && text.contains("--upstream"),
+        "{text}"
+    );
+}
