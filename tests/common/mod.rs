@@ -192,7 +192,21 @@ impl Walrus {
     }
 
     pub fn start_full(upstream: &str, config: &str, extra: &[&str]) -> Walrus {
-        let data = tempfile::tempdir().unwrap();
+        Walrus::start_opts(upstream, config, extra, None, &[])
+    }
+
+    /// `data`: a data directory to reuse (a restart); `env`: extra environment variables.
+    pub fn start_opts(
+        upstream: &str,
+        config: &str,
+        extra: &[&str],
+        data: Option<&std::path::Path>,
+        env: &[(&str, &str)],
+    ) -> Walrus {
+        let dir = tempfile::tempdir().unwrap();
+        let data_dir = data
+            .map(|d| d.to_path_buf())
+            .unwrap_or_else(|| dir.path().join("data"));
         let mut text = format!("{TEST_JOURNAL}{config}\n");
         // A `--config FILE` among the flags is merged into the test configuration.
         let mut args: Vec<&str> = Vec::new();
@@ -210,7 +224,7 @@ impl Walrus {
             text.push_str("[durability]\nenabled = false\n");
         }
         let durable = !text.contains("enabled = false");
-        let path = data.path().join("walrus.toml");
+        let path = dir.path().join("walrus.toml");
         std::fs::write(&path, text).unwrap();
         let mut cmd = Command::new(walrus_bin());
         cmd.args(["serve", "--config", path.to_str().unwrap()])
@@ -223,8 +237,9 @@ impl Walrus {
                 upstream,
                 "--data-dir",
             ])
-            .arg(data.path().join("data"))
+            .arg(&data_dir)
             .args(&args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info");
         let proc = Proc::spawn(cmd, true);
         let line = proc.wait_line("walrus listening on ", START_TIMEOUT);
@@ -239,7 +254,11 @@ impl Walrus {
         if durable {
             proc.wait_line("replica link attached", START_TIMEOUT);
         }
-        Walrus { proc, addr, data }
+        Walrus {
+            proc,
+            addr,
+            data: dir,
+        }
     }
 }
 

@@ -98,9 +98,25 @@ impl IoBackend for SyncBackend {
 }
 
 pub(super) fn write_and_sync(f: &File, buf: &IoBuf, seg_off: u64) -> std::io::Result<()> {
+    if let Some(delay) = *FAULT_WRITE_DELAY {
+        std::thread::sleep(delay);
+    }
     f.write_all_at(buf.as_slice(), seg_off)
         .and_then(|()| f.sync_data())
 }
+
+/// Fault injection for tests of the durable write path: `WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS`
+/// makes every write of this backend take that much longer, a journal device that is
+/// artificially slow. Read once; unset in production.
+static FAULT_WRITE_DELAY: std::sync::LazyLock<Option<std::time::Duration>> =
+    std::sync::LazyLock::new(|| {
+        let ms: u64 = std::env::var("WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS")
+            .ok()?
+            .parse()
+            .ok()?;
+        tracing::warn!(ms, "fault injection: every journal write is delayed");
+        Some(std::time::Duration::from_millis(ms))
+    });
 
 fn worker(files: Arc<Vec<File>>, jobs: Arc<Mutex<mpsc::Receiver<Job>>>) {
     loop {
