@@ -152,15 +152,7 @@ fn managed_valkey_is_restarted_when_it_dies_and_stopped_with_walrus() {
         .env("VALKEY_SERVER", valkey_server_bin())
         .env("RUST_LOG", "info");
     let mut w = Proc::spawn(cmd, true);
-    let line = w.wait_line("walrus listening on ", START_TIMEOUT);
-    let addr = line
-        .split("walrus listening on ")
-        .nth(1)
-        .unwrap()
-        .split(|c: char| c == ',' || c.is_whitespace())
-        .next()
-        .unwrap()
-        .to_string();
+    let addr = listening_addr(&w);
     let walrus_pid = w.child.id() as i32;
     // Writes are accepted once the journal follows the managed Valkey's stream.
     w.wait_line("replica link attached", START_TIMEOUT);

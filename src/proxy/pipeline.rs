@@ -67,6 +67,9 @@ pub struct PipelinedRequest {
     /// The connection is inside MULTI once this command has run: no ROLE may follow it.
     /// The session knows (it waits for MULTI's reply before queueing anything after it).
     pub in_multi: bool,
+    /// The command's only answers are RESP3 pushes ((P|S)(UN)SUBSCRIBE on a RESP3
+    /// connection): no reply is expected in band.
+    pub answered_by_push: bool,
 }
 
 /// What every pipeline shares.
@@ -222,7 +225,9 @@ async fn writer(
             in_multi = req.in_multi;
             role_due |= gated && matches!(req.gate, Gate::Offset(_));
             // The reader must know whom a reply is for before the command can be answered.
-            let _ = inflight.send(Inflight::Client(req.reply, req.gate));
+            if !req.answered_by_push {
+                let _ = inflight.send(Inflight::Client(req.reply, req.gate));
+            }
             if req.cmd.len() >= BATCH_BYTES_MAX {
                 wr.write_all(&out).await?;
                 out.clear();

@@ -89,9 +89,10 @@ pub fn route(table: &CommandTable, req: &Request) -> Route {
         "client|getname" => Route::Local(Local::ClientGetName),
         "client|setinfo" => Route::Local(Local::ClientSetInfo),
         "client|reply" => Route::Local(Local::ClientReply),
-        "multi" | "watch" | "subscribe" | "psubscribe" | "ssubscribe" | "monitor"
-        | "client|tracking" | "client|caching" | "client|no-evict" | "client|no-touch"
-        | "readonly" | "readwrite" | "asking" | "sync" | "psync" | "replconf" => Route::Pin,
+        "multi" | "watch" | "subscribe" | "psubscribe" | "ssubscribe" | "unsubscribe"
+        | "punsubscribe" | "sunsubscribe" | "monitor" | "client|tracking" | "client|caching"
+        | "client|no-evict" | "client|no-touch" | "readonly" | "readwrite" | "asking" | "sync"
+        | "psync" | "replconf" => Route::Pin,
         "xread" | "xreadgroup" => {
             if req
                 .args

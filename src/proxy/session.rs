@@ -376,6 +376,12 @@ impl Session {
             TxCmd::Other | TxCmd::Multi => {}
         }
         let db = (!self.in_multi && tx != TxCmd::End).then_some(self.id.db);
+        let answered_by_push =
+            self.dedicated() && self.id.resp3 && is_subscription(&req) && !self.in_multi;
+        if answered_by_push && self.drain().await.is_err() {
+            // The confirmation push must not overtake replies still held for durability.
+            return;
+        }
         let request = PipelinedRequest {
             db,
             cmd: req.raw,
@@ -383,9 +389,14 @@ impl Session {
             gate,
             tx,
             in_multi: self.in_multi,
+            answered_by_push,
         };
         let p = self.send(request).await;
-        self.pending.push_back(p);
+        match p {
+            // Its confirmation arrives as a push; nothing to wait for in band.
+            Pending::Wait(_) if answered_by_push => {}
+            p => self.pending.push_back(p),
+        }
     }
 
     /// MULTI is a barrier: whether the commands after it are queued depends on its reply
@@ -403,6 +414,7 @@ impl Session {
             gate: Gate::Free,
             tx: TxCmd::Multi,
             in_multi: true,
+            answered_by_push: false,
         };
         let reply = match self.send(request).await {
             Pending::Ready(b) => b,
@@ -520,6 +532,7 @@ impl Session {
                 gate: Gate::Free,
                 tx: TxCmd::Other,
                 in_multi: false,
+                answered_by_push: false,
             })
             .await;
         let reply = match probe {
@@ -758,6 +771,7 @@ impl Session {
             gate: Gate::Free,
             tx: TxCmd::Other,
             in_multi: false,
+            answered_by_push: false,
         };
         let reply = match pool.sender(slot) {
             Err(reason) => unavailable(&reason),
@@ -796,6 +810,21 @@ impl Drop for TxMarks {
     fn drop(&mut self) {
         self.release();
     }
+}
+
+/// (P|S)(UN)SUBSCRIBE: in RESP3 their confirmations are pushes, not replies.
+fn is_subscription(req: &Request) -> bool {
+    const NAMES: [&str; 6] = [
+        "subscribe",
+        "unsubscribe",
+        "psubscribe",
+        "punsubscribe",
+        "ssubscribe",
+        "sunsubscribe",
+    ];
+    NAMES
+        .iter()
+        .any(|n| req.name().eq_ignore_ascii_case(n.as_bytes()))
 }
 
 /// Checks credentials with Valkey on a fresh connection; `Err` carries Valkey's own reply

@@ -3,6 +3,10 @@
 //! timeout that fails the test with the process's log.
 #![allow(dead_code)]
 
+pub mod pair;
+#[allow(unused_imports)] // each test binary uses a different part
+pub use pair::{decode, hello_without_id, show_args, sorted, Pair};
+
 use bytes::BytesMut;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -100,6 +104,16 @@ impl Drop for Proc {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Waits for walrus's "listening on" log line and returns the address in it.
+pub fn listening_addr(walrus: &Proc) -> String {
+    let line = walrus.wait_line("walrus listening on ", START_TIMEOUT);
+    let rest = line.split("walrus listening on ").nth(1).unwrap();
+    rest.split(|c: char| c == ',' || c.is_whitespace())
+        .next()
+        .unwrap()
+        .to_string()
 }
 
 pub fn free_port() -> u16 {
@@ -242,15 +256,7 @@ impl Walrus {
             .envs(env.iter().copied())
             .env("RUST_LOG", "info");
         let proc = Proc::spawn(cmd, true);
-        let line = proc.wait_line("walrus listening on ", START_TIMEOUT);
-        let addr = line
-            .split("walrus listening on ")
-            .nth(1)
-            .unwrap()
-            .split(|c: char| c == ',' || c.is_whitespace())
-            .next()
-            .unwrap()
-            .to_string();
+        let addr = listening_addr(&proc);
         if durable {
             proc.wait_line("replica link attached", START_TIMEOUT);
         }

@@ -12,6 +12,34 @@
 pub mod sync;
 pub mod uring;
 
+/// Counts a backend's writes in flight (on its one writer-loop thread) and tells each new
+/// write whether it is alone: at queue depth 1 both backends write inline, on that thread.
+#[derive(Default)]
+pub(crate) struct InFlight(std::rc::Rc<std::cell::Cell<usize>>);
+
+/// Held by a write until it finishes (or its future is dropped).
+pub(crate) struct InFlightGuard(std::rc::Rc<std::cell::Cell<usize>>);
+
+impl InFlight {
+    /// Registers a write; `true` when no other write is in flight (counted as inline).
+    pub(crate) fn begin(&self, shared: &super::writer::Shared) -> (bool, InFlightGuard) {
+        let before = self.0.get();
+        self.0.set(before + 1);
+        if before == 0 {
+            shared
+                .writes_inline
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        (before == 0, InFlightGuard(self.0.clone()))
+    }
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
+
 /// Two future types behind one `impl Future` (avoids boxing per write).
 pub(crate) mod either {
     use std::future::Future;

@@ -6,10 +6,8 @@
 //! other write is outstanding, the writer-loop thread performs the write itself: at queue
 //! depth 1 this saves the hand-off to a worker and back.
 
-use std::cell::Cell;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::rc::Rc;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -34,17 +32,8 @@ pub struct SyncBackend {
     max_in_flight: usize,
     files: Arc<Vec<File>>,
     /// Writes handed out and not yet finished (on this single writer-loop thread).
-    outstanding: Rc<Cell<usize>>,
+    in_flight: super::InFlight,
     shared: Arc<Shared>,
-}
-
-/// Decrements the outstanding count when a write finishes (or its future is dropped).
-struct Outstanding(Rc<Cell<usize>>);
-
-impl Drop for Outstanding {
-    fn drop(&mut self) {
-        self.0.set(self.0.get() - 1);
-    }
 }
 
 impl IoBackend for SyncBackend {
@@ -58,13 +47,8 @@ impl IoBackend for SyncBackend {
         seg_off: u64,
         buf: IoBuf,
     ) -> impl std::future::Future<Output = (std::io::Result<()>, IoBuf)> + 'static {
-        let outstanding = self.outstanding.get();
-        self.outstanding.set(outstanding + 1);
-        let guard = Outstanding(self.outstanding.clone());
-        if outstanding == 0 {
-            self.shared
-                .writes_inline
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (alone, guard) = self.in_flight.begin(&self.shared);
+        if alone {
             // Nothing else in flight (queue depth 1): write on this thread, saving two
             // thread hand-offs. Appends arriving meanwhile are grouped into the next write;
             // writes issued while this one runs go to the workers.
@@ -155,12 +139,11 @@ pub fn start(
         .name("walrus-journal".into())
         .spawn(move || {
             // Rc: the backend lives on this thread only.
-            let outstanding = Rc::new(Cell::new(0));
             let backend = SyncBackend {
                 jobs: tx,
                 max_in_flight,
                 files,
-                outstanding,
+                in_flight: super::InFlight::default(),
                 shared: shared.clone(),
             };
             let rt = tokio::runtime::Builder::new_current_thread()
