@@ -111,9 +111,9 @@ def start_walrus(tmp, upstream_port, durable):
     args = [binary, "serve", "--config", conf, "--listen", "127.0.0.1:0", "--metrics-listen", "",
             "--upstream", "127.0.0.1:%d" % upstream_port, "--data-dir", os.path.join(d, "data")]
     env = dict(os.environ, RUST_LOG="warn,walrus::cli=info,walrus::replication=info")
-    p = Proc(args, "replica link attached" if durable else "walrus listening on ", env=env)
-    line = next(l for l in p.lines if "walrus listening on " in l)
-    port = int(line.split("walrus listening on ")[1].split(",")[0].rsplit(":", 1)[1])
+    # With the journal on, walrus listens once its replica link is attached.
+    p = Proc(args, "walrus listening on ", env=env)
+    port = int(p.ready_line.split("walrus listening on ")[1].split(",")[0].rsplit(":", 1)[1])
     return p, port
 
 

@@ -149,6 +149,15 @@ async fn run_proxy(
         tracing::warn!("durability.enabled = false: walrus proxies without journaling; acknowledged writes can be lost");
         None
     };
+    if let Some(d) = &durable {
+        // Clients are let in once writes can be acknowledged: a first SET must not meet
+        // "-MISCONF not attached" just because walrus started a moment ago.
+        tracing::info!("waiting for the replica link to attach before accepting clients");
+        tokio::select! {
+            _ = d.durability.wait_attached() => {}
+            _ = stop.wait_for(|s| *s) => return Ok(()),
+        }
+    }
     let ctx = Arc::new(PipelineCtx {
         upstream: up.clone(),
         durability: durable.as_ref().map(|d| d.durability.clone()),

@@ -74,6 +74,10 @@ struct State {
     durable_offset: u64,
     /// Highest batch offset Valkey has reported.
     executed_offset: u64,
+    /// Offset at which the link attached to the current replication history. Writes are
+    /// refused until then, so a batch offset below it comes from another history: a Valkey
+    /// that restarted before the link noticed.
+    history_start: u64,
     dirty: DirtyKeys,
     /// Settled write batches waiting for `durable_offset` to reach their offset.
     batches: BTreeMap<u64, Vec<(Vec<Held>, Vec<WriteMark>)>>,
@@ -88,6 +92,12 @@ pub struct Durability {
     room: Notify,
     max_pending_bytes: u64,
     max_held_bytes: u64,
+}
+
+fn history_changed() -> Bytes {
+    crate::resp::write::error(
+        "ERR walrus: Valkey's replication history changed before this write was journaled; it may be lost",
+    )
 }
 
 /// The error a refused write gets.
@@ -109,6 +119,7 @@ impl Durability {
                 status: Status::Detached,
                 durable_offset: 0,
                 executed_offset: 0,
+                history_start: 0,
                 dirty: DirtyKeys::default(),
                 batches: BTreeMap::new(),
                 reads: BTreeMap::new(),
@@ -149,6 +160,19 @@ impl Durability {
         }
     }
 
+    /// Waits until the replica link is attached (or the journal failed).
+    pub async fn wait_attached(&self) {
+        loop {
+            let notified = self.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.lock().status != Status::Detached {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     /// Registers a write about to be sent: its keys become dirty.
     pub fn begin_write(&self, scope: Scope) -> Result<WriteMark, Bytes> {
         let mut s = self.lock();
@@ -166,6 +190,13 @@ impl Durability {
             let why = refusal(&s.status);
             s.unmark(marks);
             drop(s);
+            replies.into_iter().for_each(|h| h.fail(&why));
+            return;
+        }
+        if offset < s.history_start {
+            s.unmark(marks);
+            drop(s);
+            let why = history_changed();
             replies.into_iter().for_each(|h| h.fail(&why));
             return;
         }
@@ -258,9 +289,7 @@ impl Durability {
         let mut s = self.lock();
         let mut failed = Vec::new();
         if new_history {
-            let why = crate::resp::write::error(
-                "ERR walrus: Valkey's replication history changed before this write was journaled; it may be lost",
-            );
+            let why = history_changed();
             for (_, batches) in std::mem::take(&mut s.batches) {
                 for (replies, marks) in batches {
                     s.unmark(marks);
@@ -269,12 +298,16 @@ impl Durability {
             }
             s.durable_offset = offset;
             s.executed_offset = offset;
+            s.history_start = offset;
             s.held_bytes = s
                 .reads
                 .values()
                 .flatten()
                 .map(|h| h.reply.len() as u64)
                 .sum();
+        }
+        if s.history_start == 0 {
+            s.history_start = offset;
         }
         s.status = Status::Attached;
         drop(s);
@@ -402,5 +435,92 @@ pub fn access(class: &crate::commands::Class, args: &[Bytes], raw_len: usize, db
         Keys::Args(_) if info.flags.readonly => Access::Read(Scope::All),
         Keys::Args(_) => Access::Free,
         Keys::Unknown => Access::Read(Scope::All),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(reply: &str) -> (Held, oneshot::Receiver<Bytes>) {
+        let (tx, rx) = oneshot::channel();
+        (
+            Held {
+                tx,
+                reply: Bytes::copy_from_slice(reply.as_bytes()),
+            },
+            rx,
+        )
+    }
+
+    fn key(k: &str) -> Scope {
+        Scope::Keys {
+            db: 0,
+            keys: vec![Bytes::copy_from_slice(k.as_bytes())],
+        }
+    }
+
+    #[test]
+    fn writes_are_refused_until_attached() {
+        let d = Durability::new(1 << 20, 1 << 20);
+        let refused = d.begin_write(key("a")).unwrap_err();
+        assert!(refused.starts_with(b"-MISCONF"));
+        d.attach(100, true, true);
+        assert!(d.begin_write(key("a")).is_ok());
+        d.detach();
+        assert!(d.begin_write(key("a")).is_err());
+    }
+
+    #[test]
+    fn a_write_reply_and_a_dirty_read_wait_for_the_durable_offset() {
+        let d = Durability::new(1 << 20, 1 << 20);
+        d.attach(100, true, true);
+        let mark = d.begin_write(key("a")).unwrap();
+        let (w, mut w_rx) = held("+OK\r\n");
+        d.settle_batch(150, vec![w], vec![mark]);
+        let (r, mut r_rx) = held("$1\r\nv\r\n");
+        d.read_reply(&key("a"), r);
+        let (clean, mut clean_rx) = held("$1\r\nc\r\n");
+        d.read_reply(&key("b"), clean);
+        assert!(
+            clean_rx.try_recv().is_ok(),
+            "a clean read is released at once"
+        );
+        assert!(w_rx.try_recv().is_err() && r_rx.try_recv().is_err());
+        d.set_durable(149);
+        assert!(w_rx.try_recv().is_err() && r_rx.try_recv().is_err());
+        d.set_durable(150);
+        assert_eq!(&w_rx.try_recv().unwrap()[..], b"+OK\r\n");
+        assert_eq!(&r_rx.try_recv().unwrap()[..], b"$1\r\nv\r\n");
+        assert_eq!(d.snapshot().2, 0, "no held bytes left");
+    }
+
+    #[test]
+    fn a_failed_journal_turns_held_replies_into_errors() {
+        let d = Durability::new(1 << 20, 1 << 20);
+        d.attach(0, true, true);
+        let mark = d.begin_write(key("a")).unwrap();
+        let (w, mut w_rx) = held("+OK\r\n");
+        d.settle_batch(10, vec![w], vec![mark]);
+        d.fail("fsync failed");
+        assert!(w_rx.try_recv().unwrap().starts_with(b"-MISCONF"));
+        assert!(d
+            .begin_write(key("a"))
+            .unwrap_err()
+            .starts_with(b"-MISCONF"));
+    }
+
+    #[test]
+    fn an_offset_from_another_history_is_never_acknowledged() {
+        let d = Durability::new(1 << 20, 1 << 20);
+        d.attach(5000, true, true);
+        let mark = d.begin_write(key("a")).unwrap();
+        let (w, mut w_rx) = held("+OK\r\n");
+        // A restarted Valkey counts from 0 again: 42 is below where this history began.
+        d.settle_batch(42, vec![w], vec![mark]);
+        assert!(w_rx
+            .try_recv()
+            .unwrap()
+            .starts_with(b"-ERR walrus: Valkey's replication history changed"));
     }
 }
