@@ -21,7 +21,7 @@ pub struct Cli {
 pub enum Command {
     /// Run the proxy (and, in managed mode, its valkey-server).
     Serve(ServeArgs),
-    /// Journal maintenance: init, inspect, verify.
+    /// Journal maintenance: init, inspect, verify, repair.
     #[command(subcommand)]
     Journal(crate::journal::cli::JournalCommand),
 }
