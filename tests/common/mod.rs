@@ -147,7 +147,9 @@ impl Valkey {
                 "--appendonly",
                 "no",
             ])
-            .args(["--logfile", ""])
+            // walrus attaches as a replica: send it the RDB at once, not after Valkey's
+            // default 5 s wait for more replicas.
+            .args(["--repl-diskless-sync-delay", "0", "--logfile", ""])
             .arg("--dir")
             .arg(dir.path())
             .args(args);
