@@ -11,7 +11,12 @@
 //!   valkey-server child.
 //! - [`proxy`]: client sessions, the shared upstream pool, pinned connections for stateful
 //!   sessions, the accept loop and graceful shutdown.
+//! - [`replication`]: walrus as Valkey's replica: the handshake, RDB capture, and the link
+//!   that cuts Valkey's replication stream into journal entries.
 //! - [`journal`]: the recycled ring of log segments that makes writes durable.
+//! - [`durability`]: the rule that a reply leaves only when the journal covers it: held
+//!   replies, the dirty-key map, backpressure.
+//! - [`checkpoint`]: RDB checkpoints that let the journal ring recycle.
 //! - [`metrics`]: Prometheus counters and the HTTP endpoint.
 //! - [`cli`]: the `walrus` command.
 

@@ -56,23 +56,28 @@ pub fn is_relay_mode(req: &Request, resp3: bool) -> bool {
             .any(|c| n.eq_ignore_ascii_case(c.as_bytes()))
 }
 
-/// What a relayed session may still send.
-pub fn allowed_in_relay(req: &Request) -> bool {
-    const ALLOWED: [&str; 10] = [
+/// (P|S)(UN)SUBSCRIBE. In RESP3 their confirmations are pushes, not replies.
+pub fn is_subscription(req: &Request) -> bool {
+    const NAMES: [&str; 6] = [
         "subscribe",
         "unsubscribe",
         "psubscribe",
         "punsubscribe",
         "ssubscribe",
         "sunsubscribe",
-        "ping",
-        "quit",
-        "reset",
-        "replconf",
     ];
-    ALLOWED
+    NAMES
         .iter()
         .any(|c| req.name().eq_ignore_ascii_case(c.as_bytes()))
+}
+
+/// What a relayed session may still send.
+pub fn allowed_in_relay(req: &Request) -> bool {
+    const ALSO: [&str; 4] = ["ping", "quit", "reset", "replconf"];
+    is_subscription(req)
+        || ALSO
+            .iter()
+            .any(|c| req.name().eq_ignore_ascii_case(c.as_bytes()))
 }
 
 pub fn route(table: &CommandTable, req: &Request) -> Route {

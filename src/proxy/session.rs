@@ -377,7 +377,7 @@ impl Session {
         }
         let db = (!self.in_multi && tx != TxCmd::End).then_some(self.id.db);
         let answered_by_push =
-            self.dedicated() && self.id.resp3 && is_subscription(&req) && !self.in_multi;
+            self.dedicated() && self.id.resp3 && route::is_subscription(&req) && !self.in_multi;
         if answered_by_push && self.drain().await.is_err() {
             // The confirmation push must not overtake replies still held for durability.
             return;
@@ -810,21 +810,6 @@ impl Drop for TxMarks {
     fn drop(&mut self) {
         self.release();
     }
-}
-
-/// (P|S)(UN)SUBSCRIBE: in RESP3 their confirmations are pushes, not replies.
-fn is_subscription(req: &Request) -> bool {
-    const NAMES: [&str; 6] = [
-        "subscribe",
-        "unsubscribe",
-        "psubscribe",
-        "punsubscribe",
-        "ssubscribe",
-        "sunsubscribe",
-    ];
-    NAMES
-        .iter()
-        .any(|n| req.name().eq_ignore_ascii_case(n.as_bytes()))
 }
 
 /// Checks credentials with Valkey on a fresh connection; `Err` carries Valkey's own reply
