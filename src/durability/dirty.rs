@@ -133,6 +133,11 @@ impl DirtyKeys {
         }
     }
 
+    /// Writes registered and not yet settled.
+    pub fn pending_writes(&self) -> usize {
+        self.pending.len()
+    }
+
     /// Dirty keys right now.
     pub fn len(&self) -> usize {
         self.keys.len()

@@ -31,6 +31,7 @@ pub mod dirty;
 use bytes::Bytes;
 use dirty::{DirtyKeys, Scope};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use tokio::sync::{oneshot, Notify};
 
@@ -88,6 +89,10 @@ struct State {
 
 pub struct Durability {
     state: Mutex<State>,
+    /// Writes pending right now, published after every change under the lock. A read reply
+    /// that finds zero skips the lock: a write marked later was sent to Valkey after that
+    /// reply arrived, so the read cannot have seen it.
+    pending_writes: AtomicUsize,
     /// Woken when writes may proceed again (room freed, status changed).
     room: Notify,
     max_pending_bytes: u64,
@@ -125,6 +130,7 @@ impl Durability {
                 reads: BTreeMap::new(),
                 held_bytes: 0,
             }),
+            pending_writes: AtomicUsize::new(0),
             room: Notify::new(),
             max_pending_bytes,
             max_held_bytes,
@@ -133,6 +139,13 @@ impl Durability {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().expect("durability state lock")
+    }
+
+    /// Publishes the pending-write count; call with the lock held, after marking or
+    /// unmarking.
+    fn publish(&self, s: &State) {
+        self.pending_writes
+            .store(s.dirty.pending_writes(), Ordering::SeqCst);
     }
 
     pub fn status(&self) -> Status {
@@ -180,6 +193,7 @@ impl Durability {
             return Err(refusal(&s.status));
         }
         let generation = s.dirty.mark(&scope);
+        self.publish(&s);
         Ok(WriteMark { generation, scope })
     }
 
@@ -243,6 +257,9 @@ impl Durability {
 
     /// A read's reply arrived: release it now, or hold it while its keys are dirty.
     pub fn read_reply(&self, scope: &Scope, held: Held) {
+        if self.pending_writes.load(Ordering::SeqCst) == 0 {
+            return held.release();
+        }
         let mut s = self.lock();
         let Some(generation) = s.dirty.pending_for(scope) else {
             drop(s);
@@ -276,6 +293,7 @@ impl Durability {
             }
         }
         out.extend(s.ready_reads());
+        self.publish(&s);
         drop(s);
         out.into_iter().for_each(Held::release);
         self.room.notify_waiters();
