@@ -101,7 +101,10 @@ fn pairs(f: &OwnedFrame) -> Vec<(String, &OwnedFrame)> {
     }
 }
 
-fn typed(f: Option<&OwnedFrame>) -> Result<(String, Vec<(String, &OwnedFrame)>), String> {
+/// A key spec's `{type, spec}` part: the type name and the spec's fields.
+type Typed<'a> = (String, Vec<(String, &'a OwnedFrame)>);
+
+fn typed(f: Option<&OwnedFrame>) -> Result<Typed<'_>, String> {
     let f = f.ok_or("key spec without search")?;
     let m = pairs(f);
     let t = m
@@ -265,14 +268,17 @@ mod tests {
             incomplete: false,
         };
         assert_eq!(
-            extract(&[spec.clone()], &args("EVAL s 2 a b x")),
+            extract(std::slice::from_ref(&spec), &args("EVAL s 2 a b x")),
             Keys::Args(vec![3, 4])
         );
         assert_eq!(
-            extract(&[spec.clone()], &args("EVAL s 0")),
+            extract(std::slice::from_ref(&spec), &args("EVAL s 0")),
             Keys::Args(vec![])
         );
-        assert_eq!(extract(&[spec.clone()], &args("EVAL s 5 a")), Keys::Unknown);
+        assert_eq!(
+            extract(std::slice::from_ref(&spec), &args("EVAL s 5 a")),
+            Keys::Unknown
+        );
         assert_eq!(extract(&[spec], &args("EVAL s x a")), Keys::Unknown);
     }
 

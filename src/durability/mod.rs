@@ -69,6 +69,9 @@ pub enum Status {
     Failed(String),
 }
 
+/// A settled batch: its write replies and the dirty-key marks they clear once durable.
+type Batch = (Vec<Held>, Vec<WriteMark>);
+
 struct State {
     status: Status,
     /// Highest replication offset the journal holds durably (or that a stored RDB covers).
@@ -81,7 +84,7 @@ struct State {
     history_start: u64,
     dirty: DirtyKeys,
     /// Settled write batches waiting for `durable_offset` to reach their offset.
-    batches: BTreeMap<u64, Vec<(Vec<Held>, Vec<WriteMark>)>>,
+    batches: BTreeMap<u64, Vec<Batch>>,
     /// Reads waiting for every write up to a generation to be durable.
     reads: BTreeMap<u64, Vec<Held>>,
     held_bytes: u64,
