@@ -435,6 +435,9 @@ pub fn access(class: &crate::commands::Class, args: &[Bytes], raw_len: usize, db
     };
     if class.may_write {
         let scope = match &class.keys {
+            // MOVE and COPY ... DB write a key in another database, which key specs do not
+            // describe: they may touch anything.
+            _ if matches!(info.name.as_str(), "move" | "copy") => Scope::All,
             Keys::Args(idx) if !idx.is_empty() => Scope::Keys {
                 db,
                 keys: keys(idx),
