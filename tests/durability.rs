@@ -307,3 +307,28 @@ fn readers_hammering_a_key_never_see_a_value_before_its_write_is_acknowledged() 
     }
     assert!(reads > 10, "the readers made only {reads} reads");
 }
+
+#[test]
+fn checkpoints_let_the_ring_take_more_than_its_size() {
+    let v = Valkey::start();
+    // The test ring holds 16 MiB; write 48 MiB through it, overwriting the same keys so that
+    // each checkpoint's RDB stays small.
+    let w = Walrus::start(&v.addr());
+    let mut c = Raw::connect(&w.addr);
+    let value = "x".repeat(256 << 10);
+    for i in 0..192 {
+        let key = format!("big:{}", i % 8);
+        assert_eq!(c.cmd(&["SET", &key, &value]), b"+OK\r\n", "write {i}");
+    }
+    w.proc.wait_line("checkpoint taken", START_TIMEOUT);
+    let checkpoints: Vec<_> = std::fs::read_dir(w.data.path().join("data/checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(
+        checkpoints.len(),
+        1,
+        "only the newest checkpoint is kept: {checkpoints:?}"
+    );
+    assert!(checkpoints[0].starts_with("checkpoint-"), "{checkpoints:?}");
+}
