@@ -72,10 +72,13 @@ pub async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut pos = start;
+    // First LSN of the current replication history: durable reports before it are offsets
+    // of another history. The journal's end (where a restart continues) is in this history.
+    let mut history_lsn = 0;
     let mut backoff = BACKOFF_MIN;
     loop {
         let attached = tokio::select! {
-            r = attach(&up, &journal, &durability, &cfg, &mut pos) => r,
+            r = attach(&up, &journal, &durability, &cfg, &mut pos, &mut history_lsn) => r,
             _ = stop.wait_for(|s| *s) => return,
         };
         durability.detach();
@@ -106,6 +109,7 @@ async fn attach(
     durability: &Arc<Durability>,
     cfg: &LinkConfig,
     pos: &mut Option<Position>,
+    history_lsn: &mut u64,
 ) -> Result<(), LinkError> {
     let mut conn = Conn::control(up).await?;
     let (replid, offset, covered, new_history) = match handshake(&mut conn, 0, pos.as_ref(), true)
@@ -138,8 +142,9 @@ async fn attach(
         replid: replid.clone(),
         offset,
     });
-    // Durable offsets of this history come from entries appended from now on.
-    let history_lsn = journal.status().next_lsn;
+    if new_history {
+        *history_lsn = journal.status().next_lsn;
+    }
     durability.attach(offset, covered, new_history);
     tracing::info!(%replid, offset, "replica link attached; journaling Valkey's replication stream");
 
@@ -151,7 +156,7 @@ async fn attach(
         wr,
         journal.durable(),
         durability.clone(),
-        history_lsn,
+        *history_lsn,
         offset,
         getack.clone(),
     ));
