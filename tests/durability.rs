@@ -332,3 +332,38 @@ fn checkpoints_let_the_ring_take_more_than_its_size() {
     );
     assert!(checkpoints[0].starts_with("checkpoint-"), "{checkpoints:?}");
 }
+
+#[test]
+fn a_failing_journal_refuses_writes_and_keeps_serving_clean_reads() {
+    let v = Valkey::start();
+    let mut direct = Raw::connect(&v.addr());
+    assert_eq!(direct.cmd(&["SET", "clean", "c"]), b"+OK\r\n"); // in the RDB, not the journal
+    let w = Walrus::start_opts(
+        &v.addr(),
+        "io_backend = \"sync\"\n",
+        &[],
+        None,
+        &[("WALRUS_FAULT_JOURNAL_FAIL_ON", "poison")],
+    );
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["SET", "before", "ok"]), b"+OK\r\n");
+    // The write runs in Valkey, but its journal write fails: never acknowledged.
+    let first = c.cmd(&["SET", "k", "poison"]);
+    assert!(
+        first.starts_with(b"-MISCONF walrus: journal failed"),
+        "{}",
+        show(&first)
+    );
+    // Later writes are refused before they reach Valkey.
+    assert!(c.cmd(&["SET", "k2", "v"]).starts_with(b"-MISCONF"));
+    assert_eq!(direct.cmd(&["EXISTS", "k2"]), b":0\r\n");
+    // A read of the unjournaled write fails; reads of clean keys go on.
+    assert!(c.cmd(&["GET", "k"]).starts_with(b"-MISCONF"));
+    assert_eq!(c.cmd(&["GET", "clean"]), b"$1\r\nc\r\n");
+    assert_eq!(c.cmd(&["GET", "before"]), b"$2\r\nok\r\n");
+    assert_eq!(
+        direct.cmd(&["GET", "k"]),
+        b"$6\r\npoison\r\n",
+        "the write did run in Valkey"
+    );
+}

@@ -385,6 +385,11 @@ impl Durability {
 
 impl State {
     fn unmark(&mut self, marks: Vec<WriteMark>) {
+        if let Status::Failed(_) = self.status {
+            // Those writes ran in Valkey but will never be journaled: their keys stay dirty,
+            // so reading them fails instead of showing data a crash would lose.
+            return;
+        }
         for m in marks {
             self.dirty.unmark(m.generation, &m.scope);
         }
@@ -532,6 +537,13 @@ mod tests {
             .begin_write(key("a"))
             .unwrap_err()
             .starts_with(b"-MISCONF"));
+        // The failed write ran in Valkey: reading its key fails; other keys read fine.
+        let (r, mut r_rx) = held("$1\r\nv\r\n");
+        d.read_reply(&key("a"), r);
+        assert!(r_rx.try_recv().unwrap().starts_with(b"-MISCONF"));
+        let (clean, mut clean_rx) = held("$1\r\nc\r\n");
+        d.read_reply(&key("b"), clean);
+        assert_eq!(&clean_rx.try_recv().unwrap()[..], b"$1\r\nc\r\n");
     }
 
     #[test]

@@ -77,6 +77,13 @@ pub async fn run(
     let mut history_lsn = 0;
     let mut backoff = BACKOFF_MIN;
     loop {
+        if journal.durable().borrow().failed {
+            // Nothing can become durable any more; the gate already refuses writes. Staying
+            // detached also makes Valkey refuse writes (min-replicas-to-write).
+            durability.fail("the journal failed after an I/O error");
+            tracing::error!("journal failed: the replica link stays down");
+            return;
+        }
         let attached = tokio::select! {
             r = attach(&up, &journal, &durability, &cfg, &mut pos, &mut history_lsn) => r,
             _ = stop.wait_for(|s| *s) => return,

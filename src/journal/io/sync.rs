@@ -85,6 +85,18 @@ pub(super) fn write_and_sync(f: &File, buf: &IoBuf, seg_off: u64) -> std::io::Re
     if let Some(delay) = *FAULT_WRITE_DELAY {
         std::thread::sleep(delay);
     }
+    if let Some(marker) = &*FAULT_FAIL_ON {
+        // Once the marker is seen, this "device" is dead: every later write fails too.
+        let dead = FAULT_DEAD.load(std::sync::atomic::Ordering::SeqCst)
+            || buf
+                .as_slice()
+                .windows(marker.len())
+                .any(|w| w == marker.as_slice());
+        if dead {
+            FAULT_DEAD.store(true, std::sync::atomic::Ordering::SeqCst);
+            return Err(std::io::Error::other("injected journal write failure"));
+        }
+    }
     f.write_all_at(buf.as_slice(), seg_off)
         .and_then(|()| f.sync_data())
 }
@@ -159,3 +171,18 @@ pub fn start(
         })
         .map_err(|e| JournalError::io("spawning journal writer thread", e))
 }
+
+/// Fault injection: `WALRUS_FAULT_JOURNAL_FAIL_ON=<text>` makes the first write whose data
+/// contains `<text>`, and every write after it, fail: a device that dies at a chosen moment.
+/// Unset in production.
+static FAULT_FAIL_ON: std::sync::LazyLock<Option<Vec<u8>>> = std::sync::LazyLock::new(|| {
+    let marker = std::env::var("WALRUS_FAULT_JOURNAL_FAIL_ON")
+        .ok()
+        .filter(|m| !m.is_empty())?;
+    tracing::warn!(
+        marker,
+        "fault injection: journal writes fail from the one containing the marker on"
+    );
+    Some(marker.into_bytes())
+});
+static FAULT_DEAD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
