@@ -129,6 +129,7 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
     let mut rbuf = BytesMut::with_capacity(READ_CHUNK_BYTES);
     let mut parser = RequestParser::new(shared.limits);
     let mut reading = true;
+    let mut draining = false;
     loop {
         if !reading && s.pending.is_empty() {
             break;
@@ -157,10 +158,14 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
                     None => s.pushes = None,
                 }
             }
-            r = rd.read_buf(&mut rbuf), if can_read => {
+            r = read_more(&mut rd, &mut rbuf, draining), if can_read => {
                 match r {
-                    Ok(0) | Err(_) => return, // the client is gone: its pending replies go nowhere
-                    Ok(_) => {}
+                    Read::Closed => return, // the client is gone: its pending replies go nowhere
+                    Read::Drained => {
+                        reading = false;
+                        continue;
+                    }
+                    Read::Data => {}
                 }
                 if rbuf.len() > shared.max_query_buffer_bytes {
                     tracing::warn!("closing client that reached max query buffer length ({} bytes)", rbuf.len());
@@ -201,10 +206,39 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
                     }
                 }
             }
-            _ = shutdown.changed(), if reading => reading = false,
+            // Shutting down: take what the client already sent, then stop reading.
+            _ = shutdown.changed(), if reading && !draining => draining = true,
         }
     }
     let _ = s.flush().await;
+}
+
+enum Read {
+    Data,
+    /// The client closed its side (or the socket failed).
+    Closed,
+    /// Draining for shutdown: nothing more is buffered.
+    Drained,
+}
+
+/// Reads from the client; when `draining`, only what is already buffered in the socket.
+async fn read_more(
+    rd: &mut tokio::net::tcp::OwnedReadHalf,
+    rbuf: &mut BytesMut,
+    draining: bool,
+) -> Read {
+    let r = if draining {
+        match rd.try_read_buf(rbuf) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Read::Drained,
+            r => r,
+        }
+    } else {
+        rd.read_buf(rbuf).await
+    };
+    match r {
+        Ok(0) | Err(_) => Read::Closed,
+        Ok(_) => Read::Data,
+    }
 }
 
 async fn next_reply(pending: &mut VecDeque<Pending>) -> Bytes {
