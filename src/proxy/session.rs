@@ -416,16 +416,17 @@ impl Session {
             // The confirmation push must not overtake replies still held for durability.
             return;
         }
+        let (reply, rx) = oneshot::channel();
         let request = PipelinedRequest {
             db,
             cmd: req.raw,
-            reply: oneshot::channel().0,
+            reply,
             gate,
             tx,
             in_multi: self.in_multi,
             answered_by_push,
         };
-        let p = self.send(request).await;
+        let p = self.send(request, rx).await;
         match p {
             // Its confirmation arrives as a push; nothing to wait for in band.
             Pending::Wait(_) if answered_by_push => {}
@@ -441,16 +442,17 @@ impl Session {
         if self.drain().await.is_err() {
             return;
         }
+        let (reply, rx) = oneshot::channel();
         let request = PipelinedRequest {
             db: Some(self.id.db),
             cmd: req.raw,
-            reply: oneshot::channel().0,
+            reply,
             gate: Gate::Free,
             tx: TxCmd::Multi,
             in_multi: true,
             answered_by_push: false,
         };
-        let reply = match self.send(request).await {
+        let reply = match self.send(request, rx).await {
             Pending::Ready(b) => b,
             Pending::Wait(rx) => rx.await.unwrap_or_else(|_| pipeline::lost_reply()),
         };
@@ -511,9 +513,8 @@ impl Session {
         }
     }
 
-    async fn send(&mut self, mut req: PipelinedRequest) -> Pending {
-        let (reply_tx, rx) = oneshot::channel();
-        req.reply = reply_tx;
+    /// Queues `req` upstream; `rx` is the receiving end of `req.reply`.
+    async fn send(&mut self, mut req: PipelinedRequest, rx: oneshot::Receiver<Bytes>) -> Pending {
         for _ in 0..2 {
             if let Some(sender) = &self.tx {
                 match sender.send(req).await {
@@ -558,16 +559,20 @@ impl Session {
         if self.id.creds.is_some() || self.needs_no_auth || self.in_multi {
             return None;
         }
+        let (reply, rx) = oneshot::channel();
         let probe = self
-            .send(PipelinedRequest {
-                db: None,
-                cmd: write::command(["PING"]),
-                reply: oneshot::channel().0,
-                gate: Gate::Free,
-                tx: TxCmd::Other,
-                in_multi: false,
-                answered_by_push: false,
-            })
+            .send(
+                PipelinedRequest {
+                    db: None,
+                    cmd: write::command(["PING"]),
+                    reply,
+                    gate: Gate::Free,
+                    tx: TxCmd::Other,
+                    in_multi: false,
+                    answered_by_push: false,
+                },
+                rx,
+            )
             .await;
         let reply = match probe {
             Pending::Ready(b) => b,
