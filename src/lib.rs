@@ -16,7 +16,10 @@
 //! - [`journal`]: the recycled ring of log segments that makes writes durable.
 //! - [`durability`]: the rule that a reply leaves only when the journal covers it: held
 //!   replies, the dirty-key map, backpressure.
-//! - [`checkpoint`]: RDB checkpoints that let the journal ring recycle.
+//! - [`checkpoint`]: RDB checkpoints that let the journal ring recycle, and the manifest
+//!   that names the current one.
+//! - [`restore`]: after any restart, Valkey is loaded back from the checkpoint and the
+//!   journal; the decision table for every attach.
 //! - [`metrics`]: Prometheus counters and the HTTP endpoint.
 //! - [`cli`]: the `walrus` command.
 
@@ -30,4 +33,5 @@ pub mod metrics;
 pub mod proxy;
 pub mod replication;
 pub mod resp;
+pub mod restore;
 pub mod upstream;

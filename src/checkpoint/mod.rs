@@ -1,60 +1,123 @@
 //! Checkpoints: an RDB of the whole dataset, taken by a fresh full synchronization and stored
 //! durably, covers every journal entry before it, so the ring can recycle those segments.
 //!
-//! When the ring is half full, walrus opens a second replica connection, asks for a full
-//! resynchronization (`PSYNC ? -1`), stores the RDB under `<data>/checkpoints/` (temp file,
-//! fsync, rename, directory fsync), and releases the journal through the last entry that was
-//! durable *before* it asked: the RDB was cut later, at a higher offset of the same
-//! replication history, so it contains all of those entries' effects. Older checkpoint files
-//! are then deleted; the newest one, plus the journal after it, is what a restore needs.
+//! When the ring is half full (or `walrus checkpoint` asks), walrus opens a second replica
+//! connection, asks for a full resynchronization (`PSYNC ? -1`), stores the RDB under
+//! `<data>/checkpoints/` (temp file, fsync, rename, directory fsync), records it in the
+//! checkpoint manifest ([`store`]), and only then releases the journal through the last
+//! entry that was durable *before* it asked: the RDB was cut later, at a higher offset of the
+//! same replication history, so it contains all of those entries' effects. Older checkpoint
+//! files are deleted once the new one is recorded; the newest one, plus the journal after
+//! it, is what a restore needs.
+//!
+//! The journal never releases an entry a restore from the recorded checkpoint could need
+//! (`from_lsn` and after); an RDB whose history differs from the journal's last durable
+//! entry, or that arrived after Valkey was lost, is discarded.
 
+pub mod store;
+
+use crate::durability::{Durability, Status};
 use crate::journal::{Journal, ReplayFrom};
 use crate::replication::handshake::{handshake, SyncStart};
 use crate::replication::rdb;
 use crate::upstream::client::Conn;
 use crate::upstream::Upstream;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Notify;
+use store::Store;
+use tokio::sync::{mpsc, oneshot, Notify};
 
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
 
 pub struct CheckpointConfig {
-    pub dir: PathBuf,
+    pub store: Store,
     pub max_rdb_bytes: u64,
     /// Take a checkpoint once this fraction of the ring's segments is in use.
     pub ring_fill_trigger: f64,
 }
 
-/// Takes checkpoints whenever the ring fills past the trigger; `released` is notified after
+/// A request for a checkpoint now (`walrus checkpoint`); answered with a summary or why not.
+pub type Request = oneshot::Sender<Result<String, String>>;
+
+/// Takes checkpoints whenever the ring fills past the trigger or one is requested, and
+/// releases the journal entries no restore can need any more; `released` is notified after
 /// each release (the replica link waits on it when the ring is full).
 pub async fn run(
     up: Upstream,
     journal: Arc<Journal>,
+    durability: Arc<Durability>,
     cfg: CheckpointConfig,
     released: Arc<Notify>,
+    mut requests: mpsc::Receiver<Request>,
 ) {
     let mut durable = journal.durable();
     loop {
-        let status = journal.status();
-        if (status.used_segments as f64) < cfg.ring_fill_trigger * status.segments as f64 {
-            if durable.changed().await.is_err() {
-                return;
-            }
-            continue;
+        if release_unneeded(&journal, &cfg.store).await {
+            released.notify_waiters();
         }
-        match take(&up, &journal, &cfg).await {
-            Ok(()) => released.notify_waiters(),
-            Err(e) => {
-                tracing::warn!("checkpoint failed: {e}; retrying in {RETRY_AFTER_FAILURE:?}");
-                tokio::time::sleep(RETRY_AFTER_FAILURE).await;
+        let status = journal.status();
+        let full = status.used_segments as f64 >= cfg.ring_fill_trigger * status.segments as f64;
+        let asked = if full {
+            None
+        } else {
+            tokio::select! {
+                r = durable.changed() => if r.is_err() { return } else { continue },
+                r = requests.recv() => match r {
+                    Some(tx) => Some(tx),
+                    None => std::future::pending().await,
+                },
             }
+        };
+        let result = take(&up, &journal, &durability, &cfg).await;
+        match &result {
+            Ok(summary) => {
+                tracing::info!("{summary}");
+                released.notify_waiters();
+            }
+            Err(e) => tracing::warn!("checkpoint failed: {e}"),
+        }
+        let failed = result.is_err();
+        if let Some(tx) = asked {
+            let _ = tx.send(result);
+        }
+        if failed {
+            tokio::time::sleep(RETRY_AFTER_FAILURE).await;
         }
     }
 }
 
-async fn take(up: &Upstream, journal: &Arc<Journal>, cfg: &CheckpointConfig) -> Result<(), String> {
+/// Releases journal entries before the current checkpoint's `from_lsn`: a restore starts
+/// there, so nothing before it is needed (they are in its RDB, or belong to a history it
+/// replaced). Returns whether anything was released.
+async fn release_unneeded(journal: &Arc<Journal>, store: &Store) -> bool {
+    let Some(cp) = store.recorded() else {
+        return false;
+    };
+    let upto = (cp.from_lsn - 1).min(journal.durable().borrow().lsn);
+    if upto <= journal.released_through() {
+        return false;
+    }
+    match journal.release_through(upto).await {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!("cannot release the journal through LSN {upto}: {e}");
+            false
+        }
+    }
+}
+
+/// Takes a checkpoint: a fresh full sync's RDB, stored and recorded, then the journal
+/// released before it. Returns a summary for the log.
+async fn take(
+    up: &Upstream,
+    journal: &Arc<Journal>,
+    durability: &Durability,
+    cfg: &CheckpointConfig,
+) -> Result<String, String> {
+    if durability.status() != Status::Attached {
+        return Err("the replica link is not attached".into());
+    }
+    let epoch = durability.epoch();
     let before = *journal.durable().borrow();
     if before.lsn == 0 || before.failed {
         return Err("nothing durable to release".into());
@@ -76,46 +139,32 @@ async fn take(up: &Upstream, journal: &Arc<Journal>, cfg: &CheckpointConfig) -> 
     else {
         return Err("Valkey offered a partial resync to PSYNC ? -1".into());
     };
-    tokio::fs::create_dir_all(&cfg.dir)
-        .await
-        .map_err(|e| e.to_string())?;
-    let dest = cfg.dir.join(format!("checkpoint-{replid}-{offset}.rdb"));
+    let dest = cfg.store.path_for(&replid, offset);
     let stored = rdb::receive(&mut conn, &dest, cfg.max_rdb_bytes)
         .await
         .map_err(|e| e.to_string())?;
     drop(conn);
-    if replid != covered_replid || offset < before.repl_offset {
-        // Valkey's history changed under us: this RDB does not prove anything about the journal.
+    if replid != covered_replid || offset < before.repl_offset || durability.epoch() != epoch {
+        // Valkey's history changed under us: this RDB proves nothing about the journal.
+        let _ = tokio::fs::remove_file(&dest).await;
         return Err(format!(
             "checkpoint at {replid}:{offset} does not cover journal entry {} at {covered_replid}:{}",
             before.lsn, before.repl_offset
         ));
     }
-    journal
-        .release_through(before.lsn)
+    let store = cfg.store.clone();
+    let current_from = store.recorded().map_or(1, |c| c.from_lsn);
+    let from_lsn = (before.lsn + 1).max(current_from);
+    let recorded = tokio::task::spawn_blocking(move || store.record(&stored, &replid, offset, from_lsn))
         .await
+        .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
-    tracing::info!(
-        rdb_bytes = stored.bytes,
-        offset,
-        released_through_lsn = before.lsn,
-        "checkpoint taken; journal segments released"
-    );
-    remove_older(&cfg.dir, &dest).await;
-    Ok(())
-}
-
-/// Deletes every stored RDB but `keep`.
-async fn remove_older(dir: &Path, keep: &Path) {
-    let Ok(mut entries) = tokio::fs::read_dir(dir).await else {
-        return;
-    };
-    while let Ok(Some(e)) = entries.next_entry().await {
-        let p = e.path();
-        if p != keep && p.extension().is_some_and(|x| x == "rdb") {
-            if let Err(err) = tokio::fs::remove_file(&p).await {
-                tracing::warn!("cannot remove old checkpoint {}: {err}", p.display());
-            }
-        }
-    }
+    release_unneeded(journal, &cfg.store).await;
+    Ok(format!(
+        "checkpoint taken: {} ({} bytes, offset {}); journal released through LSN {}",
+        recorded.file,
+        recorded.size,
+        recorded.offset,
+        journal.released_through()
+    ))
 }

@@ -2,7 +2,7 @@
 //! learn its command table, and proxy until SIGTERM or SIGINT.
 
 use super::ServeArgs;
-use crate::checkpoint::{self, CheckpointConfig};
+use crate::checkpoint::{self, store::Store, CheckpointConfig};
 use crate::commands::CommandTable;
 use crate::config::{Config, UpstreamMode};
 use crate::durability::{Durability, Status};
@@ -10,11 +10,10 @@ use crate::journal::Journal;
 use crate::proxy::pipeline::{OffsetOracle, PipelineCtx};
 use crate::proxy::pool::{PoolKey, Pools};
 use crate::proxy::{server, Shared};
-use crate::replication::handshake::Position;
 use crate::replication::link::{self, LinkConfig};
 use crate::upstream::client::{frame_int, Conn};
 use crate::upstream::managed::ManagedValkey;
-use crate::upstream::{binary, Upstream};
+use crate::upstream::{binary, settings, Upstream};
 use redis_protocol::resp2::types::OwnedFrame;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -117,7 +116,8 @@ async fn serve(config: Config) -> Result<(), String> {
         connect_timeout: Duration::from_millis(config.upstream.connect_timeout_ms),
         limits: config.proxy.limits(),
     };
-    let result = run_proxy(&config, up, stop).await;
+    let deaths = managed.as_ref().map(|m| m.deaths.clone());
+    let result = run_proxy(&config, up, stop, deaths).await;
     if let Some(m) = managed {
         tracing::info!("stopping managed valkey-server");
         m.stop().await;
@@ -129,6 +129,7 @@ async fn run_proxy(
     config: &Config,
     up: Upstream,
     mut stop: watch::Receiver<bool>,
+    deaths: Option<watch::Receiver<u64>>,
 ) -> Result<(), String> {
     let (table, databases) = tokio::select! {
         r = learn_upstream(&up, Duration::from_millis(config.upstream.reconnect_backoff_max_ms)) => r,
@@ -139,22 +140,31 @@ async fn run_proxy(
         databases,
         "learned Valkey's command table"
     );
+    if config.upstream.mode == UpstreamMode::External {
+        check_settings(&up, config.upstream.strict_settings).await?;
+    }
     // The link must outlive the client sessions: on SIGTERM they drain replies that are held
     // until the journal covers them, so it is stopped (by `Durable::stop`) only after they are
     // done. Its stop signal never fires; the sender lives until this function returns.
     let (_link_stop_tx, link_stop) = watch::channel(false);
-    let durable = if config.durability.enabled {
-        Some(start_durability(config, &up, link_stop).await?)
+    let mut durable = if config.durability.enabled {
+        Some(start_durability(config, &up, link_stop, deaths).await?)
     } else {
         tracing::warn!("durability.enabled = false: walrus proxies without journaling; acknowledged writes can be lost");
         None
     };
-    if let Some(d) = &durable {
+    if let Some(d) = durable.as_mut() {
         // Clients are let in once writes can be acknowledged: a first SET must not meet
-        // "-MISCONF not attached" just because walrus started a moment ago.
+        // "-MISCONF not attached" just because walrus started a moment ago, and no read may
+        // see a Valkey that still has to be restored.
         tracing::info!("waiting for the replica link to attach before accepting clients");
         tokio::select! {
             _ = d.durability.wait_attached() => {}
+            r = &mut d.link => return Err(match r {
+                Ok(Err(why)) => why,
+                Ok(Ok(())) => "the replica link stopped before attaching".into(),
+                Err(e) => format!("the replica link failed: {e}"),
+            }),
             _ = stop.wait_for(|s| *s) => return Ok(()),
         }
     }
@@ -209,7 +219,11 @@ async fn run_proxy(
         let ready = move || {
             pool.is_connected() && gate.as_ref().is_none_or(|g| g.status() == Status::Attached)
         };
-        tokio::spawn(crate::metrics::serve(m, Arc::new(ready)));
+        let admin = durable.as_ref().map(|d| crate::metrics::Admin {
+            checkpoint: d.checkpoint_requests.clone(),
+            allow_remote: config.metrics.admin_allow_remote,
+        });
+        tokio::spawn(crate::metrics::serve(m, Arc::new(ready), admin));
     }
     tracing::info!(
         "walrus listening on {addr}, upstream Valkey at {}",
@@ -233,8 +247,9 @@ async fn run_proxy(
 struct Durable {
     durability: Arc<Durability>,
     journal: Arc<Journal>,
-    link: tokio::task::JoinHandle<()>,
+    link: tokio::task::JoinHandle<Result<(), String>>,
     checkpointer: tokio::task::JoinHandle<()>,
+    checkpoint_requests: tokio::sync::mpsc::Sender<checkpoint::Request>,
 }
 
 impl Durable {
@@ -257,23 +272,28 @@ impl Durable {
     }
 }
 
-/// Opens (initializing if needed, recovering always) the journal under the data dir, and
-/// starts the replica link from the journal's end.
+/// Opens (initializing if needed, recovering always) the journal and the checkpoint store
+/// under the data dir, verifies what they hold, and starts the replica link (which restores
+/// Valkey first when it comes up empty) and the checkpointer.
 async fn start_durability(
     config: &Config,
     up: &Upstream,
     stop: watch::Receiver<bool>,
+    deaths: Option<watch::Receiver<u64>>,
 ) -> Result<Durable, String> {
     let dir = config.data.dir.join("journal");
+    let cp_dir = config.data.dir.join("checkpoints");
     let cfg = config.journal.clone();
-    let opened = tokio::task::spawn_blocking(move || {
+    let (journal, recovered, store, holding) = tokio::task::spawn_blocking(move || {
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        Journal::open(&dir, &cfg).map_err(|e| e.to_string())
+        let (journal, recovered) = Journal::open(&dir, &cfg).map_err(|e| e.to_string())?;
+        let store = Store::open(&cp_dir).map_err(|e| e.to_string())?;
+        let holding = crate::restore::holding(&store, &journal).map_err(|e| e.to_string())?;
+        Ok::<_, String>((journal, recovered, store, holding))
     })
     .await
     .map_err(|e| e.to_string())??;
-    let (journal, recovered) = opened;
     tracing::info!(
         backend = ?recovered.backend,
         entries = recovered.entries,
@@ -281,44 +301,59 @@ async fn start_durability(
         offset = recovered.end.last_repl_offset,
         "journal open"
     );
-    let start = (recovered.end.next_lsn > 1)
-        .then(|| String::from_utf8(recovered.end.last_repl_id.to_vec()).ok())
-        .flatten()
-        .filter(|id| id.len() == 40 && id.bytes().all(|b| b.is_ascii_hexdigit()))
-        .map(|replid| Position {
-            replid,
-            offset: recovered.end.last_repl_offset,
-        });
+    match &holding {
+        Some(h) => tracing::info!(
+            checkpoint = %h.checkpoint.file,
+            offset = h.checkpoint.offset,
+            journal_entries = h.end.entries,
+            end = h.end.offset,
+            "checkpoint and journal verified"
+        ),
+        None => tracing::info!("no checkpoint yet: the first attach starts a new history"),
+    }
     let durability = Arc::new(Durability::new(
         config.durability.max_pending_bytes,
         config.durability.max_held_bytes,
     ));
+    if let Some(mut deaths) = deaths {
+        // The managed child comes back empty: nothing may read it until it is restored.
+        let d = durability.clone();
+        tokio::spawn(async move {
+            while deaths.changed().await.is_ok() {
+                d.begin_restore();
+            }
+        });
+    }
     let journal = Arc::new(journal);
     let released = Arc::new(tokio::sync::Notify::new());
-    let checkpoints = CheckpointConfig {
-        dir: config.data.dir.join("checkpoints"),
-        max_rdb_bytes: config.durability.max_rdb_bytes,
-        ring_fill_trigger: 0.5,
-    };
+    let (checkpoint_requests, requests) = tokio::sync::mpsc::channel(4);
     let checkpointer = tokio::spawn(checkpoint::run(
         up.clone(),
         journal.clone(),
-        checkpoints,
+        durability.clone(),
+        CheckpointConfig {
+            store: store.clone(),
+            max_rdb_bytes: config.durability.max_rdb_bytes,
+            ring_fill_trigger: 0.5,
+        },
         released.clone(),
+        requests,
     ));
     let link_cfg = LinkConfig {
+        store,
         released,
-        checkpoint_dir: config.data.dir.join("checkpoints"),
         max_rdb_bytes: config.durability.max_rdb_bytes,
         entry_bytes: (config.journal.max_write_bytes as usize / 2).max(64 << 10),
         limits: config.proxy.limits(),
+        on_conflict: config.restore.on_conflict,
+        restore_timeout: Duration::from_millis(config.restore.timeout_ms),
     };
     let link = tokio::spawn(link::run(
         up.clone(),
         journal.clone(),
         durability.clone(),
         link_cfg,
-        start,
+        holding,
         stop,
     ));
     Ok(Durable {
@@ -326,7 +361,35 @@ async fn start_durability(
         journal,
         link,
         checkpointer,
+        checkpoint_requests,
     })
+}
+
+/// External mode: compares Valkey's settings with those walrus needs, once.
+async fn check_settings(up: &Upstream, strict: bool) -> Result<(), String> {
+    let mut conn = Conn::control(up).await.map_err(|e| e.to_string())?;
+    let diffs = match settings::check(&mut conn).await {
+        Ok(d) => d,
+        Err(e) => {
+            // An ACL user without +config cannot read them: say so, do not guess.
+            let msg = format!("cannot read Valkey's settings with CONFIG GET: {e}");
+            return if strict { Err(msg) } else {
+                tracing::warn!("{msg}");
+                Ok(())
+            };
+        }
+    };
+    for d in &diffs {
+        tracing::warn!("{d}");
+    }
+    if strict && !diffs.is_empty() {
+        return Err(format!(
+            "upstream.strict_settings is set and {} of Valkey's settings differ from what walrus needs (see the log); first: {}",
+            diffs.len(),
+            diffs[0]
+        ));
+    }
+    Ok(())
 }
 
 /// Connects with walrus's own credentials and reads the command table and the number of

@@ -20,7 +20,28 @@ pub struct Config {
     pub metrics: MetricsConfig,
     pub log: LogConfig,
     pub durability: DurabilityConfig,
+    pub restore: RestoreConfig,
     pub journal: JournalConfig,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RestoreConfig {
+    /// What to do when Valkey holds data of another history than walrus's journal
+    /// (`crate::restore::decide`, case (c)).
+    pub on_conflict: crate::restore::decide::OnConflict,
+    /// How long Valkey may take for each step of a restore: connecting to walrus, the
+    /// handshake, and between two signs of progress while it loads.
+    pub timeout_ms: u64,
+}
+
+impl Default for RestoreConfig {
+    fn default() -> Self {
+        RestoreConfig {
+            on_conflict: crate::restore::decide::OnConflict::Refuse,
+            timeout_ms: 60_000,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -116,6 +137,9 @@ pub struct UpstreamConfig {
     pub valkey_server: String,
     pub port: u16,
     pub extra_args: Vec<String>,
+    /// External mode: refuse to start when Valkey's settings differ from what walrus needs
+    /// (otherwise each difference is logged once, with what it risks).
+    pub strict_settings: bool,
 }
 
 impl Default for UpstreamConfig {
@@ -132,6 +156,7 @@ impl Default for UpstreamConfig {
             valkey_server: String::new(),
             port: 0,
             extra_args: Vec::new(),
+            strict_settings: false,
         }
     }
 }
@@ -155,12 +180,15 @@ impl Default for DataConfig {
 pub struct MetricsConfig {
     /// Empty disables the HTTP endpoint.
     pub listen: String,
+    /// Accept admin requests (`POST /checkpoint`) from other hosts than loopback.
+    pub admin_allow_remote: bool,
 }
 
 impl Default for MetricsConfig {
     fn default() -> Self {
         MetricsConfig {
             listen: "127.0.0.1:9121".into(),
+            admin_allow_remote: false,
         }
     }
 }
@@ -266,6 +294,7 @@ impl Config {
             self.durability.max_held_bytes,
             1 << 20,
         )?;
+        at_least("restore.timeout_ms", self.restore.timeout_ms, 100)?;
         if self.data.dir.as_os_str().is_empty() {
             return Err("invalid value for data.dir: \"\"".into());
         }

@@ -14,6 +14,13 @@
 //! - Until the replica link is attached and the journal follows Valkey's stream, writes are
 //!   refused: before that, Valkey's offsets do not move (no replication backlog yet), and a
 //!   write would look durable with nothing journaled.
+//! - While walrus restores Valkey ([`crate::restore`]), every command that reads or writes
+//!   data gets Valkey's own `-LOADING`: an empty Valkey would answer reads with data the
+//!   journal contradicts.
+//! - Every upstream connection belongs to one *history epoch*, the gate's count of Valkey
+//!   processes and replication histories it has followed. A batch or a read reply from an
+//!   older epoch is answered with an error, never released: offsets of two histories (both
+//!   may start at 0) are not comparable.
 //! - When the journal fails (an I/O error, an fsync error: never retried and trusted), every
 //!   held reply gets an error, writes are refused with `-MISCONF`, and reads of clean keys go
 //!   on. A write whose connection broke before its offset was known is never acknowledged.
@@ -31,7 +38,7 @@ pub mod dirty;
 use bytes::Bytes;
 use dirty::{DirtyKeys, Scope};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use tokio::sync::{oneshot, Notify};
 
@@ -65,6 +72,8 @@ pub enum Status {
     /// The replica link is not (yet, or no longer) following Valkey's stream.
     Detached,
     Attached,
+    /// walrus is loading Valkey from its checkpoint and journal.
+    Restoring,
     /// The journal failed: permanent.
     Failed(String),
 }
@@ -82,6 +91,8 @@ struct State {
     /// refused until then, so a batch offset below it comes from another history: a Valkey
     /// that restarted before the link noticed.
     history_start: u64,
+    /// The history epoch (module doc).
+    epoch: u64,
     dirty: DirtyKeys,
     /// Settled write batches waiting for `durable_offset` to reach their offset.
     batches: BTreeMap<u64, Vec<Batch>>,
@@ -96,10 +107,26 @@ pub struct Durability {
     /// that finds zero skips the lock: a write marked later was sent to Valkey after that
     /// reply arrived, so the read cannot have seen it.
     pending_writes: AtomicUsize,
+    /// The history epoch and whether a restore runs, published under the lock for the read
+    /// path, which checks them without taking it.
+    epoch_now: AtomicU64,
+    restoring: AtomicBool,
     /// Woken when writes may proceed again (room freed, status changed).
     room: Notify,
     max_pending_bytes: u64,
     max_held_bytes: u64,
+}
+
+/// Valkey's own reply while it loads a dataset.
+pub fn loading() -> Bytes {
+    crate::resp::write::error("LOADING Valkey is loading the dataset in memory")
+}
+
+/// What a read held behind a write whose outcome can never be known gets.
+fn lost_write() -> Bytes {
+    crate::resp::write::error(
+        "ERR walrus: a write this read depends on was lost with its connection to Valkey; retry",
+    )
 }
 
 fn history_changed() -> Bytes {
@@ -116,6 +143,7 @@ fn refusal(status: &Status) -> Bytes {
                 .to_string()
         }
         Status::Failed(why) => format!("MISCONF walrus: journal failed, writes are refused: {}", why.replace(['\r', '\n'], " ")),
+        Status::Restoring => return loading(),
         Status::Attached => unreachable!("attached writes are not refused"),
     })
 }
@@ -128,12 +156,15 @@ impl Durability {
                 durable_offset: 0,
                 executed_offset: 0,
                 history_start: 0,
+                epoch: 0,
                 dirty: DirtyKeys::default(),
                 batches: BTreeMap::new(),
                 reads: BTreeMap::new(),
                 held_bytes: 0,
             }),
             pending_writes: AtomicUsize::new(0),
+            epoch_now: AtomicU64::new(0),
+            restoring: AtomicBool::new(false),
             room: Notify::new(),
             max_pending_bytes,
             max_held_bytes,
@@ -176,16 +207,33 @@ impl Durability {
         }
     }
 
-    /// Waits until the replica link is attached (or the journal failed).
-    pub async fn wait_attached(&self) {
+    /// Waits until the replica link is attached (or the journal failed); returns the history
+    /// epoch then.
+    pub async fn wait_attached(&self) -> u64 {
         loop {
             let notified = self.room.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.lock().status != Status::Detached {
-                return;
+            {
+                let s = self.lock();
+                if matches!(s.status, Status::Attached | Status::Failed(_)) {
+                    return s.epoch;
+                }
             }
             notified.await;
+        }
+    }
+
+    /// The current history epoch.
+    pub fn epoch(&self) -> u64 {
+        self.lock().epoch
+    }
+
+    /// Whether a read may be sent now: not while Valkey is being restored.
+    pub fn admit_read(&self) -> Result<(), Bytes> {
+        match self.lock().status {
+            Status::Restoring => Err(loading()),
+            _ => Ok(()),
         }
     }
 
@@ -200,8 +248,9 @@ impl Durability {
         Ok(WriteMark { generation, scope })
     }
 
-    /// A batch's offset is known: its write replies wait for it.
-    pub fn settle_batch(&self, offset: u64, replies: Vec<Held>, marks: Vec<WriteMark>) {
+    /// A batch's offset is known: its write replies wait for it. `epoch`: the history epoch
+    /// of the connection it ran on.
+    pub fn settle_batch(&self, offset: u64, epoch: u64, replies: Vec<Held>, marks: Vec<WriteMark>) {
         let mut s = self.lock();
         if let Status::Failed(_) = s.status {
             let why = refusal(&s.status);
@@ -210,11 +259,14 @@ impl Durability {
             replies.into_iter().for_each(|h| h.fail(&why));
             return;
         }
-        if offset < s.history_start {
+        if epoch != s.epoch || offset < s.history_start {
+            // It ran on a Valkey whose history the journal does not follow.
             s.unmark(marks);
+            let reads = s.ready_reads();
             drop(s);
             let why = history_changed();
             replies.into_iter().for_each(|h| h.fail(&why));
+            reads.into_iter().for_each(Held::release);
             return;
         }
         s.executed_offset = s.executed_offset.max(offset);
@@ -231,35 +283,59 @@ impl Durability {
 
     /// A batch whose offset can never be known (its connection broke, ROLE failed): its
     /// replies get `why`. Its writes may have run, so their keys stay dirty until the journal
-    /// passes `offset_hint` (Valkey's offset learned afterwards), or for good if unknown.
+    /// passes `offset_hint` (Valkey's offset learned afterwards, on a connection of `epoch`).
+    /// Without a hint the writes are declared lost: reads held behind them get an error too,
+    /// never the value they might show.
     pub fn abandon_batch(
         &self,
         replies: Vec<Held>,
         marks: Vec<WriteMark>,
         why: Bytes,
-        offset_hint: Option<u64>,
+        offset_hint: Option<(u64, u64)>,
     ) {
         replies.into_iter().for_each(|h| h.fail(&why));
         if marks.is_empty() {
             return;
         }
         match offset_hint {
-            Some(offset) => self.settle_batch(offset, Vec::new(), marks),
+            Some((offset, epoch)) => self.settle_batch(offset, epoch, Vec::new(), marks),
             None => {
-                // Valkey is unreachable: the writes either never ran or died with it. Keeping
-                // the keys dirty until the journal fails or is reattached would be safe too,
-                // but would block reads of a Valkey that restarted empty; clear them.
                 let mut s = self.lock();
+                let lost_from = marks.iter().map(|m| m.generation).min().unwrap_or(u64::MAX);
+                let failed = s.take_reads_from(lost_from);
                 s.unmark(marks);
                 let reads = s.ready_reads();
+                self.publish(&s);
                 drop(s);
+                let err = lost_write();
+                failed.into_iter().for_each(|h| h.fail(&err));
                 reads.into_iter().for_each(Held::release);
             }
         }
     }
 
-    /// A read's reply arrived: release it now, or hold it while its keys are dirty.
-    pub fn read_reply(&self, scope: &Scope, held: Held) {
+    /// A write that never got a reply or was never sent: releases its marks. Nothing it
+    /// might have done is visible through walrus afterwards (its keys were dirty until now).
+    pub fn cancel_write(&self, marks: Vec<WriteMark>) {
+        if marks.is_empty() {
+            return;
+        }
+        let mut s = self.lock();
+        s.unmark(marks);
+        let reads = s.ready_reads();
+        self.publish(&s);
+        drop(s);
+        reads.into_iter().for_each(Held::release);
+    }
+
+    /// A read's reply arrived on a connection of `epoch`: release it now, or hold it while
+    /// its keys are dirty.
+    pub fn read_reply(&self, scope: &Scope, epoch: u64, held: Held) {
+        if self.restoring.load(Ordering::SeqCst) || self.epoch_now.load(Ordering::SeqCst) != epoch
+        {
+            // Read from a Valkey the journal does not describe (restarted, being restored).
+            return held.fail(&loading());
+        }
         if self.pending_writes.load(Ordering::SeqCst) == 0 {
             return held.release();
         }
@@ -308,35 +384,63 @@ impl Durability {
     /// held write: its offset belongs to the old history.
     pub fn attach(&self, offset: u64, durable: bool, new_history: bool) {
         let mut s = self.lock();
-        let mut failed = Vec::new();
+        let failed = if new_history {
+            self.new_epoch(&mut s)
+        } else {
+            Vec::new()
+        };
         if new_history {
-            let why = history_changed();
-            for (_, batches) in std::mem::take(&mut s.batches) {
-                for (replies, marks) in batches {
-                    s.unmark(marks);
-                    failed.extend(replies.into_iter().map(|h| (h, why.clone())));
-                }
-            }
             s.durable_offset = offset;
             s.executed_offset = offset;
             s.history_start = offset;
-            s.held_bytes = s
-                .reads
-                .values()
-                .flatten()
-                .map(|h| h.reply.len() as u64)
-                .sum();
         }
         if s.history_start == 0 {
             s.history_start = offset;
         }
         s.status = Status::Attached;
+        self.restoring.store(false, Ordering::SeqCst);
         drop(s);
-        failed.into_iter().for_each(|(h, why)| h.fail(&why));
+        let why = history_changed();
+        failed.into_iter().for_each(|h| h.fail(&why));
         if durable {
             self.set_durable(offset);
         }
         self.room.notify_waiters();
+    }
+
+    /// Valkey lost its dataset (it died, or came back empty) and walrus is about to load it
+    /// again: every command touching data gets `-LOADING` until [`attach`](Self::attach), and
+    /// every held reply gets an error (what it would reveal ran on a Valkey that is gone).
+    pub fn begin_restore(&self) {
+        let mut s = self.lock();
+        if let Status::Failed(_) = s.status {
+            return;
+        }
+        let failed = self.new_epoch(&mut s);
+        s.status = Status::Restoring;
+        self.restoring.store(true, Ordering::SeqCst);
+        drop(s);
+        let why = history_changed();
+        failed.into_iter().for_each(|h| h.fail(&why));
+        self.room.notify_waiters();
+    }
+
+    /// Starts a new history epoch: every held reply is taken out (to be failed by the caller)
+    /// and every mark cleared.
+    fn new_epoch(&self, s: &mut State) -> Vec<Held> {
+        s.epoch += 1;
+        self.epoch_now.store(s.epoch, Ordering::SeqCst);
+        let mut out = Vec::new();
+        for (_, batches) in std::mem::take(&mut s.batches) {
+            for (replies, marks) in batches {
+                s.unmark(marks);
+                out.extend(replies);
+            }
+        }
+        out.extend(std::mem::take(&mut s.reads).into_values().flatten());
+        s.held_bytes = 0;
+        self.publish(s);
+        out
     }
 
     /// The replica link broke: refuse new writes until it is back. Held replies stay held:
@@ -393,6 +497,13 @@ impl State {
         for m in marks {
             self.dirty.unmark(m.generation, &m.scope);
         }
+    }
+
+    /// Held reads waiting for generations from `generation` on.
+    fn take_reads_from(&mut self, generation: u64) -> Vec<Held> {
+        let out: Vec<Held> = self.reads.split_off(&generation).into_values().flatten().collect();
+        self.held_bytes -= out.iter().map(|h| h.reply.len() as u64).sum::<u64>();
+        out
     }
 
     /// Reads whose writes are all durable now.
@@ -506,11 +617,11 @@ mod tests {
         d.attach(100, true, true);
         let mark = d.begin_write(key("a")).unwrap();
         let (w, mut w_rx) = held("+OK\r\n");
-        d.settle_batch(150, vec![w], vec![mark]);
+        d.settle_batch(150, 1, vec![w], vec![mark]);
         let (r, mut r_rx) = held("$1\r\nv\r\n");
-        d.read_reply(&key("a"), r);
+        d.read_reply(&key("a"), 1, r);
         let (clean, mut clean_rx) = held("$1\r\nc\r\n");
-        d.read_reply(&key("b"), clean);
+        d.read_reply(&key("b"), 1, clean);
         assert!(
             clean_rx.try_recv().is_ok(),
             "a clean read is released at once"
@@ -530,7 +641,7 @@ mod tests {
         d.attach(0, true, true);
         let mark = d.begin_write(key("a")).unwrap();
         let (w, mut w_rx) = held("+OK\r\n");
-        d.settle_batch(10, vec![w], vec![mark]);
+        d.settle_batch(10, 1, vec![w], vec![mark]);
         d.fail("fsync failed");
         assert!(w_rx.try_recv().unwrap().starts_with(b"-MISCONF"));
         assert!(d
@@ -539,10 +650,10 @@ mod tests {
             .starts_with(b"-MISCONF"));
         // The failed write ran in Valkey: reading its key fails; other keys read fine.
         let (r, mut r_rx) = held("$1\r\nv\r\n");
-        d.read_reply(&key("a"), r);
+        d.read_reply(&key("a"), 1, r);
         assert!(r_rx.try_recv().unwrap().starts_with(b"-MISCONF"));
         let (clean, mut clean_rx) = held("$1\r\nc\r\n");
-        d.read_reply(&key("b"), clean);
+        d.read_reply(&key("b"), 1, clean);
         assert_eq!(&clean_rx.try_recv().unwrap()[..], b"$1\r\nc\r\n");
     }
 
@@ -553,10 +664,63 @@ mod tests {
         let mark = d.begin_write(key("a")).unwrap();
         let (w, mut w_rx) = held("+OK\r\n");
         // A restarted Valkey counts from 0 again: 42 is below where this history began.
-        d.settle_batch(42, vec![w], vec![mark]);
+        d.settle_batch(42, 1, vec![w], vec![mark]);
         assert!(w_rx
             .try_recv()
             .unwrap()
             .starts_with(b"-ERR walrus: Valkey's replication history changed"));
+    }
+
+    #[test]
+    fn a_new_history_from_offset_zero_is_told_apart_by_its_epoch() {
+        let d = Durability::new(1 << 20, 1 << 20);
+        d.attach(0, true, true);
+        let old = d.epoch();
+        let mark = d.begin_write(key("a")).unwrap();
+        let (w, mut w_rx) = held("+OK\r\n");
+        // A held read of the dirty key, and a held write: both must fail, not be released,
+        // when Valkey is lost and restored.
+        d.settle_batch(40, old, vec![w], vec![mark]);
+        let (r, mut r_rx) = held("$1\r\nv\r\n");
+        d.read_reply(&key("a"), old, r);
+        d.begin_restore();
+        assert!(w_rx.try_recv().unwrap().starts_with(b"-ERR walrus: Valkey's replication history changed"));
+        assert!(r_rx.try_recv().unwrap().starts_with(b"-ERR walrus: Valkey's replication history changed"));
+        // While restoring: reads and writes get Valkey's -LOADING.
+        assert!(d.admit_read().unwrap_err().starts_with(b"-LOADING"));
+        assert!(d.begin_write(key("b")).unwrap_err().starts_with(b"-LOADING"));
+        let (r, mut r_rx) = held("$-1\r\n");
+        d.read_reply(&key("a"), d.epoch(), r);
+        assert!(r_rx.try_recv().unwrap().starts_with(b"-LOADING"));
+        // Attached again, from offset 0 of a new history: a batch that ran on a connection
+        // of the old epoch is refused even though its offset (10) looks covered.
+        d.attach(0, true, true);
+        d.set_durable(100);
+        let mark = d.begin_write(key("b")).unwrap();
+        let (w, mut w_rx) = held("+OK\r\n");
+        d.settle_batch(10, old, vec![w], vec![mark]);
+        assert!(w_rx.try_recv().unwrap().starts_with(b"-ERR walrus: Valkey's replication history changed"));
+        let (r, mut r_rx) = held("$1\r\nv\r\n");
+        d.read_reply(&key("c"), old, r);
+        assert!(r_rx.try_recv().unwrap().starts_with(b"-LOADING"));
+        // The current epoch works as before.
+        let mark = d.begin_write(key("b")).unwrap();
+        let (w, mut w_rx) = held("+OK\r\n");
+        d.settle_batch(10, d.epoch(), vec![w], vec![mark]);
+        assert_eq!(&w_rx.try_recv().unwrap()[..], b"+OK\r\n");
+    }
+
+    #[test]
+    fn reads_held_behind_a_lost_write_get_an_error() {
+        let d = Durability::new(1 << 20, 1 << 20);
+        d.attach(0, true, true);
+        let e = d.epoch();
+        let mark = d.begin_write(key("a")).unwrap();
+        let (r, mut r_rx) = held("$1\r\nv\r\n");
+        d.read_reply(&key("a"), e, r);
+        assert!(r_rx.try_recv().is_err(), "held while the write is pending");
+        d.abandon_batch(Vec::new(), vec![mark], Bytes::new(), None);
+        assert!(r_rx.try_recv().unwrap().starts_with(b"-ERR"));
+        assert_eq!(d.snapshot().2, 0);
     }
 }

@@ -458,6 +458,15 @@ impl Journal {
         }
     }
 
+    /// Entries up to this LSN were released (the manifest's checkpoint pointer).
+    pub fn released_through(&self) -> u64 {
+        self.manifest
+            .lock()
+            .expect("manifest mutex poisoned")
+            .checkpoint
+            .released_through_lsn
+    }
+
     /// Iterates durable entries from `from` (replay). Reads the segment files directly.
     pub fn replay(&self, from: ReplayFrom) -> Result<EntryIter<FileRing>, JournalError> {
         let upto = self.shared.durable_tx.borrow().lsn;

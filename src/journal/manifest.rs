@@ -14,7 +14,6 @@ use super::error::JournalError;
 use super::format::REPL_ID_BYTES;
 
 pub const MANIFEST_FILE: &str = "MANIFEST";
-const MANIFEST_TMP_FILE: &str = "MANIFEST.tmp";
 /// Version of the manifest and segment layout.
 pub const LAYOUT_VERSION: u32 = 1;
 
@@ -75,24 +74,11 @@ impl Manifest {
     }
 
     fn render(&self) -> String {
-        let body = toml::to_string(self).expect("manifest serializes");
-        let crc = crc64(body.as_bytes());
-        format!("{body}# crc64 {crc:016x}\n")
+        seal(&toml::to_string(self).expect("manifest serializes"))
     }
 
     fn parse(text: &str) -> Result<Manifest, JournalError> {
-        let idx = text
-            .rfind("# crc64 ")
-            .ok_or_else(|| JournalError::Manifest("missing crc64 line".into()))?;
-        let (body, crc_line) = text.split_at(idx);
-        let stored = u64::from_str_radix(crc_line.trim_start_matches("# crc64 ").trim(), 16)
-            .map_err(|e| JournalError::Manifest(format!("bad crc64 line: {e}")))?;
-        let actual = crc64(body.as_bytes());
-        if stored != actual {
-            return Err(JournalError::Manifest(format!(
-                "checksum mismatch (stored {stored:016x}, computed {actual:016x})"
-            )));
-        }
+        let body = unseal(text).map_err(JournalError::Manifest)?;
         let m: Manifest =
             toml::from_str(body).map_err(|e| JournalError::Manifest(e.to_string()))?;
         if m.layout_version != LAYOUT_VERSION {
@@ -116,23 +102,48 @@ impl Manifest {
 
     /// Atomically replaces `dir/MANIFEST`.
     pub fn store(&self, dir: &Path) -> Result<(), JournalError> {
-        let tmp = dir.join(MANIFEST_TMP_FILE);
-        let ctx = |what: &str| format!("{what} {}", tmp.display());
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .map_err(|e| JournalError::io(ctx("creating"), e))?;
-        f.write_all(self.render().as_bytes())
-            .map_err(|e| JournalError::io(ctx("writing"), e))?;
-        f.sync_all()
-            .map_err(|e| JournalError::io(ctx("fsync of"), e))?;
-        drop(f);
-        fs::rename(&tmp, dir.join(MANIFEST_FILE))
-            .map_err(|e| JournalError::io(ctx("renaming"), e))?;
-        fsync_dir(dir)
+        replace_file(dir, MANIFEST_FILE, self.render().as_bytes())
     }
+}
+
+/// Appends the CRC line that [`unseal`] checks.
+pub fn seal(body: &str) -> String {
+    format!("{body}# crc64 {:016x}\n", crc64(body.as_bytes()))
+}
+
+/// The body of a [`seal`]ed text, or why its CRC line does not match.
+pub fn unseal(text: &str) -> Result<&str, String> {
+    let idx = text.rfind("# crc64 ").ok_or("missing crc64 line")?;
+    let (body, crc_line) = text.split_at(idx);
+    let stored = u64::from_str_radix(crc_line.trim_start_matches("# crc64 ").trim(), 16)
+        .map_err(|e| format!("bad crc64 line: {e}"))?;
+    let actual = crc64(body.as_bytes());
+    if stored != actual {
+        return Err(format!(
+            "checksum mismatch (stored {stored:016x}, computed {actual:016x})"
+        ));
+    }
+    Ok(body)
+}
+
+/// Atomically replaces `dir/name`: write `name.tmp`, fsync it, rename it over `name`, fsync
+/// the directory. A reader sees the old or the new contents, never a mix.
+pub fn replace_file(dir: &Path, name: &str, contents: &[u8]) -> Result<(), JournalError> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let ctx = |what: &str| format!("{what} {}", tmp.display());
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .map_err(|e| JournalError::io(ctx("creating"), e))?;
+    f.write_all(contents)
+        .map_err(|e| JournalError::io(ctx("writing"), e))?;
+    f.sync_all()
+        .map_err(|e| JournalError::io(ctx("fsync of"), e))?;
+    drop(f);
+    fs::rename(&tmp, dir.join(name)).map_err(|e| JournalError::io(ctx("renaming"), e))?;
+    fsync_dir(dir)
 }
 
 /// fsync a directory so that renames and creations in it are durable.
@@ -176,7 +187,7 @@ mod tests {
         m.checkpoint.start_lsn = 77;
         m.store(dir.path()).unwrap();
         assert_eq!(Manifest::load(dir.path()).unwrap(), Some(m.clone()));
-        assert!(!dir.path().join(MANIFEST_TMP_FILE).exists());
+        assert!(!dir.path().join("MANIFEST.tmp").exists());
         let path = dir.path().join(MANIFEST_FILE);
         let text = fs::read_to_string(&path)
             .unwrap()

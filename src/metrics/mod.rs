@@ -1,7 +1,10 @@
 //! Prometheus metrics and the HTTP endpoint that serves them with health and readiness.
 //!
 //! `/metrics`: the registry in text format. `/healthz`: 200 while the process runs.
-//! `/readyz`: 200 once walrus accepts clients and has a live upstream connection, 503 before.
+//! `/readyz`: 200 while walrus accepts clients, has a live upstream connection and (when
+//! durable) its journal follows Valkey's stream; 503 before and during a restore.
+//! `POST /checkpoint` (loopback callers only, unless `metrics.admin_allow_remote`): take a
+//! checkpoint now; `walrus checkpoint` calls it.
 
 use prometheus::{Encoder, IntCounter, IntGauge, Registry, TextEncoder};
 use std::sync::{Arc, LazyLock};
@@ -62,16 +65,46 @@ pub static PINNED_SESSIONS: LazyLock<IntCounter> = LazyLock::new(|| {
     )
 });
 
+pub static RESTORE_IN_PROGRESS: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "restore_in_progress",
+        "1 while walrus loads Valkey from its checkpoint and journal.",
+    )
+});
+pub static RESTORE_TOTAL_BYTES: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "restore_total_bytes",
+        "Bytes the current (or last) restore sends: checkpoint RDB plus journal stream.",
+    )
+});
+pub static RESTORE_SENT_BYTES: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "restore_sent_bytes",
+        "Bytes the current (or last) restore has sent to Valkey.",
+    )
+});
+pub static RESTORES: LazyLock<IntCounter> =
+    LazyLock::new(|| counter("restores_total", "Restores completed."));
+
 /// Readiness as reported on `/readyz`.
 pub type Ready = Arc<dyn Fn() -> bool + Send + Sync>;
 
+/// Admin requests the endpoint accepts: `POST /checkpoint` takes a checkpoint now.
+#[derive(Clone)]
+pub struct Admin {
+    pub checkpoint: tokio::sync::mpsc::Sender<crate::checkpoint::Request>,
+    /// Accept admin requests from hosts other than loopback.
+    pub allow_remote: bool,
+}
+
 /// Serves the endpoint until the process exits.
-pub async fn serve(listener: TcpListener, ready: Ready) {
+pub async fn serve(listener: TcpListener, ready: Ready, admin: Option<Admin>) {
     loop {
-        let Ok((mut sock, _)) = listener.accept().await else {
+        let Ok((mut sock, peer)) = listener.accept().await else {
             continue;
         };
         let ready = ready.clone();
+        let admin = admin.clone();
         tokio::spawn(async move {
             // Requests are tiny; one bounded read is enough to see the request line.
             let mut buf = vec![0u8; 4096];
@@ -83,22 +116,47 @@ pub async fn serve(listener: TcpListener, ready: Ready) {
                     _ => return,
                 };
             let line = String::from_utf8_lossy(&buf[..n]);
-            let path = line.split_whitespace().nth(1).unwrap_or("/");
-            let (status, body) = match path {
-                "/metrics" => {
+            let mut words = line.split_whitespace();
+            let method = words.next().unwrap_or("GET");
+            let path = words.next().unwrap_or("/");
+            let (status, body) = match (method, path) {
+                (_, "/metrics") => {
                     let mut out = Vec::new();
                     let _ = TextEncoder::new().encode(&REGISTRY.gather(), &mut out);
                     ("200 OK", out)
                 }
                 // Answering at all is the health signal: the process and its runtime are alive.
-                "/healthz" => ("200 OK", b"ok\n".to_vec()),
-                "/readyz" if ready() => ("200 OK", b"ready\n".to_vec()),
-                "/readyz" => ("503 Service Unavailable", b"not ready\n".to_vec()),
+                (_, "/healthz") => ("200 OK", b"ok\n".to_vec()),
+                (_, "/readyz") if ready() => ("200 OK", b"ready\n".to_vec()),
+                (_, "/readyz") => ("503 Service Unavailable", b"not ready\n".to_vec()),
+                ("POST", "/checkpoint") => checkpoint(admin.as_ref(), peer).await,
                 _ => ("404 Not Found", b"not found\n".to_vec()),
             };
             let head = format!("HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
             let _ = sock.write_all(head.as_bytes()).await;
             let _ = sock.write_all(&body).await;
         });
+    }
+}
+
+async fn checkpoint(admin: Option<&Admin>, peer: std::net::SocketAddr) -> (&'static str, Vec<u8>) {
+    let Some(admin) = admin else {
+        return ("404 Not Found", b"durability is off: no checkpoints\n".to_vec());
+    };
+    if !admin.allow_remote && !peer.ip().is_loopback() {
+        return (
+            "403 Forbidden",
+            b"admin requests are accepted from loopback only (metrics.admin_allow_remote)\n"
+                .to_vec(),
+        );
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    if admin.checkpoint.send(tx).await.is_err() {
+        return ("503 Service Unavailable", b"the checkpointer is not running\n".to_vec());
+    }
+    match rx.await {
+        Ok(Ok(summary)) => ("200 OK", format!("{summary}\n").into_bytes()),
+        Ok(Err(why)) => ("500 Internal Server Error", format!("{why}\n").into_bytes()),
+        Err(_) => ("503 Service Unavailable", b"the checkpointer stopped\n".to_vec()),
     }
 }

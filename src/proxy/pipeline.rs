@@ -95,12 +95,15 @@ enum Inflight {
 }
 
 /// Runs the connection until it breaks or `requests` closes. RESP3 pushes go to `pushes`
-/// (a pinned session's out-of-band channel), or are dropped on pooled connections.
+/// (a pinned session's out-of-band channel), or are dropped on pooled connections. `epoch`:
+/// the durability gate's history epoch when the connection was opened (see
+/// [`crate::durability`]).
 pub async fn run(
     conn: Conn,
     requests: mpsc::Receiver<PipelinedRequest>,
     ctx: Arc<PipelineCtx>,
     pushes: Option<mpsc::UnboundedSender<Bytes>>,
+    epoch: u64,
 ) -> Result<(), UpstreamError> {
     let ConnParts {
         stream,
@@ -115,6 +118,7 @@ pub async fn run(
         pushes,
         awaiting: Vec::new(),
         marks: Vec::new(),
+        epoch,
     };
     let result = tokio::select! {
         r = writer(wr, requests, inflight_tx, gated) => r,
@@ -133,7 +137,7 @@ pub async fn run(
         let awaiting = std::mem::take(&mut reader.awaiting);
         if !awaiting.is_empty() || !marks.is_empty() {
             let hint = ctx.oracle.offset(&ctx.upstream).await;
-            d.abandon_batch(awaiting, marks, lost_reply(), hint);
+            d.abandon_batch(awaiting, marks, lost_reply(), hint.map(|o| (o, epoch)));
         }
     }
     result
@@ -256,6 +260,7 @@ struct Reader {
     /// Write replies (and transaction replies) waiting for the next ROLE.
     awaiting: Vec<Held>,
     marks: Vec<WriteMark>,
+    epoch: u64,
 }
 
 impl Reader {
@@ -305,7 +310,7 @@ impl Reader {
             Gate::Free => {
                 let _ = tx.send(frame);
             }
-            Gate::Read(scope) => d.read_reply(&scope, Held { tx, reply: frame }),
+            Gate::Read(scope) => d.read_reply(&scope, self.epoch, Held { tx, reply: frame }),
             Gate::Offset(mark) => {
                 self.awaiting.push(Held { tx, reply: frame });
                 self.marks.extend(mark);
@@ -320,17 +325,17 @@ impl Reader {
         let awaiting = std::mem::take(&mut self.awaiting);
         let marks = std::mem::take(&mut self.marks);
         if let Some(offset) = parse_role_offset(role_reply) {
-            return d.settle_batch(offset, awaiting, marks);
+            return d.settle_batch(offset, self.epoch, awaiting, marks);
         }
         // ROLE refused on this connection: ask on walrus's own.
         tracing::debug!(
             "inline ROLE refused ({}); asking on the control connection",
             String::from_utf8_lossy(role_reply).trim_end()
         );
-        let (d, ctx) = (d.clone(), self.ctx.clone());
+        let (d, ctx, epoch) = (d.clone(), self.ctx.clone(), self.epoch);
         tokio::spawn(async move {
             match ctx.oracle.offset(&ctx.upstream).await {
-                Some(offset) => d.settle_batch(offset, awaiting, marks),
+                Some(offset) => d.settle_batch(offset, epoch, awaiting, marks),
                 None => {
                     let why = write::error("ERR walrus: cannot confirm durability: Valkey's replication offset is unavailable");
                     d.abandon_batch(awaiting, marks, why, None);

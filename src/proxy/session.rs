@@ -346,12 +346,15 @@ impl Session {
             db: 0,
             ..self.id.clone()
         };
+        let ctx = self.shared.pools.ctx().clone();
+        // The epoch is read before connecting: if a restore starts meanwhile, this
+        // connection's replies are refused rather than trusted.
+        let epoch = ctx.durability.as_ref().map_or(0, |d| d.epoch());
         let conn = pinned::open(&self.shared, &start).await?;
         let (tx, rx) = mpsc::channel(DEDICATED_QUEUE_REQUESTS);
         let (push_tx, push_rx) = mpsc::unbounded_channel();
-        let ctx = self.shared.pools.ctx().clone();
         tokio::spawn(async move {
-            if let Err(e) = pipeline::run(conn, rx, ctx, Some(push_tx)).await {
+            if let Err(e) = pipeline::run(conn, rx, ctx, Some(push_tx), epoch).await {
                 tracing::debug!("dedicated upstream connection ended: {e}");
             }
         });
@@ -486,6 +489,7 @@ impl Session {
         if tx == TxCmd::End {
             // EXEC's reply shows what the transaction read and wrote: it waits for the
             // offset after it.
+            d.admit_read()?;
             return Ok(Gate::Offset(std::mem::take(&mut self.tx_marks.marks)));
         }
         let class = self.shared.table.classify(&req.args);
@@ -493,7 +497,10 @@ impl Session {
             Access::Free => Ok(Gate::Free),
             // Inside MULTI a read only answers +QUEUED; EXEC is gated.
             Access::Read(_) if self.in_multi => Ok(Gate::Free),
-            Access::Read(scope) => Ok(Gate::Read(scope)),
+            Access::Read(scope) => {
+                d.admit_read()?;
+                Ok(Gate::Read(scope))
+            }
             Access::Write(scope) => {
                 let scope = if self.selected_in_multi.is_some() {
                     Scope::All
@@ -540,7 +547,7 @@ impl Session {
     /// A request that was never sent: its write mark is released at once.
     fn refuse(&self, req: PipelinedRequest, reason: &str) -> Pending {
         if let (Gate::Offset(marks), Some(d)) = (req.gate, &self.shared.pools.ctx().durability) {
-            d.abandon_batch(Vec::new(), marks, Bytes::new(), None);
+            d.cancel_write(marks);
         }
         Pending::Ready(unavailable(reason))
     }
@@ -839,8 +846,8 @@ struct TxMarks {
 impl TxMarks {
     fn release(&mut self) {
         let marks = std::mem::take(&mut self.marks);
-        if let (false, Some(d)) = (marks.is_empty(), &self.durability) {
-            d.abandon_batch(Vec::new(), marks, Bytes::new(), None);
+        if let Some(d) = &self.durability {
+            d.cancel_write(marks);
         }
     }
 }

@@ -1,12 +1,13 @@
 //! The replica link: attach to Valkey, journal its replication stream, acknowledge what is
 //! durable, and re-attach after any break.
 //!
-//! 1. Connect with walrus's own credentials and run the [handshake](super::handshake),
-//!    continuing from the journal's last entry (`PSYNC <replid> <offset+1>`) when there is
-//!    one.
-//! 2. `+FULLRESYNC`: store the RDB durably under `<data>/checkpoints/` (it covers every
-//!    write up to its offset: the first checkpoint a restore starts from). `+CONTINUE`: the
-//!    stream goes on right after the journal's end.
+//! 1. Connect with walrus's own credentials, look at Valkey (`INFO`) and decide what to do
+//!    with it ([`crate::restore::decide`]): continue its stream, restore it first, start a
+//!    new history, or refuse. Then run the [handshake](super::handshake), continuing from
+//!    the journal's end (`PSYNC <replid> <offset+1>`) or asking for a full resync.
+//! 2. `+FULLRESYNC`: store the RDB durably under `<data>/checkpoints/` and record it as the
+//!    checkpoint (it covers every write up to its offset). `+CONTINUE`: the stream goes on
+//!    right after the journal's end.
 //! 3. Cut the stream into entries on command boundaries ([`super::stream`]) and append each
 //!    to the journal, whose offsets are therefore Valkey's replication offsets, byte for byte.
 //! 4. Report the durable offset to the [durability gate](crate::durability) and to Valkey
@@ -17,15 +18,17 @@
 //! replication history: after a full resynchronization under a new replication id (Valkey
 //! restarted or failed over), the journal's older entries belong to another offset space.
 
-use super::handshake::{ack, handshake, Position, SyncStart};
+use super::handshake::{ack, handshake, SyncStart};
 use super::rdb;
+use crate::checkpoint::store::Store;
+use crate::restore::decide::{decide, Decision, Held, OnConflict, ValkeyView};
+use crate::restore::{self, Holding, RestoreError};
 use super::stream::StreamFramer;
 use crate::durability::Durability;
 use crate::journal::{Entry, Journal, JournalError};
 use crate::resp::Limits;
 use crate::upstream::client::{Conn, UpstreamError};
 use crate::upstream::Upstream;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -38,8 +41,8 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 const READ_CHUNK_BYTES: usize = 256 << 10;
 
 pub struct LinkConfig {
-    /// Where full-resync RDBs are stored.
-    pub checkpoint_dir: PathBuf,
+    /// Where checkpoints (full-resync RDBs among them) are stored and recorded.
+    pub store: Store,
     /// Largest RDB accepted.
     pub max_rdb_bytes: u64,
     /// Entry size the stream is cut at (a transaction may be larger).
@@ -47,6 +50,9 @@ pub struct LinkConfig {
     pub limits: Limits,
     /// Notified when a checkpoint releases ring segments.
     pub released: Arc<Notify>,
+    pub on_conflict: OnConflict,
+    /// How long Valkey may take for each step of a restore.
+    pub restore_timeout: Duration,
 }
 
 /// Why an attachment ended.
@@ -60,21 +66,43 @@ enum LinkError {
     Journal(#[from] JournalError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Store(#[from] crate::checkpoint::store::StoreError),
+    #[error("{0}")]
+    Restore(#[from] RestoreError),
+    /// Decision (c): Valkey and walrus hold different data.
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Raced(String),
 }
 
-/// Runs the link until `stop`. `start`: the journal's end, to continue from.
+/// What the link knows between attachments.
+struct LinkState {
+    /// What the checkpoint and journal hold; `None` before the first checkpoint.
+    held: Option<Held>,
+    /// First LSN of the current replication history: durable reports before it are offsets
+    /// of another history. The journal's end (where a restart continues) is in this history.
+    history_lsn: u64,
+    attached_once: bool,
+}
+
+/// Runs the link until `stop`. `holding`: what the checkpoint and journal hold at start.
+/// Returns an error if the first attachment is refused (decision (c)): walrus then does not
+/// start. Later refusals keep clients on `-LOADING` and are retried.
 pub async fn run(
     up: Upstream,
     journal: Arc<Journal>,
     durability: Arc<Durability>,
     cfg: LinkConfig,
-    start: Option<Position>,
+    holding: Option<Holding>,
     mut stop: watch::Receiver<bool>,
-) {
-    let mut pos = start;
-    // First LSN of the current replication history: durable reports before it are offsets
-    // of another history. The journal's end (where a restart continues) is in this history.
-    let mut history_lsn = 0;
+) -> Result<(), String> {
+    let mut state = LinkState {
+        held: holding.map(|h| h.held()),
+        history_lsn: 0,
+        attached_once: false,
+    };
     let mut backoff = BACKOFF_MIN;
     loop {
         if journal.durable().borrow().failed {
@@ -82,11 +110,11 @@ pub async fn run(
             // detached also makes Valkey refuse writes (min-replicas-to-write).
             durability.fail("the journal failed after an I/O error");
             tracing::error!("journal failed: the replica link stays down");
-            return;
+            return Ok(());
         }
         let attached = tokio::select! {
-            r = attach(&up, &journal, &durability, &cfg, &mut pos, &mut history_lsn) => r,
-            _ = stop.wait_for(|s| *s) => return,
+            r = attach(&up, &journal, &durability, &cfg, &mut state) => r,
+            _ = stop.wait_for(|s| *s) => return Ok(()),
         };
         durability.detach();
         match attached {
@@ -94,7 +122,12 @@ pub async fn run(
                 // The journal cannot take the stream: nothing more can become durable.
                 durability.fail(&e.to_string());
                 tracing::error!("journal failed, the replica link stops: {e}");
-                return;
+                return Ok(());
+            }
+            Err(LinkError::Conflict(why)) if !state.attached_once => return Err(why),
+            Err(LinkError::Conflict(why)) => {
+                durability.begin_restore();
+                tracing::error!("{why}; clients get -LOADING until this is resolved");
             }
             Err(e) => {
                 tracing::warn!("replica link to Valkey broke: {e}; re-attaching in {backoff:?}")
@@ -103,56 +136,102 @@ pub async fn run(
         }
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
-            _ = stop.wait_for(|s| *s) => return,
+            _ = stop.wait_for(|s| *s) => return Ok(()),
         }
         backoff = (backoff * 2).min(BACKOFF_MAX);
     }
 }
 
-/// One attachment: handshake, RDB or continue, then the stream until something breaks.
+/// One attachment: the decision (restoring Valkey if that is what it says), the handshake,
+/// RDB or continue, then the stream until something breaks.
 async fn attach(
     up: &Upstream,
     journal: &Arc<Journal>,
     durability: &Arc<Durability>,
     cfg: &LinkConfig,
-    pos: &mut Option<Position>,
-    history_lsn: &mut u64,
+    state: &mut LinkState,
 ) -> Result<(), LinkError> {
     let mut conn = Conn::control(up).await?;
-    let (replid, offset, covered, new_history) = match handshake(&mut conn, 0, pos.as_ref(), true)
-        .await?
-    {
-        SyncStart::Full { replid, offset } => {
-            tokio::fs::create_dir_all(&cfg.checkpoint_dir).await?;
-            let dest = cfg
-                .checkpoint_dir
-                .join(format!("full-{replid}-{offset}.rdb"));
-            let stored = rdb::receive(&mut conn, &dest, cfg.max_rdb_bytes).await?;
-            tracing::info!(bytes = stored.bytes, path = %stored.path.display(), offset, "full resync: RDB stored durably");
-            let new_history = pos.as_ref().is_none_or(|p| p.replid != replid);
-            (replid, offset, true, new_history)
-        }
-        SyncStart::Continue { replid } => {
-            let offset = pos
-                .as_ref()
-                .expect("+CONTINUE answers a PSYNC with a position")
-                .offset;
-            tracing::info!(
-                offset,
-                "partial resync: the stream continues after the journal's end"
-            );
-            (replid, offset, false, false)
+    let view = ValkeyView::query(&mut conn).await?;
+    let decision = decide(&view, state.held.as_ref(), cfg.on_conflict);
+    tracing::info!(
+        ?decision,
+        "{}; {}",
+        view.describe(),
+        state
+            .held
+            .as_ref()
+            .map_or("walrus holds no checkpoint yet".into(), |h| h.describe())
+    );
+    let mut restored = false;
+    let decision_continue = decision != Decision::NewHistory;
+    let from = match decision {
+        Decision::Continue(p) => Some(p),
+        Decision::NewHistory => None,
+        Decision::Refuse(why) => return Err(LinkError::Conflict(why)),
+        Decision::Restore => {
+            durability.begin_restore();
+            drop(conn);
+            let (position, holding) =
+                restore::run(up, &cfg.store, journal, cfg.restore_timeout).await?;
+            state.held = Some(holding.held());
+            conn = Conn::control(up).await?;
+            restored = true;
+            Some(position)
         }
     };
+    let (replid, offset, covered, new_history) =
+        match handshake(&mut conn, 0, from.as_ref(), true).await? {
+            SyncStart::Full { replid, offset } => {
+                // A new history takes whatever id Valkey answers with (Valkey picks a new one
+                // when its first replica creates the backlog). Otherwise the answer must come
+                // from the Valkey the decision was made for (one restarted in between has
+                // another id), and a restore must end in a partial resync: decide again.
+                if decision_continue && (restored || replid != view.replid) {
+                    return Err(LinkError::Raced(format!(
+                        "Valkey answered +FULLRESYNC {replid} {offset} where {} was expected; deciding again",
+                        if restored { "+CONTINUE after the restore" } else { "its history" }
+                    )));
+                }
+                let dest = cfg.store.path_for(&replid, offset);
+                let stored = rdb::receive(&mut conn, &dest, cfg.max_rdb_bytes).await?;
+                let from_lsn = journal.status().next_lsn;
+                let store = cfg.store.clone();
+                let (r, s) = (replid.clone(), stored.clone());
+                tokio::task::spawn_blocking(move || store.record(&s, &r, offset, from_lsn))
+                    .await
+                    .map_err(|e| std::io::Error::other(e.to_string()))??;
+                tracing::info!(bytes = stored.bytes, path = %stored.path.display(), offset, "full resync: RDB stored durably and recorded as the checkpoint");
+                let new_history = state.held.as_ref().is_none_or(|h| !h.ids.contains(&replid));
+                state.held = Some(Held {
+                    ids: vec![replid.clone()],
+                    end: offset,
+                });
+                (replid, offset, true, new_history)
+            }
+            SyncStart::Continue { replid } => {
+                let offset = from
+                    .as_ref()
+                    .expect("+CONTINUE answers a PSYNC with a position")
+                    .offset;
+                if restored {
+                    tracing::info!(offset, %replid, "restore: Valkey continued with a partial resync (+CONTINUE), no second full sync");
+                } else {
+                    tracing::info!(offset, "partial resync: the stream continues after the journal's end");
+                }
+                let held = state.held.as_mut().expect("continuing a held history");
+                if !held.ids.contains(&replid) {
+                    held.ids.push(replid.clone());
+                }
+                (replid, offset, restored, restored)
+            }
+        };
     ack(&mut conn, offset).await?;
-    *pos = Some(Position {
-        replid: replid.clone(),
-        offset,
-    });
     if new_history {
-        *history_lsn = journal.status().next_lsn;
+        state.history_lsn = journal.status().next_lsn;
     }
     durability.attach(offset, covered, new_history);
+    state.attached_once = true;
     tracing::info!(%replid, offset, "replica link attached; journaling Valkey's replication stream");
 
     let parts = conn.into_parts();
@@ -163,7 +242,7 @@ async fn attach(
         wr,
         journal.durable(),
         durability.clone(),
-        *history_lsn,
+        state.history_lsn,
         offset,
         getack.clone(),
     ));
@@ -185,8 +264,8 @@ async fn attach(
                 payload: entry.payload,
             };
             append(journal, entry, &cfg.released).await?;
-            if let Some(p) = pos.as_mut() {
-                p.offset = offset_end;
+            if let Some(h) = state.held.as_mut() {
+                h.end = offset_end;
             }
         }
         if buf.capacity() - buf.len() < READ_CHUNK_BYTES / 4 {
@@ -267,7 +346,8 @@ async fn send_ack(wr: &mut tokio::net::tcp::OwnedWriteHalf, offset: u64) -> std:
     .await
 }
 
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+/// Aborts a helper task when its owner is done, however it ends.
+pub(crate) struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {

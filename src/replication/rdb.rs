@@ -17,11 +17,96 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 pub const EOF_MARK_LEN: usize = 40;
 const READ_CHUNK_BYTES: usize = 256 << 10;
 
+/// Valkey's RDB checksum: CRC-64/Jones (`crc64.c`), over every byte before the 8-byte
+/// trailer, which holds it little-endian (0 when Valkey runs with `rdbchecksum no`).
+static RDB_CRC: crc::Crc<u64> = crc::Crc::<u64>::new(&crc::CRC_64_REDIS);
+const TRAILER_LEN: usize = 8;
+
+/// Computes an RDB's checksum as its bytes stream by, holding back the last 8 bytes (the
+/// trailer) because the end of a diskless transfer is only known when it comes.
+pub struct RdbDigest {
+    digest: crc::Digest<'static, u64>,
+    tail: Vec<u8>,
+    bytes: u64,
+}
+
+impl Default for RdbDigest {
+    fn default() -> Self {
+        RdbDigest {
+            digest: RDB_CRC.digest(),
+            tail: Vec::with_capacity(2 * TRAILER_LEN),
+            bytes: 0,
+        }
+    }
+}
+
+impl RdbDigest {
+    pub fn update(&mut self, data: &[u8]) {
+        self.bytes += data.len() as u64;
+        if data.len() >= TRAILER_LEN {
+            self.digest.update(&self.tail);
+            let (body, tail) = data.split_at(data.len() - TRAILER_LEN);
+            self.digest.update(body);
+            self.tail.clear();
+            self.tail.extend_from_slice(tail);
+        } else {
+            self.tail.extend_from_slice(data);
+            let over = self.tail.len().saturating_sub(TRAILER_LEN);
+            self.digest.update(&self.tail[..over]);
+            self.tail.drain(..over);
+        }
+    }
+
+    /// The checksum of everything before the trailer; an error if the trailer holds a
+    /// different one (Valkey wrote 0 there when it does not checksum).
+    pub fn finish(self) -> Result<RdbSum, String> {
+        if self.tail.len() < TRAILER_LEN {
+            return Err(format!("{} bytes is too short for an RDB", self.bytes));
+        }
+        let trailer = u64::from_le_bytes(self.tail[..].try_into().expect("8 bytes"));
+        let crc64 = self.digest.finalize();
+        if trailer != 0 && trailer != crc64 {
+            return Err(format!(
+                "RDB checksum mismatch: its trailer says {trailer:016x}, its bytes give {crc64:016x}"
+            ));
+        }
+        Ok(RdbSum {
+            bytes: self.bytes,
+            crc64,
+        })
+    }
+}
+
+/// Size and CRC-64/Jones of an RDB.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RdbSum {
+    pub bytes: u64,
+    pub crc64: u64,
+}
+
+/// Reads a stored RDB whole and checks its trailer (blocking).
+pub fn sum_file(path: &Path) -> std::io::Result<RdbSum> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut d = RdbDigest::default();
+    let mut buf = vec![0u8; READ_CHUNK_BYTES];
+    loop {
+        match f.read(&mut buf)? {
+            0 => break,
+            n => d.update(&buf[..n]),
+        }
+    }
+    d.finish()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
 /// A stored RDB.
 #[derive(Debug, Clone)]
 pub struct StoredRdb {
     pub path: PathBuf,
     pub bytes: u64,
+    /// Valkey's CRC-64 of the RDB, checked against its trailer on arrival.
+    pub crc64: u64,
     /// Sent in the diskless `$EOF:<mark>` form rather than with its length up front.
     pub eof_mark: bool,
 }
@@ -39,16 +124,19 @@ pub async fn receive(
         ))));
     }
     let tmp = dest.with_extension("rdb.tmp");
-    let mut file = tokio::fs::File::create(&tmp).await?;
+    let mut file = Sink {
+        file: tokio::fs::File::create(&tmp).await?,
+        digest: RdbDigest::default(),
+    };
     let eof_mark = header.starts_with("$EOF:");
-    let bytes = if let Some(mark) = header.strip_prefix("$EOF:") {
+    if let Some(mark) = header.strip_prefix("$EOF:") {
         let mark = mark.as_bytes();
         if mark.len() != EOF_MARK_LEN {
             return Err(UpstreamError::Decode(format!(
                 "bad RDB EOF mark in {header:?}"
             )));
         }
-        copy_until_mark(conn, &mut file, mark, max_bytes).await?
+        copy_until_mark(conn, &mut file, mark, max_bytes).await?;
     } else {
         let len: u64 = header
             .strip_prefix('$')
@@ -60,7 +148,14 @@ pub async fn receive(
             )));
         }
         copy_exact(conn, &mut file, len).await?;
-        len
+    }
+    let Sink { file, digest } = file;
+    let sum = match digest.finish() {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = tokio::fs::remove_file(&tmp).await;
+            return Err(UpstreamError::Decode(e));
+        }
     };
     file.sync_all().await?;
     drop(file);
@@ -70,14 +165,28 @@ pub async fn receive(
     }
     Ok(StoredRdb {
         path: dest.to_path_buf(),
-        bytes,
+        bytes: sum.bytes,
+        crc64: sum.crc64,
         eof_mark,
     })
 }
 
+/// The file being written and the checksum of what went into it.
+struct Sink {
+    file: tokio::fs::File,
+    digest: RdbDigest,
+}
+
+impl Sink {
+    async fn write_all(&mut self, data: &[u8]) -> std::io::Result<()> {
+        self.digest.update(data);
+        self.file.write_all(data).await
+    }
+}
+
 async fn copy_exact(
     conn: &mut Conn,
-    file: &mut tokio::fs::File,
+    file: &mut Sink,
     len: u64,
 ) -> Result<(), UpstreamError> {
     let mut left = len;
@@ -98,7 +207,7 @@ async fn copy_exact(
 
 async fn copy_until_mark(
     conn: &mut Conn,
-    file: &mut tokio::fs::File,
+    file: &mut Sink,
     mark: &[u8],
     max_bytes: u64,
 ) -> Result<u64, UpstreamError> {
@@ -132,4 +241,38 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     }
     (0..=hay.len() - needle.len())
         .find(|&i| hay[i] == needle[0] && &hay[i..i + needle.len()] == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digest_matches_valkeys_check_value_and_holds_back_the_trailer() {
+        // CRC-64/Jones of "123456789" is e9c6d914c4b8d9ca (Valkey's crc64.c self-test).
+        let mut rdb = b"123456789".to_vec();
+        rdb.extend_from_slice(&0xe9c6d914c4b8d9ca_u64.to_le_bytes());
+        for split in 0..rdb.len() {
+            let mut d = RdbDigest::default();
+            for part in [&rdb[..split], &rdb[split..]] {
+                for byte in part.chunks(3) {
+                    d.update(byte);
+                }
+            }
+            let sum = d.finish().unwrap();
+            assert_eq!(sum.crc64, 0xe9c6d914c4b8d9ca);
+            assert_eq!(sum.bytes, rdb.len() as u64);
+        }
+        let mut bad = rdb.clone();
+        bad[0] ^= 1;
+        let mut d = RdbDigest::default();
+        d.update(&bad);
+        assert!(d.finish().unwrap_err().contains("checksum mismatch"));
+        // A zero trailer means Valkey did not checksum: accepted, the CRC is still computed.
+        let mut unchecked = b"123456789".to_vec();
+        unchecked.extend_from_slice(&[0; 8]);
+        let mut d = RdbDigest::default();
+        d.update(&unchecked);
+        assert_eq!(d.finish().unwrap().crc64, 0xe9c6d914c4b8d9ca);
+    }
 }

@@ -1,8 +1,9 @@
 //! Managed mode: walrus runs its own valkey-server child, persistence off, on loopback.
 //!
-//! The child is started with `--save "" --appendonly no` (walrus is the durability layer),
-//! bound to 127.0.0.1 on the configured port (or a free one), with its working directory
-//! under the data dir. Its log goes to walrus's log (target `valkey`). If it dies, it is
+//! The child is started with the settings walrus needs ([`super::settings`]: persistence off,
+//! since walrus is the durability layer; a large backlog; diskless sync and load), bound to
+//! 127.0.0.1 on the configured port (or a free one), with its working directory under the
+//! data dir. Its log goes to walrus's log (target `valkey`). If it dies, it is
 //! restarted with backoff; on shutdown it gets SIGTERM, then SIGKILL after a grace period.
 //! `PR_SET_PDEATHSIG` makes the kernel kill it if walrus itself is killed, so no orphan ever
 //! holds the port.
@@ -15,32 +16,6 @@ use tokio::process::{Child, Command};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
-/// What walrus's replica link needs from Valkey; external users should apply the same
-/// (README, "Valkey settings"):
-/// - the backlog is never freed (`repl-backlog-ttl 0`) and is large enough for walrus to
-///   continue with a partial resync after a restart of its own;
-/// - a replica is never disconnected for its output buffer: walrus bounds the lag itself
-///   (`durability.max_pending_bytes`);
-/// - writes are refused by Valkey too while walrus's link is down (`min-replicas-to-write`),
-///   a second line of defence behind walrus's own refusal;
-/// - full resyncs stream the RDB straight to walrus (diskless, no delay).
-pub const REPLICATION_SETTINGS: &[&str] = &[
-    "--repl-backlog-size",
-    "256mb",
-    "--repl-backlog-ttl",
-    "0",
-    "--client-output-buffer-limit",
-    "replica 0 0 0",
-    "--min-replicas-to-write",
-    "1",
-    "--min-replicas-max-lag",
-    "10",
-    "--repl-diskless-sync",
-    "yes",
-    "--repl-diskless-sync-delay",
-    "0",
-];
-
 /// How long a fresh valkey-server may take to say it is ready.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// Grace period between SIGTERM and SIGKILL on shutdown.
@@ -49,6 +24,9 @@ const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 pub struct ManagedValkey {
     pub address: String,
+    /// Counts the child's deaths: it comes back empty each time, and walrus must restore it
+    /// before anything reads from it.
+    pub deaths: watch::Receiver<u64>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -83,9 +61,11 @@ impl ManagedValkey {
             .map_err(|e| format!("valkey-server did not start: {e}"))?;
         tracing::info!(port, binary = %spec.binary.display(), "managed valkey-server is ready");
         let (stop, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(supervise(spec, child, stop_rx));
+        let (deaths_tx, deaths) = watch::channel(0);
+        let task = tokio::spawn(supervise(spec, child, stop_rx, deaths_tx));
         Ok(ManagedValkey {
             address: format!("127.0.0.1:{port}"),
+            deaths,
             stop,
             task,
         })
@@ -108,17 +88,9 @@ struct ChildSpec {
 impl ChildSpec {
     fn spawn(&self) -> std::io::Result<(Child, oneshot::Receiver<Result<(), String>>)> {
         let mut cmd = Command::new(&self.binary);
-        cmd.args([
-            "--port",
-            &self.port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .args(["--daemonize", "no", "--logfile", "", "--dir"])
+        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(super::settings::args())
+            .args(["--daemonize", "no", "--logfile", "", "--dir"])
         .arg(&self.dir)
         .args(&self.extra_args)
         .stdin(Stdio::null())
@@ -172,11 +144,17 @@ async fn wait_ready(ready: oneshot::Receiver<Result<(), String>>) -> Result<(), 
     }
 }
 
-async fn supervise(spec: ChildSpec, mut child: Child, mut stop: watch::Receiver<bool>) {
+async fn supervise(
+    spec: ChildSpec,
+    mut child: Child,
+    mut stop: watch::Receiver<bool>,
+    deaths: watch::Sender<u64>,
+) {
     let mut backoff = Duration::from_millis(100);
     loop {
         tokio::select! {
             status = child.wait() => {
+                deaths.send_modify(|d| *d += 1);
                 tracing::error!(?status, "managed valkey-server exited; restarting it in {backoff:?}");
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}

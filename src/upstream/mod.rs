@@ -5,6 +5,7 @@
 pub mod binary;
 pub mod client;
 pub mod managed;
+pub mod settings;
 
 use crate::config::Credentials;
 use std::time::Duration;

@@ -1,0 +1,287 @@
+//! The checkpoint store: RDB files under `<data>/checkpoints/` and the small manifest that
+//! names the current one.
+//!
+//! The manifest (`CHECKPOINT`, TOML with a CRC line, replaced atomically like the journal's)
+//! is the only authority on which RDB a restore starts from: a file is trusted only while
+//! the manifest names it, and deleted only after a newer one is recorded. It records the
+//! RDB's replication id and offset (the RDB holds every write of that history up to that
+//! offset), its size and Valkey's CRC-64 (verified before every use), and `from_lsn`: the
+//! first journal entry a restore from it may need. Every entry before `from_lsn` is covered
+//! by the RDB or belongs to a history the RDB replaced, so the journal may release them.
+
+use crate::journal::manifest::{replace_file, seal, unseal};
+use crate::replication::handshake::REPLID_LEN;
+use crate::replication::rdb::{self, StoredRdb};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+const MANIFEST_FILE: &str = "CHECKPOINT";
+
+/// The current checkpoint, as the manifest records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Checkpoint {
+    /// File name inside the checkpoint directory.
+    pub file: String,
+    pub replid: String,
+    pub offset: u64,
+    pub size: u64,
+    /// Valkey's CRC-64/Jones of the RDB (its trailer; computed again on arrival), in hex
+    /// (TOML integers stop at 2^63).
+    #[serde(with = "hex_u64")]
+    pub crc64: u64,
+    /// First journal entry a restore from this checkpoint may need.
+    pub from_lsn: u64,
+}
+
+mod hex_u64 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{v:016x}"))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        let text = String::deserialize(d)?;
+        u64::from_str_radix(&text, 16).map_err(serde::de::Error::custom)
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ManifestFile {
+    checkpoint: Checkpoint,
+}
+
+/// Why the store cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("checkpoint manifest {path}: {why}")]
+    Manifest { path: PathBuf, why: String },
+    #[error("checkpoint {path} fails verification: {why}")]
+    Corrupt { path: PathBuf, why: String },
+    #[error("checkpoint store {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct Store {
+    dir: PathBuf,
+    /// The manifest's record as last read or written, shared by every clone.
+    recorded: Arc<Mutex<Option<Checkpoint>>>,
+}
+
+impl Store {
+    /// Opens the store, creating the directory, and deletes what a crash left behind:
+    /// half-written `*.tmp` files, and RDBs the manifest does not name (stored, but the
+    /// crash came before they were recorded, or recorded over before they were deleted).
+    pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        let io = |source| StoreError::Io {
+            path: dir.to_path_buf(),
+            source,
+        };
+        std::fs::create_dir_all(dir).map_err(io)?;
+        let mut store = Store {
+            dir: dir.to_path_buf(),
+            recorded: Arc::default(),
+        };
+        let current = store.current()?;
+        store.recorded = Arc::new(Mutex::new(current.clone()));
+        for e in std::fs::read_dir(dir).map_err(io)? {
+            let p = e.map_err(io)?.path();
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            let stale = name.ends_with(".tmp")
+                || (name.ends_with(".rdb") && current.as_ref().is_none_or(|c| c.file != name));
+            if stale {
+                tracing::info!(path = %p.display(), "removing a stale checkpoint file");
+                std::fs::remove_file(&p).map_err(io)?;
+            }
+        }
+        Ok(store)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Where a new RDB of `replid` at `offset` is stored before it is recorded.
+    pub fn path_for(&self, replid: &str, offset: u64) -> PathBuf {
+        self.dir.join(format!("checkpoint-{replid}-{offset}.rdb"))
+    }
+
+    pub fn path_of(&self, c: &Checkpoint) -> PathBuf {
+        self.dir.join(&c.file)
+    }
+
+    /// The recorded checkpoint, from memory (no I/O).
+    pub fn recorded(&self) -> Option<Checkpoint> {
+        self.recorded.lock().expect("checkpoint record lock").clone()
+    }
+
+    /// The recorded checkpoint, read from the manifest.
+    pub fn current(&self) -> Result<Option<Checkpoint>, StoreError> {
+        let path = self.dir.join(MANIFEST_FILE);
+        let bad = |why: String| StoreError::Manifest {
+            path: path.clone(),
+            why,
+        };
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(bad(e.to_string())),
+        };
+        let body = unseal(&text).map_err(bad)?;
+        let m: ManifestFile = toml::from_str(body).map_err(|e| bad(e.to_string()))?;
+        let c = m.checkpoint;
+        if c.replid.len() != REPLID_LEN || c.file.contains('/') || c.from_lsn == 0 {
+            return Err(bad(format!("invalid record {c:?}")));
+        }
+        Ok(Some(c))
+    }
+
+    /// Records a stored RDB as the current checkpoint (atomically), then deletes every other
+    /// RDB: from here on a restore starts from this one.
+    pub fn record(
+        &self,
+        stored: &StoredRdb,
+        replid: &str,
+        offset: u64,
+        from_lsn: u64,
+    ) -> Result<Checkpoint, StoreError> {
+        let file = stored
+            .path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("stored RDBs have UTF-8 names")
+            .to_string();
+        let c = Checkpoint {
+            file,
+            replid: replid.to_string(),
+            offset,
+            size: stored.bytes,
+            crc64: stored.crc64,
+            from_lsn,
+        };
+        let body = toml::to_string(&ManifestFile {
+            checkpoint: c.clone(),
+        })
+        .expect("checkpoint record serializes");
+        replace_file(&self.dir, MANIFEST_FILE, seal(&body).as_bytes()).map_err(|e| {
+            StoreError::Manifest {
+                path: self.dir.join(MANIFEST_FILE),
+                why: e.to_string(),
+            }
+        })?;
+        *self.recorded.lock().expect("checkpoint record lock") = Some(c.clone());
+        self.remove_others(&c.file);
+        Ok(c)
+    }
+
+    fn remove_others(&self, keep: &str) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "rdb") && p.file_name() != Some(keep.as_ref())
+            {
+                if let Err(err) = std::fs::remove_file(&p) {
+                    tracing::warn!("cannot remove old checkpoint {}: {err}", p.display());
+                }
+            }
+        }
+    }
+
+    /// Reads the checkpoint's RDB whole and checks its size and CRC against the record
+    /// (blocking).
+    pub fn verify(&self, c: &Checkpoint) -> Result<(), StoreError> {
+        let path = self.path_of(c);
+        let corrupt = |why: String| StoreError::Corrupt {
+            path: path.clone(),
+            why,
+        };
+        let sum = rdb::sum_file(&path).map_err(|e| corrupt(e.to_string()))?;
+        if sum.bytes != c.size {
+            return Err(corrupt(format!(
+                "{} bytes, the manifest records {}",
+                sum.bytes, c.size
+            )));
+        }
+        if sum.crc64 != c.crc64 {
+            return Err(corrupt(format!(
+                "CRC-64 {:016x}, the manifest records {:016x}",
+                sum.crc64, c.crc64
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rdb_bytes(body: &[u8]) -> Vec<u8> {
+        let mut d = rdb::RdbDigest::default();
+        d.update(body);
+        d.update(&[0; 8]);
+        let crc = d.finish().unwrap().crc64;
+        let mut v = body.to_vec();
+        v.extend_from_slice(&crc.to_le_bytes());
+        v
+    }
+
+    fn stored(store: &Store, replid: &str, offset: u64, body: &[u8]) -> StoredRdb {
+        let path = store.path_for(replid, offset);
+        let bytes = rdb_bytes(body);
+        std::fs::write(&path, &bytes).unwrap();
+        let sum = rdb::sum_file(&path).unwrap();
+        StoredRdb {
+            path,
+            bytes: sum.bytes,
+            crc64: sum.crc64,
+            eof_mark: false,
+        }
+    }
+
+    #[test]
+    fn record_replaces_verify_detects_damage_open_cleans_up() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path()).unwrap();
+        assert_eq!(store.current().unwrap(), None);
+        let a = "a".repeat(40);
+        let first = stored(&store, &a, 10, b"REDIS0011first");
+        let c1 = store.record(&first, &a, 10, 1).unwrap();
+        assert_eq!(store.current().unwrap(), Some(c1.clone()));
+        store.verify(&c1).unwrap();
+        let second = stored(&store, &a, 99, b"REDIS0011second");
+        let c2 = store.record(&second, &a, 99, 7).unwrap();
+        assert!(!first.path.exists(), "the older RDB goes once a newer one is recorded");
+        assert_eq!(store.current().unwrap().unwrap().from_lsn, 7);
+        // A flipped bit is caught, naming the file.
+        let mut bytes = std::fs::read(&second.path).unwrap();
+        bytes[3] ^= 0x10;
+        std::fs::write(&second.path, &bytes).unwrap();
+        let err = store.verify(&c2).unwrap_err().to_string();
+        assert!(err.contains(&c2.file), "{err}");
+        // Leftovers of a crash: a temp file and an unrecorded RDB.
+        std::fs::write(tmp.path().join("x.rdb.tmp"), b"half").unwrap();
+        let orphan = stored(&store, &a, 200, b"REDIS0011orphan");
+        let reopened = Store::open(tmp.path()).unwrap();
+        assert!(!tmp.path().join("x.rdb.tmp").exists() && !orphan.path.exists());
+        assert!(second.path.exists());
+        assert_eq!(reopened.current().unwrap(), Some(c2));
+        // A damaged manifest is an error, never "no checkpoint".
+        let m = tmp.path().join(MANIFEST_FILE);
+        let text = std::fs::read_to_string(&m).unwrap().replace("offset = 99", "offset = 98");
+        std::fs::write(&m, text).unwrap();
+        assert!(matches!(
+            reopened.current(),
+            Err(StoreError::Manifest { .. })
+        ));
+    }
+}

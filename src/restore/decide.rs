@@ -1,0 +1,231 @@
+//! The decision at every attach: what walrus does with the Valkey it finds, given what its
+//! checkpoint and journal hold. This table is the whole rule; [`decide`] implements it.
+//!
+//! "walrus holds H" means a checkpoint is recorded; H is its chain (the replication ids it
+//! went through and the offset after its last journal entry, see [`super::chain`]).
+//!
+//! | Valkey | walrus holds nothing | walrus holds H |
+//! |---|---|---|
+//! | primary whose id (or previous id, within its offset) is one of H's, offset at or past H's end | - | **(a) continue**: `PSYNC <id> <end+1>`; nothing is replayed. Valkey ahead of the end ran writes walrus never acknowledged: the stream brings them. Backlog too short: Valkey answers with a full resync of its own id, whose RDB becomes the checkpoint. |
+//! | empty (no keys), not (a) | **(d) fresh**: `PSYNC ? -1`, a new history | **(b) restore** |
+//! | a replica whose primary id is one of H's (a restore that was cut short) | by its keys, as the rows above and below | **(b) restore** |
+//! | holds keys of another history, or of H but behind its end | **adopt**: `PSYNC ? -1`, Valkey's data becomes walrus's first checkpoint | **(c) conflict**: `restore.on_conflict` = `refuse` (default: stop and say so), `valkey-wins` (adopt, dropping H), `journal-wins` (restore over Valkey's data) |
+//!
+//! A journal whose entries span several histories is no special case: a new history always
+//! starts with a new checkpoint, so H is the chain of the newest one, and entries before its
+//! `from_lsn` are never replayed.
+
+use crate::replication::handshake::Position;
+use crate::upstream::client::{Conn, UpstreamError};
+
+/// What `restore.on_conflict` says to do in case (c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnConflict {
+    Refuse,
+    ValkeyWins,
+    JournalWins,
+}
+
+/// Valkey's replication state and dataset size, from `INFO replication` and `INFO keyspace`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValkeyView {
+    pub primary: bool,
+    /// A primary's own id; a replica's is its primary's.
+    pub replid: String,
+    pub replid2: String,
+    /// `second_repl_offset`: `replid2` is valid for offsets below it (-1: none).
+    pub second_offset: i64,
+    pub offset: u64,
+    pub keys: u64,
+}
+
+impl ValkeyView {
+    pub async fn query(conn: &mut Conn) -> Result<ValkeyView, UpstreamError> {
+        let repl = info(conn, "replication").await?;
+        let keyspace = info(conn, "keyspace").await?;
+        ValkeyView::parse(&repl, &keyspace).map_err(UpstreamError::Decode)
+    }
+
+    pub fn parse(replication: &str, keyspace: &str) -> Result<ValkeyView, String> {
+        let field = |name: &str| {
+            replication
+                .lines()
+                .find_map(|l| l.trim_end().strip_prefix(name)?.strip_prefix(':'))
+                .ok_or_else(|| format!("INFO replication has no {name}"))
+        };
+        let num = |name: &str| -> Result<i64, String> {
+            field(name)?
+                .parse()
+                .map_err(|_| format!("INFO replication: bad {name}"))
+        };
+        // Each database line: `db0:keys=12,expires=0,avg_ttl=0`.
+        let keys = keyspace
+            .lines()
+            .filter(|l| l.starts_with("db"))
+            .filter_map(|l| l.split(':').nth(1)?.split(',').next()?.strip_prefix("keys="))
+            .map(|n| n.trim().parse::<u64>().unwrap_or(u64::MAX))
+            .fold(0u64, u64::saturating_add);
+        Ok(ValkeyView {
+            primary: field("role")? == "master",
+            replid: field("master_replid")?.to_string(),
+            replid2: field("master_replid2")?.to_string(),
+            second_offset: num("second_repl_offset")?,
+            offset: num("master_repl_offset")?.max(0) as u64,
+            keys,
+        })
+    }
+
+    /// Names Valkey's state in log lines and errors.
+    pub fn describe(&self) -> String {
+        format!(
+            "Valkey ({}) holds {} keys of history {} at offset {}",
+            if self.primary { "primary" } else { "replica" },
+            self.keys,
+            self.replid,
+            self.offset
+        )
+    }
+}
+
+async fn info(conn: &mut Conn, section: &str) -> Result<String, UpstreamError> {
+    let reply = conn.call(["INFO", section]).await?;
+    crate::upstream::client::frame_str(&reply)
+        .ok_or_else(|| UpstreamError::Decode(format!("unexpected INFO reply: {reply:?}")))
+}
+
+/// What walrus holds: the chain of its current checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    pub ids: Vec<String>,
+    pub end: u64,
+}
+
+impl Held {
+    pub fn describe(&self) -> String {
+        format!(
+            "walrus's checkpoint and journal hold history {} up to offset {}",
+            self.ids.join(" then "),
+            self.end
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// (a): Valkey has everything walrus holds; continue its stream from here.
+    Continue(Position),
+    /// (b), or (c) with `journal-wins`: load Valkey from the checkpoint and journal.
+    Restore,
+    /// (d), adopt, or (c) with `valkey-wins`: a full resynchronization starts a new history
+    /// from what Valkey holds.
+    NewHistory,
+    /// (c) with `refuse`: the message says what each side holds and what to do.
+    Refuse(String),
+}
+
+pub fn decide(v: &ValkeyView, held: Option<&Held>, on_conflict: OnConflict) -> Decision {
+    let Some(h) = held else {
+        return Decision::NewHistory;
+    };
+    if v.primary && v.offset >= h.end {
+        let current = h.ids.contains(&v.replid);
+        let previous = h.ids.contains(&v.replid2) && (h.end as i64) < v.second_offset;
+        if current || previous {
+            let replid = if current { &v.replid } else { &v.replid2 };
+            return Decision::Continue(Position {
+                replid: replid.clone(),
+                offset: h.end,
+            });
+        }
+    }
+    let our_replica = !v.primary && h.ids.contains(&v.replid);
+    if v.keys == 0 || our_replica {
+        return Decision::Restore;
+    }
+    match on_conflict {
+        OnConflict::ValkeyWins => Decision::NewHistory,
+        OnConflict::JournalWins => Decision::Restore,
+        OnConflict::Refuse => Decision::Refuse(format!(
+            "{}, but {}; refusing to continue, since either side would overwrite the other. \
+             Start Valkey empty to restore walrus's data, or set restore.on_conflict = \
+             \"valkey-wins\" (keep Valkey's data, drop the journal's) or \"journal-wins\" \
+             (replace Valkey's data with the journal's)",
+            v.describe(),
+            h.describe()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+    const C: &str = "cccccccccccccccccccccccccccccccccccccccc";
+
+    fn valkey(primary: bool, replid: &str, replid2: &str, second: i64, offset: u64, keys: u64) -> ValkeyView {
+        ValkeyView {
+            primary,
+            replid: replid.into(),
+            replid2: replid2.into(),
+            second_offset: second,
+            offset,
+            keys,
+        }
+    }
+
+    fn held(ids: &[&str], end: u64) -> Held {
+        Held {
+            ids: ids.iter().map(|s| s.to_string()).collect(),
+            end,
+        }
+    }
+
+    fn cont(replid: &str, offset: u64) -> Decision {
+        Decision::Continue(Position {
+            replid: replid.into(),
+            offset,
+        })
+    }
+
+    #[test]
+    fn the_table() {
+        let zero = "0000000000000000000000000000000000000000";
+        let h = held(&[A, B], 500);
+        let r = OnConflict::Refuse;
+        // (a) same history, at or past the end (past: writes never acknowledged).
+        assert_eq!(decide(&valkey(true, B, zero, -1, 500, 9), Some(&h), r), cont(B, 500));
+        assert_eq!(decide(&valkey(true, A, zero, -1, 900, 9), Some(&h), r), cont(A, 500));
+        // (a) through replid2: Valkey was promoted after a restore that announced A.
+        assert_eq!(decide(&valkey(true, C, A, 538, 537, 9), Some(&h), r), cont(A, 500));
+        // ... but not when A is valid only below the end.
+        assert!(matches!(decide(&valkey(true, C, A, 300, 537, 9), Some(&h), r), Decision::Refuse(_)));
+        // (b) an empty Valkey (restarted: new id, offset 0), or our own half-restored replica.
+        assert_eq!(decide(&valkey(true, C, zero, -1, 0, 0), Some(&h), r), Decision::Restore);
+        assert_eq!(decide(&valkey(false, A, zero, -1, 200, 7), Some(&h), r), Decision::Restore);
+        // Same id but behind the end, with keys: not ours to trust.
+        assert!(matches!(decide(&valkey(true, B, zero, -1, 100, 5), Some(&h), r), Decision::Refuse(_)));
+        // (c) foreign data: refuse, naming both histories, or as configured.
+        let Decision::Refuse(why) = decide(&valkey(true, C, zero, -1, 80, 3), Some(&h), r) else {
+            panic!("conflict must refuse")
+        };
+        assert!(why.contains(C) && why.contains(A) && why.contains("on_conflict"), "{why}");
+        let v = valkey(true, C, zero, -1, 80, 3);
+        assert_eq!(decide(&v, Some(&h), OnConflict::ValkeyWins), Decision::NewHistory);
+        assert_eq!(decide(&v, Some(&h), OnConflict::JournalWins), Decision::Restore);
+        // (d) and adopt: walrus holds nothing.
+        assert_eq!(decide(&valkey(true, C, zero, -1, 0, 0), None, r), Decision::NewHistory);
+        assert_eq!(decide(&v, None, r), Decision::NewHistory);
+    }
+
+    #[test]
+    fn parses_info() {
+        let repl = "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_replid:3c1d\r\nmaster_replid2:0000\r\nmaster_repl_offset:1234\r\nsecond_repl_offset:-1\r\n";
+        let ks = "# Keyspace\r\ndb0:keys=3,expires=1,avg_ttl=5\r\ndb5:keys=4,expires=0,avg_ttl=0\r\n";
+        let v = ValkeyView::parse(repl, ks).unwrap();
+        assert_eq!(v, valkey(true, "3c1d", "0000", -1, 1234, 7));
+        assert!(ValkeyView::parse("role:master\r\n", "").is_err());
+    }
+}

@@ -1,0 +1,173 @@
+//! Restore: bring Valkey back from the current checkpoint and the journal after it, after
+//! any restart of walrus, of Valkey, or of both.
+//!
+//! - [`decide`]: what to do with the Valkey the replica link finds, as one table.
+//! - [`chain`]: the checkpoint plus the journal after it, checked, as a byte stream.
+//! - [`primary`]: walrus as Valkey's primary for the length of a restore.
+//!
+//! A restore verifies everything before it touches Valkey: the checkpoint's size and CRC-64
+//! against the manifest, and the whole chain of journal entries (CRCs, offsets with no
+//! hole). A failure names the file or the entry and leaves Valkey as it was. While a
+//! restore runs, clients get `-LOADING` (see [`crate::durability`]).
+
+pub mod chain;
+pub mod decide;
+pub mod primary;
+
+use crate::checkpoint::store::{Checkpoint, Store, StoreError};
+use crate::journal::Journal;
+use crate::replication::handshake::Position;
+use crate::upstream::Upstream;
+use chain::{ChainEnd, ChainError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often progress is logged.
+const PROGRESS_EVERY: Duration = Duration::from_secs(2);
+
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Chain(#[from] ChainError),
+    #[error("restore failed: {0}")]
+    Load(#[from] primary::LoadError),
+    #[error("restore: {0}")]
+    Other(String),
+}
+
+/// Bytes sent so far out of the total, for the progress log and metrics.
+pub struct Progress {
+    sent: AtomicU64,
+    total: u64,
+}
+
+impl Progress {
+    fn add(&self, n: u64) {
+        let sent = self.sent.fetch_add(n, Ordering::Relaxed) + n;
+        crate::metrics::RESTORE_SENT_BYTES.set(sent as i64);
+    }
+}
+
+/// What walrus holds: its current checkpoint and the chain after it, verified.
+#[derive(Debug, Clone)]
+pub struct Holding {
+    pub checkpoint: Checkpoint,
+    pub end: ChainEnd,
+}
+
+impl Holding {
+    pub fn held(&self) -> decide::Held {
+        decide::Held {
+            ids: self.end.ids.clone(),
+            end: self.end.offset,
+        }
+    }
+}
+
+/// Reads and checks what walrus holds (blocking): the checkpoint's file against the
+/// manifest, and every journal entry of its chain. `None`: no checkpoint yet.
+pub fn holding(store: &Store, journal: &Journal) -> Result<Option<Holding>, RestoreError> {
+    let Some(cp) = store.current()? else {
+        let entries = (journal.status().next_lsn - 1).saturating_sub(journal.released_through());
+        if entries > 0 {
+            return Err(RestoreError::Other(format!(
+                "the journal holds {entries} entries but {} records no checkpoint to apply them to; \
+                 refusing to start (move the data directory aside to start over)",
+                store.dir().display()
+            )));
+        }
+        return Ok(None);
+    };
+    store.verify(&cp)?;
+    let end = chain::walk(journal, &cp, |_| Ok(()))?;
+    Ok(Some(Holding { checkpoint: cp, end }))
+}
+
+/// Loads Valkey with what walrus holds. Returns where the replica link continues: the
+/// checkpoint's id (Valkey keeps it as `replid2`) at the journal's end.
+pub async fn run(
+    up: &Upstream,
+    store: &Store,
+    journal: &Arc<Journal>,
+    timeout: Duration,
+) -> Result<(Position, Holding), RestoreError> {
+    let started = Instant::now();
+    // Entries appended before Valkey was lost must be on disk before they are read back.
+    let mut durable = journal.durable();
+    let next = journal.status().next_lsn;
+    durable
+        .wait_for(|d| d.lsn + 1 >= next || d.failed)
+        .await
+        .map_err(|_| RestoreError::Other("the journal closed".into()))?;
+    let (s, j) = (store.clone(), journal.clone());
+    let holding = tokio::task::spawn_blocking(move || holding(&s, &j))
+        .await
+        .map_err(|e| RestoreError::Other(e.to_string()))??
+        .ok_or_else(|| RestoreError::Other("no checkpoint to restore from".into()))?;
+    let cp = &holding.checkpoint;
+    let total = cp.size + holding.end.bytes;
+    tracing::info!(
+        checkpoint = %store.path_of(cp).display(),
+        rdb_bytes = cp.size,
+        replid = %cp.replid,
+        offset = cp.offset,
+        journal_entries = holding.end.entries,
+        journal_bytes = holding.end.bytes,
+        end = holding.end.offset,
+        "restore: loading Valkey from the checkpoint and the journal after it"
+    );
+    crate::metrics::RESTORE_IN_PROGRESS.set(1);
+    crate::metrics::RESTORE_TOTAL_BYTES.set(total as i64);
+    crate::metrics::RESTORE_SENT_BYTES.set(0);
+    let progress = Progress {
+        sent: AtomicU64::new(0),
+        total,
+    };
+    // The future borrows the checkpoint and the chain: scoped, so they can be returned.
+    let result = {
+        let loading = primary::load(
+            up,
+            store,
+            cp,
+            journal.clone(),
+            &holding.end,
+            timeout,
+            &progress,
+        );
+        tokio::pin!(loading);
+        let mut tick = tokio::time::interval(PROGRESS_EVERY);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                r = &mut loading => break r,
+                _ = tick.tick() => {
+                    let sent = progress.sent.load(Ordering::Relaxed);
+                    tracing::info!(
+                        sent_bytes = sent,
+                        total_bytes = progress.total,
+                        "restore: {:.1}% sent",
+                        100.0 * sent as f64 / progress.total.max(1) as f64
+                    );
+                }
+            }
+        }
+    };
+    crate::metrics::RESTORE_IN_PROGRESS.set(0);
+    result?;
+    let secs = started.elapsed().as_secs_f64();
+    crate::metrics::RESTORES.inc();
+    tracing::info!(
+        bytes = total,
+        seconds = format!("{secs:.3}"),
+        mb_per_s = format!("{:.1}", total as f64 / 1e6 / secs.max(1e-9)),
+        "restore: Valkey acknowledged the journal's end and is a primary again"
+    );
+    let position = Position {
+        replid: holding.checkpoint.replid.clone(),
+        offset: holding.end.offset,
+    };
+    Ok((position, holding))
+}

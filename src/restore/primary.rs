@@ -1,0 +1,240 @@
+//! walrus as Valkey's primary, for the length of a restore.
+//!
+//! Valkey loads data fastest the way a replica does: walrus listens on a loopback port,
+//! tells Valkey `REPLICAOF 127.0.0.1 <port>`, answers its handshake (PING, REPLCONF, PSYNC)
+//! as a primary would, and sends `+FULLRESYNC <checkpoint id> <checkpoint offset>`, the
+//! checkpoint's RDB as `$<len>` and then the journal's stream after it, byte for byte. A
+//! `REPLCONF GETACK *` at the end makes Valkey report its offset; once it reaches the
+//! journal's end, walrus sends `REPLICAOF NO ONE`. Valkey keeps the checkpoint's id as its
+//! previous id (`replid2`), so the replica link continues with `PSYNC <id> <end+1>` and a
+//! partial resynchronization: nothing is loaded twice.
+//!
+//! If anything fails before `REPLICAOF NO ONE`, Valkey stays a replica of a primary that is
+//! gone: it refuses writes and the next attempt starts over (the decision table treats a
+//! replica of walrus's history as one to restore).
+
+use super::chain::{self, ChainEnd, ChainError};
+use super::Progress;
+use crate::checkpoint::store::{Checkpoint, Store};
+use crate::journal::Journal;
+use crate::replication::link::AbortOnDrop;
+use crate::resp::{write, Limits, ReplyScanner};
+use crate::upstream::client::{Conn, UpstreamError};
+use crate::upstream::Upstream;
+use bytes::{Bytes, BytesMut};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+
+/// File and stream bytes are sent in pieces of this size.
+const CHUNK_BYTES: usize = 1 << 20;
+/// Journal slices read ahead of the socket.
+const READ_AHEAD_SLICES: usize = 16;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{0}")]
+    Upstream(#[from] UpstreamError),
+    #[error("{0}")]
+    Chain(#[from] ChainError),
+    #[error("restore I/O: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("Valkey did not {0} within {1:?}")]
+    Timeout(&'static str, Duration),
+    #[error("Valkey's replication connection to walrus: {0}")]
+    Protocol(String),
+}
+
+/// Loads Valkey with `cp` and the journal after it, up to `end` (verified beforehand).
+pub async fn load(
+    up: &Upstream,
+    store: &Store,
+    cp: &Checkpoint,
+    journal: Arc<Journal>,
+    end: &ChainEnd,
+    timeout: Duration,
+    progress: &Progress,
+) -> Result<(), LoadError> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    let mut control = Conn::control(up).await?;
+    control
+        .expect_ok(write::command([
+            "REPLICAOF",
+            "127.0.0.1",
+            &port.to_string(),
+        ]))
+        .await?;
+    let (sock, _) = tokio::time::timeout(timeout, listener.accept())
+        .await
+        .map_err(|_| LoadError::Timeout("connect to walrus as a replica", timeout))??;
+    sock.set_nodelay(true)?;
+    let (mut rd, mut wr) = sock.into_split();
+    let mut buf = BytesMut::with_capacity(4096);
+    tokio::time::timeout(timeout, answer_handshake(&mut rd, &mut wr, &mut buf))
+        .await
+        .map_err(|_| LoadError::Timeout("send PSYNC", timeout))??;
+
+    // From here Valkey only sends REPLCONF ACK <offset> [FACK <offset>].
+    let (ack_tx, mut acked) = watch::channel(0u64);
+    let reader = tokio::spawn(read_acks(rd, buf, ack_tx));
+    let _stop_reader = AbortOnDrop(reader);
+
+    wr.write_all(format!("+FULLRESYNC {} {}\r\n${}\r\n", cp.replid, cp.offset, cp.size).as_bytes())
+        .await?;
+    send_rdb(&mut wr, &store.path_of(cp), progress).await?;
+    let streamed = send_stream(&mut wr, journal, cp, progress).await?;
+    if streamed.offset != end.offset {
+        return Err(LoadError::Protocol(format!(
+            "the journal changed during the restore: it ended at offset {} instead of {}",
+            streamed.offset, end.offset
+        )));
+    }
+    wr.write_all(&write::command(["REPLCONF", "GETACK", "*"]))
+        .await?;
+    // Loading a large RDB keeps Valkey from acknowledging for a while: the time limit runs
+    // from the last sign of progress, not from the start.
+    loop {
+        let now = *acked.borrow_and_update();
+        if now >= end.offset {
+            break;
+        }
+        match tokio::time::timeout(timeout, acked.changed()).await {
+            Err(_) => return Err(LoadError::Timeout("acknowledge the journal's end", timeout)),
+            Ok(Err(_)) => {
+                return Err(LoadError::Protocol(
+                    "Valkey closed the connection before acknowledging the journal's end".into(),
+                ))
+            }
+            Ok(Ok(())) => {}
+        }
+    }
+    control
+        .expect_ok(write::command(["REPLICAOF", "NO", "ONE"]))
+        .await?;
+    Ok(())
+}
+
+/// Answers Valkey's replica handshake until its PSYNC (or SYNC).
+async fn answer_handshake(
+    rd: &mut tokio::net::tcp::OwnedReadHalf,
+    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    buf: &mut BytesMut,
+) -> Result<(), LoadError> {
+    loop {
+        let args = read_command(rd, buf).await?;
+        let name = args.first().map(|a| a.to_ascii_uppercase()).unwrap_or_default();
+        let reply: &[u8] = match &name[..] {
+            b"PSYNC" | b"SYNC" => return Ok(()),
+            b"PING" => b"+PONG\r\n",
+            // REPLCONF listening-port, capa, ip-address, version; AUTH if Valkey has a
+            // masterauth: a primary that walrus runs for a moment has nothing to check.
+            b"REPLCONF" | b"AUTH" => b"+OK\r\n",
+            _ => b"-ERR walrus restore: unexpected command\r\n",
+        };
+        wr.write_all(reply).await?;
+    }
+}
+
+/// Reads one command (a RESP array of bulk strings) from Valkey.
+async fn read_command(
+    rd: &mut tokio::net::tcp::OwnedReadHalf,
+    buf: &mut BytesMut,
+) -> Result<Vec<Bytes>, LoadError> {
+    let mut scanner = ReplyScanner::new(Limits::default());
+    loop {
+        // A bare newline is a keepalive.
+        while buf.first() == Some(&b'\n') {
+            let _ = buf.split_to(1);
+        }
+        if let Some(n) = scanner.scan(buf).map_err(|e| LoadError::Protocol(e.to_string()))? {
+            let frame = buf.split_to(n);
+            return match redis_protocol::resp2::decode::decode(&frame) {
+                Ok(Some((redis_protocol::resp2::types::OwnedFrame::Array(items), _))) => Ok(items
+                    .into_iter()
+                    .map(|f| match f {
+                        redis_protocol::resp2::types::OwnedFrame::BulkString(b) => Bytes::from(b),
+                        _ => Bytes::new(),
+                    })
+                    .collect()),
+                _ => Err(LoadError::Protocol(format!(
+                    "unexpected frame {:?}",
+                    String::from_utf8_lossy(&frame)
+                ))),
+            };
+        }
+        if rd.read_buf(buf).await? == 0 {
+            return Err(LoadError::Protocol("closed during the handshake".into()));
+        }
+    }
+}
+
+async fn read_acks(
+    mut rd: tokio::net::tcp::OwnedReadHalf,
+    mut buf: BytesMut,
+    acked: watch::Sender<u64>,
+) {
+    while let Ok(args) = read_command(&mut rd, &mut buf).await {
+        let is_ack = args.len() >= 3
+            && args[0].eq_ignore_ascii_case(b"REPLCONF")
+            && args[1].eq_ignore_ascii_case(b"ACK");
+        if let Some(o) = is_ack
+            .then(|| std::str::from_utf8(&args[2]).ok()?.parse::<u64>().ok())
+            .flatten()
+        {
+            acked.send_if_modified(|a| {
+                let advanced = o > *a;
+                *a = (*a).max(o);
+                advanced
+            });
+        }
+    }
+}
+
+async fn send_rdb(
+    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    path: &std::path::Path,
+    progress: &Progress,
+) -> Result<(), LoadError> {
+    let mut file = tokio::fs::File::open(path).await?;
+    let mut chunk = vec![0u8; CHUNK_BYTES];
+    loop {
+        let n = file.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        wr.write_all(&chunk[..n]).await?;
+        progress.add(n as u64);
+    }
+}
+
+/// Sends the journal's stream after the checkpoint; the chain is walked (and checked) again
+/// on a blocking thread while the socket takes what it has read.
+async fn send_stream(
+    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    journal: Arc<Journal>,
+    cp: &Checkpoint,
+    progress: &Progress,
+) -> Result<ChainEnd, LoadError> {
+    let (tx, mut rx) = mpsc::channel::<Bytes>(READ_AHEAD_SLICES);
+    let cp = cp.clone();
+    let walker = tokio::task::spawn_blocking(move || {
+        chain::walk(&journal, &cp, |slice| {
+            // The receiver is gone only if the socket failed; that error is reported.
+            let _ = tx.blocking_send(slice.bytes);
+            Ok(())
+        })
+    });
+    while let Some(bytes) = rx.recv().await {
+        for piece in bytes.chunks(CHUNK_BYTES) {
+            wr.write_all(piece).await?;
+            progress.add(piece.len() as u64);
+        }
+    }
+    walker
+        .await
+        .map_err(|e| LoadError::Protocol(format!("journal reader: {e}")))?
+        .map_err(LoadError::from)
+}
