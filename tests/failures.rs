@@ -17,8 +17,8 @@ fn command<A: AsRef<[u8]>>(args: &[A]) -> Vec<u8> {
 }
 
 /// Retries `args` until the reply is `want`; every other reply must be a walrus error (an
-/// `-ERR walrus:` while Valkey is away, or a `-MISCONF walrus:` while the journal is not yet
-/// following the new Valkey). Each try waits for its reply; the short pause between tries is
+/// `-ERR walrus:` while Valkey is away, a `-MISCONF walrus:` while the journal is not yet
+/// following the new Valkey, or `-LOADING` while walrus restores it). Each try waits for its reply; the short pause between tries is
 /// the reconnection backoff.
 fn retry_until(c: &mut Raw, args: &[&str], want: &[u8], within: Duration) {
     let deadline = Instant::now() + within;
@@ -28,7 +28,9 @@ fn retry_until(c: &mut Raw, args: &[&str], want: &[u8], within: Duration) {
             return;
         }
         assert!(
-            r.starts_with(b"-ERR walrus:") || r.starts_with(b"-MISCONF walrus:"),
+            r.starts_with(b"-ERR walrus:")
+                || r.starts_with(b"-MISCONF walrus:")
+                || r.starts_with(b"-LOADING "),
             "{args:?}: unexpected reply {}",
             show(&r)
         );
