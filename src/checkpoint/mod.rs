@@ -155,10 +155,11 @@ async fn take(
     let store = cfg.store.clone();
     let current_from = store.recorded().map_or(1, |c| c.from_lsn);
     let from_lsn = (before.lsn + 1).max(current_from);
-    let recorded = tokio::task::spawn_blocking(move || store.record(&stored, &replid, offset, from_lsn))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+    let recorded =
+        tokio::task::spawn_blocking(move || store.record(&stored, &replid, offset, from_lsn))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
     release_unneeded(journal, &cfg.store).await;
     Ok(format!(
         "checkpoint taken: {} ({} bytes, offset {}); journal released through LSN {}",

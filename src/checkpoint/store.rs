@@ -119,7 +119,10 @@ impl Store {
 
     /// The recorded checkpoint, from memory (no I/O).
     pub fn recorded(&self) -> Option<Checkpoint> {
-        self.recorded.lock().expect("checkpoint record lock").clone()
+        self.recorded
+            .lock()
+            .expect("checkpoint record lock")
+            .clone()
     }
 
     /// The recorded checkpoint, read from the manifest.
@@ -187,8 +190,7 @@ impl Store {
         };
         for e in entries.flatten() {
             let p = e.path();
-            if p.extension().is_some_and(|x| x == "rdb") && p.file_name() != Some(keep.as_ref())
-            {
+            if p.extension().is_some_and(|x| x == "rdb") && p.file_name() != Some(keep.as_ref()) {
                 if let Err(err) = std::fs::remove_file(&p) {
                     tracing::warn!("cannot remove old checkpoint {}: {err}", p.display());
                 }
@@ -260,7 +262,10 @@ mod tests {
         store.verify(&c1).unwrap();
         let second = stored(&store, &a, 99, b"REDIS0011second");
         let c2 = store.record(&second, &a, 99, 7).unwrap();
-        assert!(!first.path.exists(), "the older RDB goes once a newer one is recorded");
+        assert!(
+            !first.path.exists(),
+            "the older RDB goes once a newer one is recorded"
+        );
         assert_eq!(store.current().unwrap().unwrap().from_lsn, 7);
         // A flipped bit is caught, naming the file.
         let mut bytes = std::fs::read(&second.path).unwrap();
@@ -277,7 +282,9 @@ mod tests {
         assert_eq!(reopened.current().unwrap(), Some(c2));
         // A damaged manifest is an error, never "no checkpoint".
         let m = tmp.path().join(MANIFEST_FILE);
-        let text = std::fs::read_to_string(&m).unwrap().replace("offset = 99", "offset = 98");
+        let text = std::fs::read_to_string(&m)
+            .unwrap()
+            .replace("offset = 99", "offset = 98");
         std::fs::write(&m, text).unwrap();
         assert!(matches!(
             reopened.current(),

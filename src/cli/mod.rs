@@ -1,5 +1,7 @@
-//! The `walrus` command: `serve` runs the proxy; `journal` maintains the journal.
+//! The `walrus` command: `serve` runs the proxy; `checkpoint` asks a running walrus for a
+//! checkpoint; `journal` maintains the journal.
 
+mod admin;
 mod serve;
 
 use clap::{Args, Parser, Subcommand};
@@ -21,7 +23,10 @@ pub struct Cli {
 pub enum Command {
     /// Run the proxy (and, in managed mode, its valkey-server).
     Serve(ServeArgs),
-    /// Journal maintenance: init, inspect, verify, repair.
+    /// Ask a running walrus to take a checkpoint now (over its metrics endpoint, from
+    /// loopback), and wait for it.
+    Checkpoint(admin::CheckpointArgs),
+    /// Journal maintenance: init, inspect, verify, repair, export-aof.
     #[command(subcommand)]
     Journal(crate::journal::cli::JournalCommand),
 }
@@ -51,6 +56,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Checkpoint(args) => admin::checkpoint(args),
         Command::Journal(cmd) => crate::journal::cli::run(cmd),
     }
 }

@@ -116,8 +116,7 @@ async fn serve(config: Config) -> Result<(), String> {
         connect_timeout: Duration::from_millis(config.upstream.connect_timeout_ms),
         limits: config.proxy.limits(),
     };
-    let deaths = managed.as_ref().map(|m| m.deaths.clone());
-    let result = run_proxy(&config, up, stop, deaths).await;
+    let result = run_proxy(&config, up, stop, managed.as_ref()).await;
     if let Some(m) = managed {
         tracing::info!("stopping managed valkey-server");
         m.stop().await;
@@ -129,7 +128,7 @@ async fn run_proxy(
     config: &Config,
     up: Upstream,
     mut stop: watch::Receiver<bool>,
-    deaths: Option<watch::Receiver<u64>>,
+    managed: Option<&ManagedValkey>,
 ) -> Result<(), String> {
     let (table, databases) = tokio::select! {
         r = learn_upstream(&up, Duration::from_millis(config.upstream.reconnect_backoff_max_ms)) => r,
@@ -148,7 +147,7 @@ async fn run_proxy(
     // done. Its stop signal never fires; the sender lives until this function returns.
     let (_link_stop_tx, link_stop) = watch::channel(false);
     let mut durable = if config.durability.enabled {
-        Some(start_durability(config, &up, link_stop, deaths).await?)
+        Some(start_durability(config, &up, link_stop, managed).await?)
     } else {
         tracing::warn!("durability.enabled = false: walrus proxies without journaling; acknowledged writes can be lost");
         None
@@ -279,7 +278,7 @@ async fn start_durability(
     config: &Config,
     up: &Upstream,
     stop: watch::Receiver<bool>,
-    deaths: Option<watch::Receiver<u64>>,
+    managed: Option<&ManagedValkey>,
 ) -> Result<Durable, String> {
     let dir = config.data.dir.join("journal");
     let cp_dir = config.data.dir.join("checkpoints");
@@ -315,14 +314,10 @@ async fn start_durability(
         config.durability.max_pending_bytes,
         config.durability.max_held_bytes,
     ));
-    if let Some(mut deaths) = deaths {
+    if let Some(m) = managed {
         // The managed child comes back empty: nothing may read it until it is restored.
         let d = durability.clone();
-        tokio::spawn(async move {
-            while deaths.changed().await.is_ok() {
-                d.begin_restore();
-            }
-        });
+        m.on_death(Arc::new(move || d.begin_restore()));
     }
     let journal = Arc::new(journal);
     let released = Arc::new(tokio::sync::Notify::new());
@@ -373,7 +368,9 @@ async fn check_settings(up: &Upstream, strict: bool) -> Result<(), String> {
         Err(e) => {
             // An ACL user without +config cannot read them: say so, do not guess.
             let msg = format!("cannot read Valkey's settings with CONFIG GET: {e}");
-            return if strict { Err(msg) } else {
+            return if strict {
+                Err(msg)
+            } else {
                 tracing::warn!("{msg}");
                 Ok(())
             };

@@ -331,8 +331,7 @@ impl Durability {
     /// A read's reply arrived on a connection of `epoch`: release it now, or hold it while
     /// its keys are dirty.
     pub fn read_reply(&self, scope: &Scope, epoch: u64, held: Held) {
-        if self.restoring.load(Ordering::SeqCst) || self.epoch_now.load(Ordering::SeqCst) != epoch
-        {
+        if self.restoring.load(Ordering::SeqCst) || self.epoch_now.load(Ordering::SeqCst) != epoch {
             // Read from a Valkey the journal does not describe (restarted, being restored).
             return held.fail(&loading());
         }
@@ -501,7 +500,12 @@ impl State {
 
     /// Held reads waiting for generations from `generation` on.
     fn take_reads_from(&mut self, generation: u64) -> Vec<Held> {
-        let out: Vec<Held> = self.reads.split_off(&generation).into_values().flatten().collect();
+        let out: Vec<Held> = self
+            .reads
+            .split_off(&generation)
+            .into_values()
+            .flatten()
+            .collect();
         self.held_bytes -= out.iter().map(|h| h.reply.len() as u64).sum::<u64>();
         out
     }
@@ -684,11 +688,20 @@ mod tests {
         let (r, mut r_rx) = held("$1\r\nv\r\n");
         d.read_reply(&key("a"), old, r);
         d.begin_restore();
-        assert!(w_rx.try_recv().unwrap().starts_with(b"-ERR walrus: Valkey's replication history changed"));
-        assert!(r_rx.try_recv().unwrap().starts_with(b"-ERR walrus: Valkey's replication history changed"));
+        assert!(w_rx
+            .try_recv()
+            .unwrap()
+            .starts_with(b"-ERR walrus: Valkey's replication history changed"));
+        assert!(r_rx
+            .try_recv()
+            .unwrap()
+            .starts_with(b"-ERR walrus: Valkey's replication history changed"));
         // While restoring: reads and writes get Valkey's -LOADING.
         assert!(d.admit_read().unwrap_err().starts_with(b"-LOADING"));
-        assert!(d.begin_write(key("b")).unwrap_err().starts_with(b"-LOADING"));
+        assert!(d
+            .begin_write(key("b"))
+            .unwrap_err()
+            .starts_with(b"-LOADING"));
         let (r, mut r_rx) = held("$-1\r\n");
         d.read_reply(&key("a"), d.epoch(), r);
         assert!(r_rx.try_recv().unwrap().starts_with(b"-LOADING"));
@@ -699,7 +712,10 @@ mod tests {
         let mark = d.begin_write(key("b")).unwrap();
         let (w, mut w_rx) = held("+OK\r\n");
         d.settle_batch(10, old, vec![w], vec![mark]);
-        assert!(w_rx.try_recv().unwrap().starts_with(b"-ERR walrus: Valkey's replication history changed"));
+        assert!(w_rx
+            .try_recv()
+            .unwrap()
+            .starts_with(b"-ERR walrus: Valkey's replication history changed"));
         let (r, mut r_rx) = held("$1\r\nv\r\n");
         d.read_reply(&key("c"), old, r);
         assert!(r_rx.try_recv().unwrap().starts_with(b"-LOADING"));

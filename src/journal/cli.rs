@@ -1,4 +1,4 @@
-//! `walrus journal ...` subcommands: init, inspect, verify, repair.
+//! `walrus journal ...` subcommands: init, inspect, verify, repair, export-aof.
 //!
 //! Exit codes: 0 success / clean; 1 usage, configuration or I/O error; 2 mid-log corruption.
 
@@ -66,6 +66,21 @@ pub enum JournalCommand {
         #[arg(long, default_value_t = JournalConfig::default().recovery_lookahead_bytes)]
         recovery_lookahead_bytes: u64,
     },
+    /// Write the current checkpoint plus the journal after it as one AOF for valkey-server.
+    ///
+    /// The file is the checkpoint's RDB (as the AOF's preamble) followed by the commands the
+    /// journal holds after it, without the replication-only PING and REPLCONF. To load it, put
+    /// it in an empty directory as appendonly.aof and run
+    /// `valkey-server --appendonly yes --dir THAT_DIR`. Stop walrus first: the export takes
+    /// the journal's lock.
+    ExportAof {
+        /// walrus's data directory (holding journal/ and checkpoints/), or its journal/.
+        #[arg(long)]
+        dir: PathBuf,
+        /// The AOF to write (replaced atomically if it exists).
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 pub fn run(cmd: JournalCommand) -> ExitCode {
@@ -88,6 +103,7 @@ pub fn run(cmd: JournalCommand) -> ExitCode {
             accept_data_loss,
             recovery_lookahead_bytes,
         } => repair(&dir, accept_data_loss, recovery_lookahead_bytes),
+        JournalCommand::ExportAof { dir, out } => export_aof(&dir, &out),
     }
 }
 
@@ -315,5 +331,40 @@ fn repair(dir: &Path, accept_data_loss: bool, lookahead: u64) -> ExitCode {
             }
         }
         Err(e) => fail(e),
+    }
+}
+
+fn export_aof(dir: &Path, out: &Path) -> ExitCode {
+    match crate::restore::export::export_aof(dir, out) {
+        Ok(s) => {
+            println!("wrote {}: {} bytes", s.out.display(), s.file_bytes());
+            println!(
+                "checkpoint: {} ({} bytes of RDB), history {} at offset {}",
+                s.checkpoint.display(),
+                s.rdb_bytes,
+                s.replids[0],
+                s.start_offset
+            );
+            println!(
+                "journal: {} entries, offsets {}..{}{}; {} commands kept ({} bytes), {} replication-only commands dropped ({} bytes of PING/REPLCONF)",
+                s.journal_entries,
+                s.start_offset,
+                s.end_offset,
+                if s.replids.len() > 1 {
+                    format!(" (continued as {})", s.replids[1..].join(", "))
+                } else {
+                    String::new()
+                },
+                s.commands_kept,
+                s.stream_bytes,
+                s.commands_dropped,
+                s.bytes_dropped
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("walrus: {e}");
+            ExitCode::FAILURE
+        }
     }
 }

@@ -141,7 +141,10 @@ pub async fn serve(listener: TcpListener, ready: Ready, admin: Option<Admin>) {
 
 async fn checkpoint(admin: Option<&Admin>, peer: std::net::SocketAddr) -> (&'static str, Vec<u8>) {
     let Some(admin) = admin else {
-        return ("404 Not Found", b"durability is off: no checkpoints\n".to_vec());
+        return (
+            "404 Not Found",
+            b"durability is off: no checkpoints\n".to_vec(),
+        );
     };
     if !admin.allow_remote && !peer.ip().is_loopback() {
         return (
@@ -152,11 +155,17 @@ async fn checkpoint(admin: Option<&Admin>, peer: std::net::SocketAddr) -> (&'sta
     }
     let (tx, rx) = tokio::sync::oneshot::channel();
     if admin.checkpoint.send(tx).await.is_err() {
-        return ("503 Service Unavailable", b"the checkpointer is not running\n".to_vec());
+        return (
+            "503 Service Unavailable",
+            b"the checkpointer is not running\n".to_vec(),
+        );
     }
     match rx.await {
         Ok(Ok(summary)) => ("200 OK", format!("{summary}\n").into_bytes()),
         Ok(Err(why)) => ("500 Internal Server Error", format!("{why}\n").into_bytes()),
-        Err(_) => ("503 Service Unavailable", b"the checkpointer stopped\n".to_vec()),
+        Err(_) => (
+            "503 Service Unavailable",
+            b"the checkpointer stopped\n".to_vec(),
+        ),
     }
 }

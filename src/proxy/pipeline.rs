@@ -95,16 +95,25 @@ enum Inflight {
 }
 
 /// Runs the connection until it breaks or `requests` closes. RESP3 pushes go to `pushes`
-/// (a pinned session's out-of-band channel), or are dropped on pooled connections. `epoch`:
-/// the durability gate's history epoch when the connection was opened (see
-/// [`crate::durability`]).
+/// (a pinned session's out-of-band channel), or are dropped on pooled connections.
+///
+/// With durability on, a connection serves nothing until the replica link is attached: one
+/// opened while Valkey is being restored (or restarted unnoticed) may reach a Valkey whose
+/// data the journal does not describe yet. Meanwhile requests get Valkey's `-LOADING`. The
+/// connection then belongs to the gate's history epoch of that moment.
 pub async fn run(
     conn: Conn,
-    requests: mpsc::Receiver<PipelinedRequest>,
+    mut requests: mpsc::Receiver<PipelinedRequest>,
     ctx: Arc<PipelineCtx>,
     pushes: Option<mpsc::UnboundedSender<Bytes>>,
-    epoch: u64,
 ) -> Result<(), UpstreamError> {
+    let (epoch, first) = match &ctx.durability {
+        Some(d) => match wait_attached(d, &mut requests).await {
+            Some(started) => started,
+            None => return Ok(()),
+        },
+        None => (0, None),
+    };
     let ConnParts {
         stream,
         buf,
@@ -121,7 +130,7 @@ pub async fn run(
         epoch,
     };
     let result = tokio::select! {
-        r = writer(wr, requests, inflight_tx, gated) => r,
+        r = writer(wr, first, requests, inflight_tx, gated) => r,
         r = reader.run(rd, buf, scanner, &mut inflight_rx) => r,
     };
     // Settle what the broken connection leaves behind: write replies still waiting for an
@@ -141,6 +150,34 @@ pub async fn run(
         }
     }
     result
+}
+
+/// Waits until the gate is attached, answering requests with `-LOADING` meanwhile. Returns
+/// the epoch and a request that arrived as the wait ended, or `None` if `requests` closed.
+async fn wait_attached(
+    d: &Durability,
+    requests: &mut mpsc::Receiver<PipelinedRequest>,
+) -> Option<(u64, Option<PipelinedRequest>)> {
+    use crate::durability::Status;
+    let attached = |d: &Durability| matches!(d.status(), Status::Attached | Status::Failed(_));
+    loop {
+        if attached(d) {
+            return Some((d.epoch(), None));
+        }
+        tokio::select! {
+            epoch = d.wait_attached() => return Some((epoch, None)),
+            req = requests.recv() => {
+                let req = req?;
+                if attached(d) {
+                    return Some((d.epoch(), Some(req)));
+                }
+                if let Gate::Offset(marks) = req.gate {
+                    d.cancel_write(marks);
+                }
+                let _ = req.reply.send(crate::durability::loading());
+            }
+        }
+    }
 }
 
 /// The reply for a request whose connection broke before its outcome was known.
@@ -193,6 +230,7 @@ impl Default for OffsetOracle {
 
 async fn writer(
     mut wr: OwnedWriteHalf,
+    mut first: Option<PipelinedRequest>,
     mut requests: mpsc::Receiver<PipelinedRequest>,
     inflight: mpsc::UnboundedSender<Inflight>,
     gated: bool,
@@ -204,7 +242,13 @@ async fn writer(
     let mut role_due = false;
     let role = write::command(["ROLE"]);
     let mut out = BytesMut::with_capacity(BATCH_BYTES_MAX);
-    while let Some(first) = requests.recv().await {
+    loop {
+        let Some(first) = (match first.take() {
+            Some(r) => Some(r),
+            None => requests.recv().await,
+        }) else {
+            break;
+        };
         // Let every other runnable session queue its requests first, so that one write
         // carries them all: without this, the writer (woken first) sends one command per
         // syscall under load.
@@ -345,12 +389,20 @@ impl Reader {
     }
 }
 
-/// Reads the offset from a primary's ROLE reply: `*3 $6 master :<offset> *<replicas>`.
+/// Reads the offset from a primary's ROLE reply, `*3 $6 master :<offset> *<replicas> ...`.
+/// An offset of 0 with no replica attached comes from a Valkey without a replication
+/// backlog, one walrus does not journal (it restarted and the link has not noticed yet):
+/// it proves nothing. (Once walrus's link has attached, the backlog exists and offsets
+/// move; right after a full sync Valkey may not list the link as online yet.)
 pub fn parse_role_offset(reply: &[u8]) -> Option<u64> {
     const HEAD: &[u8] = b"*3\r\n$6\r\nmaster\r\n:";
     let rest = reply.strip_prefix(HEAD)?;
     let end = rest.iter().position(|&b| b == b'\r')?;
-    std::str::from_utf8(&rest[..end]).ok()?.parse().ok()
+    let offset = std::str::from_utf8(&rest[..end]).ok()?.parse().ok()?;
+    let replicas = rest[end..].strip_prefix(b"\r\n*")?;
+    let n_end = replicas.iter().position(|&b| b == b'\r')?;
+    let n: u64 = std::str::from_utf8(&replicas[..n_end]).ok()?.parse().ok()?;
+    (n > 0 || offset > 0).then_some(offset)
 }
 
 #[cfg(test)]
@@ -360,8 +412,19 @@ mod tests {
     #[test]
     fn role_offsets() {
         assert_eq!(
+            parse_role_offset(
+                b"*3\r\n$6\r\nmaster\r\n:1234\r\n*1\r\n*3\r\n$9\r\n127.0.0.1\r\n$1\r\n0\r\n$4\r\n1234\r\n"
+            ),
+            Some(1234)
+        );
+        assert_eq!(
             parse_role_offset(b"*3\r\n$6\r\nmaster\r\n:1234\r\n*0\r\n"),
             Some(1234)
+        );
+        // No backlog, no replica: a Valkey walrus does not journal.
+        assert_eq!(
+            parse_role_offset(b"*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n"),
+            None
         );
         assert_eq!(parse_role_offset(b"*5\r\n$5\r\nslave\r\n"), None);
         assert_eq!(parse_role_offset(b"-NOPERM no\r\n"), None);

@@ -123,28 +123,12 @@ async fn supervise(
         let Some(p) = pool.upgrade() else { return };
         match conn {
             Ok(conn) => {
-                // A connection opened while the journal is not attached may reach a Valkey
-                // that restarted and is about to be restored: it serves nothing until the
-                // link has attached, and then belongs to that history epoch.
-                let mut epoch = 0;
-                if let Some(d) = &ctx.durability {
-                    if d.status() != crate::durability::Status::Attached {
-                        *p.slots[slot].state.write().expect("pool slot lock") =
-                            Err("walrus's journal is re-attaching to Valkey".into());
-                        let _ = first_attempt.send(true);
-                    }
-                    drop(p);
-                    epoch = d.wait_attached().await;
-                } else {
-                    drop(p);
-                }
-                let Some(p) = pool.upgrade() else { return };
                 let (tx, rx) = mpsc::channel(QUEUE_REQUESTS_MAX);
                 *p.slots[slot].state.write().expect("pool slot lock") = Ok(tx);
                 drop(p);
                 let _ = first_attempt.send(true);
                 backoff = BACKOFF_MIN;
-                let result = pipeline::run(conn, rx, ctx.clone(), None, epoch).await;
+                let result = pipeline::run(conn, rx, ctx.clone(), None).await;
                 let Some(p) = pool.upgrade() else { return };
                 let reason = match result {
                     Ok(()) => "connection closed".to_string(),

@@ -346,15 +346,12 @@ impl Session {
             db: 0,
             ..self.id.clone()
         };
-        let ctx = self.shared.pools.ctx().clone();
-        // The epoch is read before connecting: if a restore starts meanwhile, this
-        // connection's replies are refused rather than trusted.
-        let epoch = ctx.durability.as_ref().map_or(0, |d| d.epoch());
         let conn = pinned::open(&self.shared, &start).await?;
         let (tx, rx) = mpsc::channel(DEDICATED_QUEUE_REQUESTS);
         let (push_tx, push_rx) = mpsc::unbounded_channel();
+        let ctx = self.shared.pools.ctx().clone();
         tokio::spawn(async move {
-            if let Err(e) = pipeline::run(conn, rx, ctx, Some(push_tx), epoch).await {
+            if let Err(e) = pipeline::run(conn, rx, ctx, Some(push_tx)).await {
                 tracing::debug!("dedicated upstream connection ended: {e}");
             }
         });

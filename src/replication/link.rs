@@ -20,13 +20,13 @@
 
 use super::handshake::{ack, handshake, SyncStart};
 use super::rdb;
-use crate::checkpoint::store::Store;
-use crate::restore::decide::{decide, Decision, Held, OnConflict, ValkeyView};
-use crate::restore::{self, Holding, RestoreError};
 use super::stream::StreamFramer;
+use crate::checkpoint::store::Store;
 use crate::durability::Durability;
 use crate::journal::{Entry, Journal, JournalError};
 use crate::resp::Limits;
+use crate::restore::decide::{decide, Decision, Held, OnConflict, ValkeyView};
+use crate::restore::{self, Holding, RestoreError};
 use crate::upstream::client::{Conn, UpstreamError};
 use crate::upstream::Upstream;
 use std::sync::Arc;
@@ -180,52 +180,56 @@ async fn attach(
             Some(position)
         }
     };
-    let (replid, offset, covered, new_history) =
-        match handshake(&mut conn, 0, from.as_ref(), true).await? {
-            SyncStart::Full { replid, offset } => {
-                // A new history takes whatever id Valkey answers with (Valkey picks a new one
-                // when its first replica creates the backlog). Otherwise the answer must come
-                // from the Valkey the decision was made for (one restarted in between has
-                // another id), and a restore must end in a partial resync: decide again.
-                if decision_continue && (restored || replid != view.replid) {
-                    return Err(LinkError::Raced(format!(
+    let (replid, offset, covered, new_history) = match handshake(&mut conn, 0, from.as_ref(), true)
+        .await?
+    {
+        SyncStart::Full { replid, offset } => {
+            // A new history takes whatever id Valkey answers with (Valkey picks a new one
+            // when its first replica creates the backlog). Otherwise the answer must come
+            // from the Valkey the decision was made for (one restarted in between has
+            // another id), and a restore must end in a partial resync: decide again.
+            if decision_continue && (restored || replid != view.replid) {
+                return Err(LinkError::Raced(format!(
                         "Valkey answered +FULLRESYNC {replid} {offset} where {} was expected; deciding again",
                         if restored { "+CONTINUE after the restore" } else { "its history" }
                     )));
-                }
-                let dest = cfg.store.path_for(&replid, offset);
-                let stored = rdb::receive(&mut conn, &dest, cfg.max_rdb_bytes).await?;
-                let from_lsn = journal.status().next_lsn;
-                let store = cfg.store.clone();
-                let (r, s) = (replid.clone(), stored.clone());
-                tokio::task::spawn_blocking(move || store.record(&s, &r, offset, from_lsn))
-                    .await
-                    .map_err(|e| std::io::Error::other(e.to_string()))??;
-                tracing::info!(bytes = stored.bytes, path = %stored.path.display(), offset, "full resync: RDB stored durably and recorded as the checkpoint");
-                let new_history = state.held.as_ref().is_none_or(|h| !h.ids.contains(&replid));
-                state.held = Some(Held {
-                    ids: vec![replid.clone()],
-                    end: offset,
-                });
-                (replid, offset, true, new_history)
             }
-            SyncStart::Continue { replid } => {
-                let offset = from
-                    .as_ref()
-                    .expect("+CONTINUE answers a PSYNC with a position")
-                    .offset;
-                if restored {
-                    tracing::info!(offset, %replid, "restore: Valkey continued with a partial resync (+CONTINUE), no second full sync");
-                } else {
-                    tracing::info!(offset, "partial resync: the stream continues after the journal's end");
-                }
-                let held = state.held.as_mut().expect("continuing a held history");
-                if !held.ids.contains(&replid) {
-                    held.ids.push(replid.clone());
-                }
-                (replid, offset, restored, restored)
+            let dest = cfg.store.path_for(&replid, offset);
+            let stored = rdb::receive(&mut conn, &dest, cfg.max_rdb_bytes).await?;
+            let from_lsn = journal.status().next_lsn;
+            let store = cfg.store.clone();
+            let (r, s) = (replid.clone(), stored.clone());
+            tokio::task::spawn_blocking(move || store.record(&s, &r, offset, from_lsn))
+                .await
+                .map_err(|e| std::io::Error::other(e.to_string()))??;
+            tracing::info!(bytes = stored.bytes, path = %stored.path.display(), offset, "full resync: RDB stored durably and recorded as the checkpoint");
+            let new_history = state.held.as_ref().is_none_or(|h| !h.ids.contains(&replid));
+            state.held = Some(Held {
+                ids: vec![replid.clone()],
+                end: offset,
+            });
+            (replid, offset, true, new_history)
+        }
+        SyncStart::Continue { replid } => {
+            let offset = from
+                .as_ref()
+                .expect("+CONTINUE answers a PSYNC with a position")
+                .offset;
+            if restored {
+                tracing::info!(offset, %replid, "restore: Valkey continued with a partial resync (+CONTINUE), no second full sync");
+            } else {
+                tracing::info!(
+                    offset,
+                    "partial resync: the stream continues after the journal's end"
+                );
             }
-        };
+            let held = state.held.as_mut().expect("continuing a held history");
+            if !held.ids.contains(&replid) {
+                held.ids.push(replid.clone());
+            }
+            (replid, offset, restored, restored)
+        }
+    };
     ack(&mut conn, offset).await?;
     if new_history {
         state.history_lsn = journal.status().next_lsn;

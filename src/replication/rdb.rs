@@ -184,11 +184,7 @@ impl Sink {
     }
 }
 
-async fn copy_exact(
-    conn: &mut Conn,
-    file: &mut Sink,
-    len: u64,
-) -> Result<(), UpstreamError> {
+async fn copy_exact(conn: &mut Conn, file: &mut Sink, len: u64) -> Result<(), UpstreamError> {
     let mut left = len;
     loop {
         let take = (conn.buf.len() as u64).min(left) as usize;

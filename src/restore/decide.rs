@@ -63,7 +63,13 @@ impl ValkeyView {
         let keys = keyspace
             .lines()
             .filter(|l| l.starts_with("db"))
-            .filter_map(|l| l.split(':').nth(1)?.split(',').next()?.strip_prefix("keys="))
+            .filter_map(|l| {
+                l.split(':')
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .strip_prefix("keys=")
+            })
             .map(|n| n.trim().parse::<u64>().unwrap_or(u64::MAX))
             .fold(0u64, u64::saturating_add);
         Ok(ValkeyView {
@@ -165,7 +171,14 @@ mod tests {
     const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
     const C: &str = "cccccccccccccccccccccccccccccccccccccccc";
 
-    fn valkey(primary: bool, replid: &str, replid2: &str, second: i64, offset: u64, keys: u64) -> ValkeyView {
+    fn valkey(
+        primary: bool,
+        replid: &str,
+        replid2: &str,
+        second: i64,
+        offset: u64,
+        keys: u64,
+    ) -> ValkeyView {
         ValkeyView {
             primary,
             replid: replid.into(),
@@ -196,34 +209,68 @@ mod tests {
         let h = held(&[A, B], 500);
         let r = OnConflict::Refuse;
         // (a) same history, at or past the end (past: writes never acknowledged).
-        assert_eq!(decide(&valkey(true, B, zero, -1, 500, 9), Some(&h), r), cont(B, 500));
-        assert_eq!(decide(&valkey(true, A, zero, -1, 900, 9), Some(&h), r), cont(A, 500));
+        assert_eq!(
+            decide(&valkey(true, B, zero, -1, 500, 9), Some(&h), r),
+            cont(B, 500)
+        );
+        assert_eq!(
+            decide(&valkey(true, A, zero, -1, 900, 9), Some(&h), r),
+            cont(A, 500)
+        );
         // (a) through replid2: Valkey was promoted after a restore that announced A.
-        assert_eq!(decide(&valkey(true, C, A, 538, 537, 9), Some(&h), r), cont(A, 500));
+        assert_eq!(
+            decide(&valkey(true, C, A, 538, 537, 9), Some(&h), r),
+            cont(A, 500)
+        );
         // ... but not when A is valid only below the end.
-        assert!(matches!(decide(&valkey(true, C, A, 300, 537, 9), Some(&h), r), Decision::Refuse(_)));
+        assert!(matches!(
+            decide(&valkey(true, C, A, 300, 537, 9), Some(&h), r),
+            Decision::Refuse(_)
+        ));
         // (b) an empty Valkey (restarted: new id, offset 0), or our own half-restored replica.
-        assert_eq!(decide(&valkey(true, C, zero, -1, 0, 0), Some(&h), r), Decision::Restore);
-        assert_eq!(decide(&valkey(false, A, zero, -1, 200, 7), Some(&h), r), Decision::Restore);
+        assert_eq!(
+            decide(&valkey(true, C, zero, -1, 0, 0), Some(&h), r),
+            Decision::Restore
+        );
+        assert_eq!(
+            decide(&valkey(false, A, zero, -1, 200, 7), Some(&h), r),
+            Decision::Restore
+        );
         // Same id but behind the end, with keys: not ours to trust.
-        assert!(matches!(decide(&valkey(true, B, zero, -1, 100, 5), Some(&h), r), Decision::Refuse(_)));
+        assert!(matches!(
+            decide(&valkey(true, B, zero, -1, 100, 5), Some(&h), r),
+            Decision::Refuse(_)
+        ));
         // (c) foreign data: refuse, naming both histories, or as configured.
         let Decision::Refuse(why) = decide(&valkey(true, C, zero, -1, 80, 3), Some(&h), r) else {
             panic!("conflict must refuse")
         };
-        assert!(why.contains(C) && why.contains(A) && why.contains("on_conflict"), "{why}");
+        assert!(
+            why.contains(C) && why.contains(A) && why.contains("on_conflict"),
+            "{why}"
+        );
         let v = valkey(true, C, zero, -1, 80, 3);
-        assert_eq!(decide(&v, Some(&h), OnConflict::ValkeyWins), Decision::NewHistory);
-        assert_eq!(decide(&v, Some(&h), OnConflict::JournalWins), Decision::Restore);
+        assert_eq!(
+            decide(&v, Some(&h), OnConflict::ValkeyWins),
+            Decision::NewHistory
+        );
+        assert_eq!(
+            decide(&v, Some(&h), OnConflict::JournalWins),
+            Decision::Restore
+        );
         // (d) and adopt: walrus holds nothing.
-        assert_eq!(decide(&valkey(true, C, zero, -1, 0, 0), None, r), Decision::NewHistory);
+        assert_eq!(
+            decide(&valkey(true, C, zero, -1, 0, 0), None, r),
+            Decision::NewHistory
+        );
         assert_eq!(decide(&v, None, r), Decision::NewHistory);
     }
 
     #[test]
     fn parses_info() {
         let repl = "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_replid:3c1d\r\nmaster_replid2:0000\r\nmaster_repl_offset:1234\r\nsecond_repl_offset:-1\r\n";
-        let ks = "# Keyspace\r\ndb0:keys=3,expires=1,avg_ttl=5\r\ndb5:keys=4,expires=0,avg_ttl=0\r\n";
+        let ks =
+            "# Keyspace\r\ndb0:keys=3,expires=1,avg_ttl=5\r\ndb5:keys=4,expires=0,avg_ttl=0\r\n";
         let v = ValkeyView::parse(repl, ks).unwrap();
         assert_eq!(v, valkey(true, "3c1d", "0000", -1, 1234, 7));
         assert!(ValkeyView::parse("role:master\r\n", "").is_err());

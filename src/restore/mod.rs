@@ -12,6 +12,7 @@
 
 pub mod chain;
 pub mod decide;
+pub mod export;
 pub mod primary;
 
 use crate::checkpoint::store::{Checkpoint, Store, StoreError};
@@ -83,7 +84,10 @@ pub fn holding(store: &Store, journal: &Journal) -> Result<Option<Holding>, Rest
     };
     store.verify(&cp)?;
     let end = chain::walk(journal, &cp, |_| Ok(()))?;
-    Ok(Some(Holding { checkpoint: cp, end }))
+    Ok(Some(Holding {
+        checkpoint: cp,
+        end,
+    }))
 }
 
 /// Loads Valkey with what walrus holds. Returns where the replica link continues: the

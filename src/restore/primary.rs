@@ -82,8 +82,14 @@ pub async fn load(
     let reader = tokio::spawn(read_acks(rd, buf, ack_tx));
     let _stop_reader = AbortOnDrop(reader);
 
-    wr.write_all(format!("+FULLRESYNC {} {}\r\n${}\r\n", cp.replid, cp.offset, cp.size).as_bytes())
-        .await?;
+    wr.write_all(
+        format!(
+            "+FULLRESYNC {} {}\r\n${}\r\n",
+            cp.replid, cp.offset, cp.size
+        )
+        .as_bytes(),
+    )
+    .await?;
     send_rdb(&mut wr, &store.path_of(cp), progress).await?;
     let streamed = send_stream(&mut wr, journal, cp, progress).await?;
     if streamed.offset != end.offset {
@@ -125,7 +131,10 @@ async fn answer_handshake(
 ) -> Result<(), LoadError> {
     loop {
         let args = read_command(rd, buf).await?;
-        let name = args.first().map(|a| a.to_ascii_uppercase()).unwrap_or_default();
+        let name = args
+            .first()
+            .map(|a| a.to_ascii_uppercase())
+            .unwrap_or_default();
         let reply: &[u8] = match &name[..] {
             b"PSYNC" | b"SYNC" => return Ok(()),
             b"PING" => b"+PONG\r\n",
@@ -149,7 +158,10 @@ async fn read_command(
         while buf.first() == Some(&b'\n') {
             let _ = buf.split_to(1);
         }
-        if let Some(n) = scanner.scan(buf).map_err(|e| LoadError::Protocol(e.to_string()))? {
+        if let Some(n) = scanner
+            .scan(buf)
+            .map_err(|e| LoadError::Protocol(e.to_string()))?
+        {
             let frame = buf.split_to(n);
             return match redis_protocol::resp2::decode::decode(&frame) {
                 Ok(Some((redis_protocol::resp2::types::OwnedFrame::Array(items), _))) => Ok(items

@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -22,11 +23,14 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(5);
 
+/// Called when the child dies, before it is restarted.
+pub type OnDeath = Arc<dyn Fn() + Send + Sync>;
+
 pub struct ManagedValkey {
     pub address: String,
-    /// Counts the child's deaths: it comes back empty each time, and walrus must restore it
-    /// before anything reads from it.
-    pub deaths: watch::Receiver<u64>,
+    /// Run by the supervisor when the child dies, before the new child exists: the child
+    /// comes back empty, and nothing may read from it before walrus restores it.
+    on_death: Arc<Mutex<Option<OnDeath>>>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -61,14 +65,19 @@ impl ManagedValkey {
             .map_err(|e| format!("valkey-server did not start: {e}"))?;
         tracing::info!(port, binary = %spec.binary.display(), "managed valkey-server is ready");
         let (stop, stop_rx) = watch::channel(false);
-        let (deaths_tx, deaths) = watch::channel(0);
-        let task = tokio::spawn(supervise(spec, child, stop_rx, deaths_tx));
+        let on_death = Arc::new(Mutex::new(None));
+        let task = tokio::spawn(supervise(spec, child, stop_rx, on_death.clone()));
         Ok(ManagedValkey {
             address: format!("127.0.0.1:{port}"),
-            deaths,
+            on_death,
             stop,
             task,
         })
+    }
+
+    /// Sets what to run when the child dies (before it is restarted).
+    pub fn on_death(&self, f: OnDeath) {
+        *self.on_death.lock().expect("on_death lock") = Some(f);
     }
 
     /// Stops the child: SIGTERM, then SIGKILL after the grace period.
@@ -91,12 +100,12 @@ impl ChildSpec {
         cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(super::settings::args())
             .args(["--daemonize", "no", "--logfile", "", "--dir"])
-        .arg(&self.dir)
-        .args(&self.extra_args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+            .arg(&self.dir)
+            .args(&self.extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
         // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
         unsafe {
             cmd.pre_exec(|| {
@@ -148,13 +157,16 @@ async fn supervise(
     spec: ChildSpec,
     mut child: Child,
     mut stop: watch::Receiver<bool>,
-    deaths: watch::Sender<u64>,
+    on_death: Arc<Mutex<Option<OnDeath>>>,
 ) {
     let mut backoff = Duration::from_millis(100);
     loop {
         tokio::select! {
             status = child.wait() => {
-                deaths.send_modify(|d| *d += 1);
+                let hook = on_death.lock().expect("on_death lock").clone();
+                if let Some(f) = hook {
+                    f();
+                }
                 tracing::error!(?status, "managed valkey-server exited; restarting it in {backoff:?}");
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}

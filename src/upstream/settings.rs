@@ -154,7 +154,10 @@ mod tests {
             "replica 268435456 67108864 60"
         );
         let v = "normal 0 0 0 replica 0 0 0 pubsub 33554432 8388608 60";
-        assert_eq!(shown_value("client-output-buffer-limit", v), "replica 0 0 0");
+        assert_eq!(
+            shown_value("client-output-buffer-limit", v),
+            "replica 0 0 0"
+        );
         assert_eq!(args()[..2], ["--save".to_string(), String::new()]);
     }
 }

@@ -219,6 +219,51 @@ impl Walrus {
         data: Option<&std::path::Path>,
         env: &[(&str, &str)],
     ) -> Walrus {
+        Walrus::launch(Some(upstream), config, extra, data, env)
+    }
+
+    /// A walrus in managed mode (the default a user gets): it runs its own valkey-server.
+    pub fn start_managed(config: &str, data: Option<&std::path::Path>) -> Walrus {
+        Walrus::launch(None, config, &[], data, &[])
+    }
+
+    /// Starts walrus without waiting for it to listen (for starts that must fail). The
+    /// returned directory holds its configuration file.
+    pub fn spawn(
+        upstream: Option<&str>,
+        config: &str,
+        data: &std::path::Path,
+    ) -> (Proc, tempfile::TempDir) {
+        let (cmd, dir) = Walrus::command(upstream, config, &[], Some(data), &[]);
+        (Proc::spawn(cmd, true), dir)
+    }
+
+    fn launch(
+        upstream: Option<&str>,
+        config: &str,
+        extra: &[&str],
+        data: Option<&std::path::Path>,
+        env: &[(&str, &str)],
+    ) -> Walrus {
+        let (cmd, dir) = Walrus::command(upstream, config, extra, data, env);
+        let proc = Proc::spawn(cmd, true);
+        let addr = listening_addr(&proc);
+        Walrus {
+            proc,
+            addr,
+            data: dir,
+        }
+    }
+
+    /// The `walrus serve` command and the temporary directory with its configuration (and,
+    /// unless `data` is given, its data directory `data/`).
+    fn command(
+        upstream: Option<&str>,
+        config: &str,
+        extra: &[&str],
+        data: Option<&std::path::Path>,
+        env: &[(&str, &str)],
+    ) -> (Command, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let data_dir = data
             .map(|d| d.to_path_buf())
@@ -243,26 +288,18 @@ impl Walrus {
         std::fs::write(&path, text).unwrap();
         let mut cmd = Command::new(walrus_bin());
         cmd.args(["serve", "--config", path.to_str().unwrap()])
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--metrics-listen",
-                "",
-                "--upstream",
-                upstream,
-                "--data-dir",
-            ])
+            .args(["--listen", "127.0.0.1:0", "--data-dir"])
             .arg(&data_dir)
             .args(&args)
             .envs(env.iter().copied())
             .env("RUST_LOG", "info");
-        let proc = Proc::spawn(cmd, true);
-        let addr = listening_addr(&proc);
-        Walrus {
-            proc,
-            addr,
-            data: dir,
+        if let Some(u) = upstream {
+            cmd.args(["--upstream", u]);
         }
+        if !args.contains(&"--metrics-listen") {
+            cmd.args(["--metrics-listen", ""]);
+        }
+        (cmd, dir)
     }
 }
 

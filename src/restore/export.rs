@@ -1,0 +1,397 @@
+//! `walrus journal export-aof`: the way out. What walrus holds (the current checkpoint and
+//! the journal after it) written as one append-only file with an RDB preamble, which a stock
+//! valkey-server loads when it finds the file as `appendonly.aof` in its `--dir` and runs with
+//! `--appendonly yes` (Valkey 7 and later move such a single file into their multi-part
+//! layout by themselves).
+//!
+//! The file is the checkpoint's RDB, byte for byte, then the replication stream after the
+//! checkpoint's offset as [`chain::walk`] hands it over (CRC-checked, without holes), minus
+//! the commands that only make sense on a replication link: `PING` and `REPLCONF ...`
+//! (`GETACK`). Every other command (SELECT, MULTI/EXEC, the effects of scripts, every write)
+//! is kept byte for byte; that is what an AOF holds too.
+//!
+//! No SELECT needs adding in front of the stream: Valkey makes the first command after a
+//! full synchronization (the checkpoint's offset) carry its own SELECT.
+//!
+//! The export runs with walrus stopped: opening the journal takes its lock (the same one a
+//! running walrus holds), so what is read is a consistent, still state. It writes nothing
+//! to the journal but what every open writes (the manifest's epoch).
+
+use super::chain::{self, ChainError};
+use crate::checkpoint::store::{Checkpoint, Store};
+use crate::journal::manifest::{fsync_dir, Manifest, MANIFEST_FILE};
+use crate::journal::ring::segment_path;
+use crate::journal::{IoBackendChoice, Journal, JournalConfig, JournalError};
+use crate::replication::rdb::RdbDigest;
+use crate::resp::{Limits, ReplyScanner};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+/// What an export wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportSummary {
+    pub out: PathBuf,
+    /// The checkpoint's RDB file, and its size (the file's first bytes).
+    pub checkpoint: PathBuf,
+    pub rdb_bytes: u64,
+    /// Replication ids the stream went through, the checkpoint's first.
+    pub replids: Vec<String>,
+    /// Replication offsets: the checkpoint's, and the end of the journal's stream.
+    pub start_offset: u64,
+    pub end_offset: u64,
+    /// Journal entries read after the checkpoint.
+    pub journal_entries: u64,
+    /// Stream bytes and commands written after the RDB.
+    pub stream_bytes: u64,
+    pub commands_kept: u64,
+    /// Replication-only commands left out (PING, REPLCONF), and their bytes.
+    pub commands_dropped: u64,
+    pub bytes_dropped: u64,
+}
+
+impl ExportSummary {
+    /// Size of the written file.
+    pub fn file_bytes(&self) -> u64 {
+        self.rdb_bytes + self.stream_bytes
+    }
+}
+
+/// Writes the current checkpoint plus the journal after it to `out` as one AOF with an RDB
+/// preamble (blocking). `data_dir` is walrus's data directory (holding `journal/` and
+/// `checkpoints/`), or its journal directory.
+pub fn export_aof(data_dir: &Path, out: &Path) -> Result<ExportSummary, String> {
+    let (data, journal_dir) = if data_dir.join(MANIFEST_FILE).is_file() {
+        let parent = data_dir
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        (parent.to_path_buf(), data_dir.to_path_buf())
+    } else {
+        (data_dir.to_path_buf(), data_dir.join("journal"))
+    };
+    let cp_dir = data.join("checkpoints");
+    let manifest = Manifest::load(&journal_dir)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| {
+            format!(
+                "no journal in {} (no {MANIFEST_FILE}): --dir must be walrus's data directory, \
+                 the one holding journal/ and checkpoints/",
+                journal_dir.display()
+            )
+        })?;
+    if !cp_dir.join("CHECKPOINT").is_file() {
+        return Err(format!(
+            "no checkpoint in {}: walrus records its first one when it first attaches to Valkey",
+            cp_dir.display()
+        ));
+    }
+    // Opening a journal creates missing segment files, zero-filled: that would hide a lost
+    // one instead of reporting it.
+    if let Some(missing) = (0..manifest.segments)
+        .map(|i| segment_path(&journal_dir, i))
+        .find(|p| !p.is_file())
+    {
+        return Err(format!(
+            "journal segment {} is missing; `walrus journal verify --dir {}` tells what is left",
+            missing.display(),
+            journal_dir.display()
+        ));
+    }
+    // The journal first: its lock proves no walrus is running, before the checkpoint store
+    // is opened (which removes files a running walrus could be writing).
+    let cfg = JournalConfig {
+        io_backend: IoBackendChoice::Sync,
+        ..JournalConfig::for_geometry(manifest.segment_size_bytes, manifest.segments)
+    };
+    let (journal, _) = Journal::open(&journal_dir, &cfg).map_err(|e| match e {
+        JournalError::Io { ref source, .. } if source.raw_os_error() == Some(libc::EWOULDBLOCK) => {
+            format!(
+                "the journal in {} is in use by a running walrus; stop it first ({e})",
+                journal_dir.display()
+            )
+        }
+        e => format!("cannot open the journal: {e}"),
+    })?;
+    let store = Store::open(&cp_dir).map_err(|e| e.to_string())?;
+    let cp = store
+        .current()
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no checkpoint recorded in {}", cp_dir.display()))?;
+    store.verify(&cp).map_err(|e| e.to_string())?;
+    let result = write_atomically(out, |w| write_aof(w, &store, &cp, &journal));
+    let closed = journal.close();
+    let mut summary = result?;
+    closed.map_err(|e| format!("closing the journal: {e}"))?;
+    summary.out = out.to_path_buf();
+    Ok(summary)
+}
+
+/// Writes `out` through a temporary file beside it: fsynced, renamed over `out`, the
+/// directory fsynced. On failure the temporary file is removed and `out` is untouched.
+fn write_atomically(
+    out: &Path,
+    body: impl FnOnce(&mut std::io::BufWriter<&std::fs::File>) -> Result<ExportSummary, String>,
+) -> Result<ExportSummary, String> {
+    let name = out
+        .file_name()
+        .ok_or_else(|| format!("--out {} does not name a file", out.display()))?;
+    let dir = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(".export.tmp");
+    let tmp = dir.join(tmp_name);
+    let io = |what: &str, e: std::io::Error| format!("{what} {}: {e}", tmp.display());
+    let file = std::fs::File::create(&tmp).map_err(|e| io("creating", e))?;
+    let result = (|| {
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, &file);
+        let summary = body(&mut w)?;
+        w.flush().map_err(|e| io("writing", e))?;
+        drop(w);
+        file.sync_all().map_err(|e| io("fsync of", e))?;
+        std::fs::rename(&tmp, out)
+            .map_err(|e| format!("renaming {} to {}: {e}", tmp.display(), out.display()))?;
+        fsync_dir(dir).map_err(|e| e.to_string())?;
+        Ok(summary)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn write_aof(
+    w: &mut impl Write,
+    store: &Store,
+    cp: &Checkpoint,
+    journal: &Journal,
+) -> Result<ExportSummary, String> {
+    let path = store.path_of(cp);
+    let rdb_bytes = copy_rdb(w, &path, cp)?;
+    let mut filter = Filter::new(cp.offset);
+    // The closure can only fail with a ChainError: the real reason waits here.
+    let mut failure: Option<String> = None;
+    let walked = chain::walk(journal, cp, |slice| {
+        filter.feed(&slice.bytes, w).map_err(|e| {
+            failure = Some(e);
+            ChainError::Journal(JournalError::InvalidArgument("export failed".into()))
+        })
+    });
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let end = walked.map_err(|e| e.to_string())?;
+    filter.finish()?;
+    Ok(ExportSummary {
+        out: PathBuf::new(),
+        checkpoint: path,
+        rdb_bytes,
+        replids: end.ids,
+        start_offset: cp.offset,
+        end_offset: end.offset,
+        journal_entries: end.entries,
+        stream_bytes: filter.kept_bytes,
+        commands_kept: filter.kept,
+        commands_dropped: filter.dropped,
+        bytes_dropped: filter.dropped_bytes,
+    })
+}
+
+/// Copies the RDB verbatim, checking again that its bytes are the verified ones. Returns
+/// its size.
+fn copy_rdb(w: &mut impl Write, path: &Path, cp: &Checkpoint) -> Result<u64, String> {
+    let what = |e: std::io::Error| format!("reading checkpoint {}: {e}", path.display());
+    let mut f = std::fs::File::open(path).map_err(what)?;
+    let mut digest = RdbDigest::default();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(what)?;
+        if n == 0 {
+            break;
+        }
+        let chunk = &buf[..n];
+        digest.update(chunk);
+        w.write_all(chunk)
+            .map_err(|e| format!("writing the output: {e}"))?;
+    }
+    let sum = digest
+        .finish()
+        .map_err(|e| format!("checkpoint {} changed while read: {e}", path.display()))?;
+    if sum.bytes != cp.size || sum.crc64 != cp.crc64 {
+        return Err(format!(
+            "checkpoint {} changed while read ({} bytes, CRC-64 {:016x}; the manifest records {} and {:016x})",
+            path.display(),
+            sum.bytes,
+            sum.crc64,
+            cp.size,
+            cp.crc64
+        ));
+    }
+    Ok(sum.bytes)
+}
+
+/// Cuts the stream into commands and keeps all but the replication-only ones. A command
+/// may continue from one journal slice into the next: its start is carried over.
+struct Filter {
+    scanner: ReplyScanner,
+    carry: Vec<u8>,
+    /// Replication offset of the first byte not yet consumed (the start of `carry`).
+    offset: u64,
+    kept: u64,
+    kept_bytes: u64,
+    dropped: u64,
+    dropped_bytes: u64,
+}
+
+impl Filter {
+    fn new(offset: u64) -> Filter {
+        Filter {
+            // A command is as large as Valkey accepted it; the journal's entry limit already
+            // bounded what was stored.
+            scanner: ReplyScanner::new(Limits {
+                max_reply_bytes: usize::MAX / 2,
+                ..Limits::default()
+            }),
+            carry: Vec::new(),
+            offset,
+            kept: 0,
+            kept_bytes: 0,
+            dropped: 0,
+            dropped_bytes: 0,
+        }
+    }
+
+    fn feed(&mut self, bytes: &[u8], w: &mut impl Write) -> Result<(), String> {
+        if self.carry.is_empty() {
+            let used = self.commands(bytes, w)?;
+            self.carry.extend_from_slice(&bytes[used..]);
+        } else {
+            let mut carry = std::mem::take(&mut self.carry);
+            carry.extend_from_slice(bytes);
+            let used = self.commands(&carry, w)?;
+            carry.drain(..used);
+            self.carry = carry;
+        }
+        Ok(())
+    }
+
+    /// Writes the whole commands at the front of `buf`; returns how many bytes they took.
+    fn commands(&mut self, buf: &[u8], w: &mut impl Write) -> Result<usize, String> {
+        let mut pos = 0;
+        loop {
+            let scanned = self.scanner.scan(&buf[pos..]).map_err(|e| {
+                format!(
+                    "the journal's stream is not RESP at replication offset {}: {e}",
+                    self.offset
+                )
+            })?;
+            let Some(n) = scanned else {
+                return Ok(pos);
+            };
+            let frame = &buf[pos..pos + n];
+            let name = command_name(frame).ok_or_else(|| {
+                format!(
+                    "the journal's stream holds something other than a command at replication offset {}: {:?}",
+                    self.offset,
+                    String::from_utf8_lossy(&frame[..frame.len().min(64)])
+                )
+            })?;
+            if name.eq_ignore_ascii_case(b"PING") || name.eq_ignore_ascii_case(b"REPLCONF") {
+                self.dropped += 1;
+                self.dropped_bytes += n as u64;
+            } else {
+                w.write_all(frame)
+                    .map_err(|e| format!("writing the output: {e}"))?;
+                self.kept += 1;
+                self.kept_bytes += n as u64;
+            }
+            self.offset += n as u64;
+            pos += n;
+        }
+    }
+
+    /// The stream must end after a whole command.
+    fn finish(&self) -> Result<(), String> {
+        if self.carry.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "the journal's stream ends inside a command ({} bytes from replication offset {})",
+            self.carry.len(),
+            self.offset
+        ))
+    }
+}
+
+/// The first element of a command (a RESP array of bulk strings), or `None` if `frame` is
+/// not one.
+fn command_name(frame: &[u8]) -> Option<&[u8]> {
+    let rest = frame.strip_prefix(b"*")?;
+    let cr = rest.iter().position(|&b| b == b'\r')?;
+    let count: u64 = std::str::from_utf8(&rest[..cr]).ok()?.parse().ok()?;
+    if count == 0 {
+        return None;
+    }
+    let rest = rest.get(cr + 2..)?.strip_prefix(b"$")?;
+    let cr = rest.iter().position(|&b| b == b'\r')?;
+    let len: usize = std::str::from_utf8(&rest[..cr]).ok()?.parse().ok()?;
+    rest.get(cr + 2..cr + 2 + len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resp::write::command;
+
+    fn run(slices: &[&[u8]]) -> (Vec<u8>, Filter) {
+        let mut f = Filter::new(100);
+        let mut out = Vec::new();
+        for s in slices {
+            f.feed(s, &mut out).unwrap();
+        }
+        (out, f)
+    }
+
+    #[test]
+    fn drops_replication_commands_keeps_the_rest_across_slices() {
+        let select = command(["SELECT", "3"]);
+        let set = command(["SET", "k", "v\r\nwith PING inside"]);
+        let ping = command(["PING"]);
+        let getack = command(["REPLCONF", "GETACK", "*"]);
+        let multi = command(["MULTI"]);
+        let exec = command(["EXEC"]);
+        let stream = [
+            &select[..],
+            &ping,
+            &set,
+            &getack,
+            &multi,
+            &set,
+            &exec,
+            &ping,
+        ]
+        .concat();
+        let want = [&select[..], &set, &multi, &set, &exec].concat();
+        // Every split point, including inside commands and inside CRLFs.
+        for cut in 0..=stream.len() {
+            for cut2 in cut..=stream.len() {
+                let (out, f) = run(&[&stream[..cut], &stream[cut..cut2], &stream[cut2..]]);
+                assert_eq!(out, want, "cuts at {cut}, {cut2}");
+                assert_eq!((f.kept, f.dropped), (5, 3));
+                assert_eq!(f.kept_bytes + f.dropped_bytes, stream.len() as u64);
+                f.finish().unwrap();
+            }
+        }
+        let (_, f) = run(&[&stream[..stream.len() - 3]]);
+        assert!(f.finish().unwrap_err().contains("ends inside a command"));
+    }
+
+    #[test]
+    fn rejects_what_is_not_a_command() {
+        let mut f = Filter::new(7);
+        let err = f.feed(b"+OK\r\n", &mut Vec::new()).unwrap_err();
+        assert!(err.contains("offset 7"), "{err}");
+    }
+}

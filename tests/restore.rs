@@ -1,0 +1,358 @@
+//! Restore after any restart, with real processes: walrus (managed mode, the README's way)
+//! stopped, killed, or losing its Valkey, comes back with every acknowledged write; the
+//! decision table refuses a conflict; a damaged checkpoint is caught; the managed Valkey runs
+//! with the settings walrus needs.
+mod common;
+use common::*;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const OK: &[u8] = b"+OK\r\n";
+
+/// What the test wrote and walrus acknowledged: (database, key) -> value as Valkey renders
+/// it (a bulk string, or a sorted dump for hashes and lists).
+type Model = BTreeMap<(u32, String), Vec<u8>>;
+
+fn bulk(v: &str) -> Vec<u8> {
+    format!("${}\r\n{v}\r\n", v.len()).into_bytes()
+}
+
+/// Sends every command at once, then checks every reply is `want`.
+fn pipeline(c: &mut Raw, cmds: &[Vec<String>], want: &[u8]) {
+    let mut out = Vec::new();
+    for cmd in cmds {
+        out.extend_from_slice(&walrus::resp::write::command(
+            cmd.iter().map(|a| a.as_bytes()),
+        ));
+    }
+    c.send_raw(&out);
+    for cmd in cmds {
+        let r = c.read_frame();
+        assert_eq!(show(&r), show(want), "{cmd:?}");
+    }
+}
+
+/// A dataset covering several databases, a TTL, a hash, a list, a script that writes a key
+/// it does not declare, a transaction, and 48 MiB of overwrites that wrap the test's 16 MiB
+/// ring three times (so checkpoints are taken and the journal spans them).
+fn write_dataset(addr: &str, round: usize, model: &mut Model) {
+    let mut c = Raw::connect(addr);
+    let sets: Vec<Vec<String>> = (0..2000)
+        .map(|i| vec!["SET".into(), format!("k:{i}"), format!("v:{round}:{i}")])
+        .collect();
+    pipeline(&mut c, &sets, OK);
+    for i in 0..2000 {
+        model.insert((0, format!("k:{i}")), bulk(&format!("v:{round}:{i}")));
+    }
+    let big = "x".repeat(256 << 10);
+    let bigs: Vec<Vec<String>> = (0..192)
+        .map(|i| {
+            let v = format!("{round}:{i}:{big}");
+            vec!["SET".into(), format!("big:{}", i % 8), v]
+        })
+        .collect();
+    pipeline(&mut c, &bigs, OK);
+    for i in 184..192 {
+        model.insert(
+            (0, format!("big:{}", i % 8)),
+            bulk(&format!("{round}:{i}:{big}")),
+        );
+    }
+    assert_eq!(c.cmd(&["SELECT", "3"]), OK);
+    assert_eq!(c.cmd(&["SET", "other", &format!("o{round}")]), OK);
+    model.insert((3, "other".into()), bulk(&format!("o{round}")));
+    assert_eq!(c.cmd(&["SET", "ttl", "t", "EX", "1000"]), OK);
+    model.insert((3, "ttl".into()), bulk("t"));
+    assert_eq!(c.cmd(&["HSET", "h", &format!("f{round}"), "1"]), b":1\r\n");
+    assert_eq!(c.cmd(&["RPUSH", "l", &format!("e{round}")])[0], b':');
+    // The script's undeclared key ("counter") reaches the journal as Valkey's effects.
+    let r = c.cmd(&[
+        "EVAL",
+        "redis.call('set', KEYS[1], ARGV[1]); return redis.call('incr', 'counter')",
+        "1",
+        "s",
+        &format!("s{round}"),
+    ]);
+    assert_eq!(show(&r), format!(":{}⏎", round + 1));
+    model.insert((3, "s".into()), bulk(&format!("s{round}")));
+    model.insert((3, "counter".into()), bulk(&(round + 1).to_string()));
+    assert_eq!(c.cmd(&["MULTI"]), OK);
+    c.cmd(&["SET", "tx", &format!("t{round}")]);
+    c.cmd(&["INCR", "txn"]);
+    let r = c.cmd(&["EXEC"]);
+    assert!(r.starts_with(b"*2\r\n+OK\r\n:"), "{}", show(&r));
+    model.insert((3, "tx".into()), bulk(&format!("t{round}")));
+    model.insert((3, "txn".into()), bulk(&(round + 1).to_string()));
+    let mut fields = Vec::new();
+    let mut elems = Vec::new();
+    for r in 0..=round {
+        fields.push(format!("f{r}"));
+        elems.push(format!("e{r}"));
+    }
+    model.insert((3, "h".into()), fields.join(",").into_bytes());
+    model.insert((3, "l".into()), elems.join(",").into_bytes());
+}
+
+/// Every key of the model has its value, TTLs are absolute, and no database holds a key
+/// the model does not know.
+fn check(addr: &str, model: &Model) {
+    let mut c = Raw::connect(addr);
+    let mut db = u32::MAX;
+    let mut per_db: BTreeMap<u32, usize> = BTreeMap::new();
+    for ((d, key), want) in model {
+        if *d != db {
+            assert_eq!(c.cmd(&["SELECT", &d.to_string()]), OK);
+            db = *d;
+        }
+        *per_db.entry(*d).or_default() += 1;
+        let got = match key.as_str() {
+            "h" => sorted_words(&c.cmd(&["HKEYS", key])),
+            "l" => sorted_words(&c.cmd(&["LRANGE", key, "0", "-1"])),
+            _ => c.cmd(&["GET", key]),
+        };
+        assert!(
+            got == *want,
+            "db {d} key {key}: got {:.80}, want {:.80}",
+            show(&got),
+            show(want)
+        );
+    }
+    assert_eq!(c.cmd(&["SELECT", "3"]), OK);
+    let ttl = String::from_utf8(c.cmd(&["PTTL", "ttl"])).unwrap();
+    let ms: i64 = ttl.trim_start_matches(':').trim().parse().unwrap();
+    assert!(ms > 0 && ms <= 1_000_000, "the TTL is absolute: PTTL {ms}");
+    for (d, n) in per_db {
+        assert_eq!(c.cmd(&["SELECT", &d.to_string()]), OK);
+        assert_eq!(
+            show(&c.cmd(&["DBSIZE"])),
+            format!(":{n}⏎"),
+            "keys in db {d}"
+        );
+    }
+}
+
+/// The elements of an array reply, sorted and joined by commas.
+fn sorted_words(reply: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(reply);
+    let mut words: Vec<&str> = text
+        .split("\r\n")
+        .skip(1)
+        .filter(|l| !l.starts_with('$') && !l.is_empty())
+        .collect();
+    words.sort_by_key(|w| (w.len(), w.to_string()));
+    words.join(",").into_bytes()
+}
+
+/// `INFO server` through walrus: the managed Valkey's pid and port.
+fn valkey_pid(addr: &str) -> i32 {
+    let mut c = Raw::connect(addr);
+    let text = String::from_utf8(c.cmd(&["INFO", "server"])).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn config_get(addr: &str, name: &str) -> String {
+    let mut c = Raw::connect(addr);
+    let r = String::from_utf8(c.cmd(&["CONFIG", "GET", name])).unwrap();
+    // *2 $n name $m value
+    r.split("\r\n").nth(4).unwrap_or_default().to_string()
+}
+
+#[test]
+fn managed_valkey_runs_with_the_settings_walrus_needs() {
+    let port = free_port();
+    let w = Walrus::start_managed(&format!("[upstream]\nport = {port}\n"), None);
+    let direct = format!("127.0.0.1:{port}");
+    for s in walrus::upstream::settings::SETTINGS {
+        let got = config_get(&direct, s.name);
+        let got = if s.name == "client-output-buffer-limit" {
+            let words: Vec<&str> = got.split_whitespace().collect();
+            let i = words
+                .iter()
+                .position(|w| *w == "replica" || *w == "slave")
+                .unwrap_or_else(|| panic!("no replica class in {got:?}"));
+            format!("replica {}", words[i + 1..i + 4].join(" "))
+        } else {
+            got
+        };
+        assert_eq!(got, s.shown, "managed Valkey's {}", s.name);
+    }
+    drop(w);
+}
+
+#[test]
+fn managed_walrus_brings_everything_back_after_sigterm_sigkill_and_a_dead_valkey() {
+    let data = tempfile::tempdir().unwrap();
+    let data = data.path().join("data");
+    let mut model = Model::new();
+
+    // 1. Write, SIGTERM, start again.
+    let mut w = Walrus::start_managed("", Some(&data));
+    write_dataset(&w.addr, 0, &mut model);
+    w.proc.wait_line("checkpoint taken", START_TIMEOUT);
+    check(&w.addr, &model);
+    w.proc.signal(libc::SIGTERM);
+    assert!(w.proc.wait_exit(Duration::from_secs(30)).unwrap().success());
+    let mut w = Walrus::start_managed("", Some(&data));
+    assert!(
+        w.proc.log_text().contains("no second full sync"),
+        "{}",
+        w.proc.log_text()
+    );
+    check(&w.addr, &model);
+
+    // 2. More writes over the restored data, then SIGKILL: the managed Valkey dies with it.
+    write_dataset(&w.addr, 1, &mut model);
+    let pid = valkey_pid(&w.addr);
+    w.proc.signal(libc::SIGKILL);
+    w.proc.wait_exit(Duration::from_secs(10)).unwrap();
+    wait_dead(pid);
+    let w = Walrus::start_managed("", Some(&data));
+    check(&w.addr, &model);
+
+    // 3. Only the managed Valkey dies: walrus restores it while it keeps running.
+    write_dataset(&w.addr, 2, &mut model);
+    let pid = valkey_pid(&w.addr);
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    w.proc
+        .wait_line("managed valkey-server exited", START_TIMEOUT);
+    w.proc
+        .wait_line("Valkey continued with a partial resync", START_TIMEOUT);
+    check(&w.addr, &model);
+    assert_ne!(valkey_pid(&w.addr), pid);
+}
+
+/// PDEATHSIG kills the managed Valkey when walrus dies; wait for the kernel to reap it.
+fn wait_dead(pid: i32) {
+    let deadline = std::time::Instant::now() + START_TIMEOUT;
+    while unsafe { libc::kill(pid, 0) } == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "valkey {pid} outlived walrus"
+        );
+        // No event tells another process's death; poll briefly.
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_valkey_holding_another_history_is_refused_unless_configured() {
+    let data = tempfile::tempdir().unwrap();
+    let data = data.path().join("data");
+    let v = Valkey::start();
+    let port = v.port.to_string();
+    let mut w = Walrus::start_opts(&v.addr(), "", &[], Some(&data), &[]);
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["SET", "ours", "1"]), OK);
+    w.proc.signal(libc::SIGTERM);
+    assert!(w.proc.wait_exit(Duration::from_secs(30)).unwrap().success());
+    drop(v);
+
+    // Valkey comes back with data of its own.
+    let _v = Valkey::start_with(&["--port", &port]);
+    let addr = format!("127.0.0.1:{port}");
+    let mut direct = Raw::connect(&addr);
+    assert_eq!(direct.cmd(&["SET", "theirs", "2"]), OK);
+    let (mut refused, _cfg) = Walrus::spawn(Some(&addr), "", &data);
+    let line = refused.wait_line("walrus: Valkey (primary) holds", START_TIMEOUT);
+    assert!(
+        line.contains("holds 1 keys of history") && line.contains("on_conflict"),
+        "{line}"
+    );
+    let status = refused
+        .wait_exit(START_TIMEOUT)
+        .expect("walrus must refuse to start");
+    assert!(!status.success());
+    assert_eq!(
+        direct.cmd(&["GET", "theirs"]),
+        bulk("2"),
+        "Valkey untouched"
+    );
+
+    // journal-wins: walrus's data replaces Valkey's.
+    let w = Walrus::start_opts(
+        &addr,
+        "[restore]\non_conflict = \"journal-wins\"\n",
+        &[],
+        Some(&data),
+        &[],
+    );
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["GET", "ours"]), bulk("1"));
+    assert_eq!(c.cmd(&["GET", "theirs"]), b"$-1\r\n");
+}
+
+#[test]
+fn a_damaged_checkpoint_stops_walrus_naming_the_file() {
+    let data = tempfile::tempdir().unwrap();
+    let data = data.path().join("data");
+    let v = Valkey::start();
+    let mut w = Walrus::start_opts(&v.addr(), "", &[], Some(&data), &[]);
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["SET", "k", "v"]), OK);
+    w.proc.signal(libc::SIGTERM);
+    assert!(w.proc.wait_exit(Duration::from_secs(30)).unwrap().success());
+    let rdb = std::fs::read_dir(data.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "rdb"))
+        .unwrap();
+    let mut bytes = std::fs::read(&rdb).unwrap();
+    bytes[12] ^= 0x40;
+    std::fs::write(&rdb, &bytes).unwrap();
+    let (mut refused, _cfg) = Walrus::spawn(Some(&v.addr()), "", &data);
+    let line = refused.wait_line("fails verification", START_TIMEOUT);
+    let name = rdb.file_name().unwrap().to_str().unwrap();
+    assert!(line.contains(name), "{line}");
+    let status = refused
+        .wait_exit(START_TIMEOUT)
+        .expect("walrus must refuse to start");
+    assert!(!status.success());
+}
+
+#[test]
+fn walrus_checkpoint_takes_one_now() {
+    let v = Valkey::start();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let w = Walrus::start_opts(&v.addr(), "", &["--metrics-listen", &metrics], None, &[]);
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["SET", "k", "v"]), OK);
+    let out = std::process::Command::new(walrus_bin())
+        .args(["checkpoint", "--metrics", &metrics])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("checkpoint taken"), "{text}");
+    let manifest =
+        std::fs::read_to_string(w.data.path().join("data/checkpoints/CHECKPOINT")).unwrap();
+    assert!(!manifest.contains("offset = 0\n"), "{manifest}");
+}
+
+#[test]
+fn external_settings_that_differ_are_logged_or_refused() {
+    let v = Valkey::start();
+    let w = Walrus::start(&v.addr());
+    let log = w.proc.log_text();
+    assert!(log.contains("Valkey's repl-backlog-size is"), "{log}");
+    let data = tempfile::tempdir().unwrap();
+    let (mut strict, _cfg) = Walrus::spawn(
+        Some(&v.addr()),
+        "[upstream]\nstrict_settings = true\n",
+        data.path(),
+    );
+    strict.wait_line("walrus: upstream.strict_settings is set", START_TIMEOUT);
+    let status = strict
+        .wait_exit(START_TIMEOUT)
+        .expect("strict walrus must refuse");
+    assert!(!status.success());
+}
