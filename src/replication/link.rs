@@ -81,6 +81,8 @@ enum LinkError {
 struct LinkState {
     /// What the checkpoint and journal hold; `None` before the first checkpoint.
     held: Option<Held>,
+    /// The verification done at start-up, for a restore that follows at once.
+    verified: Option<Holding>,
     /// First LSN of the current replication history: durable reports before it are offsets
     /// of another history. The journal's end (where a restart continues) is in this history.
     history_lsn: u64,
@@ -99,7 +101,8 @@ pub async fn run(
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), String> {
     let mut state = LinkState {
-        held: holding.map(|h| h.held()),
+        held: holding.as_ref().map(|h| h.held()),
+        verified: holding,
         history_lsn: 0,
         attached_once: false,
     };
@@ -173,7 +176,8 @@ async fn attach(
             durability.begin_restore();
             drop(conn);
             let (position, holding) =
-                restore::run(up, &cfg.store, journal, cfg.restore_timeout).await?;
+                restore::run(up, &cfg.store, journal, cfg.restore_timeout, state.verified.take())
+                    .await?;
             state.held = Some(holding.held());
             conn = Conn::control(up).await?;
             restored = true;

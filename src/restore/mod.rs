@@ -57,6 +57,9 @@ impl Progress {
 pub struct Holding {
     pub checkpoint: Checkpoint,
     pub end: ChainEnd,
+    /// The journal's next LSN when the chain was walked: while it is unchanged (and the
+    /// checkpoint too), the verification still holds.
+    next_lsn: u64,
 }
 
 impl Holding {
@@ -82,21 +85,26 @@ pub fn holding(store: &Store, journal: &Journal) -> Result<Option<Holding>, Rest
         }
         return Ok(None);
     };
+    let next_lsn = journal.status().next_lsn;
     store.verify(&cp)?;
     let end = chain::walk(journal, &cp, |_| Ok(()))?;
     Ok(Some(Holding {
         checkpoint: cp,
         end,
+        next_lsn,
     }))
 }
 
 /// Loads Valkey with what walrus holds. Returns where the replica link continues: the
-/// checkpoint's id (Valkey keeps it as `replid2`) at the journal's end.
+/// checkpoint's id (Valkey keeps it as `replid2`) at the journal's end. `verified`: what a
+/// verification found earlier (at start-up); reused, rather than read again, when neither
+/// the journal nor the checkpoint changed since.
 pub async fn run(
     up: &Upstream,
     store: &Store,
     journal: &Arc<Journal>,
     timeout: Duration,
+    verified: Option<Holding>,
 ) -> Result<(Position, Holding), RestoreError> {
     let started = Instant::now();
     // Entries appended before Valkey was lost must be on disk before they are read back.
@@ -106,11 +114,20 @@ pub async fn run(
         .wait_for(|d| d.lsn + 1 >= next || d.failed)
         .await
         .map_err(|_| RestoreError::Other("the journal closed".into()))?;
-    let (s, j) = (store.clone(), journal.clone());
-    let holding = tokio::task::spawn_blocking(move || holding(&s, &j))
-        .await
-        .map_err(|e| RestoreError::Other(e.to_string()))??
-        .ok_or_else(|| RestoreError::Other("no checkpoint to restore from".into()))?;
+    let unchanged = verified.filter(|h| {
+        h.next_lsn == journal.status().next_lsn
+            && store.recorded().as_ref() == Some(&h.checkpoint)
+    });
+    let holding = match unchanged {
+        Some(h) => h,
+        None => {
+            let (s, j) = (store.clone(), journal.clone());
+            tokio::task::spawn_blocking(move || holding(&s, &j))
+                .await
+                .map_err(|e| RestoreError::Other(e.to_string()))??
+                .ok_or_else(|| RestoreError::Other("no checkpoint to restore from".into()))?
+        }
+    };
     let cp = &holding.checkpoint;
     let total = cp.size + holding.end.bytes;
     tracing::info!(
