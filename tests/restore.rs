@@ -356,3 +356,90 @@ fn external_settings_that_differ_are_logged_or_refused() {
         .expect("strict walrus must refuse");
     assert!(!status.success());
 }
+
+#[test]
+fn valkey_ahead_beyond_its_backlog_becomes_the_new_checkpoint() {
+    let data = tempfile::tempdir().unwrap();
+    let data = data.path().join("data");
+    let v = Valkey::start_with(&["--repl-backlog-size", "16kb"]);
+    let mut w = Walrus::start_opts(&v.addr(), "", &[], Some(&data), &[]);
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["SET", "a", "1"]), OK);
+    w.proc.signal(libc::SIGTERM);
+    assert!(w.proc.wait_exit(Duration::from_secs(30)).unwrap().success());
+    // Valkey goes on without walrus, well past what its backlog keeps.
+    let mut direct = Raw::connect(&v.addr());
+    let value = "d".repeat(1024);
+    for i in 0..100 {
+        assert_eq!(direct.cmd(&["SET", &format!("d:{i}"), &value]), OK);
+    }
+    let w = Walrus::start_opts(&v.addr(), "", &[], Some(&data), &[]);
+    let log = w.proc.log_text();
+    assert!(log.contains("decision=Continue"), "{log}");
+    assert!(log.contains("full resync: RDB stored durably"), "{log}");
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["GET", "a"]), bulk("1"));
+    assert_eq!(c.cmd(&["GET", "d:99"]), bulk(&value));
+    let manifest = std::fs::read_to_string(data.join("checkpoints/CHECKPOINT")).unwrap();
+    assert!(
+        !manifest.contains("offset = 0\n"),
+        "the new RDB is the checkpoint: {manifest}"
+    );
+}
+
+/// `GET path` on walrus's metrics endpoint: (status code, body).
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let code = text.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (code, text.split_once("\r\n\r\n").unwrap().1.to_string())
+}
+
+#[test]
+fn a_live_restore_is_counted_and_a_conflict_while_running_keeps_clients_out() {
+    let v = Valkey::start();
+    let port = v.port.to_string();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let w = Walrus::start_opts(&v.addr(), "", &["--metrics-listen", &metrics], None, &[]);
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["SET", "ours", "1"]), OK);
+    assert_eq!(http_get(&metrics, "/readyz").0, 200);
+
+    // Valkey restarts empty: restored live, counted in the metrics.
+    drop(v);
+    let _v = Valkey::start_with(&["--port", &port]);
+    w.proc
+        .wait_line("Valkey continued with a partial resync", START_TIMEOUT);
+    let (_, body) = http_get(&metrics, "/metrics");
+    assert!(body.contains("walrus_restores_total 1"), "{body}");
+    assert!(body.contains("walrus_restore_in_progress 0"), "{body}");
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["GET", "ours"]), bulk("1"));
+    assert_eq!(http_get(&metrics, "/readyz").0, 200);
+
+    // Valkey comes back with somebody else's data (an RDB it loads at start): walrus keeps
+    // clients out (-LOADING), says why, and is not ready.
+    let foreign = tempfile::tempdir().unwrap();
+    let other = Valkey::start_with(&["--dir", foreign.path().to_str().unwrap()]);
+    let mut o = Raw::connect(&other.addr());
+    assert_eq!(o.cmd(&["SET", "theirs", "2"]), OK);
+    assert_eq!(o.cmd(&["SAVE"]), OK);
+    drop(other);
+    drop(_v);
+    let _v = Valkey::start_with(&["--port", &port, "--dir", foreign.path().to_str().unwrap()]);
+    w.proc
+        .wait_line("clients get -LOADING until this is resolved", START_TIMEOUT);
+    assert_eq!(
+        c.cmd(&["GET", "theirs"]),
+        b"-LOADING Valkey is loading the dataset in memory\r\n"
+    );
+    assert_eq!(
+        c.cmd(&["SET", "x", "1"]),
+        b"-LOADING Valkey is loading the dataset in memory\r\n"
+    );
+    assert_eq!(http_get(&metrics, "/readyz").0, 503);
+}

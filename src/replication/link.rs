@@ -175,9 +175,14 @@ async fn attach(
         Decision::Restore => {
             durability.begin_restore();
             drop(conn);
-            let (position, holding) =
-                restore::run(up, &cfg.store, journal, cfg.restore_timeout, state.verified.take())
-                    .await?;
+            let (position, holding) = restore::run(
+                up,
+                &cfg.store,
+                journal,
+                cfg.restore_timeout,
+                state.verified.take(),
+            )
+            .await?;
             state.held = Some(holding.held());
             conn = Conn::control(up).await?;
             restored = true;

@@ -115,8 +115,7 @@ pub async fn run(
         .await
         .map_err(|_| RestoreError::Other("the journal closed".into()))?;
     let unchanged = verified.filter(|h| {
-        h.next_lsn == journal.status().next_lsn
-            && store.recorded().as_ref() == Some(&h.checkpoint)
+        h.next_lsn == journal.status().next_lsn && store.recorded().as_ref() == Some(&h.checkpoint)
     });
     let holding = match unchanged {
         Some(h) => h,
