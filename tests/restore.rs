@@ -163,6 +163,23 @@ fn config_get(addr: &str, name: &str) -> String {
     r.split("\r\n").nth(4).unwrap_or_default().to_string()
 }
 
+/// Starts walrus, expecting it to exit non-zero after a log line containing `needle`,
+/// which it returns.
+fn refuses_to_start(
+    upstream: Option<&str>,
+    config: &str,
+    data: &std::path::Path,
+    needle: &str,
+) -> String {
+    let (mut w, _cfg) = Walrus::spawn(upstream, config, data);
+    let line = w.wait_line(needle, START_TIMEOUT);
+    let status = w
+        .wait_exit(START_TIMEOUT)
+        .expect("walrus must refuse to start");
+    assert!(!status.success(), "{status:?}");
+    line
+}
+
 #[test]
 fn managed_valkey_runs_with_the_settings_walrus_needs() {
     let port = free_port();
@@ -258,16 +275,11 @@ fn a_valkey_holding_another_history_is_refused_unless_configured() {
     let addr = format!("127.0.0.1:{port}");
     let mut direct = Raw::connect(&addr);
     assert_eq!(direct.cmd(&["SET", "theirs", "2"]), OK);
-    let (mut refused, _cfg) = Walrus::spawn(Some(&addr), "", &data);
-    let line = refused.wait_line("walrus: Valkey (primary) holds", START_TIMEOUT);
+    let line = refuses_to_start(Some(&addr), "", &data, "walrus: Valkey (primary) holds");
     assert!(
         line.contains("holds 1 keys of history") && line.contains("on_conflict"),
         "{line}"
     );
-    let status = refused
-        .wait_exit(START_TIMEOUT)
-        .expect("walrus must refuse to start");
-    assert!(!status.success());
     assert_eq!(
         direct.cmd(&["GET", "theirs"]),
         bulk("2"),
@@ -305,14 +317,9 @@ fn a_damaged_checkpoint_stops_walrus_naming_the_file() {
     let mut bytes = std::fs::read(&rdb).unwrap();
     bytes[12] ^= 0x40;
     std::fs::write(&rdb, &bytes).unwrap();
-    let (mut refused, _cfg) = Walrus::spawn(Some(&v.addr()), "", &data);
-    let line = refused.wait_line("fails verification", START_TIMEOUT);
+    let line = refuses_to_start(Some(&v.addr()), "", &data, "fails verification");
     let name = rdb.file_name().unwrap().to_str().unwrap();
     assert!(line.contains(name), "{line}");
-    let status = refused
-        .wait_exit(START_TIMEOUT)
-        .expect("walrus must refuse to start");
-    assert!(!status.success());
 }
 
 #[test]
@@ -345,16 +352,12 @@ fn external_settings_that_differ_are_logged_or_refused() {
     let log = w.proc.log_text();
     assert!(log.contains("Valkey's repl-backlog-size is"), "{log}");
     let data = tempfile::tempdir().unwrap();
-    let (mut strict, _cfg) = Walrus::spawn(
+    refuses_to_start(
         Some(&v.addr()),
         "[upstream]\nstrict_settings = true\n",
         data.path(),
+        "walrus: upstream.strict_settings is set",
     );
-    strict.wait_line("walrus: upstream.strict_settings is set", START_TIMEOUT);
-    let status = strict
-        .wait_exit(START_TIMEOUT)
-        .expect("strict walrus must refuse");
-    assert!(!status.success());
 }
 
 #[test]

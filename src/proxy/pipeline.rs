@@ -14,6 +14,12 @@
 //! the `ROLE` after its EXEC. Read replies are checked against the dirty-key map as they
 //! arrive.
 //!
+//! A ROLE reply proves an offset only from a Valkey with a replication backlog (see
+//! [`parse_role_offset`]); every batch is also tagged with the connection's history epoch, so
+//! one that ran on a Valkey walrus has since restored (or replaced) is never acknowledged.
+//! With durability on, a new connection waits for the replica link to be attached before it
+//! serves anything (requests meanwhile get `-LOADING`).
+//!
 //! If the connection breaks, every request in flight on it, and every one still queued for
 //! it, is dropped; the requester sees its reply channel close and answers its client with an
 //! error. Nothing is retried: a write's outcome is unknown once its connection is gone.

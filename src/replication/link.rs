@@ -245,6 +245,7 @@ async fn attach(
     }
     durability.attach(offset, covered, new_history);
     state.attached_once = true;
+    state.verified = None;
     tracing::info!(%replid, offset, "replica link attached; journaling Valkey's replication stream");
 
     let parts = conn.into_parts();
