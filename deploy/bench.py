@@ -172,12 +172,13 @@ def redis_benchmark(port, args, requests):
 #
 # One dataset of SETs (keys k:0000000000.., 200-byte values of base64 noise that Valkey's LZF
 # cannot shrink, so RDBs are as large as the data) is written once into each setup:
-#   - walrus durable, managed mode: part of the stream ends up in a checkpoint (taken when half
-#     the journal ring is in use), the rest in the journal after it;
+#   - walrus durable, managed mode: `walrus checkpoint` after the first half of the keys
+#     (--checkpoint-at), so half the stream is in the checkpoint and half in the journal after
+#     it; the ring is sized so that walrus never checkpoints by itself (it does at half the
+#     ring), which would change the layout from one round to the next;
 #   - Valkey appendonly yes, appendfsync always, automatic rewrites off and one BGREWRITEAOF at
-#     the key where walrus's checkpoint cut the stream, so the AOF is a base RDB + an incr file
-#     holding what walrus's checkpoint and journal hold (--aof-layout natural: Valkey's own
-#     automatic rewrites instead);
+#     the same key, so the AOF is a base RDB + an incr file holding what walrus's checkpoint
+#     and journal hold (--aof-layout natural: Valkey's own automatic rewrites instead);
 #   - Valkey with that dataset as an RDB (SAVE).
 # Each round restarts each setup on its data: Valkey SIGTERMed with save "" (no save at exit,
 # as SHUTDOWN NOSAVE), walrus SIGTERMed (it stops its Valkey, so the restart restores an empty
@@ -353,28 +354,38 @@ def start_plain_valkey(args, timeout=900):
 
 
 def restore_suite(opts, tmp):
+    began = time.monotonic()
     mib = 1 << 20
     n = max(1, opts.dataset_mb * mib // SET_BYTES)
-    segment = opts.segment_mb * mib if opts.segment_mb else \
-        min(64 * mib, max(mib, opts.dataset_mb * mib // 16 // 4096 * 4096))
+    # Half the ring (when walrus checkpoints by itself) must hold either part of the stream,
+    # so that the only checkpoint is the one taken at --checkpoint-at: the layout then stays
+    # the same in every round.
+    part = max(opts.checkpoint_at, 1 - opts.checkpoint_at) * n * SET_BYTES * 1.15
+    segment = opts.segment_mb * mib if opts.segment_mb else max(mib, -(-int(part / 7) // mib) * mib)
     print("dataset: %d keys, %d-byte values, %.0f MiB of SET stream; journal ring 16 x %.1f MiB"
           % (n, VALUE_BYTES, n * SET_BYTES / mib, segment / mib), file=sys.stderr)
 
-    # 1. walrus: filled through walrus once.
+    # 1. walrus: filled through walrus once, with `walrus checkpoint` after the first part.
+    split = int(n * opts.checkpoint_at)
     w = WalrusManaged(tmp, segment)
-    w.start(60)
+    w.start(600)  # the first start zero-fills the ring
     t = time.monotonic()
-    fill(w.port, 0, n)
+    fill(w.port, 0, split)
+    w.settle()
+    if split > 0:
+        res = subprocess.run([w.binary, "checkpoint", "--metrics", w.metrics], capture_output=True, text=True)
+        if res.returncode != 0:
+            raise RuntimeError("walrus checkpoint failed: %s" % (res.stdout + res.stderr))
+    fill(w.port, split, n)
     fill_walrus = time.monotonic() - t
     w.settle()
     dbsize_check(w.port, n, "walrus after the fill")
     used_memory = int(info(w.port, "memory")["used_memory"])
     taken = [line for line in w.proc.lines if "checkpoint taken" in line]
-    cp_offset = number(r"offset (\d+)\)", taken[-1] if taken else "", int) or 0
     w.stop()
-    split = min(n, cp_offset // SET_BYTES)
-    print("walrus: filled in %.1fs (%.0f MB/s); %d checkpoint(s), the last at offset %d (key %d of %d)"
-          % (fill_walrus, n * SET_BYTES / 1e6 / fill_walrus, len(taken), cp_offset, split, n), file=sys.stderr)
+    print("walrus: filled in %.1fs (%.0f MB/s, a checkpoint after key %d included); checkpoint(s): %s"
+          % (fill_walrus, n * SET_BYTES / 1e6 / fill_walrus, split, [number(r"offset (\d+)\)", x, int) for x in taken]),
+          file=sys.stderr)
 
     # 2. Valkey AOF (always), then the same dataset SAVEd as an RDB for 3.
     aof_dir = tempfile.mkdtemp(dir=tmp, prefix="valkey-aof-")
@@ -436,6 +447,10 @@ def restore_suite(opts, tmp):
                    journal_entries=number(r"journal_entries=(\d+)", loading, int),
                    keys=dbsize_check(w.port, n, "walrus"), marks=[p.when(text) for _, text in WalrusManaged.MARKS])
         rows["walrus"].append(row)
+        # Between rounds the journal only gains Valkey's replication PINGs.
+        if row["rdb_bytes"] != rows["walrus"][0]["rdb_bytes"] or any("checkpoint taken" in line for line in p.lines) \
+                or row["journal_bytes"] - rows["walrus"][0]["journal_bytes"] > (1 << 20):
+            print("warning: walrus's checkpoint and journal changed between rounds", file=sys.stderr)
         if r + 1 < opts.rounds:
             w.stop()
         print("round %d/%d: walrus %.2fs to listening (restore %.2fs), Valkey AOF %.2fs to ready (load %.2fs), "
@@ -505,13 +520,15 @@ def restore_suite(opts, tmp):
         print("Valkey AOF load (medians): base RDB %.2f s, incr AOF %.2f s"
               % (med(x["base"] for x in ar if x["base"] is not None),
                  med(x["incr"] or 0 for x in ar)))
-    print("\n%s through walrus (durable, %d requests), without and during `walrus checkpoint`; "
-          "checkpoint %.1f s, benchmark %.1f s (medians)\n" % (bname, opts.requests, med(cp_secs), med(bench_secs)))
+    print("\n%s through walrus (durable, %d requests), without and during `walrus checkpoint` started with it; "
+          "checkpoint %.1f s, benchmark %.1f s, the checkpoint covered %.0f%% of the benchmark (medians)\n"
+          % (bname, opts.requests, med(cp_secs), med(bench_secs), 100 * med(min(1, c / b) for c, b in zip(cp_secs, bench_secs))))
     print("| run | ops/s | p50 ms | p99 ms | p99 vs no checkpoint |")
     print("|---|---|---|---|---|")
     print("| no checkpoint | %.0f | %.3f | %.3f | 1.00x |" % tuple(med(x[i] for x in plain) for i in range(3)))
     print("| during a checkpoint | %.0f | %.3f | %.3f | %.2fx |" % (
         *(med(x[i] for x in during) for i in range(3)), med(b[2] / a[2] for a, b in zip(plain, during))))
+    print("\nthe suite took %.1f minutes" % ((time.monotonic() - began) / 60))
     if opts.show_log:
         print("\nwalrus log of the last restart:\n" + "\n".join(walrus_log))
 
@@ -525,15 +542,19 @@ def main():
     ap.add_argument("--dataset-mb", type=int, default=1024,
                     help="restore: MiB of SETs (200-byte values, 240 bytes each) written into each setup")
     ap.add_argument("--segment-mb", type=int, default=0,
-                    help="restore: journal segment size (16 segments); 0: dataset / 16, at most 64 (the default ring)")
+                    help="restore: journal segment size (16 segments); 0: large enough that walrus never checkpoints by itself")
+    ap.add_argument("--checkpoint-at", type=float, default=0.5,
+                    help="restore: fraction of the keys written before `walrus checkpoint` (the rest goes to the journal)")
     ap.add_argument("--aof-layout", choices=["matched", "natural"], default="matched",
-                    help="restore: BGREWRITEAOF where walrus's checkpoint cut the stream, or Valkey's automatic rewrites")
+                    help="restore: BGREWRITEAOF at --checkpoint-at too, or Valkey's automatic rewrites")
     ap.add_argument("--requests", type=int, default=100000, help="restore: redis-benchmark requests per checkpoint run")
     ap.add_argument("--show-log", action="store_true", help="restore: print walrus's log of the last restart")
     opts = ap.parse_args()
     if opts.rounds is None:
         opts.rounds = 3 if opts.suite == "restore" else 5
-    # SIGTERM unwinds like Ctrl-C, through the cleanup below.
+    # Ctrl-C (even when started with SIGINT ignored, as in a background job) and SIGTERM
+    # unwind through the cleanup below.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not opts.no_build:
         subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
