@@ -19,13 +19,15 @@ const READ_CHUNK_BYTES: usize = 256 << 10;
 
 /// Valkey's RDB checksum: CRC-64/Jones (`crc64.c`), over every byte before the 8-byte
 /// trailer, which holds it little-endian (0 when Valkey runs with `rdbchecksum no`).
-static RDB_CRC: crc::Crc<u64> = crc::Crc::<u64>::new(&crc::CRC_64_REDIS);
+/// Slice-by-16 tables: a restore verifies gigabytes of RDB before Valkey may load them.
+static RDB_CRC: crc::Crc<u64, crc::Table<16>> =
+    crc::Crc::<u64, crc::Table<16>>::new(&crc::CRC_64_REDIS);
 const TRAILER_LEN: usize = 8;
 
 /// Computes an RDB's checksum as its bytes stream by, holding back the last 8 bytes (the
 /// trailer) because the end of a diskless transfer is only known when it comes.
 pub struct RdbDigest {
-    digest: crc::Digest<'static, u64>,
+    digest: crc::Digest<'static, u64, crc::Table<16>>,
     tail: Vec<u8>,
     bytes: u64,
 }

@@ -86,8 +86,14 @@ pub fn holding(store: &Store, journal: &Journal) -> Result<Option<Holding>, Rest
         return Ok(None);
     };
     let next_lsn = journal.status().next_lsn;
-    store.verify(&cp)?;
-    let end = chain::walk(journal, &cp, |_| Ok(()))?;
+    // Two independent reads, each bound by its checksum: one core each.
+    let (verified, end) = std::thread::scope(|s| {
+        let rdb = s.spawn(|| store.verify(&cp));
+        let end = chain::walk(journal, &cp, |_| Ok(()));
+        (rdb.join().expect("checkpoint verification panicked"), end)
+    });
+    verified?;
+    let end = end?;
     Ok(Some(Holding {
         checkpoint: cp,
         end,
