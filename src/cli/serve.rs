@@ -172,6 +172,20 @@ async fn run_proxy(
         durability: durable.as_ref().map(|d| d.durability.clone()),
         oracle: OffsetOracle::new(),
     });
+    if let Some(d) = &ctx.durability {
+        // Writes whose outcome is unknown keep their keys dirty until Valkey's offset after
+        // them is known and durable.
+        let orphans = d.take_orphans().expect("one resolver per gate");
+        let c = ctx.clone();
+        tokio::spawn(crate::durability::resolve_orphans(
+            d.clone(),
+            orphans,
+            move || {
+                let c = c.clone();
+                async move { c.oracle.offset(&c.upstream).await }
+            },
+        ));
+    }
     let pools = Pools::new(
         ctx,
         config.upstream.pool_size,

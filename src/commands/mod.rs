@@ -28,6 +28,9 @@ pub struct Flags {
     pub admin: bool,
     pub noscript: bool,
     pub movablekeys: bool,
+    /// Key arguments are optional: scripts and functions (EVAL, FCALL and their variants),
+    /// which may also touch keys they do not declare.
+    pub no_mandatory_keys: bool,
     /// In the `@scripting` ACL category (EVAL, FCALL, ...): may write whatever the script does.
     pub scripting: bool,
 }
@@ -169,6 +172,7 @@ fn parse_info(e: &OwnedFrame) -> Result<CommandInfo, String> {
             "admin" => flags.admin = true,
             "noscript" => flags.noscript = true,
             "movablekeys" => flags.movablekeys = true,
+            "no_mandatory_keys" => flags.no_mandatory_keys = true,
             _ => {}
         }
     }

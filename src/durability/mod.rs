@@ -8,9 +8,10 @@
 //! - A *read*'s reply is held when, at the moment it arrives from Valkey, any key it read is
 //!   *dirty*: written by a write whose batch is not durable yet. It is released once every
 //!   write that was pending on those keys at that moment is durable ([`dirty`]). Reads that
-//!   scan the keyspace (KEYS, SCAN, DBSIZE, RANDOMKEY, read-only scripts without keys) wait
-//!   for every pending write. Writes whose keys walrus cannot know (unknown commands,
-//!   FLUSHALL, SWAPDB, scripts that declare no keys) dirty every key.
+//!   scan the keyspace (KEYS, SCAN, DBSIZE, RANDOMKEY, INFO keyspace, read-only scripts)
+//!   wait for every pending write. Writes whose keys walrus cannot know (unknown commands,
+//!   FLUSHALL, SWAPDB, every script and function, which may touch keys it does not declare)
+//!   dirty every key ([`access`]).
 //! - Until the replica link is attached and the journal follows Valkey's stream, writes are
 //!   refused: before that, Valkey's offsets do not move (no replication backlog yet), and a
 //!   write would look durable with nothing journaled.
@@ -33,7 +34,12 @@
 //! them is durable (a subscriber can see an event for a write a crash then loses). The data
 //! itself, read with any command, never is.
 
+pub mod access;
 pub mod dirty;
+pub mod marks;
+
+pub use access::{access, Access};
+pub use marks::{resolve_orphans, WriteMark};
 
 use bytes::Bytes;
 use dirty::{DirtyKeys, Scope};
@@ -57,13 +63,6 @@ impl Held {
     fn fail(self, why: &Bytes) {
         let _ = self.tx.send(why.clone());
     }
-}
-
-/// A write registered with the dirty-key map; given back when its batch is settled.
-#[derive(Debug)]
-pub struct WriteMark {
-    generation: u64,
-    scope: Scope,
 }
 
 /// Why writes are not accepted right now.
@@ -115,6 +114,10 @@ pub struct Durability {
     room: Notify,
     max_pending_bytes: u64,
     max_held_bytes: u64,
+    /// Where unsettled marks go when dropped ([`marks`]), and its receiving end until the
+    /// resolver takes it.
+    orphans: marks::Orphans,
+    orphans_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<marks::Orphan>>>,
 }
 
 /// Valkey's own reply while it loads a dataset.
@@ -150,7 +153,10 @@ fn refusal(status: &Status) -> Bytes {
 
 impl Durability {
     pub fn new(max_pending_bytes: u64, max_held_bytes: u64) -> Durability {
+        let (orphans, orphans_rx) = tokio::sync::mpsc::unbounded_channel();
         Durability {
+            orphans,
+            orphans_rx: Mutex::new(Some(orphans_rx)),
             state: Mutex::new(State {
                 status: Status::Detached,
                 durable_offset: 0,
@@ -245,7 +251,17 @@ impl Durability {
         }
         let generation = s.dirty.mark(&scope);
         self.publish(&s);
-        Ok(WriteMark { generation, scope })
+        Ok(WriteMark::new(
+            generation,
+            scope,
+            s.epoch,
+            self.orphans.clone(),
+        ))
+    }
+
+    /// The orphaned marks, for [`resolve_orphans`] (once).
+    pub fn take_orphans(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<marks::Orphan>> {
+        self.orphans_rx.lock().expect("orphans lock").take()
     }
 
     /// A batch's offset is known: its write replies wait for it. `epoch`: the history epoch
@@ -284,8 +300,8 @@ impl Durability {
     /// A batch whose offset can never be known (its connection broke, ROLE failed): its
     /// replies get `why`. Its writes may have run, so their keys stay dirty until the journal
     /// passes `offset_hint` (Valkey's offset learned afterwards, on a connection of `epoch`).
-    /// Without a hint the writes are declared lost: reads held behind them get an error too,
-    /// never the value they might show.
+    /// Without a hint, reads held behind them get an error (never the value they might
+    /// show) and the marks go to the orphan resolver, which keeps asking.
     pub fn abandon_batch(
         &self,
         replies: Vec<Held>,
@@ -300,16 +316,12 @@ impl Durability {
         match offset_hint {
             Some((offset, epoch)) => self.settle_batch(offset, epoch, Vec::new(), marks),
             None => {
-                let mut s = self.lock();
                 let lost_from = marks.iter().map(|m| m.generation).min().unwrap_or(u64::MAX);
-                let failed = s.take_reads_from(lost_from);
-                s.unmark(marks);
-                let reads = s.ready_reads();
-                self.publish(&s);
-                drop(s);
+                let failed = self.lock().take_reads_from(lost_from);
                 let err = lost_write();
                 failed.into_iter().for_each(|h| h.fail(&err));
-                reads.into_iter().for_each(Held::release);
+                // Dropped unsettled, outside the lock: they become orphans.
+                drop(marks);
             }
         }
     }
@@ -488,13 +500,15 @@ impl Durability {
 
 impl State {
     fn unmark(&mut self, marks: Vec<WriteMark>) {
-        if let Status::Failed(_) = self.status {
-            // Those writes ran in Valkey but will never be journaled: their keys stay dirty,
-            // so reading them fails instead of showing data a crash would lose.
-            return;
-        }
-        for m in marks {
-            self.dirty.unmark(m.generation, &m.scope);
+        let failed = matches!(self.status, Status::Failed(_));
+        for mut m in marks {
+            m.disarm();
+            // After a journal failure those writes ran in Valkey but will never be journaled:
+            // their keys stay dirty, so reading them fails instead of showing data a crash
+            // would lose.
+            if !failed {
+                self.dirty.unmark(m.generation, &m.scope);
+            }
         }
     }
 
@@ -518,67 +532,6 @@ impl State {
         let out: Vec<Held> = ready.into_values().flatten().collect();
         self.held_bytes -= out.iter().map(|h| h.reply.len() as u64).sum::<u64>();
         out
-    }
-}
-
-/// How a request relates to durability, decided from its classification.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Access {
-    /// Reveals no data: released at once (PING, CLIENT ..., CONFIG GET, ...).
-    Free,
-    /// Reads what `Scope` covers.
-    Read(Scope),
-    /// May change what `Scope` covers.
-    Write(Scope),
-}
-
-/// Keys from a request larger than this are copied, so that a held dirty-key mark does not
-/// keep a large request (a 64 MiB SET) in memory.
-const COPY_KEYS_ABOVE_BYTES: usize = 64 << 10;
-
-/// Decides a request's [`Access`] (the rules in the module doc).
-pub fn access(class: &crate::commands::Class, args: &[Bytes], raw_len: usize, db: u32) -> Access {
-    use crate::commands::Keys;
-    let keys = |idx: &[usize]| -> Vec<Bytes> {
-        idx.iter()
-            .map(|&i| {
-                if raw_len > COPY_KEYS_ABOVE_BYTES {
-                    Bytes::copy_from_slice(&args[i])
-                } else {
-                    args[i].clone()
-                }
-            })
-            .collect()
-    };
-    let Some(info) = &class.info else {
-        return Access::Write(Scope::All);
-    };
-    if class.may_write {
-        let scope = match &class.keys {
-            // MOVE and COPY ... DB write a key in another database, which key specs do not
-            // describe: they may touch anything.
-            _ if matches!(info.name.as_str(), "move" | "copy") => Scope::All,
-            Keys::Args(idx) if !idx.is_empty() => Scope::Keys {
-                db,
-                keys: keys(idx),
-            },
-            // FLUSHDB empties one database; every other keyless write (FLUSHALL, SWAPDB,
-            // scripts declaring no keys, FUNCTION ...) may touch anything.
-            Keys::Args(_) if info.name == "flushdb" => Scope::Db(db),
-            _ => Scope::All,
-        };
-        return Access::Write(scope);
-    }
-    match &class.keys {
-        Keys::Args(idx) if !idx.is_empty() => Access::Read(Scope::Keys {
-            db,
-            keys: keys(idx),
-        }),
-        // Read-only commands without key arguments read the keyspace as a whole (KEYS, SCAN,
-        // DBSIZE, RANDOMKEY, EVAL_RO without keys).
-        Keys::Args(_) if info.flags.readonly => Access::Read(Scope::All),
-        Keys::Args(_) => Access::Free,
-        Keys::Unknown => Access::Read(Scope::All),
     }
 }
 

@@ -6,14 +6,16 @@
 //! - **Local**: connection-state commands walrus answers itself, because on a shared
 //!   connection they would change every client's state: AUTH and HELLO (verified with
 //!   Valkey, then switch the client's pool), SELECT (the database travels with each request),
-//!   QUIT, RESET, CLIENT SETNAME/GETNAME/SETINFO/REPLY.
+//!   QUIT, RESET, CLIENT SETNAME/GETNAME/SETINFO/REPLY. Replication handshakes (SYNC, PSYNC,
+//!   REPLCONF) are refused here: the stream would show every write before it is durable, and
+//!   walrus itself is Valkey's journaling replica (replicas attach to Valkey directly).
 //! - **Pin**: the command starts state that must stay on one connection: MULTI and WATCH
 //!   (transactions), (P|S)SUBSCRIBE, MONITOR, CLIENT TRACKING/CACHING/NO-EVICT/NO-TOUCH,
-//!   READONLY/READWRITE/ASKING, replication handshakes (SYNC, PSYNC, REPLCONF), and every
-//!   command Valkey flags `blocking` (BLPOP, BLMOVE, BZPOPMIN, WAIT, WAITAOF, ...; XREAD and
+//!   READONLY/READWRITE/ASKING, and every command Valkey flags `blocking` (BLPOP, BLMOVE, BZPOPMIN, WAIT, WAITAOF, ...; XREAD and
 //!   XREADGROUP only with BLOCK). From then on the client has a dedicated upstream
-//!   connection, pipelined and gated like a pooled one, until it sends RESET. RESP2 Pub/Sub,
-//!   MONITOR and replica handshakes are relayed instead ([`is_relay_mode`]).
+//!   connection, pipelined and gated like a pooled one, until it sends RESET. RESP2 Pub/Sub
+//!   and MONITOR are relayed instead ([`is_relay_mode`]): like Pub/Sub messages, what
+//!   MONITOR shows is a side effect, not gated by durability.
 //!
 //! Only the names in this file are hard-coded; everything else comes from the command table.
 
@@ -40,20 +42,19 @@ pub enum Local {
     /// CLIENT REPLY: ON is a no-op; OFF and SKIP are refused, since walrus must pair every
     /// request with its reply to hold it until durable.
     ClientReply,
+    /// SYNC, PSYNC, REPLCONF: refused.
+    Replication,
 }
 
 /// Pinned sessions whose upstream connection stops answering one reply per request
-/// (RESP2 Pub/Sub, MONITOR, a client acting as a replica) are relayed byte for byte. Such a
+/// (RESP2 Pub/Sub, MONITOR) are relayed byte for byte. Such a
 /// relay accepts only the commands these modes allow, none of which reads or writes data.
 pub fn is_relay_mode(req: &Request, resp3: bool) -> bool {
     let n = req.name();
     let subscribe = ["subscribe", "psubscribe", "ssubscribe"]
         .iter()
         .any(|c| n.eq_ignore_ascii_case(c.as_bytes()));
-    (subscribe && !resp3)
-        || ["monitor", "sync", "psync"]
-            .iter()
-            .any(|c| n.eq_ignore_ascii_case(c.as_bytes()))
+    (subscribe && !resp3) || n.eq_ignore_ascii_case(b"monitor")
 }
 
 /// (P|S)(UN)SUBSCRIBE. In RESP3 their confirmations are pushes, not replies.
@@ -73,7 +74,7 @@ pub fn is_subscription(req: &Request) -> bool {
 
 /// What a relayed session may still send.
 pub fn allowed_in_relay(req: &Request) -> bool {
-    const ALSO: [&str; 4] = ["ping", "quit", "reset", "replconf"];
+    const ALSO: [&str; 3] = ["ping", "quit", "reset"];
     is_subscription(req)
         || ALSO
             .iter()
@@ -94,10 +95,10 @@ pub fn route(table: &CommandTable, req: &Request) -> Route {
         "client|getname" => Route::Local(Local::ClientGetName),
         "client|setinfo" => Route::Local(Local::ClientSetInfo),
         "client|reply" => Route::Local(Local::ClientReply),
+        "sync" | "psync" | "replconf" => Route::Local(Local::Replication),
         "multi" | "watch" | "subscribe" | "psubscribe" | "ssubscribe" | "unsubscribe"
         | "punsubscribe" | "sunsubscribe" | "monitor" | "client|tracking" | "client|caching"
-        | "client|no-evict" | "client|no-touch" | "readonly" | "readwrite" | "asking" | "sync"
-        | "psync" | "replconf" => Route::Pin,
+        | "client|no-evict" | "client|no-touch" | "readonly" | "readwrite" | "asking" => Route::Pin,
         "xread" | "xreadgroup" => {
             if req
                 .args

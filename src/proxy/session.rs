@@ -728,6 +728,9 @@ impl Session {
                     ))),
                 }
             }
+            Local::Replication => self.ready(write::error(
+                "ERR walrus: SYNC, PSYNC and REPLCONF are refused: the replication stream shows writes before they are durable; attach replicas to Valkey itself",
+            )),
             Local::ClientReply => {
                 if req.args.len() == 3 && req.arg_is(2, "ON") {
                     return self.ready(Bytes::from_static(write::OK));

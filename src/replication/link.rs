@@ -10,9 +10,11 @@
 //!    right after the journal's end.
 //! 3. Cut the stream into entries on command boundaries ([`super::stream`]) and append each
 //!    to the journal, whose offsets are therefore Valkey's replication offsets, byte for byte.
-//! 4. Report the durable offset to the [durability gate](crate::durability) and to Valkey
-//!    (`REPLCONF ACK <offset>`), after every durable advance, every second (Valkey drops a
-//!    replica that stays silent for `repl-timeout`), and when Valkey asks (`GETACK`).
+//! 4. Report the durable offset to the [durability gate](crate::durability), and to Valkey
+//!    `REPLCONF ACK <received> FACK <durable>` (so `WAIT` counts walrus once it has a write
+//!    and `WAITAOF` once it is on disk), after every durable advance, every second (Valkey
+//!    drops a replica that stays silent for `repl-timeout`), and when Valkey asks
+//!    (`GETACK`).
 //!
 //! The durable offset handed to the gate only ever comes from entries of the current
 //! replication history: after a full resynchronization under a new replication id (Valkey
@@ -29,6 +31,7 @@ use crate::restore::decide::{decide, Decision, Held, OnConflict, ValkeyView};
 use crate::restore::{self, Holding, RestoreError};
 use crate::upstream::client::{Conn, UpstreamError};
 use crate::upstream::Upstream;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -252,12 +255,14 @@ async fn attach(
     let (mut rd, wr) = parts.stream.into_split();
     let mut buf = parts.buf;
     let getack = Arc::new(Notify::new());
+    let received = Arc::new(AtomicU64::new(offset));
     let acker = tokio::spawn(acknowledge(
         wr,
         journal.durable(),
         durability.clone(),
         state.history_lsn,
-        offset,
+        received.clone(),
+        if covered { offset } else { 0 },
         getack.clone(),
     ));
     let _stop_acker = AbortOnDrop(acker);
@@ -269,15 +274,17 @@ async fn attach(
     loop {
         while let Some(entry) = framer.next_entry(&mut buf)? {
             let offset_end = entry.offset_end;
-            if entry.getack {
-                getack.notify_one();
-            }
+            let asked = entry.getack;
             let entry = Entry {
                 repl_id,
                 repl_offset_end: offset_end,
                 payload: entry.payload,
             };
             append(journal, entry, &cfg.released).await?;
+            received.store(offset_end, Ordering::Release);
+            if asked {
+                getack.notify_one();
+            }
             if let Some(h) = state.held.as_mut() {
                 h.end = offset_end;
             }
@@ -310,17 +317,23 @@ async fn append(journal: &Journal, entry: Entry, released: &Notify) -> Result<()
     }
 }
 
-/// Tells the gate and Valkey how far the journal is durable.
+/// Tells the gate how far the journal is durable, and Valkey how far walrus has received
+/// (`ACK`, what `WAIT` counts) and how far that is on disk (`FACK`, what `WAITAOF` counts):
+/// after every durable advance, every second (Valkey drops a replica that stays silent for
+/// `repl-timeout`), and when Valkey asks (`GETACK`).
 async fn acknowledge(
     mut wr: tokio::net::tcp::OwnedWriteHalf,
     mut durable: watch::Receiver<crate::journal::Durable>,
     durability: Arc<Durability>,
     history_lsn: u64,
-    attached_at: u64,
+    received: Arc<AtomicU64>,
+    covered: u64,
     getack: Arc<Notify>,
 ) {
     let mut tick = tokio::time::interval(ACK_INTERVAL);
-    let mut last_acked = Some(attached_at);
+    // What is durable: what a stored RDB covers, then what the journal has written.
+    let mut fack = covered;
+    let mut last_sent = None;
     loop {
         let d = *durable.borrow_and_update();
         if d.failed {
@@ -328,34 +341,40 @@ async fn acknowledge(
             return;
         }
         // Entries of an older history carry offsets of another offset space.
-        let offset = (d.lsn >= history_lsn).then_some(d.repl_offset);
-        if let Some(o) = offset {
-            durability.set_durable(o);
+        if d.lsn >= history_lsn {
+            fack = fack.max(d.repl_offset);
+            durability.set_durable(fack);
         }
-        if let Some(o) = offset.filter(|o| last_acked != Some(*o)) {
-            if send_ack(&mut wr, o).await.is_err() {
+        let ack = received.load(Ordering::Acquire).max(fack);
+        if last_sent != Some((ack, fack)) {
+            if send_ack(&mut wr, ack, fack).await.is_err() {
                 return;
             }
-            last_acked = Some(o);
+            last_sent = Some((ack, fack));
         }
         let repeat = tokio::select! {
             r = durable.changed() => if r.is_err() { return } else { false },
             _ = tick.tick() => true,
             _ = getack.notified() => true,
         };
-        if let Some(o) = last_acked.filter(|_| repeat) {
-            if send_ack(&mut wr, o).await.is_err() {
-                return;
-            }
+        if repeat {
+            // Sent at the top of the loop, with what has been received since.
+            last_sent = None;
         }
     }
 }
 
-async fn send_ack(wr: &mut tokio::net::tcp::OwnedWriteHalf, offset: u64) -> std::io::Result<()> {
+async fn send_ack(
+    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    ack: u64,
+    fack: u64,
+) -> std::io::Result<()> {
     wr.write_all(&crate::resp::write::command([
         b"REPLCONF".as_slice(),
         b"ACK",
-        offset.to_string().as_bytes(),
+        ack.to_string().as_bytes(),
+        b"FACK",
+        fack.to_string().as_bytes(),
     ]))
     .await
 }

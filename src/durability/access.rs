@@ -1,0 +1,106 @@
+//! How a request relates to durability: free, a read of some keys, or a write of some keys.
+//!
+//! Mostly decided from Valkey's own command table (flags and key specs); the exceptions are
+//! written here, each with why:
+//! - scripts and functions may touch undeclared keys in any database: they touch everything;
+//! - MOVE and COPY ... DB write a database their key specs do not name;
+//! - FLUSHDB empties one database;
+//! - a few commands flagged neither `readonly` nor with keys still show data
+//!   ([`reveals_data`]): they read the keyspace as a whole.
+
+use super::dirty::Scope;
+use crate::commands::Keys;
+use bytes::Bytes;
+
+/// How a request relates to durability, decided from its classification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Access {
+    /// Reveals no data: released at once (PING, CLIENT ..., CONFIG GET, ...).
+    Free,
+    /// Reads what `Scope` covers.
+    Read(Scope),
+    /// May change what `Scope` covers.
+    Write(Scope),
+}
+
+/// Keys from a request larger than this are copied, so that a held dirty-key mark does not
+/// keep a large request (a 64 MiB SET) in memory.
+const COPY_KEYS_ABOVE_BYTES: usize = 64 << 10;
+
+/// Decides a request's [`Access`] (the rules in the module doc).
+pub fn access(class: &crate::commands::Class, args: &[Bytes], raw_len: usize, db: u32) -> Access {
+    let keys = |idx: &[usize]| -> Vec<Bytes> {
+        idx.iter()
+            .map(|&i| {
+                if raw_len > COPY_KEYS_ABOVE_BYTES {
+                    Bytes::copy_from_slice(&args[i])
+                } else {
+                    args[i].clone()
+                }
+            })
+            .collect()
+    };
+    let Some(info) = &class.info else {
+        return Access::Write(Scope::All);
+    };
+    // Scripts and functions (Valkey flags them `no_mandatory_keys`) may touch keys they do
+    // not declare, in any database: standalone Valkey allows it. Whatever they declare,
+    // they count as touching everything.
+    if info.flags.no_mandatory_keys {
+        return if class.may_write {
+            Access::Write(Scope::All)
+        } else {
+            Access::Read(Scope::All)
+        };
+    }
+    if class.may_write {
+        let scope = match &class.keys {
+            // MOVE and COPY ... DB write a key in another database, which key specs do not
+            // describe: they may touch anything.
+            _ if matches!(info.name.as_str(), "move" | "copy") => Scope::All,
+            Keys::Args(idx) if !idx.is_empty() => Scope::Keys {
+                db,
+                keys: keys(idx),
+            },
+            // FLUSHDB empties one database; every other keyless write (FLUSHALL, SWAPDB,
+            // scripts declaring no keys, FUNCTION ...) may touch anything.
+            Keys::Args(_) if info.name == "flushdb" => Scope::Db(db),
+            _ => Scope::All,
+        };
+        return Access::Write(scope);
+    }
+    match &class.keys {
+        Keys::Args(idx) if !idx.is_empty() => Access::Read(Scope::Keys {
+            db,
+            keys: keys(idx),
+        }),
+        // Read-only commands without key arguments read the keyspace as a whole (KEYS, SCAN,
+        // DBSIZE, RANDOMKEY).
+        Keys::Args(_) if info.flags.readonly => Access::Read(Scope::All),
+        Keys::Args(_) if reveals_data(&info.name, args) => Access::Read(Scope::All),
+        Keys::Args(_) => Access::Free,
+        Keys::Unknown => Access::Read(Scope::All),
+    }
+}
+
+/// Keyless commands that are not flagged `readonly` but show data, so that they wait like
+/// a keyspace-wide read:
+/// - INFO's keyspace section (key counts per database; in the default and `all` output);
+/// - SLOWLOG GET (the arguments of slow commands: keys and values);
+/// - FUNCTION DUMP and FUNCTION LIST (a library loaded by a FUNCTION LOAD not durable yet);
+/// - DEBUG (DIGEST, DIGEST-VALUE, OBJECT, ... describe the dataset).
+fn reveals_data(name: &str, args: &[Bytes]) -> bool {
+    match name {
+        "info" => {
+            let sections = &args[1..];
+            sections.is_empty()
+                || sections.iter().any(|s| {
+                    ["keyspace", "all", "everything", "default"]
+                        .iter()
+                        .any(|k| s.eq_ignore_ascii_case(k.as_bytes()))
+                })
+        }
+        "slowlog|get" | "function|dump" | "function|list" | "debug" => true,
+        _ => false,
+    }
+}

@@ -1,0 +1,121 @@
+//! Write marks: a write's dirty keys, owned until the write is settled, and never lost.
+//!
+//! A mark clears its keys only when the journal covers an offset at or past the point where
+//! Valkey ran the write (its batch's offset is durable), or when the write provably never ran
+//! (its request was refused, or its transaction never executed: [`Durability::cancel_write`]).
+//! A mark dropped any other way (its request was dropped in a queue, its connection broke
+//! before a reply, Valkey's offset could not be learned) is an *orphan*: its drop hands it to
+//! the [`resolve_orphans`] task, which keeps its keys dirty and asks Valkey's offset, with
+//! backoff, until it knows one to settle it at. Marks of an older history epoch are cleared:
+//! the Valkey they ran on was replaced by a restore.
+
+use super::dirty::Scope;
+use super::Durability;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// A write registered with the dirty-key map.
+#[derive(Debug)]
+pub struct WriteMark {
+    pub(super) generation: u64,
+    pub(super) scope: Scope,
+    /// The history epoch it was made in.
+    pub(super) epoch: u64,
+    /// Where the mark goes if dropped unsettled; `None` once settled.
+    orphans: Option<mpsc::UnboundedSender<Orphan>>,
+}
+
+/// A mark whose write's fate is unknown.
+#[derive(Debug)]
+pub struct Orphan {
+    generation: u64,
+    scope: Scope,
+    epoch: u64,
+}
+
+pub(super) type Orphans = mpsc::UnboundedSender<Orphan>;
+
+impl WriteMark {
+    pub(super) fn new(generation: u64, scope: Scope, epoch: u64, orphans: Orphans) -> WriteMark {
+        WriteMark {
+            generation,
+            scope,
+            epoch,
+            orphans: Some(orphans),
+        }
+    }
+
+    /// Settled: dropping it is fine from now on.
+    pub(super) fn disarm(&mut self) {
+        self.orphans = None;
+    }
+}
+
+impl Drop for WriteMark {
+    fn drop(&mut self) {
+        // Never takes the gate's lock: a mark may be dropped while it is held.
+        if let Some(tx) = self.orphans.take() {
+            let _ = tx.send(Orphan {
+                generation: self.generation,
+                scope: std::mem::replace(&mut self.scope, Scope::All),
+                epoch: self.epoch,
+            });
+        }
+    }
+}
+
+/// Settles orphaned marks for as long as `orphans` is open. `offset` asks Valkey's
+/// replication offset now (walrus's control connection); every write an orphan stands for
+/// was sent before the orphan was made, so it ran before that offset, if at all.
+pub async fn resolve_orphans<F, Fut>(
+    d: Arc<Durability>,
+    mut orphans: mpsc::UnboundedReceiver<Orphan>,
+    offset: F,
+) where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Option<u64>>,
+{
+    let orphans_tx = d.orphans.clone();
+    while let Some(first) = orphans.recv().await {
+        let mut pending = vec![first];
+        let mut backoff = BACKOFF_MIN;
+        loop {
+            while let Ok(o) = orphans.try_recv() {
+                pending.push(o);
+            }
+            let epoch = d.epoch();
+            let (current, stale): (Vec<Orphan>, Vec<Orphan>) =
+                pending.into_iter().partition(|o| o.epoch == epoch);
+            d.cancel_write(stale.into_iter().map(|o| mark(o, &orphans_tx)).collect());
+            if current.is_empty() {
+                break;
+            }
+            match offset().await {
+                Some(at) => {
+                    let marks = current.into_iter().map(|o| mark(o, &orphans_tx)).collect();
+                    // A restore in between makes the gate refuse this epoch: the marks clear.
+                    d.settle_batch(at, epoch, Vec::new(), marks);
+                    break;
+                }
+                None => {
+                    tracing::warn!(
+                        writes = current.len(),
+                        "cannot learn Valkey's replication offset for writes whose outcome is unknown; their keys stay dirty, asking again in {backoff:?}"
+                    );
+                    pending = current;
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                }
+            }
+        }
+    }
+}
+
+fn mark(o: Orphan, orphans: &Orphans) -> WriteMark {
+    WriteMark::new(o.generation, o.scope, o.epoch, orphans.clone())
+}

@@ -1,0 +1,241 @@
+//! The durability rule's corners, against a real Valkey with a slowed journal: scripts'
+//! undeclared keys, data shown by keyless commands, the replication stream, write marks
+//! that must not leak when connections break, and WAIT / WAITAOF counting walrus.
+mod common;
+use common::*;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Every journal write takes this long: a reply that comes much sooner than this after its
+/// write ran cannot be covered by the journal.
+const JOURNAL_DELAY_MS: u64 = 1500;
+/// A reply within this time of its request, while a write it depends on waits for the
+/// journal, is a dirty read.
+const EARLY: Duration = Duration::from_millis(300);
+
+fn slow_walrus(v: &Valkey) -> Walrus {
+    let delay = JOURNAL_DELAY_MS.to_string();
+    Walrus::start_opts(
+        &v.addr(),
+        "io_backend = \"sync\"\n",
+        &[],
+        None,
+        &[("WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS", &delay)],
+    )
+}
+
+fn send(c: &mut Raw, args: &[&str]) {
+    c.send_raw(&walrus::resp::write::command(
+        args.iter().map(|a| a.as_bytes()),
+    ));
+}
+
+/// Whether a reply arrives within `within`.
+fn replied_within(c: &Raw, within: Duration) -> bool {
+    c.stream.set_read_timeout(Some(within)).unwrap();
+    let mut b = [0u8; 1];
+    let r = c.stream.peek(&mut b);
+    c.stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    matches!(r, Ok(n) if n > 0)
+}
+
+/// Sends `write` on `writer` and waits until Valkey has run it (`probe` on Valkey directly
+/// returns `ran`): from then on its effects are dirty until the journal covers them.
+fn run_unjournaled(writer: &mut Raw, write: &[&str], direct: &mut Raw, probe: &[&str], ran: &[u8]) {
+    send(writer, write);
+    while direct.cmd(probe) != ran {}
+}
+
+#[test]
+fn a_scripts_undeclared_keys_are_dirty_for_every_reader() {
+    let v = Valkey::start();
+    let w = slow_walrus(&v);
+    let mut writer = Raw::connect(&w.addr);
+    let mut direct = Raw::connect(&v.addr());
+    run_unjournaled(
+        &mut writer,
+        &[
+            "EVAL",
+            "redis.call('set', KEYS[1], 1); redis.call('select', 5); redis.call('set', 'x', 'new'); return 1",
+            "1",
+            "a",
+        ],
+        &mut direct,
+        &["GET", "a"],
+        b"$1\r\n1\r\n",
+    );
+    // The script wrote `x` in database 5 without declaring it.
+    let reads: [&[&str]; 2] = [
+        &["GET", "x"],
+        &["EVAL_RO", "return redis.call('get', 'x')", "0"],
+    ];
+    let mut readers = Vec::new();
+    for read in reads {
+        let mut reader = Raw::connect(&w.addr);
+        assert_eq!(reader.cmd(&["SELECT", "5"]), b"+OK\r\n");
+        send(&mut reader, read);
+        readers.push((read, reader));
+    }
+    for (read, reader) in &readers {
+        assert!(
+            !replied_within(reader, EARLY),
+            "{read:?} answered before the script's write was durable"
+        );
+    }
+    for (_, mut reader) in readers {
+        assert_eq!(reader.read_frame(), b"$3\r\nnew\r\n");
+    }
+    assert_eq!(writer.read_frame(), b":1\r\n");
+}
+
+#[test]
+fn keyless_commands_that_show_data_wait_and_the_others_do_not() {
+    let v = Valkey::start_with(&["--enable-debug-command", "yes"]);
+    let w = slow_walrus(&v);
+    let mut writer = Raw::connect(&w.addr);
+    let mut direct = Raw::connect(&v.addr());
+    run_unjournaled(
+        &mut writer,
+        &["SET", "k", "v"],
+        &mut direct,
+        &["EXISTS", "k"],
+        b":1\r\n",
+    );
+    let mut free = Raw::connect(&w.addr);
+    for cmd in [
+        &["INFO", "server"][..],
+        &["PING"],
+        &["CONFIG", "GET", "maxmemory"],
+    ] {
+        send(&mut free, cmd);
+        assert!(replied_within(&free, Duration::from_secs(10)), "{cmd:?}");
+        free.read_frame();
+    }
+    let shows: [&[&str]; 4] = [
+        &["INFO", "keyspace"],
+        &["INFO"],
+        &["SLOWLOG", "GET"],
+        &["DEBUG", "DIGEST"],
+    ];
+    let readers: Vec<_> = shows
+        .iter()
+        .map(|cmd| {
+            let mut reader = Raw::connect(&w.addr);
+            send(&mut reader, cmd);
+            (cmd, reader)
+        })
+        .collect();
+    for (cmd, reader) in &readers {
+        assert!(
+            !replied_within(reader, EARLY),
+            "{cmd:?} answered before the write was durable"
+        );
+    }
+    for (_, mut reader) in readers {
+        reader.read_frame();
+    }
+    assert_eq!(writer.read_frame(), b"+OK\r\n");
+}
+
+#[test]
+fn clients_cannot_open_a_replication_stream() {
+    let v = Valkey::start();
+    let w = Walrus::start(&v.addr());
+    let mut c = Raw::connect(&w.addr);
+    for cmd in [
+        &["SYNC"][..],
+        &["PSYNC", "?", "-1"],
+        &["REPLCONF", "listening-port", "1"],
+    ] {
+        let r = c.cmd(cmd);
+        assert!(
+            r.starts_with(b"-ERR walrus: SYNC, PSYNC and REPLCONF are refused"),
+            "{cmd:?}: {}",
+            show(&r)
+        );
+    }
+    assert_eq!(
+        c.cmd(&["PING"]),
+        b"+PONG\r\n",
+        "the connection stays usable"
+    );
+}
+
+#[test]
+fn connections_killed_under_load_leave_no_write_pending_forever() {
+    let v = Valkey::start();
+    let w = Walrus::start(&v.addr());
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..16)
+        .map(|t| {
+            let (addr, stop) = (w.addr.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut c = Raw::connect(&addr);
+                let mut batch = Vec::new();
+                for i in 0..50 {
+                    batch.extend_from_slice(&walrus::resp::write::command([
+                        "SET".to_string(),
+                        format!("k:{t}:{i}"),
+                        "v".repeat(100),
+                    ]));
+                }
+                while !stop.load(Ordering::Relaxed) {
+                    c.send_raw(&batch);
+                    for _ in 0..50 {
+                        // Errors are expected while connections are killed.
+                        if c.try_read_frame().is_err() {
+                            return;
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut direct = Raw::connect(&v.addr());
+    for _ in 0..30 {
+        direct.cmd(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+        // Chaos pacing, not synchronization: let the load reconnect between kills.
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    // Every write walrus ever marked settles: keyspace-wide reads answer.
+    let mut c = Raw::connect(&w.addr);
+    let r = c.cmd(&["DBSIZE"]);
+    assert!(r.starts_with(b":"), "{}", show(&r));
+    assert_eq!(c.cmd(&["SET", "after", "1"]), b"+OK\r\n");
+    assert_eq!(c.cmd(&["GET", "after"]), b"$1\r\n1\r\n");
+}
+
+#[test]
+fn wait_counts_walrus_once_it_has_a_write_and_waitaof_once_it_is_on_disk() {
+    let v = Valkey::start();
+    let w = slow_walrus(&v);
+    let mut direct = Raw::connect(&v.addr());
+    assert_eq!(direct.cmd(&["SET", "k", "v"]), b"+OK\r\n");
+    // walrus has received the write (ACK) long before its journal write completes.
+    assert_eq!(direct.cmd(&["WAIT", "1", "10000"]), b":1\r\n");
+    assert_eq!(
+        direct.cmd(&["WAITAOF", "0", "1", "1"]),
+        b"*2\r\n:0\r\n:0\r\n",
+        "WAITAOF counted walrus before its journal had the write"
+    );
+    // Once durable (FACK), WAITAOF counts it.
+    assert_eq!(
+        direct.cmd(&["WAITAOF", "0", "1", "10000"]),
+        b"*2\r\n:0\r\n:1\r\n"
+    );
+    // Through walrus, the reply itself already waits for the journal.
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["SET", "k2", "v"]), b"+OK\r\n");
+    assert_eq!(
+        c.cmd(&["WAITAOF", "0", "1", "10000"]),
+        b"*2\r\n:0\r\n:1\r\n"
+    );
+}
