@@ -239,3 +239,39 @@ fn wait_counts_walrus_once_it_has_a_write_and_waitaof_once_it_is_on_disk() {
         b"*2\r\n:0\r\n:1\r\n"
     );
 }
+
+#[test]
+fn no_single_write_can_stop_the_journal() {
+    // The test journal takes entries of at most 8 MiB (TEST_JOURNAL).
+    let v = Valkey::start();
+    let w = Walrus::start(&v.addr());
+    let mut c = Raw::connect(&w.addr);
+    let big = "x".repeat(9 << 20);
+    // Known up front: refused before it reaches Valkey.
+    let r = c.cmd(&["SET", "big", &big]);
+    assert!(
+        r.starts_with(b"-ERR walrus: this write is")
+            && show(&r).contains("journal.max_entry_bytes"),
+        "{}",
+        show(&r)
+    );
+    let mut direct = Raw::connect(&v.addr());
+    assert_eq!(
+        direct.cmd(&["EXISTS", "big"]),
+        b":0\r\n",
+        "Valkey never saw it"
+    );
+    // Known only from its effects: a script writing 9 MiB. A full resync's RDB covers it,
+    // and the journal goes on.
+    let r = c.cmd(&[
+        "EVAL",
+        "redis.call('set', KEYS[1], string.rep('y', 9 * 1024 * 1024)); return 1",
+        "1",
+        "made",
+    ]);
+    assert_eq!(r, b":1\r\n");
+    w.proc.wait_line("taking a full resync", START_TIMEOUT);
+    assert_eq!(c.cmd(&["STRLEN", "made"]), b":9437184\r\n");
+    assert_eq!(c.cmd(&["SET", "after", "1"]), b"+OK\r\n");
+    assert_eq!(c.cmd(&["GET", "after"]), b"$1\r\n1\r\n");
+}

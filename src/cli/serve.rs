@@ -208,6 +208,12 @@ async fn run_proxy(
         max_query_buffer_bytes: config.proxy.max_query_buffer_bytes,
         max_pipeline_requests: config.proxy.max_pipeline_requests,
         databases,
+        max_write_bytes: if config.durability.enabled {
+            // Room for the SELECT or MULTI/EXEC Valkey may wrap around it in the stream.
+            (config.journal.max_entry_bytes as usize).saturating_sub(WRAPPING_BYTES)
+        } else {
+            usize::MAX
+        },
     });
     let listener = TcpListener::bind(config.proxy.listen)
         .await
@@ -255,6 +261,9 @@ async fn run_proxy(
     }
     Ok(())
 }
+
+/// What Valkey's replication stream may add around a client's write (SELECT, MULTI/EXEC).
+const WRAPPING_BYTES: usize = 4096;
 
 /// The journal and the replica link that feeds it.
 struct Durable {

@@ -119,3 +119,55 @@ pub async fn resolve_orphans<F, Fut>(
 fn mark(o: Orphan, orphans: &Orphans) -> WriteMark {
     WriteMark::new(o.generation, o.scope, o.epoch, orphans.clone())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::durability::Held;
+    use bytes::Bytes;
+    use std::sync::Mutex;
+
+    fn key(k: &str) -> Scope {
+        Scope::Keys {
+            db: 0,
+            keys: vec![Bytes::copy_from_slice(k.as_bytes())],
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_orphan_stays_dirty_until_valkeys_offset_is_known_and_durable() {
+        let d = Arc::new(Durability::new(1 << 20, 1 << 20));
+        d.attach(0, true, true);
+        // A request dropped with its mark (its connection broke): the write may have run.
+        drop(d.begin_write(key("a")).unwrap());
+        // Valkey's offset is unknown twice; the third answer settles the mark at 100.
+        let answers = Arc::new(Mutex::new(vec![None, None, Some(100)]));
+        let orphans = d.take_orphans().unwrap();
+        tokio::spawn(resolve_orphans(d.clone(), orphans, move || {
+            let a = answers.clone();
+            async move { a.lock().unwrap().remove(0) }
+        }));
+        // Settling records the batch's offset as executed. (Time is paused: the resolver's
+        // backoff sleeps pass as soon as every task waits.)
+        while d.snapshot().1 != 100 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
+        d.read_reply(
+            &key("a"),
+            d.epoch(),
+            Held {
+                tx,
+                reply: Bytes::from_static(b"$1\r\nv\r\n"),
+            },
+        );
+        assert!(
+            rx.try_recv().is_err(),
+            "held while the write may not be durable"
+        );
+        d.set_durable(99);
+        assert!(rx.try_recv().is_err());
+        d.set_durable(100);
+        assert_eq!(&rx.try_recv().unwrap()[..], b"$1\r\nv\r\n");
+    }
+}

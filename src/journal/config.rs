@@ -74,7 +74,9 @@ impl Default for JournalConfig {
             max_write_bytes: 1 << 20,
             max_in_flight_writes: 8,
             write_buffers: 32,
-            max_entry_bytes: 256 << 20,
+            // Valkey's largest bulk (512 MiB, like walrus's proxy.max_bulk_bytes) plus room
+            // for the rest of its command: any write a client may send fits one entry.
+            max_entry_bytes: 576 << 20,
             recovery_lookahead_bytes: 64 << 20,
         }
     }

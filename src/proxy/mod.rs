@@ -29,4 +29,7 @@ pub struct Shared {
     pub max_pipeline_requests: usize,
     /// Valkey's `databases`: SELECT is answered by walrus, so it must know the range.
     pub databases: u32,
+    /// Largest write request that can be journaled as one entry (`journal.max_entry_bytes`
+    /// when durable): a larger one is refused before it reaches Valkey.
+    pub max_write_bytes: usize,
 }

@@ -498,6 +498,13 @@ impl Session {
                 d.admit_read()?;
                 Ok(Gate::Read(scope))
             }
+            Access::Write(_) if req.raw.len() > self.shared.max_write_bytes => {
+                Err(write::error(&format!(
+                    "ERR walrus: this write is {} bytes, more than the journal takes in one entry ({} bytes, journal.max_entry_bytes): it is refused before it reaches Valkey",
+                    req.raw.len(),
+                    self.shared.max_write_bytes
+                )))
+            }
             Access::Write(scope) => {
                 let scope = if self.selected_in_multi.is_some() {
                     Scope::All

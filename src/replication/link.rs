@@ -90,6 +90,9 @@ struct LinkState {
     /// of another history. The journal's end (where a restart continues) is in this history.
     history_lsn: u64,
     attached_once: bool,
+    /// The stream held an entry too large for the journal: the next attach asks for a full
+    /// resync of the same history, whose RDB covers it.
+    full_resync: bool,
 }
 
 /// Runs the link until `stop`. `holding`: what the checkpoint and journal hold at start.
@@ -108,6 +111,7 @@ pub async fn run(
         verified: holding,
         history_lsn: 0,
         attached_once: false,
+        full_resync: false,
     };
     let mut backoff = BACKOFF_MIN;
     loop {
@@ -124,6 +128,12 @@ pub async fn run(
         };
         durability.detach();
         match attached {
+            Err(LinkError::Journal(e @ JournalError::EntryTooLarge { .. })) => {
+                // One transaction or script whose effects exceed an entry: the journal is
+                // fine, and a full resync's RDB (which holds those effects) covers it.
+                tracing::warn!("{e}: taking a full resync so that a checkpoint covers it");
+                state.full_resync = true;
+            }
             Err(LinkError::Journal(e)) => {
                 // The journal cannot take the stream: nothing more can become durable.
                 durability.fail(&e.to_string());
@@ -172,6 +182,7 @@ async fn attach(
     let mut restored = false;
     let decision_continue = decision != Decision::NewHistory;
     let from = match decision {
+        Decision::Continue(_) if std::mem::take(&mut state.full_resync) => None,
         Decision::Continue(p) => Some(p),
         Decision::NewHistory => None,
         Decision::Refuse(why) => return Err(LinkError::Conflict(why)),
