@@ -380,3 +380,28 @@ fn reply_nested_deeper_than_the_limit_is_an_error_not_a_hang() {
     let mut fresh = Raw::connect(&w.addr);
     assert_eq!(fresh.cmd(&["GET", "k"]), b"$1\r\nv\r\n");
 }
+
+#[test]
+fn a_resp3_subscriber_that_does_not_read_is_disconnected_not_buffered_forever() {
+    let v = Valkey::start();
+    let w = Walrus::start_config(&v.addr(), "[proxy]\nmax_push_bytes = 1048576\n");
+    let mut sub = Raw::connect(&w.addr);
+    let hello = sub.cmd(&["HELLO", "3"]);
+    assert!(hello.starts_with(b"%"), "{}", show(&hello));
+    sub.send_raw(&walrus::resp::write::command(["SUBSCRIBE", "ch"]));
+    let confirmed = sub.read_frame();
+    assert!(confirmed.starts_with(b">3"), "{}", show(&confirmed));
+    // The subscriber stops reading; 64 MiB of messages arrive for it.
+    let mut publisher = Raw::connect(&v.addr());
+    let message = "m".repeat(1 << 20);
+    for _ in 0..64 {
+        publisher.cmd(&["PUBLISH", "ch", &message]);
+    }
+    w.proc.wait_line(
+        "closing a client that does not read its RESP3 pushes",
+        START_TIMEOUT,
+    );
+    assert!(sub.closed(), "the subscriber is disconnected");
+    let mut other = Raw::connect(&w.addr);
+    assert_eq!(other.cmd(&["PING"]), b"+PONG\r\n");
+}

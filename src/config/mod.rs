@@ -81,6 +81,9 @@ pub struct ProxyConfig {
     pub max_reply_depth: usize,
     pub max_reply_bytes: usize,
     pub max_pipeline_requests: usize,
+    /// RESP3 pushes (Pub/Sub messages, tracking invalidations) queued for a client that does
+    /// not read them; past it the client is disconnected.
+    pub max_push_bytes: usize,
     pub shutdown_timeout_ms: u64,
 }
 
@@ -97,6 +100,8 @@ impl Default for ProxyConfig {
             max_reply_depth: l.max_reply_depth,
             max_reply_bytes: l.max_reply_bytes,
             max_pipeline_requests: 16_384,
+            // Valkey's own hard limit for Pub/Sub clients.
+            max_push_bytes: 32 << 20,
             shutdown_timeout_ms: 10_000,
         }
     }
@@ -244,6 +249,7 @@ impl Config {
         at_least("proxy.max_inline_bytes", p.max_inline_bytes as u64, 16)?;
         at_least("proxy.max_reply_depth", p.max_reply_depth as u64, 8)?;
         at_least("proxy.max_reply_bytes", p.max_reply_bytes as u64, 1024)?;
+        at_least("proxy.max_push_bytes", p.max_push_bytes as u64, 1024)?;
         at_least(
             "proxy.max_pipeline_requests",
             p.max_pipeline_requests as u64,

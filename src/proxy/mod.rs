@@ -9,6 +9,7 @@
 pub mod pinned;
 pub mod pipeline;
 pub mod pool;
+pub mod pushes;
 pub mod route;
 pub mod server;
 pub mod session;
@@ -32,4 +33,6 @@ pub struct Shared {
     /// Largest write request that can be journaled as one entry (`journal.max_entry_bytes`
     /// when durable): a larger one is refused before it reaches Valkey.
     pub max_write_bytes: usize,
+    /// RESP3 pushes queued for one client before it is disconnected.
+    pub max_push_bytes: usize,
 }

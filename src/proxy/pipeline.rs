@@ -24,6 +24,7 @@
 //! it, is dropped; the requester sees its reply channel close and answers its client with an
 //! error. Nothing is retried: a write's outcome is unknown once its connection is gone.
 
+use super::pushes::PushSender;
 use crate::durability::{dirty::Scope, Durability, Held, WriteMark};
 use crate::resp::{write, ReplyScanner};
 use crate::upstream::client::{Conn, ConnParts, UpstreamError};
@@ -111,7 +112,7 @@ pub async fn run(
     conn: Conn,
     mut requests: mpsc::Receiver<PipelinedRequest>,
     ctx: Arc<PipelineCtx>,
-    pushes: Option<mpsc::UnboundedSender<Bytes>>,
+    pushes: Option<PushSender>,
 ) -> Result<(), UpstreamError> {
     let (epoch, first) = match &ctx.durability {
         Some(d) => match wait_attached(d, &mut requests).await {
@@ -306,7 +307,7 @@ async fn writer(
 
 struct Reader {
     ctx: Arc<PipelineCtx>,
-    pushes: Option<mpsc::UnboundedSender<Bytes>>,
+    pushes: Option<PushSender>,
     /// Write replies (and transaction replies) waiting for the next ROLE.
     awaiting: Vec<Held>,
     marks: Vec<WriteMark>,
@@ -327,8 +328,10 @@ impl Reader {
                 if frame[0] == b'>' {
                     // A RESP3 push is not a reply: tracking invalidations and Pub/Sub messages
                     // of a pinned session go to its client as they come.
-                    if let Some(p) = &self.pushes {
-                        let _ = p.send(frame);
+                    if let Some(Err(queued)) = self.pushes.as_ref().map(|p| p.send(frame)) {
+                        return Err(UpstreamError::Decode(format!(
+                            "the client does not read its pushes: {queued} bytes queued, over proxy.max_push_bytes"
+                        )));
                     }
                     continue;
                 }

@@ -17,9 +17,9 @@ use crate::upstream::client::Conn;
 use crate::upstream::Upstream;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
-use tokio::sync::{mpsc, watch, Mutex};
+use tokio::sync::{mpsc, watch};
 
 /// Requests queued for one upstream connection before senders wait.
 const QUEUE_REQUESTS_MAX: usize = 4096;
@@ -41,6 +41,8 @@ struct Slot {
 pub struct Pool {
     slots: Vec<Slot>,
     next: AtomicUsize,
+    /// Set by each slot's supervisor after its first connection attempt.
+    first_attempts: Vec<watch::Receiver<bool>>,
 }
 
 impl Default for Slot {
@@ -52,23 +54,22 @@ impl Default for Slot {
 }
 
 impl Pool {
-    /// Creates the pool and waits for each slot's first connection attempt, so that the
-    /// first requests do not fail merely because connecting takes a moment.
-    async fn start(
+    /// Creates the pool; its slots start connecting (see [`Pool::ready`]).
+    fn start(
         ctx: Arc<PipelineCtx>,
         key: PoolKey,
         creds: Option<Credentials>,
         size: usize,
         backoff_max: Duration,
     ) -> Arc<Pool> {
+        let (senders, first_attempts): (Vec<_>, Vec<_>) =
+            (0..size).map(|_| watch::channel(false)).unzip();
         let pool = Arc::new(Pool {
             slots: (0..size).map(|_| Slot::default()).collect(),
             next: AtomicUsize::new(0),
+            first_attempts,
         });
-        let mut first_attempts = Vec::with_capacity(size);
-        for i in 0..size {
-            let (tx, rx) = watch::channel(false);
-            first_attempts.push(rx);
+        for (i, tx) in senders.into_iter().enumerate() {
             tokio::spawn(supervise(
                 Arc::downgrade(&pool),
                 i,
@@ -79,10 +80,15 @@ impl Pool {
                 tx,
             ));
         }
-        for mut rx in first_attempts {
+        pool
+    }
+
+    /// Waits for each slot's first connection attempt, so that the first requests do not
+    /// fail merely because connecting takes a moment.
+    pub async fn ready(&self) {
+        for mut rx in self.first_attempts.clone() {
             let _ = rx.wait_for(|done| *done).await;
         }
-        pool
     }
 
     /// Picks a slot for a new client. A client keeps its slot: its commands then reach
@@ -168,21 +174,26 @@ impl Pools {
         }
     }
 
-    /// The pool for this identity; `creds` must already be verified with Valkey.
+    /// The pool for this identity; `creds` must already be verified with Valkey. The lock
+    /// covers only the map: connecting happens outside it, so one slow connect never holds
+    /// up the clients of other identities.
     pub async fn get(&self, key: PoolKey, creds: Option<&Credentials>) -> Arc<Pool> {
-        let mut pools = self.pools.lock().await;
-        if let Some(p) = pools.get(&key) {
-            return p.clone();
-        }
-        let pool = Pool::start(
-            self.ctx.clone(),
-            key.clone(),
-            creds.cloned(),
-            self.size,
-            self.backoff_max,
-        )
-        .await;
-        pools.insert(key, pool.clone());
+        let pool = {
+            let mut pools = self.pools.lock().expect("pools lock");
+            pools
+                .entry(key)
+                .or_insert_with_key(|key| {
+                    Pool::start(
+                        self.ctx.clone(),
+                        key.clone(),
+                        creds.cloned(),
+                        self.size,
+                        self.backoff_max,
+                    )
+                })
+                .clone()
+        };
+        pool.ready().await;
         pool
     }
 

@@ -17,6 +17,7 @@
 use super::pinned;
 use super::pipeline::{self, Gate, PipelinedRequest, TxCmd};
 use super::pool::{Pool, PoolKey};
+use super::pushes::{self, PushReceiver};
 use super::route::{self, route, Local, Route};
 use super::Shared;
 use crate::config::Credentials;
@@ -88,7 +89,7 @@ struct Session {
     upstream: Upstream,
     tx: Option<mpsc::Sender<PipelinedRequest>>,
     /// RESP3 pushes from a dedicated connection.
-    pushes: Option<mpsc::UnboundedReceiver<Bytes>>,
+    pushes: Option<PushReceiver>,
     /// Inside MULTI (on the dedicated connection).
     in_multi: bool,
     /// The database a SELECT queued in the current transaction switches to: the keys of
@@ -155,6 +156,11 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
                 match push {
                     // Out of band, as Valkey sends it: pushes are not replies to any request.
                     Some(p) => if s.wr.write_all(&p).await.is_err() { return },
+                    None if s.pushes.as_ref().is_some_and(|p| p.overflowed()) => {
+                        // Valkey disconnects a subscriber past its output buffer limit too.
+                        tracing::warn!("closing a client that does not read its RESP3 pushes (over proxy.max_push_bytes)");
+                        return;
+                    }
                     None => s.pushes = None,
                 }
             }
@@ -251,7 +257,7 @@ async fn next_reply(pending: &mut VecDeque<Pending>) -> Bytes {
     }
 }
 
-async fn next_push(pushes: &mut Option<mpsc::UnboundedReceiver<Bytes>>) -> Option<Bytes> {
+async fn next_push(pushes: &mut Option<PushReceiver>) -> Option<Bytes> {
     pushes
         .as_mut()
         .expect("guarded by the select condition")
@@ -348,7 +354,7 @@ impl Session {
         };
         let conn = pinned::open(&self.shared, &start).await?;
         let (tx, rx) = mpsc::channel(DEDICATED_QUEUE_REQUESTS);
-        let (push_tx, push_rx) = mpsc::unbounded_channel();
+        let (push_tx, push_rx) = pushes::channel(self.shared.max_push_bytes);
         let ctx = self.shared.pools.ctx().clone();
         tokio::spawn(async move {
             if let Err(e) = pipeline::run(conn, rx, ctx, Some(push_tx)).await {
