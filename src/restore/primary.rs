@@ -59,14 +59,7 @@ pub async fn load(
 ) -> Result<(), LoadError> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
-    let mut control = Conn::control(up).await?;
-    control
-        .expect_ok(write::command([
-            "REPLICAOF",
-            "127.0.0.1",
-            &port.to_string(),
-        ]))
-        .await?;
+    control(up, &["REPLICAOF", "127.0.0.1", &port.to_string()]).await?;
     let (sock, _) = tokio::time::timeout(timeout, listener.accept())
         .await
         .map_err(|_| LoadError::Timeout("connect to walrus as a replica", timeout))??;
@@ -117,10 +110,17 @@ pub async fn load(
             Ok(Ok(())) => {}
         }
     }
-    control
-        .expect_ok(write::command(["REPLICAOF", "NO", "ONE"]))
-        .await?;
+    control(up, &["REPLICAOF", "NO", "ONE"]).await?;
     Ok(())
+}
+
+/// Sends one command on a fresh control connection: none is held open across the restore,
+/// where a `CLIENT KILL` could break it.
+async fn control(up: &Upstream, cmd: &[&str]) -> Result<(), UpstreamError> {
+    Conn::control(up)
+        .await?
+        .expect_ok(write::command(cmd.iter().copied()))
+        .await
 }
 
 /// Answers Valkey's replica handshake until its PSYNC (or SYNC).
