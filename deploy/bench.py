@@ -8,6 +8,7 @@ and the median of the per-round ratios against the first setup.
     deploy/bench.py --suite proxy        # Valkey direct vs walrus as a plain proxy (journal off)
     deploy/bench.py --suite durability   # no persistence, appendfsync everysec/always, walrus durable
     deploy/bench.py --suite durability --rounds 3
+    deploy/bench.py --suite scripts      # what scripts (treated as touching every key) cost readers
     deploy/bench.py --suite restore      # restart of ~1 GB: walrus restore vs Valkey AOF/RDB load; p99 in a checkpoint
     deploy/bench.py --suite restore --dataset-mb 128 --rounds 1   # a quick run
 
@@ -533,9 +534,50 @@ def restore_suite(opts, tmp):
         print("\nwalrus log of the last restart:\n" + "\n".join(walrus_log))
 
 
+# --- scripts suite ---------------------------------------------------------------------------
+#
+# What treating every script as touching every key costs readers: 50 clients GET keys nobody
+# writes while 10 other clients write, either with SET (walrus knows the key: the GETs are
+# clean and never wait) or with the same SET inside EVAL (the script may touch any key: every
+# GET waits for the journal to cover the pending script writes). Both through walrus durable,
+# alternating in each round.
+
+SCRIPT_WRITERS = [
+    ("SET", ["SET", "w:__rand_int__", "v"]),
+    ("EVAL", ["EVAL", "return redis.call('SET', KEYS[1], ARGV[1])", "1", "w:__rand_int__", "v"]),
+]
+SCRIPT_READS = ["-c", "50", "-r", "100000", "GET", "r:__rand_int__"]
+
+
+def scripts_suite(opts, tmp):
+    v, vport = start_valkey(tmp, WALRUS_VALKEY_SETTINGS)
+    _, port = start_walrus(tmp, vport, durable=True)
+    requests = max(1, int(100000 * opts.scale))
+    results = {name: [] for name, _ in SCRIPT_WRITERS}
+    for r in range(opts.rounds):
+        for name, cmd in SCRIPT_WRITERS:
+            writer = subprocess.Popen(["redis-benchmark", "-p", str(port), "-c", "10", "-n", "100000000",
+                                       "-r", "100000", *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                results[name].append(redis_benchmark(port, SCRIPT_READS, requests))
+            finally:
+                writer.terminate()
+                writer.wait()
+        print("round %d/%d done" % (r + 1, opts.rounds), file=sys.stderr)
+    print("\nscripts suite, %d rounds, medians: GET of unwritten keys (50 clients, walrus durable) "
+          "while 10 clients write\n" % opts.rounds)
+    print("| concurrent writes | GET ops/s | GET p50 ms | GET p99 ms | ops/s vs SET |")
+    print("|---|---|---|---|---|")
+    med = lambda rows, i: statistics.median(x[i] for x in rows)
+    for name, _ in SCRIPT_WRITERS:
+        ratio = statistics.median(b[0] / a[0] for a, b in zip(results["SET"], results[name]))
+        print("| %s | %.0f | %.3f | %.3f | %.2fx |" % (name, med(results[name], 0), med(results[name], 1),
+                                                     med(results[name], 2), ratio))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--suite", choices=["proxy", "durability", "restore"], default="proxy")
+    ap.add_argument("--suite", choices=["proxy", "durability", "restore", "scripts"], default="proxy")
     ap.add_argument("--rounds", type=int, default=None, help="default 5 (restore: 3)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies every workload's request count")
     ap.add_argument("--no-build", action="store_true")
@@ -558,10 +600,10 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not opts.no_build:
         subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
-    if opts.suite == "restore":
+    if opts.suite in ("restore", "scripts"):
         tmp = tempfile.mkdtemp(prefix="walrus-bench-")
         try:
-            restore_suite(opts, tmp)
+            (restore_suite if opts.suite == "restore" else scripts_suite)(opts, tmp)
         finally:
             for p in reversed(list(LIVE)):
                 p.stop()
