@@ -126,6 +126,8 @@ pub async fn run(
         buf,
         scanner,
     } = conn.into_parts();
+    // How Valkey names this connection (`CLIENT KILL ADDR`), should walrus drop it itself.
+    let local = stream.local_addr().ok();
     let (rd, wr) = stream.into_split();
     let (inflight_tx, mut inflight_rx) = mpsc::unbounded_channel();
     let gated = ctx.durability.is_some();
@@ -152,6 +154,12 @@ pub async fn run(
         }
         let awaiting = std::mem::take(&mut reader.awaiting);
         if !awaiting.is_empty() || !marks.is_empty() {
+            // walrus may have closed the socket itself (a reply over its limits) while Valkey
+            // still holds commands of it to run: close it on Valkey's side first, so that the
+            // offset learned afterwards covers everything it will ever run.
+            if let Some(addr) = local {
+                ctx.oracle.close(&ctx.upstream, addr).await;
+            }
             let hint = ctx.oracle.offset(&ctx.upstream).await;
             d.abandon_batch(awaiting, marks, lost_reply(), hint.map(|o| (o, epoch)));
         }
@@ -206,6 +214,25 @@ impl OffsetOracle {
     pub fn new() -> OffsetOracle {
         OffsetOracle {
             conn: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Makes Valkey close the client connecting from `addr` (if it still has it): it runs
+    /// none of that client's commands after this.
+    pub async fn close(&self, up: &Upstream, addr: std::net::SocketAddr) {
+        let mut slot = self.conn.lock().await;
+        if slot.is_none() {
+            *slot = Conn::control(up).await.ok();
+        }
+        if let Some(conn) = slot.as_mut() {
+            let kill = write::command(["CLIENT", "KILL", "ADDR", &addr.to_string()]);
+            // "-ERR No such client" when Valkey already closed it: fine.
+            if !matches!(
+                tokio::time::timeout(up.connect_timeout, conn.call_raw(&kill)).await,
+                Ok(Ok(_))
+            ) {
+                *slot = None;
+            }
         }
     }
 

@@ -205,3 +205,66 @@ impl Pools {
         &self.ctx
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::pipeline::OffsetOracle;
+
+    #[tokio::test]
+    async fn one_identitys_stuck_connect_does_not_hold_up_another() {
+        // A "Valkey" that accepts connections and never answers: a RESP3 pool's HELLO 3
+        // waits forever, while an unauthenticated RESP2 pool sends nothing before serving.
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = silent.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = silent.accept().await {
+                held.push(s);
+            }
+        });
+        let ctx = Arc::new(PipelineCtx {
+            upstream: Upstream {
+                address,
+                credentials: None,
+                connect_timeout: Duration::from_secs(5),
+                limits: crate::resp::Limits::default(),
+            },
+            durability: None,
+            oracle: OffsetOracle::new(),
+        });
+        let pools = Arc::new(Pools::new(ctx, 1, Duration::from_millis(100)));
+        let stuck = {
+            let pools = pools.clone();
+            tokio::spawn(async move {
+                pools
+                    .get(
+                        PoolKey {
+                            user: None,
+                            resp3: true,
+                        },
+                        None,
+                    )
+                    .await
+            })
+        };
+        tokio::task::yield_now().await;
+        let other = tokio::time::timeout(
+            Duration::from_secs(5),
+            pools.get(
+                PoolKey {
+                    user: None,
+                    resp3: false,
+                },
+                None,
+            ),
+        )
+        .await;
+        assert!(
+            other.is_ok(),
+            "a RESP2 client waited behind a RESP3 pool's connect"
+        );
+        assert!(!stuck.is_finished());
+        stuck.abort();
+    }
+}
