@@ -22,18 +22,6 @@ const RUN: Duration = Duration::from_secs(10);
 /// Few keys, so that reads often meet writes still in flight.
 const KEYS: u64 = 4;
 
-/// xorshift, seeded per thread.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
 type Acks = Arc<Mutex<HashMap<String, Instant>>>;
 type Seen = Arc<Mutex<Vec<(String, Instant)>>>;
 

@@ -14,24 +14,11 @@ const WRITERS: usize = 3;
 /// Where clients find walrus now (it listens on a new port after each restart).
 type Addr = Arc<Mutex<String>>;
 
-/// xorshift: reproducible from the printed seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 fn connect(addr: &Addr, stop: &AtomicBool) -> Option<Raw> {
     while !stop.load(Ordering::Relaxed) {
         let a = addr.lock().unwrap().clone();
-        if let Ok(s) = std::net::TcpStream::connect(&a) {
-            drop(s);
-            return Some(Raw::connect(&a));
+        if let Ok(c) = Raw::try_connect(&a) {
+            return Some(c);
         }
         // walrus is restarting: nothing to wait on but time.
         std::thread::sleep(Duration::from_millis(5));
@@ -40,9 +27,13 @@ fn connect(addr: &Addr, stop: &AtomicBool) -> Option<Raw> {
 }
 
 fn try_cmd(c: &mut Raw, args: &[&str]) -> Option<Vec<u8>> {
-    c.send_raw(&walrus::resp::write::command(
-        args.iter().map(|a| a.as_bytes()),
-    ));
+    use std::io::Write;
+    // walrus may be gone (killed): a failed send is a connection to remake, not a failure.
+    c.stream
+        .write_all(&walrus::resp::write::command(
+            args.iter().map(|a| a.as_bytes()),
+        ))
+        .ok()?;
     c.try_read_frame().ok()
 }
 

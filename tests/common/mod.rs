@@ -312,16 +312,19 @@ pub struct Raw {
 
 impl Raw {
     pub fn connect(addr: &str) -> Raw {
-        let stream = TcpStream::connect(addr).unwrap();
-        stream.set_nodelay(true).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .unwrap();
-        Raw {
+        Raw::try_connect(addr).unwrap_or_else(|e| panic!("connecting to {addr}: {e}"))
+    }
+
+    /// A connection, or why there is none (the server is restarting).
+    pub fn try_connect(addr: &str) -> std::io::Result<Raw> {
+        let stream = TcpStream::connect(addr)?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(Duration::from_secs(20)))?;
+        Ok(Raw {
             stream,
             buf: BytesMut::new(),
             scanner: ReplyScanner::new(Limits::default()),
-        }
+        })
     }
 
     pub fn send_raw(&mut self, bytes: &[u8]) {
@@ -373,4 +376,21 @@ impl Raw {
 /// Shows a reply readably in assertion messages.
 pub fn show(b: &[u8]) -> String {
     String::from_utf8_lossy(b).replace("\r\n", "⏎")
+}
+
+/// xorshift: reproducible randomness from a printed seed, without a dependency.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
 }
