@@ -275,3 +275,53 @@ fn no_single_write_can_stop_the_journal() {
     assert_eq!(c.cmd(&["SET", "after", "1"]), b"+OK\r\n");
     assert_eq!(c.cmd(&["GET", "after"]), b"$1\r\n1\r\n");
 }
+
+#[test]
+fn a_script_declaring_no_writes_does_not_hold_up_clean_reads() {
+    let v = Valkey::start();
+    let w = slow_walrus(&v);
+    let mut writer = Raw::connect(&w.addr);
+    let mut direct = Raw::connect(&v.addr());
+    assert_eq!(writer.cmd(&["SET", "clean", "c"]), b"+OK\r\n");
+    run_unjournaled(
+        &mut writer,
+        &["SET", "k", "v"],
+        &mut direct,
+        &["EXISTS", "k"],
+        b":1\r\n",
+    );
+    // The script may read anything, so it waits for the pending write; it cannot write, so
+    // it dirties nothing: a read of a clean key sent after it is answered at once.
+    let calls = |d: &mut Raw| {
+        let info = String::from_utf8(d.cmd(&["INFO", "commandstats"])).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_eval:calls="))
+            .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let before = calls(&mut direct);
+    let mut script = Raw::connect(&w.addr);
+    send(
+        &mut script,
+        &[
+            "EVAL",
+            "#!lua flags=no-writes\nreturn redis.call('get', KEYS[1])",
+            "1",
+            "k",
+        ],
+    );
+    while calls(&mut direct) == before {}
+    let mut reader = Raw::connect(&w.addr);
+    send(&mut reader, &["GET", "clean"]);
+    assert!(
+        replied_within(&reader, Duration::from_secs(1)),
+        "a clean read waited behind a script that cannot write"
+    );
+    assert_eq!(reader.read_frame(), b"$1\r\nc\r\n");
+    assert!(
+        !replied_within(&script, EARLY),
+        "the script read k before it was durable"
+    );
+    assert_eq!(script.read_frame(), b"$1\r\nv\r\n");
+    assert_eq!(writer.read_frame(), b"+OK\r\n");
+}

@@ -2,7 +2,9 @@
 //!
 //! Mostly decided from Valkey's own command table (flags and key specs); the exceptions are
 //! written here, each with why:
-//! - scripts and functions may touch undeclared keys in any database: they touch everything;
+//! - scripts and functions may touch undeclared keys in any database: they touch everything
+//!   (only reading it, for an EVAL whose shebang declares `no-writes`: Valkey refuses its
+//!   writes);
 //! - MOVE and COPY ... DB write a database their key specs do not name;
 //! - FLUSHDB empties one database;
 //! - a few commands flagged neither `readonly` nor with keys still show data
@@ -47,7 +49,7 @@ pub fn access(class: &crate::commands::Class, args: &[Bytes], raw_len: usize, db
     // not declare, in any database: standalone Valkey allows it. Whatever they declare,
     // they count as touching everything.
     if info.flags.no_mandatory_keys {
-        return if class.may_write {
+        return if class.may_write && !declares_no_writes(&info.name, args) {
             Access::Write(Scope::All)
         } else {
             Access::Read(Scope::All)
@@ -102,5 +104,58 @@ fn reveals_data(name: &str, args: &[Bytes]) -> bool {
         }
         "slowlog|get" | "function|dump" | "function|list" | "debug" => true,
         _ => false,
+    }
+}
+
+/// An EVAL whose script starts with a shebang declaring `flags=no-writes`
+/// (`#!lua flags=no-writes,...`): Valkey refuses any write it attempts.
+fn declares_no_writes(name: &str, args: &[Bytes]) -> bool {
+    let Some(body) = args.get(1).filter(|_| name == "eval") else {
+        return false;
+    };
+    let Some(shebang) = body.strip_prefix(b"#!") else {
+        return false;
+    };
+    let line = shebang.split(|&b| b == b'\n').next().unwrap_or_default();
+    String::from_utf8_lossy(line)
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("flags="))
+        .any(|flags| flags.split(',').any(|f| f == "no-writes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eval(body: &str) -> Vec<Bytes> {
+        vec![
+            Bytes::from_static(b"EVAL"),
+            Bytes::copy_from_slice(body.as_bytes()),
+        ]
+    }
+
+    #[test]
+    fn only_an_eval_shebang_declaring_no_writes_counts() {
+        assert!(declares_no_writes(
+            "eval",
+            &eval("#!lua flags=no-writes\nreturn 1")
+        ));
+        assert!(declares_no_writes(
+            "eval",
+            &eval("#!lua flags=allow-stale,no-writes\nreturn 1")
+        ));
+        assert!(!declares_no_writes("eval", &eval("#!lua\nreturn 1")));
+        assert!(!declares_no_writes(
+            "eval",
+            &eval("return 1 -- flags=no-writes")
+        ));
+        assert!(!declares_no_writes(
+            "eval",
+            &eval("#!lua flags=allow-oom\nreturn 'no-writes'")
+        ));
+        assert!(!declares_no_writes(
+            "evalsha",
+            &eval("#!lua flags=no-writes\n")
+        ));
     }
 }
