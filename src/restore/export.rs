@@ -22,9 +22,9 @@ use crate::checkpoint::store::{Checkpoint, Store};
 use crate::journal::manifest::{fsync_dir, Manifest, MANIFEST_FILE};
 use crate::journal::ring::segment_path;
 use crate::journal::{IoBackendChoice, Journal, JournalConfig, JournalError};
-use crate::replication::rdb::RdbDigest;
-use crate::resp::{Limits, ReplyScanner};
-use std::io::{Read, Write};
+use crate::resp::{Limits, RequestParser};
+use bytes::BytesMut;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// What an export wrote.
@@ -169,7 +169,7 @@ fn write_aof(
     journal: &Journal,
 ) -> Result<ExportSummary, String> {
     let path = store.path_of(cp);
-    let rdb_bytes = copy_rdb(w, &path, cp)?;
+    let rdb_bytes = copy_rdb(w, &path)?;
     let mut filter = Filter::new(cp.offset);
     // The closure can only fail with a ChainError: the real reason waits here.
     let mut failure: Option<String> = None;
@@ -199,45 +199,21 @@ fn write_aof(
     })
 }
 
-/// Copies the RDB verbatim, checking again that its bytes are the verified ones. Returns
-/// its size.
-fn copy_rdb(w: &mut impl Write, path: &Path, cp: &Checkpoint) -> Result<u64, String> {
-    let what = |e: std::io::Error| format!("reading checkpoint {}: {e}", path.display());
-    let mut f = std::fs::File::open(path).map_err(what)?;
-    let mut digest = RdbDigest::default();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).map_err(what)?;
-        if n == 0 {
-            break;
-        }
-        let chunk = &buf[..n];
-        digest.update(chunk);
-        w.write_all(chunk)
-            .map_err(|e| format!("writing the output: {e}"))?;
-    }
-    let sum = digest
-        .finish()
-        .map_err(|e| format!("checkpoint {} changed while read: {e}", path.display()))?;
-    if sum.bytes != cp.size || sum.crc64 != cp.crc64 {
-        return Err(format!(
-            "checkpoint {} changed while read ({} bytes, CRC-64 {:016x}; the manifest records {} and {:016x})",
-            path.display(),
-            sum.bytes,
-            sum.crc64,
-            cp.size,
-            cp.crc64
-        ));
-    }
-    Ok(sum.bytes)
+/// Copies the RDB verbatim (verified just before, with the journal's lock held: nothing
+/// changes it meanwhile). Returns its size.
+fn copy_rdb(w: &mut impl Write, path: &Path) -> Result<u64, String> {
+    let mut f = std::fs::File::open(path)
+        .map_err(|e| format!("reading checkpoint {}: {e}", path.display()))?;
+    std::io::copy(&mut f, w).map_err(|e| format!("copying checkpoint {}: {e}", path.display()))
 }
 
-/// Cuts the stream into commands and keeps all but the replication-only ones. A command
-/// may continue from one journal slice into the next: its start is carried over.
+/// Cuts the stream into commands (with the client request parser: the stream is made of
+/// the same arrays of bulk strings) and keeps all but the replication-only ones. A command
+/// may continue from one journal slice into the next: it waits in `pending`.
 struct Filter {
-    scanner: ReplyScanner,
-    carry: Vec<u8>,
-    /// Replication offset of the first byte not yet consumed (the start of `carry`).
+    parser: RequestParser,
+    pending: BytesMut,
+    /// Replication offset of the first byte not yet consumed (the start of `pending`).
     offset: u64,
     kept: u64,
     kept_bytes: u64,
@@ -250,11 +226,12 @@ impl Filter {
         Filter {
             // A command is as large as Valkey accepted it; the journal's entry limit already
             // bounded what was stored.
-            scanner: ReplyScanner::new(Limits {
-                max_reply_bytes: usize::MAX / 2,
+            parser: RequestParser::new(Limits {
+                max_bulk_bytes: usize::MAX / 2,
+                max_array_len: usize::MAX / 2,
                 ..Limits::default()
             }),
-            carry: Vec::new(),
+            pending: BytesMut::new(),
             offset,
             kept: 0,
             kept_bytes: 0,
@@ -263,81 +240,53 @@ impl Filter {
         }
     }
 
+    /// Writes the whole commands `bytes` completes.
     fn feed(&mut self, bytes: &[u8], w: &mut impl Write) -> Result<(), String> {
-        if self.carry.is_empty() {
-            let used = self.commands(bytes, w)?;
-            self.carry.extend_from_slice(&bytes[used..]);
-        } else {
-            let mut carry = std::mem::take(&mut self.carry);
-            carry.extend_from_slice(bytes);
-            let used = self.commands(&carry, w)?;
-            carry.drain(..used);
-            self.carry = carry;
-        }
-        Ok(())
-    }
-
-    /// Writes the whole commands at the front of `buf`; returns how many bytes they took.
-    fn commands(&mut self, buf: &[u8], w: &mut impl Write) -> Result<usize, String> {
-        let mut pos = 0;
+        self.pending.extend_from_slice(bytes);
         loop {
-            let scanned = self.scanner.scan(&buf[pos..]).map_err(|e| {
-                format!(
-                    "the journal's stream is not RESP at replication offset {}: {e}",
-                    self.offset
-                )
-            })?;
-            let Some(n) = scanned else {
-                return Ok(pos);
-            };
-            let frame = &buf[pos..pos + n];
-            let name = command_name(frame).ok_or_else(|| {
-                format!(
+            // The parser would take anything else for an inline command.
+            if self.pending.first().is_some_and(|&b| b != b'*') {
+                return Err(format!(
                     "the journal's stream holds something other than a command at replication offset {}: {:?}",
                     self.offset,
-                    String::from_utf8_lossy(&frame[..frame.len().min(64)])
+                    String::from_utf8_lossy(&self.pending[..self.pending.len().min(64)])
+                ));
+            }
+            let parsed = self.parser.next(&mut self.pending).map_err(|e| {
+                format!(
+                    "the journal's stream is not RESP at replication offset {}: {}",
+                    self.offset, e.0
                 )
             })?;
+            let Some(req) = parsed else {
+                return Ok(());
+            };
+            let n = req.raw.len() as u64;
+            let name = req.name();
             if name.eq_ignore_ascii_case(b"PING") || name.eq_ignore_ascii_case(b"REPLCONF") {
                 self.dropped += 1;
-                self.dropped_bytes += n as u64;
+                self.dropped_bytes += n;
             } else {
-                w.write_all(frame)
+                w.write_all(&req.raw)
                     .map_err(|e| format!("writing the output: {e}"))?;
                 self.kept += 1;
-                self.kept_bytes += n as u64;
+                self.kept_bytes += n;
             }
-            self.offset += n as u64;
-            pos += n;
+            self.offset += n;
         }
     }
 
     /// The stream must end after a whole command.
     fn finish(&self) -> Result<(), String> {
-        if self.carry.is_empty() {
+        if self.pending.is_empty() {
             return Ok(());
         }
         Err(format!(
             "the journal's stream ends inside a command ({} bytes from replication offset {})",
-            self.carry.len(),
+            self.pending.len(),
             self.offset
         ))
     }
-}
-
-/// The first element of a command (a RESP array of bulk strings), or `None` if `frame` is
-/// not one.
-fn command_name(frame: &[u8]) -> Option<&[u8]> {
-    let rest = frame.strip_prefix(b"*")?;
-    let cr = rest.iter().position(|&b| b == b'\r')?;
-    let count: u64 = std::str::from_utf8(&rest[..cr]).ok()?.parse().ok()?;
-    if count == 0 {
-        return None;
-    }
-    let rest = rest.get(cr + 2..)?.strip_prefix(b"$")?;
-    let cr = rest.iter().position(|&b| b == b'\r')?;
-    let len: usize = std::str::from_utf8(&rest[..cr]).ok()?.parse().ok()?;
-    rest.get(cr + 2..cr + 2 + len)
 }
 
 #[cfg(test)]
