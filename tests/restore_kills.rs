@@ -5,25 +5,52 @@ mod common;
 use common::*;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
 const CYCLES: usize = 21;
 const WRITERS: usize = 3;
 
 /// Where clients find walrus now (it listens on a new port after each restart).
-type Addr = Arc<Mutex<String>>;
+#[derive(Default)]
+struct Target {
+    addr: Mutex<String>,
+    /// Signalled when `addr` changes, and at the end.
+    changed: Condvar,
+}
 
-fn connect(addr: &Addr, stop: &AtomicBool) -> Option<Raw> {
-    while !stop.load(Ordering::Relaxed) {
-        let a = addr.lock().unwrap().clone();
-        if let Ok(c) = Raw::try_connect(&a) {
+type Addr = Arc<Target>;
+
+impl Target {
+    fn set(&self, addr: &str) {
+        *self.addr.lock().unwrap() = addr.to_string();
+        self.changed.notify_all();
+    }
+
+    /// Wakes every client waiting for a new address: the test is over.
+    fn stop(&self, stop: &AtomicBool) {
+        let _held = self.addr.lock().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        self.changed.notify_all();
+    }
+}
+
+/// A connection to walrus; when it is down, waits for the test to restart it elsewhere.
+fn connect(target: &Addr, stop: &AtomicBool) -> Option<Raw> {
+    let mut addr = target.addr.lock().unwrap();
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        let tried = addr.clone();
+        if let Ok(c) = Raw::try_connect(&tried) {
             return Some(c);
         }
-        // walrus is restarting: nothing to wait on but time.
-        std::thread::sleep(Duration::from_millis(5));
+        addr = target
+            .changed
+            .wait_while(addr, |a| *a == tried && !stop.load(Ordering::Relaxed))
+            .unwrap();
     }
-    None
 }
 
 fn try_cmd(c: &mut Raw, args: &[&str]) -> Option<Vec<u8>> {
@@ -129,7 +156,8 @@ fn kills_of_valkey_walrus_or_both_lose_nothing_acknowledged_or_seen() {
     let upstream = format!("127.0.0.1:{port}");
     let start_walrus = || Walrus::start_opts(&upstream, "", &[], Some(&data), &[]);
     let mut w = start_walrus();
-    let addr: Addr = Arc::new(Mutex::new(w.addr.clone()));
+    let addr: Addr = Arc::default();
+    addr.set(&w.addr);
     let stop = Arc::new(AtomicBool::new(false));
     let written = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -184,7 +212,7 @@ fn kills_of_valkey_walrus_or_both_lose_nothing_acknowledged_or_seen() {
         }
         if kind != 0 {
             w = start_walrus();
-            *addr.lock().unwrap() = w.addr.clone();
+            addr.set(&w.addr);
         } else {
             w.proc
                 .wait_line("Valkey continued with a partial resync", START_TIMEOUT);
@@ -196,7 +224,7 @@ fn kills_of_valkey_walrus_or_both_lose_nothing_acknowledged_or_seen() {
             .recv_timeout(START_TIMEOUT)
             .expect("a write after the last cycle"),
     );
-    stop.store(true, Ordering::Relaxed);
+    addr.stop(&stop);
     for t in threads {
         t.join().unwrap();
     }

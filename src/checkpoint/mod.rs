@@ -90,10 +90,10 @@ pub async fn run(
 /// there, so nothing before it is needed (they are in its RDB, or belong to a history it
 /// replaced). Returns whether anything was released.
 async fn release_unneeded(journal: &Arc<Journal>, store: &Store) -> bool {
-    let Some(cp) = store.recorded() else {
+    let Some(from_lsn) = store.recorded_from_lsn() else {
         return false;
     };
-    let upto = (cp.from_lsn - 1).min(journal.durable().borrow().lsn);
+    let upto = (from_lsn - 1).min(journal.durable().borrow().lsn);
     if upto <= journal.released_through() {
         return false;
     }
@@ -153,7 +153,7 @@ async fn take(
         ));
     }
     let store = cfg.store.clone();
-    let current_from = store.recorded().map_or(1, |c| c.from_lsn);
+    let current_from = store.recorded_from_lsn().unwrap_or(1);
     let from_lsn = (before.lsn + 1).max(current_from);
     let recorded =
         tokio::task::spawn_blocking(move || store.record(&stored, &replid, offset, from_lsn))

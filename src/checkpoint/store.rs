@@ -125,6 +125,16 @@ impl Store {
             .clone()
     }
 
+    /// The recorded checkpoint's `from_lsn`, from memory: asked after every durable
+    /// advance, so it copies no strings.
+    pub fn recorded_from_lsn(&self) -> Option<u64> {
+        self.recorded
+            .lock()
+            .expect("checkpoint record lock")
+            .as_ref()
+            .map(|c| c.from_lsn)
+    }
+
     /// The recorded checkpoint, read from the manifest.
     pub fn current(&self) -> Result<Option<Checkpoint>, StoreError> {
         let path = self.dir.join(MANIFEST_FILE);
