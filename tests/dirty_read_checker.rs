@@ -190,14 +190,7 @@ fn reader(
 fn no_read_shows_a_write_before_it_is_acknowledged_and_nothing_hangs() {
     let v = Valkey::start();
     let port = v.port;
-    let delay = JOURNAL_DELAY_MS.to_string();
-    let w = Walrus::start_opts(
-        &v.addr(),
-        "io_backend = \"sync\"\n",
-        &[],
-        None,
-        &[("WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS", &delay)],
-    );
+    let w = Walrus::slow(&v, JOURNAL_DELAY_MS);
     let mut setup = Raw::connect(&w.addr);
     let r = setup.cmd(&["FUNCTION", "LOAD", LIBRARY]);
     assert_eq!(show(&r), "$7⏎checker⏎");

@@ -190,18 +190,6 @@ fn acknowledged_writes_survive_sigkill_of_walrus() {
     }
 }
 
-/// walrus whose journal device takes `delay_ms` for every write.
-fn slow_walrus(v: &Valkey, delay_ms: u64) -> Walrus {
-    let delay = delay_ms.to_string();
-    Walrus::start_opts(
-        &v.addr(),
-        "io_backend = \"sync\"\n",
-        &[],
-        None,
-        &[("WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS", &delay)],
-    )
-}
-
 /// True when `c` has bytes to read right now.
 fn has_reply(c: &Raw) -> bool {
     c.stream.set_nonblocking(true).unwrap();
@@ -214,7 +202,7 @@ fn has_reply(c: &Raw) -> bool {
 #[test]
 fn reads_wait_for_the_journal_and_clean_reads_do_not() {
     let v = Valkey::start();
-    let w = slow_walrus(&v, 300);
+    let w = Walrus::slow(&v, 300);
     let mut writer = Raw::connect(&w.addr);
     let mut reader = Raw::connect(&w.addr);
     let mut direct = Raw::connect(&v.addr());
@@ -260,7 +248,7 @@ fn reads_wait_for_the_journal_and_clean_reads_do_not() {
 fn readers_hammering_a_key_never_see_a_value_before_its_write_is_acknowledged() {
     let v = Valkey::start();
     let delay = Duration::from_millis(200);
-    let w = slow_walrus(&v, delay.as_millis() as u64);
+    let w = Walrus::slow(&v, delay.as_millis() as u64);
     let acks: Arc<Mutex<HashMap<u64, Instant>>> = Arc::default();
     let done = Arc::new(AtomicBool::new(false));
     let readers: Vec<_> = (0..4)

@@ -15,17 +15,6 @@ const JOURNAL_DELAY_MS: u64 = 1500;
 /// journal, is a dirty read.
 const EARLY: Duration = Duration::from_millis(300);
 
-fn slow_walrus(v: &Valkey) -> Walrus {
-    let delay = JOURNAL_DELAY_MS.to_string();
-    Walrus::start_opts(
-        &v.addr(),
-        "io_backend = \"sync\"\n",
-        &[],
-        None,
-        &[("WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS", &delay)],
-    )
-}
-
 fn send(c: &mut Raw, args: &[&str]) {
     c.send_raw(&walrus::resp::write::command(
         args.iter().map(|a| a.as_bytes()),
@@ -59,7 +48,7 @@ fn writes_still_work(c: &mut Raw) {
 #[test]
 fn a_scripts_undeclared_keys_are_dirty_for_every_reader() {
     let v = Valkey::start();
-    let w = slow_walrus(&v);
+    let w = Walrus::slow(&v, JOURNAL_DELAY_MS);
     let mut writer = Raw::connect(&w.addr);
     let mut direct = Raw::connect(&v.addr());
     run_unjournaled(
@@ -101,7 +90,7 @@ fn a_scripts_undeclared_keys_are_dirty_for_every_reader() {
 #[test]
 fn keyless_commands_that_show_data_wait_and_the_others_do_not() {
     let v = Valkey::start_with(&["--enable-debug-command", "yes"]);
-    let w = slow_walrus(&v);
+    let w = Walrus::slow(&v, JOURNAL_DELAY_MS);
     let mut writer = Raw::connect(&w.addr);
     let mut direct = Raw::connect(&v.addr());
     run_unjournaled(
@@ -221,7 +210,7 @@ fn connections_killed_under_load_leave_no_write_pending_forever() {
 #[test]
 fn wait_counts_walrus_once_it_has_a_write_and_waitaof_once_it_is_on_disk() {
     let v = Valkey::start();
-    let w = slow_walrus(&v);
+    let w = Walrus::slow(&v, JOURNAL_DELAY_MS);
     let mut direct = Raw::connect(&v.addr());
     assert_eq!(direct.cmd(&["SET", "k", "v"]), b"+OK\r\n");
     // walrus has received the write (ACK) long before its journal write completes.
@@ -283,7 +272,7 @@ fn no_single_write_can_stop_the_journal() {
 #[test]
 fn a_script_declaring_no_writes_does_not_hold_up_clean_reads() {
     let v = Valkey::start();
-    let w = slow_walrus(&v);
+    let w = Walrus::slow(&v, JOURNAL_DELAY_MS);
     let mut writer = Raw::connect(&w.addr);
     let mut direct = Raw::connect(&v.addr());
     assert_eq!(writer.cmd(&["SET", "clean", "c"]), b"+OK\r\n");

@@ -303,6 +303,21 @@ impl Walrus {
     }
 }
 
+impl Walrus {
+    /// A walrus in front of `v` whose journal device takes `delay_ms` for every write (the
+    /// sync backend's fault injection).
+    pub fn slow(v: &Valkey, delay_ms: u64) -> Walrus {
+        let delay = delay_ms.to_string();
+        Walrus::start_opts(
+            &v.addr(),
+            "io_backend = \"sync\"\n",
+            &[],
+            None,
+            &[("WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS", &delay)],
+        )
+    }
+}
+
 /// A blocking RESP client that returns replies as raw bytes.
 pub struct Raw {
     pub stream: TcpStream,
