@@ -395,12 +395,9 @@ impl Durability {
     /// held write: its offset belongs to the old history.
     pub fn attach(&self, offset: u64, durable: bool, new_history: bool) {
         let mut s = self.lock();
-        let failed = if new_history {
-            self.new_epoch(&mut s)
-        } else {
-            Vec::new()
-        };
+        let mut failed = Vec::new();
         if new_history {
+            failed = self.new_epoch(&mut s);
             s.durable_offset = offset;
             s.executed_offset = offset;
             s.history_start = offset;
@@ -441,15 +438,7 @@ impl Durability {
     fn new_epoch(&self, s: &mut State) -> Vec<Held> {
         s.epoch += 1;
         self.epoch_now.store(s.epoch, Ordering::SeqCst);
-        let mut out = Vec::new();
-        for (_, batches) in std::mem::take(&mut s.batches) {
-            for (replies, marks) in batches {
-                s.unmark(marks);
-                out.extend(replies);
-            }
-        }
-        out.extend(std::mem::take(&mut s.reads).into_values().flatten());
-        s.held_bytes = 0;
+        let out = s.take_held();
         self.publish(s);
         out
     }
@@ -470,17 +459,7 @@ impl Durability {
         let mut s = self.lock();
         s.status = Status::Failed(why.to_string());
         let err = refusal(&s.status);
-        let mut out: Vec<Held> = Vec::new();
-        for (_, batches) in std::mem::take(&mut s.batches) {
-            for (replies, marks) in batches {
-                s.unmark(marks);
-                out.extend(replies);
-            }
-        }
-        for (_, reads) in std::mem::take(&mut s.reads) {
-            out.extend(reads);
-        }
-        s.held_bytes = 0;
+        let out = s.take_held();
         drop(s);
         out.into_iter().for_each(|h| h.fail(&err));
         self.room.notify_waiters();
@@ -510,6 +489,20 @@ impl State {
                 self.dirty.unmark(m.generation, &m.scope);
             }
         }
+    }
+
+    /// Every held reply, write and read, with the writes' marks settled.
+    fn take_held(&mut self) -> Vec<Held> {
+        let mut out = Vec::new();
+        for (_, batches) in std::mem::take(&mut self.batches) {
+            for (replies, marks) in batches {
+                self.unmark(marks);
+                out.extend(replies);
+            }
+        }
+        out.extend(std::mem::take(&mut self.reads).into_values().flatten());
+        self.held_bytes = 0;
+        out
     }
 
     /// Held reads waiting for generations from `generation` on.
