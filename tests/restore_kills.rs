@@ -6,7 +6,6 @@ use common::*;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
-use std::time::Duration;
 
 const CYCLES: usize = 21;
 const WRITERS: usize = 3;
