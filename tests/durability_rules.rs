@@ -318,3 +318,51 @@ fn a_script_declaring_no_writes_does_not_hold_up_clean_reads() {
     assert_eq!(script.read_frame(), b"$1\r\nv\r\n");
     assert_eq!(writer.read_frame(), b"+OK\r\n");
 }
+
+/// Valkey's count of `CLIENT KILL` calls.
+fn client_kills(direct: &mut Raw) -> u64 {
+    let info = String::from_utf8(direct.cmd(&["INFO", "commandstats"])).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_client|kill:calls="))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+/// When walrus drops an upstream socket itself (here: a reply over `max_reply_bytes`),
+/// Valkey may still hold commands of it, read but not run. The offset that settles the
+/// connection's writes must be asked only once Valkey has closed that client, or those
+/// commands run after it and their effects are read before the journal has them. Whether
+/// they do is a race inside Valkey's event loop, so the test checks the step that closes
+/// the race: walrus has Valkey kill the dropped client before it asks the offset.
+#[test]
+fn a_socket_walrus_drops_itself_is_closed_in_valkey_before_its_writes_settle() {
+    let v = Valkey::start();
+    let w = Walrus::start_config(&v.addr(), "[proxy]\nmax_reply_bytes = 4096\n");
+    let mut direct = Raw::connect(&v.addr());
+    assert_eq!(
+        direct.cmd(&["SET", "big", &"b".repeat(64 << 10)]),
+        b"+OK\r\n"
+    );
+    let kills = client_kills(&mut direct);
+    let mut c = Raw::connect(&w.addr);
+    // One write, so that the dropped connection has a write whose reply is still owed.
+    let pipeline: Vec<u8> = [["SET", "before", "1"], ["GET", "big", ""], ["SET", "after", "1"]]
+        .iter()
+        .flat_map(|a| walrus::resp::write::command(a.iter().filter(|s| !s.is_empty())).to_vec())
+        .collect();
+    c.send_raw(&pipeline);
+    let replies: Vec<String> = (0..3).map(|_| show(&c.read_frame())).collect();
+    assert_eq!(
+        replies[1],
+        "-ERR walrus: upstream reply larger than 4096 bytes (proxy.max_reply_bytes)⏎",
+        "{replies:?}"
+    );
+    // A keyspace-wide read answers once the dropped connection's writes have settled.
+    let r = c.cmd(&["DBSIZE"]);
+    assert!(r.starts_with(b":"), "{}", show(&r));
+    assert_eq!(
+        client_kills(&mut direct),
+        kills + 1,
+        "walrus did not close the dropped connection on Valkey's side: {replies:?}"
+    );
+    writes_still_work(&mut c);
+}

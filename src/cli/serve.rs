@@ -363,7 +363,9 @@ async fn start_durability(
         released,
         max_rdb_bytes: config.durability.max_rdb_bytes,
         entry_bytes: (config.journal.max_write_bytes as usize / 2).max(64 << 10),
-        limits: config.proxy.limits(),
+        // The stream is Valkey's, not a client's reply: the journal's own entry limit bounds
+        // it (past it the link takes a full resync), not the proxy's reply limits.
+        limits: crate::resp::Limits::default(),
         on_conflict: config.restore.on_conflict,
         restore_timeout: Duration::from_millis(config.restore.timeout_ms),
     };

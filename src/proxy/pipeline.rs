@@ -350,7 +350,12 @@ impl Reader {
         inflight: &mut mpsc::UnboundedReceiver<Inflight>,
     ) -> Result<(), UpstreamError> {
         loop {
-            while let Some(n) = scanner.scan(&buf)? {
+            loop {
+                let n = match scanner.scan(&buf) {
+                    Ok(Some(n)) => n,
+                    Ok(None) => break,
+                    Err(e) => return Err(self.refuse_reply(e, inflight)),
+                };
                 let frame = buf.split_to(n).freeze();
                 if frame[0] == b'>' {
                     // A RESP3 push is not a reply: tracking invalidations and Pub/Sub messages
@@ -379,6 +384,23 @@ impl Reader {
                 return Err(UpstreamError::Closed);
             }
         }
+    }
+
+    /// The next reply breaks walrus's limits (`proxy.max_reply_bytes`, `max_reply_depth`):
+    /// its request gets an error that names the limit, and the connection is dropped. A write
+    /// it belongs to did run, so its mark stays, to settle with the connection's others.
+    fn refuse_reply(
+        &mut self,
+        e: crate::resp::ScanError,
+        inflight: &mut mpsc::UnboundedReceiver<Inflight>,
+    ) -> UpstreamError {
+        if let Ok(Inflight::Client(tx, gate)) = inflight.try_recv() {
+            if let Gate::Offset(mark) = gate {
+                self.marks.extend(mark);
+            }
+            let _ = tx.send(write::error(&format!("ERR walrus: {e}")));
+        }
+        e.into()
     }
 
     fn reply(&mut self, tx: oneshot::Sender<Bytes>, gate: Gate, frame: Bytes) {

@@ -13,9 +13,9 @@ use super::{find_crlf, parse_i64, Limits};
 pub enum ScanError {
     #[error("upstream protocol error: {0}")]
     Protocol(String),
-    #[error("upstream reply nested deeper than {0} levels")]
+    #[error("upstream reply nested deeper than {0} levels (proxy.max_reply_depth)")]
     TooDeep(usize),
-    #[error("upstream reply larger than {0} bytes")]
+    #[error("upstream reply larger than {0} bytes (proxy.max_reply_bytes)")]
     TooLarge(usize),
 }
 

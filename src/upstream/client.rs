@@ -63,9 +63,12 @@ impl Conn {
         })
     }
 
-    /// Connects as walrus itself, with the configured credentials.
+    /// Connects as walrus itself, with the configured credentials. The replies are to
+    /// walrus's own commands (the command table, INFO, ROLE), not to clients': the limits
+    /// that protect walrus from a client's reply do not apply to them.
     pub async fn control(up: &Upstream) -> Result<Conn, UpstreamError> {
         let mut conn = Conn::connect(up).await?;
+        conn.scanner = ReplyScanner::new(crate::resp::Limits::default());
         if let Some(c) = &up.credentials {
             conn.auth(c).await?;
         }
