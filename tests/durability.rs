@@ -332,7 +332,7 @@ fn a_failing_journal_refuses_writes_and_keeps_serving_clean_reads() {
         "io_backend = \"sync\"\n",
         &[],
         None,
-        &[("WALRUS_FAULT_JOURNAL_FAIL_ON", "poison")],
+        &[("WALRUS_FAULT_JOURNAL", "write:EIO@poison")],
     );
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["SET", "before", "ok"]), b"+OK\r\n");

@@ -345,15 +345,18 @@ fn a_socket_walrus_drops_itself_is_closed_in_valkey_before_its_writes_settle() {
     let kills = client_kills(&mut direct);
     let mut c = Raw::connect(&w.addr);
     // One write, so that the dropped connection has a write whose reply is still owed.
-    let pipeline: Vec<u8> = [["SET", "before", "1"], ["GET", "big", ""], ["SET", "after", "1"]]
-        .iter()
-        .flat_map(|a| walrus::resp::write::command(a.iter().filter(|s| !s.is_empty())).to_vec())
-        .collect();
+    let pipeline: Vec<u8> = [
+        ["SET", "before", "1"],
+        ["GET", "big", ""],
+        ["SET", "after", "1"],
+    ]
+    .iter()
+    .flat_map(|a| walrus::resp::write::command(a.iter().filter(|s| !s.is_empty())).to_vec())
+    .collect();
     c.send_raw(&pipeline);
     let replies: Vec<String> = (0..3).map(|_| show(&c.read_frame())).collect();
     assert_eq!(
-        replies[1],
-        "-ERR walrus: upstream reply larger than 4096 bytes (proxy.max_reply_bytes)⏎",
+        replies[1], "-ERR walrus: upstream reply larger than 4096 bytes (proxy.max_reply_bytes)⏎",
         "{replies:?}"
     );
     // A keyspace-wide read answers once the dropped connection's writes have settled.
@@ -365,4 +368,31 @@ fn a_socket_walrus_drops_itself_is_closed_in_valkey_before_its_writes_settle() {
         "walrus did not close the dropped connection on Valkey's side: {replies:?}"
     );
     writes_still_work(&mut c);
+}
+
+/// After a diskless full sync Valkey puts its replica online only once it reaps the child
+/// that sent the RDB (on an ACK, or at its next cron tick). Until then
+/// `min-replicas-to-write` refuses writes with `-NOREPLICAS`: walrus must not take clients
+/// before Valkey counts it. The window is widest when walrus stores the RDB at once (a
+/// tmpfs) and the machine is busy (several walruses starting together).
+#[test]
+fn the_first_write_after_a_full_sync_is_acknowledged() {
+    let Some(fs) = Tmpfs::mount(256, false) else {
+        return;
+    };
+    for round in 0..3 {
+        let starts: Vec<_> = (0..4)
+            .map(|i| {
+                let data = fs.path().join(format!("data-{round}-{i}"));
+                std::thread::spawn(move || {
+                    let w = Walrus::start_managed("", Some(&data));
+                    let mut c = Raw::connect(&w.addr);
+                    show(&c.cmd(&["SET", "first", "1"]))
+                })
+            })
+            .collect();
+        for s in starts {
+            assert_eq!(s.join().unwrap(), "+OK⏎");
+        }
+    }
 }

@@ -145,39 +145,11 @@ fn sorted_words(reply: &[u8]) -> Vec<u8> {
 }
 
 /// `INFO server` through walrus: the managed Valkey's pid and port.
-fn valkey_pid(addr: &str) -> i32 {
-    let mut c = Raw::connect(addr);
-    let text = String::from_utf8(c.cmd(&["INFO", "server"])).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("process_id:"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 fn config_get(addr: &str, name: &str) -> String {
     let mut c = Raw::connect(addr);
     let r = String::from_utf8(c.cmd(&["CONFIG", "GET", name])).unwrap();
     // *2 $n name $m value
     r.split("\r\n").nth(4).unwrap_or_default().to_string()
-}
-
-/// Starts walrus, expecting it to exit non-zero after a log line containing `needle`,
-/// which it returns.
-fn refuses_to_start(
-    upstream: Option<&str>,
-    config: &str,
-    data: &std::path::Path,
-    needle: &str,
-) -> String {
-    let (mut w, _cfg) = Walrus::spawn(upstream, config, data);
-    let line = w.wait_line(needle, START_TIMEOUT);
-    let status = w
-        .wait_exit(START_TIMEOUT)
-        .expect("walrus must refuse to start");
-    assert!(!status.success(), "{status:?}");
-    line
 }
 
 #[test]
@@ -242,24 +214,6 @@ fn managed_walrus_brings_everything_back_after_sigterm_sigkill_and_a_dead_valkey
         .wait_line("Valkey continued with a partial resync", START_TIMEOUT);
     check(&w.addr, &model);
     assert_ne!(valkey_pid(&w.addr), pid);
-}
-
-/// PDEATHSIG kills the managed Valkey when walrus dies: wait for its exit, as an event (a
-/// pidfd becomes readable when the process exits).
-fn wait_dead(pid: i32) {
-    // SAFETY: plain syscalls on a descriptor this function owns.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
-    if fd < 0 {
-        return; // already gone
-    }
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ready = unsafe { libc::poll(&mut p, 1, START_TIMEOUT.as_millis() as i32) };
-    unsafe { libc::close(fd) };
-    assert_eq!(ready, 1, "valkey {pid} outlived walrus");
 }
 
 #[test]

@@ -34,6 +34,11 @@ pub struct CheckpointConfig {
     pub max_rdb_bytes: u64,
     /// Take a checkpoint once this fraction of the ring's segments is in use.
     pub ring_fill_trigger: f64,
+    /// The room a new RDB needs on disk.
+    pub room: crate::disk::Room,
+    /// Set from a failed checkpoint until one succeeds: a full ring then refuses writes
+    /// ([`crate::disk`]).
+    pub failing: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A request for a checkpoint now (`walrus checkpoint`); answered with a summary or why not.
@@ -51,6 +56,12 @@ pub async fn run(
     mut requests: mpsc::Receiver<Request>,
 ) {
     let mut durable = journal.durable();
+    // The last failure logged: a checkpoint that keeps failing the same way (no room) is
+    // retried every second, and logged once until the reason changes.
+    let mut last_failure = String::new();
+    // Valkey's used memory when the last RDB was taken here: the next one's size is
+    // estimated from it.
+    let mut last_sizes: Option<Sizes> = None;
     loop {
         if release_unneeded(&journal, &cfg.store).await {
             released.notify_waiters();
@@ -68,13 +79,25 @@ pub async fn run(
                 },
             }
         };
-        let result = take(&up, &journal, &durability, &cfg).await;
+        let result = take(&up, &journal, &durability, &cfg, &mut last_sizes).await;
         match &result {
             Ok(summary) => {
                 tracing::info!("{summary}");
+                crate::metrics::CHECKPOINTS.inc();
+                cfg.failing
+                    .store(false, std::sync::atomic::Ordering::Relaxed);
+                last_failure.clear();
                 released.notify_waiters();
             }
-            Err(e) => tracing::warn!("checkpoint failed: {e}"),
+            Err(e) => {
+                crate::metrics::CHECKPOINT_FAILURES.inc();
+                cfg.failing
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                if *e != last_failure {
+                    tracing::warn!("checkpoint failed: {e}");
+                    last_failure = e.clone();
+                }
+            }
         }
         let failed = result.is_err();
         if let Some(tx) = asked {
@@ -106,6 +129,46 @@ async fn release_unneeded(journal: &Arc<Journal>, store: &Store) -> bool {
     }
 }
 
+/// An RDB's size and Valkey's used memory when it was taken.
+#[derive(Debug, Clone, Copy)]
+struct Sizes {
+    rdb_bytes: u64,
+    used_memory: u64,
+}
+
+/// Valkey's `used_memory`.
+async fn used_memory(conn: &mut Conn) -> Result<u64, String> {
+    let text = crate::restore::decide::info(conn, "memory")
+        .await
+        .map_err(|e| e.to_string())?;
+    text.lines()
+        .find_map(|l| l.trim_end().strip_prefix("used_memory:")?.parse().ok())
+        .ok_or_else(|| "INFO memory has no used_memory".to_string())
+}
+
+/// How large the next RDB will be, and how that was judged: the last RDB grown with
+/// Valkey's memory since; with none taken by this process, the larger of the recorded one's
+/// size and Valkey's whole used memory (an RDB is rarely larger than that).
+fn estimate(last: Option<Sizes>, recorded: Option<u64>, used_memory: u64) -> (u64, String) {
+    match (last, recorded) {
+        (Some(l), _) if l.used_memory > 0 => {
+            let grown = (l.rdb_bytes as f64 * used_memory as f64 / l.used_memory as f64) as u64;
+            let est = grown.max(l.rdb_bytes);
+            (
+                est,
+                format!(
+                    "the last RDB, {} bytes, scaled by Valkey's memory since",
+                    l.rdb_bytes
+                ),
+            )
+        }
+        (_, Some(size)) if size >= used_memory => {
+            (size, "the size of the current checkpoint".into())
+        }
+        _ => (used_memory, "Valkey's used_memory".into()),
+    }
+}
+
 /// Takes a checkpoint: a fresh full sync's RDB, stored and recorded, then the journal
 /// released before it. Returns a summary for the log.
 async fn take(
@@ -113,6 +176,7 @@ async fn take(
     journal: &Arc<Journal>,
     durability: &Durability,
     cfg: &CheckpointConfig,
+    last_sizes: &mut Option<Sizes>,
 ) -> Result<String, String> {
     if durability.status() != Status::Attached {
         return Err("the replica link is not attached".into());
@@ -133,6 +197,10 @@ async fn take(
         String::from_utf8_lossy(&entry.repl_id).into_owned()
     };
     let mut conn = Conn::control(up).await.map_err(|e| e.to_string())?;
+    // The new RDB is written next to the current one: check there is room before asking.
+    let memory = used_memory(&mut conn).await?;
+    let (need, how) = estimate(*last_sizes, cfg.store.recorded().map(|c| c.size), memory);
+    cfg.room.check(need, &how)?;
     let SyncStart::Full { replid, offset } = handshake(&mut conn, 0, None, true)
         .await
         .map_err(|e| e.to_string())?
@@ -155,11 +223,24 @@ async fn take(
     let store = cfg.store.clone();
     let current_from = store.recorded_from_lsn().unwrap_or(1);
     let from_lsn = (before.lsn + 1).max(current_from);
+    let path = stored.path.clone();
     let recorded =
         tokio::task::spawn_blocking(move || store.record(&stored, &replid, offset, from_lsn))
             .await
-            .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?;
+    let recorded = match recorded {
+        Ok(r) => r,
+        Err(e) => {
+            // Not recorded (the manifest could not be written): the previous checkpoint
+            // stays in force, and this RDB must not keep its space.
+            let _ = tokio::fs::remove_file(&path).await;
+            return Err(e.to_string());
+        }
+    };
+    *last_sizes = Some(Sizes {
+        rdb_bytes: recorded.size,
+        used_memory: memory,
+    });
     release_unneeded(journal, &cfg.store).await;
     Ok(format!(
         "checkpoint taken: {} ({} bytes, offset {}); journal released through LSN {}",

@@ -306,6 +306,7 @@ async fn start_durability(
 ) -> Result<Durable, String> {
     let dir = config.data.dir.join("journal");
     let cp_dir = config.data.dir.join("checkpoints");
+    let (journal_dir, checkpoint_dir) = (dir.clone(), cp_dir.clone());
     let cfg = config.journal.clone();
     let (journal, recovered, store, holding) = tokio::task::spawn_blocking(move || {
         std::fs::create_dir_all(&dir)
@@ -346,6 +347,7 @@ async fn start_durability(
     let journal = Arc::new(journal);
     let released = Arc::new(tokio::sync::Notify::new());
     let (checkpoint_requests, requests) = tokio::sync::mpsc::channel(4);
+    let checkpoint_failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let checkpointer = tokio::spawn(checkpoint::run(
         up.clone(),
         journal.clone(),
@@ -353,10 +355,31 @@ async fn start_durability(
         CheckpointConfig {
             store: store.clone(),
             max_rdb_bytes: config.durability.max_rdb_bytes,
-            ring_fill_trigger: 0.5,
+            ring_fill_trigger: config.checkpoint.ring_fill_trigger,
+            room: crate::disk::Room {
+                dir: checkpoint_dir.clone(),
+                high_watermark: config.disk.high_watermark,
+            },
+            failing: checkpoint_failing.clone(),
         },
         released.clone(),
         requests,
+    ));
+    tokio::spawn(crate::disk::watch::run(
+        crate::disk::watch::WatchConfig {
+            high_watermark: config.disk.high_watermark,
+            low_watermark: config.disk.low_watermark,
+            interval: Duration::from_millis(config.disk.check_interval_ms),
+            segments: journal.segment_paths(),
+            segment_bytes: config.journal.segment_size_bytes,
+            checkpoint_failing,
+            journal_dir,
+            checkpoint_dir,
+        },
+        journal.clone(),
+        durability.clone(),
+        released.clone(),
+        stop.clone(),
     ));
     let link_cfg = LinkConfig {
         store,

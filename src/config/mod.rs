@@ -21,7 +21,47 @@ pub struct Config {
     pub log: LogConfig,
     pub durability: DurabilityConfig,
     pub restore: RestoreConfig,
+    pub checkpoint: CheckpointSettings,
+    pub disk: DiskConfig,
     pub journal: JournalConfig,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CheckpointSettings {
+    /// Take a checkpoint once this fraction of the ring's segments is in use.
+    pub ring_fill_trigger: f64,
+}
+
+impl Default for CheckpointSettings {
+    fn default() -> Self {
+        CheckpointSettings {
+            ring_fill_trigger: 0.5,
+        }
+    }
+}
+
+/// Disk watermarks ([`crate::disk`]).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DiskConfig {
+    /// Fraction of a file system (the journal's, the checkpoints'), or of the ring, in use
+    /// past which new writes are refused.
+    pub high_watermark: f64,
+    /// Writes resume once every figure is below this fraction again.
+    pub low_watermark: f64,
+    /// How often the figures are read (also after every checkpoint).
+    pub check_interval_ms: u64,
+}
+
+impl Default for DiskConfig {
+    fn default() -> Self {
+        DiskConfig {
+            high_watermark: 0.90,
+            low_watermark: 0.85,
+            check_interval_ms: 1000,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -301,6 +341,19 @@ impl Config {
             1 << 20,
         )?;
         at_least("restore.timeout_ms", self.restore.timeout_ms, 100)?;
+        let (low, high) = (self.disk.low_watermark, self.disk.high_watermark);
+        if !(low > 0.0 && low < high && high < 1.0) {
+            return Err(format!(
+                "invalid values for disk.low_watermark ({low}) and disk.high_watermark ({high}): need 0 < low < high < 1"
+            ));
+        }
+        at_least("disk.check_interval_ms", self.disk.check_interval_ms, 10)?;
+        let trigger = self.checkpoint.ring_fill_trigger;
+        if !(trigger > 0.0 && trigger < low) {
+            return Err(format!(
+                "invalid value for checkpoint.ring_fill_trigger: {trigger} (must be above 0 and below disk.low_watermark, {low}, so that a checkpoint frees the ring before writes are refused)"
+            ));
+        }
         if self.data.dir.as_os_str().is_empty() {
             return Err("invalid value for data.dir: \"\"".into());
         }
@@ -358,5 +411,26 @@ mod tests {
         );
         let err = Config::parse("[upstream]\nmode = \"embedded\"\n").unwrap_err();
         assert!(err.contains("embedded"), "{err}");
+    }
+
+    #[test]
+    fn watermarks_and_the_checkpoint_trigger_must_be_ordered() {
+        Config::default().validate().unwrap();
+        for (low, high) in [(0.9, 0.85), (0.9, 0.9), (0.0, 0.5), (0.5, 1.0), (-0.1, 0.5)] {
+            let mut c = Config::default();
+            (c.disk.low_watermark, c.disk.high_watermark) = (low, high);
+            let err = c.validate().unwrap_err();
+            assert!(
+                err.contains("disk.low_watermark") && err.contains("disk.high_watermark"),
+                "{err}"
+            );
+        }
+        let mut c = Config::default();
+        c.checkpoint.ring_fill_trigger = 0.85;
+        let err = c.validate().unwrap_err();
+        assert!(
+            err.contains("checkpoint.ring_fill_trigger") && err.contains("0.85"),
+            "{err}"
+        );
     }
 }

@@ -98,6 +98,9 @@ struct State {
     /// Reads waiting for every write up to a generation to be durable.
     reads: BTreeMap<u64, Vec<Held>>,
     held_bytes: u64,
+    /// Why new writes are refused although the journal is attached: a disk watermark
+    /// ([`crate::disk`]). The `-MISCONF` reply, ready to send.
+    blocked: Option<Bytes>,
 }
 
 pub struct Durability {
@@ -167,6 +170,7 @@ impl Durability {
                 batches: BTreeMap::new(),
                 reads: BTreeMap::new(),
                 held_bytes: 0,
+                blocked: None,
             }),
             pending_writes: AtomicUsize::new(0),
             epoch_now: AtomicU64::new(0),
@@ -201,9 +205,7 @@ impl Durability {
             notified.as_mut().enable();
             {
                 let s = self.lock();
-                if s.status != Status::Attached {
-                    return Err(refusal(&s.status));
-                }
+                s.admit_write()?;
                 let pending = s.executed_offset.saturating_sub(s.durable_offset);
                 if pending <= self.max_pending_bytes && s.held_bytes <= self.max_held_bytes {
                     return Ok(());
@@ -246,9 +248,7 @@ impl Durability {
     /// Registers a write about to be sent: its keys become dirty.
     pub fn begin_write(&self, scope: Scope) -> Result<WriteMark, Bytes> {
         let mut s = self.lock();
-        if s.status != Status::Attached {
-            return Err(refusal(&s.status));
-        }
+        s.admit_write()?;
         let generation = s.dirty.mark(&scope);
         self.publish(&s);
         Ok(WriteMark::new(
@@ -454,8 +454,17 @@ impl Durability {
         self.room.notify_waiters();
     }
 
+    /// Refuses new writes with `-MISCONF <why>` (a disk watermark), or accepts them again
+    /// (`None`). Writes already sent are not affected: the journal has room for them.
+    pub fn block_writes(&self, why: Option<&str>) {
+        self.lock().blocked =
+            why.map(|w| crate::resp::write::error(&format!("MISCONF walrus: {w}")));
+        self.room.notify_waiters();
+    }
+
     /// The journal failed for good: every held reply gets an error, writes are refused.
     pub fn fail(&self, why: &str) {
+        crate::metrics::JOURNAL_FAILED.set(1);
         let mut s = self.lock();
         s.status = Status::Failed(why.to_string());
         let err = refusal(&s.status);
@@ -478,6 +487,20 @@ impl Durability {
 }
 
 impl State {
+    /// Whether a new write may be sent to Valkey now; `Err` is the refusal.
+    fn admit_write(&self) -> Result<(), Bytes> {
+        if self.status != Status::Attached {
+            return Err(refusal(&self.status));
+        }
+        match &self.blocked {
+            Some(why) => {
+                crate::metrics::WRITES_REFUSED_DISK.inc();
+                Err(why.clone())
+            }
+            None => Ok(()),
+        }
+    }
+
     fn unmark(&mut self, marks: Vec<WriteMark>) {
         let failed = matches!(self.status, Status::Failed(_));
         for mut m in marks {

@@ -298,11 +298,30 @@ impl Journal {
     ) -> Result<(Journal, Recovered), JournalError> {
         cfg.validate().map_err(JournalError::Config)?;
         let lock = lock_dir(dir)?;
-        let (mut manifest, created) = initialize(dir, cfg, &mut log_progress())?;
         let geo = Geometry {
             segment_size_bytes: cfg.segment_size_bytes,
             segments: cfg.segments,
         };
+        // A MANIFEST is written only once every segment exists: a segment missing now was
+        // deleted, with the entries in it. Re-creating it blank would hide the loss.
+        if !opts.accept_data_loss && load_manifest(dir, cfg)?.is_some() {
+            let missing = missing_segments(dir, geo)?;
+            if !missing.is_empty() {
+                return Err(JournalError::Layout(format!(
+                    "{} lacks segment files its MANIFEST says exist ({}): they were deleted, with their entries. \
+                     `walrus journal repair --dir {} --accept-data-loss` re-creates them and cuts the log at the gap; \
+                     a Valkey that still runs then gives walrus the rest back (docs/failure-modes.md)",
+                    dir.display(),
+                    missing
+                        .iter()
+                        .map(|i| segment_path(dir, *i).display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    dir.display()
+                )));
+            }
+        }
+        let (mut manifest, created) = initialize(dir, cfg, &mut log_progress())?;
         let checkpoint = manifest.checkpoint.clone();
         let report = scan(
             FileRing::open(dir, geo)?,
@@ -436,6 +455,27 @@ impl Journal {
                 other => return other,
             }
         }
+    }
+
+    /// Fences the journal from outside the writer (its files were damaged under it): no
+    /// further entry becomes durable, exactly as after a failed write.
+    pub fn fail(&self, why: String) {
+        self.shared.fail(why);
+    }
+
+    /// Why the journal failed, for clients and the log.
+    pub fn failure(&self) -> String {
+        self.shared
+            .lock()
+            .failed()
+            .map_or_else(|| "the journal failed".to_string(), |w| w.to_string())
+    }
+
+    /// The segment files, in ring order.
+    pub fn segment_paths(&self) -> Vec<PathBuf> {
+        (0..self.geo.segments)
+            .map(|i| super::ring::segment_path(&self.dir, i))
+            .collect()
     }
 
     /// The durable position; changes as writes complete.

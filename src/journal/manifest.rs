@@ -94,7 +94,12 @@ impl Manifest {
     pub fn load(dir: &Path) -> Result<Option<Manifest>, JournalError> {
         let path = dir.join(MANIFEST_FILE);
         match fs::read_to_string(&path) {
-            Ok(text) => Manifest::parse(&text).map(Some),
+            Ok(text) => Manifest::parse(&text).map(Some).map_err(|e| match e {
+                JournalError::Manifest(why) => {
+                    JournalError::Manifest(format!("{}: {why}", path.display()))
+                }
+                e => e,
+            }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(JournalError::io(format!("reading {}", path.display()), e)),
         }
@@ -131,17 +136,24 @@ pub fn unseal(text: &str) -> Result<&str, String> {
 pub fn replace_file(dir: &Path, name: &str, contents: &[u8]) -> Result<(), JournalError> {
     let tmp = dir.join(format!("{name}.tmp"));
     let ctx = |what: &str| format!("{what} {}", tmp.display());
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)
-        .map_err(|e| JournalError::io(ctx("creating"), e))?;
-    f.write_all(contents)
-        .map_err(|e| JournalError::io(ctx("writing"), e))?;
-    f.sync_all()
-        .map_err(|e| JournalError::io(ctx("fsync of"), e))?;
-    drop(f);
+    let written = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(|e| JournalError::io(ctx("creating"), e))?;
+        crate::fault::manifest_write()
+            .and_then(|()| f.write_all(contents))
+            .map_err(|e| JournalError::io(ctx("writing"), e))?;
+        f.sync_all()
+            .map_err(|e| JournalError::io(ctx("fsync of"), e))
+    })();
+    if let Err(e) = written {
+        // The old file stays in force; leave no half-written copy taking space.
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
     fs::rename(&tmp, dir.join(name)).map_err(|e| JournalError::io(ctx("renaming"), e))?;
     fsync_dir(dir)
 }

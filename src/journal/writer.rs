@@ -62,7 +62,7 @@ impl Shared {
         self.batcher.lock().expect("journal batcher mutex poisoned")
     }
 
-    fn fail(&self, why: String) {
+    pub(crate) fn fail(&self, why: String) {
         tracing::error!(error = %why, "journal failed; no further entry will become durable");
         // Also reachable while unwinding: do not panic again on a poisoned lock.
         let mut b = match self.batcher.lock() {

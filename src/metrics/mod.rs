@@ -6,7 +6,7 @@
 //! `POST /checkpoint` (loopback callers only, unless `metrics.admin_allow_remote`): take a
 //! checkpoint now; `walrus checkpoint` calls it.
 
-use prometheus::{Encoder, IntCounter, IntGauge, Registry, TextEncoder};
+use prometheus::{Encoder, Gauge, GaugeVec, IntCounter, IntGauge, Opts, Registry, TextEncoder};
 use std::sync::{Arc, LazyLock};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -85,6 +85,61 @@ pub static RESTORE_SENT_BYTES: LazyLock<IntGauge> = LazyLock::new(|| {
 });
 pub static RESTORES: LazyLock<IntCounter> =
     LazyLock::new(|| counter("restores_total", "Restores completed."));
+
+fn register<M: prometheus::core::Collector + Clone + 'static>(m: M) -> M {
+    REGISTRY
+        .register(Box::new(m.clone()))
+        .expect("register metric");
+    m
+}
+
+pub static DISK_USED: LazyLock<GaugeVec> = LazyLock::new(|| {
+    register(
+        GaugeVec::new(
+            Opts::new(
+                "disk_used_ratio",
+                "Fraction of the file system in use (as df counts it), by volume: journal, checkpoints.",
+            ),
+            &["volume"],
+        )
+        .expect("metric"),
+    )
+});
+pub static RING_FILL: LazyLock<Gauge> = LazyLock::new(|| {
+    register(
+        Gauge::new(
+            "journal_ring_fill_ratio",
+            "Fraction of the journal ring's segments in use (not yet released by a checkpoint).",
+        )
+        .expect("metric"),
+    )
+});
+pub static WATERMARK_REACHED: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "disk_watermark_reached",
+        "1 while new writes are refused because a disk or ring figure passed disk.high_watermark.",
+    )
+});
+pub static WRITES_REFUSED_DISK: LazyLock<IntCounter> = LazyLock::new(|| {
+    counter(
+        "writes_refused_disk_total",
+        "Writes answered -MISCONF because a disk watermark was reached.",
+    )
+});
+pub static JOURNAL_FAILED: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "journal_failed",
+        "1 once the journal failed (an I/O error): writes are refused until walrus restarts.",
+    )
+});
+pub static CHECKPOINTS: LazyLock<IntCounter> =
+    LazyLock::new(|| counter("checkpoints_total", "Checkpoints taken."));
+pub static CHECKPOINT_FAILURES: LazyLock<IntCounter> = LazyLock::new(|| {
+    counter(
+        "checkpoint_failures_total",
+        "Checkpoints that failed or were not started (no room on disk, Valkey unreachable, ...).",
+    )
+});
 
 /// Readiness as reported on `/readyz`.
 pub type Ready = Arc<dyn Fn() -> bool + Send + Sync>;

@@ -453,14 +453,20 @@ impl Reader {
 /// it proves nothing. (Once walrus's link has attached, the backlog exists and offsets
 /// move; right after a full sync Valkey may not list the link as online yet.)
 pub fn parse_role_offset(reply: &[u8]) -> Option<u64> {
+    let (offset, replicas) = parse_role(reply)?;
+    (replicas > 0 || offset > 0).then_some(offset)
+}
+
+/// A primary's ROLE reply: its offset and how many replicas it lists (the online ones).
+pub fn parse_role(reply: &[u8]) -> Option<(u64, u64)> {
     const HEAD: &[u8] = b"*3\r\n$6\r\nmaster\r\n:";
     let rest = reply.strip_prefix(HEAD)?;
     let end = rest.iter().position(|&b| b == b'\r')?;
     let offset = std::str::from_utf8(&rest[..end]).ok()?.parse().ok()?;
     let replicas = rest[end..].strip_prefix(b"\r\n*")?;
     let n_end = replicas.iter().position(|&b| b == b'\r')?;
-    let n: u64 = std::str::from_utf8(&replicas[..n_end]).ok()?.parse().ok()?;
-    (n > 0 || offset > 0).then_some(offset)
+    let n = std::str::from_utf8(&replicas[..n_end]).ok()?.parse().ok()?;
+    Some((offset, n))
 }
 
 #[cfg(test)]

@@ -8,8 +8,11 @@
 //! Valkey requires a password, they get exactly Valkey's `-NOAUTH`.
 //!
 //! Each slot has a supervisor task that connects, runs the [`pipeline`](super::pipeline)
-//! until it breaks, and reconnects with exponential backoff. While a slot has no connection,
-//! requests for it fail at once with the last connection error, instead of hanging.
+//! until it breaks, and reconnects with exponential backoff. While it connects (bounded by
+//! `upstream.connect_timeout_ms`), requests for the slot wait: a connection that broke once
+//! (killed, or dropped by walrus for a reply over its limits) costs its clients nothing
+//! more. Once an attempt has failed, requests fail at once with its error instead of
+//! hanging while Valkey is down.
 
 use super::pipeline::{self, PipelineCtx, PipelinedRequest};
 use crate::config::Credentials;
@@ -17,7 +20,7 @@ use crate::upstream::client::Conn;
 use crate::upstream::Upstream;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
@@ -33,9 +36,19 @@ pub struct PoolKey {
     pub resp3: bool,
 }
 
+/// Where a slot stands.
+#[derive(Clone)]
+enum SlotState {
+    /// The live connection's queue.
+    Live(mpsc::Sender<PipelinedRequest>),
+    /// Connecting: requests wait for the outcome.
+    Connecting,
+    /// The last attempt failed, for this reason; the next one is under way with backoff.
+    Down(String),
+}
+
 struct Slot {
-    /// The live connection's queue, or why there is none.
-    state: RwLock<Result<mpsc::Sender<PipelinedRequest>, String>>,
+    state: watch::Sender<SlotState>,
 }
 
 pub struct Pool {
@@ -48,8 +61,14 @@ pub struct Pool {
 impl Default for Slot {
     fn default() -> Self {
         Slot {
-            state: RwLock::new(Err("not connected yet".into())),
+            state: watch::Sender::new(SlotState::Connecting),
         }
+    }
+}
+
+impl Slot {
+    fn set(&self, state: SlotState) {
+        self.state.send_replace(state);
     }
 }
 
@@ -97,20 +116,32 @@ impl Pool {
         self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len()
     }
 
-    /// The queue of the slot's live connection, or why there is none.
-    pub fn sender(&self, slot: usize) -> Result<mpsc::Sender<PipelinedRequest>, String> {
-        self.slots[slot]
-            .state
-            .read()
-            .expect("pool slot lock")
-            .clone()
+    /// The queue of the slot's live connection, or why there is none; waits while the slot
+    /// connects.
+    pub async fn sender(&self, slot: usize) -> Result<mpsc::Sender<PipelinedRequest>, String> {
+        let mut rx = self.slots[slot].state.subscribe();
+        // A live queue whose receiver is gone belongs to a connection that just broke: its
+        // supervisor is settling it and will connect again.
+        let state = rx
+            .wait_for(|s| match s {
+                SlotState::Live(tx) => !tx.is_closed(),
+                SlotState::Connecting => false,
+                SlotState::Down(_) => true,
+            })
+            .await
+            .map(|s| s.clone());
+        match state {
+            Ok(SlotState::Live(tx)) => Ok(tx),
+            Ok(SlotState::Down(why)) => Err(why),
+            _ => Err("the connection pool is shutting down".into()),
+        }
     }
 
     /// Whether any slot has a live connection.
     pub fn is_connected(&self) -> bool {
         self.slots
             .iter()
-            .any(|s| s.state.read().expect("pool slot lock").is_ok())
+            .any(|s| matches!(*s.state.borrow(), SlotState::Live(_)))
     }
 }
 
@@ -125,12 +156,23 @@ async fn supervise(
 ) {
     let mut backoff = BACKOFF_MIN;
     loop {
-        let conn = Conn::for_client(&ctx.upstream, creds.as_ref(), key.resp3).await;
+        // Bounded as a whole (AUTH and HELLO too): requests wait while the slot connects.
+        let up = &ctx.upstream;
+        let conn = tokio::time::timeout(
+            up.connect_timeout,
+            Conn::for_client(up, creds.as_ref(), key.resp3),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(crate::upstream::client::UpstreamError::ConnectTimeout(
+                up.address.clone(),
+            ))
+        });
         let Some(p) = pool.upgrade() else { return };
         match conn {
             Ok(conn) => {
                 let (tx, rx) = mpsc::channel(QUEUE_REQUESTS_MAX);
-                *p.slots[slot].state.write().expect("pool slot lock") = Ok(tx);
+                p.slots[slot].set(SlotState::Live(tx));
                 drop(p);
                 let _ = first_attempt.send(true);
                 backoff = BACKOFF_MIN;
@@ -141,11 +183,11 @@ async fn supervise(
                     Err(e) => e.to_string(),
                 };
                 tracing::warn!(user = ?key.user, slot, "upstream connection lost: {reason}; reconnecting");
-                *p.slots[slot].state.write().expect("pool slot lock") = Err(reason);
+                p.slots[slot].set(SlotState::Connecting);
             }
             Err(e) => {
                 tracing::warn!(user = ?key.user, slot, "cannot connect to Valkey: {e}; retrying in {backoff:?}");
-                *p.slots[slot].state.write().expect("pool slot lock") = Err(e.to_string());
+                p.slots[slot].set(SlotState::Down(e.to_string()));
                 drop(p);
                 let _ = first_attempt.send(true);
                 tokio::time::sleep(backoff).await;

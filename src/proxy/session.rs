@@ -109,7 +109,7 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
     let (mut rd, wr) = stream.into_split();
     let pool = shared.default_pool.clone();
     let slot = pool.pick();
-    let tx = pool.sender(slot).ok();
+    let tx = pool.sender(slot).await.ok();
     let mut s = Session {
         shared: shared.clone(),
         id: Identity::default(),
@@ -376,7 +376,7 @@ impl Session {
             .get(self.id.pool_key(), self.id.creds.as_ref())
             .await;
         let slot = pool.pick();
-        self.tx = pool.sender(slot).ok();
+        self.tx = pool.sender(slot).await.ok();
         self.upstream = Upstream::Pooled { pool, slot };
         self.pushes = None;
         self.tx_marks.release();
@@ -541,7 +541,7 @@ impl Session {
             }
             // The connection this client used is gone; take the slot's current one.
             let current = match &self.upstream {
-                Upstream::Pooled { pool, slot } => pool.sender(*slot),
+                Upstream::Pooled { pool, slot } => pool.sender(*slot).await,
                 Upstream::Dedicated => {
                     Err("the session's dedicated connection was lost".to_string())
                 }
@@ -832,7 +832,7 @@ impl Session {
             in_multi: false,
             answered_by_push: false,
         };
-        let reply = match pool.sender(slot) {
+        let reply = match pool.sender(slot).await {
             Err(reason) => unavailable(&reason),
             Ok(sender) => match sender.send(request).await {
                 Err(_) => unavailable("connection lost"),
@@ -841,7 +841,7 @@ impl Session {
         };
         if !reply.starts_with(b"-") {
             self.id = id;
-            self.tx = pool.sender(slot).ok();
+            self.tx = pool.sender(slot).await.ok();
             self.upstream = Upstream::Pooled { pool, slot };
         }
         self.ready(reply)

@@ -26,7 +26,7 @@ use super::stream::StreamFramer;
 use crate::checkpoint::store::Store;
 use crate::durability::Durability;
 use crate::journal::{Entry, Journal, JournalError};
-use crate::resp::Limits;
+use crate::resp::{write, Limits};
 use crate::restore::decide::{decide, Decision, Held, OnConflict, ValkeyView};
 use crate::restore::{self, Holding, RestoreError};
 use crate::upstream::client::{Conn, UpstreamError};
@@ -118,7 +118,7 @@ pub async fn run(
         if journal.durable().borrow().failed {
             // Nothing can become durable any more; the gate already refuses writes. Staying
             // detached also makes Valkey refuse writes (min-replicas-to-write).
-            durability.fail("the journal failed after an I/O error");
+            durability.fail(&journal.failure());
             tracing::error!("journal failed: the replica link stays down");
             return Ok(());
         }
@@ -203,8 +203,13 @@ async fn attach(
             Some(position)
         }
     };
-    let (replid, offset, covered, new_history) = match handshake(&mut conn, 0, from.as_ref(), true)
-        .await?
+    let (replid, offset, covered, new_history, full) = match handshake(
+        &mut conn,
+        0,
+        from.as_ref(),
+        true,
+    )
+    .await?
     {
         SyncStart::Full { replid, offset } => {
             // A new history takes whatever id Valkey answers with (Valkey picks a new one
@@ -231,7 +236,7 @@ async fn attach(
                 ids: vec![replid.clone()],
                 end: offset,
             });
-            (replid, offset, true, new_history)
+            (replid, offset, true, new_history, true)
         }
         SyncStart::Continue { replid } => {
             let offset = from
@@ -250,10 +255,13 @@ async fn attach(
             if !held.ids.contains(&replid) {
                 held.ids.push(replid.clone());
             }
-            (replid, offset, restored, restored)
+            (replid, offset, restored, restored, false)
         }
     };
     ack(&mut conn, offset).await?;
+    if full {
+        wait_online(up, &mut conn, offset, cfg.restore_timeout).await?;
+    }
     if new_history {
         state.history_lsn = journal.status().next_lsn;
     }
@@ -269,7 +277,7 @@ async fn attach(
     let received = Arc::new(AtomicU64::new(offset));
     let acker = tokio::spawn(acknowledge(
         wr,
-        journal.durable(),
+        journal.clone(),
         durability.clone(),
         state.history_lsn,
         received.clone(),
@@ -334,7 +342,7 @@ async fn append(journal: &Journal, entry: Entry, released: &Notify) -> Result<()
 /// `repl-timeout`), and when Valkey asks (`GETACK`).
 async fn acknowledge(
     mut wr: tokio::net::tcp::OwnedWriteHalf,
-    mut durable: watch::Receiver<crate::journal::Durable>,
+    journal: Arc<Journal>,
     durability: Arc<Durability>,
     history_lsn: u64,
     received: Arc<AtomicU64>,
@@ -345,10 +353,11 @@ async fn acknowledge(
     // What is durable: what a stored RDB covers, then what the journal has written.
     let mut fack = covered;
     let mut last_sent = None;
+    let mut durable = journal.durable();
     loop {
         let d = *durable.borrow_and_update();
         if d.failed {
-            durability.fail("an I/O error made the journal fail");
+            durability.fail(&journal.failure());
             return;
         }
         // Entries of an older history carry offsets of another offset space.
@@ -396,5 +405,34 @@ pub(crate) struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// After a full sync, waits until Valkey lists walrus as an online replica. A diskless
+/// primary puts its replica online only once it has reaped the child that sent the RDB (at
+/// its next cron tick, or when an ACK arrives); until then `min-replicas-to-write` makes it
+/// refuse every write with `-NOREPLICAS`, so the gate must not open yet. Each ACK asks
+/// Valkey to check on the child again; ROLE, on a control connection, shows the result.
+async fn wait_online(
+    up: &Upstream,
+    link: &mut Conn,
+    offset: u64,
+    timeout: Duration,
+) -> Result<(), LinkError> {
+    const RECHECK: Duration = Duration::from_millis(5);
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut control = Conn::control(up).await?;
+    loop {
+        let role = control.call_raw(&write::command(["ROLE"])).await?;
+        if crate::proxy::pipeline::parse_role(&role).is_some_and(|(_, replicas)| replicas > 0) {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(LinkError::Raced(format!(
+                "Valkey did not put walrus online as its replica within {timeout:?} of the full sync"
+            )));
+        }
+        tokio::time::sleep(RECHECK).await;
+        ack(link, offset).await?;
     }
 }

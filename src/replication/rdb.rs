@@ -126,9 +126,26 @@ pub async fn receive(
         ))));
     }
     let tmp = dest.with_extension("rdb.tmp");
+    let stored = store(conn, &header, &tmp, dest, max_bytes).await;
+    if stored.is_err() {
+        // Out of space or cut off: the partial file must not keep the space it took.
+        let _ = tokio::fs::remove_file(&tmp).await;
+    }
+    stored
+}
+
+/// The body of [`receive`]: the payload after its `header` into `tmp`, renamed to `dest`.
+async fn store(
+    conn: &mut Conn,
+    header: &str,
+    tmp: &Path,
+    dest: &Path,
+    max_bytes: u64,
+) -> Result<StoredRdb, UpstreamError> {
     let mut file = Sink {
-        file: tokio::fs::File::create(&tmp).await?,
+        file: tokio::fs::File::create(tmp).await?,
         digest: RdbDigest::default(),
+        written: 0,
     };
     let eof_mark = header.starts_with("$EOF:");
     if let Some(mark) = header.strip_prefix("$EOF:") {
@@ -151,17 +168,11 @@ pub async fn receive(
         }
         copy_exact(conn, &mut file, len).await?;
     }
-    let Sink { file, digest } = file;
-    let sum = match digest.finish() {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = tokio::fs::remove_file(&tmp).await;
-            return Err(UpstreamError::Decode(e));
-        }
-    };
+    let Sink { file, digest, .. } = file;
+    let sum = digest.finish().map_err(UpstreamError::Decode)?;
     file.sync_all().await?;
     drop(file);
-    tokio::fs::rename(&tmp, dest).await?;
+    tokio::fs::rename(tmp, dest).await?;
     if let Some(dir) = dest.parent() {
         tokio::fs::File::open(dir).await?.sync_all().await?;
     }
@@ -177,12 +188,16 @@ pub async fn receive(
 struct Sink {
     file: tokio::fs::File,
     digest: RdbDigest,
+    written: u64,
 }
 
 impl Sink {
     async fn write_all(&mut self, data: &[u8]) -> std::io::Result<()> {
+        crate::fault::checkpoint_write(self.written)?;
         self.digest.update(data);
-        self.file.write_all(data).await
+        self.file.write_all(data).await?;
+        self.written += data.len() as u64;
+        Ok(())
     }
 }
 

@@ -94,7 +94,8 @@ impl ValkeyView {
     }
 }
 
-async fn info(conn: &mut Conn, section: &str) -> Result<String, UpstreamError> {
+/// One section of Valkey's INFO, as text.
+pub(crate) async fn info(conn: &mut Conn, section: &str) -> Result<String, UpstreamError> {
     let reply = conn.call(["INFO", section]).await?;
     crate::upstream::client::frame_str(&reply)
         .ok_or_else(|| UpstreamError::Decode(format!("unexpected INFO reply: {reply:?}")))

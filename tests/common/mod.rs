@@ -224,7 +224,16 @@ impl Walrus {
 
     /// A walrus in managed mode (the default a user gets): it runs its own valkey-server.
     pub fn start_managed(config: &str, data: Option<&std::path::Path>) -> Walrus {
-        Walrus::launch(None, config, &[], data, &[])
+        Walrus::start_managed_env(config, data, &[])
+    }
+
+    /// The same, with extra environment variables (fault injection).
+    pub fn start_managed_env(
+        config: &str,
+        data: Option<&std::path::Path>,
+        env: &[(&str, &str)],
+    ) -> Walrus {
+        Walrus::launch(None, config, &[], data, env)
     }
 
     /// Starts walrus without waiting for it to listen (for starts that must fail). The
@@ -407,5 +416,98 @@ impl Rng {
     /// A number below `n`.
     pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n
+    }
+}
+
+/// The pid of the Valkey behind `addr` (walrus forwards INFO).
+pub fn valkey_pid(addr: &str) -> i32 {
+    let mut c = Raw::connect(addr);
+    let text = String::from_utf8(c.cmd(&["INFO", "server"])).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Starts walrus, expecting it to exit non-zero after a log line containing `needle`,
+/// which it returns.
+pub fn refuses_to_start(
+    upstream: Option<&str>,
+    config: &str,
+    data: &std::path::Path,
+    needle: &str,
+) -> String {
+    let (mut w, _cfg) = Walrus::spawn(upstream, config, data);
+    let line = w.wait_line(needle, START_TIMEOUT);
+    let status = w
+        .wait_exit(START_TIMEOUT)
+        .expect("walrus must refuse to start");
+    assert!(!status.success(), "{status:?}");
+    line
+}
+
+/// PDEATHSIG kills the managed Valkey when walrus dies: wait for its exit, as an event (a
+/// pidfd becomes readable when the process exits).
+pub fn wait_dead(pid: i32) {
+    // SAFETY: plain syscalls on a descriptor this function owns.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    if fd < 0 {
+        return; // already gone
+    }
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ready = unsafe { libc::poll(&mut p, 1, START_TIMEOUT.as_millis() as i32) };
+    unsafe { libc::close(fd) };
+    assert_eq!(ready, 1, "valkey {pid} outlived walrus");
+}
+
+/// A size-limited tmpfs mounted for one test: a real small file system to fill. Mounting
+/// needs root or CAP_SYS_ADMIN; where it is refused, `mount` returns `None` after printing
+/// that the part of the test needing it is skipped, and why.
+pub struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    pub fn mount(size_mib: u64, read_only: bool) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = format!("size={size_mib}m{}", if read_only { ",ro" } else { "" });
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &opts, "walrus-test"])
+            .arg(dir.path())
+            .output();
+        match out {
+            Ok(o) if o.status.success() => Some(Tmpfs { dir }),
+            Ok(o) => {
+                eprintln!(
+                    "SKIPPED: cannot mount a tmpfs here ({}); this check needs root or CAP_SYS_ADMIN",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                );
+                None
+            }
+            Err(e) => {
+                eprintln!("SKIPPED: cannot run mount ({e}); this check needs a tmpfs");
+                None
+            }
+        }
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        // Lazy: a process of the test may still hold a file open in it.
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
     }
 }

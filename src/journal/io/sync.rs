@@ -16,6 +16,7 @@ use tokio::sync::oneshot;
 
 use super::super::buf::IoBuf;
 use super::super::error::JournalError;
+use super::super::format::BLOCK_BYTES;
 use super::super::writer::{drive, IoBackend, Shared};
 
 type Reply = oneshot::Sender<(std::io::Result<()>, IoBuf)>;
@@ -82,37 +83,53 @@ impl IoBackend for SyncBackend {
 }
 
 pub(super) fn write_and_sync(f: &File, buf: &IoBuf, seg_off: u64) -> std::io::Result<()> {
-    if let Some(delay) = *FAULT_WRITE_DELAY {
-        std::thread::sleep(delay);
-    }
-    if let Some(marker) = &*FAULT_FAIL_ON {
-        // Once the marker is seen, this "device" is dead: every later write fails too.
-        let dead = FAULT_DEAD.load(std::sync::atomic::Ordering::SeqCst)
-            || buf
-                .as_slice()
-                .windows(marker.len())
-                .any(|w| w == marker.as_slice());
-        if dead {
-            FAULT_DEAD.store(true, std::sync::atomic::Ordering::SeqCst);
-            return Err(std::io::Error::other("injected journal write failure"));
-        }
+    crate::fault::journal_write_delay();
+    if let Some(fault) = crate::fault::journal_write(buf.as_slice()) {
+        return faulty_write(f, buf.as_slice(), seg_off, fault);
     }
     f.write_all_at(buf.as_slice(), seg_off)
         .and_then(|()| f.sync_data())
 }
 
-/// Fault injection for tests of the durable write path: `WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS`
-/// makes every write of this backend take that much longer, a journal device that is
-/// artificially slow. Read once; unset in production.
-static FAULT_WRITE_DELAY: std::sync::LazyLock<Option<std::time::Duration>> =
-    std::sync::LazyLock::new(|| {
-        let ms: u64 = std::env::var("WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS")
-            .ok()?
-            .parse()
-            .ok()?;
-        tracing::warn!(ms, "fault injection: every journal write is delayed");
-        Some(std::time::Duration::from_millis(ms))
-    });
+/// A journal write with an injected fault ([`crate::fault`]).
+fn faulty_write(
+    f: &File,
+    data: &[u8],
+    seg_off: u64,
+    fault: crate::fault::JournalFault,
+) -> std::io::Result<()> {
+    use crate::fault::JournalFault;
+    use std::io::Error;
+    match fault {
+        JournalFault::Write(errno) => Err(Error::from_raw_os_error(errno)),
+        JournalFault::Fsync(errno) => {
+            // The data reached the page cache, the writeback failed, and the kernel dropped
+            // the pages: after a crash the range holds what it held before.
+            // Segment files are open write-only (and maybe O_DIRECT): read the old bytes
+            // through a second, read-only descriptor, and write them back from an aligned
+            // buffer.
+            use std::os::fd::AsRawFd;
+            let reader = File::open(format!("/proc/self/fd/{}", f.as_raw_fd()))?;
+            let mut before = IoBuf::new(data.len());
+            before.set_len(data.len());
+            reader.read_exact_at(before.as_full_mut(), seg_off)?;
+            f.write_all_at(data, seg_off)?;
+            f.write_all_at(before.as_slice(), seg_off)?;
+            f.sync_data()?;
+            Err(Error::from_raw_os_error(errno))
+        }
+        JournalFault::Tear => {
+            let last_block = data.len().saturating_sub(1) / BLOCK_BYTES * BLOCK_BYTES;
+            let keep = last_block + BLOCK_BYTES / 2;
+            f.write_all_at(&data[..keep.min(data.len())], seg_off)?;
+            f.sync_data()?;
+            tracing::error!(
+                "fault injection: journal write torn; the process stops as in a power cut"
+            );
+            std::process::abort()
+        }
+    }
+}
 
 fn worker(files: Arc<Vec<File>>, jobs: Arc<Mutex<mpsc::Receiver<Job>>>) {
     loop {
@@ -171,18 +188,3 @@ pub fn start(
         })
         .map_err(|e| JournalError::io("spawning journal writer thread", e))
 }
-
-/// Fault injection: `WALRUS_FAULT_JOURNAL_FAIL_ON=<text>` makes the first write whose data
-/// contains `<text>`, and every write after it, fail: a device that dies at a chosen moment.
-/// Unset in production.
-static FAULT_FAIL_ON: std::sync::LazyLock<Option<Vec<u8>>> = std::sync::LazyLock::new(|| {
-    let marker = std::env::var("WALRUS_FAULT_JOURNAL_FAIL_ON")
-        .ok()
-        .filter(|m| !m.is_empty())?;
-    tracing::warn!(
-        marker,
-        "fault injection: journal writes fail from the one containing the marker on"
-    );
-    Some(marker.into_bytes())
-});
-static FAULT_DEAD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

@@ -1,0 +1,161 @@
+//! Disk watermarks on a real small file system (a size-limited tmpfs the test mounts; it
+//! skips, saying so, where mounting is not allowed): filled with other data, and with the
+//! journal and checkpoints themselves. Writes are refused before the disk is full, reads go
+//! on, no acknowledged write is lost, walrus never exits, and writes resume by themselves
+//! once space is freed.
+mod common;
+use common::*;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+const OK: &[u8] = b"+OK\r\n";
+const CONFIG: &str = "[disk]\ncheck_interval_ms = 50\n";
+
+fn bulk(v: &str) -> Vec<u8> {
+    format!("${}\r\n{v}\r\n", v.len()).into_bytes()
+}
+
+fn check(c: &mut Raw, model: &BTreeMap<String, String>) {
+    for (k, v) in model {
+        assert_eq!(c.cmd(&["GET", k]), bulk(v), "{k}");
+    }
+}
+
+/// Writes a file of zeros that brings the file system under `dir` to `ratio` in use.
+fn fill_to(dir: &Path, ratio: f64) -> std::path::PathBuf {
+    let u = walrus::disk::Usage::of(dir).unwrap();
+    let total = u.used_bytes + u.avail_bytes;
+    let want = (ratio * total as f64) as u64;
+    let more = want.saturating_sub(u.used_bytes);
+    let path = dir.join("filler");
+    let f = std::fs::File::create(&path).unwrap();
+    // Written, not sparse: tmpfs counts only pages that hold data.
+    let chunk = vec![0u8; 1 << 20];
+    let mut left = more;
+    use std::io::Write;
+    let mut w = std::io::BufWriter::new(f);
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        w.write_all(&chunk[..n]).unwrap();
+        left -= n as u64;
+    }
+    w.into_inner().unwrap().sync_all().unwrap();
+    path
+}
+
+fn text(seed: u64, len: usize) -> String {
+    let mut rng = Rng(seed | 1);
+    let mut s = String::with_capacity(len + 16);
+    while s.len() < len {
+        s.push_str(&format!("{:016x}", rng.next()));
+    }
+    s.truncate(len);
+    s
+}
+
+#[test]
+fn a_disk_filled_by_other_data_refuses_writes_then_resumes() {
+    let Some(fs) = Tmpfs::mount(64, false) else {
+        return;
+    };
+    let data = fs.path().join("data");
+    let mut w = Walrus::start_managed(CONFIG, Some(&data));
+    let mut c = Raw::connect(&w.addr);
+    let mut model = BTreeMap::new();
+    for i in 0..200 {
+        let (k, v) = (format!("k:{i}"), format!("v:{i}"));
+        let r = c.cmd(&["SET", &k, &v]);
+        assert_eq!(show(&r), show(OK), "{}", w.proc.log_text());
+        model.insert(k, v);
+    }
+    let filler = fill_to(fs.path(), 0.95);
+    w.proc.wait_line("disk watermark reached", START_TIMEOUT);
+    for write in [
+        vec!["SET", "refused", "1"],
+        vec!["INCR", "k:1"],
+        vec![
+            "EVAL",
+            "return redis.call('set', KEYS[1], 1)",
+            "1",
+            "refused",
+        ],
+    ] {
+        let r = show(&c.cmd(&write));
+        assert!(
+            r.starts_with("-MISCONF walrus: writes are refused: the journal's file system")
+                && r.contains("disk.low_watermark"),
+            "{write:?}: {r}"
+        );
+    }
+    check(&mut c, &model);
+    let mut direct = Raw::connect(&format!("127.0.0.1:{}", valkey_port(&mut c)));
+    assert_eq!(
+        direct.cmd(&["EXISTS", "refused"]),
+        b":0\r\n",
+        "Valkey never saw it"
+    );
+    assert!(w.proc.child.try_wait().unwrap().is_none());
+
+    std::fs::remove_file(filler).unwrap();
+    w.proc.wait_line("disk watermark cleared", START_TIMEOUT);
+    assert_eq!(c.cmd(&["SET", "after", "1"]), OK);
+    check(&mut c, &model);
+}
+
+/// The journal and checkpoints fill the disk: with room for the journal but not for a new
+/// RDB below the high mark, no checkpoint is taken (the log says why), so the ring fills and
+/// writes are refused, naming the ring; once space is freed a checkpoint releases the ring
+/// and writes resume.
+#[test]
+fn a_checkpoint_without_room_is_not_taken_and_the_full_ring_refuses_writes() {
+    let Some(fs) = Tmpfs::mount(64, false) else {
+        return;
+    };
+    let data = fs.path().join("data");
+    let mut w = Walrus::start_managed(CONFIG, Some(&data));
+    let mut c = Raw::connect(&w.addr);
+    let mut model = BTreeMap::new();
+    // About 6 MiB of data that does not compress: its RDB cannot fit in what is left.
+    for i in 0..96 {
+        let (k, v) = (format!("big:{i}"), text(i, 64 << 10));
+        let r = c.cmd(&["SET", &k, &v]);
+        assert_eq!(show(&r), show(OK), "{}", w.proc.log_text());
+        model.insert(k, v);
+    }
+    // Below the low mark, with less than 6 MiB left before the high one.
+    let filler = fill_to(fs.path(), 0.84);
+    let mut refused = None;
+    for i in 0..1000u64 {
+        let (k, v) = (format!("big:{}", i % 96), text(1000 + i, 64 << 10));
+        let r = c.cmd(&["SET", &k, &v]);
+        if r != OK {
+            refused = Some(show(&r));
+            break;
+        }
+        model.insert(k, v);
+    }
+    let refused = refused.expect("the ring never filled");
+    assert!(
+        refused.starts_with("-MISCONF walrus: writes are refused: the journal ring"),
+        "{refused}"
+    );
+    let line = w
+        .proc
+        .wait_line("not enough room for a checkpoint", START_TIMEOUT);
+    assert!(line.contains("disk.high_watermark"), "{line}");
+    check(&mut c, &model);
+    assert!(w.proc.child.try_wait().unwrap().is_none());
+
+    std::fs::remove_file(filler).unwrap();
+    w.proc.wait_line("checkpoint taken", START_TIMEOUT);
+    w.proc.wait_line("disk watermark cleared", START_TIMEOUT);
+    assert_eq!(c.cmd(&["SET", "after", "1"]), OK);
+    check(&mut c, &model);
+}
+
+/// The managed Valkey's port, from CONFIG GET through walrus.
+fn valkey_port(c: &mut Raw) -> String {
+    let r = String::from_utf8(c.cmd(&["CONFIG", "GET", "port"])).unwrap();
+    r.split("\r\n").nth(4).unwrap().to_string()
+}

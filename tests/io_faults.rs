@@ -1,0 +1,299 @@
+//! Every row of docs/failure-modes.md that an injected fault reproduces, against a managed
+//! walrus (the default a user runs): what clients see, that walrus keeps running, and that
+//! no acknowledged write is lost across the restart that recovers.
+mod common;
+use common::*;
+
+use std::path::Path;
+use std::time::Duration;
+
+const OK: &[u8] = b"+OK\r\n";
+/// The sync backend (where the journal faults are injected) and a fast disk watcher.
+const CONFIG: &str = "io_backend = \"sync\"\n[disk]\ncheck_interval_ms = 50\n";
+
+fn bulk(v: &str) -> Vec<u8> {
+    format!("${}\r\n{v}\r\n", v.len()).into_bytes()
+}
+
+/// Writes `n` acknowledged keys `ack:<i>`.
+fn acknowledged(c: &mut Raw, n: usize) {
+    for i in 0..n {
+        assert_eq!(c.cmd(&["SET", &format!("ack:{i}"), &format!("v{i}")]), OK);
+    }
+}
+
+fn check_acknowledged(c: &mut Raw, n: usize) {
+    for i in 0..n {
+        assert_eq!(
+            c.cmd(&["GET", &format!("ack:{i}")]),
+            bulk(&format!("v{i}")),
+            "ack:{i}"
+        );
+    }
+}
+
+fn random_text(len: usize) -> String {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut s = String::with_capacity(len + 16);
+    while s.len() < len {
+        s.push_str(&format!("{:016x}", rng.next()));
+    }
+    s.truncate(len);
+    s
+}
+
+fn alive(w: &mut Walrus) {
+    assert!(
+        w.proc.child.try_wait().unwrap().is_none(),
+        "walrus exited: {}",
+        w.proc.log_text()
+    );
+}
+
+/// Kills walrus (its managed Valkey dies with it) and starts it again on the same data.
+fn crash_and_restart(mut w: Walrus, data: &Path) -> Walrus {
+    let pid = valkey_pid(&w.addr);
+    w.proc.signal(libc::SIGKILL);
+    w.proc.wait_exit(Duration::from_secs(10)).unwrap();
+    wait_dead(pid);
+    Walrus::start_managed(CONFIG, Some(data))
+}
+
+/// ENOSPC, EIO and EINVAL (O_DIRECT's misalignment error) on a journal write: the write that
+/// hit it is not acknowledged, the journal is fenced (no retry), writes get -MISCONF naming
+/// the error, reads go on, and a restart brings back every acknowledged write.
+#[test]
+fn a_failed_journal_write_fences_the_journal_and_loses_nothing_acknowledged() {
+    for (errno, text) in [
+        ("ENOSPC", "No space left on device"),
+        ("EIO", "Input/output error"),
+        ("EINVAL", "Invalid argument"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let fault = format!("write:{errno}@poison");
+        let mut w =
+            Walrus::start_managed_env(CONFIG, Some(&data), &[("WALRUS_FAULT_JOURNAL", &fault)]);
+        let mut c = Raw::connect(&w.addr);
+        acknowledged(&mut c, 20);
+        let r = show(&c.cmd(&["SET", "p", "poison"]));
+        assert!(
+            r.starts_with("-MISCONF walrus: journal failed") && r.contains(text),
+            "{errno}: {r}"
+        );
+        let r = show(&c.cmd(&["SET", "later", "1"]));
+        assert!(
+            r.starts_with("-MISCONF walrus: journal failed") && r.contains(text),
+            "{errno}: {r}"
+        );
+        check_acknowledged(&mut c, 20);
+        alive(&mut w);
+        let w = crash_and_restart(w, &data);
+        let mut c = Raw::connect(&w.addr);
+        check_acknowledged(&mut c, 20);
+        assert_eq!(c.cmd(&["EXISTS", "p", "later"]), b":0\r\n", "{errno}");
+        assert_eq!(c.cmd(&["SET", "after", "1"]), OK);
+    }
+}
+
+/// A failed fsync: the page cache may have dropped the data (here it does), so the write is
+/// never acknowledged and the fsync never retried: the journal is fenced on the first one.
+#[test]
+fn a_failed_fsync_is_never_retried_and_its_write_never_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut w = Walrus::start_managed_env(
+        CONFIG,
+        Some(&data),
+        &[("WALRUS_FAULT_JOURNAL", "fsync:EIO@poison")],
+    );
+    let mut c = Raw::connect(&w.addr);
+    acknowledged(&mut c, 20);
+    let r = show(&c.cmd(&["SET", "p", "poison"]));
+    assert!(r.starts_with("-MISCONF walrus: journal failed"), "{r}");
+    assert!(c.cmd(&["SET", "later", "1"]).starts_with(b"-MISCONF"));
+    check_acknowledged(&mut c, 20);
+    alive(&mut w);
+    let failures = w.proc.log_text().matches("segment write failed").count();
+    assert_eq!(failures, 1, "{}", w.proc.log_text());
+    let w = crash_and_restart(w, &data);
+    let mut c = Raw::connect(&w.addr);
+    check_acknowledged(&mut c, 20);
+    assert_eq!(c.cmd(&["EXISTS", "p", "later"]), b":0\r\n");
+}
+
+/// A power cut in the middle of a journal write: recovery cuts the torn entry, and every
+/// acknowledged write is back.
+#[test]
+fn a_write_torn_by_a_power_cut_is_cut_at_recovery() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut w = Walrus::start_managed_env(
+        CONFIG,
+        Some(&data),
+        &[("WALRUS_FAULT_JOURNAL", "tear@poison")],
+    );
+    let mut c = Raw::connect(&w.addr);
+    acknowledged(&mut c, 20);
+    let pid = valkey_pid(&w.addr);
+    c.send_raw(&walrus::resp::write::command([
+        "SET",
+        "p",
+        &"poison".repeat(2000),
+    ]));
+    assert!(c.closed(), "the torn write was acknowledged");
+    w.proc.wait_exit(Duration::from_secs(10)).unwrap();
+    wait_dead(pid);
+    let w = Walrus::start_managed(CONFIG, Some(&data));
+    let mut c = Raw::connect(&w.addr);
+    check_acknowledged(&mut c, 20);
+    assert_eq!(c.cmd(&["EXISTS", "p"]), b":0\r\n");
+    assert_eq!(c.cmd(&["SET", "after", "1"]), OK);
+}
+
+/// A segment file deleted, or truncated, under a running walrus: writes into it would be
+/// lost at the next start, so the journal is fenced; reads go on. At the next start the
+/// missing segment is refused, naming it and the repair.
+#[test]
+fn a_segment_deleted_or_truncated_under_walrus_fences_the_journal() {
+    for damage in ["delete", "truncate"] {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let mut w = Walrus::start_managed(CONFIG, Some(&data));
+        let mut c = Raw::connect(&w.addr);
+        acknowledged(&mut c, 20);
+        let seg = std::fs::read_dir(data.join("journal"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "wal"))
+            .max()
+            .unwrap();
+        match damage {
+            "delete" => std::fs::remove_file(&seg).unwrap(),
+            _ => std::fs::OpenOptions::new()
+                .write(true)
+                .open(&seg)
+                .unwrap()
+                .set_len(4096)
+                .unwrap(),
+        }
+        let line = w.proc.wait_line("the journal is fenced", START_TIMEOUT);
+        let expected = if damage == "delete" {
+            "is gone"
+        } else {
+            "was truncated"
+        };
+        assert!(line.contains(expected), "{line}");
+        let r = show(&c.cmd(&["SET", "later", "1"]));
+        assert!(
+            r.starts_with("-MISCONF walrus: journal failed") && r.contains(expected),
+            "{r}"
+        );
+        check_acknowledged(&mut c, 20);
+        alive(&mut w);
+        if damage == "delete" {
+            w.proc.signal(libc::SIGTERM);
+            w.proc.wait_exit(Duration::from_secs(30)).unwrap();
+            let line = refuses_to_start(None, CONFIG, &data, "lacks segment files");
+            assert!(line.contains("--accept-data-loss"), "{line}");
+        }
+    }
+}
+
+/// A checkpoint that keeps failing (its RDB, or the manifest that records it, cannot be
+/// written: ENOSPC) lets the ring fill: writes are then refused, naming the ring, reads go
+/// on, nothing half-written is left behind, and once the fault clears a checkpoint frees
+/// the ring and writes resume without a restart.
+#[test]
+fn a_checkpoint_that_keeps_failing_fills_the_ring_then_writes_resume() {
+    for fault in ["WALRUS_FAULT_CHECKPOINT", "WALRUS_FAULT_MANIFEST"] {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let flag = dir.path().join("fault-on");
+        let spec = format!("ENOSPC@{}", flag.display());
+        let mut w = Walrus::start_managed_env(CONFIG, Some(&data), &[(fault, &spec)]);
+        let mut c = Raw::connect(&w.addr);
+        // A dataset whose RDB is larger than the fault's 64 KiB threshold, so writing it
+        // reaches the fault: random text, which the RDB's compression cannot shrink away.
+        let value = random_text(64 << 10);
+        for i in 0..16 {
+            assert_eq!(c.cmd(&["SET", &format!("big:{i}"), &value]), OK);
+        }
+        std::fs::write(&flag, b"").unwrap();
+        // Overwrites grow the journal, not the dataset, until the ring is over the mark.
+        let mut refused = None;
+        for i in 0..2000 {
+            let r = c.cmd(&["SET", &format!("big:{}", i % 16), &value]);
+            if r != OK {
+                refused = Some(show(&r));
+                break;
+            }
+        }
+        let refused = refused.expect("the ring never filled");
+        assert!(
+            refused.starts_with("-MISCONF walrus: writes are refused: the journal ring"),
+            "{fault}: {refused}"
+        );
+        let line = w.proc.wait_line("checkpoint failed", START_TIMEOUT);
+        assert!(line.contains("No space left on device"), "{line}");
+        assert_eq!(c.cmd(&["STRLEN", "big:0"]), b":65536\r\n", "reads go on");
+        let leftovers: Vec<_> = std::fs::read_dir(data.join("checkpoints"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+        alive(&mut w);
+        std::fs::remove_file(&flag).unwrap();
+        w.proc.wait_line("disk watermark cleared", START_TIMEOUT);
+        assert_eq!(c.cmd(&["SET", "after", "1"]), OK);
+    }
+}
+
+/// A journal directory on a read-only file system, or one that cannot be created, at start:
+/// walrus refuses to start with the path and the OS error, and does not panic.
+#[test]
+fn an_unwritable_journal_directory_at_start_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    // Root ignores permission bits, so an unwritable directory is made another way: its
+    // parent is a regular file.
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"").unwrap();
+    let line = refuses_to_start(None, CONFIG, &file.join("data"), "Not a directory");
+    assert!(line.contains("file/data"), "{line}");
+    let Some(ro) = Tmpfs::mount(8, true) else {
+        return;
+    };
+    let line = refuses_to_start(
+        None,
+        CONFIG,
+        &ro.path().join("data"),
+        "Read-only file system",
+    );
+    assert!(!line.contains("panicked"), "{line}");
+}
+
+/// A corrupted manifest, the journal's or the checkpoints', stops the start with the file's
+/// name: walrus never guesses where the log starts or which RDB is current.
+#[test]
+fn a_corrupted_manifest_stops_the_start_naming_the_file() {
+    for (file, name) in [
+        ("journal/MANIFEST", "MANIFEST"),
+        ("checkpoints/CHECKPOINT", "CHECKPOINT"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let mut w = Walrus::start_managed(CONFIG, Some(&data));
+        let mut c = Raw::connect(&w.addr);
+        acknowledged(&mut c, 5);
+        w.proc.signal(libc::SIGTERM);
+        assert!(w.proc.wait_exit(Duration::from_secs(30)).unwrap().success());
+        let path = data.join(file);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0x20;
+        std::fs::write(&path, bytes).unwrap();
+        let line = refuses_to_start(None, CONFIG, &data, name);
+        assert!(line.contains(&path.display().to_string()), "{line}");
+    }
+}
