@@ -60,8 +60,12 @@ fn a_disk_filled_by_other_data_refuses_writes_then_resumes() {
         return;
     };
     let data = fs.path().join("data");
-    let mut w = Walrus::start_managed(CONFIG, Some(&data));
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut w =
+        Walrus::start_managed_opts(CONFIG, &["--metrics-listen", &metrics], Some(&data), &[]);
     let mut c = Raw::connect(&w.addr);
+    let (_, body) = http_get(&metrics, "/metrics");
+    assert!(body.contains("walrus_disk_watermark_reached 0"), "{body}");
     let mut model = BTreeMap::new();
     for i in 0..200 {
         let (k, v) = (format!("k:{i}"), format!("v:{i}"));
@@ -96,9 +100,29 @@ fn a_disk_filled_by_other_data_refuses_writes_then_resumes() {
         "Valkey never saw it"
     );
     assert!(w.proc.child.try_wait().unwrap().is_none());
+    let (_, body) = http_get(&metrics, "/metrics");
+    assert!(body.contains("walrus_disk_watermark_reached 1"), "{body}");
+    assert!(
+        body.contains("walrus_writes_refused_disk_total 3"),
+        "{body}"
+    );
+    let used: f64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix("walrus_disk_used_ratio{volume=\"journal\"} "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(used >= 0.9, "{body}");
+    assert_eq!(
+        http_get(&metrics, "/readyz").0,
+        200,
+        "reads are served: still ready"
+    );
 
     std::fs::remove_file(filler).unwrap();
     w.proc.wait_line("disk watermark cleared", START_TIMEOUT);
+    let (_, body) = http_get(&metrics, "/metrics");
+    assert!(body.contains("walrus_disk_watermark_reached 0"), "{body}");
     assert_eq!(c.cmd(&["SET", "after", "1"]), OK);
     check(&mut c, &model);
 }
@@ -158,4 +182,18 @@ fn a_checkpoint_without_room_is_not_taken_and_the_full_ring_refuses_writes() {
 fn valkey_port(c: &mut Raw) -> String {
     let r = String::from_utf8(c.cmd(&["CONFIG", "GET", "port"])).unwrap();
     r.split("\r\n").nth(4).unwrap().to_string()
+}
+
+/// A ring that alone keeps its file system above the low watermark would refuse writes
+/// forever: walrus refuses to start instead, saying what to change.
+#[test]
+fn a_ring_too_large_for_its_file_system_is_refused_at_start() {
+    let Some(fs) = Tmpfs::mount(18, false) else {
+        return;
+    };
+    let line = refuses_to_start(None, CONFIG, &fs.path().join("data"), "alone takes");
+    assert!(
+        line.contains("disk.low_watermark") && line.contains("Shrink the ring"),
+        "{line}"
+    );
 }

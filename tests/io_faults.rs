@@ -72,9 +72,15 @@ fn a_failed_journal_write_fences_the_journal_and_loses_nothing_acknowledged() {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
         let fault = format!("write:{errno}@poison");
-        let mut w =
-            Walrus::start_managed_env(CONFIG, Some(&data), &[("WALRUS_FAULT_JOURNAL", &fault)]);
+        let metrics = format!("127.0.0.1:{}", free_port());
+        let mut w = Walrus::start_managed_opts(
+            CONFIG,
+            &["--metrics-listen", &metrics],
+            Some(&data),
+            &[("WALRUS_FAULT_JOURNAL", &fault)],
+        );
         let mut c = Raw::connect(&w.addr);
+        assert_eq!(http_get(&metrics, "/readyz").0, 200);
         acknowledged(&mut c, 20);
         let r = show(&c.cmd(&["SET", "p", "poison"]));
         assert!(
@@ -88,6 +94,9 @@ fn a_failed_journal_write_fences_the_journal_and_loses_nothing_acknowledged() {
         );
         check_acknowledged(&mut c, 20);
         alive(&mut w);
+        let (_, body) = http_get(&metrics, "/metrics");
+        assert!(body.contains("walrus_journal_failed 1"), "{body}");
+        assert_eq!(http_get(&metrics, "/readyz").0, 503);
         let w = crash_and_restart(w, &data);
         let mut c = Raw::connect(&w.addr);
         check_acknowledged(&mut c, 20);
@@ -246,7 +255,8 @@ fn a_checkpoint_that_keeps_failing_fills_the_ring_then_writes_resume() {
         alive(&mut w);
         std::fs::remove_file(&flag).unwrap();
         w.proc.wait_line("disk watermark cleared", START_TIMEOUT);
-        assert_eq!(c.cmd(&["SET", "after", "1"]), OK);
+        let r = c.cmd(&["SET", "after", "1"]);
+        assert_eq!(show(&r), show(OK), "{}", w.proc.log_text());
     }
 }
 

@@ -349,18 +349,6 @@ fn valkey_ahead_beyond_its_backlog_becomes_the_new_checkpoint() {
     );
 }
 
-/// `GET path` on walrus's metrics endpoint: (status code, body).
-fn http_get(addr: &str, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let code = text.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (code, text.split_once("\r\n\r\n").unwrap().1.to_string())
-}
-
 #[test]
 fn a_live_restore_is_counted_and_a_conflict_while_running_keeps_clients_out() {
     let v = Valkey::start();

@@ -79,7 +79,27 @@ pub async fn run(
                 },
             }
         };
-        let result = take(&up, &journal, &durability, &cfg, &mut last_sizes).await;
+        let (epoch, before) = match possible(&journal, &durability) {
+            Ok(p) => p,
+            Err(why) => {
+                // Not a failure of checkpoints: there is nothing to take one of yet.
+                if let Some(tx) = asked {
+                    let _ = tx.send(Err(why));
+                }
+                tokio::time::sleep(RETRY_AFTER_FAILURE).await;
+                continue;
+            }
+        };
+        let result = take(
+            &up,
+            &journal,
+            epoch,
+            before,
+            &durability,
+            &cfg,
+            &mut last_sizes,
+        )
+        .await;
         match &result {
             Ok(summary) => {
                 tracing::info!("{summary}");
@@ -169,15 +189,12 @@ fn estimate(last: Option<Sizes>, recorded: Option<u64>, used_memory: u64) -> (u6
     }
 }
 
-/// Takes a checkpoint: a fresh full sync's RDB, stored and recorded, then the journal
-/// released before it. Returns a summary for the log.
-async fn take(
-    up: &Upstream,
-    journal: &Arc<Journal>,
+/// Whether a checkpoint can be taken now: the link attached and something durable to
+/// release. Returns the history epoch and the durable position it would cover.
+fn possible(
+    journal: &Journal,
     durability: &Durability,
-    cfg: &CheckpointConfig,
-    last_sizes: &mut Option<Sizes>,
-) -> Result<String, String> {
+) -> Result<(u64, crate::journal::Durable), String> {
     if durability.status() != Status::Attached {
         return Err("the replica link is not attached".into());
     }
@@ -186,6 +203,21 @@ async fn take(
     if before.lsn == 0 || before.failed {
         return Err("nothing durable to release".into());
     }
+    Ok((epoch, before))
+}
+
+/// Takes a checkpoint covering `before` (durable in history `epoch`): a fresh full sync's
+/// RDB, stored and recorded, then the journal released before it. Returns a summary for
+/// the log.
+async fn take(
+    up: &Upstream,
+    journal: &Arc<Journal>,
+    epoch: u64,
+    before: crate::journal::Durable,
+    durability: &Durability,
+    cfg: &CheckpointConfig,
+    last_sizes: &mut Option<Sizes>,
+) -> Result<String, String> {
     let covered_replid = {
         let j = journal.clone();
         let lsn = before.lsn;

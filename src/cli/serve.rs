@@ -344,6 +344,18 @@ async fn start_durability(
         let d = durability.clone();
         m.on_death(Arc::new(move || d.begin_restore()));
     }
+    let ring_bytes = config.journal.segment_size_bytes * u64::from(config.journal.segments);
+    crate::disk::check_ring_fits(&journal_dir, ring_bytes, config.disk.low_watermark)?;
+    let headroom = ((1.0 - config.disk.high_watermark) * ring_bytes as f64) as u64;
+    if headroom < config.durability.max_pending_bytes {
+        // Writes admitted before the ring's mark is seen may then fill the ring: they wait
+        // for a checkpoint instead of being refused up front.
+        tracing::warn!(
+            headroom,
+            max_pending_bytes = config.durability.max_pending_bytes,
+            "the ring's room above disk.high_watermark is smaller than durability.max_pending_bytes"
+        );
+    }
     let journal = Arc::new(journal);
     let released = Arc::new(tokio::sync::Notify::new());
     let (checkpoint_requests, requests) = tokio::sync::mpsc::channel(4);

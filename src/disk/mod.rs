@@ -100,13 +100,41 @@ impl Room {
     }
 }
 
+/// Refuses a journal whose ring alone would keep its file system above the low watermark:
+/// writes would be refused forever.
+pub fn check_ring_fits(dir: &Path, ring_bytes: u64, low_watermark: f64) -> Result<(), String> {
+    let usage =
+        Usage::of(dir).map_err(|e| format!("cannot read the size of {}: {e}", dir.display()))?;
+    let total = usage.used_bytes + usage.avail_bytes;
+    let share = ring_bytes as f64 / total.max(1) as f64;
+    if share < low_watermark {
+        return Ok(());
+    }
+    Err(format!(
+        "the journal ring ({}, journal.segments x journal.segment_size_bytes) alone takes {} of its file system ({}, {}), \
+         at or above disk.low_watermark ({}): writes would never be accepted. Shrink the ring or grow the volume",
+        mib(ring_bytes),
+        pct(share),
+        dir.display(),
+        mib(total),
+        pct(low_watermark)
+    ))
+}
+
 /// One watched figure.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reading {
     /// What it measures, for messages: "the journal's file system (/data/journal)".
     pub what: String,
     pub used: f64,
+    /// What an operator does about it.
+    pub remedy: &'static str,
 }
+
+/// The remedy for a full file system.
+pub const FREE_SPACE: &str = "free space on the volume or grow it";
+/// The remedy for a ring no checkpoint frees.
+pub const FIX_CHECKPOINTS: &str = "make checkpoints succeed again (the log says why they fail)";
 
 impl std::fmt::Display for Reading {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -145,11 +173,7 @@ impl Watermarks {
     }
 
     pub fn update(&mut self, readings: &[Reading]) -> Change {
-        let over: Vec<String> = readings
-            .iter()
-            .filter(|r| r.used >= self.high)
-            .map(|r| r.to_string())
-            .collect();
+        let over: Vec<&Reading> = readings.iter().filter(|r| r.used >= self.high).collect();
         let all = || {
             readings
                 .iter()
@@ -158,11 +182,21 @@ impl Watermarks {
                 .join(", ")
         };
         let reason = || {
+            // Between the marks nothing is over the high one: name what is still above the
+            // low one.
+            let named: Vec<&Reading> = if over.is_empty() {
+                readings.iter().filter(|r| r.used >= self.low).collect()
+            } else {
+                over.clone()
+            };
+            let mut remedies: Vec<&str> = named.iter().map(|r| r.remedy).collect();
+            remedies.dedup();
             format!(
-                "writes are refused: {} (disk.high_watermark is {}); they resume once every figure is below disk.low_watermark ({}). Free space, or let a checkpoint release the ring",
-                if over.is_empty() { all() } else { over.join(", ") },
+                "writes are refused: {} (disk.high_watermark is {}); they resume once every figure is below disk.low_watermark ({}): {}",
+                named.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", "),
                 pct(self.high),
-                pct(self.low)
+                pct(self.low),
+                remedies.join(", and ")
             )
         };
         if !self.refusing {
@@ -193,10 +227,12 @@ mod tests {
             Reading {
                 what: "the ring".into(),
                 used: 0.1,
+                remedy: FIX_CHECKPOINTS,
             },
             Reading {
                 what: "the disk".into(),
                 used,
+                remedy: FREE_SPACE,
             },
         ]
     }
@@ -212,6 +248,10 @@ mod tests {
         assert!(
             !why.contains("the ring is"),
             "names only what is over: {why}"
+        );
+        assert!(
+            why.ends_with(FREE_SPACE) && !why.contains(FIX_CHECKPOINTS),
+            "{why}"
         );
         // Between the marks: still refused.
         assert!(matches!(w.update(&r(0.87)), Change::StillRefused(_)));

@@ -28,6 +28,8 @@ pub struct WatchConfig {
 }
 
 /// Runs until `stop`. `checkpointed` is notified after each checkpoint (the ring shrank).
+/// The file systems are read on the timer; the ring after every durable advance too, so
+/// that the write that fills it past the high mark is the last one admitted.
 pub async fn run(
     cfg: WatchConfig,
     journal: Arc<Journal>,
@@ -37,64 +39,78 @@ pub async fn run(
 ) {
     let mut marks = Watermarks::new(cfg.high_watermark, cfg.low_watermark);
     let mut segments = Segments::new(&cfg);
-    let mut unreadable = false;
+    let mut durable = journal.durable();
+    let mut file_systems: Option<Vec<Reading>> = None;
+    let mut timer = true;
     loop {
-        if let Some(why) = segments.check() {
-            // Writes into a deleted or truncated file are lost at the next start: nothing
-            // more may be called durable.
-            tracing::error!("{why}; the journal is fenced, writes are refused");
-            journal.fail(why.clone());
-            durability.fail(&why);
-        }
-        match readings(&cfg, &journal) {
-            Ok(readings) => {
-                unreadable = false;
-                match marks.update(&readings) {
-                    Change::Refuse(why) => {
-                        tracing::error!("disk watermark reached: {why}");
-                        crate::metrics::WATERMARK_REACHED.set(1);
-                        durability.block_writes(Some(&why));
-                    }
-                    Change::StillRefused(why) => durability.block_writes(Some(&why)),
-                    Change::Resume(why) => {
-                        tracing::info!("disk watermark cleared: {why}");
-                        crate::metrics::WATERMARK_REACHED.set(0);
-                        durability.block_writes(None);
-                    }
-                    Change::Unchanged => {}
+        if timer {
+            if let Some(why) = segments.check() {
+                // Writes into a deleted or truncated file are lost at the next start:
+                // nothing more may be called durable.
+                journal.fail(why.clone());
+                durability.fail(&why);
+                tracing::error!("{why}; the journal is fenced, writes are refused");
+            }
+            match fs_readings(&cfg) {
+                Ok(r) => file_systems = Some(r),
+                // Keeps the last figures: a transient statvfs error is no reason to move
+                // the gate.
+                Err(e) if file_systems.is_some() => {
+                    tracing::warn!("cannot read disk usage: {e}")
                 }
+                Err(e) => tracing::warn!("cannot read disk usage yet: {e}"),
             }
-            // Keeps the last state: a transient statvfs error is no reason to move the gate.
-            Err(e) if !unreadable => {
-                unreadable = true;
-                tracing::warn!("cannot read disk usage: {e}");
-            }
-            Err(_) => {}
         }
-        tokio::select! {
-            _ = tokio::time::sleep(cfg.interval) => {}
-            _ = checkpointed.notified() => {}
+        if let Some(fs) = &file_systems {
+            let mut readings = fs.clone();
+            readings.extend(ring_reading(&cfg, &journal));
+            apply(marks.update(&readings), &durability);
+        }
+        timer = tokio::select! {
+            _ = tokio::time::sleep(cfg.interval) => true,
+            _ = checkpointed.notified() => true,
+            r = durable.changed() => match r {
+                Ok(()) => false,
+                Err(_) => return,
+            },
             _ = stop.wait_for(|s| *s) => return,
-        }
+        };
     }
 }
 
-fn readings(cfg: &WatchConfig, journal: &Journal) -> std::io::Result<Vec<Reading>> {
+/// Moves the write gate, logging each transition once: after the move, so that whoever
+/// reads the line finds the gate as it says.
+fn apply(change: Change, durability: &Durability) {
+    match change {
+        Change::Refuse(why) => {
+            durability.block_writes(Some(&why));
+            crate::metrics::WATERMARK_REACHED.set(1);
+            tracing::error!("disk watermark reached: {why}");
+        }
+        Change::StillRefused(why) => durability.block_writes(Some(&why)),
+        Change::Resume(why) => {
+            durability.block_writes(None);
+            crate::metrics::WATERMARK_REACHED.set(0);
+            tracing::info!("disk watermark cleared: {why}");
+        }
+        Change::Unchanged => {}
+    }
+}
+
+fn fs_readings(cfg: &WatchConfig) -> std::io::Result<Vec<Reading>> {
     let journal_fs = Usage::of(&cfg.journal_dir)?.ratio();
     let checkpoint_fs = Usage::of(&cfg.checkpoint_dir)?.ratio();
-    let status = journal.status();
-    let ring = status.used_segments as f64 / f64::from(status.segments);
     crate::metrics::DISK_USED
         .with_label_values(&["journal"])
         .set(journal_fs);
     crate::metrics::DISK_USED
         .with_label_values(&["checkpoints"])
         .set(checkpoint_fs);
-    crate::metrics::RING_FILL.set(ring);
-    let mut readings = vec![
+    Ok(vec![
         Reading {
             what: format!("the journal's file system ({})", cfg.journal_dir.display()),
             used: journal_fs,
+            remedy: super::FREE_SPACE,
         },
         Reading {
             what: format!(
@@ -102,18 +118,26 @@ fn readings(cfg: &WatchConfig, journal: &Journal) -> std::io::Result<Vec<Reading
                 cfg.checkpoint_dir.display()
             ),
             used: checkpoint_fs,
+            remedy: super::FREE_SPACE,
         },
-    ];
-    if cfg.checkpoint_failing.load(Ordering::Relaxed) {
-        readings.push(Reading {
+    ])
+}
+
+/// The ring's figure, which counts only while checkpoints fail.
+fn ring_reading(cfg: &WatchConfig, journal: &Journal) -> Option<Reading> {
+    let status = journal.status();
+    let ring = status.used_segments as f64 / f64::from(status.segments);
+    crate::metrics::RING_FILL.set(ring);
+    cfg.checkpoint_failing
+        .load(Ordering::Relaxed)
+        .then(|| Reading {
             what: format!(
                 "the journal ring ({} of {} segments not yet released, and checkpoints are failing: see the log)",
                 status.used_segments, status.segments
             ),
             used: ring,
-        });
-    }
-    Ok(readings)
+            remedy: super::FIX_CHECKPOINTS,
+        })
 }
 
 /// The segment files as walrus opened them: each must keep its inode and its size.

@@ -141,6 +141,28 @@ pub static CHECKPOINT_FAILURES: LazyLock<IntCounter> = LazyLock::new(|| {
     )
 });
 
+/// Registers every family, so that a scrape shows each one (at zero) before its first event.
+fn register_all() {
+    LazyLock::force(&CLIENTS);
+    LazyLock::force(&CLIENTS_REJECTED);
+    LazyLock::force(&COMMANDS);
+    LazyLock::force(&PROTOCOL_ERRORS);
+    LazyLock::force(&UPSTREAM_ERRORS);
+    LazyLock::force(&UPSTREAM_RECONNECTS);
+    LazyLock::force(&PINNED_SESSIONS);
+    LazyLock::force(&RESTORE_IN_PROGRESS);
+    LazyLock::force(&RESTORE_TOTAL_BYTES);
+    LazyLock::force(&RESTORE_SENT_BYTES);
+    LazyLock::force(&RESTORES);
+    LazyLock::force(&DISK_USED);
+    LazyLock::force(&RING_FILL);
+    LazyLock::force(&WATERMARK_REACHED);
+    LazyLock::force(&WRITES_REFUSED_DISK);
+    LazyLock::force(&JOURNAL_FAILED);
+    LazyLock::force(&CHECKPOINTS);
+    LazyLock::force(&CHECKPOINT_FAILURES);
+}
+
 /// Readiness as reported on `/readyz`.
 pub type Ready = Arc<dyn Fn() -> bool + Send + Sync>;
 
@@ -154,6 +176,7 @@ pub struct Admin {
 
 /// Serves the endpoint until the process exits.
 pub async fn serve(listener: TcpListener, ready: Ready, admin: Option<Admin>) {
+    register_all();
     loop {
         let Ok((mut sock, peer)) = listener.accept().await else {
             continue;

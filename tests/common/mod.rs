@@ -233,7 +233,17 @@ impl Walrus {
         data: Option<&std::path::Path>,
         env: &[(&str, &str)],
     ) -> Walrus {
-        Walrus::launch(None, config, &[], data, env)
+        Walrus::start_managed_opts(config, &[], data, env)
+    }
+
+    /// The same, with extra `serve` flags too.
+    pub fn start_managed_opts(
+        config: &str,
+        extra: &[&str],
+        data: Option<&std::path::Path>,
+        env: &[(&str, &str)],
+    ) -> Walrus {
+        Walrus::launch(None, config, extra, data, env)
     }
 
     /// Starts walrus without waiting for it to listen (for starts that must fail). The
@@ -510,4 +520,16 @@ impl Drop for Tmpfs {
             .arg(self.dir.path())
             .status();
     }
+}
+
+/// `GET path` on walrus's metrics endpoint: (status code, body).
+pub fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let code = text.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (code, text.split_once("\r\n\r\n").unwrap().1.to_string())
 }
