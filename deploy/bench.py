@@ -129,12 +129,12 @@ def start_valkey(tmp, extra=()):
     return Proc(args, "Ready to accept connections"), port
 
 
-def start_walrus(tmp, upstream_port, durable):
+def start_walrus(tmp, upstream_port, durable, binary=None):
     d = tempfile.mkdtemp(dir=tmp)
     conf = os.path.join(d, "walrus.toml")
     with open(conf, "w") as f:
         f.write("[durability]\nenabled = %s\n" % ("true" if durable else "false"))
-    binary = os.path.join(ROOT, "target", "release", "walrus")
+    binary = binary or os.path.join(ROOT, "target", "release", "walrus")
     args = [binary, "serve", "--config", conf, "--listen", "127.0.0.1:0", "--metrics-listen", "",
             "--upstream", "127.0.0.1:%d" % upstream_port, "--data-dir", os.path.join(d, "data")]
     env = dict(os.environ, RUST_LOG="warn,walrus::cli=info,walrus::replication=info")
@@ -144,13 +144,19 @@ def start_walrus(tmp, upstream_port, durable):
     return p, port
 
 
-def setups(suite, tmp):
-    """Starts every setup of the suite: [(name, port, [processes])]."""
+def setups(suite, tmp, baseline=None):
+    """Starts every setup of the suite: [(name, port, [processes])]. `baseline`: another walrus
+    binary, run as one more setup next to this tree's (an A/B of two builds in one run)."""
     out = []
     if suite == "proxy":
         valkey, vport = start_valkey(tmp)
         walrus, wport = start_walrus(tmp, vport, durable=False)
-        return [("direct", vport, [valkey]), ("walrus (proxy, journal off)", wport, [walrus, valkey])]
+        out = [("direct", vport, [valkey]), ("walrus (proxy, journal off)", wport, [walrus, valkey])]
+        if baseline:
+            v, vp = start_valkey(tmp)
+            w, wp = start_walrus(tmp, vp, durable=False, binary=baseline)
+            out.append(("baseline walrus (proxy, journal off)", wp, [w, v]))
+        return out
     v, port = start_valkey(tmp)
     out.append(("Valkey, no persistence", port, [v]))
     for policy in ("everysec", "always"):
@@ -159,6 +165,10 @@ def setups(suite, tmp):
     v, vport = start_valkey(tmp, WALRUS_VALKEY_SETTINGS)
     w, wport = start_walrus(tmp, vport, durable=True)
     out.append(("walrus durable", wport, [w, v]))
+    if baseline:
+        v, vport = start_valkey(tmp, WALRUS_VALKEY_SETTINGS)
+        w, wport = start_walrus(tmp, vport, durable=True, binary=baseline)
+        out.append(("baseline walrus durable", wport, [w, v]))
     return out
 
 
@@ -581,6 +591,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=None, help="default 5 (restore: 3)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies every workload's request count")
     ap.add_argument("--no-build", action="store_true")
+    ap.add_argument("--baseline", metavar="BINARY",
+                    help="proxy, durability: also run this walrus binary (e.g. a build of an older commit) as a setup")
     ap.add_argument("--dataset-mb", type=int, default=1024,
                     help="restore: MiB of SETs (200-byte values, 240 bytes each) written into each setup")
     ap.add_argument("--segment-mb", type=int, default=0,
@@ -613,7 +625,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="walrus-bench-")
     procs = []
     try:
-        started = setups(opts.suite, tmp)
+        started = setups(opts.suite, tmp, opts.baseline)
         for _, _, ps in started:
             procs.extend(ps)
         results = {(w, s): [] for w, _, _ in workloads for s, _, _ in started}

@@ -103,7 +103,7 @@ fn a_disk_filled_by_other_data_refuses_writes_then_resumes() {
     let (_, body) = http_get(&metrics, "/metrics");
     assert!(body.contains("walrus_disk_watermark_reached 1"), "{body}");
     assert!(
-        body.contains("walrus_writes_refused_disk_total 3"),
+        body.contains("walrus_writes_refused_total{reason=\"disk_watermark\"} 3"),
         "{body}"
     );
     let used: f64 = body

@@ -90,6 +90,7 @@ pub async fn run(
                 continue;
             }
         };
+        let started = std::time::Instant::now();
         let result = take(
             &up,
             &journal,
@@ -104,6 +105,15 @@ pub async fn run(
             Ok(summary) => {
                 tracing::info!("{summary}");
                 crate::metrics::CHECKPOINTS.inc();
+                crate::metrics::CHECKPOINT_LAST_DURATION.set(started.elapsed().as_secs_f64());
+                crate::metrics::CHECKPOINT_LAST_SUCCESS.set(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0.0, |d| d.as_secs_f64()),
+                );
+                if let Some(s) = last_sizes {
+                    crate::metrics::CHECKPOINT_LAST_SIZE.set(s.rdb_bytes as i64);
+                }
                 cfg.failing
                     .store(false, std::sync::atomic::Ordering::Relaxed);
                 last_failure.clear();

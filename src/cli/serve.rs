@@ -16,7 +16,7 @@ use crate::upstream::managed::ManagedValkey;
 use crate::upstream::{binary, settings, Upstream};
 use redis_protocol::resp2::types::OwnedFrame;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
@@ -30,7 +30,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_tracing(&config.log.level);
+    init_tracing(&config.log);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -73,17 +73,20 @@ fn load(args: &ServeArgs) -> Result<Config, String> {
     Ok(config)
 }
 
-fn init_tracing(level: &str) {
+fn init_tracing(log: &crate::config::LogConfig) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&log.level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     use std::io::IsTerminal;
-    let ansi = std::io::stderr().is_terminal();
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match log.format {
+        crate::config::LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+        crate::config::LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
 }
 
 async fn serve(config: Config) -> Result<(), String> {
@@ -130,6 +133,33 @@ async fn run_proxy(
     mut stop: watch::Receiver<bool>,
     managed: Option<&ManagedValkey>,
 ) -> Result<(), String> {
+    // Health and readiness are served from the start: a restore may take minutes, and a
+    // liveness probe must not kill walrus meanwhile.
+    let readiness = Arc::new(Readiness {
+        durable: config.durability.enabled,
+        ..Readiness::default()
+    });
+    let admin = Arc::new(OnceLock::new());
+    if !config.metrics.listen.is_empty() {
+        let m = TcpListener::bind(&config.metrics.listen)
+            .await
+            .map_err(|e| {
+                format!(
+                    "cannot listen on metrics.listen {}: {e}",
+                    config.metrics.listen
+                )
+            })?;
+        tracing::info!(
+            "metrics on http://{}/metrics",
+            m.local_addr().map_err(|e| e.to_string())?
+        );
+        let r = readiness.clone();
+        tokio::spawn(crate::metrics::serve(
+            m,
+            Arc::new(move || r.check()),
+            admin.clone(),
+        ));
+    }
     let (table, databases) = tokio::select! {
         r = learn_upstream(&up, Duration::from_millis(config.upstream.reconnect_backoff_max_ms)) => r,
         _ = stop.wait_for(|s| *s) => return Ok(()),
@@ -147,7 +177,20 @@ async fn run_proxy(
     // done. Its stop signal never fires; the sender lives until this function returns.
     let (_link_stop_tx, link_stop) = watch::channel(false);
     let mut durable = if config.durability.enabled {
-        Some(start_durability(config, &up, link_stop, managed).await?)
+        let d = start_durability(config, &up, link_stop, managed).await?;
+        let _ = readiness.gate.set(d.durability.clone());
+        let _ = admin.set(crate::metrics::Admin {
+            checkpoint: d.checkpoint_requests.clone(),
+            allow_remote: config.metrics.admin_allow_remote,
+        });
+        let (gate, journal) = (d.durability.clone(), d.journal.clone());
+        crate::metrics::on_scrape(move || {
+            gate.publish_metrics();
+            let s = journal.status();
+            crate::metrics::FREE_SEGMENTS.set(i64::from(s.segments) - s.used_segments as i64);
+            crate::metrics::RING_FILL.set(s.used_segments as f64 / f64::from(s.segments));
+        });
+        Some(d)
     } else {
         tracing::warn!("durability.enabled = false: walrus proxies without journaling; acknowledged writes can be lost");
         None
@@ -220,31 +263,11 @@ async fn run_proxy(
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.proxy.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    if !config.metrics.listen.is_empty() {
-        let m = TcpListener::bind(&config.metrics.listen)
-            .await
-            .map_err(|e| {
-                format!(
-                    "cannot listen on metrics.listen {}: {e}",
-                    config.metrics.listen
-                )
-            })?;
-        tracing::info!(
-            "metrics on http://{}/metrics",
-            m.local_addr().map_err(|e| e.to_string())?
-        );
-        let pool = default_pool.clone();
-        let gate = durable.as_ref().map(|d| d.durability.clone());
-        // Ready: Valkey reachable and, when durable, the journal attached to its stream.
-        let ready = move || {
-            pool.is_connected() && gate.as_ref().is_none_or(|g| g.status() == Status::Attached)
-        };
-        let admin = durable.as_ref().map(|d| crate::metrics::Admin {
-            checkpoint: d.checkpoint_requests.clone(),
-            allow_remote: config.metrics.admin_allow_remote,
-        });
-        tokio::spawn(crate::metrics::serve(m, Arc::new(ready), admin));
-    }
+    let _ = readiness.pool.set(default_pool.clone());
+    let pool = default_pool.clone();
+    crate::metrics::on_scrape(move || {
+        crate::metrics::UPSTREAM_CONNECTED.set(i64::from(pool.is_connected()));
+    });
     tracing::info!(
         "walrus listening on {addr}, upstream Valkey at {}",
         up.address
@@ -261,6 +284,39 @@ async fn run_proxy(
         d.stop().await;
     }
     Ok(())
+}
+
+/// What `/readyz` answers: 200 only when walrus serves data durably.
+#[derive(Default)]
+struct Readiness {
+    durable: bool,
+    gate: OnceLock<Arc<Durability>>,
+    pool: OnceLock<Arc<crate::proxy::pool::Pool>>,
+}
+
+impl Readiness {
+    fn check(&self) -> Result<(), String> {
+        if self.durable {
+            match self.gate.get().map(|g| g.status()) {
+                None => return Err("starting: opening the journal".into()),
+                Some(Status::Attached) => {}
+                Some(Status::Detached) => {
+                    return Err("the replica link is not attached to Valkey".into())
+                }
+                Some(Status::Restoring) => {
+                    return Err("restoring Valkey from the checkpoint and journal".into())
+                }
+                Some(Status::Failed(why)) => {
+                    return Err(format!("the journal failed: {why}"));
+                }
+            }
+        }
+        match self.pool.get() {
+            None => Err("starting: connecting to Valkey".into()),
+            Some(p) if !p.is_connected() => Err("no connection to Valkey".into()),
+            Some(_) => Ok(()),
+        }
+    }
 }
 
 /// What Valkey's replication stream may add around a client's write (SELECT, MULTI/EXEC).
@@ -318,6 +374,19 @@ async fn start_durability(
     })
     .await
     .map_err(|e| e.to_string())??;
+    crate::metrics::JOURNAL_INFO
+        .with_label_values(&[
+            match recovered.backend.kind {
+                crate::journal::io::BackendKind::IoUring => "io_uring",
+                crate::journal::io::BackendKind::Sync => "sync",
+            },
+            if recovered.backend.direct_io {
+                "true"
+            } else {
+                "false"
+            },
+        ])
+        .set(1);
     tracing::info!(
         backend = ?recovered.backend,
         entries = recovered.entries,

@@ -44,6 +44,8 @@ pub struct CommandInfo {
     pub key_specs: Vec<KeySpec>,
     /// Lower-case subcommand name to its info (CLIENT, CONFIG, OBJECT, ...).
     pub subcommands: HashMap<Vec<u8>, Arc<CommandInfo>>,
+    /// Its `walrus_commands_total` counters, resolved once.
+    pub counters: crate::metrics::CommandCounters,
 }
 
 impl CommandInfo {
@@ -112,7 +114,7 @@ impl CommandTable {
         if !info.subcommands.is_empty() {
             if let Some(sub) = args
                 .get(1)
-                .and_then(|s| info.subcommands.get(&s.to_ascii_lowercase()))
+                .and_then(|s| lowered(s, |l| info.subcommands.get(l)))
             {
                 return Some(sub);
             }
@@ -121,15 +123,7 @@ impl CommandTable {
     }
 
     fn get(&self, name: &[u8]) -> Option<&Arc<CommandInfo>> {
-        // Command names are short ASCII: lower-case on the stack, no allocation per request.
-        let mut lower = [0u8; 64];
-        if name.len() > lower.len() {
-            return None;
-        }
-        for (d, s) in lower.iter_mut().zip(name) {
-            *d = s.to_ascii_lowercase();
-        }
-        self.commands.get(&lower[..name.len()])
+        lowered(name, |l| self.commands.get(l))
     }
 
     /// Classifies a request (see the module doc).
@@ -200,12 +194,26 @@ fn parse_info(e: &OwnedFrame) -> Result<CommandInfo, String> {
         }
     }
     Ok(CommandInfo {
+        counters: crate::metrics::CommandCounters::new(&name),
         name,
         arity,
         flags,
         key_specs,
         subcommands,
     })
+}
+
+/// Looks `name` up lower-cased. Command names are short ASCII: lower-cased on the stack,
+/// no allocation per request.
+fn lowered<'a, T>(name: &[u8], find: impl FnOnce(&[u8]) -> Option<&'a T>) -> Option<&'a T> {
+    let mut lower = [0u8; 64];
+    if name.len() > lower.len() {
+        return None;
+    }
+    for (d, s) in lower.iter_mut().zip(name) {
+        *d = s.to_ascii_lowercase();
+    }
+    find(&lower[..name.len()])
 }
 
 fn strings(f: Option<&OwnedFrame>) -> Vec<String> {

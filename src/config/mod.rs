@@ -243,12 +243,24 @@ impl Default for MetricsConfig {
 pub struct LogConfig {
     /// A tracing filter: `info`, `walrus=debug`, ...; `RUST_LOG` overrides it.
     pub level: String,
+    pub format: LogFormat,
+}
+
+/// How log lines are written to stderr.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    Text,
+    /// One JSON object per line, for log pipelines.
+    Json,
 }
 
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
             level: "info".into(),
+            format: LogFormat::Text,
         }
     }
 }

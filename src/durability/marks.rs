@@ -156,10 +156,7 @@ mod tests {
         d.read_reply(
             &key("a"),
             d.epoch(),
-            Held {
-                tx,
-                reply: Bytes::from_static(b"$1\r\nv\r\n"),
-            },
+            Held::new(tx, Bytes::from_static(b"$1\r\nv\r\n")),
         );
         assert!(
             rx.try_recv().is_err(),

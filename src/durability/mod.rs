@@ -53,10 +53,27 @@ use tokio::sync::{oneshot, Notify};
 pub struct Held {
     pub tx: oneshot::Sender<Bytes>,
     pub reply: Bytes,
+    /// When Valkey's reply arrived: the hold time starts here.
+    arrived: std::time::Instant,
 }
 
 impl Held {
+    pub fn new(tx: oneshot::Sender<Bytes>, reply: Bytes) -> Held {
+        Held {
+            tx,
+            reply,
+            arrived: std::time::Instant::now(),
+        }
+    }
+
+    /// Releases a reply the gate held (counted in `walrus_ack_hold_seconds`).
     fn release(self) {
+        crate::metrics::ACK_HOLD.observe(self.arrived.elapsed().as_secs_f64());
+        self.pass();
+    }
+
+    /// Releases a read that never had to wait.
+    fn pass(self) {
         let _ = self.tx.send(self.reply);
     }
 
@@ -348,12 +365,12 @@ impl Durability {
             return held.fail(&loading());
         }
         if self.pending_writes.load(Ordering::SeqCst) == 0 {
-            return held.release();
+            return held.pass();
         }
         let mut s = self.lock();
         let Some(generation) = s.dirty.pending_for(scope) else {
             drop(s);
-            return held.release();
+            return held.pass();
         };
         if let Status::Failed(_) = s.status {
             // The write it would reveal can no longer become durable.
@@ -474,6 +491,24 @@ impl Durability {
         self.room.notify_waiters();
     }
 
+    /// Sets the gate's gauges (a scrape hook: the hot path keeps none of them).
+    pub fn publish_metrics(&self) {
+        use crate::metrics as m;
+        let s = self.lock();
+        let held = s
+            .batches
+            .values()
+            .flatten()
+            .map(|(r, _)| r.len())
+            .sum::<usize>()
+            + s.reads.values().map(Vec::len).sum::<usize>();
+        m::HELD_REPLIES.set(held as i64);
+        m::HELD_BYTES.set(s.held_bytes as i64);
+        m::DIRTY_KEYS.set(s.dirty.len() as i64);
+        m::DURABLE_LAG.set(s.executed_offset.saturating_sub(s.durable_offset) as i64);
+        m::REPLICA_LINK_UP.set(i64::from(s.status == Status::Attached));
+    }
+
     /// For metrics and tests: (durable offset, executed offset, held bytes, dirty keys).
     pub fn snapshot(&self) -> (u64, u64, u64, usize) {
         let s = self.lock();
@@ -489,16 +524,19 @@ impl Durability {
 impl State {
     /// Whether a new write may be sent to Valkey now; `Err` is the refusal.
     fn admit_write(&self) -> Result<(), Bytes> {
-        if self.status != Status::Attached {
-            return Err(refusal(&self.status));
-        }
-        match &self.blocked {
-            Some(why) => {
-                crate::metrics::WRITES_REFUSED_DISK.inc();
-                Err(why.clone())
+        use crate::metrics::Refusal;
+        let refused = match (&self.status, &self.blocked) {
+            (Status::Attached, None) => return Ok(()),
+            (Status::Attached, Some(why)) => {
+                Refusal::DiskWatermark.count();
+                return Err(why.clone());
             }
-            None => Ok(()),
-        }
+            (Status::Detached, _) => Refusal::Detached,
+            (Status::Restoring, _) => Refusal::Restoring,
+            (Status::Failed(_), _) => Refusal::JournalFailed,
+        };
+        refused.count();
+        Err(refusal(&self.status))
     }
 
     fn unmark(&mut self, marks: Vec<WriteMark>) {
@@ -557,13 +595,7 @@ mod tests {
 
     fn held(reply: &str) -> (Held, oneshot::Receiver<Bytes>) {
         let (tx, rx) = oneshot::channel();
-        (
-            Held {
-                tx,
-                reply: Bytes::copy_from_slice(reply.as_bytes()),
-            },
-            rx,
-        )
+        (Held::new(tx, Bytes::copy_from_slice(reply.as_bytes())), rx)
     }
 
     fn key(k: &str) -> Scope {

@@ -116,10 +116,13 @@ pub async fn drive<B: IoBackend>(backend: B, shared: Arc<Shared>) {
                     done: false,
                     last_complete: w.last_complete,
                 });
+                crate::metrics::JOURNAL_BYTES.inc_by(w.buf.len() as u64);
+                let started = std::time::Instant::now();
                 let fut = backend.write_durable(w.seg_index, w.seg_off, w.buf);
                 let tx = done_tx.clone();
                 tokio::task::spawn_local(async move {
                     let (res, buf) = fut.await;
+                    crate::metrics::JOURNAL_WRITE.observe(started.elapsed().as_secs_f64());
                     // The receiver lives as long as any write is in flight.
                     let _ = tx.send((seq, res, buf)).await;
                 });

@@ -1,61 +1,103 @@
-//! Prometheus metrics and the HTTP endpoint that serves them with health and readiness.
+//! Prometheus metrics, and the HTTP endpoint that serves them with health and readiness
+//! ([`http`]).
 //!
-//! `/metrics`: the registry in text format. `/healthz`: 200 while the process runs.
-//! `/readyz`: 200 while walrus accepts clients, has a live upstream connection and (when
-//! durable) its journal follows Valkey's stream; 503 before and during a restore.
-//! `POST /checkpoint` (loopback callers only, unless `metrics.admin_allow_remote`): take a
-//! checkpoint now; `walrus checkpoint` calls it.
+//! Every family is a static registered once. The hot path only touches atomics: counters
+//! and histograms are resolved to their label values ahead of time (per command: when the
+//! command table is learned, [`CommandCounters`]), and figures that belong to a structure
+//! (held replies, dirty keys, free segments) are read from it at scrape time by the hooks
+//! registered with [`on_scrape`].
 
-use prometheus::{Encoder, Gauge, GaugeVec, IntCounter, IntGauge, Opts, Registry, TextEncoder};
-use std::sync::{Arc, LazyLock};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+pub mod http;
+
+use prometheus::{
+    Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry,
+};
+use std::sync::{LazyLock, Mutex};
+
+pub use http::{serve, Admin, Ready};
 
 pub static REGISTRY: LazyLock<Registry> =
     LazyLock::new(|| Registry::new_custom(Some("walrus".into()), None).expect("registry"));
 
-fn counter(name: &str, help: &str) -> IntCounter {
-    let c = IntCounter::new(name, help).expect("metric");
+fn register<M: prometheus::core::Collector + Clone + 'static>(m: M) -> M {
     REGISTRY
-        .register(Box::new(c.clone()))
+        .register(Box::new(m.clone()))
         .expect("register metric");
-    c
+    m
+}
+
+fn counter(name: &str, help: &str) -> IntCounter {
+    register(IntCounter::new(name, help).expect("metric"))
 }
 
 fn gauge(name: &str, help: &str) -> IntGauge {
-    let g = IntGauge::new(name, help).expect("metric");
-    REGISTRY
-        .register(Box::new(g.clone()))
-        .expect("register metric");
-    g
+    register(IntGauge::new(name, help).expect("metric"))
 }
+
+fn float_gauge(name: &str, help: &str) -> Gauge {
+    register(Gauge::new(name, help).expect("metric"))
+}
+
+fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    register(IntCounterVec::new(Opts::new(name, help), labels).expect("metric"))
+}
+
+/// Latency buckets from 25 µs to 1 s: commands, held replies and journal writes all live
+/// in the sub-millisecond range on a local SSD.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
+    0.25, 0.5, 1.0,
+];
+
+fn latency(name: &str, help: &str) -> Histogram {
+    register(
+        Histogram::with_opts(HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()))
+            .expect("metric"),
+    )
+}
+
+// --- build -------------------------------------------------------------------------------
+
+pub static BUILD_INFO: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    let g = register(
+        IntGaugeVec::new(
+            Opts::new(
+                "build_info",
+                "walrus's version and the commit it was built from (always 1).",
+            ),
+            &["version", "commit"],
+        )
+        .expect("metric"),
+    );
+    g.with_label_values(&[
+        env!("CARGO_PKG_VERSION"),
+        option_env!("WALRUS_COMMIT").unwrap_or("unknown"),
+    ])
+    .set(1);
+    g
+});
+
+// --- clients -----------------------------------------------------------------------------
 
 pub static CLIENTS: LazyLock<IntGauge> =
     LazyLock::new(|| gauge("clients_connected", "Client connections open now."));
-pub static CLIENTS_REJECTED: LazyLock<IntCounter> = LazyLock::new(|| {
-    counter(
+pub static CLIENTS_ACCEPTED: LazyLock<IntCounter> =
+    LazyLock::new(|| counter("clients_accepted_total", "Client connections accepted."));
+static CLIENTS_REJECTED_VEC: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
         "clients_rejected_total",
-        "Connections refused because max_clients was reached.",
+        "Client connections refused, by reason.",
+        &["reason"],
     )
 });
-pub static COMMANDS: LazyLock<IntCounter> =
-    LazyLock::new(|| counter("commands_total", "Client commands received."));
+/// Refused because `proxy.max_clients` connections were open.
+pub static CLIENTS_REJECTED: LazyLock<IntCounter> =
+    LazyLock::new(|| CLIENTS_REJECTED_VEC.with_label_values(&["max_clients"]));
 pub static PROTOCOL_ERRORS: LazyLock<IntCounter> = LazyLock::new(|| {
     counter(
         "protocol_errors_total",
         "Client connections closed for a protocol error.",
-    )
-});
-pub static UPSTREAM_ERRORS: LazyLock<IntCounter> = LazyLock::new(|| {
-    counter(
-        "upstream_errors_total",
-        "Requests answered with an error because Valkey was unreachable.",
-    )
-});
-pub static UPSTREAM_RECONNECTS: LazyLock<IntCounter> = LazyLock::new(|| {
-    counter(
-        "upstream_reconnects_total",
-        "Pooled upstream connections re-established.",
     )
 });
 pub static PINNED_SESSIONS: LazyLock<IntCounter> = LazyLock::new(|| {
@@ -64,6 +106,236 @@ pub static PINNED_SESSIONS: LazyLock<IntCounter> = LazyLock::new(|| {
         "Client sessions moved to a dedicated upstream connection.",
     )
 });
+
+// --- commands ----------------------------------------------------------------------------
+
+static COMMANDS_VEC: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "commands_total",
+        "Client commands answered, by command (Valkey's command table; anything else is `other`) and result (ok, error).",
+        &["cmd", "result"],
+    )
+});
+pub static COMMAND_DURATION: LazyLock<Histogram> = LazyLock::new(|| {
+    latency(
+        "command_duration_seconds",
+        "Time from a command's arrival to its reply being ready for the client, durability wait included.",
+    )
+});
+
+/// One command's counters, resolved when the command table is learned.
+#[derive(Debug, Clone)]
+pub struct CommandCounters {
+    ok: IntCounter,
+    error: IntCounter,
+}
+
+impl CommandCounters {
+    pub fn new(cmd: &str) -> CommandCounters {
+        CommandCounters {
+            ok: COMMANDS_VEC.with_label_values(&[cmd, "ok"]),
+            error: COMMANDS_VEC.with_label_values(&[cmd, "error"]),
+        }
+    }
+
+    /// Counts a command relayed without pairing its reply (Pub/Sub and MONITOR relays).
+    pub fn relayed(&self) {
+        self.ok.inc()
+    }
+
+    /// Counts a reply (an error reply starts with `-`).
+    pub fn count(&self, reply: &[u8]) {
+        if reply.first() == Some(&b'-') {
+            self.error.inc()
+        } else {
+            self.ok.inc()
+        }
+    }
+}
+
+/// Commands that are not in Valkey's table.
+pub static OTHER_COMMANDS: LazyLock<CommandCounters> =
+    LazyLock::new(|| CommandCounters::new("other"));
+
+// --- durability --------------------------------------------------------------------------
+
+pub static ACK_HOLD: LazyLock<Histogram> = LazyLock::new(|| {
+    latency(
+        "ack_hold_seconds",
+        "How long replies (writes, and reads of dirty keys) waited for the journal.",
+    )
+});
+pub static HELD_REPLIES: LazyLock<IntGauge> =
+    LazyLock::new(|| gauge("held_replies", "Replies waiting for the journal now."));
+pub static HELD_BYTES: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "held_bytes",
+        "Memory of the replies waiting for the journal.",
+    )
+});
+pub static DIRTY_KEYS: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "dirty_keys",
+        "Keys written by writes the journal does not cover yet.",
+    )
+});
+pub static DURABLE_LAG: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "durable_lag_bytes",
+        "Valkey's replication offset after the writes walrus sent, minus the journal's durable offset.",
+    )
+});
+static WRITES_REFUSED_VEC: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "writes_refused_total",
+        "Writes refused before they reached Valkey, by reason.",
+        &["reason"],
+    )
+});
+
+/// Why a write was refused.
+#[derive(Debug, Clone, Copy)]
+pub enum Refusal {
+    /// The replica link is not attached.
+    Detached,
+    JournalFailed,
+    Restoring,
+    DiskWatermark,
+    /// Larger than a journal entry.
+    TooLarge,
+}
+
+impl Refusal {
+    const ALL: [Refusal; 5] = [
+        Refusal::Detached,
+        Refusal::JournalFailed,
+        Refusal::Restoring,
+        Refusal::DiskWatermark,
+        Refusal::TooLarge,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Refusal::Detached => "detached",
+            Refusal::JournalFailed => "journal_failed",
+            Refusal::Restoring => "restoring",
+            Refusal::DiskWatermark => "disk_watermark",
+            Refusal::TooLarge => "too_large",
+        }
+    }
+
+    pub fn count(self) {
+        static BY_REASON: LazyLock<[IntCounter; 5]> = LazyLock::new(|| {
+            Refusal::ALL.map(|r| WRITES_REFUSED_VEC.with_label_values(&[r.label()]))
+        });
+        BY_REASON[self as usize].inc();
+    }
+}
+
+// --- journal -----------------------------------------------------------------------------
+
+pub static JOURNAL_BYTES: LazyLock<IntCounter> = LazyLock::new(|| {
+    counter(
+        "journal_written_bytes_total",
+        "Bytes written to the journal's segments (whole 4 KiB blocks).",
+    )
+});
+pub static JOURNAL_ENTRIES: LazyLock<IntCounter> =
+    LazyLock::new(|| counter("journal_entries_total", "Entries appended to the journal."));
+pub static JOURNAL_WRITE: LazyLock<Histogram> = LazyLock::new(|| {
+    latency(
+        "journal_write_duration_seconds",
+        "Journal writes, from submission until durable (pwrite + fdatasync, or one O_DSYNC write).",
+    )
+});
+pub static JOURNAL_FSYNC: LazyLock<Histogram> = LazyLock::new(|| {
+    latency(
+        "journal_fsync_duration_seconds",
+        "The sync part of journal writes: fdatasync on the sync backend; with O_DSYNC (io_uring) the whole write, which includes it.",
+    )
+});
+pub static RING_FILL: LazyLock<Gauge> = LazyLock::new(|| {
+    float_gauge(
+        "journal_ring_fill_ratio",
+        "Fraction of the journal ring's segments in use (not yet released by a checkpoint).",
+    )
+});
+pub static FREE_SEGMENTS: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "journal_free_segments",
+        "Segments of the ring free for new entries.",
+    )
+});
+pub static JOURNAL_INFO: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register(
+        IntGaugeVec::new(
+            Opts::new(
+                "journal_info",
+                "The journal's I/O backend and whether it uses O_DIRECT (always 1).",
+            ),
+            &["backend", "direct_io"],
+        )
+        .expect("metric"),
+    )
+});
+pub static JOURNAL_FAILED: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "journal_failed",
+        "1 once the journal failed (an I/O error): writes are refused until walrus restarts.",
+    )
+});
+
+// --- disk --------------------------------------------------------------------------------
+
+pub static DISK_USED: LazyLock<GaugeVec> = LazyLock::new(|| {
+    register(
+        GaugeVec::new(
+            Opts::new(
+                "disk_used_ratio",
+                "Fraction of the file system in use (as df counts it), by volume: journal, checkpoints.",
+            ),
+            &["volume"],
+        )
+        .expect("metric"),
+    )
+});
+pub static WATERMARK_REACHED: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "disk_watermark_reached",
+        "1 while new writes are refused because a disk or ring figure passed disk.high_watermark.",
+    )
+});
+
+// --- checkpoints -------------------------------------------------------------------------
+
+pub static CHECKPOINTS: LazyLock<IntCounter> =
+    LazyLock::new(|| counter("checkpoints_total", "Checkpoints taken."));
+pub static CHECKPOINT_FAILURES: LazyLock<IntCounter> = LazyLock::new(|| {
+    counter(
+        "checkpoint_failures_total",
+        "Checkpoints that failed (no room on disk, an I/O error, Valkey unreachable, ...).",
+    )
+});
+pub static CHECKPOINT_LAST_SUCCESS: LazyLock<Gauge> = LazyLock::new(|| {
+    float_gauge(
+        "checkpoint_last_success_timestamp_seconds",
+        "Unix time of the last checkpoint taken (0: none since walrus started).",
+    )
+});
+pub static CHECKPOINT_LAST_DURATION: LazyLock<Gauge> = LazyLock::new(|| {
+    float_gauge(
+        "checkpoint_last_duration_seconds",
+        "How long the last checkpoint took.",
+    )
+});
+pub static CHECKPOINT_LAST_SIZE: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "checkpoint_last_size_bytes",
+        "Size of the last checkpoint's RDB.",
+    )
+});
+
+// --- restore -----------------------------------------------------------------------------
 
 pub static RESTORE_IN_PROGRESS: LazyLock<IntGauge> = LazyLock::new(|| {
     gauge(
@@ -85,165 +357,100 @@ pub static RESTORE_SENT_BYTES: LazyLock<IntGauge> = LazyLock::new(|| {
 });
 pub static RESTORES: LazyLock<IntCounter> =
     LazyLock::new(|| counter("restores_total", "Restores completed."));
+pub static RESTORE_LAST_DURATION: LazyLock<Gauge> = LazyLock::new(|| {
+    float_gauge(
+        "restore_last_duration_seconds",
+        "How long the last restore took, verification included.",
+    )
+});
 
-fn register<M: prometheus::core::Collector + Clone + 'static>(m: M) -> M {
-    REGISTRY
-        .register(Box::new(m.clone()))
-        .expect("register metric");
-    m
+// --- upstream ----------------------------------------------------------------------------
+
+pub static UPSTREAM_CONNECTED: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "upstream_connected",
+        "1 while walrus has a live pooled connection to Valkey.",
+    )
+});
+pub static UPSTREAM_ERRORS: LazyLock<IntCounter> = LazyLock::new(|| {
+    counter(
+        "upstream_errors_total",
+        "Requests answered with an error because Valkey was unreachable.",
+    )
+});
+pub static UPSTREAM_RECONNECTS: LazyLock<IntCounter> = LazyLock::new(|| {
+    counter(
+        "upstream_reconnects_total",
+        "Pooled upstream connections re-established.",
+    )
+});
+pub static REPLICA_LINK_UP: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "replica_link_up",
+        "1 while the journal follows Valkey's replication stream.",
+    )
+});
+
+// --- scrape-time figures -----------------------------------------------------------------
+
+type Hook = Box<dyn Fn() + Send + Sync>;
+static HOOKS: Mutex<Vec<Hook>> = Mutex::new(Vec::new());
+
+/// Registers `hook` to run before every scrape: it sets gauges from a structure walrus
+/// keeps anyway, so that the hot path does not maintain them.
+pub fn on_scrape(hook: impl Fn() + Send + Sync + 'static) {
+    HOOKS.lock().expect("scrape hooks").push(Box::new(hook));
 }
 
-pub static DISK_USED: LazyLock<GaugeVec> = LazyLock::new(|| {
-    register(
-        GaugeVec::new(
-            Opts::new(
-                "disk_used_ratio",
-                "Fraction of the file system in use (as df counts it), by volume: journal, checkpoints.",
-            ),
-            &["volume"],
-        )
-        .expect("metric"),
-    )
-});
-pub static RING_FILL: LazyLock<Gauge> = LazyLock::new(|| {
-    register(
-        Gauge::new(
-            "journal_ring_fill_ratio",
-            "Fraction of the journal ring's segments in use (not yet released by a checkpoint).",
-        )
-        .expect("metric"),
-    )
-});
-pub static WATERMARK_REACHED: LazyLock<IntGauge> = LazyLock::new(|| {
-    gauge(
-        "disk_watermark_reached",
-        "1 while new writes are refused because a disk or ring figure passed disk.high_watermark.",
-    )
-});
-pub static WRITES_REFUSED_DISK: LazyLock<IntCounter> = LazyLock::new(|| {
-    counter(
-        "writes_refused_disk_total",
-        "Writes answered -MISCONF because a disk watermark was reached.",
-    )
-});
-pub static JOURNAL_FAILED: LazyLock<IntGauge> = LazyLock::new(|| {
-    gauge(
-        "journal_failed",
-        "1 once the journal failed (an I/O error): writes are refused until walrus restarts.",
-    )
-});
-pub static CHECKPOINTS: LazyLock<IntCounter> =
-    LazyLock::new(|| counter("checkpoints_total", "Checkpoints taken."));
-pub static CHECKPOINT_FAILURES: LazyLock<IntCounter> = LazyLock::new(|| {
-    counter(
-        "checkpoint_failures_total",
-        "Checkpoints that failed or were not started (no room on disk, Valkey unreachable, ...).",
-    )
-});
+/// The registry's families, after the scrape hooks ran.
+pub fn gather() -> Vec<prometheus::proto::MetricFamily> {
+    for hook in HOOKS.lock().expect("scrape hooks").iter() {
+        hook();
+    }
+    REGISTRY.gather()
+}
 
-/// Registers every family, so that a scrape shows each one (at zero) before its first event.
-fn register_all() {
+/// Registers every family, so that a scrape shows each one before its first event.
+pub fn register_all() {
+    LazyLock::force(&BUILD_INFO);
     LazyLock::force(&CLIENTS);
+    LazyLock::force(&CLIENTS_ACCEPTED);
     LazyLock::force(&CLIENTS_REJECTED);
-    LazyLock::force(&COMMANDS);
     LazyLock::force(&PROTOCOL_ERRORS);
-    LazyLock::force(&UPSTREAM_ERRORS);
-    LazyLock::force(&UPSTREAM_RECONNECTS);
     LazyLock::force(&PINNED_SESSIONS);
+    LazyLock::force(&OTHER_COMMANDS);
+    LazyLock::force(&COMMAND_DURATION);
+    LazyLock::force(&ACK_HOLD);
+    LazyLock::force(&HELD_REPLIES);
+    LazyLock::force(&HELD_BYTES);
+    LazyLock::force(&DIRTY_KEYS);
+    LazyLock::force(&DURABLE_LAG);
+    for r in Refusal::ALL {
+        // Each reason shows at 0 before its first refusal.
+        let _ = WRITES_REFUSED_VEC.with_label_values(&[r.label()]);
+    }
+    LazyLock::force(&JOURNAL_BYTES);
+    LazyLock::force(&JOURNAL_ENTRIES);
+    LazyLock::force(&JOURNAL_WRITE);
+    LazyLock::force(&JOURNAL_FSYNC);
+    LazyLock::force(&RING_FILL);
+    LazyLock::force(&FREE_SEGMENTS);
+    LazyLock::force(&JOURNAL_INFO);
+    LazyLock::force(&JOURNAL_FAILED);
+    LazyLock::force(&DISK_USED);
+    LazyLock::force(&WATERMARK_REACHED);
+    LazyLock::force(&CHECKPOINTS);
+    LazyLock::force(&CHECKPOINT_FAILURES);
+    LazyLock::force(&CHECKPOINT_LAST_SUCCESS);
+    LazyLock::force(&CHECKPOINT_LAST_DURATION);
+    LazyLock::force(&CHECKPOINT_LAST_SIZE);
     LazyLock::force(&RESTORE_IN_PROGRESS);
     LazyLock::force(&RESTORE_TOTAL_BYTES);
     LazyLock::force(&RESTORE_SENT_BYTES);
     LazyLock::force(&RESTORES);
-    LazyLock::force(&DISK_USED);
-    LazyLock::force(&RING_FILL);
-    LazyLock::force(&WATERMARK_REACHED);
-    LazyLock::force(&WRITES_REFUSED_DISK);
-    LazyLock::force(&JOURNAL_FAILED);
-    LazyLock::force(&CHECKPOINTS);
-    LazyLock::force(&CHECKPOINT_FAILURES);
-}
-
-/// Readiness as reported on `/readyz`.
-pub type Ready = Arc<dyn Fn() -> bool + Send + Sync>;
-
-/// Admin requests the endpoint accepts: `POST /checkpoint` takes a checkpoint now.
-#[derive(Clone)]
-pub struct Admin {
-    pub checkpoint: tokio::sync::mpsc::Sender<crate::checkpoint::Request>,
-    /// Accept admin requests from hosts other than loopback.
-    pub allow_remote: bool,
-}
-
-/// Serves the endpoint until the process exits.
-pub async fn serve(listener: TcpListener, ready: Ready, admin: Option<Admin>) {
-    register_all();
-    loop {
-        let Ok((mut sock, peer)) = listener.accept().await else {
-            continue;
-        };
-        let ready = ready.clone();
-        let admin = admin.clone();
-        tokio::spawn(async move {
-            // Requests are tiny; one bounded read is enough to see the request line.
-            let mut buf = vec![0u8; 4096];
-            let n =
-                match tokio::time::timeout(std::time::Duration::from_secs(5), sock.read(&mut buf))
-                    .await
-                {
-                    Ok(Ok(n)) => n,
-                    _ => return,
-                };
-            let line = String::from_utf8_lossy(&buf[..n]);
-            let mut words = line.split_whitespace();
-            let method = words.next().unwrap_or("GET");
-            let path = words.next().unwrap_or("/");
-            let (status, body) = match (method, path) {
-                (_, "/metrics") => {
-                    let mut out = Vec::new();
-                    let _ = TextEncoder::new().encode(&REGISTRY.gather(), &mut out);
-                    ("200 OK", out)
-                }
-                // Answering at all is the health signal: the process and its runtime are alive.
-                (_, "/healthz") => ("200 OK", b"ok\n".to_vec()),
-                (_, "/readyz") if ready() => ("200 OK", b"ready\n".to_vec()),
-                (_, "/readyz") => ("503 Service Unavailable", b"not ready\n".to_vec()),
-                ("POST", "/checkpoint") => checkpoint(admin.as_ref(), peer).await,
-                _ => ("404 Not Found", b"not found\n".to_vec()),
-            };
-            let head = format!("HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
-            let _ = sock.write_all(head.as_bytes()).await;
-            let _ = sock.write_all(&body).await;
-        });
-    }
-}
-
-async fn checkpoint(admin: Option<&Admin>, peer: std::net::SocketAddr) -> (&'static str, Vec<u8>) {
-    let Some(admin) = admin else {
-        return (
-            "404 Not Found",
-            b"durability is off: no checkpoints\n".to_vec(),
-        );
-    };
-    if !admin.allow_remote && !peer.ip().is_loopback() {
-        return (
-            "403 Forbidden",
-            b"admin requests are accepted from loopback only (metrics.admin_allow_remote)\n"
-                .to_vec(),
-        );
-    }
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    if admin.checkpoint.send(tx).await.is_err() {
-        return (
-            "503 Service Unavailable",
-            b"the checkpointer is not running\n".to_vec(),
-        );
-    }
-    match rx.await {
-        Ok(Ok(summary)) => ("200 OK", format!("{summary}\n").into_bytes()),
-        Ok(Err(why)) => ("500 Internal Server Error", format!("{why}\n").into_bytes()),
-        Err(_) => (
-            "503 Service Unavailable",
-            b"the checkpointer stopped\n".to_vec(),
-        ),
-    }
+    LazyLock::force(&RESTORE_LAST_DURATION);
+    LazyLock::force(&UPSTREAM_CONNECTED);
+    LazyLock::force(&UPSTREAM_ERRORS);
+    LazyLock::force(&UPSTREAM_RECONNECTS);
+    LazyLock::force(&REPLICA_LINK_UP);
 }

@@ -61,6 +61,7 @@ pub async fn relay(
     mut shutdown: watch::Receiver<bool>,
 ) {
     crate::metrics::PINNED_SESSIONS.inc();
+    count_relayed(&shared, &first);
     let parts = conn.into_parts();
     let (mut up_rd, mut up_wr) = parts.stream.into_split();
     let mut up_buf = parts.buf;
@@ -72,7 +73,7 @@ pub async fn relay(
         loop {
             match parser.next(&mut rbuf) {
                 Ok(Some(req)) if route::allowed_in_relay(&req) => {
-                    crate::metrics::COMMANDS.inc();
+                    count_relayed(&shared, &req);
                     out.extend_from_slice(&req.raw);
                 }
                 Ok(Some(req)) => {
@@ -141,4 +142,12 @@ pub async fn relay(
     // Valkey closed the dedicated connection (QUIT, or it went away): write what it sent.
     let _ = wr.write_all(&up_buf).await;
     let _ = wr.shutdown().await;
+}
+
+/// Relayed commands are counted as sent: their replies are not paired with them.
+fn count_relayed(shared: &Shared, req: &Request) {
+    match shared.table.lookup(&req.args) {
+        Some(info) => info.counters.relayed(),
+        None => crate::metrics::OTHER_COMMANDS.relayed(),
+    }
 }

@@ -412,9 +412,9 @@ impl Reader {
             Gate::Free => {
                 let _ = tx.send(frame);
             }
-            Gate::Read(scope) => d.read_reply(&scope, self.epoch, Held { tx, reply: frame }),
+            Gate::Read(scope) => d.read_reply(&scope, self.epoch, Held::new(tx, frame)),
             Gate::Offset(mark) => {
-                self.awaiting.push(Held { tx, reply: frame });
+                self.awaiting.push(Held::new(tx, frame));
                 self.marks.extend(mark);
             }
         }

@@ -48,6 +48,7 @@ pub async fn serve(
         tracing::debug!(%peer, "client connected");
         let shared = shared.clone();
         let stop = session_stop.clone();
+        metrics::CLIENTS_ACCEPTED.inc();
         tokio::spawn(async move {
             metrics::CLIENTS.inc();
             session::run(shared, sock, stop).await;

@@ -99,9 +99,42 @@ struct Session {
     tx_marks: TxMarks,
     /// An unauthenticated client was found not to need authentication (see [`Session::noauth`]).
     needs_no_auth: bool,
-    pending: VecDeque<Pending>,
+    pending: VecDeque<Owed>,
+    /// The metering of the request being handled: every reply it queues carries it.
+    meter: Option<Meter>,
     out: BytesMut,
     wr: OwnedWriteHalf,
+}
+
+/// A reply owed to the client, in request order.
+struct Owed {
+    reply: Pending,
+    meter: Option<Meter>,
+}
+
+/// Counts a command's reply in `walrus_commands_total` and its latency in
+/// `walrus_command_duration_seconds`; atomics only.
+#[derive(Clone)]
+struct Meter {
+    command: Option<Arc<crate::commands::CommandInfo>>,
+    arrived: std::time::Instant,
+}
+
+impl Meter {
+    fn new(command: Option<Arc<crate::commands::CommandInfo>>) -> Meter {
+        Meter {
+            command,
+            arrived: std::time::Instant::now(),
+        }
+    }
+
+    fn done(&self, reply: &[u8]) {
+        match &self.command {
+            Some(info) => info.counters.count(reply),
+            None => metrics::OTHER_COMMANDS.count(reply),
+        }
+        metrics::COMMAND_DURATION.observe(self.arrived.elapsed().as_secs_f64());
+    }
 }
 
 pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Receiver<bool>) {
@@ -124,6 +157,7 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
         },
         needs_no_auth: false,
         pending: VecDeque::new(),
+        meter: None,
         out: BytesMut::with_capacity(READ_CHUNK_BYTES),
         wr,
     };
@@ -143,7 +177,7 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
         tokio::select! {
             biased;
             reply = next_reply(&mut s.pending), if !s.pending.is_empty() => {
-                s.pending.pop_front();
+                s.settled(&reply);
                 s.out.extend_from_slice(&reply);
                 while let Some(r) = s.ready_front() {
                     s.out.extend_from_slice(&r);
@@ -184,12 +218,12 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
                         Err(e) => {
                             metrics::PROTOCOL_ERRORS.inc();
                             tracing::debug!("client protocol error: {e}");
-                            s.pending.push_back(Pending::Ready(e.reply()));
+                            s.pending.push_back(Owed { reply: Pending::Ready(e.reply()), meter: None });
                             reading = false;
                             break;
                         }
                     };
-                    metrics::COMMANDS.inc();
+                    s.meter = Some(Meter::new(shared.table.lookup(&req.args).cloned()));
                     match s.handle(req).await {
                         Flow::Continue => {}
                         Flow::Close => {
@@ -206,7 +240,7 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
                                     pinned::relay(shared, conn, req, rd, rbuf, parser, wr, shutdown).await;
                                     return;
                                 }
-                                Err(e) => s.pending.push_back(Pending::Ready(e)),
+                                Err(e) => s.owe(Pending::Ready(e)),
                             }
                         }
                     }
@@ -247,10 +281,11 @@ async fn read_more(
     }
 }
 
-async fn next_reply(pending: &mut VecDeque<Pending>) -> Bytes {
-    match pending
+async fn next_reply(pending: &mut VecDeque<Owed>) -> Bytes {
+    match &mut pending
         .front_mut()
         .expect("guarded by the select condition")
+        .reply
     {
         Pending::Ready(b) => b.clone(),
         Pending::Wait(rx) => rx.await.unwrap_or_else(|_| pipeline::lost_reply()),
@@ -276,7 +311,7 @@ fn unavailable(reason: &str) -> Bytes {
 impl Session {
     /// Pops the front reply if it has already arrived.
     fn ready_front(&mut self) -> Option<Bytes> {
-        let r = match self.pending.front_mut()? {
+        let r = match &mut self.pending.front_mut()?.reply {
             Pending::Ready(b) => b.clone(),
             Pending::Wait(rx) => match rx.try_recv() {
                 Ok(b) => b,
@@ -284,8 +319,26 @@ impl Session {
                 Err(oneshot::error::TryRecvError::Closed) => pipeline::lost_reply(),
             },
         };
-        self.pending.pop_front();
+        self.settled(&r);
         Some(r)
+    }
+
+    /// The front reply is ready: it leaves the queue, metered.
+    fn settled(&mut self, reply: &[u8]) {
+        if let Some(Owed {
+            meter: Some(meter), ..
+        }) = self.pending.pop_front()
+        {
+            meter.done(reply);
+        }
+    }
+
+    /// Queues a reply for the request being handled.
+    fn owe(&mut self, reply: Pending) {
+        self.pending.push_back(Owed {
+            reply,
+            meter: self.meter.clone(),
+        });
     }
 
     async fn flush(&mut self) -> std::io::Result<()> {
@@ -299,11 +352,14 @@ impl Session {
     /// Waits for every pending reply and writes them: the barrier before anything that
     /// changes which upstream connection the client's next command runs on.
     async fn drain(&mut self) -> std::io::Result<()> {
-        while let Some(p) = self.pending.pop_front() {
-            let reply = match p {
+        while let Some(owed) = self.pending.pop_front() {
+            let reply = match owed.reply {
                 Pending::Ready(b) => b,
                 Pending::Wait(rx) => rx.await.unwrap_or_else(|_| pipeline::lost_reply()),
             };
+            if let Some(meter) = owed.meter {
+                meter.done(&reply);
+            }
             self.out.extend_from_slice(&reply);
         }
         self.flush().await
@@ -393,7 +449,7 @@ impl Session {
         let gate = match self.gate(&req, tx).await {
             Ok(g) => g,
             Err(refused) => {
-                self.pending.push_back(Pending::Ready(refused));
+                self.owe(Pending::Ready(refused));
                 return;
             }
         };
@@ -436,7 +492,7 @@ impl Session {
         match p {
             // Its confirmation arrives as a push; nothing to wait for in band.
             Pending::Wait(_) if answered_by_push => {}
-            p => self.pending.push_back(p),
+            p => self.owe(p),
         }
     }
 
@@ -463,7 +519,7 @@ impl Session {
             Pending::Wait(rx) => rx.await.unwrap_or_else(|_| pipeline::lost_reply()),
         };
         self.in_multi = &reply[..] == write::OK;
-        self.pending.push_back(Pending::Ready(reply));
+        self.owe(Pending::Ready(reply));
     }
 
     fn tx_cmd(&self, req: &Request) -> TxCmd {
@@ -505,6 +561,7 @@ impl Session {
                 Ok(Gate::Read(scope))
             }
             Access::Write(_) if req.raw.len() > self.shared.max_write_bytes => {
+                metrics::Refusal::TooLarge.count();
                 Err(write::error(&format!(
                     "ERR walrus: this write is {} bytes, more than the journal takes in one entry ({} bytes, journal.max_entry_bytes): it is refused before it reaches Valkey",
                     req.raw.len(),
@@ -563,7 +620,7 @@ impl Session {
     }
 
     fn ready(&mut self, reply: Bytes) -> Flow {
-        self.pending.push_back(Pending::Ready(reply));
+        self.owe(Pending::Ready(reply));
         Flow::Continue
     }
 

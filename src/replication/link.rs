@@ -331,7 +331,9 @@ async fn append(journal: &Journal, entry: Entry, released: &Notify) -> Result<()
                 tracing::warn!("journal ring full: waiting for a checkpoint to release segments");
                 notified.await;
             }
-            r => return r.map(|_ticket| ()),
+            r => {
+                return r.map(|_ticket| crate::metrics::JOURNAL_ENTRIES.inc());
+            }
         }
     }
 }

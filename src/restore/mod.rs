@@ -185,6 +185,7 @@ pub async fn run(
     result?;
     let secs = started.elapsed().as_secs_f64();
     crate::metrics::RESTORES.inc();
+    crate::metrics::RESTORE_LAST_DURATION.set(secs);
     tracing::info!(
         bytes = total,
         seconds = format!("{secs:.3}"),

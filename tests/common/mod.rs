@@ -253,7 +253,17 @@ impl Walrus {
         config: &str,
         data: &std::path::Path,
     ) -> (Proc, tempfile::TempDir) {
-        let (cmd, dir) = Walrus::command(upstream, config, &[], Some(data), &[]);
+        Walrus::spawn_with(upstream, config, &[], data)
+    }
+
+    /// The same, with extra `serve` flags.
+    pub fn spawn_with(
+        upstream: Option<&str>,
+        config: &str,
+        extra: &[&str],
+        data: &std::path::Path,
+    ) -> (Proc, tempfile::TempDir) {
+        let (cmd, dir) = Walrus::command(upstream, config, extra, Some(data), &[]);
         (Proc::spawn(cmd, true), dir)
     }
 

@@ -87,8 +87,11 @@ pub(super) fn write_and_sync(f: &File, buf: &IoBuf, seg_off: u64) -> std::io::Re
     if let Some(fault) = crate::fault::journal_write(buf.as_slice()) {
         return faulty_write(f, buf.as_slice(), seg_off, fault);
     }
-    f.write_all_at(buf.as_slice(), seg_off)
-        .and_then(|()| f.sync_data())
+    f.write_all_at(buf.as_slice(), seg_off)?;
+    let started = std::time::Instant::now();
+    let synced = f.sync_data();
+    crate::metrics::JOURNAL_FSYNC.observe(started.elapsed().as_secs_f64());
+    synced
 }
 
 /// A journal write with an injected fault ([`crate::fault`]).

@@ -62,14 +62,20 @@ impl IoBackend for UringBackend {
             let files = self.std_files.clone();
             return super::either::Left(async move {
                 let _guard = guard;
+                let started = std::time::Instant::now();
                 let res = files[seg_index as usize].write_all_at(buf.as_slice(), seg_off);
+                // O_DSYNC: the write is the sync.
+                crate::metrics::JOURNAL_FSYNC.observe(started.elapsed().as_secs_f64());
                 (res, buf)
             });
         }
         let files = self.files.clone();
         super::either::Right(async move {
             let _guard = guard;
-            files[seg_index as usize].write_all_at(buf, seg_off).await
+            let started = std::time::Instant::now();
+            let done = files[seg_index as usize].write_all_at(buf, seg_off).await;
+            crate::metrics::JOURNAL_FSYNC.observe(started.elapsed().as_secs_f64());
+            done
         })
     }
 }
