@@ -36,4 +36,5 @@ pub mod proxy;
 pub mod replication;
 pub mod resp;
 pub mod restore;
+pub mod supervisor;
 pub mod upstream;

@@ -160,6 +160,7 @@ async fn run_proxy(
             admin.clone(),
         ));
     }
+    crate::supervisor::status("starting: connecting to Valkey");
     let (table, databases) = tokio::select! {
         r = learn_upstream(&up, Duration::from_millis(config.upstream.reconnect_backoff_max_ms)) => r,
         _ = stop.wait_for(|s| *s) => return Ok(()),
@@ -200,6 +201,9 @@ async fn run_proxy(
         // "-MISCONF not attached" just because walrus started a moment ago, and no read may
         // see a Valkey that still has to be restored.
         tracing::info!("waiting for the replica link to attach before accepting clients");
+        crate::supervisor::status(
+            "starting: attaching to Valkey's replication stream (restoring Valkey first if it came back empty)",
+        );
         tokio::select! {
             _ = d.durability.wait_attached() => {}
             r = &mut d.link => return Err(match r {
@@ -272,6 +276,7 @@ async fn run_proxy(
         "walrus listening on {addr}, upstream Valkey at {}",
         up.address
     );
+    crate::supervisor::ready(&format!("serving clients on {addr}"));
     server::serve(
         shared,
         listener,
@@ -364,6 +369,7 @@ async fn start_durability(
     let cp_dir = config.data.dir.join("checkpoints");
     let (journal_dir, checkpoint_dir) = (dir.clone(), cp_dir.clone());
     let cfg = config.journal.clone();
+    crate::supervisor::status("starting: opening and verifying the journal and checkpoint");
     let (journal, recovered, store, holding) = tokio::task::spawn_blocking(move || {
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -563,6 +569,7 @@ fn spawn_signal_handler(stop: watch::Sender<bool>) -> Result<(), String> {
             _ = term.recv() => tracing::info!("SIGTERM received"),
             _ = int.recv() => tracing::info!("SIGINT received"),
         }
+        crate::supervisor::stopping("stopping: draining held replies, then closing the journal");
         let _ = stop.send(true);
     });
     Ok(())

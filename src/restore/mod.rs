@@ -146,6 +146,9 @@ pub async fn run(
         "restore: loading Valkey from the checkpoint and the journal after it"
     );
     crate::metrics::RESTORE_IN_PROGRESS.set(1);
+    crate::supervisor::status(&format!(
+        "restoring Valkey: loading {total} bytes from the checkpoint and journal"
+    ));
     crate::metrics::RESTORE_TOTAL_BYTES.set(total as i64);
     crate::metrics::RESTORE_SENT_BYTES.set(0);
     let progress = Progress {
@@ -171,6 +174,11 @@ pub async fn run(
                 r = &mut loading => break r,
                 _ = tick.tick() => {
                     let sent = progress.sent.load(Ordering::Relaxed);
+                    crate::supervisor::status(&format!(
+                        "restoring Valkey: {:.1}% of {} bytes sent",
+                        100.0 * sent as f64 / progress.total.max(1) as f64,
+                        progress.total
+                    ));
                     tracing::info!(
                         sent_bytes = sent,
                         total_bytes = progress.total,
@@ -186,6 +194,7 @@ pub async fn run(
     let secs = started.elapsed().as_secs_f64();
     crate::metrics::RESTORES.inc();
     crate::metrics::RESTORE_LAST_DURATION.set(secs);
+    crate::supervisor::status("restore done: Valkey holds the checkpoint and journal again");
     tracing::info!(
         bytes = total,
         seconds = format!("{secs:.3}"),

@@ -102,6 +102,8 @@ impl ChildSpec {
             .args(["--daemonize", "no", "--logfile", "", "--dir"])
             .arg(&self.dir)
             .args(&self.extra_args)
+            // walrus alone speaks to systemd for the unit (`crate::supervisor`).
+            .env_remove("NOTIFY_SOCKET")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
