@@ -128,6 +128,8 @@ fn the_units_command_line_restores_and_reports_ready_only_after() {
     notify.until("STOPPING=1");
     let status = w.wait_exit(Duration::from_secs(30)).expect("walrus stops");
     assert!(status.success(), "{status:?}");
+    // A clean stop closes the journal (nothing else still holds it).
+    assert!(w.log_text().contains("journal closed"), "{}", w.log_text());
 
     // Second start: Valkey comes back empty and is restored before READY.
     let mut notify = Notify::new(dir.path(), "notify-2");

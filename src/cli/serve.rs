@@ -184,12 +184,14 @@ async fn run_proxy(
             checkpoint: d.checkpoint_requests.clone(),
             allow_remote: config.metrics.admin_allow_remote,
         });
-        let (gate, journal) = (d.durability.clone(), d.journal.clone());
+        // Weak: the hook lives as long as the process, the journal must close at shutdown.
+        let (gate, journal) = (d.durability.clone(), Arc::downgrade(&d.journal));
         crate::metrics::on_scrape(move || {
             gate.publish_metrics();
-            let s = journal.status();
-            crate::metrics::FREE_SEGMENTS.set(i64::from(s.segments) - s.used_segments as i64);
-            crate::metrics::RING_FILL.set(s.used_segments as f64 / f64::from(s.segments));
+            if let Some(s) = journal.upgrade().map(|j| j.status()) {
+                crate::metrics::FREE_SEGMENTS.set(i64::from(s.segments) - s.used_segments as i64);
+                crate::metrics::RING_FILL.set(s.used_segments as f64 / f64::from(s.segments));
+            }
         });
         Some(d)
     } else {
@@ -333,6 +335,7 @@ struct Durable {
     journal: Arc<Journal>,
     link: tokio::task::JoinHandle<Result<(), String>>,
     checkpointer: tokio::task::JoinHandle<()>,
+    watcher: tokio::task::JoinHandle<()>,
     checkpoint_requests: tokio::sync::mpsc::Sender<checkpoint::Request>,
 }
 
@@ -341,6 +344,8 @@ impl Durable {
     async fn stop(self) {
         self.checkpointer.abort();
         let _ = self.checkpointer.await;
+        self.watcher.abort();
+        let _ = self.watcher.await;
         self.link.abort();
         let _ = self.link.await;
         match Arc::try_unwrap(self.journal) {
@@ -452,7 +457,7 @@ async fn start_durability(
         released.clone(),
         requests,
     ));
-    tokio::spawn(crate::disk::watch::run(
+    let watcher = tokio::spawn(crate::disk::watch::run(
         crate::disk::watch::WatchConfig {
             high_watermark: config.disk.high_watermark,
             low_watermark: config.disk.low_watermark,
@@ -492,6 +497,7 @@ async fn start_durability(
         journal,
         link,
         checkpointer,
+        watcher,
         checkpoint_requests,
     })
 }

@@ -277,7 +277,7 @@ async fn attach(
     let received = Arc::new(AtomicU64::new(offset));
     let acker = tokio::spawn(acknowledge(
         wr,
-        journal.clone(),
+        Arc::downgrade(journal),
         durability.clone(),
         state.history_lsn,
         received.clone(),
@@ -344,7 +344,9 @@ async fn append(journal: &Journal, entry: Entry, released: &Notify) -> Result<()
 /// `repl-timeout`), and when Valkey asks (`GETACK`).
 async fn acknowledge(
     mut wr: tokio::net::tcp::OwnedWriteHalf,
-    journal: Arc<Journal>,
+    // Weak: an aborted acker may be dropped a moment after the link, and the journal must
+    // close at shutdown.
+    journal: std::sync::Weak<Journal>,
     durability: Arc<Durability>,
     history_lsn: u64,
     received: Arc<AtomicU64>,
@@ -355,11 +357,15 @@ async fn acknowledge(
     // What is durable: what a stored RDB covers, then what the journal has written.
     let mut fack = covered;
     let mut last_sent = None;
-    let mut durable = journal.durable();
+    let Some(mut durable) = journal.upgrade().map(|j| j.durable()) else {
+        return;
+    };
     loop {
         let d = *durable.borrow_and_update();
         if d.failed {
-            durability.fail(&journal.failure());
+            if let Some(j) = journal.upgrade() {
+                durability.fail(&j.failure());
+            }
             return;
         }
         // Entries of an older history carry offsets of another offset space.
