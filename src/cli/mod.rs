@@ -2,6 +2,7 @@
 //! checkpoint; `journal` maintains the journal.
 
 mod admin;
+mod durable;
 mod serve;
 
 use clap::{Args, Parser, Subcommand};

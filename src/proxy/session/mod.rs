@@ -33,6 +33,11 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
+mod local;
+mod replies;
+
+use replies::{next_reply, Meter, Owed};
+
 const READ_CHUNK_BYTES: usize = 16 << 10;
 /// Requests queued for a pinned session's dedicated connection.
 const DEDICATED_QUEUE_REQUESTS: usize = 1024;
@@ -104,37 +109,6 @@ struct Session {
     meter: Option<Meter>,
     out: BytesMut,
     wr: OwnedWriteHalf,
-}
-
-/// A reply owed to the client, in request order.
-struct Owed {
-    reply: Pending,
-    meter: Option<Meter>,
-}
-
-/// Counts a command's reply in `walrus_commands_total` and its latency in
-/// `walrus_command_duration_seconds`; atomics only.
-#[derive(Clone)]
-struct Meter {
-    command: Option<Arc<crate::commands::CommandInfo>>,
-    arrived: std::time::Instant,
-}
-
-impl Meter {
-    fn new(command: Option<Arc<crate::commands::CommandInfo>>) -> Meter {
-        Meter {
-            command,
-            arrived: std::time::Instant::now(),
-        }
-    }
-
-    fn done(&self, reply: &[u8]) {
-        match &self.command {
-            Some(info) => info.counters.count(reply),
-            None => metrics::OTHER_COMMANDS.count(reply),
-        }
-        metrics::COMMAND_DURATION.observe(self.arrived.elapsed().as_secs_f64());
-    }
 }
 
 pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Receiver<bool>) {
@@ -281,17 +255,6 @@ async fn read_more(
     }
 }
 
-async fn next_reply(pending: &mut VecDeque<Owed>) -> Bytes {
-    match &mut pending
-        .front_mut()
-        .expect("guarded by the select condition")
-        .reply
-    {
-        Pending::Ready(b) => b.clone(),
-        Pending::Wait(rx) => rx.await.unwrap_or_else(|_| pipeline::lost_reply()),
-    }
-}
-
 async fn next_push(pushes: &mut Option<PushReceiver>) -> Option<Bytes> {
     pushes
         .as_mut()
@@ -309,62 +272,6 @@ fn unavailable(reason: &str) -> Bytes {
 }
 
 impl Session {
-    /// Pops the front reply if it has already arrived.
-    fn ready_front(&mut self) -> Option<Bytes> {
-        let r = match &mut self.pending.front_mut()?.reply {
-            Pending::Ready(b) => b.clone(),
-            Pending::Wait(rx) => match rx.try_recv() {
-                Ok(b) => b,
-                Err(oneshot::error::TryRecvError::Empty) => return None,
-                Err(oneshot::error::TryRecvError::Closed) => pipeline::lost_reply(),
-            },
-        };
-        self.settled(&r);
-        Some(r)
-    }
-
-    /// The front reply is ready: it leaves the queue, metered.
-    fn settled(&mut self, reply: &[u8]) {
-        if let Some(Owed {
-            meter: Some(meter), ..
-        }) = self.pending.pop_front()
-        {
-            meter.done(reply);
-        }
-    }
-
-    /// Queues a reply for the request being handled.
-    fn owe(&mut self, reply: Pending) {
-        self.pending.push_back(Owed {
-            reply,
-            meter: self.meter.clone(),
-        });
-    }
-
-    async fn flush(&mut self) -> std::io::Result<()> {
-        if !self.out.is_empty() {
-            self.wr.write_all(&self.out).await?;
-            self.out.clear();
-        }
-        Ok(())
-    }
-
-    /// Waits for every pending reply and writes them: the barrier before anything that
-    /// changes which upstream connection the client's next command runs on.
-    async fn drain(&mut self) -> std::io::Result<()> {
-        while let Some(owed) = self.pending.pop_front() {
-            let reply = match owed.reply {
-                Pending::Ready(b) => b,
-                Pending::Wait(rx) => rx.await.unwrap_or_else(|_| pipeline::lost_reply()),
-            };
-            if let Some(meter) = owed.meter {
-                meter.done(&reply);
-            }
-            self.out.extend_from_slice(&reply);
-        }
-        self.flush().await
-    }
-
     fn dedicated(&self) -> bool {
         matches!(self.upstream, Upstream::Dedicated)
     }
@@ -623,286 +530,6 @@ impl Session {
         self.owe(Pending::Ready(reply));
         Flow::Continue
     }
-
-    /// Valkey refuses every command but AUTH, HELLO, QUIT and RESET before authentication;
-    /// the connection-state commands walrus answers itself must be refused alike (and a
-    /// SELECT accepted here would later fail on the shared connection, breaking it for every
-    /// client on it). Whether this client needs to authenticate is asked once, with a PING
-    /// on its own pooled connection: `Some` is Valkey's `-NOAUTH` reply.
-    async fn noauth(&mut self) -> Option<Bytes> {
-        if self.id.creds.is_some() || self.needs_no_auth || self.in_multi {
-            return None;
-        }
-        let (reply, rx) = oneshot::channel();
-        let probe = self
-            .send(
-                PipelinedRequest {
-                    db: None,
-                    cmd: write::command(["PING"]),
-                    reply,
-                    gate: Gate::Free,
-                    tx: TxCmd::Other,
-                    in_multi: false,
-                    answered_by_push: false,
-                },
-                rx,
-            )
-            .await;
-        let reply = match probe {
-            Pending::Ready(b) => b,
-            Pending::Wait(rx) => rx.await.unwrap_or_else(|_| pipeline::lost_reply()),
-        };
-        if reply.starts_with(b"-NOAUTH") {
-            return Some(reply);
-        }
-        self.needs_no_auth = !reply.starts_with(b"-");
-        None
-    }
-
-    async fn local(&mut self, cmd: Local, req: Request) -> Flow {
-        // With a wrong number of arguments these go to Valkey, whose arity error comes first.
-        let answered_here = match cmd {
-            Local::Select | Local::ClientGetName => req.args.len() == 2,
-            Local::ClientSetName => req.args.len() == 3,
-            Local::ClientSetInfo => req.args.len() == 4,
-            _ => false,
-        };
-        if answered_here {
-            if let Some(noauth) = self.noauth().await {
-                return self.ready(noauth);
-            }
-        }
-        match cmd {
-            Local::Select if self.in_multi => {
-                // Queued with the transaction: Valkey answers it.
-                self.forward(req).await;
-                Flow::Continue
-            }
-            Local::Select => {
-                if req.args.len() != 2 {
-                    self.forward(req).await; // Valkey's own arity error
-                    return Flow::Continue;
-                }
-                let reply = match crate::resp::parse_i64(&req.args[1]) {
-                    None => write::error("ERR value is not an integer or out of range"),
-                    Some(db) if db < 0 || db >= self.shared.databases as i64 => {
-                        write::error("ERR DB index is out of range")
-                    }
-                    Some(db) => {
-                        self.id.db = db as u32;
-                        Bytes::from_static(write::OK)
-                    }
-                };
-                self.ready(reply)
-            }
-            Local::Quit => {
-                self.ready(Bytes::from_static(write::OK));
-                Flow::Close
-            }
-            Local::Reset if req.args.len() != 1 => {
-                self.forward(req).await; // Valkey's own arity error
-                Flow::Continue
-            }
-            Local::Reset => {
-                if self.drain().await.is_err() {
-                    return Flow::Close;
-                }
-                // A dedicated connection is dropped with its state; the session is pooled again.
-                self.id = Identity::default();
-                self.needs_no_auth = false;
-                self.pool_again().await;
-                self.ready(write::simple("RESET"))
-            }
-            Local::Auth => {
-                let creds = match req.args.len() {
-                    2 => Credentials {
-                        username: None,
-                        password: String::from_utf8_lossy(&req.args[1]).into_owned(),
-                    },
-                    3 => Credentials {
-                        username: Some(String::from_utf8_lossy(&req.args[1]).into_owned()),
-                        password: String::from_utf8_lossy(&req.args[2]).into_owned(),
-                    },
-                    _ => {
-                        self.forward(req).await; // Valkey's own syntax error
-                        return Flow::Continue;
-                    }
-                };
-                if self.drain().await.is_err() {
-                    return Flow::Close;
-                }
-                match verify(&self.shared, &req.raw).await {
-                    Ok(()) => {
-                        self.id.creds = Some(creds);
-                        if self.dedicated() {
-                            // The dedicated connection switches user too; its +OK is the reply.
-                            self.forward(req).await;
-                            return Flow::Continue;
-                        }
-                        self.pool_again().await;
-                        self.ready(Bytes::from_static(write::OK))
-                    }
-                    Err(reply) => self.ready(reply),
-                }
-            }
-            Local::Hello if self.dedicated() => {
-                // The connection is the client's own: Valkey handles HELLO on it.
-                if let Some(v) = req.args.get(1).and_then(|v| crate::resp::parse_i64(v)) {
-                    self.id.resp3 = v == 3;
-                }
-                self.forward(req).await;
-                Flow::Continue
-            }
-            Local::Hello => self.hello(req).await,
-            Local::ClientSetName => {
-                if req.args.len() != 3 {
-                    self.forward(req).await;
-                    return Flow::Continue;
-                }
-                match valid_name(&req.args[2]) {
-                    Ok(()) => {
-                        self.id.name = (!req.args[2].is_empty()).then(|| req.args[2].clone());
-                        self.ready(Bytes::from_static(write::OK))
-                    }
-                    Err(e) => self.ready(e),
-                }
-            }
-            Local::ClientGetName => {
-                if req.args.len() != 2 {
-                    self.forward(req).await;
-                    return Flow::Continue;
-                }
-                let reply = write::bulk_or_null(self.id.name.as_deref(), self.id.resp3);
-                self.ready(reply)
-            }
-            Local::ClientSetInfo => {
-                // Library name and version are per connection; pooled connections are shared,
-                // so walrus validates and accepts them without passing them on.
-                if req.args.len() != 4 {
-                    self.forward(req).await;
-                    return Flow::Continue;
-                }
-                if !(req.arg_is(2, "lib-name") || req.arg_is(2, "lib-ver")) {
-                    let attr = String::from_utf8_lossy(&req.args[2]).into_owned();
-                    return self.ready(write::error(&format!(
-                        "ERR Unrecognized option '{}'",
-                        attr.replace(['\r', '\n'], "")
-                    )));
-                }
-                match valid_name(&req.args[3]) {
-                    Ok(()) => self.ready(Bytes::from_static(write::OK)),
-                    Err(_) => self.ready(write::error(&format!(
-                        "ERR {} cannot contain spaces, newlines or special characters.",
-                        // Valkey names the attribute as the client spelled it.
-                        String::from_utf8_lossy(&req.args[2]).replace(['\r', '\n'], "")
-                    ))),
-                }
-            }
-            Local::Replication => self.ready(write::error(
-                "ERR walrus: SYNC, PSYNC and REPLCONF are refused: the replication stream shows writes before they are durable; attach replicas to Valkey itself",
-            )),
-            Local::ClientReply => {
-                if req.args.len() == 3 && req.arg_is(2, "ON") {
-                    return self.ready(Bytes::from_static(write::OK));
-                }
-                if req.args.len() == 3 && (req.arg_is(2, "OFF") || req.arg_is(2, "SKIP")) {
-                    return self.ready(write::error(
-                        "ERR walrus: CLIENT REPLY OFF and SKIP are not supported: walrus holds each reply until it is durable",
-                    ));
-                }
-                self.forward(req).await; // Valkey's own syntax error
-                Flow::Continue
-            }
-        }
-    }
-
-    /// `HELLO [protover [AUTH user pass] [SETNAME name]]`: authentication is verified with
-    /// Valkey, the name is kept by walrus, and the reply is Valkey's own, from a connection
-    /// of the identity the client switches to.
-    async fn hello(&mut self, req: Request) -> Flow {
-        let mut id = self.id.clone();
-        let mut auth: Option<Credentials> = None;
-        if let Some(v) = req.args.get(1) {
-            match crate::resp::parse_i64(v) {
-                None => {
-                    return self.ready(write::error(
-                        "ERR Protocol version is not an integer or out of range",
-                    ))
-                }
-                Some(v) if !(2..=3).contains(&v) => {
-                    return self.ready(write::error("NOPROTO unsupported protocol version"))
-                }
-                Some(v) => id.resp3 = v == 3,
-            }
-        }
-        let mut i = 2;
-        while i < req.args.len() {
-            let more = req.args.len() - i - 1;
-            if req.arg_is(i, "AUTH") && more >= 2 {
-                auth = Some(Credentials {
-                    username: Some(String::from_utf8_lossy(&req.args[i + 1]).into_owned()),
-                    password: String::from_utf8_lossy(&req.args[i + 2]).into_owned(),
-                });
-                i += 3;
-            } else if req.arg_is(i, "SETNAME") && more >= 1 {
-                if let Err(e) = valid_name(&req.args[i + 1]) {
-                    return self.ready(e);
-                }
-                id.name = (!req.args[i + 1].is_empty()).then(|| req.args[i + 1].clone());
-                i += 2;
-            } else {
-                let opt = String::from_utf8_lossy(&req.args[i]).replace(['\r', '\n'], "");
-                return self.ready(write::error(&format!(
-                    "ERR Syntax error in HELLO option '{opt}'"
-                )));
-            }
-        }
-        if self.drain().await.is_err() {
-            return Flow::Close;
-        }
-        if let Some(c) = auth {
-            let user = c.username.clone().unwrap_or_default();
-            let cmd = write::command([b"AUTH".as_slice(), user.as_bytes(), c.password.as_bytes()]);
-            if let Err(reply) = verify(&self.shared, &cmd).await {
-                return self.ready(reply);
-            }
-            id.creds = Some(c);
-        }
-        // Valkey's own HELLO reply, from a connection that already is what the client asked for.
-        let pool = self
-            .shared
-            .pools
-            .get(id.pool_key(), id.creds.as_ref())
-            .await;
-        let slot = pool.pick();
-        let hello = match req.args.get(1) {
-            Some(v) => write::command([b"HELLO".as_slice(), v]),
-            None => write::command(["HELLO"]),
-        };
-        let (tx, rx) = oneshot::channel();
-        let request = PipelinedRequest {
-            db: Some(id.db),
-            cmd: hello,
-            reply: tx,
-            gate: Gate::Free,
-            tx: TxCmd::Other,
-            in_multi: false,
-            answered_by_push: false,
-        };
-        let reply = match pool.sender(slot).await {
-            Err(reason) => unavailable(&reason),
-            Ok(sender) => match sender.send(request).await {
-                Err(_) => unavailable("connection lost"),
-                Ok(()) => rx.await.unwrap_or_else(|_| pipeline::lost_reply()),
-            },
-        };
-        if !reply.starts_with(b"-") {
-            self.id = id;
-            self.tx = pool.sender(slot).await.ok();
-            self.upstream = Upstream::Pooled { pool, slot };
-        }
-        self.ready(reply)
-    }
 }
 
 /// Dirty-key marks of the writes queued in an open transaction. A transaction the client
@@ -925,32 +552,5 @@ impl TxMarks {
 impl Drop for TxMarks {
     fn drop(&mut self) {
         self.release();
-    }
-}
-
-/// Checks credentials with Valkey on a fresh connection; `Err` carries Valkey's own reply
-/// (`-WRONGPASS ...`) or walrus's error.
-async fn verify(shared: &Shared, auth_cmd: &[u8]) -> Result<(), Bytes> {
-    let mut conn = Conn::connect(shared.pools.upstream())
-        .await
-        .map_err(|e| unavailable(&e.to_string()))?;
-    let reply = conn
-        .call_raw(auth_cmd)
-        .await
-        .map_err(|e| unavailable(&e.to_string()))?;
-    if reply.starts_with(b"-") {
-        return Err(reply);
-    }
-    Ok(())
-}
-
-/// Valkey's rule for client names: printable ASCII without spaces.
-fn valid_name(name: &[u8]) -> Result<(), Bytes> {
-    if name.iter().all(|&c| (b'!'..=b'~').contains(&c)) {
-        Ok(())
-    } else {
-        Err(write::error(
-            "ERR Client names cannot contain spaces, newlines or special characters.",
-        ))
     }
 }

@@ -1,0 +1,188 @@
+//! The durable half of `walrus serve`: the journal and checkpoint store under the data dir,
+//! verified at start; the replica link that feeds the journal (and restores Valkey first
+//! when it comes up empty); the checkpointer; the disk watcher; and their shutdown, in the
+//! order that lets held replies drain.
+
+use crate::checkpoint::{self, store::Store, CheckpointConfig};
+use crate::config::Config;
+use crate::durability::Durability;
+use crate::journal::Journal;
+use crate::replication::link::{self, LinkConfig};
+use crate::upstream::managed::ManagedValkey;
+use crate::upstream::Upstream;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// The journal and the replica link that feeds it.
+pub(super) struct Durable {
+    pub(super) durability: Arc<Durability>,
+    pub(super) journal: Arc<Journal>,
+    pub(super) link: tokio::task::JoinHandle<Result<(), String>>,
+    checkpointer: tokio::task::JoinHandle<()>,
+    watcher: tokio::task::JoinHandle<()>,
+    pub(super) checkpoint_requests: tokio::sync::mpsc::Sender<checkpoint::Request>,
+}
+
+impl Durable {
+    /// Stops the link, then closes the journal (what was appended is written out).
+    pub(super) async fn stop(self) {
+        self.checkpointer.abort();
+        let _ = self.checkpointer.await;
+        self.watcher.abort();
+        let _ = self.watcher.await;
+        self.link.abort();
+        let _ = self.link.await;
+        match Arc::try_unwrap(self.journal) {
+            Ok(j) => match tokio::task::spawn_blocking(move || j.close()).await {
+                Ok(Ok(d)) => tracing::info!(lsn = d.lsn, offset = d.repl_offset, "journal closed"),
+                Ok(Err(e)) => tracing::error!("closing the journal: {e}"),
+                Err(e) => tracing::error!("closing the journal: {e}"),
+            },
+            Err(_) => tracing::warn!(
+                "journal still in use at shutdown; its writer stops with the process"
+            ),
+        }
+    }
+}
+
+/// Opens (initializing if needed, recovering always) the journal and the checkpoint store
+/// under the data dir, verifies what they hold, and starts the replica link (which restores
+/// Valkey first when it comes up empty) and the checkpointer.
+pub(super) async fn start_durability(
+    config: &Config,
+    up: &Upstream,
+    stop: watch::Receiver<bool>,
+    managed: Option<&ManagedValkey>,
+) -> Result<Durable, String> {
+    let dir = config.data.dir.join("journal");
+    let cp_dir = config.data.dir.join("checkpoints");
+    let (journal_dir, checkpoint_dir) = (dir.clone(), cp_dir.clone());
+    let cfg = config.journal.clone();
+    crate::supervisor::status("starting: opening and verifying the journal and checkpoint");
+    let (journal, recovered, store, holding) = tokio::task::spawn_blocking(move || {
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let (journal, recovered) = Journal::open(&dir, &cfg).map_err(|e| e.to_string())?;
+        let store = Store::open(&cp_dir).map_err(|e| e.to_string())?;
+        let holding = crate::restore::holding(&store, &journal).map_err(|e| e.to_string())?;
+        Ok::<_, String>((journal, recovered, store, holding))
+    })
+    .await
+    .map_err(|e| e.to_string())??;
+    crate::metrics::JOURNAL_INFO
+        .with_label_values(&[
+            match recovered.backend.kind {
+                crate::journal::io::BackendKind::IoUring => "io_uring",
+                crate::journal::io::BackendKind::Sync => "sync",
+            },
+            if recovered.backend.direct_io {
+                "true"
+            } else {
+                "false"
+            },
+        ])
+        .set(1);
+    tracing::info!(
+        backend = ?recovered.backend,
+        entries = recovered.entries,
+        next_lsn = recovered.end.next_lsn,
+        offset = recovered.end.last_repl_offset,
+        "journal open"
+    );
+    match &holding {
+        Some(h) => tracing::info!(
+            checkpoint = %h.checkpoint.file,
+            offset = h.checkpoint.offset,
+            journal_entries = h.end.entries,
+            end = h.end.offset,
+            "checkpoint and journal verified"
+        ),
+        None => tracing::info!("no checkpoint yet: the first attach starts a new history"),
+    }
+    let durability = Arc::new(Durability::new(
+        config.durability.max_pending_bytes,
+        config.durability.max_held_bytes,
+    ));
+    if let Some(m) = managed {
+        // The managed child comes back empty: nothing may read it until it is restored.
+        let d = durability.clone();
+        m.on_death(Arc::new(move || d.begin_restore()));
+    }
+    let ring_bytes = config.journal.segment_size_bytes * u64::from(config.journal.segments);
+    crate::disk::check_ring_fits(&journal_dir, ring_bytes, config.disk.low_watermark)?;
+    let headroom = ((1.0 - config.disk.high_watermark) * ring_bytes as f64) as u64;
+    if headroom < config.durability.max_pending_bytes {
+        // Writes admitted before the ring's mark is seen may then fill the ring: they wait
+        // for a checkpoint instead of being refused up front.
+        tracing::warn!(
+            headroom,
+            max_pending_bytes = config.durability.max_pending_bytes,
+            "the ring's room above disk.high_watermark is smaller than durability.max_pending_bytes"
+        );
+    }
+    let journal = Arc::new(journal);
+    let released = Arc::new(tokio::sync::Notify::new());
+    let (checkpoint_requests, requests) = tokio::sync::mpsc::channel(4);
+    let checkpoint_failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let checkpointer = tokio::spawn(checkpoint::run(
+        up.clone(),
+        journal.clone(),
+        durability.clone(),
+        CheckpointConfig {
+            store: store.clone(),
+            max_rdb_bytes: config.durability.max_rdb_bytes,
+            ring_fill_trigger: config.checkpoint.ring_fill_trigger,
+            room: crate::disk::Room {
+                dir: checkpoint_dir.clone(),
+                high_watermark: config.disk.high_watermark,
+            },
+            failing: checkpoint_failing.clone(),
+        },
+        released.clone(),
+        requests,
+    ));
+    let watcher = tokio::spawn(crate::disk::watch::run(
+        crate::disk::watch::WatchConfig {
+            high_watermark: config.disk.high_watermark,
+            low_watermark: config.disk.low_watermark,
+            interval: Duration::from_millis(config.disk.check_interval_ms),
+            segments: journal.segment_paths(),
+            segment_bytes: config.journal.segment_size_bytes,
+            checkpoint_failing,
+            journal_dir,
+            checkpoint_dir,
+        },
+        journal.clone(),
+        durability.clone(),
+        released.clone(),
+        stop.clone(),
+    ));
+    let link_cfg = LinkConfig {
+        store,
+        released,
+        max_rdb_bytes: config.durability.max_rdb_bytes,
+        entry_bytes: (config.journal.max_write_bytes as usize / 2).max(64 << 10),
+        // The stream is Valkey's, not a client's reply: the journal's own entry limit bounds
+        // it (past it the link takes a full resync), not the proxy's reply limits.
+        limits: crate::resp::Limits::default(),
+        on_conflict: config.restore.on_conflict,
+        restore_timeout: Duration::from_millis(config.restore.timeout_ms),
+    };
+    let link = tokio::spawn(link::run(
+        up.clone(),
+        journal.clone(),
+        durability.clone(),
+        link_cfg,
+        holding,
+        stop,
+    ));
+    Ok(Durable {
+        durability,
+        journal,
+        link,
+        checkpointer,
+        watcher,
+        checkpoint_requests,
+    })
+}

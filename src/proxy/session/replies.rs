@@ -1,0 +1,104 @@
+//! The session's reply FIFO: one entry owed per request, in request order, each metered
+//! (`walrus_commands_total`, `walrus_command_duration_seconds`) as it leaves.
+
+use super::*;
+
+/// A reply owed to the client, in request order.
+pub(super) struct Owed {
+    pub(super) reply: Pending,
+    pub(super) meter: Option<Meter>,
+}
+
+/// Counts a command's reply in `walrus_commands_total` and its latency in
+/// `walrus_command_duration_seconds`; atomics only.
+#[derive(Clone)]
+pub(super) struct Meter {
+    command: Option<Arc<crate::commands::CommandInfo>>,
+    arrived: std::time::Instant,
+}
+
+impl Meter {
+    pub(super) fn new(command: Option<Arc<crate::commands::CommandInfo>>) -> Meter {
+        Meter {
+            command,
+            arrived: std::time::Instant::now(),
+        }
+    }
+
+    fn done(&self, reply: &[u8]) {
+        match &self.command {
+            Some(info) => info.counters.count(reply),
+            None => metrics::OTHER_COMMANDS.count(reply),
+        }
+        metrics::COMMAND_DURATION.observe(self.arrived.elapsed().as_secs_f64());
+    }
+}
+
+pub(super) async fn next_reply(pending: &mut VecDeque<Owed>) -> Bytes {
+    match &mut pending
+        .front_mut()
+        .expect("guarded by the select condition")
+        .reply
+    {
+        Pending::Ready(b) => b.clone(),
+        Pending::Wait(rx) => rx.await.unwrap_or_else(|_| pipeline::lost_reply()),
+    }
+}
+
+impl Session {
+    /// Pops the front reply if it has already arrived.
+    pub(super) fn ready_front(&mut self) -> Option<Bytes> {
+        let r = match &mut self.pending.front_mut()?.reply {
+            Pending::Ready(b) => b.clone(),
+            Pending::Wait(rx) => match rx.try_recv() {
+                Ok(b) => b,
+                Err(oneshot::error::TryRecvError::Empty) => return None,
+                Err(oneshot::error::TryRecvError::Closed) => pipeline::lost_reply(),
+            },
+        };
+        self.settled(&r);
+        Some(r)
+    }
+
+    /// The front reply is ready: it leaves the queue, metered.
+    pub(super) fn settled(&mut self, reply: &[u8]) {
+        if let Some(Owed {
+            meter: Some(meter), ..
+        }) = self.pending.pop_front()
+        {
+            meter.done(reply);
+        }
+    }
+
+    /// Queues a reply for the request being handled.
+    pub(super) fn owe(&mut self, reply: Pending) {
+        self.pending.push_back(Owed {
+            reply,
+            meter: self.meter.clone(),
+        });
+    }
+
+    pub(super) async fn flush(&mut self) -> std::io::Result<()> {
+        if !self.out.is_empty() {
+            self.wr.write_all(&self.out).await?;
+            self.out.clear();
+        }
+        Ok(())
+    }
+
+    /// Waits for every pending reply and writes them: the barrier before anything that
+    /// changes which upstream connection the client's next command runs on.
+    pub(super) async fn drain(&mut self) -> std::io::Result<()> {
+        while let Some(owed) = self.pending.pop_front() {
+            let reply = match owed.reply {
+                Pending::Ready(b) => b,
+                Pending::Wait(rx) => rx.await.unwrap_or_else(|_| pipeline::lost_reply()),
+            };
+            if let Some(meter) = owed.meter {
+                meter.done(&reply);
+            }
+            self.out.extend_from_slice(&reply);
+        }
+        self.flush().await
+    }
+}
