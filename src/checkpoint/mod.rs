@@ -123,9 +123,12 @@ pub async fn run(
                 crate::metrics::CHECKPOINT_FAILURES.inc();
                 cfg.failing
                     .store(true, std::sync::atomic::Ordering::Relaxed);
-                if *e != last_failure {
+                // Once per kind of failure: the text after its first ':' carries figures
+                // that change on every retry.
+                let kind = e.split(':').next().unwrap_or(e);
+                if kind != last_failure {
                     tracing::warn!("checkpoint failed: {e}");
-                    last_failure = e.clone();
+                    last_failure = kind.to_string();
                 }
             }
         }
@@ -273,9 +276,13 @@ async fn take(
     let recorded = match recorded {
         Ok(r) => r,
         Err(e) => {
-            // Not recorded (the manifest could not be written): the previous checkpoint
-            // stays in force, and this RDB must not keep its space.
-            let _ = tokio::fs::remove_file(&path).await;
+            // The manifest may have been replaced before the error (a failed directory
+            // fsync after the rename): then it names this RDB, which must stay. Otherwise
+            // the previous checkpoint stays in force, and this RDB must not keep its space.
+            let named = cfg.store.current().ok().flatten().map(|c| c.file);
+            if named.as_deref() != path.file_name().and_then(|n| n.to_str()) {
+                let _ = tokio::fs::remove_file(&path).await;
+            }
             return Err(e.to_string());
         }
     };

@@ -60,9 +60,13 @@ pub(super) async fn start_durability(
     let (journal_dir, checkpoint_dir) = (dir.clone(), cp_dir.clone());
     let cfg = config.journal.clone();
     crate::supervisor::status("starting: opening and verifying the journal and checkpoint");
+    let ring_bytes = config.journal.segment_size_bytes * u64::from(config.journal.segments);
+    let low_watermark = config.disk.low_watermark;
     let (journal, recovered, store, holding) = tokio::task::spawn_blocking(move || {
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        // Before the ring is allocated: an oversized one is refused, not written first.
+        crate::disk::check_ring_fits(&dir, ring_bytes, low_watermark)?;
         let (journal, recovered) = Journal::open(&dir, &cfg).map_err(|e| e.to_string())?;
         let store = Store::open(&cp_dir).map_err(|e| e.to_string())?;
         let holding = crate::restore::holding(&store, &journal).map_err(|e| e.to_string())?;
@@ -109,8 +113,6 @@ pub(super) async fn start_durability(
         let d = durability.clone();
         m.on_death(Arc::new(move || d.begin_restore()));
     }
-    let ring_bytes = config.journal.segment_size_bytes * u64::from(config.journal.segments);
-    crate::disk::check_ring_fits(&journal_dir, ring_bytes, config.disk.low_watermark)?;
     let headroom = ((1.0 - config.disk.high_watermark) * ring_bytes as f64) as u64;
     if headroom < config.durability.max_pending_bytes {
         // Writes admitted before the ring's mark is seen may then fill the ring: they wait

@@ -360,6 +360,15 @@ impl Config {
             ));
         }
         at_least("disk.check_interval_ms", self.disk.check_interval_ms, 10)?;
+        // The ring's figure moves a segment at a time: its high mark must be reached before
+        // the ring is full, or writes already sent would meet a full ring.
+        let ring_steps = (1.0 / (1.0 - high)).ceil() as u64;
+        if u64::from(self.journal.segments) <= ring_steps {
+            return Err(format!(
+                "invalid value for journal.segments: {} (with disk.high_watermark {high}, the ring needs more than {ring_steps} segments so that the mark comes before the ring is full)",
+                self.journal.segments
+            ));
+        }
         let trigger = self.checkpoint.ring_fill_trigger;
         if !(trigger > 0.0 && trigger < low) {
             return Err(format!(
@@ -437,6 +446,13 @@ mod tests {
                 "{err}"
             );
         }
+        let mut c = Config::default();
+        c.journal.segments = 10;
+        let err = c.validate().unwrap_err();
+        assert!(
+            err.contains("journal.segments") && err.contains("disk.high_watermark"),
+            "{err}"
+        );
         let mut c = Config::default();
         c.checkpoint.ring_fill_trigger = 0.85;
         let err = c.validate().unwrap_err();

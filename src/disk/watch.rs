@@ -41,6 +41,11 @@ pub async fn run(
     let mut segments = Segments::new(&cfg);
     let mut durable = journal.durable();
     let mut file_systems: Option<Vec<Reading>> = None;
+    // One interval for the whole run: durable advances (every group commit) must not keep
+    // postponing the file systems' reading.
+    let mut tick = tokio::time::interval(cfg.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
     let mut timer = true;
     loop {
         if timer {
@@ -67,7 +72,7 @@ pub async fn run(
             apply(marks.update(&readings), &durability);
         }
         timer = tokio::select! {
-            _ = tokio::time::sleep(cfg.interval) => true,
+            _ = tick.tick() => true,
             _ = checkpointed.notified() => true,
             r = durable.changed() => match r {
                 Ok(()) => false,

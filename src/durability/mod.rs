@@ -412,6 +412,10 @@ impl Durability {
     /// held write: its offset belongs to the old history.
     pub fn attach(&self, offset: u64, durable: bool, new_history: bool) {
         let mut s = self.lock();
+        if let Status::Failed(_) = s.status {
+            // The journal was fenced (a damaged segment file, say): nothing reopens it.
+            return;
+        }
         let mut failed = Vec::new();
         if new_history {
             failed = self.new_epoch(&mut s);
@@ -474,8 +478,11 @@ impl Durability {
     /// Refuses new writes with `-MISCONF <why>` (a disk watermark), or accepts them again
     /// (`None`). Writes already sent are not affected: the journal has room for them.
     pub fn block_writes(&self, why: Option<&str>) {
-        self.lock().blocked =
-            why.map(|w| crate::resp::write::error(&format!("MISCONF walrus: {w}")));
+        // One line: the message names paths, which may hold anything.
+        self.lock().blocked = why.map(|w| {
+            let w = w.replace(['\r', '\n'], " ");
+            crate::resp::write::error(&format!("MISCONF walrus: {w}"))
+        });
         self.room.notify_waiters();
     }
 
@@ -614,6 +621,19 @@ mod tests {
         assert!(d.begin_write(key("a")).is_ok());
         d.detach();
         assert!(d.begin_write(key("a")).is_err());
+    }
+
+    #[test]
+    fn a_fenced_journal_stays_fenced_across_an_attach() {
+        let d = Durability::new(1 << 20, 1 << 20);
+        d.attach(100, true, true);
+        d.fail("journal segment seg-00003.wal is gone");
+        d.attach(200, true, false);
+        assert!(matches!(d.status(), Status::Failed(_)));
+        assert!(d
+            .begin_write(key("a"))
+            .unwrap_err()
+            .starts_with(b"-MISCONF walrus: journal failed"));
     }
 
     #[test]

@@ -465,9 +465,12 @@ impl Journal {
 
     /// Why the journal failed, for clients and the log.
     pub fn failure(&self) -> String {
-        self.shared
-            .lock()
-            .failed()
+        // Also after a writer panic, which poisons the lock: that is a failure to report.
+        let b = match self.shared.batcher.lock() {
+            Ok(b) => b,
+            Err(p) => p.into_inner(),
+        };
+        b.failed()
             .map_or_else(|| "the journal failed".to_string(), |w| w.to_string())
     }
 

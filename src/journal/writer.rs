@@ -137,7 +137,13 @@ pub async fn drive<B: IoBackend>(backend: B, shared: Arc<Shared>) {
         tokio::select! {
             biased;
             Some((seq, res, buf)) = done_rx.recv() => {
-                shared.lock().give_back(buf);
+                let fenced = {
+                    let mut b = shared.lock();
+                    b.give_back(buf);
+                    // Fenced from outside (`Journal::fail`): nothing more becomes durable.
+                    b.failed().is_some()
+                };
+                failed |= fenced;
                 shared.buffers_freed.notify_waiters();
                 let front = inflight.front().expect("completion without a write in flight").seq;
                 let slot = &mut inflight[(seq - front) as usize];

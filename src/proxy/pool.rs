@@ -53,6 +53,8 @@ struct Slot {
 
 pub struct Pool {
     slots: Vec<Slot>,
+    /// How long a request waits for its slot to (re)connect.
+    connect_timeout: Duration,
     next: AtomicUsize,
     /// Set by each slot's supervisor after its first connection attempt.
     first_attempts: Vec<watch::Receiver<bool>>,
@@ -85,6 +87,7 @@ impl Pool {
             (0..size).map(|_| watch::channel(false)).unzip();
         let pool = Arc::new(Pool {
             slots: (0..size).map(|_| Slot::default()).collect(),
+            connect_timeout: ctx.upstream.connect_timeout,
             next: AtomicUsize::new(0),
             first_attempts,
         });
@@ -122,18 +125,23 @@ impl Pool {
         let mut rx = self.slots[slot].state.subscribe();
         // A live queue whose receiver is gone belongs to a connection that just broke: its
         // supervisor is settling it and will connect again.
-        let state = rx
-            .wait_for(|s| match s {
+        let settled = async {
+            rx.wait_for(|s| match s {
                 SlotState::Live(tx) => !tx.is_closed(),
                 SlotState::Connecting => false,
                 SlotState::Down(_) => true,
             })
             .await
-            .map(|s| s.clone());
-        match state {
-            Ok(SlotState::Live(tx)) => Ok(tx),
-            Ok(SlotState::Down(why)) => Err(why),
-            _ => Err("the connection pool is shutting down".into()),
+            .map(|s| s.clone())
+        };
+        match tokio::time::timeout(self.connect_timeout, settled).await {
+            Ok(Ok(SlotState::Live(tx))) => Ok(tx),
+            Ok(Ok(SlotState::Down(why))) => Err(why),
+            Ok(_) => Err("the connection pool is closed".into()),
+            Err(_) => Err(format!(
+                "no connection to Valkey within upstream.connect_timeout_ms ({} ms)",
+                self.connect_timeout.as_millis()
+            )),
         }
     }
 
@@ -171,6 +179,9 @@ async fn supervise(
         let Some(p) = pool.upgrade() else { return };
         match conn {
             Ok(conn) => {
+                if *first_attempt.borrow() {
+                    crate::metrics::UPSTREAM_RECONNECTS.inc();
+                }
                 let (tx, rx) = mpsc::channel(QUEUE_REQUESTS_MAX);
                 p.slots[slot].set(SlotState::Live(tx));
                 drop(p);
@@ -194,7 +205,6 @@ async fn supervise(
                 backoff = (backoff * 2).min(backoff_max);
             }
         }
-        crate::metrics::UPSTREAM_RECONNECTS.inc();
     }
 }
 
