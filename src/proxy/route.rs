@@ -19,7 +19,7 @@
 //!
 //! Only the names in this file are hard-coded; everything else comes from the command table.
 
-use crate::commands::CommandTable;
+use crate::commands::CommandInfo;
 use crate::resp::Request;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,8 +81,9 @@ pub fn allowed_in_relay(req: &Request) -> bool {
             .any(|c| req.name().eq_ignore_ascii_case(c.as_bytes()))
 }
 
-pub fn route(table: &CommandTable, req: &Request) -> Route {
-    let Some(info) = table.lookup(&req.args) else {
+/// `info`: the request's entry in the command table (`None`: not in it).
+pub fn route(info: Option<&CommandInfo>, req: &Request) -> Route {
+    let Some(info) = info else {
         return Route::Pool;
     };
     match info.name.as_str() {

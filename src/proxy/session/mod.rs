@@ -276,8 +276,13 @@ impl Session {
         matches!(self.upstream, Upstream::Dedicated)
     }
 
+    /// The table entry of the request being handled.
+    fn command(&self) -> Option<&Arc<crate::commands::CommandInfo>> {
+        self.meter.as_ref().and_then(|m| m.command.as_ref())
+    }
+
     async fn handle(&mut self, req: Request) -> Flow {
-        match route(&self.shared.table, &req) {
+        match route(self.command().map(|c| &**c), &req) {
             Route::Pool => {
                 self.forward(req).await;
                 Flow::Continue
@@ -458,7 +463,7 @@ impl Session {
             d.admit_read()?;
             return Ok(Gate::Offset(std::mem::take(&mut self.tx_marks.marks)));
         }
-        let class = self.shared.table.classify(&req.args);
+        let class = crate::commands::Class::of(self.command(), &req.args);
         match durability::access(&class, &req.args, req.raw.len(), self.id.db) {
             Access::Free => Ok(Gate::Free),
             // Inside MULTI a read only answers +QUEUED; EXEC is gated.

@@ -13,7 +13,9 @@ pub(super) struct Owed {
 /// `walrus_command_duration_seconds`; atomics only.
 #[derive(Clone)]
 pub(super) struct Meter {
-    command: Option<Arc<crate::commands::CommandInfo>>,
+    /// The request's entry in the command table, looked up once for metering, routing and
+    /// the durability gate.
+    pub(super) command: Option<Arc<crate::commands::CommandInfo>>,
     arrived: std::time::Instant,
 }
 
