@@ -357,3 +357,76 @@ fn second_writer_is_refused_while_open() {
     let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
     j.close().unwrap();
 }
+
+/// Ring space per entry is the record itself (96-byte header + payload), not a 4 KiB block
+/// per group commit, at any concurrency: a write continues the previous write's last block.
+/// A reopened journal continues there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_entries_use_their_own_bytes_of_ring_at_any_concurrency() {
+    const HEADER: u64 = 96;
+    for backend in [IoBackendChoice::Sync, IoBackendChoice::Auto] {
+        for (len, appenders) in [(100usize, 1u64), (100, 16), (1000, 1), (1000, 16)] {
+            let dir = tempfile::tempdir().unwrap();
+            let cfg = JournalConfig {
+                segments: 16,
+                ..cfg(backend)
+            };
+            let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
+            let j = Arc::new(j);
+            let per_appender = 400 / appenders;
+            let off = Arc::new(std::sync::Mutex::new(0u64));
+            let mut tasks = Vec::new();
+            for _ in 0..appenders {
+                let (j, off) = (j.clone(), off.clone());
+                tasks.push(tokio::spawn(async move {
+                    for _ in 0..per_appender {
+                        // Each appender waits for its entry: one entry per write at 1.
+                        let t = {
+                            let mut o = off.lock().unwrap();
+                            *o += len as u64;
+                            j.try_append(&Entry {
+                                repl_id: REPL_ID,
+                                repl_offset_end: *o,
+                                payload: payload(*o, len),
+                            })
+                            .unwrap()
+                        };
+                        t.wait().await.unwrap();
+                    }
+                }));
+            }
+            for t in tasks {
+                t.await.unwrap();
+            }
+            let status = j.status();
+            let records = per_appender * appenders * (HEADER + len as u64);
+            let ratio = status.write_pos as f64 / records as f64;
+            eprintln!(
+                "{backend:?}, {len} B x {appenders}: {} writes, ring {} B for {records} B of records: {ratio:.3}x",
+                status.writes_total, status.write_pos
+            );
+            assert!(
+                ratio <= 1.25,
+                "{backend:?}, {len}-byte entries, {appenders} appenders: ring space {ratio:.2}x the records"
+            );
+            let end = status.write_pos;
+            Arc::into_inner(j).unwrap().close().unwrap();
+            let (j, rec) = Journal::open(dir.path(), &cfg).unwrap();
+            assert_eq!(rec.end.end_pos, end);
+            j.try_append(&Entry {
+                repl_id: REPL_ID,
+                repl_offset_end: u64::MAX / 2,
+                payload: payload(1, len),
+            })
+            .unwrap()
+            .wait()
+            .await
+            .unwrap();
+            assert_eq!(
+                j.status().write_pos,
+                end + HEADER + len as u64,
+                "a reopened journal continues inside its last block"
+            );
+        }
+    }
+}

@@ -178,15 +178,16 @@ fn zeroed_sector_mid_log_is_corruption() {
 
 #[test]
 fn torn_in_flight_writes_cut_at_the_first_hole() {
-    let mut log = MemLog::new(geo(4), 4096);
+    let mut log = MemLog::new(geo(4), 8192);
     let mut off = 0;
     for i in 1..=30u64 {
         off += 100;
         log.append(off, &payload(i, 100)).unwrap();
     }
     log.flush();
-    // Four writes in flight: 1 KiB entries, 4 KiB buffers: three entries per write.
-    for i in 31..=42u64 {
+    // Four writes in flight: 1 KiB entries, 8 KiB buffers. The first continues the last
+    // block of the flushed write (five entries after its 30), the others hold seven each.
+    for i in 31..=56u64 {
         off += 1000;
         log.append(off, &payload(i, 1000)).unwrap();
     }
@@ -197,10 +198,12 @@ fn torn_in_flight_writes_cut_at_the_first_hole() {
     log.apply(&writes[3]);
     let r = log.scan(LOOKAHEAD);
     assert_end(&r, 30);
-    // A restart writes new, different entries over the hole; the old second and fourth
-    // writes (epoch 1, the right LSNs and lap) must never be taken as their continuation.
+    // A restart writes new, different entries over the hole, right after entry 30; the
+    // old second write (epoch 1, the right lap, and at the next block boundary after the
+    // new entries, the next LSN) must never be taken as their continuation.
     log.reopen(LOOKAHEAD);
-    for i in 31..=33u64 {
+    off -= 26 * 1000;
+    for i in 31..=35u64 {
         off += 1000;
         log.append(off, &payload(i + 1000, 1000)).unwrap();
     }
@@ -208,7 +211,7 @@ fn torn_in_flight_writes_cut_at_the_first_hole() {
     assert_eq!(w.len(), 1);
     log.apply(&w[0]);
     let r = log.scan(LOOKAHEAD);
-    assert_end(&r, 33);
+    assert_end(&r, 35);
     match &r.tail {
         Tail::End { reason, .. } => assert!(
             reason.contains("epoch"),
@@ -292,7 +295,7 @@ proptest! {
         flush_every in 1usize..8,
         inflight in 1usize..6,
         applied_mask in any::<u8>(),
-        tear_at in any::<u16>(),
+        tear_mask in any::<u64>(),
     ) {
         let mut log = MemLog::new(geo(6), 8192);
         let mut off = 0u64;
@@ -310,15 +313,24 @@ proptest! {
         let writes = log.take_writes();
         let n = writes.len().min(inflight);
         for (k, w) in writes.iter().take(n).enumerate() {
-            if applied_mask & (1 << k) != 0 {
-                let mut w2 = walrus::journal::sim::PendingWrite { start_pos: w.start_pos, bytes: w.bytes.clone(), last_complete: None };
-                if k == 0 {
-                    // The first in-flight write may be torn at any 512-byte sector.
-                    let sectors = w2.bytes.len() / 512;
-                    let keep = (tear_at as usize % (sectors + 1)) * 512;
-                    w2.bytes.truncate(keep);
+            if applied_mask & (1 << k) == 0 {
+                continue;
+            }
+            if k > 0 {
+                log.apply(w);
+                continue;
+            }
+            // The first in-flight write is torn: any subset of its 512-byte sectors reaches
+            // the disk. After a flush it is the rewrite of the last durable block, whose
+            // acknowledged bytes must survive any such mix.
+            for (s, sector) in w.bytes.chunks(512).enumerate() {
+                if tear_mask >> (s % 64) & 1 == 1 {
+                    log.apply(&walrus::journal::sim::PendingWrite {
+                        start_pos: w.start_pos + (s * 512) as u64,
+                        bytes: sector.to_vec(),
+                        last_complete: None,
+                    });
                 }
-                log.apply(&w2);
             }
         }
         let r = log.scan(LOOKAHEAD);

@@ -26,6 +26,8 @@ const METRICS: &[(&str, &str)] = &[
     ("walrus_durable_lag_bytes", "gauge"),
     ("walrus_journal_written_bytes_total", "counter"),
     ("walrus_journal_entries_total", "counter"),
+    ("walrus_journal_entry_bytes_total", "counter"),
+    ("walrus_journal_ring_bytes_total", "counter"),
     ("walrus_journal_write_duration_seconds", "histogram"),
     ("walrus_journal_fsync_duration_seconds", "histogram"),
     ("walrus_journal_ring_fill_ratio", "gauge"),

@@ -3,10 +3,17 @@
 //! Appenders encode entries (header + payload copy + CRC) directly into the open buffer,
 //! under one mutex, in LSN order. The writer thread takes the open buffer whenever a write
 //! slot is free: everything appended while the previous writes were in flight goes out in
-//! one write (group commit). A taken buffer is zero-padded to a block boundary; the next
-//! buffer starts at that boundary. No allocation happens per entry: buffers come from a
-//! pool; only entries larger than a buffer may use extra one-off buffers, bounded by
-//! `max_entry_bytes` of outstanding extra memory.
+//! one write (group commit). A taken buffer is zero-padded to a block boundary, as O_DIRECT
+//! needs whole blocks, but the next write does not skip the padding: it starts at the same,
+//! partly filled block and rewrites that block's existing bytes unchanged before its own
+//! records (PostgreSQL and etcd do the same), so a small entry costs its own bytes of ring,
+//! not a block. Two writes over the same block are never in flight together (either could
+//! land last). A buffer sealed because it is full is followed at the next block boundary,
+//! so large writes still go out in parallel. docs/journal.md gives the torn-write argument.
+//!
+//! No allocation happens per entry: buffers come from a pool; only entries larger than a
+//! buffer may use extra one-off buffers, bounded by `max_entry_bytes` of outstanding extra
+//! memory.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -14,7 +21,8 @@ use std::sync::Arc;
 use super::buf::{BufPool, IoBuf};
 use super::error::JournalError;
 use super::format::{
-    align_up, record_fits_at, seal_crc, Kind, RecordHeader, HEADER_BYTES, REPL_ID_BYTES,
+    align_down, align_up, record_fits_at, seal_crc, Kind, RecordHeader, BLOCK_BYTES, HEADER_BYTES,
+    REPL_ID_BYTES,
 };
 use super::recovery::EntryStart;
 use super::ring::Geometry;
@@ -31,8 +39,17 @@ pub struct SealedWrite {
     pub last_complete: Option<(u64, u64)>,
 }
 
+impl SealedWrite {
+    /// Logical position of the write's first byte (block-aligned).
+    pub fn start_pos(&self) -> u64 {
+        self.end_pos - self.buf.len() as u64
+    }
+}
+
 struct OpenBuf {
     buf: IoBuf,
+    /// Block-aligned; a continuation's first bytes (up to the batcher's `pos` when it was
+    /// opened) are the rewritten tail of the previous write.
     start_pos: u64,
     /// Usable bytes: the buffer capacity, or less at a segment end.
     limit_bytes: usize,
@@ -45,6 +62,18 @@ impl OpenBuf {
     }
 }
 
+/// Whether the next record goes right after a log ending at `end` (mid-block: the next
+/// write rewrites that block's bytes before `end`, returned as (block start, length)), or
+/// at the next block boundary (None). It continues whenever a record fits there, the one
+/// placement rule recovery also uses, so that no run, whatever its buffer size, leaves a
+/// record at `end` that a later run would skip: after a crash, a stale fragment there
+/// could otherwise be taken for the continuation of the log.
+pub fn resume_tail(geo: Geometry, end: u64) -> Option<(u64, usize)> {
+    let start = align_down(end);
+    (start != end && record_fits_at(geo.seg_off(end), geo.segment_size_bytes))
+        .then_some((start, (end - start) as usize))
+}
+
 /// Where the caller's entry landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Placed {
@@ -55,8 +84,15 @@ pub struct Batcher {
     geo: Geometry,
     epoch: u32,
     next_lsn: u64,
-    /// Logical position of the next record. When no buffer is open it is block-aligned.
+    /// Logical position of the next record. When no buffer is open and it is not
+    /// block-aligned, the next buffer continues the open tail block held in `tail`.
     pos: u64,
+    /// The bytes of `pos`'s block before `pos`, as last written: a continuation rewrites
+    /// them unchanged (never re-encoded, so a torn rewrite cannot damage them).
+    tail: Box<[u8; BLOCK_BYTES]>,
+    /// End of the newest write handed out and not yet completed (0: none). A write whose
+    /// first block lies below it must wait for it.
+    unfinished_end: u64,
     cur: Option<OpenBuf>,
     sealed: VecDeque<SealedWrite>,
     pool: BufPool,
@@ -78,8 +114,11 @@ pub struct BatcherInit {
     pub geo: Geometry,
     pub epoch: u32,
     pub next_lsn: u64,
-    /// End of the recovered log; writing resumes at the next block boundary.
+    /// End of the recovered log; writing resumes there (see [`resume_tail`]).
     pub end_pos: u64,
+    /// The bytes of `end_pos`'s block before `end_pos`, as read back from the segment,
+    /// when [`resume_tail`] says writing continues inside that block.
+    pub tail: Vec<u8>,
     pub head_pos: u64,
     pub last_repl_id: [u8; REPL_ID_BYTES],
     pub last_repl_offset: u64,
@@ -94,11 +133,22 @@ impl Batcher {
         let max_extra_buffers = (init.max_entry_bytes as usize).div_ceil(init.max_write_bytes) + 1;
         let mut starts = VecDeque::with_capacity(init.geo.segments as usize + 2);
         starts.extend(init.starts);
+        let resume = resume_tail(init.geo, init.end_pos);
+        let mut tail = Box::new([0; BLOCK_BYTES]);
+        let tail_len = resume.map_or(0, |(_, n)| n);
+        assert_eq!(init.tail.len(), tail_len, "recovered tail block length");
+        tail[..tail_len].copy_from_slice(&init.tail);
         Batcher {
             geo: init.geo,
             epoch: init.epoch,
             next_lsn: init.next_lsn,
-            pos: align_up(init.end_pos),
+            pos: if resume.is_some() {
+                init.end_pos
+            } else {
+                align_up(init.end_pos)
+            },
+            tail,
+            unfinished_end: 0,
             cur: None,
             sealed: VecDeque::with_capacity(init.write_buffers + max_extra_buffers),
             pool: BufPool::new(init.write_buffers, init.max_write_bytes),
@@ -144,10 +194,12 @@ impl Batcher {
         self.closed
     }
 
-    /// Room a fresh buffer opened at aligned `p` would have.
+    /// Room for records in a buffer opened for position `p`: the buffer starts at `p`'s
+    /// block, and ends at its capacity or the segment's end.
     fn fresh_room(&self, p: u64) -> usize {
-        let seg_left = self.geo.seg_end(p) - p;
-        (self.pool.buffer_bytes() as u64).min(seg_left) as usize
+        let start = align_down(p);
+        let from_start = (self.pool.buffer_bytes() as u64).min(self.geo.seg_end(p) - start);
+        (from_start - (p - start)) as usize
     }
 
     /// Walks the placement of a `len`-byte entry without writing. Returns (buffers to open,
@@ -167,11 +219,13 @@ impl Batcher {
         }
         loop {
             if room <= HEADER_BYTES {
+                // A full buffer is followed at the next block; with none open, `pos` may
+                // continue the tail block (`seal_current` left room there).
                 if have_buf {
                     p = align_up(p);
                 }
-                debug_assert_eq!(p % super::format::BLOCK_BYTES as u64, 0);
                 room = self.fresh_room(p);
+                debug_assert!(room > HEADER_BYTES);
                 have_buf = true;
                 new_bufs += 1;
                 debug_assert!(record_fits_at(
@@ -244,10 +298,15 @@ impl Batcher {
                 IoBuf::new(self.pool.buffer_bytes())
             }
         };
-        let limit_bytes = self.fresh_room(self.pos);
+        let mut buf = buf;
+        let start_pos = align_down(self.pos);
+        let rewritten = (self.pos - start_pos) as usize;
+        buf.as_full_mut()[..rewritten].copy_from_slice(&self.tail[..rewritten]);
+        buf.set_len(rewritten);
+        let limit_bytes = rewritten + self.fresh_room(self.pos);
         self.cur = Some(OpenBuf {
             buf,
-            start_pos: self.pos,
+            start_pos,
             limit_bytes,
             last_complete: None,
         });
@@ -264,14 +323,14 @@ impl Batcher {
         let whole = HEADER_BYTES + payload.len();
         if let Some(c) = &self.cur {
             if c.room() < whole && whole <= self.pool.buffer_bytes() {
-                self.seal_current();
+                self.seal_current(false);
             }
         }
         let mut off = 0usize;
         let mut first = true;
         loop {
             if self.cur.as_ref().is_none_or(|c| c.room() <= HEADER_BYTES) {
-                self.seal_current();
+                self.seal_current(false);
                 self.open_buffer();
             }
             let cur = self.cur.as_mut().expect("opened above");
@@ -328,12 +387,20 @@ impl Batcher {
         }
     }
 
-    /// Pads the open buffer and queues it for writing.
-    fn seal_current(&mut self) {
+    /// Pads the open buffer and queues it for writing. With `continue_tail` (a group-commit
+    /// write, not a full buffer) the next record still goes right after this one's last
+    /// record, in the same block, when there is room for it there; otherwise at the next
+    /// block boundary.
+    fn seal_current(&mut self, continue_tail: bool) {
         let Some(mut c) = self.cur.take() else { return };
         if c.buf.is_empty() {
             self.pool.give_back(c.buf);
             return;
+        }
+        let continues = resume_tail(self.geo, self.pos).filter(|_| continue_tail);
+        if let Some((tail_start, tail_len)) = continues {
+            let from = (tail_start - c.start_pos) as usize;
+            self.tail[..tail_len].copy_from_slice(&c.buf.as_slice()[from..from + tail_len]);
         }
         c.buf.pad_to_block();
         let end_pos = c.start_pos + c.buf.len() as u64;
@@ -346,7 +413,9 @@ impl Batcher {
             self.geo.seg_seq(c.start_pos) == self.geo.seg_seq(end_pos - 1),
             "a write must never cross a segment"
         );
-        self.pos = end_pos;
+        if continues.is_none() {
+            self.pos = end_pos;
+        }
         self.sealed.push_back(SealedWrite {
             seg_index: self.geo.seg_index(c.start_pos),
             seg_off: self.geo.seg_off(c.start_pos),
@@ -357,11 +426,32 @@ impl Batcher {
     }
 
     /// Next write for the I/O thread: a queued buffer, or else the open one (group commit).
+    /// None also while the next write's first block is still being written by the previous
+    /// write: the open buffer then keeps gathering entries until `write_done`.
     pub fn take_write(&mut self) -> Option<SealedWrite> {
         if self.sealed.is_empty() {
-            self.seal_current();
+            if self
+                .cur
+                .as_ref()
+                .is_some_and(|c| c.start_pos < self.unfinished_end)
+            {
+                return None;
+            }
+            self.seal_current(true);
         }
-        self.sealed.pop_front()
+        if self.sealed.front()?.start_pos() < self.unfinished_end {
+            return None;
+        }
+        let w = self.sealed.pop_front()?;
+        self.unfinished_end = w.end_pos;
+        Some(w)
+    }
+
+    /// The write ending at `end_pos` completed.
+    pub fn write_done(&mut self, end_pos: u64) {
+        if end_pos == self.unfinished_end {
+            self.unfinished_end = 0;
+        }
     }
 
     /// True when nothing waits to be written.

@@ -148,10 +148,13 @@ impl JournalConfig {
                 1 << 20
             ));
         }
-        if self.max_write_bytes < block || self.max_write_bytes % block != 0 {
+        // Two blocks at least: a write that continues the previous write's last block
+        // always has room for a record after it.
+        if self.max_write_bytes < 2 * block || self.max_write_bytes % block != 0 {
             return Err(format!(
-                "journal.max_write_bytes = {} must be a non-zero multiple of {block}",
-                self.max_write_bytes
+                "journal.max_write_bytes = {} must be a multiple of {block}, at least {}",
+                self.max_write_bytes,
+                2 * block
             ));
         }
         if self.max_write_bytes > self.segment_size_bytes {

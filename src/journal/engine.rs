@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 use bytes::Bytes;
 use tokio::sync::{watch, Notify};
 
-use super::batcher::{Batcher, BatcherInit};
+use super::batcher::{resume_tail, Batcher, BatcherInit};
 use super::config::JournalConfig;
 use super::error::{Corruption, JournalError};
 use super::format::{align_up, REPL_ID_BYTES};
@@ -17,7 +17,9 @@ use super::io::{start_writer, BackendInfo};
 use super::manifest::{hex_encode, Checkpoint, Manifest};
 use super::reader::{EntryIter, ReplayFrom};
 use super::recovery::{scan, LogEnd, ScanLimits, ScanReport, ScanStart, Scanner, Tail};
-use super::ring::{init_missing_segments, missing_segments, segment_path, FileRing, Geometry};
+use super::ring::{
+    init_missing_segments, missing_segments, segment_path, FileRing, Geometry, RingRead,
+};
 use super::writer::{Durable, Shared};
 
 /// One entry of the replication stream.
@@ -339,7 +341,8 @@ impl Journal {
             }
             Tail::Corrupt(c) => {
                 tracing::warn!(corruption = %c, "accepting data loss: cutting the journal at the corruption");
-                let from = align_up(report.end.end_pos);
+                // From the end itself: the next run writes there (`resume_tail`).
+                let from = report.end.end_pos;
                 let to = (align_up(c.pos) + cfg.recovery_lookahead_bytes)
                     .min(geo.write_limit(checkpoint.start_pos));
                 zero_range(dir, geo, from, to)?;
@@ -358,11 +361,19 @@ impl Journal {
             .iter()
             .filter_map(|s| s.first_entry_start)
             .collect();
+        let mut tail = Vec::new();
+        if let Some((start, len)) = resume_tail(geo, end.end_pos) {
+            tail.resize(len, 0);
+            FileRing::open(dir, geo)?
+                .read_exact_at(geo.seg_index(start), geo.seg_off(start), &mut tail)
+                .map_err(|e| JournalError::io("reading the journal's last block", e))?;
+        }
         let batcher = Batcher::new(BatcherInit {
             geo,
             epoch: manifest.epoch,
             next_lsn: end.next_lsn,
             end_pos: end.end_pos,
+            tail,
             head_pos: checkpoint.start_pos,
             last_repl_id: end.last_repl_id,
             last_repl_offset: end.last_repl_offset,

@@ -132,6 +132,11 @@ pub fn align_up(pos: u64) -> u64 {
     pos.div_ceil(b) * b
 }
 
+/// Round `pos` down to the start of its block.
+pub fn align_down(pos: u64) -> u64 {
+    pos - pos % BLOCK_BYTES as u64
+}
+
 impl RecordHeader {
     /// Writes the header fields (CRC left zero) into `out[..HEADER_BYTES]`.
     pub fn write_fields(&self, out: &mut [u8]) {

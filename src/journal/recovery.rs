@@ -12,8 +12,9 @@
 //! - the kind and LSN continue the sequence: FULL/FIRST with LSN exactly previous + 1,
 //!   MIDDLE/LAST of the entry in progress.
 //!
-//! The first rejected position is the end. Then a look-ahead checks the following block
-//! boundaries (every write starts on one) for a valid record of the current lap whose
+//! The first rejected position is the end. Then a look-ahead searches the following bytes
+//! (a write may continue inside the previous write's last block, so records start
+//! anywhere) for a valid record of the current lap whose
 //! `durable_hint` is at least the expected LSN: such a record was encoded after the missing
 //! entry had been acknowledged durable, so the gap is corruption, not a torn tail. Without
 //! such proof the tail is cut silently: writes after a torn one may have completed, but none
@@ -21,8 +22,8 @@
 
 use super::error::{Corruption, JournalError};
 use super::format::{
-    align_up, record_crc, record_fits_at, stored_crc, Kind, RecordHeader, BLOCK_BYTES,
-    HEADER_BYTES, REPL_ID_BYTES,
+    align_up, record_crc, record_fits_at, stored_crc, Kind, RecordHeader, HEADER_BYTES, MAGIC,
+    REPL_ID_BYTES,
 };
 use super::ring::{Geometry, RingRead};
 
@@ -434,34 +435,52 @@ impl<R: RingRead> Scanner<R> {
         })
     }
 
-    /// Searches block boundaries after `bad_pos` for a valid current-lap record whose
-    /// durable hint covers `expected_lsn`.
+    /// Searches the bytes from `bad_pos` on for a valid current-lap record whose durable
+    /// hint covers `expected_lsn`. Every position holding the magic is a candidate; a
+    /// CRC-valid record that is not evidence is stepped over whole, so that bytes inside
+    /// its payload (a client's value may hold anything) are never taken for a record.
     fn look_ahead(
         &mut self,
         bad_pos: u64,
         expected_lsn: u64,
     ) -> std::io::Result<Option<(u64, RecordHeader)>> {
+        const HAY_BYTES: u64 = 64 * 1024;
+        let magic = MAGIC.to_le_bytes();
         let stop = (bad_pos.saturating_add(self.limits.lookahead_bytes)).min(self.limit_pos);
-        let mut b = align_up(bad_pos);
-        while b < stop {
-            if record_fits_at(self.geo.seg_off(b), self.geo.segment_size_bytes) {
-                let h = RecordHeader::parse(self.win.get(b, HEADER_BYTES)?).ok();
-                if let Some(h) = h {
-                    let total = HEADER_BYTES as u64 + u64::from(h.payload_len);
-                    if h.seg_seq == self.geo.seg_seq(b)
-                        && h.lsn > expected_lsn
-                        && h.durable_hint >= expected_lsn
-                        && h.epoch <= self.limits.max_epoch
-                        && b + total <= self.geo.seg_end(b)
-                    {
-                        let rec = self.win.get(b, total as usize)?;
-                        if record_crc(rec, &rec[HEADER_BYTES..]) == stored_crc(rec) {
-                            return Ok(Some((b, h)));
-                        }
-                    }
-                }
+        let mut p = bad_pos;
+        while p < stop {
+            let hay_end = (p + HAY_BYTES).min(self.geo.seg_end(p)).min(stop);
+            let hay = self.win.get(p, (hay_end - p) as usize)?;
+            let Some(i) = memchr::memmem::find(hay, &magic) else {
+                // The magic may straddle the end of this piece, unless a segment ends there.
+                let overlap = (magic.len() as u64 - 1) * u64::from(hay_end < self.geo.seg_end(p));
+                p = (hay_end - overlap).max(p + 1);
+                continue;
+            };
+            let c = p + i as u64;
+            p = c + 1;
+            if !record_fits_at(self.geo.seg_off(c), self.geo.segment_size_bytes) {
+                continue;
             }
-            b += BLOCK_BYTES as u64;
+            let Ok(h) = RecordHeader::parse(self.win.get(c, HEADER_BYTES)?) else {
+                continue;
+            };
+            let end = c + HEADER_BYTES as u64 + u64::from(h.payload_len);
+            if end > self.geo.seg_end(c) {
+                continue;
+            }
+            let rec = self.win.get(c, (end - c) as usize)?;
+            if record_crc(rec, &rec[HEADER_BYTES..]) != stored_crc(rec) {
+                continue;
+            }
+            if h.seg_seq == self.geo.seg_seq(c)
+                && h.lsn > expected_lsn
+                && h.durable_hint >= expected_lsn
+                && h.epoch <= self.limits.max_epoch
+            {
+                return Ok(Some((c, h)));
+            }
+            p = end;
         }
         Ok(None)
     }

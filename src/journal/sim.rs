@@ -7,13 +7,14 @@
 use super::batcher::{Batcher, BatcherInit, SealedWrite};
 use super::format::REPL_ID_BYTES;
 use super::recovery::{scan, ScanLimits, ScanReport, ScanStart};
-use super::ring::{Geometry, MemRing};
+use super::ring::{Geometry, MemRing, RingRead};
 
 pub const SIM_REPL_ID: [u8; REPL_ID_BYTES] = *b"0123456789abcdef0123456789abcdef01234567";
 
 /// A write taken from the batcher but not yet applied (in flight).
 #[derive(Debug)]
 pub struct PendingWrite {
+    /// Block-aligned; a continuation's first bytes rewrite the previous write's tail.
     pub start_pos: u64,
     pub bytes: Vec<u8>,
     pub last_complete: Option<(u64, u64)>,
@@ -38,6 +39,10 @@ impl MemLog {
             repl_id: [0; REPL_ID_BYTES],
             repl_offset: 0,
         };
+        assert!(
+            max_write_bytes >= 2 * super::format::BLOCK_BYTES,
+            "journal.max_write_bytes is at least two blocks"
+        );
         let ring = MemRing::new(geo);
         MemLog {
             geo,
@@ -48,7 +53,7 @@ impl MemLog {
                 1,
                 start,
                 start.pos,
-                start.pos,
+                Vec::new(),
                 Vec::new(),
             ),
             epoch: 1,
@@ -58,23 +63,25 @@ impl MemLog {
         }
     }
 
+    /// A batcher that writes from `end` (the end of the log, or its start when empty).
     fn batcher(
         geo: Geometry,
         max_write_bytes: usize,
         epoch: u32,
-        start: ScanStart,
-        end_pos: u64,
+        end: ScanStart,
         head_pos: u64,
         starts: Vec<super::recovery::EntryStart>,
+        tail: Vec<u8>,
     ) -> Batcher {
         Batcher::new(BatcherInit {
             geo,
             epoch,
-            next_lsn: start.lsn,
-            end_pos,
+            next_lsn: end.lsn,
+            end_pos: end.pos,
+            tail,
             head_pos,
-            last_repl_id: start.repl_id,
-            last_repl_offset: start.repl_offset,
+            last_repl_id: end.repl_id,
+            last_repl_offset: end.repl_offset,
             starts,
             write_buffers: 64,
             max_write_bytes,
@@ -97,7 +104,9 @@ impl MemLog {
         }
     }
 
-    /// Takes every queued write (group commit) without applying it.
+    /// Takes every write the writer could have in flight now (group commit) without
+    /// applying it; a write over the last one's tail block is not among them until
+    /// [`MemLog::complete`] reports that one done.
     pub fn take_writes(&mut self) -> Vec<PendingWrite> {
         let mut out = Vec::new();
         while let Some(w) = self.batcher.take_write() {
@@ -122,12 +131,24 @@ impl MemLog {
         self.ring.write_at(self.geo, w.start_pos, &w.bytes);
     }
 
+    /// Applies a write and reports it done, as its completion would.
+    pub fn complete(&mut self, w: &PendingWrite) {
+        self.apply(w);
+        self.batcher.write_done(w.start_pos + w.bytes.len() as u64);
+        if let Some((lsn, _)) = w.last_complete {
+            self.durable_lsn = lsn;
+        }
+    }
+
     /// Writes everything queued and marks it durable.
     pub fn flush(&mut self) {
-        for w in self.take_writes() {
-            self.apply(&w);
-            if let Some((lsn, _)) = w.last_complete {
-                self.durable_lsn = lsn;
+        loop {
+            let writes = self.take_writes();
+            if writes.is_empty() {
+                return;
+            }
+            for w in &writes {
+                self.complete(w);
             }
         }
     }
@@ -185,14 +206,25 @@ impl MemLog {
             repl_id: r.end.last_repl_id,
             repl_offset: r.end.last_repl_offset,
         };
+        let mut tail = Vec::new();
+        if let Some((start, len)) = super::batcher::resume_tail(self.geo, r.end.end_pos) {
+            tail.resize(len, 0);
+            self.ring
+                .read_exact_at(
+                    self.geo.seg_index(start),
+                    self.geo.seg_off(start),
+                    &mut tail,
+                )
+                .expect("memory reads do not fail");
+        }
         self.batcher = Self::batcher(
             self.geo,
             self.max_write_bytes,
             self.epoch,
             resume,
-            r.end.end_pos,
             self.start.pos,
             starts,
+            tail,
         );
         self.durable_lsn = r.end.last_lsn();
         r

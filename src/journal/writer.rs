@@ -78,6 +78,7 @@ impl Shared {
 
 struct InFlight {
     seq: u64,
+    end_pos: u64,
     done: bool,
     last_complete: Option<(u64, u64)>,
 }
@@ -102,6 +103,9 @@ pub async fn drive<B: IoBackend>(backend: B, shared: Arc<Shared>) {
     let mut inflight: VecDeque<InFlight> = VecDeque::with_capacity(max_in_flight);
     let mut next_seq = 0u64;
     let mut failed = false;
+    // Furthest position written: a continuation rewrites its first block, so ring space
+    // used grows by how far a write reaches past every earlier one.
+    let mut ring_end = None::<u64>;
     loop {
         if !failed {
             while inflight.len() < max_in_flight {
@@ -113,10 +117,14 @@ pub async fn drive<B: IoBackend>(backend: B, shared: Arc<Shared>) {
                 shared.writes_total.fetch_add(1, Ordering::Relaxed);
                 inflight.push_back(InFlight {
                     seq,
+                    end_pos: w.end_pos,
                     done: false,
                     last_complete: w.last_complete,
                 });
                 crate::metrics::JOURNAL_BYTES.inc_by(w.buf.len() as u64);
+                let reached = ring_end.unwrap_or(w.start_pos()).max(w.start_pos());
+                crate::metrics::JOURNAL_RING_BYTES.inc_by(w.end_pos.saturating_sub(reached));
+                ring_end = Some(w.end_pos.max(reached));
                 let started = std::time::Instant::now();
                 let fut = backend.write_durable(w.seg_index, w.seg_off, w.buf);
                 let tx = done_tx.clone();
@@ -137,18 +145,19 @@ pub async fn drive<B: IoBackend>(backend: B, shared: Arc<Shared>) {
         tokio::select! {
             biased;
             Some((seq, res, buf)) = done_rx.recv() => {
+                let front = inflight.front().expect("completion without a write in flight").seq;
+                let slot = &mut inflight[(seq - front) as usize];
+                assert_eq!(slot.seq, seq, "in-flight writes are tracked in submission order");
+                slot.done = true;
                 let fenced = {
                     let mut b = shared.lock();
                     b.give_back(buf);
+                    b.write_done(slot.end_pos);
                     // Fenced from outside (`Journal::fail`): nothing more becomes durable.
                     b.failed().is_some()
                 };
                 failed |= fenced;
                 shared.buffers_freed.notify_waiters();
-                let front = inflight.front().expect("completion without a write in flight").seq;
-                let slot = &mut inflight[(seq - front) as usize];
-                assert_eq!(slot.seq, seq, "in-flight writes are tracked in submission order");
-                slot.done = true;
                 if let Err(e) = res {
                     if !failed {
                         failed = true;

@@ -242,6 +242,19 @@ pub static JOURNAL_BYTES: LazyLock<IntCounter> = LazyLock::new(|| {
 });
 pub static JOURNAL_ENTRIES: LazyLock<IntCounter> =
     LazyLock::new(|| counter("journal_entries_total", "Entries appended to the journal."));
+pub static JOURNAL_ENTRY_BYTES: LazyLock<IntCounter> = LazyLock::new(|| {
+    counter(
+        "journal_entry_bytes_total",
+        "Payload bytes of the entries appended to the journal (record headers not included).",
+    )
+});
+pub static JOURNAL_RING_BYTES: LazyLock<IntCounter> = LazyLock::new(|| {
+    counter(
+        "journal_ring_bytes_total",
+        "Ring space the journal advanced through: records, headers and the padding skipped at \
+         full buffers and segment ends (a write that rewrites the open tail block counts once).",
+    )
+});
 pub static JOURNAL_WRITE: LazyLock<Histogram> = LazyLock::new(|| {
     latency(
         "journal_write_duration_seconds",
@@ -431,6 +444,8 @@ pub fn register_all() {
     }
     LazyLock::force(&JOURNAL_BYTES);
     LazyLock::force(&JOURNAL_ENTRIES);
+    LazyLock::force(&JOURNAL_ENTRY_BYTES);
+    LazyLock::force(&JOURNAL_RING_BYTES);
     LazyLock::force(&JOURNAL_WRITE);
     LazyLock::force(&JOURNAL_FSYNC);
     LazyLock::force(&RING_FILL);

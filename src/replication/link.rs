@@ -332,7 +332,10 @@ async fn append(journal: &Journal, entry: Entry, released: &Notify) -> Result<()
                 notified.await;
             }
             r => {
-                return r.map(|_ticket| crate::metrics::JOURNAL_ENTRIES.inc());
+                return r.map(|_ticket| {
+                    crate::metrics::JOURNAL_ENTRIES.inc();
+                    crate::metrics::JOURNAL_ENTRY_BYTES.inc_by(entry.payload.len() as u64);
+                });
             }
         }
     }
