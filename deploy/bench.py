@@ -11,13 +11,17 @@ and the median of the per-round ratios against the first setup.
     deploy/bench.py --suite scripts      # what scripts (treated as touching every key) cost readers
     deploy/bench.py --suite restore      # restart of ~1 GB: walrus restore vs Valkey AOF/RDB load; p99 in a checkpoint
     deploy/bench.py --suite restore --dataset-mb 128 --rounds 1   # a quick run
+    deploy/bench.py --suite compare --out report.md --plot docs/benchmark.png
+                                         # everything at once: Valkey's persistence modes, walrus
+                                         # durable on both journal backends and as a plain proxy,
+                                         # twemproxy, HAProxy; CPU per request, RSS, journal bytes
+    deploy/bench.py --suite compare --rounds 1 --scale 0.05 --out /tmp/r.md --plot /tmp/r.png   # quick
 
-Needs: valkey-server (deploy/setup.sh installs it) and redis-benchmark (redis-tools).
+Needs: valkey-server (deploy/setup.sh installs it) and redis-benchmark (redis-tools); compare
+also nutcracker, haproxy and matplotlib (deploy/setup.sh --bench).
 """
 import argparse
 import base64
-import csv
-import io
 import os
 import random
 import re
@@ -30,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -75,8 +80,8 @@ LIVE = []
 
 
 class Proc:
-    """A child process whose output is scanned for a readiness line; every line is kept with
-    the seconds from the start at which it arrived."""
+    """A child process whose output is scanned for a readiness line (None: none awaited);
+    every line is kept with the seconds from the start at which it arrived."""
 
     def __init__(self, args, ready, stream="stdout", env=None, timeout=60):
         self.t0 = time.monotonic()
@@ -94,13 +99,15 @@ class Proc:
                 line = line.rstrip()
                 self.lines.append(line)
                 self.stamped.append((time.monotonic() - self.t0, line))
-                if ready in line and not self.event.is_set():
+                if ready is not None and ready in line and not self.event.is_set():
                     self.ready_line = line
                     self.ready_at = time.monotonic() - self.t0
                     self.event.set()
             self.event.set()
 
         threading.Thread(target=pump, daemon=True).start()
+        if ready is None:  # no readiness line: the caller checks (wait_serving)
+            return
         if not self.event.wait(timeout) or self.ready_line is None:
             self.stop()
             sys.exit("not ready: %s\n%s" % (" ".join(args), "\n".join(self.lines[-20:])))
@@ -129,13 +136,15 @@ def start_valkey(tmp, extra=()):
     return Proc(args, "Ready to accept connections"), port
 
 
-def start_walrus(tmp, upstream_port, durable, binary=None):
+def start_walrus(tmp, upstream_port, durable, binary=None, config="", metrics=""):
+    """walrus in external mode in front of the Valkey at upstream_port; `config`: more of its
+    TOML (other sections than [durability]), `metrics`: its /metrics address ("" for none)."""
     d = tempfile.mkdtemp(dir=tmp)
     conf = os.path.join(d, "walrus.toml")
     with open(conf, "w") as f:
-        f.write("[durability]\nenabled = %s\n" % ("true" if durable else "false"))
+        f.write("[durability]\nenabled = %s\n%s" % ("true" if durable else "false", config))
     binary = binary or os.path.join(ROOT, "target", "release", "walrus")
-    args = [binary, "serve", "--config", conf, "--listen", "127.0.0.1:0", "--metrics-listen", "",
+    args = [binary, "serve", "--config", conf, "--listen", "127.0.0.1:0", "--metrics-listen", metrics,
             "--upstream", "127.0.0.1:%d" % upstream_port, "--data-dir", os.path.join(d, "data")]
     env = dict(os.environ, RUST_LOG="warn,walrus::cli=info,walrus::replication=info")
     # With the journal on, walrus listens once its replica link is attached.
@@ -173,10 +182,24 @@ def setups(suite, tmp, baseline=None):
 
 
 def redis_benchmark(port, args, requests):
-    out = subprocess.run(["redis-benchmark", "-p", str(port), "-n", str(requests), "--csv", *args],
-                         capture_output=True, text=True, check=True).stdout
-    row = list(csv.DictReader(io.StringIO(out)))[-1]
-    return float(row["rps"]), float(row["p50_latency_ms"]), float(row["p99_latency_ms"])
+    """(ops/s, p50, p99, p99.9 ms) of one run. Its plain output, not --csv (which stops at
+    p99): p99.9 is the smallest latency its percentile or cumulative distribution lists as
+    covering at least 99.9% of the requests, so an upper bound, at most one listed step above
+    the exact value."""
+    run = subprocess.run(["redis-benchmark", "-p", str(port), "-n", str(requests), *args], capture_output=True, text=True)
+    if run.returncode != 0:  # it exits at the first error reply
+        raise RuntimeError("redis-benchmark failed on port %d: %s" % (port, run.stderr.strip()[-2000:]))
+    out = run.stdout
+    summary = re.search(r"throughput summary: ([\d.]+) requests per second.*?"
+                        r"avg\s+min\s+p50\s+p95\s+p99\s+max\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)",
+                        out, re.S)
+    if not summary:
+        raise RuntimeError("redis-benchmark printed no summary:\n" + out[-2000:])
+    listed = [(float(ms), int(count)) for ms, count in
+              re.findall(r"<= ([\d.]+) milliseconds \(cumulative count (\d+)\)", out)]
+    total = max(count for _, count in listed)
+    p999 = min(ms for ms, count in listed if count >= 0.999 * total)
+    return float(summary.group(1)), float(summary.group(4)), float(summary.group(6)), p999
 
 
 # --- restore suite ---------------------------------------------------------------------------
@@ -585,14 +608,400 @@ def scripts_suite(opts, tmp):
                                                      med(results[name], 2), ratio))
 
 
+# --- compare suite ---------------------------------------------------------------------------
+#
+# The whole comparison in one run: Valkey with each of its persistence modes, walrus durable
+# on each journal backend, walrus as a plain proxy, and the proxies it is compared with
+# (twemproxy, HAProxy in TCP mode), every setup with its own Valkey, all started once. Each
+# round runs every workload against every setup in turn. Besides ops/s and latency: the CPU
+# time each proxy (or, for Valkey alone, valkey-server) spends per request, the proxies' peak
+# RSS, and for walrus durable the journal bytes per entry from its /metrics.
+
+PRELOAD_KEYS = 100000
+# name, tool, its arguments, requests per run (scaled by --scale). The GET and SET:GET
+# workloads read the keyspace preloaded under "data:" (1 KiB each); the SET workloads write
+# under redis-benchmark's own "key:", so that the 180 KiB values never land in what is read.
+# redis-benchmark runs one command per workload; examples/loadgen.rs the mix.
+COMPARE_WORKLOADS = [
+    ("SET 1 KiB, 50 clients", "redis-benchmark", ["-t", "set", "-d", "1024", "-c", "50", "-r", "100000"], 200000),
+    ("SET 1 KiB, 50 clients, -P 16", "redis-benchmark",
+     ["-t", "set", "-d", "1024", "-c", "50", "-P", "16", "-r", "100000"], 800000),
+    ("SET:GET 1:3, 1 KiB, 50 clients", "loadgen",
+     ["--clients", "50", "--set-ratio", "1", "--get-ratio", "3", "--data-size", "1024",
+      "--keys", str(PRELOAD_KEYS), "--key-prefix", "data:"], 200000),
+    ("SET 180 KiB, 20 clients", "redis-benchmark", ["-t", "set", "-d", "184320", "-c", "20", "-r", "1000"], 5000),
+    ("SET 1 KiB, 1 client", "redis-benchmark", ["-t", "set", "-d", "1024", "-c", "1", "-r", "100000"], 10000),
+    ("GET 1 KiB, 50 clients", "redis-benchmark", ["-c", "50", "-r", str(PRELOAD_KEYS), "GET", "data:__rand_int__"], 200000),
+    ("GET 1 KiB, 50 clients, -P 16", "redis-benchmark",
+     ["-c", "50", "-P", "16", "-r", str(PRELOAD_KEYS), "GET", "data:__rand_int__"], 800000),
+]
+NO_PERSISTENCE, ALWAYS, TWEMPROXY = "Valkey, no persistence", "Valkey appendfsync always", "twemproxy"
+# walrus's journal counters: their deltas over a run give bytes per entry. The last two are
+# new; a build without them reports n/a.
+JOURNAL_COUNTERS = {"written": "walrus_journal_written_bytes_total", "entries": "walrus_journal_entries_total",
+                    "ring": "walrus_journal_ring_bytes_total", "payload": "walrus_journal_entry_bytes_total"}
+LOADGEN = os.path.join(ROOT, "target", "release", "examples", "loadgen")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+class Setup:
+    """One setup: the port clients use, its Valkey, and the proxy in front of it (None for
+    Valkey alone); `metrics`: walrus's /metrics address; `durable`: walrus with its journal."""
+
+    def __init__(self, name, port, valkey, proxy=None, metrics=None, durable=False, about=""):
+        self.name, self.port, self.valkey, self.proxy = name, port, valkey, proxy
+        self.metrics, self.durable, self.about = metrics, durable, about
+
+
+def wait_serving(proc, port, timeout=60):
+    """Until a PING through the port is answered (for children without a readiness line)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if call(port, "PING", timeout=5) == "PONG":
+                return
+        except (OSError, RuntimeError):
+            pass
+        if proc.p.poll() is not None or time.monotonic() > deadline:
+            proc.stop()
+            sys.exit("not serving on port %d: %s\n%s" % (port, " ".join(proc.p.args), "\n".join(proc.lines[-20:])))
+        time.sleep(0.1)
+
+
+def sbin(name):
+    """Debian installs nutcracker and haproxy into /usr/sbin, which a user's PATH may lack."""
+    found = shutil.which(name) or shutil.which(name, path="/usr/sbin")
+    if not found:
+        sys.exit("%s not found: deploy/setup.sh --bench installs it" % name)
+    return found
+
+
+def start_twemproxy(tmp, upstream_port):
+    # Its defaults otherwise (hash fnv1a_64, ketama, one server connection); the stats port is
+    # a free one on loopback, not the default 22222 every instance would share.
+    d = tempfile.mkdtemp(dir=tmp, prefix="twemproxy-")
+    port = free_port()
+    conf = os.path.join(d, "nutcracker.yml")
+    with open(conf, "w") as f:
+        f.write("bench:\n  listen: 127.0.0.1:%d\n  redis: true\n  servers:\n    - 127.0.0.1:%d:1\n"
+                % (port, upstream_port))
+    p = Proc([sbin("nutcracker"), "-c", conf, "-s", str(free_port()), "-a", "127.0.0.1",
+              "-o", "/dev/stdout", "-p", os.path.join(d, "nutcracker.pid")], None)
+    wait_serving(p, port)
+    return p, port
+
+
+def start_haproxy(tmp, upstream_port):
+    # HAProxy's defaults otherwise (as many threads as cores). maxconn: far above the
+    # benchmark's clients, yet within the usual 20,000-file limit (two files a connection).
+    # Timeouts: none of a run's idle gaps may close a connection.
+    d = tempfile.mkdtemp(dir=tmp, prefix="haproxy-")
+    port = free_port()
+    conf = os.path.join(d, "haproxy.cfg")
+    with open(conf, "w") as f:
+        f.write("global\n    maxconn 4096\n"
+                "defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 10m\n    timeout server 10m\n"
+                "frontend clients\n    bind 127.0.0.1:%d\n    default_backend valkey\n"
+                "backend valkey\n    server valkey 127.0.0.1:%d\n" % (port, upstream_port))
+    p = Proc([sbin("haproxy"), "-db", "-f", conf], None)
+    wait_serving(p, port)
+    return p, port
+
+
+def compare_setups(tmp, baseline=None):
+    out = []
+    v, port = start_valkey(tmp)
+    out.append(Setup(NO_PERSISTENCE, port, v, about="valkey-server, `--save \"\" --appendonly no`"))
+    for policy in ("everysec", "always"):
+        v, port = start_valkey(tmp, ["--appendonly", "yes", "--appendfsync", policy])
+        out.append(Setup("Valkey appendfsync %s" % policy, port, v,
+                         about="valkey-server, `--appendonly yes --appendfsync %s`, AOF in the temp dir" % policy))
+    walruses = [
+        ("walrus durable (io_uring, O_DIRECT)", True, '[journal]\nio_backend = "io_uring"\ndirect_io = "on"\n', None),
+        ("walrus durable (sync backend)", True, '[journal]\nio_backend = "sync"\n', None),
+        ("walrus, durability off", False, "", None),
+    ]
+    if baseline:
+        walruses.append(("baseline walrus durable (io_uring, O_DIRECT)", True, walruses[0][2], baseline))
+    for name, durable, config, binary in walruses:
+        v, vport = start_valkey(tmp, WALRUS_VALKEY_SETTINGS)
+        metrics = "127.0.0.1:%d" % free_port()
+        w, port = start_walrus(tmp, vport, durable, binary=binary, config=config, metrics=metrics)
+        toml = ("[durability] enabled = %s %s" % (str(durable).lower(), config.replace("\n", " "))).strip()
+        out.append(Setup(name, port, v, w, metrics, durable,
+                         about="walrus%s in external mode, `%s`, data dir in the temp dir; its Valkey with the "
+                         "replication settings walrus asks for" % (" (%s)" % binary if binary else "", toml)))
+    for name, start, about in (
+            (TWEMPROXY, start_twemproxy, "nutcracker: `redis: true`, one server; its defaults otherwise (hash "
+                                         "fnv1a_64, ketama, one connection to the server)"),
+            ("HAProxy (TCP mode)", start_haproxy, "haproxy -db: `mode tcp`, one frontend, one backend server, "
+                                                  "maxconn 4096, timeouts connect 5s, client/server 10m; its "
+                                                  "defaults otherwise (as many threads as cores)")):
+        v, vport = start_valkey(tmp)
+        p, port = start(tmp, vport)
+        out.append(Setup(name, port, v, p, about=about))
+    return out
+
+
+def cpu_ticks(proc):
+    """utime + stime of a process, all its threads, in clock ticks."""
+    with open("/proc/%d/stat" % proc.p.pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def reset_peak_rss(proc):
+    """Restarts the process's VmHWM (peak RSS) from its current RSS, so the peak read after a
+    run is that run's; without the right to (not root), the peak stays the lifetime's."""
+    try:
+        with open("/proc/%d/clear_refs" % proc.p.pid, "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def peak_rss_mib(proc):
+    with open("/proc/%d/status" % proc.p.pid) as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+
+
+def scrape(address):
+    """walrus's /metrics: {sample name with its labels: value}."""
+    with urllib.request.urlopen("http://%s/metrics" % address, timeout=10) as r:
+        text = r.read().decode()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line and not line.startswith("#")}
+
+
+def loadgen(port, args, requests):
+    """(ops/s, p50, p99, p99.9 ms) of one examples/loadgen.rs run (exact, from its HdrHistogram)."""
+    out = subprocess.run([LOADGEN, "--port", str(port), "--requests", str(requests), *args],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError("loadgen failed on port %d: %s" % (port, (out.stdout + out.stderr).strip()[-2000:]))
+    got = dict(kv.split("=") for kv in out.stdout.split()[1:])
+    return tuple(float(got[k]) for k in ("ops_per_sec", "p50_ms", "p99_ms", "p999_ms"))
+
+
+def measure(setup, tool, args, requests):
+    """One run against one setup: the tool's figures, plus CPU per request of the proxy and of
+    Valkey (µs), the proxy's peak RSS and walrus's journal counter deltas."""
+    procs = {"proxy": setup.proxy, "valkey": setup.valkey}
+    if setup.proxy:
+        reset_peak_rss(setup.proxy)
+    before = scrape(setup.metrics) if setup.durable else {}
+    ticks = {k: cpu_ticks(p) for k, p in procs.items() if p}
+    ops, p50, p99, p999 = (loadgen if tool == "loadgen" else redis_benchmark)(setup.port, args, requests)
+    row = dict(ops=ops, p50=p50, p99=p99, p999=p999)
+    for k, p in procs.items():
+        if p:
+            row[k + "_cpu"] = (cpu_ticks(p) - ticks[k]) / CLK_TCK * 1e6 / requests
+    if setup.proxy:
+        row["rss"] = peak_rss_mib(setup.proxy)
+    if setup.durable:
+        after = scrape(setup.metrics)
+        row["journal"] = {k: after[m] - before[m] if m in after and m in before else None
+                          for k, m in JOURNAL_COUNTERS.items()}
+    return row
+
+
+def machine_description(tmp):
+    """{"machine", "commit", "software"}: where and with what the figures were taken."""
+    def run(*args):
+        try:
+            out = subprocess.run(args, capture_output=True, text=True, cwd=ROOT)
+            return (out.stdout + out.stderr).strip()  # nutcracker prints its version on stderr
+        except OSError:
+            return ""
+
+    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+    mem = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal:")) / (1 << 20)
+    fs = run("df", "--output=fstype,source", tmp).splitlines()[-1].split()
+    commit = run("git", "rev-parse", "--short", "HEAD")
+    if run("git", "status", "--porcelain", "--untracked-files=no"):
+        commit += " with uncommitted changes"
+    return dict(
+        machine="%d cores (%s), %.0f GiB memory, Linux %s" % (os.cpu_count(), model, mem, os.uname().release),
+        disk="%s (%s)" % (fs[0], fs[1]), commit=commit,
+        software="; ".join([run(valkey_binary(), "--version").split(" sha=")[0], run("redis-benchmark", "--version"),
+                            run(sbin("nutcracker"), "--version").splitlines()[0].replace("This is ", ""),
+                            run(sbin("haproxy"), "-v").splitlines()[0].split(" - ")[0]]))
+
+
+def median_ratio(results, wname, a, b, key):
+    """"0.68x": the median over the rounds of a's figure divided by b's ("-" if b's is always 0,
+    as a CPU time below one clock tick)."""
+    ratios = [x[key] / y[key] for x, y in zip(results[(wname, a)], results[(wname, b)]) if y[key]]
+    return "%.2fx" % statistics.median(ratios) if ratios else "-"
+
+
+def compare_report(opts, started, results, header, seconds):
+    med = lambda rows, key: statistics.median(r[key] for r in rows) if rows and key in rows[0] else None
+    fmt = lambda v, f: "-" if v is None else f % v
+    # Headings from level 3: the README embeds the report under its "## Benchmarks".
+    lines = ["### Comparison: `deploy/bench.py --suite compare`", "",
+             "`%s`, %s: %d round(s) of every workload against every setup in turn; figures are medians "
+             "over the rounds, a ratio is the median of the per-round ratios. The suite took %.1f minutes."
+             % (" ".join(["deploy/bench.py"] + sys.argv[1:]), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                opts.rounds, seconds / 60), ""]
+    lines += ["- machine: %s; the temp dir (Valkey AOFs, walrus data dirs) on %s" % (header["machine"], header["disk"]),
+              "- walrus: commit %s (target/release/walrus)" % header["commit"],
+              "- others: %s" % header["software"]]
+    lines += ["", "Setups, each with its own valkey-server on loopback, started once for the whole run:", ""]
+    lines += ["- **%s**: %s" % (s.name, s.about) for s in started]
+    lines += ["", "Workloads: redis-benchmark for single commands (-r: random keys), examples/loadgen.rs for the "
+              "SET:GET mix (one connection a client, random keys in the ratio). The GETs read %d keys of 1 KiB "
+              "preloaded once into each setup through its port; the SETs write other keys. Requests per run: %s."
+              % (PRELOAD_KEYS, "; ".join("%s %d" % (w, max(1, int(n * opts.scale))) for w, _, _, n in COMPARE_WORKLOADS)),
+              "",
+              "- p99.9: exact from loadgen's histogram; for redis-benchmark an upper bound, the first latency its "
+              "printed distributions show covering 99.9% of requests. The two tools time requests alike (from "
+              "the write to the reply), but redis-benchmark sends a client's next request one event-loop turn "
+              "after reading its reply, loadgen at once: loadgen keeps more requests in flight and shows higher "
+              "latencies at the same throughput. Compare latencies within a workload, not across the tools.",
+              "- CPU µs/req: user + system time of the process (all threads) over the run, from /proc/PID/stat, "
+              "divided by the run's requests: the proxy (walrus, nutcracker, haproxy) and the valkey-server "
+              "behind it, or for Valkey alone valkey-server itself. One clock tick (%g ms) is %s µs/req at "
+              "these request counts: figures of that size are noise." % (1000 / CLK_TCK, ", ".join(
+                  "%.2g (%s)" % (1e6 / CLK_TCK / max(1, int(n * opts.scale)), w) for w, _, _, n in COMPARE_WORKLOADS)),
+              "- peak RSS: the proxy's VmHWM during the run (reset before it); the largest over the rounds.", ""]
+    for wname, _, _, _ in COMPARE_WORKLOADS:
+        lines += ["#### %s" % wname, "",
+                  "| setup | ops/s | p50 ms | p99 ms | p99.9 ms | proxy CPU µs/req | Valkey CPU µs/req | proxy peak RSS MiB |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for s in started:
+            rows = results[(wname, s.name)]
+            rss = max(r["rss"] for r in rows) if s.proxy else None
+            lines.append("| %s | %s | %.3f | %.3f | %.3f | %s | %.1f | %s |" % (
+                s.name, format(med(rows, "ops"), ",.0f"), med(rows, "p50"), med(rows, "p99"), med(rows, "p999"),
+                fmt(med(rows, "proxy_cpu"), "%.1f"), med(rows, "valkey_cpu"), fmt(rss, "%.0f")))
+        lines.append("")
+
+    durable = [s.name for s in started if s.durable]
+    lines += ["#### walrus durable against Valkey's own persistence", "",
+              "| workload | setup | ops/s vs always | p99 vs always | ops/s vs no persistence | p99 vs no persistence |",
+              "|---|---|---|---|---|---|"]
+    for wname, _, _, _ in COMPARE_WORKLOADS:
+        for name in durable:
+            lines.append("| %s | %s | %s | %s | %s | %s |" % (
+                wname, name, median_ratio(results, wname, name, ALWAYS, "ops"),
+                median_ratio(results, wname, name, ALWAYS, "p99"),
+                median_ratio(results, wname, name, NO_PERSISTENCE, "ops"),
+                median_ratio(results, wname, name, NO_PERSISTENCE, "p99")))
+    proxies = [s.name for s in started if s.proxy and s.name != TWEMPROXY]
+    lines += ["", "#### Proxies against twemproxy", "",
+              "CPU: the proxy process's own, per request (lower is better).", "",
+              "| workload | setup | ops/s vs twemproxy | proxy CPU/req vs twemproxy |", "|---|---|---|---|"]
+    for wname, _, _, _ in COMPARE_WORKLOADS:
+        for name in proxies:
+            lines.append("| %s | %s | %s | %s |" % (
+                wname, name, median_ratio(results, wname, name, TWEMPROXY, "ops"),
+                median_ratio(results, wname, name, TWEMPROXY, "proxy_cpu")))
+    lines += ["", "#### walrus's journal per entry", "",
+              "Deltas over each run of walrus's /metrics counters, divided by the entries appended "
+              "(`walrus_journal_entries_total`): bytes written to the segments (whole 4 KiB blocks, "
+              "`walrus_journal_written_bytes_total`), ring space advanced, padding included "
+              "(`walrus_journal_ring_bytes_total`), and payload appended (`walrus_journal_entry_bytes_total`); "
+              "n/a where this build has no such counter. Medians over the rounds.", "",
+              "| workload | setup | entries | written B/entry | ring B/entry | payload B/entry |", "|---|---|---|---|---|---|"]
+    for wname, _, _, _ in COMPARE_WORKLOADS:
+        if not wname.startswith("SET"):
+            continue  # reads append nothing but Valkey's replication PINGs
+        for name in durable:
+            journals = [r["journal"] for r in results[(wname, name)]]
+
+            def per_entry(k):
+                if any(j[k] is None or j["entries"] is None for j in journals):
+                    return "n/a"  # a counter this build does not have
+                ratios = [j[k] / j["entries"] for j in journals if j["entries"]]
+                return "%.0f" % statistics.median(ratios) if ratios else "-"
+
+            entries = "n/a" if any(j["entries"] is None for j in journals) else \
+                "%.0f" % statistics.median(j["entries"] for j in journals)
+            lines.append("| %s | %s | %s | %s | %s | %s |" % (
+                wname, name, entries, per_entry("written"), per_entry("ring"), per_entry("payload")))
+    return "\n".join(lines) + "\n"
+
+
+def compare_plot(path, started, results, caption):
+    """One panel per workload: ops/s bars per setup, each labelled with its ops/s and p99."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    # Blues: Valkey alone; oranges: walrus (darker: durable); greens: the other proxies.
+    colours = {NO_PERSISTENCE: "#9ecae1", "Valkey appendfsync everysec": "#6baed6", ALWAYS: "#2171b5",
+               "walrus durable (io_uring, O_DIRECT)": "#e6550d", "walrus durable (sync backend)": "#a63603",
+               "walrus, durability off": "#fdae6b", TWEMPROXY: "#74c476", "HAProxy (TCP mode)": "#31a354"}
+    names = [s.name for s in started]
+    cols = 2
+    rows = -(-len(COMPARE_WORKLOADS) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(12, 2.9 * rows), sharey=True)
+    axes = axes.flatten()
+    for ax, (wname, _, _, _) in zip(axes, COMPARE_WORKLOADS):
+        ops = [statistics.median(r["ops"] for r in results[(wname, n)]) for n in names]
+        p99 = [statistics.median(r["p99"] for r in results[(wname, n)]) for n in names]
+        ax.barh(range(len(names)), ops, color=[colours.get(n, "#fd8d3c") for n in names])
+        for i, (o, p) in enumerate(zip(ops, p99)):
+            ax.text(o, i, " %s · p99 %s ms" % (format(o, ",.0f"), format(p, ".3g")), va="center", fontsize=8)
+        ax.set_title(wname, fontsize=10)
+        ax.set_xlim(0, max(ops) * 1.6)  # room for the labels
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: "%gk" % (x / 1000)))
+        ax.tick_params(labelsize=8)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0].set_yticks(range(len(names)), names)
+    axes[0].invert_yaxis()
+    for ax in axes[len(COMPARE_WORKLOADS):]:
+        ax.axis("off")
+    fig.suptitle(caption, fontsize=9)
+    fig.supxlabel("ops/s (median over rounds); label: ops/s and p99 latency", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def compare_suite(opts, tmp):
+    began = time.monotonic()
+    if not os.path.exists(LOADGEN):
+        sys.exit("%s missing: cargo build --release --example loadgen" % LOADGEN)
+    header = machine_description(tmp)
+    started = compare_setups(tmp, opts.baseline)
+    for s in started:
+        if s.metrics:  # which journal backend walrus really runs
+            info_ = [k for k in scrape(s.metrics) if k.startswith("walrus_journal_info{")]
+            s.about += "; /metrics: " + (info_[0].split("{", 1)[1].rstrip("}") if info_ else "no journal")
+        t = time.monotonic()
+        subprocess.run([LOADGEN, "--port", str(s.port), "--preload", "--keys", str(PRELOAD_KEYS), "--data-size", "1024",
+                        "--key-prefix", "data:", "--clients", "4", "--pipeline", "64"],
+                       check=True, stdout=subprocess.DEVNULL)
+        print("%s: preloaded in %.1fs" % (s.name, time.monotonic() - t), file=sys.stderr)
+    results = {(w, s.name): [] for w, _, _, _ in COMPARE_WORKLOADS for s in started}
+    for r in range(opts.rounds):
+        for wname, tool, args, n in COMPARE_WORKLOADS:
+            for s in started:
+                results[(wname, s.name)].append(measure(s, tool, args, max(1, int(n * opts.scale))))
+            print("round %d/%d: %s done (%.0fs so far)" % (r + 1, opts.rounds, wname, time.monotonic() - began),
+                  file=sys.stderr)
+    report = compare_report(opts, started, results, header, time.monotonic() - began)
+    if opts.out:
+        with open(opts.out, "w") as f:
+            f.write(report)
+        print("report: %s" % opts.out, file=sys.stderr)
+    else:
+        print(report)
+    if opts.plot:
+        compare_plot(opts.plot, started, results, "deploy/bench.py --suite compare: %d round(s), --scale %g, "
+                     "walrus %s\n%s" % (opts.rounds, opts.scale, header["commit"], header["machine"]))
+        print("plot: %s" % opts.plot, file=sys.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--suite", choices=["proxy", "durability", "restore", "scripts"], default="proxy")
-    ap.add_argument("--rounds", type=int, default=None, help="default 5 (restore: 3)")
+    ap.add_argument("--suite", choices=["proxy", "durability", "restore", "scripts", "compare"], default="proxy")
+    ap.add_argument("--rounds", type=int, default=None, help="default 5 (restore, compare: 3)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies every workload's request count")
     ap.add_argument("--no-build", action="store_true")
     ap.add_argument("--baseline", metavar="BINARY",
-                    help="proxy, durability: also run this walrus binary (e.g. a build of an older commit) as a setup")
+                    help="proxy, durability, compare: also run this walrus binary (e.g. a build of an older commit) as a setup")
     ap.add_argument("--dataset-mb", type=int, default=1024,
                     help="restore: MiB of SETs (200-byte values, 240 bytes each) written into each setup")
     ap.add_argument("--segment-mb", type=int, default=0,
@@ -603,19 +1012,23 @@ def main():
                     help="restore: BGREWRITEAOF at --checkpoint-at too, or Valkey's automatic rewrites")
     ap.add_argument("--requests", type=int, default=100000, help="restore: redis-benchmark requests per checkpoint run")
     ap.add_argument("--show-log", action="store_true", help="restore: print walrus's log of the last restart")
+    ap.add_argument("--out", metavar="FILE", help="compare: write the markdown report there instead of stdout")
+    ap.add_argument("--plot", metavar="PNG", help="compare: also draw the results (matplotlib), e.g. docs/benchmark.png")
     opts = ap.parse_args()
     if opts.rounds is None:
-        opts.rounds = 3 if opts.suite == "restore" else 5
+        opts.rounds = 3 if opts.suite in ("restore", "compare") else 5
     # Ctrl-C (even when started with SIGINT ignored, as in a background job) and SIGTERM
     # unwind through the cleanup below.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not opts.no_build:
-        subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
-    if opts.suite in ("restore", "scripts"):
+        # compare: also examples/loadgen.rs, its load generator for the SET:GET mix.
+        targets = ["--bin", "walrus", "--example", "loadgen"] if opts.suite == "compare" else []
+        subprocess.run(["cargo", "build", "--release", "--quiet", *targets], cwd=ROOT, check=True)
+    if opts.suite in ("restore", "scripts", "compare"):
         tmp = tempfile.mkdtemp(prefix="walrus-bench-")
         try:
-            (restore_suite if opts.suite == "restore" else scripts_suite)(opts, tmp)
+            {"restore": restore_suite, "scripts": scripts_suite, "compare": compare_suite}[opts.suite](opts, tmp)
         finally:
             for p in reversed(list(LIVE)):
                 p.stop()

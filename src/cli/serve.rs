@@ -30,6 +30,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
     };
     init_tracing(&config.log);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.proxy.worker_threads())
         .enable_all()
         .build()
     {

@@ -94,16 +94,22 @@ impl StreamFramer {
 }
 
 /// Whether a frame is the one-word command `word` (`*1\r\n$<len>\r\n<word>\r\n`).
+/// Runs on every frame of the stream: any frame but a one-element array is turned away by
+/// the prefix check, before anything allocates.
 fn is_command(frame: &[u8], word: &[u8]) -> bool {
-    let header = format_header(word.len());
-    frame.len() == 4 + header.len() + word.len() + 2
-        && frame.starts_with(b"*1\r\n")
-        && frame[4..].starts_with(header.as_bytes())
-        && frame[4 + header.len()..4 + header.len() + word.len()].eq_ignore_ascii_case(word)
-}
-
-fn format_header(len: usize) -> String {
-    format!("${len}\r\n")
+    let Some(body) = frame
+        .strip_prefix(b"*1\r\n$")
+        .and_then(|f| f.strip_suffix(b"\r\n"))
+    else {
+        return false;
+    };
+    let Some(split) = body.len().checked_sub(word.len()) else {
+        return false;
+    };
+    let (len, w) = body.split_at(split);
+    len.strip_suffix(b"\r\n")
+        .is_some_and(|digits| digits == word.len().to_string().as_bytes())
+        && w.eq_ignore_ascii_case(word)
 }
 
 fn is_getack(frame: &[u8]) -> bool {
@@ -115,6 +121,18 @@ fn is_getack(frame: &[u8]) -> bool {
 mod tests {
     use super::*;
     use crate::resp::write::command;
+
+    #[test]
+    fn one_word_commands_are_recognized_exactly() {
+        assert!(is_command(b"*1\r\n$5\r\nMULTI\r\n", b"MULTI"));
+        assert!(is_command(b"*1\r\n$5\r\nmulti\r\n", b"MULTI"));
+        assert!(!is_command(b"*1\r\n$4\r\nEXEC\r\n", b"MULTI"));
+        assert!(!is_command(b"*1\r\n$6\r\nMULTI\r\n", b"MULTI"));
+        assert!(!is_command(b"*1\r\n$5\r\nXMULTI\r\n", b"MULTI"));
+        assert!(!is_command(b"*2\r\n$5\r\nMULTI\r\n$1\r\nx\r\n", b"MULTI"));
+        assert!(!is_command(b"*1\r\n$\r\n", b"MULTI"));
+        assert!(!is_command(b"", b"EXEC"));
+    }
 
     fn feed(framer: &mut StreamFramer, buf: &mut BytesMut, bytes: &[u8]) -> Vec<StreamEntry> {
         buf.extend_from_slice(bytes);
