@@ -208,7 +208,11 @@ impl Default for UpstreamConfig {
             username: String::new(),
             password: String::new(),
             password_file: String::new(),
-            pool_size: 4,
+            // One connection carries every client's stateless commands in large batches:
+            // Valkey's one thread reads them with fewer calls, and walrus's durability gate
+            // asks one ROLE per batch. On two cores this measured 20-30% more durable SETs
+            // and GETs than four connections.
+            pool_size: 1,
             connect_timeout_ms: 2_000,
             reconnect_backoff_max_ms: 1_000,
             valkey_server: String::new(),
