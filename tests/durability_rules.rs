@@ -234,6 +234,44 @@ fn wait_counts_walrus_once_it_has_a_write_and_waitaof_once_it_is_on_disk() {
     );
 }
 
+/// Valkey hears walrus's offsets every second and when it asks (GETACK, for a client in
+/// WAIT or WAITAOF), not at every group commit: an ACK per durable advance cost a send and
+/// a Valkey command per write under light load.
+#[test]
+fn walrus_acknowledges_valkey_when_asked_not_at_every_write() {
+    let v = Valkey::start();
+    let w = Walrus::start(&v.addr());
+    let mut direct = Raw::connect(&v.addr());
+    let replconf_calls = |direct: &mut Raw| -> u64 {
+        let info = String::from_utf8(direct.cmd(&["INFO", "commandstats"])).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_replconf:calls="))
+            .map_or(0, |l| l.split(',').next().unwrap().parse().unwrap())
+    };
+    let before = replconf_calls(&mut direct);
+    let mut c = Raw::connect(&w.addr);
+    // One at a time: each is its own durable advance.
+    let writes = 500;
+    let started = std::time::Instant::now();
+    for i in 0..writes {
+        assert_eq!(c.cmd(&["SET", &format!("k{i}"), "v"]), b"+OK\r\n");
+    }
+    let acks = replconf_calls(&mut direct) - before;
+    // One a second, plus the one sent as the link settles.
+    let allowed = started.elapsed().as_secs() + 3;
+    assert!(
+        acks <= allowed,
+        "{acks} REPLCONF ACKs for {writes} writes in {:?}",
+        started.elapsed()
+    );
+    // Asked, walrus answers at once: WAIT and WAITAOF count it.
+    assert_eq!(direct.cmd(&["WAIT", "1", "10000"]), b":1\r\n");
+    assert_eq!(
+        direct.cmd(&["WAITAOF", "0", "1", "10000"]),
+        b"*2\r\n:0\r\n:1\r\n"
+    );
+}
+
 #[test]
 fn no_single_write_can_stop_the_journal() {
     // The test journal takes entries of at most 8 MiB (TEST_JOURNAL).
