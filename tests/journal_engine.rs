@@ -359,16 +359,24 @@ fn second_writer_is_refused_while_open() {
 }
 
 /// Ring space per entry is the record itself (96-byte header + payload), not a 4 KiB block
-/// per group commit, at any concurrency: a write continues the previous write's last block.
-/// A reopened journal continues there too.
+/// per group commit, at any concurrency and entry size: a write continues the previous
+/// write's last block. A reopened journal continues there too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_entries_use_their_own_bytes_of_ring_at_any_concurrency() {
     const HEADER: u64 = 96;
     for backend in [IoBackendChoice::Sync, IoBackendChoice::Auto] {
-        for (len, appenders) in [(100usize, 1u64), (100, 16), (1000, 1), (1000, 16)] {
+        for (len, appenders) in [
+            (100usize, 1u64),
+            (100, 16),
+            (1000, 1),
+            (1000, 16),
+            (8000, 16),
+        ] {
             let dir = tempfile::tempdir().unwrap();
             let cfg = JournalConfig {
                 segments: 16,
+                segment_size_bytes: 1 << 20,
+                max_write_bytes: 256 << 10,
                 ..cfg(backend)
             };
             let (j, _) = Journal::open(dir.path(), &cfg).unwrap();

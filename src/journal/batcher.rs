@@ -291,14 +291,14 @@ impl Batcher {
 
     fn open_buffer(&mut self) {
         debug_assert!(self.cur.is_none());
-        let buf = match self.pool.take() {
+        let mut buf = match self.pool.take() {
             Some(b) => b,
             None => {
                 self.extra_buffers_out += 1;
                 IoBuf::new(self.pool.buffer_bytes())
             }
         };
-        let mut buf = buf;
+        // A continuation starts with the open tail block's bytes, as they were written.
         let start_pos = align_down(self.pos);
         let rewritten = (self.pos - start_pos) as usize;
         buf.as_full_mut()[..rewritten].copy_from_slice(&self.tail[..rewritten]);

@@ -104,7 +104,8 @@ pub async fn drive<B: IoBackend>(backend: B, shared: Arc<Shared>) {
     let mut next_seq = 0u64;
     let mut failed = false;
     // Furthest position written: a continuation rewrites its first block, so ring space
-    // used grows by how far a write reaches past every earlier one.
+    // used grows by how far a write reaches past every earlier one (a gap skipped at a
+    // segment's end included).
     let mut ring_end = None::<u64>;
     loop {
         if !failed {
@@ -122,7 +123,7 @@ pub async fn drive<B: IoBackend>(backend: B, shared: Arc<Shared>) {
                     last_complete: w.last_complete,
                 });
                 crate::metrics::JOURNAL_BYTES.inc_by(w.buf.len() as u64);
-                let reached = ring_end.unwrap_or(w.start_pos()).max(w.start_pos());
+                let reached = ring_end.unwrap_or(w.start_pos());
                 crate::metrics::JOURNAL_RING_BYTES.inc_by(w.end_pos.saturating_sub(reached));
                 ring_end = Some(w.end_pos.max(reached));
                 let started = std::time::Instant::now();

@@ -392,7 +392,8 @@ async fn acknowledge(
         if asked_for.is_some_and(|a| fack >= a) {
             asked_for = None;
         }
-        // Sent at the top of the loop, with what has been received since.
+        // A tick or a GETACK clears `last_sent`: the top of the loop then sends, with what
+        // has been received by then.
         tokio::select! {
             r = durable.changed() => if r.is_err() { return },
             _ = tick.tick() => last_sent = None,
