@@ -676,15 +676,21 @@ def sbin(name):
     return found
 
 
+def proxy_config(tmp, name, text):
+    """Writes a proxy's configuration into a fresh directory of its own: (directory, file)."""
+    d = tempfile.mkdtemp(dir=tmp, prefix=name + "-")
+    conf = os.path.join(d, name + ".conf")
+    with open(conf, "w") as f:
+        f.write(text)
+    return d, conf
+
+
 def start_twemproxy(tmp, upstream_port):
     # Its defaults otherwise (hash fnv1a_64, ketama, one server connection); the stats port is
     # a free one on loopback, not the default 22222 every instance would share.
-    d = tempfile.mkdtemp(dir=tmp, prefix="twemproxy-")
     port = free_port()
-    conf = os.path.join(d, "nutcracker.yml")
-    with open(conf, "w") as f:
-        f.write("bench:\n  listen: 127.0.0.1:%d\n  redis: true\n  servers:\n    - 127.0.0.1:%d:1\n"
-                % (port, upstream_port))
+    d, conf = proxy_config(tmp, "nutcracker", "bench:\n  listen: 127.0.0.1:%d\n  redis: true\n  servers:\n"
+                                              "    - 127.0.0.1:%d:1\n" % (port, upstream_port))
     p = Proc([sbin("nutcracker"), "-c", conf, "-s", str(free_port()), "-a", "127.0.0.1",
               "-o", "/dev/stdout", "-p", os.path.join(d, "nutcracker.pid")], None)
     wait_serving(p, port)
@@ -695,14 +701,11 @@ def start_haproxy(tmp, upstream_port):
     # HAProxy's defaults otherwise (as many threads as cores). maxconn: far above the
     # benchmark's clients, yet within the usual 20,000-file limit (two files a connection).
     # Timeouts: none of a run's idle gaps may close a connection.
-    d = tempfile.mkdtemp(dir=tmp, prefix="haproxy-")
     port = free_port()
-    conf = os.path.join(d, "haproxy.cfg")
-    with open(conf, "w") as f:
-        f.write("global\n    maxconn 4096\n"
-                "defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 10m\n    timeout server 10m\n"
-                "frontend clients\n    bind 127.0.0.1:%d\n    default_backend valkey\n"
-                "backend valkey\n    server valkey 127.0.0.1:%d\n" % (port, upstream_port))
+    _, conf = proxy_config(tmp, "haproxy", "global\n    maxconn 4096\n"
+                           "defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 10m\n    timeout server 10m\n"
+                           "frontend clients\n    bind 127.0.0.1:%d\n    default_backend valkey\n"
+                           "backend valkey\n    server valkey 127.0.0.1:%d\n" % (port, upstream_port))
     p = Proc([sbin("haproxy"), "-db", "-f", conf], None)
     wait_serving(p, port)
     return p, port

@@ -93,15 +93,17 @@ fn parse_opts() -> Result<Opts, String> {
     Ok(o)
 }
 
-/// xorshift64*: random enough for picking keys, and free of any dependency.
+/// A 64-bit LCG (Knuth's MMIX constants), its high bits taken: random enough for picking
+/// keys, and free of any dependency.
 struct Rng(u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        self.0 >> 16
     }
 }
 
