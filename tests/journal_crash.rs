@@ -117,7 +117,16 @@ fn crash_child_writer() {
     });
 }
 
+/// The crash loops run one at a time. A child spawned by one loop holds, from fork to exec,
+/// copies of the parent's open descriptors, among them the other loop's journal lock while
+/// that loop checks its journal; the other loop's next child could then find its journal
+/// "open in another process".
+static ONE_LOOP_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn crash_loop(backend: &str, rounds: u32) {
+    let _one = ONE_LOOP_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let exe = std::env::current_exe().unwrap();
     let mut rng = 0x9e3779b97f4a7c15u64 ^ u64::from(rounds);
