@@ -25,7 +25,7 @@ use super::format::{
     REPL_ID_BYTES,
 };
 use super::recovery::EntryStart;
-use super::ring::Geometry;
+use super::ring::{Geometry, RingRead};
 
 /// A buffer ready to be written: whole blocks, inside one segment.
 #[derive(Debug)]
@@ -72,6 +72,17 @@ pub fn resume_tail(geo: Geometry, end: u64) -> Option<(u64, usize)> {
     let start = align_down(end);
     (start != end && record_fits_at(geo.seg_off(end), geo.segment_size_bytes))
         .then_some((start, (end - start) as usize))
+}
+
+/// The bytes a writer resuming at `end` rewrites (see [`resume_tail`]), read back from the
+/// ring: empty when it resumes at the next block boundary.
+pub fn read_tail(ring: &mut impl RingRead, geo: Geometry, end: u64) -> std::io::Result<Vec<u8>> {
+    let Some((start, len)) = resume_tail(geo, end) else {
+        return Ok(Vec::new());
+    };
+    let mut tail = vec![0; len];
+    ring.read_exact_at(geo.seg_index(start), geo.seg_off(start), &mut tail)?;
+    Ok(tail)
 }
 
 /// Where the caller's entry landed.
@@ -491,13 +502,5 @@ impl Batcher {
         {
             self.starts.pop_front();
         }
-    }
-
-    pub fn last_repl(&self) -> ([u8; REPL_ID_BYTES], u64) {
-        (self.last_repl_id, self.last_repl_offset)
-    }
-
-    pub fn free_buffers(&self) -> usize {
-        self.pool.free_count()
     }
 }

@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 use bytes::Bytes;
 use tokio::sync::{watch, Notify};
 
-use super::batcher::{resume_tail, Batcher, BatcherInit};
+use super::batcher::{read_tail, Batcher, BatcherInit};
 use super::config::JournalConfig;
 use super::error::{Corruption, JournalError};
 use super::format::{align_up, REPL_ID_BYTES};
@@ -17,9 +17,7 @@ use super::io::{start_writer, BackendInfo};
 use super::manifest::{hex_encode, Checkpoint, Manifest};
 use super::reader::{EntryIter, ReplayFrom};
 use super::recovery::{scan, LogEnd, ScanLimits, ScanReport, ScanStart, Scanner, Tail};
-use super::ring::{
-    init_missing_segments, missing_segments, segment_path, FileRing, Geometry, RingRead,
-};
+use super::ring::{init_missing_segments, missing_segments, segment_path, FileRing, Geometry};
 use super::writer::{Durable, Shared};
 
 /// One entry of the replication stream.
@@ -325,8 +323,9 @@ impl Journal {
         }
         let (mut manifest, created) = initialize(dir, cfg, &mut log_progress())?;
         let checkpoint = manifest.checkpoint.clone();
+        let mut ring = FileRing::open(dir, geo)?;
         let report = scan(
-            FileRing::open(dir, geo)?,
+            &mut ring,
             geo,
             scan_start(&checkpoint)?,
             ScanLimits {
@@ -361,13 +360,8 @@ impl Journal {
             .iter()
             .filter_map(|s| s.first_entry_start)
             .collect();
-        let mut tail = Vec::new();
-        if let Some((start, len)) = resume_tail(geo, end.end_pos) {
-            tail.resize(len, 0);
-            FileRing::open(dir, geo)?
-                .read_exact_at(geo.seg_index(start), geo.seg_off(start), &mut tail)
-                .map_err(|e| JournalError::io("reading the journal's last block", e))?;
-        }
+        let tail = read_tail(&mut ring, geo, end.end_pos)
+            .map_err(|e| JournalError::io("reading the journal's last block", e))?;
         let batcher = Batcher::new(BatcherInit {
             geo,
             epoch: manifest.epoch,

@@ -85,11 +85,6 @@ impl Kind {
     pub fn starts_entry(self) -> bool {
         matches!(self, Kind::Full | Kind::First)
     }
-
-    /// True when this record completes an entry.
-    pub fn ends_entry(self) -> bool {
-        matches!(self, Kind::Full | Kind::Last)
-    }
 }
 
 /// Decoded header fields.

@@ -253,11 +253,6 @@ impl<R: RingRead> Scanner<R> {
         }
     }
 
-    /// End state after the last complete entry seen so far.
-    pub fn log_end(&self) -> LogEnd {
-        self.end
-    }
-
     fn check(&mut self, c: u64) -> std::io::Result<Result<RecordHeader, Reject>> {
         if c >= self.limit_pos {
             return Ok(Err(Reject::BeyondRing));

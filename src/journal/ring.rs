@@ -156,6 +156,13 @@ impl FileRing {
     }
 }
 
+/// Lends a ring to a reader that takes one by value (the scanner), keeping it for later reads.
+impl<R: RingRead + ?Sized> RingRead for &mut R {
+    fn read_exact_at(&mut self, index: u32, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        (**self).read_exact_at(index, offset, buf)
+    }
+}
+
 impl RingRead for FileRing {
     fn read_exact_at(&mut self, index: u32, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
         self.files[index as usize].read_exact_at(buf, offset)

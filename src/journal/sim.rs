@@ -7,7 +7,7 @@
 use super::batcher::{Batcher, BatcherInit, SealedWrite};
 use super::format::REPL_ID_BYTES;
 use super::recovery::{scan, ScanLimits, ScanReport, ScanStart};
-use super::ring::{Geometry, MemRing, RingRead};
+use super::ring::{Geometry, MemRing};
 
 pub const SIM_REPL_ID: [u8; REPL_ID_BYTES] = *b"0123456789abcdef0123456789abcdef01234567";
 
@@ -206,17 +206,8 @@ impl MemLog {
             repl_id: r.end.last_repl_id,
             repl_offset: r.end.last_repl_offset,
         };
-        let mut tail = Vec::new();
-        if let Some((start, len)) = super::batcher::resume_tail(self.geo, r.end.end_pos) {
-            tail.resize(len, 0);
-            self.ring
-                .read_exact_at(
-                    self.geo.seg_index(start),
-                    self.geo.seg_off(start),
-                    &mut tail,
-                )
-                .expect("memory reads do not fail");
-        }
+        let tail = super::batcher::read_tail(&mut self.ring, self.geo, r.end.end_pos)
+            .expect("memory reads do not fail");
         self.batcher = Self::batcher(
             self.geo,
             self.max_write_bytes,

@@ -22,18 +22,6 @@ pub struct Request {
 }
 
 impl Request {
-    /// Builds a request from arguments (for walrus's own commands and for tests).
-    pub fn from_args<I: IntoIterator<Item = A>, A: AsRef<[u8]>>(args: I) -> Request {
-        let args: Vec<Bytes> = args
-            .into_iter()
-            .map(|a| Bytes::copy_from_slice(a.as_ref()))
-            .collect();
-        Request {
-            raw: write::command(&args),
-            args,
-        }
-    }
-
     /// The command name, as sent (any case).
     pub fn name(&self) -> &[u8] {
         &self.args[0]
