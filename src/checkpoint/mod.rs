@@ -18,9 +18,10 @@ pub mod store;
 
 use crate::durability::{Durability, Status};
 use crate::journal::{Journal, ReplayFrom};
-use crate::replication::handshake::{handshake, SyncStart};
+use crate::replication::handshake::{handshake, Purpose, SyncStart};
 use crate::replication::rdb;
 use crate::upstream::client::Conn;
+use crate::upstream::server::Server;
 use crate::upstream::Upstream;
 use std::sync::Arc;
 use std::time::Duration;
@@ -171,7 +172,7 @@ struct Sizes {
 
 /// Valkey's `used_memory`.
 async fn used_memory(conn: &mut Conn) -> Result<u64, String> {
-    let text = crate::restore::decide::info(conn, "memory")
+    let text = crate::upstream::server::info(conn, "memory")
         .await
         .map_err(|e| e.to_string())?;
     text.lines()
@@ -246,9 +247,11 @@ async fn take(
     let memory = used_memory(&mut conn).await?;
     let (need, how) = estimate(*last_sizes, cfg.store.recorded().map(|c| c.size), memory);
     cfg.room.check(need, &how)?;
-    let SyncStart::Full { replid, offset } = handshake(&mut conn, 0, None, true)
-        .await
-        .map_err(|e| e.to_string())?
+    let server = Server::query(&mut conn).await.map_err(|e| e.to_string())?;
+    let SyncStart::Full { replid, offset } =
+        handshake(&mut conn, &server, Purpose::Checkpoint, None)
+            .await
+            .map_err(|e| e.to_string())?
     else {
         return Err("Valkey offered a partial resync to PSYNC ? -1".into());
     };
@@ -269,8 +272,10 @@ async fn take(
     let current_from = store.recorded_from_lsn().unwrap_or(1);
     let from_lsn = (before.lsn + 1).max(current_from);
     let path = stored.path.clone();
-    let recorded =
-        tokio::task::spawn_blocking(move || store.record(&stored, &replid, offset, from_lsn))
+    let written_by = server.version.to_string();
+    let recorded = tokio::task::spawn_blocking(move || {
+        store.record(&stored, &written_by, &replid, offset, from_lsn)
+    })
             .await
             .map_err(|e| e.to_string())?;
     let recorded = match recorded {

@@ -8,6 +8,10 @@
 //! offset), its size and Valkey's CRC-64 (verified before every use), and `from_lsn`: the
 //! first journal entry a restore from it may need. Every entry before `from_lsn` is covered
 //! by the RDB or belongs to a history the RDB replaced, so the journal may release them.
+//! It also records the RDB's format version and the server that wrote it: a restore loads
+//! the RDB only into a server that reads that format. (Manifests written before walrus
+//! recorded them have neither; the format is then read from the RDB's header, which a
+//! verification reads anyway.)
 
 use crate::journal::manifest::{replace_file, seal, unseal};
 use crate::replication::handshake::REPLID_LEN;
@@ -33,6 +37,12 @@ pub struct Checkpoint {
     pub crc64: u64,
     /// First journal entry a restore from this checkpoint may need.
     pub from_lsn: u64,
+    /// The RDB's format version (`REDIS0011`: 11, `VALKEY080`: 80).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdb_version: Option<u16>,
+    /// The server that wrote it, `Valkey 9.1.2`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_by: Option<String>,
 }
 
 mod hex_u64 {
@@ -156,11 +166,13 @@ impl Store {
         Ok(Some(c))
     }
 
-    /// Records a stored RDB as the current checkpoint (atomically), then deletes every other
-    /// RDB: from here on a restore starts from this one.
+    /// Records a stored RDB, written by the server `written_by` names, as the current
+    /// checkpoint (atomically), then deletes every other RDB: from here on a restore starts
+    /// from this one.
     pub fn record(
         &self,
         stored: &StoredRdb,
+        written_by: &str,
         replid: &str,
         offset: u64,
         from_lsn: u64,
@@ -178,6 +190,8 @@ impl Store {
             size: stored.bytes,
             crc64: stored.crc64,
             from_lsn,
+            rdb_version: Some(stored.version),
+            written_by: Some(written_by.to_string()),
         };
         let body = toml::to_string(&ManifestFile {
             checkpoint: c.clone(),
@@ -208,9 +222,9 @@ impl Store {
         }
     }
 
-    /// Reads the checkpoint's RDB whole and checks its size and CRC against the record
-    /// (blocking).
-    pub fn verify(&self, c: &Checkpoint) -> Result<(), StoreError> {
+    /// Reads the checkpoint's RDB whole and checks its size, CRC and format against the
+    /// record (blocking). Returns its format version.
+    pub fn verify(&self, c: &Checkpoint) -> Result<u16, StoreError> {
         let path = self.path_of(c);
         let corrupt = |why: String| StoreError::Corrupt {
             path: path.clone(),
@@ -229,7 +243,13 @@ impl Store {
                 sum.crc64, c.crc64
             )));
         }
-        Ok(())
+        if c.rdb_version.is_some_and(|v| v != sum.version) {
+            return Err(corrupt(format!(
+                "RDB format {}, the manifest records {:?}",
+                sum.version, c.rdb_version
+            )));
+        }
+        Ok(sum.version)
     }
 }
 
@@ -256,6 +276,7 @@ mod tests {
             path,
             bytes: sum.bytes,
             crc64: sum.crc64,
+            version: sum.version,
             eof_mark: false,
         }
     }
@@ -267,11 +288,12 @@ mod tests {
         assert_eq!(store.current().unwrap(), None);
         let a = "a".repeat(40);
         let first = stored(&store, &a, 10, b"REDIS0011first");
-        let c1 = store.record(&first, &a, 10, 1).unwrap();
+        let c1 = store.record(&first, "Valkey 9.1.2", &a, 10, 1).unwrap();
         assert_eq!(store.current().unwrap(), Some(c1.clone()));
-        store.verify(&c1).unwrap();
+        assert_eq!(store.verify(&c1).unwrap(), 11);
+        assert_eq!(c1.rdb_version, Some(11));
         let second = stored(&store, &a, 99, b"REDIS0011second");
-        let c2 = store.record(&second, &a, 99, 7).unwrap();
+        let c2 = store.record(&second, "Valkey 9.1.2", &a, 99, 7).unwrap();
         assert!(
             !first.path.exists(),
             "the older RDB goes once a newer one is recorded"
@@ -300,5 +322,33 @@ mod tests {
             reopened.current(),
             Err(StoreError::Manifest { .. })
         ));
+    }
+
+    #[test]
+    fn manifests_without_a_format_are_read_and_verified_by_the_rdbs_header() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path()).unwrap();
+        let a = "a".repeat(40);
+        let rdb = stored(&store, &a, 10, b"VALKEY080body");
+        let c = store.record(&rdb, "Valkey 9.1.2", &a, 10, 1).unwrap();
+        // As walrus wrote manifests before it recorded formats.
+        let old = Checkpoint {
+            rdb_version: None,
+            written_by: None,
+            ..c.clone()
+        };
+        let body = toml::to_string(&ManifestFile { checkpoint: old }).unwrap();
+        assert!(!body.contains("rdb_version"), "{body}");
+        replace_file(tmp.path(), MANIFEST_FILE, seal(&body).as_bytes()).unwrap();
+        let read = store.current().unwrap().unwrap();
+        assert_eq!(read.rdb_version, None);
+        assert_eq!(store.verify(&read).unwrap(), 80);
+        // A recorded format the file does not have is damage.
+        let wrong = Checkpoint {
+            rdb_version: Some(11),
+            ..c
+        };
+        let err = store.verify(&wrong).unwrap_err().to_string();
+        assert!(err.contains("RDB format 80, the manifest records Some(11)"), "{err}");
     }
 }

@@ -1,13 +1,30 @@
-//! The replica handshake, as Valkey's own replicas do it (replication.c, `syncWithPrimary`):
-//! `PING`, `AUTH` (done by [`Conn::control`]), `REPLCONF listening-port`, `REPLCONF capa eof
-//! capa psync2`, then `PSYNC <replid> <offset+1>` to continue from what the journal holds,
-//! or `PSYNC ? -1` for a full resynchronization.
+//! The replica handshake, as a current Valkey replica does it (replication.c,
+//! `syncWithPrimary`): `PING`, `AUTH` (done by [`Conn::control`]), `REPLCONF listening-port`,
+//! `REPLCONF ip-address`, `REPLCONF capa eof capa psync2`, `REPLCONF version`, then
+//! `PSYNC <replid> <offset+1>` to continue from what the journal holds, or `PSYNC ? -1` for a
+//! full resynchronization.
 //!
-//! walrus does not announce `dual-channel`: the RDB and the stream then arrive on the same
-//! connection, in order, which keeps the offset accounting a single byte count.
+//! - `version`: the primary's own version, so that it sends its own RDB format. Valkey 9
+//!   picks the format per replica and serves one that announces nothing the format of 7.2
+//!   (RDB 11), which cannot hold a hash with field TTLs: the save fails, and every
+//!   checkpoint with it. walrus stores the RDB as it comes and only ever loads it into a
+//!   server that reads that format (see [`crate::restore`]). A server that does not know the
+//!   option (Redis OSS, Valkey before 8) answers with an error, which is ignored, as
+//!   Valkey's own replicas do.
+//! - `ip-address`: without it, every `ROLE` (walrus asks one per batch of writes) makes
+//!   Valkey look up the replica's peer address before anything else.
+//! - Capabilities: `eof` (a diskless RDB may come as `$EOF:<mark>`) and `psync2` (`+CONTINUE
+//!   <new id>`), and nothing else. Capabilities are opt-in: a primary serves a replica that
+//!   lacks one the way it served replicas before it existed. So walrus does not announce
+//!   `dual-channel` (the RDB and the stream then arrive on one connection, in order, which
+//!   keeps the offset accounting one byte count), nor newer ones (RDB compression, skipped
+//!   checksums) that would change the bytes it stores and verifies.
+//! - A checkpoint's connection also sends `REPLCONF rdb-only 1`: it wants the RDB and not
+//!   the stream after it, so Valkey keeps no replica buffer for it while it transfers.
 
 use crate::resp::write;
 use crate::upstream::client::{Conn, UpstreamError};
+use crate::upstream::server::Server;
 use tokio::io::AsyncReadExt;
 
 /// A Valkey replication id: 40 hex characters.
@@ -30,24 +47,47 @@ pub struct Position {
     pub offset: u64,
 }
 
-/// Runs the handshake on an authenticated connection. `eof_capable`: announce that the RDB
-/// may come in the diskless `$EOF:` form (walrus does; without it Valkey sends `$<len>`).
+/// What the replication connection is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// The replica link: the RDB or a continuation, then the stream for as long as it lasts.
+    Link,
+    /// A checkpoint: one RDB, then the connection is closed.
+    Checkpoint,
+}
+
+/// Runs the handshake on an authenticated connection to `server` (as [`Server::query`]
+/// found it on this connection or another one just before).
 pub async fn handshake(
     conn: &mut Conn,
-    listening_port: u16,
+    server: &Server,
+    purpose: Purpose,
     from: Option<&Position>,
-    eof_capable: bool,
 ) -> Result<SyncStart, UpstreamError> {
     conn.expect_ok(write::command(["PING"])).await?;
-    let port = listening_port.to_string();
-    conn.expect_ok(write::command(["REPLCONF", "listening-port", &port]))
+    // walrus serves no replicas of its own: port 0, as a replica without one would say.
+    conn.expect_ok(write::command(["REPLCONF", "listening-port", "0"]))
         .await?;
-    let capa = if eof_capable {
-        write::command(["REPLCONF", "capa", "eof", "capa", "psync2"])
-    } else {
-        write::command(["REPLCONF", "capa", "psync2"])
-    };
-    conn.expect_ok(capa).await?;
+    let ip = conn.stream.local_addr()?.ip().to_string();
+    conn.expect_ok(write::command(["REPLCONF", "ip-address", &ip]))
+        .await?;
+    conn.expect_ok(write::command(["REPLCONF", "capa", "eof", "capa", "psync2"]))
+        .await?;
+    match conn
+        .expect_ok(write::command([
+            "REPLCONF",
+            "version",
+            &server.version.number(),
+        ]))
+        .await
+    {
+        Ok(()) | Err(UpstreamError::Refused(_)) => {}
+        Err(e) => return Err(e),
+    }
+    if purpose == Purpose::Checkpoint {
+        conn.expect_ok(write::command(["REPLCONF", "rdb-only", "1"]))
+            .await?;
+    }
     let psync = match from {
         Some(p) => write::command([
             b"PSYNC".as_slice(),

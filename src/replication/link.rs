@@ -20,7 +20,7 @@
 //! replication history: after a full resynchronization under a new replication id (Valkey
 //! restarted or failed over), the journal's older entries belong to another offset space.
 
-use super::handshake::{ack, handshake, SyncStart};
+use super::handshake::{ack, handshake, Purpose, SyncStart};
 use super::rdb;
 use super::stream::StreamFramer;
 use crate::checkpoint::store::Store;
@@ -205,9 +205,9 @@ async fn attach(
     };
     let (replid, offset, covered, new_history, full) = match handshake(
         &mut conn,
-        0,
+        &view.server,
+        Purpose::Link,
         from.as_ref(),
-        true,
     )
     .await?
     {
@@ -227,7 +227,9 @@ async fn attach(
             let from_lsn = journal.status().next_lsn;
             let store = cfg.store.clone();
             let (r, s) = (replid.clone(), stored.clone());
-            tokio::task::spawn_blocking(move || store.record(&s, &r, offset, from_lsn))
+            let written_by = view.server.version.to_string();
+            let w = written_by.clone();
+            tokio::task::spawn_blocking(move || store.record(&s, &w, &r, offset, from_lsn))
                 .await
                 .map_err(|e| std::io::Error::other(e.to_string()))??;
             tracing::info!(bytes = stored.bytes, path = %stored.path.display(), offset, "full resync: RDB stored durably and recorded as the checkpoint");
@@ -235,6 +237,8 @@ async fn attach(
             state.held = Some(Held {
                 ids: vec![replid.clone()],
                 end: offset,
+                rdb_version: stored.version,
+                written_by: Some(written_by),
             });
             (replid, offset, true, new_history, true)
         }

@@ -7,6 +7,9 @@
 //! payload in the same read already belong to the command stream and stay in the
 //! connection's buffer. The file is written under a temporary name, fsynced, renamed into
 //! place, and the directory fsynced: a crash leaves either no file or the whole file.
+//!
+//! The RDB's format version is read from its header as it arrives ([`format_version`]):
+//! a restore may only send it to a server that loads that format ([`loads`]).
 
 use super::handshake::read_line;
 use crate::upstream::client::{Conn, UpstreamError};
@@ -23,6 +26,33 @@ const READ_CHUNK_BYTES: usize = 256 << 10;
 static RDB_CRC: crc::Crc<u64, crc::Table<16>> =
     crc::Crc::<u64, crc::Table<16>>::new(&crc::CRC_64_REDIS);
 const TRAILER_LEN: usize = 8;
+/// `REDIS0011`, `VALKEY080`: a name and the format version in decimal digits.
+const HEADER_LEN: usize = 9;
+
+/// The format version in an RDB's 9-byte header: `REDIS` and four digits (Redis OSS, and
+/// Valkey before 9), or `VALKEY` and three (Valkey 9 and later, from format 80).
+pub fn format_version(header: &[u8]) -> Option<u16> {
+    let digits = header
+        .strip_prefix(b"REDIS")
+        .filter(|d| d.len() >= 4)
+        .map(|d| &d[..4])
+        .or_else(|| {
+            header
+                .strip_prefix(b"VALKEY")
+                .filter(|d| d.len() >= 3)
+                .map(|d| &d[..3])
+        })?;
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// Whether a server that writes RDB format `server` can load format `rdb`. Formats up to 11
+/// are the common ancestry of Redis OSS and Valkey: each loads its own and older ones.
+/// Formats 12 to 79 are Redis OSS's after the fork, which Valkey refuses; 80 and up are
+/// Valkey's, which Redis OSS cannot read (another header).
+pub fn loads(server: u16, rdb: u16) -> bool {
+    const REDIS_ONLY: std::ops::RangeInclusive<u16> = 12..=79;
+    rdb <= server && (!REDIS_ONLY.contains(&rdb) || REDIS_ONLY.contains(&server))
+}
 
 /// Computes an RDB's checksum as its bytes stream by, holding back the last 8 bytes (the
 /// trailer) because the end of a diskless transfer is only known when it comes.
@@ -30,6 +60,8 @@ pub struct RdbDigest {
     digest: crc::Digest<'static, u64, crc::Table<16>>,
     tail: Vec<u8>,
     bytes: u64,
+    /// The first bytes, up to the header's length.
+    header: Vec<u8>,
 }
 
 impl Default for RdbDigest {
@@ -38,12 +70,16 @@ impl Default for RdbDigest {
             digest: RDB_CRC.digest(),
             tail: Vec::with_capacity(2 * TRAILER_LEN),
             bytes: 0,
+            header: Vec::with_capacity(HEADER_LEN),
         }
     }
 }
 
 impl RdbDigest {
     pub fn update(&mut self, data: &[u8]) {
+        let missing = HEADER_LEN - self.header.len();
+        self.header
+            .extend_from_slice(&data[..missing.min(data.len())]);
         self.bytes += data.len() as u64;
         if data.len() >= TRAILER_LEN {
             self.digest.update(&self.tail);
@@ -59,8 +95,9 @@ impl RdbDigest {
         }
     }
 
-    /// The checksum of everything before the trailer; an error if the trailer holds a
-    /// different one (Valkey wrote 0 there when it does not checksum).
+    /// The checksum of everything before the trailer and the format version; an error if
+    /// the trailer holds a different checksum (Valkey wrote 0 there when it does not
+    /// checksum) or the header is not an RDB's.
     pub fn finish(self) -> Result<RdbSum, String> {
         if self.tail.len() < TRAILER_LEN {
             return Err(format!("{} bytes is too short for an RDB", self.bytes));
@@ -72,18 +109,26 @@ impl RdbDigest {
                 "RDB checksum mismatch: its trailer says {trailer:016x}, its bytes give {crc64:016x}"
             ));
         }
+        let version = format_version(&self.header).ok_or_else(|| {
+            format!(
+                "not an RDB: it starts with {:?}",
+                String::from_utf8_lossy(&self.header)
+            )
+        })?;
         Ok(RdbSum {
             bytes: self.bytes,
             crc64,
+            version,
         })
     }
 }
 
-/// Size and CRC-64/Jones of an RDB.
+/// Size, CRC-64/Jones and format version of an RDB.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RdbSum {
     pub bytes: u64,
     pub crc64: u64,
+    pub version: u16,
 }
 
 /// Reads a stored RDB whole and checks its trailer (blocking).
@@ -109,6 +154,8 @@ pub struct StoredRdb {
     pub bytes: u64,
     /// Valkey's CRC-64 of the RDB, checked against its trailer on arrival.
     pub crc64: u64,
+    /// Its format version, from its header.
+    pub version: u16,
     /// Sent in the diskless `$EOF:<mark>` form rather than with its length up front.
     pub eof_mark: bool,
 }
@@ -180,6 +227,7 @@ async fn store(
         path: dest.to_path_buf(),
         bytes: sum.bytes,
         crc64: sum.crc64,
+        version: sum.version,
         eof_mark,
     })
 }
@@ -262,9 +310,10 @@ mod tests {
 
     #[test]
     fn digest_matches_valkeys_check_value_and_holds_back_the_trailer() {
-        // CRC-64/Jones of "123456789" is e9c6d914c4b8d9ca (Valkey's crc64.c self-test).
-        let mut rdb = b"123456789".to_vec();
-        rdb.extend_from_slice(&0xe9c6d914c4b8d9ca_u64.to_le_bytes());
+        // CRC-64/Jones of "REDIS0011" is ddf881e71bd6a1ab (crc64.c's own check value is
+        // e9c6d914c4b8d9ca, of "123456789", which is no RDB header).
+        let mut rdb = b"REDIS0011".to_vec();
+        rdb.extend_from_slice(&0xddf881e71bd6a1ab_u64.to_le_bytes());
         for split in 0..rdb.len() {
             let mut d = RdbDigest::default();
             for part in [&rdb[..split], &rdb[split..]] {
@@ -273,8 +322,9 @@ mod tests {
                 }
             }
             let sum = d.finish().unwrap();
-            assert_eq!(sum.crc64, 0xe9c6d914c4b8d9ca);
+            assert_eq!(sum.crc64, 0xddf881e71bd6a1ab);
             assert_eq!(sum.bytes, rdb.len() as u64);
+            assert_eq!(sum.version, 11);
         }
         let mut bad = rdb.clone();
         bad[0] ^= 1;
@@ -282,10 +332,27 @@ mod tests {
         d.update(&bad);
         assert!(d.finish().unwrap_err().contains("checksum mismatch"));
         // A zero trailer means Valkey did not checksum: accepted, the CRC is still computed.
-        let mut unchecked = b"123456789".to_vec();
+        let mut unchecked = b"REDIS0011".to_vec();
         unchecked.extend_from_slice(&[0; 8]);
         let mut d = RdbDigest::default();
         d.update(&unchecked);
-        assert_eq!(d.finish().unwrap().crc64, 0xe9c6d914c4b8d9ca);
+        assert_eq!(d.finish().unwrap().crc64, 0xddf881e71bd6a1ab);
+        // Anything else is refused by its header.
+        let mut d = RdbDigest::default();
+        d.update(b"123456789\0\0\0\0\0\0\0\0");
+        assert!(d.finish().unwrap_err().contains("not an RDB"));
+    }
+
+    #[test]
+    fn format_versions_and_who_loads_them() {
+        assert_eq!(format_version(b"REDIS0010"), Some(10));
+        assert_eq!(format_version(b"REDIS0011"), Some(11));
+        assert_eq!(format_version(b"VALKEY080"), Some(80));
+        assert_eq!(format_version(b"REDIS001"), None);
+        assert_eq!(format_version(b"KEYDB0011"), None);
+        // Redis 7.0 (10), Valkey 8 (11), Redis 7.4 (12), Valkey 9 (80).
+        assert!(loads(11, 10) && loads(11, 11) && loads(80, 11) && loads(80, 80));
+        assert!(!loads(10, 11) && !loads(11, 80) && !loads(10, 80));
+        assert!(loads(12, 11) && loads(12, 12) && !loads(80, 12) && !loads(12, 80));
     }
 }

@@ -56,6 +56,8 @@ impl Progress {
 #[derive(Debug, Clone)]
 pub struct Holding {
     pub checkpoint: Checkpoint,
+    /// The checkpoint's RDB format, read from its header.
+    pub rdb_version: u16,
     pub end: ChainEnd,
     /// The journal's next LSN when the chain was walked: while it is unchanged (and the
     /// checkpoint too), the verification still holds.
@@ -67,6 +69,8 @@ impl Holding {
         decide::Held {
             ids: self.end.ids.clone(),
             end: self.end.offset,
+            rdb_version: self.rdb_version,
+            written_by: self.checkpoint.written_by.clone(),
         }
     }
 }
@@ -92,10 +96,11 @@ pub fn holding(store: &Store, journal: &Journal) -> Result<Option<Holding>, Rest
         let end = chain::walk(journal, &cp, |_| Ok(()));
         (rdb.join().expect("checkpoint verification panicked"), end)
     });
-    verified?;
+    let rdb_version = verified?;
     let end = end?;
     Ok(Some(Holding {
         checkpoint: cp,
+        rdb_version,
         end,
         next_lsn,
     }))

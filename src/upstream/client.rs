@@ -31,6 +31,9 @@ pub enum UpstreamError {
     /// Valkey answered with an error reply; the text is Valkey's own.
     #[error("Valkey replied: {}", String::from_utf8_lossy(.0).trim_end())]
     Refused(Bytes),
+    /// The server lacks something walrus needs; the text names it.
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// An open connection to Valkey with its read buffer.

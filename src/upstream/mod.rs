@@ -1,10 +1,11 @@
 //! Valkey as walrus sees it: where it is ([`Upstream`]), how to open an authenticated
 //! connection to it ([`client`]), and, in managed mode, the valkey-server child that walrus
-//! runs itself ([`managed`], [`binary`]).
+//! runs itself ([`managed`], [`binary`]); which server and RDB format it is ([`server`]).
 
 pub mod binary;
 pub mod client;
 pub mod managed;
+pub mod server;
 pub mod settings;
 
 use crate::config::Credentials;

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod pair;
+pub mod server;
 #[allow(unused_imports)] // each test binary uses a different part
 pub use pair::{decode, hello_without_id, show_args, sorted, Pair};
 
