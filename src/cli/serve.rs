@@ -9,7 +9,8 @@ use crate::durability::{Durability, Status};
 use crate::proxy::pipeline::{OffsetOracle, PipelineCtx};
 use crate::proxy::pool::{PoolKey, Pools};
 use crate::proxy::{server, Shared};
-use crate::upstream::client::{frame_int, Conn};
+use crate::upstream::client::{frame_int, Conn, UpstreamError};
+use crate::upstream::server::Server;
 use crate::upstream::managed::ManagedValkey;
 use crate::upstream::{binary, settings, Upstream};
 use redis_protocol::resp2::types::OwnedFrame;
@@ -160,11 +161,13 @@ async fn run_proxy(
         ));
     }
     crate::supervisor::status("starting: connecting to Valkey");
-    let (table, databases) = tokio::select! {
-        r = learn_upstream(&up, Duration::from_millis(config.upstream.reconnect_backoff_max_ms)) => r,
+    let (table, databases, server) = tokio::select! {
+        r = learn_upstream(&up, Duration::from_millis(config.upstream.reconnect_backoff_max_ms)) => r?,
         _ = stop.wait_for(|s| *s) => return Ok(()),
     };
     tracing::info!(
+        server = %server.version,
+        rdb_format = server.rdb_version,
         commands = table.len(),
         databases,
         "learned Valkey's command table"
@@ -359,11 +362,16 @@ async fn check_settings(up: &Upstream, strict: bool) -> Result<(), String> {
 
 /// Connects with walrus's own credentials and reads the command table and the number of
 /// databases, retrying until Valkey answers (in Kubernetes it may start after walrus).
-async fn learn_upstream(up: &Upstream, backoff_max: Duration) -> (CommandTable, u32) {
+async fn learn_upstream(
+    up: &Upstream,
+    backoff_max: Duration,
+) -> Result<(CommandTable, u32, Server), String> {
     let mut backoff = Duration::from_millis(50);
     loop {
         match try_learn(up).await {
-            Ok(r) => return r,
+            Ok(r) => return Ok(r),
+            // Not a server walrus can serve: waiting will not change that.
+            Err(UpstreamError::Unsupported(why)) => return Err(why),
             Err(e) => {
                 tracing::warn!(
                     "cannot read Valkey's command table yet: {e}; retrying in {backoff:?}"
@@ -375,22 +383,24 @@ async fn learn_upstream(up: &Upstream, backoff_max: Duration) -> (CommandTable, 
     }
 }
 
-async fn try_learn(up: &Upstream) -> Result<(CommandTable, u32), String> {
-    let mut conn = Conn::control(up).await.map_err(|e| e.to_string())?;
+/// Which server Valkey is (refused if walrus cannot serve it), its command table and its
+/// number of databases.
+async fn try_learn(up: &Upstream) -> Result<(CommandTable, u32, Server), UpstreamError> {
+    let mut conn = Conn::control(up).await?;
+    let server = Server::query(&mut conn).await?;
     let table = CommandTable::fetch(&mut conn)
         .await
-        .map_err(|e| e.to_string())?;
-    let reply = conn
-        .call(["CONFIG", "GET", "databases"])
-        .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| UpstreamError::Decode(e.to_string()))?;
+    let reply = conn.call(["CONFIG", "GET", "databases"]).await?;
     let databases = match &reply {
         OwnedFrame::Array(kv) => kv.get(1).and_then(frame_int),
         _ => None,
     }
     .filter(|&n| n > 0 && n <= u32::MAX as i64)
-    .ok_or_else(|| format!("unexpected CONFIG GET databases reply: {reply:?}"))?;
-    Ok((table, databases as u32))
+    .ok_or_else(|| {
+        UpstreamError::Decode(format!("unexpected CONFIG GET databases reply: {reply:?}"))
+    })?;
+    Ok((table, databases as u32, server))
 }
 
 fn spawn_signal_handler(stop: watch::Sender<bool>) -> Result<(), String> {

@@ -134,10 +134,15 @@ impl Valkey {
     }
 
     pub fn start_with(args: &[&str]) -> Valkey {
+        Valkey::start_bin(&valkey_server_bin(), args)
+    }
+
+    /// The same, from another server binary (a version of the matrix).
+    pub fn start_bin(binary: &std::path::Path, args: &[&str]) -> Valkey {
         for _ in 0..5 {
             let dir = tempfile::tempdir().unwrap();
             let port = free_port();
-            let mut cmd = Command::new(valkey_server_bin());
+            let mut cmd = Command::new(binary);
             cmd.args([
                 "--port",
                 &port.to_string(),
@@ -334,6 +339,18 @@ impl Walrus {
 }
 
 impl Walrus {
+    /// How many checkpoints this walrus has logged.
+    pub fn checkpoints(&self) -> usize {
+        self.proc.log_text().matches("checkpoint taken").count()
+    }
+
+    /// Returns once this walrus has logged more than `before` checkpoints.
+    pub fn await_checkpoint(&self, before: usize) {
+        while self.checkpoints() <= before {
+            self.proc.wait_line("checkpoint taken", START_TIMEOUT);
+        }
+    }
+
     /// A walrus in front of `v` whose journal device takes `delay_ms` for every write (the
     /// sync backend's fault injection).
     pub fn slow(v: &Valkey, delay_ms: u64) -> Walrus {

