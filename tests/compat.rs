@@ -1177,8 +1177,16 @@ fn protocol_errors_close_the_connection() {
             show(bad)
         );
     }
-    // Not errors: empty arrays are skipped.
+    // Not errors: empty arrays are skipped. Valkey 9.0.0 itself crashes on this input (an
+    // assertion in networking.c, fixed later); walrus parses it alone and never forwards it.
+    let v = server::under_test();
     let mut p = c.pair();
+    if v.valkey && (v.v.0, v.v.1) == (9, 0) {
+        p.w.send_raw(b"*0\r\n*-1\r\nPING\r\n");
+        assert_eq!(p.w.read_frame(), b"+PONG\r\n");
+        assert_eq!(Raw::connect(&c.w.addr).cmd(&["PING"]), b"+PONG\r\n");
+        return;
+    }
     p.send_both(b"*0\r\n*-1\r\nPING\r\n");
     assert_eq!(p.read_same(), b"+PONG\r\n");
 }

@@ -5,21 +5,10 @@
 mod common;
 use common::*;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::PathBuf;
 use std::time::Duration;
 
 const OK: &[u8] = b"+OK\r\n";
-
-fn export(dir: &Path, out: &Path) -> Output {
-    Command::new(walrus_bin())
-        .args(["journal", "export-aof", "--dir"])
-        .arg(dir)
-        .arg("--out")
-        .arg(out)
-        .output()
-        .expect("run walrus journal export-aof")
-}
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -194,7 +183,7 @@ fn exported_aof_loads_into_stock_valkey_with_the_same_data() {
     // While walrus runs, its journal is locked: the export refuses, clearly.
     let out_dir = tempfile::tempdir().unwrap();
     let aof = out_dir.path().join("appendonly.aof");
-    let busy = export(&data, &aof);
+    let busy = export_aof(&data, &aof);
     assert_eq!(busy.status.code(), Some(1), "{busy:?}");
     let err = text(&busy.stderr);
     assert!(
@@ -204,7 +193,7 @@ fn exported_aof_loads_into_stock_valkey_with_the_same_data() {
     assert!(!aof.exists());
 
     stop(&mut w);
-    let exported = export(&data, &aof);
+    let exported = export_aof(&data, &aof);
     let stdout = text(&exported.stdout);
     assert!(
         exported.status.success(),
@@ -231,7 +220,7 @@ fn exported_aof_loads_into_stock_valkey_with_the_same_data() {
     assert_eq!(leftovers, ["appendonly.aof"], "temporary files left behind");
     // The same, given the journal directory itself.
     let again = out_dir.path().join("again.aof");
-    let second = export(&data.join("journal"), &again);
+    let second = export_aof(&data.join("journal"), &again);
     assert!(second.status.success(), "{second:?}");
     assert!(std::fs::read(&again).unwrap() == bytes, "exports differ");
     std::fs::remove_file(&again).unwrap();
@@ -334,7 +323,7 @@ fn damaged_checkpoint_fails_the_export_naming_the_file() {
 
     let out_dir = tempfile::tempdir().unwrap();
     let aof = out_dir.path().join("appendonly.aof");
-    let r = export(&data, &aof);
+    let r = export_aof(&data, &aof);
     assert_eq!(r.status.code(), Some(1), "{r:?}");
     let err = text(&r.stderr);
     let name = rdb.file_name().unwrap().to_str().unwrap();

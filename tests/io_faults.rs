@@ -52,10 +52,7 @@ fn alive(w: &mut Walrus) {
 
 /// Kills walrus (its managed Valkey dies with it) and starts it again on the same data.
 fn crash_and_restart(mut w: Walrus, data: &Path) -> Walrus {
-    let pid = valkey_pid(&w.addr);
-    w.proc.signal(libc::SIGKILL);
-    w.proc.wait_exit(Duration::from_secs(10)).unwrap();
-    wait_dead(pid);
+    w.kill_with_valkey();
     Walrus::start_managed(CONFIG, Some(data))
 }
 

@@ -5,7 +5,6 @@ mod common;
 use common::*;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 const OK: &[u8] = b"+OK\r\n";
 
@@ -157,11 +156,8 @@ fn readiness_tells_the_truth_during_a_restore() {
     for _ in 0..200 {
         assert_eq!(c.read_frame(), OK);
     }
-    let pid = valkey_pid(&w.addr);
     let mut w = w;
-    w.proc.signal(libc::SIGKILL);
-    w.proc.wait_exit(Duration::from_secs(10)).unwrap();
-    wait_dead(pid);
+    w.kill_with_valkey();
 
     let metrics = format!("127.0.0.1:{}", free_port());
     let (proc, _cfg) = Walrus::spawn_with(None, "", &["--metrics-listen", &metrics], &data);

@@ -33,8 +33,9 @@ impl Link {
     async fn attach(up: &Upstream, dir: &std::path::Path) -> (Link, rdb::StoredRdb) {
         let mut conn = Conn::control(up).await.unwrap();
         let server = Server::query(&mut conn).await.unwrap();
-        let SyncStart::Full { replid, offset } =
-            handshake(&mut conn, &server, Purpose::Link, None).await.unwrap()
+        let SyncStart::Full { replid, offset } = handshake(&mut conn, &server, Purpose::Link, None)
+            .await
+            .unwrap()
         else {
             panic!("expected a full resync")
         };
@@ -70,19 +71,28 @@ impl Link {
             if self.framer.offset() >= offset {
                 break;
             }
-            let n = tokio::time::timeout(
-                Duration::from_secs(20),
-                self.conn.stream.read_buf(&mut self.conn.buf),
-            )
-            .await
-            .unwrap_or_else(|_| {
-                panic!(
-                    "stream stalled at {} of {offset}; buffered {:?}",
-                    self.framer.offset(),
-                    show(&self.conn.buf)
+            // A replica acknowledges every second, as walrus's link does: Valkey starts the
+            // stream after a diskless RDB only on an ACK that finds the transfer finished,
+            // and one that arrives earlier is not repeated.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            let n = loop {
+                match tokio::time::timeout(
+                    Duration::from_secs(1),
+                    self.conn.stream.read_buf(&mut self.conn.buf),
                 )
-            })
-            .unwrap();
+                .await
+                {
+                    Ok(read) => break read.unwrap(),
+                    Err(_) if tokio::time::Instant::now() < deadline => {
+                        ack(&mut self.conn, self.framer.offset()).await.unwrap()
+                    }
+                    Err(_) => panic!(
+                        "stream stalled at {} of {offset}; buffered {:?}",
+                        self.framer.offset(),
+                        show(&self.conn.buf)
+                    ),
+                }
+            };
             assert!(n > 0, "primary closed the link");
         }
         assert_eq!(

@@ -18,21 +18,6 @@ fn bulk(v: &str) -> Vec<u8> {
     format!("${}\r\n{v}\r\n", v.len()).into_bytes()
 }
 
-/// Sends every command at once, then checks every reply is `want`.
-fn pipeline(c: &mut Raw, cmds: &[Vec<String>], want: &[u8]) {
-    let mut out = Vec::new();
-    for cmd in cmds {
-        out.extend_from_slice(&walrus::resp::write::command(
-            cmd.iter().map(|a| a.as_bytes()),
-        ));
-    }
-    c.send_raw(&out);
-    for cmd in cmds {
-        let r = c.read_frame();
-        assert_eq!(show(&r), show(want), "{cmd:?}");
-    }
-}
-
 /// A dataset covering several databases, a TTL, a hash, a list, a script that writes a key
 /// it does not declare, a transaction, and 48 MiB of overwrites that wrap the test's 16 MiB
 /// ring three times (so checkpoints are taken and the journal spans them).
@@ -41,7 +26,7 @@ fn write_dataset(addr: &str, round: usize, model: &mut Model) {
     let sets: Vec<Vec<String>> = (0..2000)
         .map(|i| vec!["SET".into(), format!("k:{i}"), format!("v:{round}:{i}")])
         .collect();
-    pipeline(&mut c, &sets, OK);
+    pipeline(&mut c, &sets, OK, None);
     for i in 0..2000 {
         model.insert((0, format!("k:{i}")), bulk(&format!("v:{round}:{i}")));
     }
@@ -52,7 +37,7 @@ fn write_dataset(addr: &str, round: usize, model: &mut Model) {
             vec!["SET".into(), format!("big:{}", i % 8), v]
         })
         .collect();
-    pipeline(&mut c, &bigs, OK);
+    pipeline(&mut c, &bigs, OK, None);
     for i in 184..192 {
         model.insert(
             (0, format!("big:{}", i % 8)),
@@ -197,21 +182,13 @@ fn managed_walrus_brings_everything_back_after_sigterm_sigkill_and_a_dead_valkey
 
     // 2. More writes over the restored data, then SIGKILL: the managed Valkey dies with it.
     write_dataset(&w.addr, 1, &mut model);
-    let pid = valkey_pid(&w.addr);
-    w.proc.signal(libc::SIGKILL);
-    w.proc.wait_exit(Duration::from_secs(10)).unwrap();
-    wait_dead(pid);
+    w.kill_with_valkey();
     let w = Walrus::start_managed("", Some(&data));
     check(&w.addr, &model);
 
     // 3. Only the managed Valkey dies: walrus restores it while it keeps running.
     write_dataset(&w.addr, 2, &mut model);
-    let pid = valkey_pid(&w.addr);
-    unsafe { libc::kill(pid, libc::SIGKILL) };
-    w.proc
-        .wait_line("managed valkey-server exited", START_TIMEOUT);
-    w.proc
-        .wait_line("Valkey continued with a partial resync", START_TIMEOUT);
+    let pid = w.kill_valkey_and_await_restore();
     check(&w.addr, &model);
     assert_ne!(valkey_pid(&w.addr), pid);
 }
@@ -234,7 +211,7 @@ fn a_valkey_holding_another_history_is_refused_unless_configured() {
     let addr = format!("127.0.0.1:{port}");
     let mut direct = Raw::connect(&addr);
     assert_eq!(direct.cmd(&["SET", "theirs", "2"]), OK);
-    let line = refuses_to_start(Some(&addr), "", &data, "walrus: Valkey (primary) holds");
+    let line = refuses_to_start(Some(&addr), "", &data, "(primary) holds");
     assert!(
         line.contains("holds 1 keys of history") && line.contains("on_conflict"),
         "{line}"

@@ -43,28 +43,6 @@ struct Model {
     strings: BTreeMap<String, String>,
 }
 
-/// Sends every command at once, then checks every reply is `want` (showing walrus's log
-/// if not).
-fn pipeline(w: &Walrus, c: &mut Raw, cmds: &[Vec<String>], want: &[u8]) {
-    let mut out = Vec::new();
-    for cmd in cmds {
-        out.extend_from_slice(&walrus::resp::write::command(
-            cmd.iter().map(|a| a.as_bytes()),
-        ));
-    }
-    c.send_raw(&out);
-    for cmd in cmds {
-        let r = c.read_frame();
-        assert!(
-            r == want,
-            "{:.60}: {}\nwalrus's log:\n{}",
-            format!("{cmd:?}"),
-            show(&r),
-            w.proc.log_text()
-        );
-    }
-}
-
 /// Round `r` of the dataset: every Valkey 9 form of a field TTL, conditional writes, a
 /// field that expires at once (Valkey deletes it and its stream says so), then 50 MiB of
 /// overwrites that wrap the test's 16 MiB ring three times: only checkpoints let that
@@ -140,9 +118,15 @@ fn write_round(w: &Walrus, r: usize, model: &mut Model) {
     for piece in 0..5 {
         let taken = w.checkpoints();
         let bigs: Vec<Vec<String>> = (piece * 40..(piece + 1) * 40)
-            .map(|i| vec!["SET".into(), format!("big:{}", i % 8), format!("{r}:{i}:{big}")])
+            .map(|i| {
+                vec![
+                    "SET".into(),
+                    format!("big:{}", i % 8),
+                    format!("{r}:{i}:{big}"),
+                ]
+            })
             .collect();
-        pipeline(w, &mut c, &bigs, OK);
+        pipeline(&mut c, &bigs, OK, Some(w));
         w.await_checkpoint(taken);
     }
     for i in 192..200 {
@@ -253,7 +237,10 @@ fn field_ttls_checkpoint_wrap_the_ring_and_survive_every_restart() {
     std::thread::sleep(Duration::from_millis(soon.saturating_sub(now_ms())));
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["HEXISTS", "down", "f"]), b":0\r\n");
-    assert_eq!(c.cmd(&["HGETALL", "down"]), b"*2\r\n$5\r\nstays\r\n$1\r\ns\r\n");
+    assert_eq!(
+        c.cmd(&["HGETALL", "down"]),
+        b"*2\r\n$5\r\nstays\r\n$1\r\ns\r\n"
+    );
     model
         .hashes
         .insert("down".into(), [("stays".into(), ("s".into(), -1))].into());
@@ -267,22 +254,14 @@ fn field_ttls_checkpoint_wrap_the_ring_and_survive_every_restart() {
     // 3. SIGKILL: walrus and its managed Valkey die together.
     writable(&w, &mut model);
     write_round(&w, 1, &mut model);
-    let pid = valkey_pid(&w.addr);
-    w.proc.signal(libc::SIGKILL);
-    w.proc.wait_exit(Duration::from_secs(10)).unwrap();
-    wait_dead(pid);
+    w.kill_with_valkey();
     let mut w = Walrus::start_managed("", Some(&data));
     check(&w.addr, &model);
 
     // 4. Only Valkey dies: walrus restores it live.
     writable(&w, &mut model);
     write_round(&w, 2, &mut model);
-    let pid = valkey_pid(&w.addr);
-    unsafe { libc::kill(pid, libc::SIGKILL) };
-    w.proc
-        .wait_line("managed valkey-server exited", START_TIMEOUT);
-    w.proc
-        .wait_line("Valkey continued with a partial resync", START_TIMEOUT);
+    w.kill_valkey_and_await_restore();
     check(&w.addr, &model);
 
     // 5. The export loads into a stock Valkey of the same version, field TTLs and all.
@@ -292,13 +271,7 @@ fn field_ttls_checkpoint_wrap_the_ring_and_survive_every_restart() {
     assert!(w.proc.wait_exit(Duration::from_secs(30)).unwrap().success());
     let out = tempfile::tempdir().unwrap();
     let aof = out.path().join("appendonly.aof");
-    let export = std::process::Command::new(walrus_bin())
-        .args(["journal", "export-aof", "--dir"])
-        .arg(&data)
-        .arg("--out")
-        .arg(&aof)
-        .output()
-        .unwrap();
+    let export = export_aof(&data, &aof);
     assert!(export.status.success(), "{export:?}");
     assert!(std::fs::read(&aof).unwrap().starts_with(b"VALKEY080"));
     let stock = Valkey::start_with(&["--appendonly", "yes", "--dir", out.path().to_str().unwrap()]);
@@ -320,11 +293,19 @@ fn valkey_9_commands_answer_through_walrus_as_valkey_does() {
     };
     let far = (now_ms() + 1_000_000_000).to_string();
     p.expect(
-        &["HSETEX", "h", "FNX", "PXAT", &far, "FIELDS", "2", "a", "1", "b", "2"],
+        &[
+            "HSETEX", "h", "FNX", "PXAT", &far, "FIELDS", "2", "a", "1", "b", "2",
+        ],
         b":1\r\n",
     );
-    p.expect(&["HSETEX", "h", "FNX", "EX", "10", "FIELDS", "1", "a", "x"], b":0\r\n");
-    p.expect(&["HSETEX", "h", "FXX", "KEEPTTL", "FIELDS", "1", "a", "3"], b":1\r\n");
+    p.expect(
+        &["HSETEX", "h", "FNX", "EX", "10", "FIELDS", "1", "a", "x"],
+        b":0\r\n",
+    );
+    p.expect(
+        &["HSETEX", "h", "FXX", "KEEPTTL", "FIELDS", "1", "a", "3"],
+        b":1\r\n",
+    );
     p.same(&["HSETEX", "h", "EX", "0", "FIELDS", "1", "zero", "1"]);
     p.err(&["HSETEX", "h", "EX", "-1", "FIELDS", "1", "a", "1"]);
     p.err(&["HSETEX", "h", "FIELDS", "2", "a", "1"]);

@@ -4,8 +4,10 @@
 //! checkpoint in that server's RDB format (recorded with its writer), SIGKILL and back,
 //! `journal export-aof` loaded by a stock server of that version. Across versions: an
 //! upgrade under walrus (8.1 to 9.0 to 9.1) restores; a downgrade below the checkpoint's
-//! format is refused before anything is sent, naming both versions; a server walrus
-//! cannot serve (Redis OSS 6.2) is refused at start, naming what it lacks.
+//! format, or below a server whose commands the journal holds (9.1 to 9.0, or back to 8.1
+//! after an upgrade), is refused before anything is sent, naming both versions, in managed
+//! mode at start and in external mode with Valkey swapped under a running walrus; a server
+//! walrus cannot serve (Redis OSS 6.2) is refused at start, naming what it lacks.
 //!
 //! The whole suite against one version: `deploy/matrix.sh VERSION` (README, "Valkey
 //! versions").
@@ -25,15 +27,22 @@ fn supported(v: &Version) -> bool {
 }
 
 fn installed(pick: impl Fn(&Version) -> bool) -> Vec<(Version, PathBuf)> {
-    let found: Vec<_> = matrix().into_iter().filter(|(v, _)| pick(v)).collect();
-    if found.is_empty() {
-        eprintln!("skipped: no such server installed (deploy/setup.sh installs the matrix)");
-    }
-    found
+    matrix().into_iter().filter(|(v, _)| pick(v)).collect()
+}
+
+/// The installed Valkey `major.minor` (deploy/setup.sh installs 9.0 and 8.1).
+fn valkey(major: u32, minor: u32) -> PathBuf {
+    installed(|v| v.valkey && (v.v.0, v.v.1) == (major, minor))
+        .pop()
+        .unwrap_or_else(|| panic!("no Valkey {major}.{minor}: run deploy/setup.sh"))
+        .1
 }
 
 fn managed_with(binary: &Path) -> String {
-    format!("[upstream]\nvalkey_server = {:?}\n", binary.to_str().unwrap())
+    format!(
+        "[upstream]\nvalkey_server = {:?}\n",
+        binary.to_str().unwrap()
+    )
 }
 
 /// What the test wrote, key to the command that reads it back and the reply.
@@ -54,14 +63,22 @@ fn write(w: &Walrus, v: &Version, tag: &str, model: &mut Model) {
     for i in 0..200 {
         let key = format!("s:{tag}:{i}");
         assert_eq!(c.cmd(&["SET", &key, &i.to_string()]), OK);
-        put(&key, &["GET", &key], format!("${}\r\n{i}\r\n", i.to_string().len()).as_bytes());
+        put(
+            &key,
+            &["GET", &key],
+            format!("${}\r\n{i}\r\n", i.to_string().len()).as_bytes(),
+        );
     }
     let h = k("h");
     assert_eq!(c.cmd(&["HSET", &h, "f", "1", "g", "2"]), b":2\r\n");
     put(&h, &["HGET", &h, "g"], b"$1\r\n2\r\n");
     let l = k("l");
     assert_eq!(c.cmd(&["RPUSH", &l, "a", "b", "c"]), b":3\r\n");
-    put(&l, &["LRANGE", &l, "0", "-1"], b"*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n");
+    put(
+        &l,
+        &["LRANGE", &l, "0", "-1"],
+        b"*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n",
+    );
     let z = k("z");
     assert_eq!(c.cmd(&["ZADD", &z, "1", "x", "2", "y"]), b":2\r\n");
     put(&z, &["ZSCORE", &z, "y"], b"$1\r\n2\r\n");
@@ -97,7 +114,11 @@ fn write(w: &Walrus, v: &Version, tag: &str, model: &mut Model) {
     }
     for i in 0..4 {
         let key = format!("big:{i}");
-        put(&key, &["STRLEN", &key], format!(":{}\r\n", big.len()).as_bytes());
+        put(
+            &key,
+            &["STRLEN", &key],
+            format!(":{}\r\n", big.len()).as_bytes(),
+        );
     }
     w.await_checkpoint(taken);
 }
@@ -157,23 +178,22 @@ fn each_installed_version_checkpoints_restores_and_exports() {
         check(&w.addr, &model);
         // The checkpoint is in this server's format, and says who wrote it.
         let m = manifest(&data);
-        let rdb = std::fs::read(data.join("checkpoints").join(
-            m.lines()
-                .find_map(|l| l.strip_prefix("file = "))
-                .unwrap()
-                .trim_matches('"'),
-        ))
+        let rdb = std::fs::read(
+            data.join("checkpoints").join(
+                m.lines()
+                    .find_map(|l| l.strip_prefix("file = "))
+                    .unwrap()
+                    .trim_matches('"'),
+            ),
+        )
         .unwrap();
         let format = walrus::replication::rdb::format_version(&rdb).unwrap();
         assert!(m.contains(&format!("rdb_version = {format}")), "{m}");
         assert!(m.contains(&format!("written_by = \"{v}\"")), "{m}");
 
         // SIGKILL: walrus and its Valkey die; both come back with everything.
-        let pid = valkey_pid(&w.addr);
         let mut w = w;
-        w.proc.signal(libc::SIGKILL);
-        w.proc.wait_exit(Duration::from_secs(10)).unwrap();
-        wait_dead(pid);
+        w.kill_with_valkey();
         let mut w = Walrus::start_managed(&managed_with(&binary), Some(&data));
         check(&w.addr, &model);
         stop(&mut w);
@@ -181,13 +201,7 @@ fn each_installed_version_checkpoints_restores_and_exports() {
         // The export loads into a stock server of the same version.
         let out = tempfile::tempdir().unwrap();
         let aof = out.path().join("appendonly.aof");
-        let export = std::process::Command::new(walrus_bin())
-            .args(["journal", "export-aof", "--dir"])
-            .arg(&data)
-            .arg("--out")
-            .arg(&aof)
-            .output()
-            .unwrap();
+        let export = export_aof(&data, &aof);
         assert!(export.status.success(), "{v}: {export:?}");
         let dir = out.path().to_str().unwrap();
         let stock = Valkey::start_bin(&binary, &["--appendonly", "yes", "--dir", dir]);
@@ -197,14 +211,7 @@ fn each_installed_version_checkpoints_restores_and_exports() {
 
 #[test]
 fn an_upgrade_under_walrus_restores_from_the_older_format() {
-    let path = |want: (u32, u32)| {
-        installed(|v| v.valkey && (v.v.0, v.v.1) == want)
-            .pop()
-            .map(|(_, p)| p)
-    };
-    let (Some(v8), Some(v90)) = (path((8, 1)), path((9, 0))) else {
-        return;
-    };
+    let (v8, v90) = (valkey(8, 1), valkey(9, 0));
     let now = under_test();
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
@@ -228,16 +235,26 @@ fn an_upgrade_under_walrus_restores_from_the_older_format() {
     eprintln!("Valkey 8.1 to 9.0 to {now}: every write restored");
 }
 
+/// Starts walrus (managed) on `data` with `binary` and expects the restore to be refused,
+/// naming every part; the checkpoint's manifest stays as it was.
+fn refused(data: &Path, binary: &Path, config: &str, parts: &[String]) {
+    let before = manifest(data);
+    let cfg = format!("{}{config}", managed_with(binary));
+    let line = refuses_to_start(None, &cfg, data, "refusing to restore");
+    for part in parts {
+        assert!(line.contains(part.as_str()), "{part:?} missing: {line}");
+    }
+    assert_eq!(manifest(data), before, "the refusal changed the checkpoint");
+}
+
 #[test]
 fn a_downgrade_below_the_checkpoints_format_is_refused_before_anything_is_sent() {
     let now = under_test();
-    let older = installed(|v| v.valkey && v.v.0 < 9);
     if !server::has(now.hash_field_ttls(), "a checkpoint in Valkey 9's format") {
         return;
     }
-    let Some((old, binary)) = older.into_iter().next() else {
-        return;
-    };
+    let v8 = valkey(8, 1);
+    let old = server::version_of(&v8);
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
     let mut w = Walrus::start_managed("", Some(&data));
@@ -246,31 +263,117 @@ fn a_downgrade_below_the_checkpoints_format_is_refused_before_anything_is_sent()
     assert_eq!(r, b":1\r\n");
     assert_eq!(c.cmd(&["SET", "k", "v"]), OK);
     stop(&mut w);
-    let before = manifest(&data);
 
-    let line = refuses_to_start(None, &managed_with(&binary), &data, "cannot load");
-    for part in [
-        format!("RDB format 80 (written by {now})"),
-        format!("{old} cannot load"),
+    let parts = [
+        format!("RDB format 80 written by {now}"),
+        format!("{old} cannot load that format"),
         "export-aof".into(),
-        "restore.on_conflict".into(),
-    ] {
-        assert!(line.contains(&part), "{part:?} missing: {line}");
-    }
-    assert_eq!(manifest(&data), before, "the refusal changed the checkpoint");
+        "data directory aside".into(),
+    ];
+    refused(&data, &v8, "", &parts);
+    // restore.on_conflict is about whose data wins, not about a load that cannot work.
+    refused(
+        &data,
+        &v8,
+        "[restore]\non_conflict = \"valkey-wins\"\n",
+        &parts,
+    );
 
-    // The same data dir still restores into the version that wrote it.
+    // The same data directory still restores into the version that wrote it.
     let w = Walrus::start_managed("", Some(&data));
+    assert_eq!(Raw::connect(&w.addr).cmd(&["GET", "k"]), b"$1\r\nv\r\n");
+}
+
+#[test]
+fn a_downgrade_below_a_server_whose_commands_the_journal_holds_is_refused() {
+    let (v8, v90) = (valkey(8, 1), valkey(9, 0));
+    let (old8, old90, now) = (
+        server::version_of(&v8),
+        server::version_of(&v90),
+        under_test(),
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+
+    // Checkpointed by 8.1, upgraded to the default (a restore), then writes only the newer
+    // server has go to the journal: back to 8.1 is refused, although it reads the format.
+    let mut w = Walrus::start_managed(&managed_with(&v8), Some(&data));
+    assert_eq!(Raw::connect(&w.addr).cmd(&["SET", "k", "8"]), OK);
+    stop(&mut w);
+    let mut w = Walrus::start_managed("", Some(&data));
+    assert!(manifest(&data).contains(&format!("newest_server = \"{now}\"")));
+    if now.hash_field_ttls() {
+        let r = Raw::connect(&w.addr).cmd(&["HSETEX", "h", "EX", "1000", "FIELDS", "1", "f", "v"]);
+        assert_eq!(r, b":1\r\n");
+    }
+    stop(&mut w);
+    refused(
+        &data,
+        &v8,
+        "",
+        &[
+            "RDB format 11 written by Valkey 8.1.8, and its journal holds writes of".into(),
+            format!("{old8} may lack commands of {now}"),
+        ],
+    );
+
+    // A checkpoint in the default's own format, then 9.0: same format, fewer commands.
+    let w = Walrus::start_managed("", Some(&data));
+    let big = "x".repeat(256 << 10);
+    let taken = w.checkpoints();
     let mut c = Raw::connect(&w.addr);
-    assert_eq!(c.cmd(&["GET", "k"]), b"$1\r\nv\r\n");
-    drop(c);
+    let sets: Vec<Vec<String>> = (0..40)
+        .map(|i| vec!["SET".into(), format!("big:{}", i % 4), big.clone()])
+        .collect();
+    pipeline(&mut c, &sets, OK, Some(&w));
+    w.await_checkpoint(taken);
     let mut w = w;
     stop(&mut w);
+    if now.valkey && (now.v.0, now.v.1) > (9, 0) {
+        refused(
+            &data,
+            &v90,
+            "",
+            &[format!("{old90} may lack commands of {now}")],
+        );
+    }
+}
 
-    // valkey-wins: the operator drops walrus's data and starts over from Valkey's.
-    let cfg = format!("{}[restore]\non_conflict = \"valkey-wins\"\n", managed_with(&binary));
-    let w = Walrus::start_managed(&cfg, Some(&data));
-    assert_eq!(Raw::connect(&w.addr).cmd(&["DBSIZE"]), b":0\r\n");
+#[test]
+fn valkey_swapped_for_an_older_one_under_a_running_walrus_is_refused_not_fed() {
+    // External mode: Valkey 8.1 on a port, walrus in front; Valkey replaced by the default
+    // (walrus restores into it), a checkpoint in the default's format; then 8.1 again.
+    let v8 = valkey(8, 1);
+    let port = free_port().to_string();
+    let on_port = |binary: &Path| Valkey::start_bin(binary, &["--port", &port]);
+    let addr = format!("127.0.0.1:{port}");
+    let first = on_port(&v8);
+    let w = Walrus::start(&addr);
+    assert_eq!(Raw::connect(&w.addr).cmd(&["SET", "k", "v"]), OK);
+    drop(first);
+    let newer = on_port(&valkey_server_bin());
+    w.proc
+        .wait_line("Valkey continued with a partial resync", START_TIMEOUT);
+    let big = "x".repeat(256 << 10);
+    let taken = w.checkpoints();
+    let sets: Vec<Vec<String>> = (0..40)
+        .map(|i| vec!["SET".into(), format!("big:{}", i % 4), big.clone()])
+        .collect();
+    pipeline(&mut Raw::connect(&w.addr), &sets, OK, Some(&w));
+    w.await_checkpoint(taken);
+    drop(newer);
+    let older = on_port(&v8);
+    let line = w.proc.wait_line("refusing to restore", START_TIMEOUT);
+    assert!(line.contains("Valkey 8.1.8"), "{line}");
+    // Clients wait with Valkey's own -LOADING; nothing was sent to the older Valkey.
+    let r = Raw::connect(&w.addr).cmd(&["GET", "k"]);
+    assert!(r.starts_with(b"-LOADING"), "{}", show(&r));
+    assert!(
+        !older.proc.log_text().contains("MASTER <-> REPLICA sync")
+            && !older.proc.log_text().contains("RDB format"),
+        "{}",
+        older.proc.log_text()
+    );
 }
 
 #[test]
@@ -280,7 +383,7 @@ fn a_server_walrus_cannot_serve_is_refused_at_start_naming_what_it_lacks() {
         let tmp = tempfile::tempdir().unwrap();
         let line = refuses_to_start(Some(&old.addr()), "", tmp.path(), "walrus needs");
         assert!(
-            line.contains(&v.to_string()) && line.contains("FUNCTION DUMP"),
+            line.contains(&v.to_string()) && line.contains("key specifications"),
             "{line}"
         );
     }

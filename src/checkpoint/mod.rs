@@ -21,7 +21,7 @@ use crate::journal::{Journal, ReplayFrom};
 use crate::replication::handshake::{handshake, Purpose, SyncStart};
 use crate::replication::rdb;
 use crate::upstream::client::Conn;
-use crate::upstream::server::Server;
+use crate::upstream::server::ServerVersion;
 use crate::upstream::Upstream;
 use std::sync::Arc;
 use std::time::Duration;
@@ -247,9 +247,11 @@ async fn take(
     let memory = used_memory(&mut conn).await?;
     let (need, how) = estimate(*last_sizes, cfg.store.recorded().map(|c| c.size), memory);
     cfg.room.check(need, &how)?;
-    let server = Server::query(&mut conn).await.map_err(|e| e.to_string())?;
+    let version = ServerVersion::query(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?;
     let SyncStart::Full { replid, offset } =
-        handshake(&mut conn, &server, Purpose::Checkpoint, None)
+        handshake(&mut conn, &version, Purpose::Checkpoint, None)
             .await
             .map_err(|e| e.to_string())?
     else {
@@ -272,12 +274,12 @@ async fn take(
     let current_from = store.recorded_from_lsn().unwrap_or(1);
     let from_lsn = (before.lsn + 1).max(current_from);
     let path = stored.path.clone();
-    let written_by = server.version.to_string();
+    let written_by = version.to_string();
     let recorded = tokio::task::spawn_blocking(move || {
         store.record(&stored, &written_by, &replid, offset, from_lsn)
     })
-            .await
-            .map_err(|e| e.to_string())?;
+    .await
+    .map_err(|e| e.to_string())?;
     let recorded = match recorded {
         Ok(r) => r,
         Err(e) => {

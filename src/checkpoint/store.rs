@@ -8,14 +8,16 @@
 //! offset), its size and Valkey's CRC-64 (verified before every use), and `from_lsn`: the
 //! first journal entry a restore from it may need. Every entry before `from_lsn` is covered
 //! by the RDB or belongs to a history the RDB replaced, so the journal may release them.
-//! It also records the RDB's format version and the server that wrote it: a restore loads
-//! the RDB only into a server that reads that format. (Manifests written before walrus
-//! recorded them have neither; the format is then read from the RDB's header, which a
-//! verification reads anyway.)
+//! It also records the RDB's format version, the server that wrote it, and the newest server
+//! whose stream the journal has taken since: a restore loads them only into a server that
+//! reads that format and runs every command those servers may have journaled. (Manifests
+//! written before walrus recorded these have none of them; the format is then read from the
+//! RDB's header, which a verification reads anyway.)
 
 use crate::journal::manifest::{replace_file, seal, unseal};
 use crate::replication::handshake::REPLID_LEN;
 use crate::replication::rdb::{self, StoredRdb};
+use crate::upstream::server::ServerVersion;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -43,6 +45,20 @@ pub struct Checkpoint {
     /// The server that wrote it, `Valkey 9.1.2`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub written_by: Option<String>,
+    /// A newer server than `written_by` whose stream the journal took after this checkpoint
+    /// (Valkey was upgraded under walrus): its commands may be in the journal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub newest_server: Option<String>,
+}
+
+impl Checkpoint {
+    /// The servers whose writes this checkpoint and the journal after it hold.
+    pub fn servers(&self) -> impl Iterator<Item = ServerVersion> + '_ {
+        [&self.written_by, &self.newest_server]
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.parse().ok())
+    }
 }
 
 mod hex_u64 {
@@ -192,7 +208,29 @@ impl Store {
             from_lsn,
             rdb_version: Some(stored.version),
             written_by: Some(written_by.to_string()),
+            newest_server: None,
         };
+        self.write(&c)?;
+        self.remove_others(&c.file);
+        Ok(c)
+    }
+
+    /// Notes that the journal is about to take the stream of `server`: if the recorded
+    /// checkpoint and journal hold nothing of a server that runs all of its commands, the
+    /// manifest says so from now on (atomically, before anything of it is journaled).
+    pub fn note_server(&self, server: &ServerVersion) -> Result<(), StoreError> {
+        let Some(mut c) = self.recorded() else {
+            return Ok(());
+        };
+        if c.servers().any(|s| s.runs_all_of(server)) {
+            return Ok(());
+        }
+        c.newest_server = Some(server.to_string());
+        self.write(&c)
+    }
+
+    /// Replaces the manifest with `c`, atomically.
+    fn write(&self, c: &Checkpoint) -> Result<(), StoreError> {
         let body = toml::to_string(&ManifestFile {
             checkpoint: c.clone(),
         })
@@ -204,8 +242,7 @@ impl Store {
             }
         })?;
         *self.recorded.lock().expect("checkpoint record lock") = Some(c.clone());
-        self.remove_others(&c.file);
-        Ok(c)
+        Ok(())
     }
 
     fn remove_others(&self, keep: &str) {
@@ -335,6 +372,7 @@ mod tests {
         let old = Checkpoint {
             rdb_version: None,
             written_by: None,
+            newest_server: None,
             ..c.clone()
         };
         let body = toml::to_string(&ManifestFile { checkpoint: old }).unwrap();
@@ -349,6 +387,33 @@ mod tests {
             ..c
         };
         let err = store.verify(&wrong).unwrap_err().to_string();
-        assert!(err.contains("RDB format 80, the manifest records Some(11)"), "{err}");
+        assert!(
+            err.contains("RDB format 80, the manifest records Some(11)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_newest_server_that_fed_the_journal_is_noted_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path()).unwrap();
+        let v = |s: &str| s.parse::<ServerVersion>().unwrap();
+        // No checkpoint yet: nothing to note.
+        store.note_server(&v("Valkey 9.1.2")).unwrap();
+        assert_eq!(store.current().unwrap(), None);
+        let a = "a".repeat(40);
+        let rdb = stored(&store, &a, 10, b"REDIS0011body");
+        store.record(&rdb, "Valkey 8.1.8", &a, 10, 1).unwrap();
+        store.note_server(&v("Valkey 8.1.2")).unwrap();
+        assert_eq!(store.current().unwrap().unwrap().newest_server, None);
+        store.note_server(&v("Valkey 9.1.2")).unwrap();
+        store.note_server(&v("Valkey 9.0.0")).unwrap();
+        let c = store.current().unwrap().unwrap();
+        assert_eq!(c.newest_server.as_deref(), Some("Valkey 9.1.2"));
+        assert_eq!(store.recorded(), Some(c.clone()));
+        // A new checkpoint starts over from its own writer.
+        let rdb = stored(&store, &a, 20, b"VALKEY080body");
+        let c = store.record(&rdb, "Valkey 9.1.2", &a, 20, 2).unwrap();
+        assert_eq!(c.newest_server, None);
     }
 }

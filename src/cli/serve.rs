@@ -10,8 +10,8 @@ use crate::proxy::pipeline::{OffsetOracle, PipelineCtx};
 use crate::proxy::pool::{PoolKey, Pools};
 use crate::proxy::{server, Shared};
 use crate::upstream::client::{frame_int, Conn, UpstreamError};
-use crate::upstream::server::Server;
 use crate::upstream::managed::ManagedValkey;
+use crate::upstream::server::ServerVersion;
 use crate::upstream::{binary, settings, Upstream};
 use redis_protocol::resp2::types::OwnedFrame;
 use std::process::ExitCode;
@@ -166,8 +166,7 @@ async fn run_proxy(
         _ = stop.wait_for(|s| *s) => return Ok(()),
     };
     tracing::info!(
-        server = %server.version,
-        rdb_format = server.rdb_version,
+        server = %server,
         commands = table.len(),
         databases,
         "learned Valkey's command table"
@@ -365,7 +364,7 @@ async fn check_settings(up: &Upstream, strict: bool) -> Result<(), String> {
 async fn learn_upstream(
     up: &Upstream,
     backoff_max: Duration,
-) -> Result<(CommandTable, u32, Server), String> {
+) -> Result<(CommandTable, u32, ServerVersion), String> {
     let mut backoff = Duration::from_millis(50);
     loop {
         match try_learn(up).await {
@@ -385,9 +384,10 @@ async fn learn_upstream(
 
 /// Which server Valkey is (refused if walrus cannot serve it), its command table and its
 /// number of databases.
-async fn try_learn(up: &Upstream) -> Result<(CommandTable, u32, Server), UpstreamError> {
+async fn try_learn(up: &Upstream) -> Result<(CommandTable, u32, ServerVersion), UpstreamError> {
     let mut conn = Conn::control(up).await?;
-    let server = Server::query(&mut conn).await?;
+    let server = ServerVersion::query(&mut conn).await?;
+    server.check_supported()?;
     let table = CommandTable::fetch(&mut conn)
         .await
         .map_err(|e| UpstreamError::Decode(e.to_string()))?;

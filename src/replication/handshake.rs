@@ -24,7 +24,7 @@
 
 use crate::resp::write;
 use crate::upstream::client::{Conn, UpstreamError};
-use crate::upstream::server::Server;
+use crate::upstream::server::ServerVersion;
 use tokio::io::AsyncReadExt;
 
 /// A Valkey replication id: 40 hex characters.
@@ -56,11 +56,11 @@ pub enum Purpose {
     Checkpoint,
 }
 
-/// Runs the handshake on an authenticated connection to `server` (as [`Server::query`]
-/// found it on this connection or another one just before).
+/// Runs the handshake on an authenticated connection to the server of `version` (as
+/// [`ServerVersion::query`] found it on this connection or another one just before).
 pub async fn handshake(
     conn: &mut Conn,
-    server: &Server,
+    version: &ServerVersion,
     purpose: Purpose,
     from: Option<&Position>,
 ) -> Result<SyncStart, UpstreamError> {
@@ -71,14 +71,12 @@ pub async fn handshake(
     let ip = conn.stream.local_addr()?.ip().to_string();
     conn.expect_ok(write::command(["REPLCONF", "ip-address", &ip]))
         .await?;
-    conn.expect_ok(write::command(["REPLCONF", "capa", "eof", "capa", "psync2"]))
-        .await?;
+    conn.expect_ok(write::command([
+        "REPLCONF", "capa", "eof", "capa", "psync2",
+    ]))
+    .await?;
     match conn
-        .expect_ok(write::command([
-            "REPLCONF",
-            "version",
-            &server.version.number(),
-        ]))
+        .expect_ok(write::command(["REPLCONF", "version", &version.number()]))
         .await
     {
         Ok(()) | Err(UpstreamError::Refused(_)) => {}

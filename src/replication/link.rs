@@ -189,14 +189,19 @@ async fn attach(
         Decision::Restore => {
             durability.begin_restore();
             drop(conn);
-            let (position, holding) = restore::run(
+            let (position, holding) = match restore::run(
                 up,
                 &cfg.store,
                 journal,
                 cfg.restore_timeout,
                 state.verified.take(),
             )
-            .await?;
+            .await
+            {
+                // A downgrade: like a conflict, nothing to retry until someone acts.
+                Err(RestoreError::Unloadable(why)) => return Err(LinkError::Conflict(why)),
+                r => r?,
+            };
             state.held = Some(holding.held());
             conn = Conn::control(up).await?;
             restored = true;
@@ -205,7 +210,7 @@ async fn attach(
     };
     let (replid, offset, covered, new_history, full) = match handshake(
         &mut conn,
-        &view.server,
+        &view.version,
         Purpose::Link,
         from.as_ref(),
     )
@@ -227,18 +232,17 @@ async fn attach(
             let from_lsn = journal.status().next_lsn;
             let store = cfg.store.clone();
             let (r, s) = (replid.clone(), stored.clone());
-            let written_by = view.server.version.to_string();
-            let w = written_by.clone();
-            tokio::task::spawn_blocking(move || store.record(&s, &w, &r, offset, from_lsn))
-                .await
-                .map_err(|e| std::io::Error::other(e.to_string()))??;
+            let written_by = view.version.to_string();
+            tokio::task::spawn_blocking(move || {
+                store.record(&s, &written_by, &r, offset, from_lsn)
+            })
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))??;
             tracing::info!(bytes = stored.bytes, path = %stored.path.display(), offset, "full resync: RDB stored durably and recorded as the checkpoint");
             let new_history = state.held.as_ref().is_none_or(|h| !h.ids.contains(&replid));
             state.held = Some(Held {
                 ids: vec![replid.clone()],
                 end: offset,
-                rdb_version: stored.version,
-                written_by: Some(written_by),
             });
             (replid, offset, true, new_history, true)
         }
@@ -259,6 +263,12 @@ async fn attach(
             if !held.ids.contains(&replid) {
                 held.ids.push(replid.clone());
             }
+            // Before anything of this Valkey is journaled: a restore must not take its
+            // commands to an older one.
+            let (store, version) = (cfg.store.clone(), view.version.clone());
+            tokio::task::spawn_blocking(move || store.note_server(&version))
+                .await
+                .map_err(|e| std::io::Error::other(e.to_string()))??;
             (replid, offset, restored, restored, false)
         }
     };

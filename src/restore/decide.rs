@@ -10,16 +10,17 @@
 //! | empty (no keys), not (a) | **(d) fresh**: `PSYNC ? -1`, a new history | **(b) restore** |
 //! | a replica whose primary id is one of H's (a restore that was cut short) | by its keys, as the rows above and below | **(b) restore** |
 //! | holds keys of another history, or of H but behind its end | **adopt**: `PSYNC ? -1`, Valkey's data becomes walrus's first checkpoint | **(c) conflict**: `restore.on_conflict` = `refuse` (default: stop and say so), `valkey-wins` (adopt, dropping H), `journal-wins` (restore over Valkey's data) |
-//! | (b) or (c) with `journal-wins`, but Valkey cannot load H's RDB format (a downgrade: Valkey 8 after Valkey 9 wrote the checkpoint) | - | **(e) refuse** before anything is sent, naming both versions; `restore.on_conflict` = `valkey-wins` adopts instead |
+//!
+//! A restore, (b) or (c) with `journal-wins`, then checks that this Valkey can take what
+//! walrus holds, before it sends anything ([`super::compatible`]): a downgrade is refused.
 //!
 //! A journal whose entries span several histories is no special case: a new history always
 //! starts with a new checkpoint, so H is the chain of the newest one, and entries before its
 //! `from_lsn` are never replayed.
 
 use crate::replication::handshake::Position;
-use crate::replication::rdb;
 use crate::upstream::client::{Conn, UpstreamError};
-use crate::upstream::server::{info, Server};
+use crate::upstream::server::{info, ServerVersion};
 
 /// What `restore.on_conflict` says to do in case (c).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
@@ -30,11 +31,11 @@ pub enum OnConflict {
     JournalWins,
 }
 
-/// Valkey's version and RDB format, replication state and dataset size, from `INFO server`,
-/// `FUNCTION DUMP`, `INFO replication` and `INFO keyspace`.
+/// Valkey's version, replication state and dataset size, from `INFO server`, `INFO
+/// replication` and `INFO keyspace`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValkeyView {
-    pub server: Server,
+    pub version: ServerVersion,
     pub primary: bool,
     /// A primary's own id; a replica's is its primary's.
     pub replid: String,
@@ -47,13 +48,17 @@ pub struct ValkeyView {
 
 impl ValkeyView {
     pub async fn query(conn: &mut Conn) -> Result<ValkeyView, UpstreamError> {
-        let server = Server::query(conn).await?;
+        let version = ServerVersion::query(conn).await?;
         let repl = info(conn, "replication").await?;
         let keyspace = info(conn, "keyspace").await?;
-        ValkeyView::parse(server, &repl, &keyspace).map_err(UpstreamError::Decode)
+        ValkeyView::parse(version, &repl, &keyspace).map_err(UpstreamError::Decode)
     }
 
-    pub fn parse(server: Server, replication: &str, keyspace: &str) -> Result<ValkeyView, String> {
+    pub fn parse(
+        version: ServerVersion,
+        replication: &str,
+        keyspace: &str,
+    ) -> Result<ValkeyView, String> {
         let field = |name: &str| {
             replication
                 .lines()
@@ -79,7 +84,7 @@ impl ValkeyView {
             .map(|n| n.trim().parse::<u64>().unwrap_or(u64::MAX))
             .fold(0u64, u64::saturating_add);
         Ok(ValkeyView {
-            server,
+            version,
             primary: field("role")? == "master",
             replid: field("master_replid")?.to_string(),
             replid2: field("master_replid2")?.to_string(),
@@ -93,7 +98,7 @@ impl ValkeyView {
     pub fn describe(&self) -> String {
         format!(
             "{} ({}) holds {} keys of history {} at offset {}",
-            self.server.version,
+            self.version,
             if self.primary { "primary" } else { "replica" },
             self.keys,
             self.replid,
@@ -102,14 +107,11 @@ impl ValkeyView {
     }
 }
 
-/// What walrus holds: the chain of its current checkpoint, and the checkpoint's RDB format.
+/// What walrus holds: the chain of its current checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Held {
     pub ids: Vec<String>,
     pub end: u64,
-    pub rdb_version: u16,
-    /// The server that wrote the checkpoint, if the manifest says.
-    pub written_by: Option<String>,
 }
 
 impl Held {
@@ -119,14 +121,6 @@ impl Held {
             self.ids.join(" then "),
             self.end
         )
-    }
-
-    /// The checkpoint's format for messages: `RDB format 80 (written by Valkey 9.1.2)`.
-    fn format(&self) -> String {
-        match &self.written_by {
-            Some(w) => format!("RDB format {} (written by {w})", self.rdb_version),
-            None => format!("RDB format {}", self.rdb_version),
-        }
     }
 }
 
@@ -144,29 +138,6 @@ pub enum Decision {
 }
 
 pub fn decide(v: &ValkeyView, held: Option<&Held>, on_conflict: OnConflict) -> Decision {
-    match (by_data(v, held, on_conflict), held) {
-        (Decision::Restore, Some(h)) if !rdb::loads(v.server.rdb_version, h.rdb_version) => {
-            match on_conflict {
-                OnConflict::ValkeyWins => Decision::NewHistory,
-                _ => Decision::Refuse(format!(
-                    "walrus's checkpoint is {}, which {} cannot load (it reads RDB formats up to {}); \
-                     refusing to restore, since the load would fail. Run walrus with the Valkey \
-                     that wrote it or a later one (upstream.valkey_server in managed mode), or \
-                     export the data with `walrus journal export-aof` and load that into such a \
-                     Valkey, or set restore.on_conflict = \"valkey-wins\" to start over from \
-                     Valkey's data, dropping walrus's",
-                    h.format(),
-                    v.server.version,
-                    v.server.rdb_version
-                )),
-            }
-        }
-        (d, _) => d,
-    }
-}
-
-/// The table's rows (a) to (d), by what each side holds.
-fn by_data(v: &ValkeyView, held: Option<&Held>, on_conflict: OnConflict) -> Decision {
     let Some(h) = held else {
         return Decision::NewHistory;
     };
@@ -216,7 +187,7 @@ mod tests {
         keys: u64,
     ) -> ValkeyView {
         ValkeyView {
-            server: server(80),
+            version: "Valkey 9.1.2".parse().unwrap(),
             primary,
             replid: replid.into(),
             replid2: replid2.into(),
@@ -226,23 +197,10 @@ mod tests {
         }
     }
 
-    fn server(rdb_version: u16) -> Server {
-        let version = if rdb_version == 80 { "9.1.2" } else { "8.1.8" };
-        Server {
-            version: crate::upstream::server::ServerVersion::parse(&format!(
-                "valkey_version:{version}\r\n"
-            ))
-            .unwrap(),
-            rdb_version,
-        }
-    }
-
     fn held(ids: &[&str], end: u64) -> Held {
         Held {
             ids: ids.iter().map(|s| s.to_string()).collect(),
             end,
-            rdb_version: 80,
-            written_by: Some("Valkey 9.1.2".into()),
         }
     }
 
@@ -317,51 +275,12 @@ mod tests {
     }
 
     #[test]
-    fn a_restore_into_a_valkey_that_cannot_load_the_checkpoint_is_refused() {
-        let zero = "0000000000000000000000000000000000000000";
-        let h = held(&[A], 500);
-        let older = ValkeyView {
-            server: server(11),
-            ..valkey(true, C, zero, -1, 0, 0)
-        };
-        let Decision::Refuse(why) = decide(&older, Some(&h), OnConflict::Refuse) else {
-            panic!("a downgrade must be refused")
-        };
-        for part in [
-            "RDB format 80 (written by Valkey 9.1.2)",
-            "Valkey 8.1.8 cannot load",
-            "up to 11",
-            "export-aof",
-            "valkey-wins",
-        ] {
-            assert!(why.contains(part), "{part:?} missing from: {why}");
-        }
-        // journal-wins cannot make it load either; valkey-wins adopts Valkey's data.
-        assert!(matches!(
-            decide(&older, Some(&h), OnConflict::JournalWins),
-            Decision::Refuse(_)
-        ));
-        assert_eq!(
-            decide(&older, Some(&h), OnConflict::ValkeyWins),
-            Decision::NewHistory
-        );
-        // The same Valkey version restores, and a continue never needs a load.
-        let same = valkey(true, C, zero, -1, 0, 0);
-        assert_eq!(decide(&same, Some(&h), OnConflict::Refuse), Decision::Restore);
-        let ahead = ValkeyView {
-            server: server(11),
-            ..valkey(true, A, zero, -1, 600, 3)
-        };
-        assert_eq!(decide(&ahead, Some(&h), OnConflict::Refuse), cont(A, 500));
-    }
-
-    #[test]
     fn parses_info() {
         let repl = "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_replid:3c1d\r\nmaster_replid2:0000\r\nmaster_repl_offset:1234\r\nsecond_repl_offset:-1\r\n";
         let ks =
             "# Keyspace\r\ndb0:keys=3,expires=1,avg_ttl=5\r\ndb5:keys=4,expires=0,avg_ttl=0\r\n";
-        let v = ValkeyView::parse(server(80), repl, ks).unwrap();
+        let v = ValkeyView::parse("Valkey 9.1.2".parse().unwrap(), repl, ks).unwrap();
         assert_eq!(v, valkey(true, "3c1d", "0000", -1, 1234, 7));
-        assert!(ValkeyView::parse(server(80), "role:master\r\n", "").is_err());
+        assert!(ValkeyView::parse("Valkey 9.1.2".parse().unwrap(), "role:master\r\n", "").is_err());
     }
 }

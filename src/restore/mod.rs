@@ -6,8 +6,10 @@
 //! - [`primary`]: walrus as Valkey's primary for the length of a restore.
 //!
 //! A restore verifies everything before it touches Valkey: the checkpoint's size and CRC-64
-//! against the manifest, and the whole chain of journal entries (CRCs, offsets with no
-//! hole). A failure names the file or the entry and leaves Valkey as it was. While a
+//! against the manifest, the whole chain of journal entries (CRCs, offsets with no hole),
+//! and that this Valkey can take them ([`compatible`]: it reads the checkpoint's RDB format
+//! and runs the commands of every server whose writes they hold; a downgrade cannot). A
+//! failure names the file, the entry or both versions, and leaves Valkey as it was. While a
 //! restore runs, clients get `-LOADING` (see [`crate::durability`]).
 
 pub mod chain;
@@ -18,6 +20,9 @@ pub mod primary;
 use crate::checkpoint::store::{Checkpoint, Store, StoreError};
 use crate::journal::Journal;
 use crate::replication::handshake::Position;
+use crate::replication::rdb;
+use crate::upstream::client::{Conn, UpstreamError};
+use crate::upstream::server::{rdb_format, ServerVersion};
 use crate::upstream::Upstream;
 use chain::{ChainEnd, ChainError};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,6 +42,9 @@ pub enum RestoreError {
     Load(#[from] primary::LoadError),
     #[error("restore: {0}")]
     Other(String),
+    /// This Valkey cannot take what walrus holds (a downgrade); nothing was sent.
+    #[error("{0}")]
+    Unloadable(String),
 }
 
 /// Bytes sent so far out of the total, for the progress log and metrics.
@@ -69,8 +77,6 @@ impl Holding {
         decide::Held {
             ids: self.end.ids.clone(),
             end: self.end.offset,
-            rdb_version: self.rdb_version,
-            written_by: self.checkpoint.written_by.clone(),
         }
     }
 }
@@ -106,6 +112,58 @@ pub fn holding(store: &Store, journal: &Journal) -> Result<Option<Holding>, Rest
     }))
 }
 
+/// The Valkey a restore would load: its version and RDB format. A Valkey left as a replica
+/// of walrus by an interrupted restore may refuse `FUNCTION DUMP` (`-MASTERDOWN`, with
+/// `replica-serve-stale-data no`): it is made a primary first, as the restore would anyway.
+async fn target(up: &Upstream) -> Result<(ServerVersion, u16), UpstreamError> {
+    let mut conn = Conn::control(up).await?;
+    let version = ServerVersion::query(&mut conn).await?;
+    let format = match rdb_format(&mut conn).await {
+        Err(UpstreamError::Refused(e)) if e.starts_with(b"-MASTERDOWN") => {
+            conn.call(["REPLICAOF", "NO", "ONE"]).await?;
+            rdb_format(&mut conn).await?
+        }
+        r => r?,
+    };
+    Ok((version, format))
+}
+
+/// Whether a server `version`, writing RDB `format`, can take what walrus holds: load the
+/// checkpoint's format, and run every command the servers that fed it and the journal after
+/// it may have written (an older Valkey would refuse them as a replica and drop those
+/// writes). The error says why not and the ways out.
+pub fn compatible(held: &Holding, version: &ServerVersion, format: u16) -> Result<(), String> {
+    let cp = &held.checkpoint;
+    let holds = format!(
+        "walrus's checkpoint is RDB format {}{}{}",
+        held.rdb_version,
+        cp.written_by
+            .as_ref()
+            .map_or(String::new(), |w| format!(" written by {w}")),
+        cp.newest_server.as_ref().map_or(String::new(), |n| format!(
+            ", and its journal holds writes of {n}"
+        ))
+    );
+    let lacks = if !rdb::loads(format, held.rdb_version) {
+        format!("cannot load that format (it reads RDB formats up to {format})")
+    } else if let Some(s) = cp.servers().find(|s| !version.runs_all_of(s)) {
+        format!("may lack commands of {s}")
+    } else {
+        return Ok(());
+    };
+    let needed = cp
+        .servers()
+        .last()
+        .map_or("the server that wrote them".into(), |s| s.to_string());
+    Err(format!(
+        "{holds}; {version} {lacks}: refusing to restore, since the load would fail or drop \
+         acknowledged writes. Run walrus with {needed} or a later version \
+         (upstream.valkey_server in managed mode), or export the data with `walrus journal \
+         export-aof` and load that into such a server; to start over from Valkey's data \
+         instead, move walrus's data directory aside"
+    ))
+}
+
 /// Loads Valkey with what walrus holds. Returns where the replica link continues: the
 /// checkpoint's id (Valkey keeps it as `replid2`) at the journal's end. `verified`: what a
 /// verification found earlier (at start-up); reused, rather than read again, when neither
@@ -138,6 +196,8 @@ pub async fn run(
                 .ok_or_else(|| RestoreError::Other("no checkpoint to restore from".into()))?
         }
     };
+    let (version, format) = target(up).await.map_err(primary::LoadError::from)?;
+    compatible(&holding, &version, format).map_err(RestoreError::Unloadable)?;
     let cp = &holding.checkpoint;
     let total = cp.size + holding.end.bytes;
     tracing::info!(
@@ -211,4 +271,77 @@ pub async fn run(
         offset: holding.end.offset,
     };
     Ok((position, holding))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holding(rdb_version: u16, written_by: &str, newest: Option<&str>) -> Holding {
+        Holding {
+            checkpoint: Checkpoint {
+                file: "c.rdb".into(),
+                replid: "a".repeat(40),
+                offset: 1,
+                size: 1,
+                crc64: 0,
+                from_lsn: 1,
+                rdb_version: Some(rdb_version),
+                written_by: Some(written_by.into()),
+                newest_server: newest.map(Into::into),
+            },
+            rdb_version,
+            end: ChainEnd {
+                ids: vec!["a".repeat(40)],
+                offset: 1,
+                entries: 0,
+                bytes: 0,
+            },
+            next_lsn: 1,
+        }
+    }
+
+    fn v(s: &str) -> ServerVersion {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_restore_takes_only_what_the_target_server_can_run() {
+        // Same server, or an upgrade: fine.
+        let h = holding(11, "Valkey 8.1.8", None);
+        assert_eq!(compatible(&h, &v("Valkey 8.1.8"), 11), Ok(()));
+        assert_eq!(compatible(&h, &v("Valkey 9.1.2"), 80), Ok(()));
+        // A downgrade below the format, naming both and the ways out.
+        let h = holding(80, "Valkey 9.1.2", None);
+        let why = compatible(&h, &v("Valkey 8.1.8"), 11).unwrap_err();
+        for part in [
+            "RDB format 80 written by Valkey 9.1.2",
+            "Valkey 8.1.8 cannot load that format (it reads RDB formats up to 11)",
+            "Run walrus with Valkey 9.1.2 or a later version",
+            "export-aof",
+            "data directory aside",
+        ] {
+            assert!(why.contains(part), "{part:?} missing: {why}");
+        }
+        // The same format, but 9.1's commands in the journal: 9.0 would drop them.
+        let why = compatible(&h, &v("Valkey 9.0.0"), 80).unwrap_err();
+        assert!(
+            why.contains("Valkey 9.0.0 may lack commands of Valkey 9.1.2"),
+            "{why}"
+        );
+        // Upgraded under walrus after the checkpoint: the journal holds the newer one's.
+        let h = holding(11, "Valkey 8.1.8", Some("Valkey 9.1.2"));
+        let why = compatible(&h, &v("Valkey 8.1.8"), 11).unwrap_err();
+        assert!(
+            why.contains("its journal holds writes of Valkey 9.1.2")
+                && why.contains("may lack commands of Valkey 9.1.2"),
+            "{why}"
+        );
+        assert_eq!(compatible(&h, &v("Valkey 9.1.0"), 80), Ok(()));
+        // A manifest of an older walrus names no server: the format decides.
+        let mut h = holding(11, "x", None);
+        h.checkpoint.written_by = None;
+        assert_eq!(compatible(&h, &v("Valkey 8.0.0"), 11), Ok(()));
+        assert!(compatible(&h, &v("Redis 7.0.15"), 10).is_err());
+    }
 }

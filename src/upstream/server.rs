@@ -1,33 +1,41 @@
-//! Which server walrus is talking to: its name and version (`INFO server`) and the RDB format
-//! it writes and loads (the version stamped in a `FUNCTION DUMP` payload).
+//! Which server walrus is talking to: its name and version (`INFO server`), and the RDB
+//! format it writes and loads (the version stamped in a `FUNCTION DUMP` payload).
 //!
 //! walrus needs both on every path that moves an RDB. As a replica it announces the
 //! primary's own version (`REPLCONF version`), because Valkey 9 picks the RDB format per
 //! replica: to one that announces nothing it sends the format of Valkey 7.2 (RDB 11), which
 //! cannot hold a hash with field TTLs, and the save fails. As a primary during a restore it
-//! must know that the Valkey it loads can read the checkpoint's format before it sends a byte.
+//! must know, before it sends a byte, that the Valkey it loads reads the checkpoint's format
+//! and runs every command the journal after it holds ([`ServerVersion::runs_all_of`]).
 //!
 //! The RDB format is asked of the server rather than looked up in a table of versions:
 //! `FUNCTION DUMP` (Redis OSS 7.0 and every Valkey) ends with a two-byte RDB version, the one
 //! the server writes, which is also the newest it loads.
 
 use super::client::{frame_str, Conn, UpstreamError};
+use redis_protocol::resp2::types::OwnedFrame;
 use std::fmt;
 
 /// What walrus needs of a server, named in the refusal of one that lacks it.
-pub const SUPPORTED: &str = "walrus needs Valkey, or Redis OSS 7.0 or later";
+pub const SUPPORTED: &str = "walrus needs Valkey, or Redis OSS 7.0 or later: it reads the key \
+     specifications of COMMAND, which came with Redis 7.0";
 
 /// A server's name and version, as `INFO server` gives them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerVersion {
-    /// `valkey` or `redis`.
-    pub name: String,
+    /// Valkey (`true`) or Redis OSS.
+    pub valkey: bool,
     pub major: u32,
     pub minor: u32,
     pub patch: u32,
 }
 
 impl ServerVersion {
+    /// Asks the server on `conn`.
+    pub async fn query(conn: &mut Conn) -> Result<ServerVersion, UpstreamError> {
+        ServerVersion::parse(&info(conn, "server").await?).map_err(UpstreamError::Decode)
+    }
+
     /// From `INFO server`: `valkey_version` where the server has one (Valkey also reports a
     /// `redis_version` of 7.2.4 for compatibility), `redis_version` otherwise.
     pub fn parse(info_server: &str) -> Result<ServerVersion, String> {
@@ -36,18 +44,21 @@ impl ServerVersion {
                 .lines()
                 .find_map(|l| l.trim_end().strip_prefix(name)?.strip_prefix(':'))
         };
-        let (name, text) = match field("valkey_version") {
-            Some(v) => ("valkey", v),
-            None => (
-                "redis",
+        match field("valkey_version") {
+            Some(v) => ServerVersion::from_number(true, v),
+            None => ServerVersion::from_number(
+                false,
                 field("redis_version").ok_or("INFO server names no version")?,
             ),
-        };
-        let bad = || format!("INFO server: cannot read the version {text:?}");
+        }
+    }
+
+    fn from_number(valkey: bool, text: &str) -> Result<ServerVersion, String> {
+        let bad = || format!("cannot read the server version {text:?}");
         let mut parts = text.split('.').map(|p| p.parse::<u32>().map_err(|_| bad()));
         let mut next = || parts.next().unwrap_or_else(|| Err(bad()));
         Ok(ServerVersion {
-            name: name.into(),
+            valkey,
             major: next()?,
             minor: next()?,
             patch: next()?,
@@ -58,53 +69,59 @@ impl ServerVersion {
     pub fn number(&self) -> String {
         format!("{}.{}.{}", self.major, self.minor, self.patch)
     }
+
+    /// Refuses a server walrus cannot serve, naming what it lacks.
+    pub fn check_supported(&self) -> Result<(), UpstreamError> {
+        if !self.valkey && self.major < 7 {
+            return Err(UpstreamError::Unsupported(format!("{self}: {SUPPORTED}")));
+        }
+        Ok(())
+    }
+
+    /// Whether this server runs every command `other` may have written into a journal (its
+    /// own and older versions' commands): a later minor version of the same server, or a
+    /// Valkey after Redis OSS up to 7.2, where Valkey forked. A patch release adds no
+    /// commands.
+    pub fn runs_all_of(&self, other: &ServerVersion) -> bool {
+        let (mine, theirs) = ((self.major, self.minor), (other.major, other.minor));
+        match (self.valkey, other.valkey) {
+            (a, b) if a == b => mine >= theirs,
+            (true, false) => theirs <= (7, 2),
+            _ => false,
+        }
+    }
+}
+
+impl std::str::FromStr for ServerVersion {
+    type Err = String;
+
+    /// The displayed form, `Valkey 9.1.2` or `Redis 7.0.15`, as manifests record it.
+    fn from_str(s: &str) -> Result<ServerVersion, String> {
+        match s.split_once(' ') {
+            Some(("Valkey", n)) => ServerVersion::from_number(true, n),
+            Some(("Redis", n)) => ServerVersion::from_number(false, n),
+            _ => Err(format!("not a server version: {s:?}")),
+        }
+    }
 }
 
 impl fmt::Display for ServerVersion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let name = if self.name == "valkey" {
-            "Valkey"
-        } else {
-            "Redis"
-        };
+        let name = if self.valkey { "Valkey" } else { "Redis" };
         write!(f, "{name} {}", self.number())
     }
 }
 
-/// The server walrus is connected to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Server {
-    pub version: ServerVersion,
-    /// The RDB format version it writes (and the newest it loads).
-    pub rdb_version: u16,
-}
-
-impl Server {
-    /// Asks the server on `conn`. A server without `FUNCTION DUMP` (older than Redis 7.0)
-    /// is one walrus cannot serve: the error says so.
-    pub async fn query(conn: &mut Conn) -> Result<Server, UpstreamError> {
-        let version = ServerVersion::parse(&info(conn, "server").await?)
-            .map_err(UpstreamError::Decode)?;
-        let dump = match conn.call(["FUNCTION", "DUMP"]).await {
-            Ok(frame) => frame,
-            Err(UpstreamError::Refused(e)) => {
-                return Err(UpstreamError::Unsupported(format!(
-                    "{version} answers FUNCTION DUMP with {:?}: {SUPPORTED}",
-                    String::from_utf8_lossy(&e).trim_end()
-                )))
-            }
-            Err(e) => return Err(e),
-        };
-        let rdb_version = match &dump {
-            redis_protocol::resp2::types::OwnedFrame::BulkString(b) => dump_rdb_version(b),
-            _ => None,
-        }
-        .ok_or_else(|| UpstreamError::Decode(format!("unexpected FUNCTION DUMP reply {dump:?}")))?;
-        Ok(Server {
-            version,
-            rdb_version,
-        })
+/// The RDB format the server on `conn` writes (and the newest it loads), from `FUNCTION
+/// DUMP`. Error replies (`-LOADING`, an ACL refusal) come back as `Refused`, to be retried or
+/// shown.
+pub async fn rdb_format(conn: &mut Conn) -> Result<u16, UpstreamError> {
+    let dump = conn.call(["FUNCTION", "DUMP"]).await?;
+    match &dump {
+        OwnedFrame::BulkString(b) => dump_rdb_version(b),
+        _ => None,
     }
+    .ok_or_else(|| UpstreamError::Decode(format!("unexpected FUNCTION DUMP reply {dump:?}")))
 }
 
 /// The RDB version in a DUMP or FUNCTION DUMP payload: the two bytes before its 8-byte CRC,
@@ -127,14 +144,49 @@ mod tests {
 
     #[test]
     fn versions_from_info_server() {
-        let valkey = "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:9.1.2\r\n";
+        let valkey =
+            "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:9.1.2\r\n";
         let v = ServerVersion::parse(valkey).unwrap();
-        assert_eq!((v.name.as_str(), v.number()), ("valkey", "9.1.2".into()));
+        assert_eq!((v.valkey, v.number()), (true, "9.1.2".into()));
         assert_eq!(v.to_string(), "Valkey 9.1.2");
+        assert_eq!("Valkey 9.1.2".parse::<ServerVersion>().unwrap(), v);
         let redis = "# Server\r\nredis_version:7.0.15\r\nredis_git_sha1:00000000\r\n";
-        assert_eq!(ServerVersion::parse(redis).unwrap().to_string(), "Redis 7.0.15");
+        assert_eq!(
+            ServerVersion::parse(redis).unwrap().to_string(),
+            "Redis 7.0.15"
+        );
         assert!(ServerVersion::parse("redis_version:7.x\r\n").is_err());
         assert!(ServerVersion::parse("# Server\r\n").is_err());
+        assert!("Redis 6.2.14"
+            .parse::<ServerVersion>()
+            .unwrap()
+            .check_supported()
+            .is_err());
+        assert!("Redis 7.0.15"
+            .parse::<ServerVersion>()
+            .unwrap()
+            .check_supported()
+            .is_ok());
+    }
+
+    #[test]
+    fn which_server_runs_what_another_wrote() {
+        let v = |s: &str| s.parse::<ServerVersion>().unwrap();
+        assert!(v("Valkey 9.1.2").runs_all_of(&v("Valkey 9.1.0")));
+        assert!(
+            v("Valkey 9.1.0").runs_all_of(&v("Valkey 9.1.2")),
+            "patch releases"
+        );
+        assert!(v("Valkey 9.1.2").runs_all_of(&v("Valkey 8.1.8")));
+        assert!(
+            !v("Valkey 9.0.0").runs_all_of(&v("Valkey 9.1.2")),
+            "9.1 added commands"
+        );
+        assert!(!v("Valkey 8.1.8").runs_all_of(&v("Valkey 9.0.0")));
+        assert!(v("Valkey 8.1.8").runs_all_of(&v("Redis 7.2.4")));
+        assert!(!v("Valkey 8.1.8").runs_all_of(&v("Redis 7.4.0")));
+        assert!(!v("Redis 7.2.4").runs_all_of(&v("Valkey 8.0.0")));
+        assert!(v("Redis 7.2.4").runs_all_of(&v("Redis 7.0.15")));
     }
 
     #[test]

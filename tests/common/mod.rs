@@ -339,6 +339,26 @@ impl Walrus {
 }
 
 impl Walrus {
+    /// SIGKILLs a managed walrus and returns once its Valkey, which dies with it, is gone.
+    pub fn kill_with_valkey(&mut self) {
+        let pid = valkey_pid(&self.addr);
+        self.proc.signal(libc::SIGKILL);
+        self.proc.wait_exit(Duration::from_secs(10)).unwrap();
+        wait_dead(pid);
+    }
+
+    /// SIGKILLs only the managed Valkey and returns once walrus has restored a new one (with
+    /// a partial resync after it). Returns the dead Valkey's pid.
+    pub fn kill_valkey_and_await_restore(&self) -> i32 {
+        let pid = valkey_pid(&self.addr);
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        self.proc
+            .wait_line("managed valkey-server exited", START_TIMEOUT);
+        self.proc
+            .wait_line("Valkey continued with a partial resync", START_TIMEOUT);
+        pid
+    }
+
     /// How many checkpoints this walrus has logged.
     pub fn checkpoints(&self) -> usize {
         self.proc.log_text().matches("checkpoint taken").count()
@@ -455,6 +475,39 @@ impl Rng {
     pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
+}
+
+/// Sends every command at once, then checks every reply is `want`; on a mismatch the
+/// message shows `walrus`'s log, if given.
+pub fn pipeline(c: &mut Raw, cmds: &[Vec<String>], want: &[u8], walrus: Option<&Walrus>) {
+    let mut out = Vec::new();
+    for cmd in cmds {
+        out.extend_from_slice(&walrus::resp::write::command(
+            cmd.iter().map(|a| a.as_bytes()),
+        ));
+    }
+    c.send_raw(&out);
+    for cmd in cmds {
+        let r = c.read_frame();
+        assert!(
+            r == want,
+            "{:.60}: {}\nwalrus's log:\n{}",
+            format!("{cmd:?}"),
+            show(&r),
+            walrus.map(|w| w.proc.log_text()).unwrap_or_default()
+        );
+    }
+}
+
+/// `walrus journal export-aof --dir DIR --out FILE` (walrus stopped).
+pub fn export_aof(dir: &std::path::Path, out: &std::path::Path) -> std::process::Output {
+    Command::new(walrus_bin())
+        .args(["journal", "export-aof", "--dir"])
+        .arg(dir)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("run walrus journal export-aof")
 }
 
 /// The pid of the Valkey behind `addr` (walrus forwards INFO).

@@ -67,7 +67,7 @@ impl Version {
     }
 
     /// What came with Redis 7.2, which every Valkey has: `CLIENT SETINFO`, `ZRANK ...
-    /// WITHSCORE`, small lists as listpacks.
+    /// WITHSCORE`, `WAITAOF`, small lists and sets as listpacks, a nested MULTI that aborts.
     pub fn redis_7_2(&self) -> bool {
         self.since((7, 2), Some((7, 2)))
     }
@@ -86,8 +86,10 @@ pub fn has(feature: bool, what: &str) -> bool {
     feature
 }
 
-/// The servers of the version matrix that deploy/setup.sh installed besides the default:
-/// `<cache>/walrus/servers/<name>-<version>/...` (see `deploy/setup.sh`), newest first.
+/// The servers of the version matrix that deploy/setup.sh installs besides the default:
+/// `<cache>/walrus/servers/<name>-<version>` (see `deploy/setup.sh`), newest first. Panics
+/// if there are none: the README's test command installs them, and a matrix that silently
+/// ran nothing would pass.
 pub fn matrix() -> Vec<(Version, PathBuf)> {
     let cache = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
@@ -103,6 +105,11 @@ pub fn matrix() -> Vec<(Version, PathBuf)> {
                 .collect()
         })
         .unwrap_or_default();
+    assert!(
+        !found.is_empty(),
+        "no servers in {}: run deploy/setup.sh, which installs the version matrix",
+        dir.display()
+    );
     found.sort();
     found.reverse();
     found
