@@ -13,7 +13,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 SERVERS="${XDG_CACHE_HOME:-$HOME/.cache}/walrus/servers"
-SUITES=(compat pipelining durability durability_rules restore restore_kills export_aof
+SUITES=(compat command_table pipelining durability durability_rules restore restore_kills export_aof
         replication_stream valkey9)
 
 if [ $# -eq 0 ]; then

@@ -11,7 +11,7 @@ use walrus::replication::rdb;
 use walrus::replication::stream::{StreamEntry, StreamFramer};
 use walrus::resp::Limits;
 use walrus::upstream::client::{frame_str, Conn};
-use walrus::upstream::server::Server;
+use walrus::upstream::server::{rdb_format, ServerVersion};
 use walrus::upstream::Upstream;
 
 fn upstream(addr: String) -> Upstream {
@@ -32,10 +32,12 @@ struct Link {
 impl Link {
     async fn attach(up: &Upstream, dir: &std::path::Path) -> (Link, rdb::StoredRdb) {
         let mut conn = Conn::control(up).await.unwrap();
-        let server = Server::query(&mut conn).await.unwrap();
-        let SyncStart::Full { replid, offset } = handshake(&mut conn, &server, Purpose::Link, None)
-            .await
-            .unwrap()
+        let version = ServerVersion::query(&mut conn).await.unwrap();
+        let format = rdb_format(&mut conn).await.unwrap();
+        let SyncStart::Full { replid, offset } =
+            handshake(&mut conn, &version, Purpose::Link, None)
+                .await
+                .unwrap()
         else {
             panic!("expected a full resync")
         };
@@ -45,9 +47,8 @@ impl Link {
             .unwrap();
         // `REPLCONF version` makes Valkey 9 send its own format (80), not 7.2's (11).
         assert_eq!(
-            stored.version, server.rdb_version,
-            "the RDB of {} comes in the server's own format",
-            server.version
+            stored.version, format,
+            "the RDB of {version} comes in the server's own format"
         );
         ack(&mut conn, offset).await.unwrap();
         let framer = StreamFramer::new(offset, Limits::default(), 1 << 20);
@@ -195,7 +196,7 @@ async fn run_scenarios(v: &Valkey, diskless: bool) {
     );
 
     // Functions, binary keys.
-    c.call(["FUNCTION", "LOAD", "#!lua name=lib\nserver.register_function('f', function(keys, args) return server.call('SET', keys[1], args[1]) end)"])
+    c.call(["FUNCTION", "LOAD", "#!lua name=lib\nredis.register_function('f', function(keys, args) return redis.call('SET', keys[1], args[1]) end)"])
         .await
         .unwrap();
     let bin_key: &[u8] = b"bin\r\n\x00key";
