@@ -1031,12 +1031,16 @@ def role_suite(opts, tmp):
             rows[name].append((ops, *commandstat(vport, "role"), commandstat(vport, "set")[1]))
         print("round %d/%d done" % (r + 1, opts.rounds), file=sys.stderr)
     med = lambda xs, i: statistics.median(x[i] for x in xs)
-    print("\nrole suite: %s, %d rounds, medians\n" % (wname, opts.rounds))
-    print("| setup | ops/s | ROLE calls | ROLE µs per call | SET µs per call |")
-    print("|---|---|---|---|---|")
+    print("\nrole suite: %s, %d rounds, medians; ratios: median of per-round ratios against %s\n"
+          % (wname, opts.rounds, started[0][0]))
+    print("| setup | ops/s | ops/s ratio | ROLE calls | ROLE µs per call | ROLE µs ratio | SET µs per call |")
+    print("|---|---|---|---|---|---|---|")
+    first = rows[started[0][0]]
+    ratio = lambda xs, i: statistics.median(x[i] / f[i] for x, f in zip(xs, first))
     for name, _, _ in started:
         xs = rows[name]
-        print("| %s | %.0f | %.0f | %.2f | %.2f |" % (name, med(xs, 0), med(xs, 1), med(xs, 2), med(xs, 3)))
+        print("| %s | %.0f | %.2f | %.0f | %.2f | %.2f | %.2f |"
+              % (name, med(xs, 0), ratio(xs, 0), med(xs, 1), med(xs, 2), ratio(xs, 2), med(xs, 3)))
 
 
 def main():

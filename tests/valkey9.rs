@@ -15,7 +15,7 @@
 //!
 //! After a restart the ring may still be above its high watermark (it was full when walrus
 //! stopped), and writes get `-MISCONF` until the first checkpoint releases it: the test
-//! awaits that checkpoint before it writes again ([`writable`]).
+//! awaits that checkpoint before it writes again (`Walrus::await_writable`).
 mod common;
 use common::*;
 
@@ -173,23 +173,6 @@ fn check(addr: &str, model: &Model) {
     assert_eq!(show(&c.cmd(&["DBSIZE"])), format!(":{keys}⏎"), "DBSIZE");
 }
 
-/// Returns once writes are accepted: a walrus restarted with a ring above its high
-/// watermark refuses them (`-MISCONF`) until a checkpoint releases the ring. Each refusal
-/// waits for the next checkpoint (or finds one that came before walrus listened).
-fn writable(w: &Walrus, model: &mut Model) {
-    let mut c = Raw::connect(&w.addr);
-    loop {
-        let r = c.cmd(&["SET", "probe", "1"]);
-        if r == OK {
-            model.strings.insert("probe".into(), "1".into());
-            return;
-        }
-        assert!(r.starts_with(b"-MISCONF"), "{}", show(&r));
-        let taken = w.checkpoints();
-        w.await_checkpoint(taken);
-    }
-}
-
 /// The strings of a flat array reply.
 fn decode_strings(reply: &[u8]) -> Vec<String> {
     match decode(reply) {
@@ -252,20 +235,23 @@ fn field_ttls_checkpoint_wrap_the_ring_and_survive_every_restart() {
     );
 
     // 3. SIGKILL: walrus and its managed Valkey die together.
-    writable(&w, &mut model);
+    w.await_writable();
+    model.strings.insert("probe".into(), "1".into());
     write_round(&w, 1, &mut model);
     w.kill_with_valkey();
     let mut w = Walrus::start_managed("", Some(&data));
     check(&w.addr, &model);
 
     // 4. Only Valkey dies: walrus restores it live.
-    writable(&w, &mut model);
+    w.await_writable();
+    model.strings.insert("probe".into(), "1".into());
     write_round(&w, 2, &mut model);
     w.kill_valkey_and_await_restore();
     check(&w.addr, &model);
 
     // 5. The export loads into a stock Valkey of the same version, field TTLs and all.
-    writable(&w, &mut model);
+    w.await_writable();
+    model.strings.insert("probe".into(), "1".into());
     write_round(&w, 3, &mut model);
     w.proc.signal(libc::SIGTERM);
     assert!(w.proc.wait_exit(Duration::from_secs(30)).unwrap().success());

@@ -99,6 +99,10 @@ pub struct Store {
     dir: PathBuf,
     /// The manifest's record as last read or written, shared by every clone.
     recorded: Arc<Mutex<Option<Checkpoint>>>,
+    /// Held by whoever replaces the manifest (a checkpoint's record, the link's note of a
+    /// newer server): neither may replace a record the other has just written with the
+    /// older one it read.
+    writer: Arc<Mutex<()>>,
 }
 
 impl Store {
@@ -114,6 +118,7 @@ impl Store {
         let mut store = Store {
             dir: dir.to_path_buf(),
             recorded: Arc::default(),
+            writer: Arc::default(),
         };
         let current = store.current()?;
         store.recorded = Arc::new(Mutex::new(current.clone()));
@@ -210,7 +215,10 @@ impl Store {
             written_by: Some(written_by.to_string()),
             newest_server: None,
         };
-        self.write(&c)?;
+        {
+            let _writing = self.writer.lock().expect("manifest writer lock");
+            self.write(&c)?;
+        }
         self.remove_others(&c.file);
         Ok(c)
     }
@@ -219,6 +227,7 @@ impl Store {
     /// checkpoint and journal hold nothing of a server that runs all of its commands, the
     /// manifest says so from now on (atomically, before anything of it is journaled).
     pub fn note_server(&self, server: &ServerVersion) -> Result<(), StoreError> {
+        let _writing = self.writer.lock().expect("manifest writer lock");
         let Some(mut c) = self.recorded() else {
             return Ok(());
         };
@@ -229,7 +238,7 @@ impl Store {
         self.write(&c)
     }
 
-    /// Replaces the manifest with `c`, atomically.
+    /// Replaces the manifest with `c`, atomically (under the writer lock).
     fn write(&self, c: &Checkpoint) -> Result<(), StoreError> {
         let body = toml::to_string(&ManifestFile {
             checkpoint: c.clone(),

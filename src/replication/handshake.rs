@@ -65,26 +65,33 @@ pub async fn handshake(
     from: Option<&Position>,
 ) -> Result<SyncStart, UpstreamError> {
     conn.expect_ok(write::command(["PING"])).await?;
-    // walrus serves no replicas of its own: port 0, as a replica without one would say.
-    conn.expect_ok(write::command(["REPLCONF", "listening-port", "0"]))
-        .await?;
+    // Sent at once and answered in order, as Valkey's replicas send theirs: one round trip
+    // while the connection is still an ordinary client's (a `CLIENT KILL TYPE normal`
+    // takes it then). Whether the server knows `version` is its own business.
     let ip = conn.stream.local_addr()?.ip().to_string();
-    conn.expect_ok(write::command(["REPLCONF", "ip-address", &ip]))
-        .await?;
-    conn.expect_ok(write::command([
-        "REPLCONF", "capa", "eof", "capa", "psync2",
-    ]))
-    .await?;
-    match conn
-        .expect_ok(write::command(["REPLCONF", "version", &version.number()]))
-        .await
-    {
-        Ok(()) | Err(UpstreamError::Refused(_)) => {}
-        Err(e) => return Err(e),
-    }
+    let version = version.number();
+    // walrus serves no replicas of its own: port 0, as a replica without one would say.
+    let mut replconf: Vec<(Vec<&str>, bool)> = vec![
+        (vec!["listening-port", "0"], true),
+        (vec!["ip-address", &ip], true),
+        (vec!["capa", "eof", "capa", "psync2"], true),
+        (vec!["version", &version], false),
+    ];
     if purpose == Purpose::Checkpoint {
-        conn.expect_ok(write::command(["REPLCONF", "rdb-only", "1"]))
-            .await?;
+        replconf.push((vec!["rdb-only", "1"], true));
+    }
+    let mut out = Vec::new();
+    for (args, _) in &replconf {
+        out.extend_from_slice(&write::command(
+            std::iter::once("REPLCONF").chain(args.iter().copied()),
+        ));
+    }
+    conn.stream_write(&out).await?;
+    for (_, required) in &replconf {
+        let reply = conn.read_frame().await?;
+        if *required && reply.first() == Some(&b'-') {
+            return Err(UpstreamError::Refused(reply));
+        }
     }
     let psync = match from {
         Some(p) => write::command([

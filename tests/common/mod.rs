@@ -359,6 +359,21 @@ impl Walrus {
         pid
     }
 
+    /// Returns once writes are accepted (it sets the key `probe` to 1): walrus refuses them
+    /// (`-MISCONF`) while its ring is above the high watermark, until a checkpoint releases
+    /// it. Each refusal waits for the next checkpoint (or finds one already logged).
+    pub fn await_writable(&self) {
+        let mut c = Raw::connect(&self.addr);
+        loop {
+            let r = c.cmd(&["SET", "probe", "1"]);
+            if r == b"+OK\r\n" {
+                return;
+            }
+            assert!(r.starts_with(b"-MISCONF"), "{}", show(&r));
+            self.await_checkpoint(self.checkpoints());
+        }
+    }
+
     /// How many checkpoints this walrus has logged.
     pub fn checkpoints(&self) -> usize {
         self.proc.log_text().matches("checkpoint taken").count()
