@@ -136,13 +136,8 @@ fn known(p: &mut Pair, name: &str) -> bool {
 
 #[test]
 fn the_rest_of_the_table_answers_as_valkey_does() {
-    let a = Valkey::start();
-    let b = Valkey::start();
-    let w = Walrus::start(&b.addr());
-    let mut p = Pair {
-        a: Raw::connect(&a.addr()),
-        w: Raw::connect(&w.addr),
-    };
+    let twins = Twins::start();
+    let mut p = twins.pair();
     let at = "4102444800"; // 2100-01-01: absolute times compare exactly.
                            // Strings and keys.
     p.ok(&["SET", "s", "hello"]);

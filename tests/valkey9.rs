@@ -270,13 +270,8 @@ fn valkey_9_commands_answer_through_walrus_as_valkey_does() {
     if !server::has(v.hash_field_ttls() && v.set_ifeq(), "Valkey 9 commands") {
         return;
     }
-    let a = Valkey::start();
-    let b = Valkey::start();
-    let w = Walrus::start(&b.addr());
-    let mut p = Pair {
-        a: Raw::connect(&a.addr()),
-        w: Raw::connect(&w.addr),
-    };
+    let twins = Twins::start();
+    let mut p = twins.pair();
     let far = (now_ms() + 1_000_000_000).to_string();
     p.expect(
         &[

@@ -525,6 +525,30 @@ pub fn export_aof(dir: &std::path::Path, out: &std::path::Path) -> std::process:
         .expect("run walrus journal export-aof")
 }
 
+/// Valkey `a` (the reference), Valkey `b`, and walrus in front of `b`: a [`Pair`] of their
+/// clients must get the same bytes.
+pub struct Twins {
+    pub a: Valkey,
+    pub b: Valkey,
+    pub w: Walrus,
+}
+
+impl Twins {
+    pub fn start() -> Twins {
+        let a = Valkey::start();
+        let b = Valkey::start();
+        let w = Walrus::start(&b.addr());
+        Twins { a, b, w }
+    }
+
+    pub fn pair(&self) -> Pair {
+        Pair {
+            a: Raw::connect(&self.a.addr()),
+            w: Raw::connect(&self.w.addr),
+        }
+    }
+}
+
 /// The pid of the Valkey behind `addr` (walrus forwards INFO).
 pub fn valkey_pid(addr: &str) -> i32 {
     let mut c = Raw::connect(addr);
