@@ -112,6 +112,21 @@ fn malformed_requests_get_valkeys_reply_and_break_nothing() {
         ("too big multibulk count string", too_big_count),
         ("too big bulk count string", too_big_bulk_count),
         ("NUL in an inline request", nul_inline),
+        // An HTTP request (a misdirected health check, a browser): Valkey takes `POST` and
+        // `Host:` for a cross-protocol attack and closes the connection. Forwarded on the
+        // shared pool, they closed walrus's pooled connection instead.
+        (
+            "HTTP POST",
+            b"POST /x HTTP/1.1\r\nHost: walrus\r\nContent-Length: 0\r\n\r\n".to_vec(),
+        ),
+        (
+            "HTTP GET",
+            b"GET / HTTP/1.1\r\nHost: walrus\r\nUser-Agent: probe\r\n\r\n".to_vec(),
+        ),
+        (
+            "Host: as a command",
+            b"*2\r\n$5\r\nhost:\r\n$1\r\nx\r\n".to_vec(),
+        ),
     ];
     for (name, bytes) in &cases {
         let direct = exchange(&v.addr(), bytes, false, false);

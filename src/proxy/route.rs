@@ -9,6 +9,9 @@
 //!   QUIT, RESET, CLIENT SETNAME/GETNAME/SETINFO/REPLY. Replication handshakes (SYNC, PSYNC,
 //!   REPLCONF) are refused here: the stream would show every write before it is durable, and
 //!   walrus itself is Valkey's journaling replica (replicas attach to Valkey directly).
+//!   `POST` and `Host:` (an HTTP request sent to walrus) end that client's connection, as
+//!   Valkey ends one it takes for a cross-protocol attack: forwarded, they would make Valkey
+//!   abort the pooled connection other clients share.
 //! - **Pin**: the command starts state that must stay on one connection: MULTI and WATCH
 //!   (transactions), (P|S)SUBSCRIBE, MONITOR, CLIENT TRACKING/CACHING/NO-EVICT/NO-TOUCH,
 //!   READONLY/READWRITE/ASKING, and every command Valkey flags `blocking` (BLPOP, BLMOVE, BZPOPMIN, WAIT, WAITAOF, ...; XREAD and
@@ -44,6 +47,8 @@ pub enum Local {
     ClientReply,
     /// SYNC, PSYNC, REPLCONF: refused.
     Replication,
+    /// `POST`, `Host:`: an HTTP request; the connection is closed.
+    CrossProtocol,
 }
 
 /// Pinned sessions whose upstream connection stops answering one reply per request
@@ -83,6 +88,13 @@ pub fn allowed_in_relay(req: &Request) -> bool {
 
 /// `info`: the request's entry in the command table (`None`: not in it).
 pub fn route(info: Option<&CommandInfo>, req: &Request) -> Route {
+    // Not in Valkey's command table: its command processing catches them by name.
+    if ["post", "host:"]
+        .iter()
+        .any(|c| req.name().eq_ignore_ascii_case(c.as_bytes()))
+    {
+        return Route::Local(Local::CrossProtocol);
+    }
     let Some(info) = info else {
         return Route::Pool;
     };

@@ -180,6 +180,10 @@ impl Session {
                     ))),
                 }
             }
+            Local::CrossProtocol => {
+                cross_protocol_warning();
+                Flow::Abort
+            }
             Local::Replication => self.ready(write::error(
                 "ERR walrus: SYNC, PSYNC and REPLCONF are refused: the replication stream shows writes before they are durable; attach replicas to Valkey itself",
             )),
@@ -311,5 +315,26 @@ fn valid_name(name: &[u8]) -> Result<(), Bytes> {
         Err(write::error(
             "ERR Client names cannot contain spaces, newlines or special characters.",
         ))
+    }
+}
+
+/// Logs Valkey's own warning for an HTTP request, at most once a minute (as Valkey does).
+fn cross_protocol_warning() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let last = LAST.load(Ordering::Relaxed);
+    if now >= last + 60
+        && LAST
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        tracing::warn!(
+            "Possible SECURITY ATTACK detected. It looks like somebody is sending POST or Host: \
+             commands to walrus. This is likely due to an attacker attempting to use Cross \
+             Protocol Scripting to compromise your Valkey instance. Connection aborted."
+        );
     }
 }

@@ -76,6 +76,9 @@ enum Flow {
     Continue,
     /// Stop reading; close once pending replies are written.
     Close,
+    /// Close at once; replies still owed are dropped, as Valkey drops a client it takes for
+    /// a cross-protocol attack before its output is written.
+    Abort,
     /// Hand the connection to a byte relay, starting with this request.
     Relay(Request),
 }
@@ -204,6 +207,7 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
                             reading = false;
                             break;
                         }
+                        Flow::Abort => return,
                         Flow::Relay(req) => {
                             if s.drain().await.is_err() {
                                 return;
