@@ -257,6 +257,47 @@ fn a_checkpoint_that_keeps_failing_fills_the_ring_then_writes_resume() {
     }
 }
 
+/// `walrus checkpoint` against the admin endpoint at `metrics`: its output.
+fn checkpoint_now(metrics: &str) -> std::process::Output {
+    std::process::Command::new(walrus_bin())
+        .args(["checkpoint", "--metrics", metrics])
+        .output()
+        .unwrap()
+}
+
+/// Two checkpoints with no write between them share an offset. The second one's RDB never
+/// replaces the recorded one: when the manifest that would name it cannot be written, the
+/// first stays whole, and a restart after a crash restores from it.
+#[test]
+fn a_failed_second_checkpoint_at_the_same_offset_leaves_the_first_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let flag = dir.path().join("fault-on");
+    let spec = format!("ENOSPC@{}", flag.display());
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut w = Walrus::start_managed_opts(
+        CONFIG,
+        &["--metrics-listen", &metrics],
+        Some(&data),
+        &[("WALRUS_FAULT_MANIFEST", &spec)],
+    );
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["SET", "k", "v"]), OK);
+    let first = checkpoint_now(&metrics);
+    assert!(first.status.success(), "{first:?}");
+    std::fs::write(&flag, b"").unwrap();
+    let second = checkpoint_now(&metrics);
+    assert!(!second.status.success(), "{second:?}");
+    assert!(
+        String::from_utf8_lossy(&second.stderr).contains("No space left on device"),
+        "{second:?}"
+    );
+    std::fs::remove_file(&flag).unwrap();
+    w.kill_with_valkey();
+    let w = Walrus::start_managed(CONFIG, Some(&data));
+    assert_eq!(Raw::connect(&w.addr).cmd(&["GET", "k"]), bulk("v"));
+}
+
 /// A journal directory on a read-only file system, or one that cannot be created, at start:
 /// walrus refuses to start with the path and the OS error, and does not panic.
 #[test]

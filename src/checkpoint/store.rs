@@ -139,9 +139,19 @@ impl Store {
         &self.dir
     }
 
-    /// Where a new RDB of `replid` at `offset` is stored before it is recorded.
+    /// Where a new RDB of `replid` at `offset` is stored before it is recorded: a name no
+    /// file has, so that a new RDB never replaces the recorded one (two checkpoints with no
+    /// write between them share an offset). Only the manifest switches from one to the next.
     pub fn path_for(&self, replid: &str, offset: u64) -> PathBuf {
-        self.dir.join(format!("checkpoint-{replid}-{offset}.rdb"))
+        (0u64..)
+            .map(|n| match n {
+                0 => self.dir.join(format!("checkpoint-{replid}-{offset}.rdb")),
+                n => self
+                    .dir
+                    .join(format!("checkpoint-{replid}-{offset}-{n}.rdb")),
+            })
+            .find(|p| !p.exists())
+            .expect("some name is free")
     }
 
     pub fn path_of(&self, c: &Checkpoint) -> PathBuf {
@@ -217,6 +227,20 @@ impl Store {
         };
         {
             let _writing = self.writer.lock().expect("manifest writer lock");
+            // A checkpoint older than the recorded one of the same history would leave the
+            // journal between them released: the chain would have a gap.
+            if let Some(r) = self
+                .recorded()
+                .filter(|r| r.replid == c.replid && r.offset > offset)
+            {
+                return Err(StoreError::Manifest {
+                    path: self.dir.join(MANIFEST_FILE),
+                    why: format!(
+                        "refusing to record {} at offset {offset}: the recorded {} is at offset {}",
+                        c.file, r.file, r.offset
+                    ),
+                });
+            }
             self.write(&c)?;
         }
         self.remove_others(&c.file);
@@ -400,6 +424,33 @@ mod tests {
             err.contains("RDB format 80, the manifest records Some(11)"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_new_rdb_never_replaces_the_recorded_one_and_offsets_never_go_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path()).unwrap();
+        let a = "a".repeat(40);
+        let first = stored(&store, &a, 10, b"REDIS0011first");
+        let c1 = store.record(&first, "Valkey 9.1.2", &a, 10, 1).unwrap();
+        // A second checkpoint at the same offset gets a name of its own; until the
+        // manifest names it, the first stays whole.
+        let second = stored(&store, &a, 10, b"REDIS0011second");
+        assert_ne!(second.path, first.path);
+        assert_eq!(store.verify(&c1).unwrap(), 11);
+        let c2 = store.record(&second, "Valkey 9.1.2", &a, 10, 2).unwrap();
+        assert!(!first.path.exists() && second.path.exists());
+        // An older one of the same history is refused, and the recorded one stays.
+        let older = stored(&store, &a, 5, b"REDIS0011older");
+        let err = store.record(&older, "Valkey 9.1.2", &a, 5, 3).unwrap_err();
+        assert!(err.to_string().contains("the recorded"), "{err}");
+        assert_eq!(store.current().unwrap(), Some(c2));
+        // Another history's may start anywhere.
+        let b = "b".repeat(40);
+        let new_history = stored(&store, &b, 0, b"REDIS0011new");
+        store
+            .record(&new_history, "Valkey 9.1.2", &b, 0, 4)
+            .unwrap();
     }
 
     #[test]
