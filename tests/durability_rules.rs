@@ -444,3 +444,38 @@ fn the_first_write_after_a_full_sync_is_acknowledged() {
         }
     }
 }
+
+/// A write walrus refuses while a transaction queues (here: larger than one journal entry)
+/// aborts the transaction as Valkey's own queue-time errors do: EXEC answers `-EXECABORT`
+/// and nothing runs. Valkey never saw the refused write, so before this EXEC ran the rest.
+#[test]
+fn a_refusal_while_queueing_aborts_the_transaction_as_valkey_does() {
+    let v = Valkey::start();
+    let w = Walrus::start(&v.addr());
+    let mut c = Raw::connect(&w.addr);
+    let big = "x".repeat(9 << 20); // over the tests' 8 MiB journal entries
+    assert_eq!(c.cmd(&["MULTI"]), b"+OK\r\n");
+    assert_eq!(c.cmd(&["SET", "a", "1"]), b"+QUEUED\r\n");
+    let r = c.cmd(&["SET", "b", &big]);
+    assert!(r.starts_with(b"-ERR walrus: this write is"), "{}", show(&r));
+    assert_eq!(c.cmd(&["INCR", "n"]), b"+QUEUED\r\n");
+    let aborted = c.cmd(&["EXEC"]);
+    // Valkey's own answer after a queue-time error.
+    let mut direct = Raw::connect(&v.addr());
+    assert_eq!(direct.cmd(&["MULTI"]), b"+OK\r\n");
+    assert!(direct
+        .cmd(&["NOSUCHCOMMAND"])
+        .starts_with(b"-ERR unknown command"));
+    assert_eq!(show(&aborted), show(&direct.cmd(&["EXEC"])));
+    assert_eq!(c.cmd(&["EXISTS", "a", "b", "n"]), b":0\r\n");
+    // Out of the transaction, upstream too: the next one commits.
+    assert_eq!(c.cmd(&["MULTI"]), b"+OK\r\n");
+    assert_eq!(c.cmd(&["SET", "a", "2"]), b"+QUEUED\r\n");
+    assert_eq!(c.cmd(&["EXEC"]), b"*1\r\n+OK\r\n");
+    assert_eq!(c.cmd(&["GET", "a"]), b"$1\r\n2\r\n");
+    // DISCARD after a refusal is a plain DISCARD.
+    assert_eq!(c.cmd(&["MULTI"]), b"+OK\r\n");
+    assert!(c.cmd(&["SET", "b", &big]).starts_with(b"-ERR walrus"));
+    assert_eq!(c.cmd(&["DISCARD"]), b"+OK\r\n");
+    assert_eq!(c.cmd(&["SET", "after", "1"]), b"+OK\r\n");
+}

@@ -105,6 +105,9 @@ struct Session {
     selected_in_multi: Option<u32>,
     /// Dirty-key marks of the writes queued in the current transaction; EXEC carries them.
     tx_marks: TxMarks,
+    /// walrus refused a command while the current transaction was queueing (too large, a
+    /// watermark, a restore): as after Valkey's own queue-time errors, EXEC runs nothing.
+    tx_refused: bool,
     /// An unauthenticated client was found not to need authentication (see [`Session::noauth`]).
     needs_no_auth: bool,
     pending: VecDeque<Owed>,
@@ -132,6 +135,7 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
             marks: Vec::new(),
             durability: shared.pools.ctx().durability.clone(),
         },
+        tx_refused: false,
         needs_no_auth: false,
         pending: VecDeque::new(),
         meter: None,
@@ -354,6 +358,7 @@ impl Session {
         self.tx_marks.release();
         self.in_multi = false;
         self.selected_in_multi = None;
+        self.tx_refused = false;
     }
 
     /// Sends a client command upstream, registering it with the durability gate.
@@ -362,9 +367,16 @@ impl Session {
         if tx == TxCmd::Multi {
             return self.multi(req).await;
         }
+        if tx == TxCmd::End
+            && std::mem::take(&mut self.tx_refused)
+            && req.name().eq_ignore_ascii_case(b"EXEC")
+        {
+            return self.abort_exec().await;
+        }
         let gate = match self.gate(&req, tx).await {
             Ok(g) => g,
             Err(refused) => {
+                self.tx_refused |= self.in_multi && tx != TxCmd::End;
                 self.owe(Pending::Ready(refused));
                 return;
             }
@@ -436,6 +448,32 @@ impl Session {
         };
         self.in_multi = &reply[..] == write::OK;
         self.owe(Pending::Ready(reply));
+    }
+
+    /// EXEC of a transaction in which walrus refused a command while queueing: nothing
+    /// runs, as for Valkey's own queue-time errors. Valkey discards the transaction (its +OK
+    /// answers no one), the queued writes' marks are released, and EXEC gets Valkey's
+    /// `-EXECABORT`.
+    async fn abort_exec(&mut self) {
+        self.tx_marks.release();
+        self.in_multi = false;
+        self.selected_in_multi = None;
+        let (reply, rx) = oneshot::channel();
+        let discard = PipelinedRequest {
+            db: None,
+            cmd: write::command(["DISCARD"]),
+            reply,
+            gate: Gate::Free,
+            tx: TxCmd::End,
+            in_multi: true,
+            answered_by_push: false,
+        };
+        // Sent or not (a lost connection ends the transaction anyway), EXEC's answer is the
+        // same.
+        let _ = self.send(discard, rx).await;
+        self.owe(Pending::Ready(write::error(
+            "EXECABORT Transaction discarded because of previous errors.",
+        )));
     }
 
     fn tx_cmd(&self, req: &Request) -> TxCmd {
