@@ -7,8 +7,10 @@
 //!   writes);
 //! - MOVE and COPY ... DB write a database their key specs do not name;
 //! - FLUSHDB empties one database;
-//! - a few commands flagged neither `readonly` nor with keys still show data
-//!   ([`reveals_data`]): they read the keyspace as a whole.
+//! - a command with no key arguments that is neither a write nor flagged `readonly` may
+//!   still show data (INFO keyspace, SLOWLOG GET, COMMANDLOG GET, MEMORY STATS, DEBUG, a
+//!   command a newer Valkey adds): it reads the keyspace as a whole, unless it is known to
+//!   reveal nothing ([`reveals_nothing`]: a short list, and Pub/Sub).
 
 use super::dirty::Scope;
 use crate::commands::Keys;
@@ -77,32 +79,47 @@ pub fn access(class: &crate::commands::Class, args: &[Bytes], raw_len: usize, db
             keys: keys(idx),
         }),
         // Read-only commands without key arguments read the keyspace as a whole (KEYS, SCAN,
-        // DBSIZE, RANDOMKEY).
-        Keys::Args(_) if info.flags.readonly => Access::Read(Scope::All),
-        Keys::Args(_) if reveals_data(&info.name, args) => Access::Read(Scope::All),
-        Keys::Args(_) => Access::Free,
-        Keys::Unknown => Access::Read(Scope::All),
+        // DBSIZE, RANDOMKEY); so does any other keyless command, unless it is known to
+        // reveal nothing: a command walrus does not know about waits, it does not leak.
+        Keys::Args(_) if !info.flags.readonly && reveals_nothing(info, args) => Access::Free,
+        Keys::Args(_) | Keys::Unknown => Access::Read(Scope::All),
     }
 }
 
-/// Keyless commands that are not flagged `readonly` but show data, so that they wait like
-/// a keyspace-wide read:
-/// - INFO's keyspace section (key counts per database; in the default and `all` output);
-/// - SLOWLOG GET (the arguments of slow commands: keys and values);
-/// - FUNCTION DUMP and FUNCTION LIST (a library loaded by a FUNCTION LOAD not durable yet);
-/// - DEBUG (DIGEST, DIGEST-VALUE, OBJECT, ... describe the dataset).
-fn reveals_data(name: &str, args: &[Bytes]) -> bool {
-    match name {
-        "info" => {
-            let sections = &args[1..];
-            sections.is_empty()
-                || sections.iter().any(|s| {
-                    ["keyspace", "all", "everything", "default"]
-                        .iter()
-                        .any(|k| s.eq_ignore_ascii_case(k.as_bytes()))
-                })
-        }
-        "slowlog|get" | "function|dump" | "function|list" | "debug" => true,
+/// Keyless commands (neither writes nor `readonly`) that show nothing of the dataset, so
+/// that their replies need not wait for pending writes: connection and transaction
+/// control, server configuration and introspection that lists no keys or values, and
+/// Pub/Sub (channels and messages are not the dataset; what PUBLISH delivers is a side
+/// effect, as in a restore). INFO waits only for the sections that count keys.
+fn reveals_nothing(info: &crate::commands::CommandInfo, args: &[Bytes]) -> bool {
+    if info.flags.pubsub {
+        return true;
+    }
+    let name = info.name.as_str();
+    if name == "info" {
+        let sections = &args[1..];
+        return !sections.is_empty()
+            && !sections.iter().any(|s| {
+                ["keyspace", "all", "everything", "default"]
+                    .iter()
+                    .any(|k| s.eq_ignore_ascii_case(k.as_bytes()))
+            });
+    }
+    let container = name.split('|').next().unwrap_or(name);
+    match container {
+        // Connection and transaction control; answers about the server, not the data.
+        "ping" | "echo" | "time" | "lastsave" | "role" | "lolwut" | "hello" | "auth" | "select"
+        | "quit" | "reset" | "multi" | "discard" | "unwatch" | "wait" | "waitaof" | "readonly"
+        | "readwrite" | "asking" | "save" | "bgsave" | "bgrewriteaof" => true,
+        // Every subcommand of these describes commands, clients, users, settings, timings
+        // or loaded code: no key and no value.
+        "command" | "client" | "config" | "acl" | "latency" | "module" | "script" => true,
+        // Some subcommands of these show data (MEMORY STATS counts keys, SLOWLOG GET and
+        // COMMANDLOG GET show arguments, FUNCTION DUMP and LIST libraries not durable yet).
+        "memory" => matches!(name, "memory|help" | "memory|malloc-stats" | "memory|purge"),
+        "slowlog" | "commandlog" => !name.ends_with("|get"),
+        "function" => matches!(name, "function|help" | "function|stats" | "function|kill"),
+        "object" => name == "object|help",
         _ => false,
     }
 }
