@@ -490,3 +490,43 @@ fn a_refusal_while_queueing_aborts_the_transaction_as_valkey_does() {
     assert_eq!(c.cmd(&["DISCARD"]), b"+OK\r\n");
     assert_eq!(c.cmd(&["SET", "after", "1"]), b"+OK\r\n");
 }
+
+/// A worker waiting in `BLPOP jobs 0` holds up no one: a read of its key and a keyspace-wide
+/// read from other clients answer at once, as Valkey's do. (A blocking write used to be a
+/// pending write until it was served: both waited for the producer, here for ever.) When a
+/// producer pushes, the worker gets the job, once the journal covers the pop.
+#[test]
+fn a_client_waiting_in_a_blocking_pop_holds_up_no_one_elses_reads() {
+    let v = Valkey::start();
+    let w = Walrus::start(&v.addr());
+    let mut worker = Raw::connect(&w.addr);
+    send(&mut worker, &["BLPOP", "jobs", "0"]);
+    let mut direct = Raw::connect(&v.addr());
+    // Blocked in Valkey: INFO clients counts it.
+    while !String::from_utf8_lossy(&direct.cmd(&["INFO", "clients"])).contains("blocked_clients:1")
+    {
+    }
+    let mut other = Raw::connect(&w.addr);
+    assert_eq!(other.cmd(&["SET", "k", "v"]), b"+OK\r\n");
+    for (cmd, want) in [
+        (&["LLEN", "jobs"][..], &b":0\r\n"[..]),
+        (&["DBSIZE"], b":1\r\n"),
+        (&["GET", "k"], b"$1\r\nv\r\n"),
+        (&["EXISTS", "jobs"], b":0\r\n"),
+    ] {
+        send(&mut other, cmd);
+        assert!(
+            replied_within(&other, Duration::from_secs(10)),
+            "{cmd:?} waited for the blocked BLPOP"
+        );
+        assert_eq!(show(&other.read_frame()), show(want), "{cmd:?}");
+    }
+    let mut producer = Raw::connect(&w.addr);
+    assert_eq!(producer.cmd(&["RPUSH", "jobs", "j1"]), b":1\r\n");
+    assert_eq!(
+        show(&worker.read_frame()),
+        show(b"*2\r\n$4\r\njobs\r\n$2\r\nj1\r\n")
+    );
+    assert_eq!(other.cmd(&["LLEN", "jobs"]), b":0\r\n");
+    writes_still_work(&mut other);
+}

@@ -8,6 +8,13 @@
 //! and earlier writes to it (which may have run after the newest one on another connection)
 //! are covered too.
 //!
+//! A blocking write (BLPOP, BLMOVE, XREADGROUP BLOCK, ...) gets no generation: it may wait
+//! for hours, and no read may wait for it (nor behind it, through the generations). It has
+//! written nothing while it blocks; once served, what it wrote is in Valkey's stream before
+//! anything that ran after it. So a read that may see one of its keys reads at an *offset
+//! barrier* instead: it is released once the journal covers Valkey's offset after the read
+//! ran, which covers the pop if the read saw it ([`DirtyKeys::blocked_overlaps`]).
+//!
 //! [`settled_through`]: DirtyKeys::settled_through
 
 use bytes::Bytes;
@@ -37,6 +44,11 @@ pub struct DirtyKeys {
     keys: HashMap<(u32, Bytes), Mark>,
     dbs: HashMap<u32, Mark>,
     all: Option<Mark>,
+    /// Blocking writes in flight, by key; those of a wider scope are counted in
+    /// `blocked_wide`.
+    blocked_keys: HashMap<(u32, Bytes), u32>,
+    blocked_wide: u32,
+    blocked_total: u32,
 }
 
 fn bump(slot: &mut Option<Mark>, generation: u64) {
@@ -133,6 +145,61 @@ impl DirtyKeys {
         }
     }
 
+    /// Registers a blocking write (no generation: see the module doc).
+    pub fn mark_blocked(&mut self, scope: &Scope) {
+        self.blocked_total += 1;
+        match scope {
+            Scope::Keys { db, keys } => {
+                for k in keys {
+                    *self.blocked_keys.entry((*db, k.clone())).or_default() += 1;
+                }
+            }
+            Scope::Db(_) | Scope::All => self.blocked_wide += 1,
+        }
+    }
+
+    /// The blocking write of `scope` is settled.
+    pub fn unmark_blocked(&mut self, scope: &Scope) {
+        self.blocked_total -= 1;
+        match scope {
+            Scope::Keys { db, keys } => {
+                for k in keys {
+                    if let std::collections::hash_map::Entry::Occupied(mut e) =
+                        self.blocked_keys.entry((*db, k.clone()))
+                    {
+                        *e.get_mut() -= 1;
+                        if *e.get() == 0 {
+                            e.remove();
+                        }
+                    }
+                }
+            }
+            Scope::Db(_) | Scope::All => self.blocked_wide -= 1,
+        }
+    }
+
+    /// Whether a read of `scope` may see what a blocking write in flight wrote: it then
+    /// reads at an offset barrier.
+    pub fn blocked_overlaps(&self, scope: &Scope) -> bool {
+        if self.blocked_total == 0 {
+            return false;
+        }
+        match scope {
+            Scope::Keys { db, keys } => {
+                self.blocked_wide > 0
+                    || keys
+                        .iter()
+                        .any(|k| self.blocked_keys.contains_key(&(*db, k.clone())))
+            }
+            Scope::Db(_) | Scope::All => true,
+        }
+    }
+
+    /// Blocking writes in flight.
+    pub fn blocked_writes(&self) -> u32 {
+        self.blocked_total
+    }
+
     /// Writes registered and not yet settled.
     pub fn pending_writes(&self) -> usize {
         self.pending.len()
@@ -144,7 +211,7 @@ impl DirtyKeys {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.keys.is_empty() && self.dbs.is_empty() && self.all.is_none()
+        self.keys.is_empty() && self.dbs.is_empty() && self.all.is_none() && self.blocked_total == 0
     }
 }
 
@@ -186,6 +253,26 @@ mod tests {
         assert_eq!(d.settled_through(), b - 1);
         d.unmark(b, &keys(0, &["b"]));
         assert_eq!(d.settled_through(), a2);
+        assert!(d.is_empty());
+    }
+
+    #[test]
+    fn blocking_writes_take_no_generation_and_only_overlap_their_keys() {
+        let mut d = DirtyKeys::default();
+        d.mark_blocked(&keys(0, &["jobs"]));
+        let w = d.mark(&keys(0, &["other"]));
+        // Nothing waits for the blocked pop through the generations.
+        assert_eq!(d.pending_for(&keys(0, &["jobs"])), None);
+        assert_eq!(d.settled_through(), w - 1);
+        d.unmark(w, &keys(0, &["other"]));
+        assert_eq!(d.settled_through(), w);
+        // Reads that may see it read at an offset barrier instead.
+        assert!(d.blocked_overlaps(&keys(0, &["jobs", "x"])));
+        assert!(d.blocked_overlaps(&Scope::All));
+        assert!(!d.blocked_overlaps(&keys(0, &["other"])));
+        assert!(!d.blocked_overlaps(&keys(1, &["jobs"])));
+        d.unmark_blocked(&keys(0, &["jobs"]));
+        assert!(!d.blocked_overlaps(&Scope::All));
         assert!(d.is_empty());
     }
 

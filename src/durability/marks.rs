@@ -22,7 +22,9 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// A write registered with the dirty-key map.
 #[derive(Debug)]
 pub struct WriteMark {
+    /// 0 for a blocking write, which has none (see [`super::dirty`]).
     pub(super) generation: u64,
+    pub(super) blocked: bool,
     pub(super) scope: Scope,
     /// The history epoch it was made in.
     pub(super) epoch: u64,
@@ -34,6 +36,7 @@ pub struct WriteMark {
 #[derive(Debug)]
 pub struct Orphan {
     generation: u64,
+    blocked: bool,
     scope: Scope,
     epoch: u64,
 }
@@ -44,10 +47,18 @@ impl WriteMark {
     pub(super) fn new(generation: u64, scope: Scope, epoch: u64, orphans: Orphans) -> WriteMark {
         WriteMark {
             generation,
+            blocked: false,
             scope,
             epoch,
             orphans: Some(orphans),
         }
+    }
+
+    /// The mark of a blocking write.
+    pub(super) fn new_blocked(scope: Scope, epoch: u64, orphans: Orphans) -> WriteMark {
+        let mut m = WriteMark::new(0, scope, epoch, orphans);
+        m.blocked = true;
+        m
     }
 
     /// Settled: dropping it is fine from now on.
@@ -62,6 +73,7 @@ impl Drop for WriteMark {
         if let Some(tx) = self.orphans.take() {
             let _ = tx.send(Orphan {
                 generation: self.generation,
+                blocked: self.blocked,
                 scope: std::mem::replace(&mut self.scope, Scope::All),
                 epoch: self.epoch,
             });
@@ -117,7 +129,9 @@ pub async fn resolve_orphans<F, Fut>(
 }
 
 fn mark(o: Orphan, orphans: &Orphans) -> WriteMark {
-    WriteMark::new(o.generation, o.scope, o.epoch, orphans.clone())
+    let mut m = WriteMark::new(o.generation, o.scope, o.epoch, orphans.clone());
+    m.blocked = o.blocked;
+    m
 }
 
 #[cfg(test)]

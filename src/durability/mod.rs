@@ -122,9 +122,9 @@ struct State {
 
 pub struct Durability {
     state: Mutex<State>,
-    /// Writes pending right now, published after every change under the lock. A read reply
-    /// that finds zero skips the lock: a write marked later was sent to Valkey after that
-    /// reply arrived, so the read cannot have seen it.
+    /// Writes pending right now, blocking ones included, published after every change under
+    /// the lock. A read reply that finds zero skips the lock: a write marked later was sent
+    /// to Valkey after that reply arrived, so the read cannot have seen it.
     pending_writes: AtomicUsize,
     /// The history epoch and whether a restore runs, published under the lock for the read
     /// path, which checks them without taking it.
@@ -205,8 +205,9 @@ impl Durability {
     /// Publishes the pending-write count; call with the lock held, after marking or
     /// unmarking.
     fn publish(&self, s: &State) {
+        let blocked = s.dirty.blocked_writes() as usize;
         self.pending_writes
-            .store(s.dirty.pending_writes(), Ordering::SeqCst);
+            .store(s.dirty.pending_writes() + blocked, Ordering::SeqCst);
     }
 
     pub fn status(&self) -> Status {
@@ -260,6 +261,16 @@ impl Durability {
             Status::Restoring => Err(loading()),
             _ => Ok(()),
         }
+    }
+
+    /// Registers a blocking write about to be sent (BLPOP, BLMOVE, ...): it takes no
+    /// generation, and reads that may see it read at an offset barrier ([`dirty`]).
+    pub fn begin_blocked(&self, scope: Scope) -> Result<WriteMark, Bytes> {
+        let mut s = self.lock();
+        s.admit_write()?;
+        s.dirty.mark_blocked(&scope);
+        self.publish(&s);
+        Ok(WriteMark::new_blocked(scope, s.epoch, self.orphans.clone()))
     }
 
     /// Registers a write about to be sent: its keys become dirty.
@@ -333,7 +344,13 @@ impl Durability {
         match offset_hint {
             Some((offset, epoch)) => self.settle_batch(offset, epoch, Vec::new(), marks),
             None => {
-                let lost_from = marks.iter().map(|m| m.generation).min().unwrap_or(u64::MAX);
+                // Reads wait on generations, which blocking writes do not take.
+                let lost_from = marks
+                    .iter()
+                    .filter(|m| !m.blocked)
+                    .map(|m| m.generation)
+                    .min()
+                    .unwrap_or(u64::MAX);
                 let failed = self.lock().take_reads_from(lost_from);
                 let err = lost_write();
                 failed.into_iter().for_each(|h| h.fail(&err));
@@ -358,28 +375,38 @@ impl Durability {
     }
 
     /// A read's reply arrived on a connection of `epoch`: release it now, or hold it while
-    /// its keys are dirty.
-    pub fn read_reply(&self, scope: &Scope, epoch: u64, held: Held) {
+    /// its keys are dirty. Returned when it may show what a blocking write in flight wrote:
+    /// the caller then holds it until the journal covers Valkey's offset as it is now, after
+    /// the read ran ([`settle_batch`](Self::settle_batch)).
+    pub fn read_reply(&self, scope: &Scope, epoch: u64, held: Held) -> Option<Held> {
         if self.restoring.load(Ordering::SeqCst) || self.epoch_now.load(Ordering::SeqCst) != epoch {
             // Read from a Valkey the journal does not describe (restarted, being restored).
-            return held.fail(&loading());
+            held.fail(&loading());
+            return None;
         }
         if self.pending_writes.load(Ordering::SeqCst) == 0 {
-            return held.pass();
+            held.pass();
+            return None;
         }
         let mut s = self.lock();
+        if s.dirty.blocked_overlaps(scope) {
+            return Some(held);
+        }
         let Some(generation) = s.dirty.pending_for(scope) else {
             drop(s);
-            return held.pass();
+            held.pass();
+            return None;
         };
         if let Status::Failed(_) = s.status {
             // The write it would reveal can no longer become durable.
             let why = refusal(&s.status);
             drop(s);
-            return held.fail(&why);
+            held.fail(&why);
+            return None;
         }
         s.held_bytes += held.reply.len() as u64;
         s.reads.entry(generation).or_default().push(held);
+        None
     }
 
     /// The journal's durable offset advanced.
@@ -553,7 +580,12 @@ impl State {
             // After a journal failure those writes ran in Valkey but will never be journaled:
             // their keys stay dirty, so reading them fails instead of showing data a crash
             // would lose.
-            if !failed {
+            if failed {
+                continue;
+            }
+            if m.blocked {
+                self.dirty.unmark_blocked(&m.scope);
+            } else {
                 self.dirty.unmark(m.generation, &m.scope);
             }
         }

@@ -412,7 +412,13 @@ impl Reader {
             Gate::Free => {
                 let _ = tx.send(frame);
             }
-            Gate::Read(scope) => d.read_reply(&scope, self.epoch, Held::new(tx, frame)),
+            Gate::Read(scope) => {
+                if let Some(held) = d.read_reply(&scope, self.epoch, Held::new(tx, frame)) {
+                    // It may show a blocking write's effect: Valkey's offset now is past the
+                    // read, so once the journal covers it, it covers what the read saw.
+                    self.settle_by_oracle(vec![held], Vec::new());
+                }
+            }
             Gate::Offset(mark) => {
                 self.awaiting.push(Held::new(tx, frame));
                 self.marks.extend(mark);
@@ -434,6 +440,15 @@ impl Reader {
             "inline ROLE refused ({}); asking on the control connection",
             String::from_utf8_lossy(role_reply).trim_end()
         );
+        self.settle_by_oracle(awaiting, marks);
+    }
+
+    /// Settles replies and marks at Valkey's offset asked now on walrus's own connection
+    /// (every command they stand for ran before it).
+    fn settle_by_oracle(&self, awaiting: Vec<Held>, marks: Vec<WriteMark>) {
+        let Some(d) = &self.ctx.durability else {
+            return;
+        };
         let (d, ctx, epoch) = (d.clone(), self.ctx.clone(), self.epoch);
         tokio::spawn(async move {
             match ctx.oracle.offset(&ctx.upstream).await {

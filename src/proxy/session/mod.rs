@@ -522,6 +522,14 @@ impl Session {
                     self.shared.max_write_bytes
                 )))
             }
+            // A blocking write (BLPOP, BLMOVE, XREADGROUP ... BLOCK) may wait for hours: no
+            // read may wait for it (see `durability::dirty`). Inside MULTI it does not block.
+            Access::Write(scope)
+                if !self.in_multi && class.info.as_ref().is_some_and(|i| i.flags.blocking) =>
+            {
+                d.write_room().await?;
+                Ok(Gate::Offset(vec![d.begin_blocked(scope)?]))
+            }
             Access::Write(scope) => {
                 let scope = if self.selected_in_multi.is_some() {
                     Scope::All
