@@ -530,3 +530,45 @@ fn a_client_waiting_in_a_blocking_pop_holds_up_no_one_elses_reads() {
     assert_eq!(other.cmd(&["LLEN", "jobs"]), b":0\r\n");
     writes_still_work(&mut other);
 }
+
+/// External mode, walrus restarted while Valkey ran a write the journal did not have yet:
+/// the new walrus continues Valkey's stream, and until the journal holds that write no read
+/// shows it (a crash then would lose it). Before, `GET k` answered the new value at once.
+#[test]
+fn after_a_restart_behind_valkey_reads_wait_for_the_journal_to_catch_up() {
+    let v = Valkey::start();
+    let data = tempfile::tempdir().unwrap();
+    let delay = JOURNAL_DELAY_MS.to_string();
+    let start = || {
+        Walrus::start_opts(
+            &v.addr(),
+            "io_backend = \"sync\"\n",
+            &[],
+            Some(data.path()),
+            &[("WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS", &delay)],
+        )
+    };
+    let mut w = start();
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["SET", "k", "v1"]), b"+OK\r\n");
+    let mut direct = Raw::connect(&v.addr());
+    // v2 runs in Valkey; walrus dies before its journal write completes.
+    run_unjournaled(
+        &mut c,
+        &["SET", "k", "v2"],
+        &mut direct,
+        &["GET", "k"],
+        b"$2\r\nv2\r\n",
+    );
+    w.proc.signal(libc::SIGKILL);
+    w.proc.wait_exit(Duration::from_secs(10)).unwrap();
+    let w = start();
+    let mut reader = Raw::connect(&w.addr);
+    send(&mut reader, &["GET", "k"]);
+    assert!(
+        !replied_within(&reader, EARLY),
+        "GET k answered before the journal held v2"
+    );
+    assert_eq!(reader.read_frame(), b"$2\r\nv2\r\n");
+    writes_still_work(&mut reader);
+}

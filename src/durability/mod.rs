@@ -464,6 +464,24 @@ impl Durability {
         self.room.notify_waiters();
     }
 
+    /// Valkey ran writes up to `offset` that the journal does not hold yet: the link
+    /// continues a stream Valkey is ahead of (walrus restarted while Valkey kept running).
+    /// Until the journal covers `offset`, every key counts as dirty, so no read shows what
+    /// a crash could still lose.
+    pub fn dirty_until(&self, offset: u64) {
+        let mut s = self.lock();
+        if offset <= s.durable_offset {
+            return;
+        }
+        let generation = s.dirty.mark(&Scope::All);
+        let mark = WriteMark::new(generation, Scope::All, s.epoch, self.orphans.clone());
+        s.batches
+            .entry(offset)
+            .or_default()
+            .push((Vec::new(), vec![mark]));
+        self.publish(&s);
+    }
+
     /// Valkey lost its dataset (it died, or came back empty) and walrus is about to load it
     /// again: every command touching data gets `-LOADING` until [`attach`](Self::attach), and
     /// every held reply gets an error (what it would reveal ran on a Valkey that is gone).

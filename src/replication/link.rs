@@ -279,6 +279,11 @@ async fn attach(
     if new_history {
         state.history_lsn = journal.status().next_lsn;
     }
+    if !full && view.offset > offset {
+        // Valkey ran writes after the journal's end (walrus was down): until the stream
+        // that brings them is durable, nothing they wrote may be shown.
+        durability.dirty_until(view.offset);
+    }
     durability.attach(offset, covered, new_history);
     state.attached_once = true;
     state.verified = None;
