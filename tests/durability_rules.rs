@@ -127,7 +127,7 @@ fn keyless_commands_that_show_data_wait_and_the_others_do_not() {
     if server::under_test().since((8, 1), None) {
         shows.push(&["COMMANDLOG", "GET", "10", "large-request"]);
     }
-    let readers: Vec<_> = shows
+    let mut readers: Vec<_> = shows
         .iter()
         .map(|cmd| {
             let mut reader = Raw::connect(&w.addr);
@@ -135,11 +135,19 @@ fn keyless_commands_that_show_data_wait_and_the_others_do_not() {
             (cmd, reader)
         })
         .collect();
-    for (cmd, reader) in &readers {
-        assert!(
-            !replied_within(reader, EARLY),
-            "{cmd:?} answered before the write was durable"
-        );
+    // One window for all of them: checked one after another, a later one would otherwise be
+    // looked at after the journal write had completed.
+    let window = std::time::Instant::now() + EARLY;
+    for (cmd, reader) in readers.iter_mut() {
+        let left = window
+            .saturating_duration_since(std::time::Instant::now())
+            .max(Duration::from_millis(1));
+        if replied_within(reader, left) {
+            panic!(
+                "{cmd:?} answered before the write was durable: {:.200}",
+                show(&reader.read_frame())
+            );
+        }
     }
     for (_, mut reader) in readers {
         reader.read_frame();
@@ -484,6 +492,14 @@ fn a_refusal_while_queueing_aborts_the_transaction_as_valkey_does() {
     assert_eq!(c.cmd(&["SET", "a", "2"]), b"+QUEUED\r\n");
     assert_eq!(c.cmd(&["EXEC"]), b"*1\r\n+OK\r\n");
     assert_eq!(c.cmd(&["GET", "a"]), b"$1\r\n2\r\n");
+    // walrus's own refusals of SYNC and CLIENT REPLY OFF abort it too, as Valkey's do.
+    for refused in [&["SYNC"][..], &["CLIENT", "REPLY", "OFF"]] {
+        assert_eq!(c.cmd(&["MULTI"]), b"+OK\r\n");
+        assert_eq!(c.cmd(&["SET", "c", "1"]), b"+QUEUED\r\n");
+        assert!(c.cmd(refused).starts_with(b"-ERR"), "{refused:?}");
+        assert!(c.cmd(&["EXEC"]).starts_with(b"-EXECABORT"), "{refused:?}");
+        assert_eq!(c.cmd(&["EXISTS", "c"]), b":0\r\n", "{refused:?}");
+    }
     // DISCARD after a refusal is a plain DISCARD.
     assert_eq!(c.cmd(&["MULTI"]), b"+OK\r\n");
     assert!(c.cmd(&["SET", "b", &big]).starts_with(b"-ERR walrus"));
@@ -571,4 +587,37 @@ fn after_a_restart_behind_valkey_reads_wait_for_the_journal_to_catch_up() {
     );
     assert_eq!(reader.read_frame(), b"$2\r\nv2\r\n");
     writes_still_work(&mut reader);
+}
+
+/// A write sent on the same connection after a blocking pop runs only once the pop is
+/// served: it must hold up no other client's reads either (it used to take a generation
+/// that could not settle until then, and every read held behind a later write waited).
+#[test]
+fn a_write_queued_behind_a_blocking_pop_holds_up_no_one_elses_reads() {
+    let v = Valkey::start();
+    let w = Walrus::slow(&v, 300);
+    let mut worker = Raw::connect(&w.addr);
+    // A pipelining client: a blocking pop, then a write behind it on its connection.
+    let mut out = walrus::resp::write::command(["BLPOP", "q", "0"]).to_vec();
+    out.extend_from_slice(&walrus::resp::write::command(["SET", "after-pop", "1"]));
+    worker.send_raw(&out);
+    let mut direct = Raw::connect(&v.addr());
+    while !String::from_utf8_lossy(&direct.cmd(&["INFO", "clients"])).contains("blocked_clients:1")
+    {
+    }
+    // Another client's write, then its read of another key held while that write is pending.
+    let mut other = Raw::connect(&w.addr);
+    assert_eq!(other.cmd(&["SET", "b", "1"]), b"+OK\r\n");
+    let mut writer = Raw::connect(&w.addr);
+    send(&mut writer, &["SET", "b", "2"]);
+    send(&mut other, &["GET", "b"]);
+    assert!(
+        replied_within(&other, Duration::from_secs(10)),
+        "GET b waited for the write queued behind the blocked pop"
+    );
+    other.read_frame();
+    assert_eq!(writer.read_frame(), b"+OK\r\n");
+    assert_eq!(Raw::connect(&w.addr).cmd(&["RPUSH", "q", "x"]), b":1\r\n");
+    assert_eq!(worker.read_frame(), b"*2\r\n$1\r\nq\r\n$1\r\nx\r\n");
+    assert_eq!(worker.read_frame(), b"+OK\r\n");
 }

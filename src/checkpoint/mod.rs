@@ -257,7 +257,10 @@ async fn take(
     else {
         return Err("Valkey offered a partial resync to PSYNC ? -1".into());
     };
-    let dest = cfg.store.path_for(&replid, offset);
+    let dest = cfg
+        .store
+        .path_for(&replid, offset)
+        .map_err(|e| e.to_string())?;
     let stored = rdb::receive(&mut conn, &dest, cfg.max_rdb_bytes)
         .await
         .map_err(|e| e.to_string())?;
@@ -273,26 +276,13 @@ async fn take(
     let store = cfg.store.clone();
     let current_from = store.recorded_from_lsn().unwrap_or(1);
     let from_lsn = (before.lsn + 1).max(current_from);
-    let path = stored.path.clone();
     let written_by = version.to_string();
     let recorded = tokio::task::spawn_blocking(move || {
-        store.record(&stored, &written_by, &replid, offset, from_lsn)
+        store.record_or_discard(&stored, &written_by, &replid, offset, from_lsn)
     })
     .await
+    .map_err(|e| e.to_string())?
     .map_err(|e| e.to_string())?;
-    let recorded = match recorded {
-        Ok(r) => r,
-        Err(e) => {
-            // The manifest may have been replaced before the error (a failed directory
-            // fsync after the rename): then it names this RDB, which must stay. Otherwise
-            // the previous checkpoint stays in force, and this RDB must not keep its space.
-            let named = cfg.store.current().ok().flatten().map(|c| c.file);
-            if named.as_deref() != path.file_name().and_then(|n| n.to_str()) {
-                let _ = tokio::fs::remove_file(&path).await;
-            }
-            return Err(e.to_string());
-        }
-    };
     *last_sizes = Some(Sizes {
         rdb_bytes: recorded.size,
         used_memory: memory,

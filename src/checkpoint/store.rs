@@ -140,18 +140,49 @@ impl Store {
     }
 
     /// Where a new RDB of `replid` at `offset` is stored before it is recorded: a name no
-    /// file has, so that a new RDB never replaces the recorded one (two checkpoints with no
-    /// write between them share an offset). Only the manifest switches from one to the next.
-    pub fn path_for(&self, replid: &str, offset: u64) -> PathBuf {
-        (0u64..)
-            .map(|n| match n {
+    /// file had, reserved by creating it empty (the link and a checkpoint may both ask), so
+    /// that a new RDB never replaces the recorded one (two checkpoints with no write between
+    /// them share an offset). Only the manifest switches from one to the next.
+    pub fn path_for(&self, replid: &str, offset: u64) -> std::io::Result<PathBuf> {
+        for n in 0u64.. {
+            let p = match n {
                 0 => self.dir.join(format!("checkpoint-{replid}-{offset}.rdb")),
                 n => self
                     .dir
                     .join(format!("checkpoint-{replid}-{offset}-{n}.rdb")),
-            })
-            .find(|p| !p.exists())
-            .expect("some name is free")
+            };
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&p)
+            {
+                Ok(_) => return Ok(p),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        unreachable!("some name is free")
+    }
+
+    /// [`record`](Self::record); on failure the stored RDB is removed, unless the manifest
+    /// names it after all (replaced before a failed directory fsync): the checkpoint in force
+    /// stays, and a failed one keeps no space.
+    pub fn record_or_discard(
+        &self,
+        stored: &StoredRdb,
+        written_by: &str,
+        replid: &str,
+        offset: u64,
+        from_lsn: u64,
+    ) -> Result<Checkpoint, StoreError> {
+        let recorded = self.record(stored, written_by, replid, offset, from_lsn);
+        if recorded.is_err() {
+            let named = self.current().ok().flatten().map(|c| c.file);
+            if named.as_deref() != stored.path.file_name().and_then(|n| n.to_str()) {
+                let _ = std::fs::remove_file(&stored.path);
+            }
+        }
+        recorded
     }
 
     pub fn path_of(&self, c: &Checkpoint) -> PathBuf {
@@ -200,7 +231,7 @@ impl Store {
     /// Records a stored RDB, written by the server `written_by` names, as the current
     /// checkpoint (atomically), then deletes every other RDB: from here on a restore starts
     /// from this one.
-    pub fn record(
+    fn record(
         &self,
         stored: &StoredRdb,
         written_by: &str,
@@ -338,7 +369,7 @@ mod tests {
     }
 
     fn stored(store: &Store, replid: &str, offset: u64, body: &[u8]) -> StoredRdb {
-        let path = store.path_for(replid, offset);
+        let path = store.path_for(replid, offset).unwrap();
         let bytes = rdb_bytes(body);
         std::fs::write(&path, &bytes).unwrap();
         let sum = rdb::sum_file(&path).unwrap();
@@ -442,8 +473,17 @@ mod tests {
         assert!(!first.path.exists() && second.path.exists());
         // An older one of the same history is refused, and the recorded one stays.
         let older = stored(&store, &a, 5, b"REDIS0011older");
-        let err = store.record(&older, "Valkey 9.1.2", &a, 5, 3).unwrap_err();
+        let err = store
+            .record_or_discard(&older, "Valkey 9.1.2", &a, 5, 3)
+            .unwrap_err();
         assert!(err.to_string().contains("the recorded"), "{err}");
+        assert!(!older.path.exists(), "a refused RDB keeps no space");
+        // Two names asked for at once (the link and a checkpoint) differ.
+        let (x, y) = (
+            store.path_for(&a, 10).unwrap(),
+            store.path_for(&a, 10).unwrap(),
+        );
+        assert_ne!(x, y);
         assert_eq!(store.current().unwrap(), Some(c2));
         // Another history's may start anywhere.
         let b = "b".repeat(40);

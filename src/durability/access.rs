@@ -111,14 +111,14 @@ fn reveals_nothing(info: &crate::commands::CommandInfo, args: &[Bytes]) -> bool 
         "ping" | "echo" | "time" | "lastsave" | "role" | "lolwut" | "hello" | "auth" | "select"
         | "quit" | "reset" | "multi" | "discard" | "unwatch" | "wait" | "waitaof" | "readonly"
         | "readwrite" | "asking" | "save" | "bgsave" | "bgrewriteaof" => true,
-        // Every subcommand of these describes commands, clients, users, settings, timings
-        // or loaded code: no key and no value.
-        "command" | "client" | "config" | "acl" | "latency" | "module" | "script" => true,
+        // Every subcommand of these describes commands, clients, users, settings or
+        // timings: no key and no value. (SCRIPT and FUNCTION are `@scripting`: walrus counts
+        // them as writes of everything.)
+        "command" | "client" | "config" | "acl" | "latency" | "module" => true,
         // Some subcommands of these show data (MEMORY STATS counts keys, SLOWLOG GET and
-        // COMMANDLOG GET show arguments, FUNCTION DUMP and LIST libraries not durable yet).
+        // COMMANDLOG GET show arguments).
         "memory" => matches!(name, "memory|help" | "memory|malloc-stats" | "memory|purge"),
         "slowlog" | "commandlog" => !name.ends_with("|get"),
-        "function" => matches!(name, "function|help" | "function|stats" | "function|kill"),
         "object" => name == "object|help",
         _ => false,
     }

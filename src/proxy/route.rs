@@ -112,19 +112,20 @@ pub fn route(info: Option<&CommandInfo>, req: &Request) -> Route {
         "multi" | "watch" | "subscribe" | "psubscribe" | "ssubscribe" | "unsubscribe"
         | "punsubscribe" | "sunsubscribe" | "monitor" | "client|tracking" | "client|caching"
         | "client|no-evict" | "client|no-touch" | "readonly" | "readwrite" | "asking" => Route::Pin,
-        "xread" | "xreadgroup" => {
-            if req
-                .args
-                .iter()
-                .skip(1)
-                .any(|a| a.eq_ignore_ascii_case(b"BLOCK"))
-            {
-                Route::Pin
-            } else {
-                Route::Pool
-            }
-        }
-        _ if info.flags.blocking => Route::Pin,
+        _ if may_block(info, req) => Route::Pin,
         _ => Route::Pool,
     }
+}
+
+/// Whether the request may block: Valkey flags the command `blocking`, and XREAD and
+/// XREADGROUP (flagged so whatever their arguments) only with BLOCK.
+pub fn may_block(info: &CommandInfo, req: &Request) -> bool {
+    if matches!(info.name.as_str(), "xread" | "xreadgroup") {
+        return req
+            .args
+            .iter()
+            .skip(1)
+            .any(|a| a.eq_ignore_ascii_case(b"BLOCK"));
+    }
+    info.flags.blocking
 }

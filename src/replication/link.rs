@@ -227,14 +227,14 @@ async fn attach(
                         if restored { "+CONTINUE after the restore" } else { "its history" }
                     )));
             }
-            let dest = cfg.store.path_for(&replid, offset);
+            let dest = cfg.store.path_for(&replid, offset)?;
             let stored = rdb::receive(&mut conn, &dest, cfg.max_rdb_bytes).await?;
             let from_lsn = journal.status().next_lsn;
             let store = cfg.store.clone();
             let (r, s) = (replid.clone(), stored.clone());
             let written_by = view.version.to_string();
             tokio::task::spawn_blocking(move || {
-                store.record(&s, &written_by, &r, offset, from_lsn)
+                store.record_or_discard(&s, &written_by, &r, offset, from_lsn)
             })
             .await
             .map_err(|e| std::io::Error::other(e.to_string()))??;

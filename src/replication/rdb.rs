@@ -160,23 +160,26 @@ pub struct StoredRdb {
     pub eof_mark: bool,
 }
 
-/// Reads the RDB payload from `conn` into `dest`, durably.
+/// Reads the RDB payload from `conn` into `dest` (a name reserved for it: on failure it is
+/// removed), durably.
 pub async fn receive(
     conn: &mut Conn,
     dest: &Path,
     max_bytes: u64,
 ) -> Result<StoredRdb, UpstreamError> {
-    let header = read_line(conn).await?;
-    if header.starts_with('-') {
-        return Err(UpstreamError::Refused(bytes::Bytes::from(format!(
-            "{header}\r\n"
-        ))));
-    }
     let tmp = dest.with_extension("rdb.tmp");
-    let stored = store(conn, &header, &tmp, dest, max_bytes).await;
+    let stored = match read_line(conn).await {
+        Ok(header) if header.starts_with('-') => Err(UpstreamError::Refused(bytes::Bytes::from(
+            format!("{header}\r\n"),
+        ))),
+        Ok(header) => store(conn, &header, &tmp, dest, max_bytes).await,
+        Err(e) => Err(e),
+    };
     if stored.is_err() {
-        // Out of space or cut off: the partial file must not keep the space it took.
+        // Refused, out of space or cut off: neither the partial file nor the reserved name
+        // may keep the space they took.
         let _ = tokio::fs::remove_file(&tmp).await;
+        let _ = tokio::fs::remove_file(dest).await;
     }
     stored
 }

@@ -69,11 +69,16 @@ impl Conn {
     /// Connects as walrus itself, with the configured credentials. The replies are to
     /// walrus's own commands (the command table, INFO, ROLE), not to clients': the limits
     /// that protect walrus from a client's reply do not apply to them.
+    /// The AUTH is bounded by `upstream.connect_timeout_ms` too: a Valkey that accepts
+    /// connections but does not answer (stopped, partitioned) must not hold up whoever waits
+    /// for a control connection (the offset oracle, the orphan resolver, held reads).
     pub async fn control(up: &Upstream) -> Result<Conn, UpstreamError> {
         let mut conn = Conn::connect(up).await?;
         conn.scanner = ReplyScanner::new(crate::resp::Limits::default());
         if let Some(c) = &up.credentials {
-            conn.auth(c).await?;
+            tokio::time::timeout(up.connect_timeout, conn.auth(c))
+                .await
+                .map_err(|_| UpstreamError::ConnectTimeout(up.address.clone()))??;
         }
         Ok(conn)
     }

@@ -113,6 +113,8 @@ struct Session {
     pending: VecDeque<Owed>,
     /// The metering of the request being handled: every reply it queues carries it.
     meter: Option<Meter>,
+    /// The request being handled may block (Valkey flags it `blocking`).
+    blocking_request: bool,
     out: BytesMut,
     wr: OwnedWriteHalf,
 }
@@ -139,6 +141,7 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
         needs_no_auth: false,
         pending: VecDeque::new(),
         meter: None,
+        blocking_request: false,
         out: BytesMut::with_capacity(READ_CHUNK_BYTES),
         wr,
     };
@@ -199,12 +202,14 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
                         Err(e) => {
                             metrics::PROTOCOL_ERRORS.inc();
                             tracing::debug!("client protocol error: {e}");
-                            s.pending.push_back(Owed { reply: Pending::Ready(e.reply()), meter: None });
+                            s.pending.push_back(Owed { reply: Pending::Ready(e.reply()), meter: None, blocking: false });
                             reading = false;
                             break;
                         }
                     };
-                    s.meter = Some(Meter::new(shared.table.lookup(&req.args).cloned()));
+                    let info = shared.table.lookup(&req.args).cloned();
+                    s.blocking_request = info.as_ref().is_some_and(|i| route::may_block(i, &req));
+                    s.meter = Some(Meter::new(info));
                     match s.handle(req).await {
                         Flow::Continue => {}
                         Flow::Close => {
@@ -506,6 +511,8 @@ impl Session {
             return Ok(Gate::Offset(std::mem::take(&mut self.tx_marks.marks)));
         }
         let class = crate::commands::Class::of(self.command(), &req.args);
+        // Queued on this connection behind a command that may still be blocked.
+        let behind = self.dedicated() && self.pending.iter().any(|o| o.blocking);
         match durability::access(&class, &req.args, req.raw.len(), self.id.db) {
             Access::Free => Ok(Gate::Free),
             // Inside MULTI a read only answers +QUEUED; EXEC is gated.
@@ -522,11 +529,10 @@ impl Session {
                     self.shared.max_write_bytes
                 )))
             }
-            // A blocking write (BLPOP, BLMOVE, XREADGROUP ... BLOCK) may wait for hours: no
-            // read may wait for it (see `durability::dirty`). Inside MULTI it does not block.
-            Access::Write(scope)
-                if !self.in_multi && class.info.as_ref().is_some_and(|i| i.flags.blocking) =>
-            {
+            // A blocking write (BLPOP, BLMOVE, XREADGROUP ... BLOCK) may wait for hours, and
+            // so does a write sent after a blocking command on the same connection: no read
+            // may wait for them (see `durability::dirty`). Inside MULTI nothing blocks.
+            Access::Write(scope) if !self.in_multi && (self.blocking_request || behind) => {
                 d.write_room().await?;
                 Ok(Gate::Offset(vec![d.begin_blocked(scope)?]))
             }
@@ -537,7 +543,11 @@ impl Session {
                     scope
                 };
                 d.write_room().await?;
-                let mark = d.begin_write(scope)?;
+                let mark = if behind {
+                    d.begin_blocked(scope)?
+                } else {
+                    d.begin_write(scope)?
+                };
                 if self.in_multi {
                     // +QUEUED reveals nothing and must not wait (the client may wait for
                     // it before sending EXEC): the mark rides with EXEC.
@@ -581,7 +591,10 @@ impl Session {
         Pending::Ready(unavailable(reason))
     }
 
+    /// A reply walrus gives itself. An error while a transaction queues aborts it, as
+    /// Valkey's own queue-time errors do.
     fn ready(&mut self, reply: Bytes) -> Flow {
+        self.tx_refused |= self.in_multi && reply.first() == Some(&b'-');
         self.owe(Pending::Ready(reply));
         Flow::Continue
     }

@@ -7,6 +7,9 @@ use super::*;
 pub(super) struct Owed {
     pub(super) reply: Pending,
     pub(super) meter: Option<Meter>,
+    /// The reply of a command that may block (BLPOP, XREAD ... BLOCK, WAIT): what the
+    /// session sends after it on the same connection runs only once it is served.
+    pub(super) blocking: bool,
 }
 
 /// Counts a command's reply in `walrus_commands_total` and its latency in
@@ -77,6 +80,7 @@ impl Session {
         self.pending.push_back(Owed {
             reply,
             meter: self.meter.clone(),
+            blocking: self.blocking_request,
         });
     }
 
