@@ -273,6 +273,12 @@ impl Durability {
         Ok(WriteMark::new_blocked(scope, s.epoch, self.orphans.clone()))
     }
 
+    /// Whether a read of `scope` about to be sent may see what a blocking write in flight
+    /// wrote: it then takes an offset barrier in its own batch (the `ROLE` after it).
+    pub fn blocked_overlaps(&self, scope: &Scope) -> bool {
+        self.pending_writes.load(Ordering::SeqCst) != 0 && self.lock().dirty.blocked_overlaps(scope)
+    }
+
     /// Registers a write about to be sent: its keys become dirty.
     pub fn begin_write(&self, scope: Scope) -> Result<WriteMark, Bytes> {
         let mut s = self.lock();

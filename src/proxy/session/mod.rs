@@ -519,6 +519,12 @@ impl Session {
             Access::Read(_) if self.in_multi => Ok(Gate::Free),
             Access::Read(scope) => {
                 d.admit_read()?;
+                // It may see what a blocking write in flight wrote: the ROLE after it in its
+                // batch is its barrier (one for the whole batch). A blocking write sent after
+                // this check is caught when the reply arrives (`Durability::read_reply`).
+                if d.blocked_overlaps(&scope) {
+                    return Ok(Gate::Offset(Vec::new()));
+                }
                 Ok(Gate::Read(scope))
             }
             Access::Write(_) if req.raw.len() > self.shared.max_write_bytes => {
