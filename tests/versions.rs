@@ -354,6 +354,7 @@ fn valkey_swapped_for_an_older_one_under_a_running_walrus_is_refused_not_fed() {
     let newer = on_port(&valkey_server_bin());
     w.proc
         .wait_line("Valkey continued with a partial resync", START_TIMEOUT);
+    w.proc.wait_line("replica link attached", START_TIMEOUT);
     let big = "x".repeat(256 << 10);
     let taken = w.checkpoints();
     let sets: Vec<Vec<String>> = (0..40)

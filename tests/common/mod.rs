@@ -348,7 +348,7 @@ impl Walrus {
     }
 
     /// SIGKILLs only the managed Valkey and returns once walrus has restored a new one (with
-    /// a partial resync after it). Returns the dead Valkey's pid.
+    /// a partial resync after it) and serves it. Returns the dead Valkey's pid.
     pub fn kill_valkey_and_await_restore(&self) -> i32 {
         let pid = valkey_pid(&self.addr);
         unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -356,6 +356,8 @@ impl Walrus {
             .wait_line("managed valkey-server exited", START_TIMEOUT);
         self.proc
             .wait_line("Valkey continued with a partial resync", START_TIMEOUT);
+        // Clients get -LOADING until the link has attached again.
+        self.proc.wait_line("replica link attached", START_TIMEOUT);
         pid
     }
 

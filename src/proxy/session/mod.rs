@@ -106,14 +106,15 @@ struct Session {
     /// Dirty-key marks of the writes queued in the current transaction; EXEC carries them.
     tx_marks: TxMarks,
     /// walrus refused a command while the current transaction was queueing (too large, a
-    /// watermark, a restore): as after Valkey's own queue-time errors, EXEC runs nothing.
+    /// watermark, a restore, one it refuses itself): as after Valkey's own queue-time
+    /// errors, EXEC runs nothing.
     tx_refused: bool,
     /// An unauthenticated client was found not to need authentication (see [`Session::noauth`]).
     needs_no_auth: bool,
     pending: VecDeque<Owed>,
     /// The metering of the request being handled: every reply it queues carries it.
     meter: Option<Meter>,
-    /// The request being handled may block (Valkey flags it `blocking`).
+    /// The request being handled may block ([`route::may_block`]).
     blocking_request: bool,
     out: BytesMut,
     wr: OwnedWriteHalf,
