@@ -140,9 +140,10 @@ impl Store {
     }
 
     /// Where a new RDB of `replid` at `offset` is stored before it is recorded: a name no
-    /// file had, reserved by creating it empty (the link and a checkpoint may both ask), so
-    /// that a new RDB never replaces the recorded one (two checkpoints with no write between
-    /// them share an offset). Only the manifest switches from one to the next.
+    /// file has, so that a new RDB never replaces the recorded one (two checkpoints with no
+    /// write between them share an offset). Only the manifest switches from one to the next.
+    /// The name is reserved by creating its temporary file (`.rdb.tmp`, which
+    /// [`rdb::receive`] writes and renames), since the link and a checkpoint may both ask.
     pub fn path_for(&self, replid: &str, offset: u64) -> std::io::Result<PathBuf> {
         for n in 0u64.. {
             let p = match n {
@@ -151,13 +152,16 @@ impl Store {
                     .dir
                     .join(format!("checkpoint-{replid}-{offset}-{n}.rdb")),
             };
+            let tmp = p.with_extension("rdb.tmp");
             match std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
-                .open(&p)
+                .open(&tmp)
             {
-                Ok(_) => return Ok(p),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                // Free unless an RDB of that name was renamed into place before.
+                Ok(_) if !p.exists() => return Ok(p),
+                Ok(_) => std::fs::remove_file(&tmp)?,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(e),
             }
         }
@@ -371,7 +375,10 @@ mod tests {
     fn stored(store: &Store, replid: &str, offset: u64, body: &[u8]) -> StoredRdb {
         let path = store.path_for(replid, offset).unwrap();
         let bytes = rdb_bytes(body);
-        std::fs::write(&path, &bytes).unwrap();
+        // As `rdb::receive` does: the reserved temporary file becomes the RDB.
+        let tmp = path.with_extension("rdb.tmp");
+        std::fs::write(&tmp, &bytes).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
         let sum = rdb::sum_file(&path).unwrap();
         StoredRdb {
             path,

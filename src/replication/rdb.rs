@@ -160,8 +160,8 @@ pub struct StoredRdb {
     pub eof_mark: bool,
 }
 
-/// Reads the RDB payload from `conn` into `dest` (a name reserved for it: on failure it is
-/// removed), durably.
+/// Reads the RDB payload from `conn` into `dest`, through `dest`'s `.rdb.tmp` (which may
+/// exist already, reserving the name), durably. On failure neither is left behind.
 pub async fn receive(
     conn: &mut Conn,
     dest: &Path,
