@@ -126,6 +126,9 @@ pub struct Durability {
     /// the lock. A read reply that finds zero skips the lock: a write marked later was sent
     /// to Valkey after that reply arrived, so the read cannot have seen it.
     pending_writes: AtomicUsize,
+    /// Blocking writes in flight, published likewise: a read about to be sent checks it
+    /// without the lock (one marked later was sent after the read, which cannot see it).
+    blocked_writes: AtomicUsize,
     /// The history epoch and whether a restore runs, published under the lock for the read
     /// path, which checks them without taking it.
     epoch_now: AtomicU64,
@@ -190,6 +193,7 @@ impl Durability {
                 blocked: None,
             }),
             pending_writes: AtomicUsize::new(0),
+            blocked_writes: AtomicUsize::new(0),
             epoch_now: AtomicU64::new(0),
             restoring: AtomicBool::new(false),
             room: Notify::new(),
@@ -206,6 +210,7 @@ impl Durability {
     /// unmarking.
     fn publish(&self, s: &State) {
         let blocked = s.dirty.blocked_writes() as usize;
+        self.blocked_writes.store(blocked, Ordering::SeqCst);
         self.pending_writes
             .store(s.dirty.pending_writes() + blocked, Ordering::SeqCst);
     }
@@ -276,7 +281,7 @@ impl Durability {
     /// Whether a read of `scope` about to be sent may see what a blocking write in flight
     /// wrote: it then takes an offset barrier in its own batch (the `ROLE` after it).
     pub fn blocked_overlaps(&self, scope: &Scope) -> bool {
-        self.pending_writes.load(Ordering::SeqCst) != 0 && self.lock().dirty.blocked_overlaps(scope)
+        self.blocked_writes.load(Ordering::SeqCst) != 0 && self.lock().dirty.blocked_overlaps(scope)
     }
 
     /// Registers a write about to be sent: its keys become dirty.
