@@ -314,12 +314,16 @@ fn checkpoints_let_the_ring_take_more_than_its_size() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .filter(|n| n.ends_with(".rdb"))
         .collect();
-    assert_eq!(
-        checkpoints.len(),
-        1,
+    // The recorded checkpoint, and perhaps the next one, stored but not recorded yet (the
+    // ring may still be asking for one): every older one is gone.
+    assert!(
+        (1..=2).contains(&checkpoints.len()),
         "only the newest checkpoint is kept: {checkpoints:?}"
     );
-    assert!(checkpoints[0].starts_with("checkpoint-"), "{checkpoints:?}");
+    assert!(
+        checkpoints.iter().all(|c| c.starts_with("checkpoint-")),
+        "{checkpoints:?}"
+    );
 }
 
 #[test]

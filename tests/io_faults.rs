@@ -345,3 +345,74 @@ fn a_corrupted_manifest_stops_the_start_naming_the_file() {
         assert!(line.contains(&path.display().to_string()), "{line}");
     }
 }
+
+/// A checkpoint that keeps failing lets the ring fill to its last byte (writes that reach
+/// Valkey around walrus, or its own expirations, carry the stream past the watermark, which
+/// stops only walrus's clients), and then Valkey dies. The link, waiting for room, reads
+/// nothing, yet it notices: in managed mode walrus restores the new Valkey by itself once the
+/// fault clears; in external mode, where Valkey is restarted behind walrus's back, no client
+/// ever reads the restarted, empty Valkey. Every acknowledged write is there after.
+#[test]
+fn a_full_ring_then_a_valkey_crash_is_noticed_and_restored() {
+    for managed in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let flag = dir.path().join("fault-on");
+        let spec = format!("ENOSPC@{}", flag.display());
+        let fault = [("WALRUS_FAULT_CHECKPOINT", spec.as_str())];
+        let external = (!managed).then(Valkey::start);
+        let w = match &external {
+            None => Walrus::start_managed_env(CONFIG, Some(&data), &fault),
+            Some(v) => Walrus::start_opts(&v.addr(), CONFIG, &[], Some(&data), &fault),
+        };
+        let mut c = Raw::connect(&w.addr);
+        acknowledged(&mut c, 20);
+        let info = String::from_utf8(c.cmd(&["INFO", "server"])).unwrap();
+        let port = info
+            .lines()
+            .find_map(|l| l.strip_prefix("tcp_port:"))
+            .unwrap()
+            .trim()
+            .to_string();
+        std::fs::write(&flag, b"").unwrap();
+        // Random text larger than the fault's 64 KiB threshold, so every checkpoint fails.
+        let value = random_text(64 << 10);
+        let mut direct = Raw::connect(&format!("127.0.0.1:{port}"));
+        let mut i = 0;
+        while !w.proc.log_text().contains("journal ring full") {
+            assert_eq!(
+                direct.cmd(&["SET", &format!("around:{}", i % 16), &value]),
+                OK
+            );
+            i += 1;
+            assert!(i < 10_000, "the ring never filled");
+        }
+        let pid = valkey_pid(&format!("127.0.0.1:{port}"));
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        wait_dead(pid);
+        std::fs::remove_file(&flag).unwrap();
+        let _restarted = external
+            .is_some()
+            .then(|| Valkey::start_with(&["--port", &port]));
+        // Until walrus has restored it, the new Valkey is empty: a client may get -LOADING
+        // or a lost connection meanwhile, never the empty Valkey's nil.
+        let attached = |w: &Walrus| w.proc.log_text().matches("replica link attached").count();
+        let before = attached(&w);
+        let deadline = std::time::Instant::now() + START_TIMEOUT;
+        while attached(&w) == before {
+            let r = Raw::connect(&w.addr).cmd(&["GET", "ack:0"]);
+            assert!(
+                r == bulk("v0") || r.starts_with(b"-"),
+                "managed {managed}: GET ack:0 answered {}",
+                show(&r)
+            );
+            assert!(
+                std::time::Instant::now() < deadline,
+                "managed {managed}: Valkey was not restored; log:\n{}",
+                w.proc.log_text()
+            );
+        }
+        let mut c = Raw::connect(&w.addr);
+        check_acknowledged(&mut c, 20);
+    }
+}

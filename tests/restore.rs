@@ -370,3 +370,74 @@ fn a_live_restore_is_counted_and_a_conflict_while_running_keeps_clients_out() {
     );
     assert_eq!(http_get(&metrics, "/readyz").0, 503);
 }
+
+/// A restore sends Valkey data, not messages: the journal holds every PUBLISH (Valkey
+/// propagates them to its replicas), and a subscriber of the Valkey being restored gets none
+/// of them, while the data published around them comes back, and the stream keeps its
+/// length (the link continues at the journal's end with a partial resync).
+#[test]
+fn a_restore_replays_no_published_message() {
+    let data = tempfile::tempdir().unwrap();
+    let data = data.path().join("data");
+    let v = Valkey::start();
+    let port = v.port.to_string();
+    let mut w = Walrus::start_opts(&v.addr(), "", &[], Some(&data), &[]);
+    let mut c = Raw::connect(&w.addr);
+    for i in 0..20 {
+        assert_eq!(c.cmd(&["SET", &format!("k{i}"), "v"]), OK);
+        assert_eq!(c.cmd(&["PUBLISH", "news", &format!("old-{i}")]), b":0\r\n");
+        assert_eq!(
+            c.cmd(&["SPUBLISH", "shard", &format!("old-{i}")]),
+            b":0\r\n"
+        );
+    }
+    let script =
+        "redis.call('SET', KEYS[1], 'v') return redis.call('PUBLISH', 'news', 'old-script')";
+    assert_eq!(c.cmd(&["EVAL", script, "1", "in-script"]), b":0\r\n");
+    w.proc.signal(libc::SIGKILL);
+    w.proc.wait_exit(Duration::from_secs(10)).unwrap();
+    drop(v);
+
+    // An empty Valkey with subscribers of every kind, then walrus restores it.
+    let _v = Valkey::start_with(&["--port", &port]);
+    let addr = format!("127.0.0.1:{port}");
+    let mut sub = Raw::connect(&addr);
+    sub.cmd(&["SUBSCRIBE", "news"]);
+    let mut psub = Raw::connect(&addr);
+    psub.cmd(&["PSUBSCRIBE", "*"]);
+    let mut ssub = Raw::connect(&addr);
+    ssub.cmd(&["SSUBSCRIBE", "shard"]);
+    // walrus listens once the restore is over.
+    let w = Walrus::start_opts(&addr, "", &[], Some(&data), &[]);
+    let log = w.proc.log_text();
+    assert!(
+        log.contains("Valkey continued with a partial resync"),
+        "{log}"
+    );
+    assert!(
+        log.contains("published messages left out of the replay messages=41"),
+        "{log}"
+    );
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["GET", "k19"]), bulk("v"));
+    assert_eq!(c.cmd(&["GET", "in-script"]), bulk("v"));
+    // The first message each subscriber gets is the one published now.
+    assert_eq!(c.cmd(&["PUBLISH", "news", "fresh"]), b":2\r\n");
+    assert_eq!(c.cmd(&["SPUBLISH", "shard", "fresh"]), b":1\r\n");
+    for (s, want) in [
+        (
+            &mut sub,
+            "*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$5\r\nfresh\r\n",
+        ),
+        (
+            &mut psub,
+            "*4\r\n$8\r\npmessage\r\n$1\r\n*\r\n$4\r\nnews\r\n$5\r\nfresh\r\n",
+        ),
+        (
+            &mut ssub,
+            "*3\r\n$8\r\nsmessage\r\n$5\r\nshard\r\n$5\r\nfresh\r\n",
+        ),
+    ] {
+        assert_eq!(show(&s.read_frame()), show(want.as_bytes()));
+    }
+}

@@ -208,7 +208,7 @@ async fn run_proxy(
             "starting: attaching to Valkey's replication stream (restoring Valkey first if it came back empty)",
         );
         tokio::select! {
-            _ = d.durability.wait_attached() => {}
+            _ = d.durability.wait_attached(None) => {}
             r = &mut d.link => return Err(match r {
                 Ok(Err(why)) => why,
                 Ok(Ok(())) => "the replica link stopped before attaching".into(),

@@ -109,6 +109,8 @@ struct State {
     history_start: u64,
     /// The history epoch (module doc).
     epoch: u64,
+    /// The Valkey process (`run_id`) the link is attached to, or was last.
+    run_id: String,
     dirty: DirtyKeys,
     /// Settled write batches waiting for `durable_offset` to reach their offset.
     batches: BTreeMap<u64, Vec<Batch>>,
@@ -135,6 +137,9 @@ pub struct Durability {
     restoring: AtomicBool,
     /// Woken when writes may proceed again (room freed, status changed).
     room: Notify,
+    /// Raised when a connection reached another Valkey process than the one the link
+    /// follows: the link checks at once instead of at its next probe.
+    doubt: Notify,
     max_pending_bytes: u64,
     max_held_bytes: u64,
     /// Where unsettled marks go when dropped ([`marks`]), and its receiving end until the
@@ -186,6 +191,7 @@ impl Durability {
                 executed_offset: 0,
                 history_start: 0,
                 epoch: 0,
+                run_id: String::new(),
                 dirty: DirtyKeys::default(),
                 batches: BTreeMap::new(),
                 reads: BTreeMap::new(),
@@ -197,6 +203,7 @@ impl Durability {
             epoch_now: AtomicU64::new(0),
             restoring: AtomicBool::new(false),
             room: Notify::new(),
+            doubt: Notify::new(),
             max_pending_bytes,
             max_held_bytes,
         }
@@ -238,26 +245,44 @@ impl Durability {
         }
     }
 
-    /// Waits until the replica link is attached (or the journal failed); returns the history
-    /// epoch then.
-    pub async fn wait_attached(&self) -> u64 {
+    /// Waits until the replica link is attached (or the journal failed) in another epoch than
+    /// `not_epoch`; returns the epoch and its Valkey process then.
+    pub async fn wait_attached(&self, not_epoch: Option<u64>) -> (u64, String) {
         loop {
             let notified = self.room.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            {
-                let s = self.lock();
-                if matches!(s.status, Status::Attached | Status::Failed(_)) {
-                    return s.epoch;
-                }
+            if let Some(p) = self.attached(not_epoch) {
+                return p;
             }
             notified.await;
         }
     }
 
+    /// The epoch and its Valkey process, if the link is attached (or the journal failed) in
+    /// another epoch than `not_epoch`.
+    pub fn attached(&self, not_epoch: Option<u64>) -> Option<(u64, String)> {
+        let s = self.lock();
+        (matches!(s.status, Status::Attached | Status::Failed(_)) && Some(s.epoch) != not_epoch)
+            .then(|| (s.epoch, s.run_id.clone()))
+    }
+
     /// The current history epoch.
     pub fn epoch(&self) -> u64 {
         self.lock().epoch
+    }
+
+    /// A connection found another Valkey process than [`attached`](Self::attached) names: the
+    /// one the link follows died, and the link may not have noticed yet (it notices a closed
+    /// stream only when it reads, and it does not read while the ring is full).
+    pub fn doubt_valkey(&self) {
+        self.doubt.notify_one();
+    }
+
+    /// Resolves at the next [`doubt_valkey`](Self::doubt_valkey) (one raised since the last
+    /// call counts).
+    pub async fn doubted(&self) {
+        self.doubt.notified().await
     }
 
     /// Whether a read may be sent now: not while Valkey is being restored.
@@ -444,11 +469,14 @@ impl Durability {
         self.room.notify_waiters();
     }
 
-    /// The replica link attached (or re-attached) to Valkey's stream at `offset`. After a full
-    /// resynchronization, `offset` is covered by the stored RDB, so it is durable too. A new
-    /// replication history (`new_history`: Valkey restarted or failed over) invalidates every
-    /// held write: its offset belongs to the old history.
-    pub fn attach(&self, offset: u64, durable: bool, new_history: bool) {
+    /// The replica link attached (or re-attached) to Valkey process `run_id`'s stream at
+    /// `offset`. After a full resynchronization, `offset` is covered by the stored RDB, so it
+    /// is durable too. A new replication history (`new_history`: Valkey restarted or failed
+    /// over) invalidates every held write: its offset belongs to the old history. So does a
+    /// new process that continues the same history (one that loaded an RDB ending exactly at
+    /// the journal's end): the writes the old one ran beyond the journal died with it, and the
+    /// new one's offsets would otherwise release their replies.
+    pub fn attach(&self, run_id: &str, offset: u64, durable: bool, new_history: bool) {
         let mut s = self.lock();
         if let Status::Failed(_) = s.status {
             // The journal was fenced (a damaged segment file, say): nothing reopens it.
@@ -460,7 +488,10 @@ impl Durability {
             s.durable_offset = offset;
             s.executed_offset = offset;
             s.history_start = offset;
+        } else if !s.run_id.is_empty() && s.run_id != run_id {
+            failed = self.new_epoch(&mut s);
         }
+        s.run_id = run_id.to_string();
         if s.history_start == 0 {
             s.history_start = offset;
         }
@@ -678,7 +709,7 @@ mod tests {
         let d = Durability::new(1 << 20, 1 << 20);
         let refused = d.begin_write(key("a")).unwrap_err();
         assert!(refused.starts_with(b"-MISCONF"));
-        d.attach(100, true, true);
+        d.attach("p", 100, true, true);
         assert!(d.begin_write(key("a")).is_ok());
         d.detach();
         assert!(d.begin_write(key("a")).is_err());
@@ -687,9 +718,9 @@ mod tests {
     #[test]
     fn a_fenced_journal_stays_fenced_across_an_attach() {
         let d = Durability::new(1 << 20, 1 << 20);
-        d.attach(100, true, true);
+        d.attach("p", 100, true, true);
         d.fail("journal segment seg-00003.wal is gone");
-        d.attach(200, true, false);
+        d.attach("p", 200, true, false);
         assert!(matches!(d.status(), Status::Failed(_)));
         assert!(d
             .begin_write(key("a"))
@@ -700,7 +731,7 @@ mod tests {
     #[test]
     fn a_write_reply_and_a_dirty_read_wait_for_the_durable_offset() {
         let d = Durability::new(1 << 20, 1 << 20);
-        d.attach(100, true, true);
+        d.attach("p", 100, true, true);
         let mark = d.begin_write(key("a")).unwrap();
         let (w, mut w_rx) = held("+OK\r\n");
         d.settle_batch(150, 1, vec![w], vec![mark]);
@@ -722,9 +753,34 @@ mod tests {
     }
 
     #[test]
+    fn another_process_continuing_the_history_fails_what_the_dead_one_held() {
+        // Valkey process p ran a write at 150; the journal ends at 100 when p dies. Process
+        // q loaded an RDB ending at 100 and continues the same history: its own writes reach
+        // offset 150, which must not release p's reply (that write is gone).
+        let d = Durability::new(1 << 20, 1 << 20);
+        d.attach("p", 100, true, true);
+        let mark = d.begin_write(key("a")).unwrap();
+        let (w, mut w_rx) = held("+OK\r\n");
+        d.settle_batch(150, 1, vec![w], vec![mark]);
+        d.detach();
+        d.attach("p", 100, true, false);
+        assert!(
+            w_rx.try_recv().is_err(),
+            "the same process re-attaching keeps it"
+        );
+        d.detach();
+        d.attach("q", 100, true, false);
+        assert!(w_rx
+            .try_recv()
+            .unwrap()
+            .starts_with(b"-ERR walrus: Valkey's replication history changed"));
+        assert_eq!(d.attached(None), Some((2, "q".to_string())));
+    }
+
+    #[test]
     fn a_failed_journal_turns_held_replies_into_errors() {
         let d = Durability::new(1 << 20, 1 << 20);
-        d.attach(0, true, true);
+        d.attach("p", 0, true, true);
         let mark = d.begin_write(key("a")).unwrap();
         let (w, mut w_rx) = held("+OK\r\n");
         d.settle_batch(10, 1, vec![w], vec![mark]);
@@ -746,7 +802,7 @@ mod tests {
     #[test]
     fn an_offset_from_another_history_is_never_acknowledged() {
         let d = Durability::new(1 << 20, 1 << 20);
-        d.attach(5000, true, true);
+        d.attach("p", 5000, true, true);
         let mark = d.begin_write(key("a")).unwrap();
         let (w, mut w_rx) = held("+OK\r\n");
         // A restarted Valkey counts from 0 again: 42 is below where this history began.
@@ -760,7 +816,7 @@ mod tests {
     #[test]
     fn a_new_history_from_offset_zero_is_told_apart_by_its_epoch() {
         let d = Durability::new(1 << 20, 1 << 20);
-        d.attach(0, true, true);
+        d.attach("p", 0, true, true);
         let old = d.epoch();
         let mark = d.begin_write(key("a")).unwrap();
         let (w, mut w_rx) = held("+OK\r\n");
@@ -789,7 +845,7 @@ mod tests {
         assert!(r_rx.try_recv().unwrap().starts_with(b"-LOADING"));
         // Attached again, from offset 0 of a new history: a batch that ran on a connection
         // of the old epoch is refused even though its offset (10) looks covered.
-        d.attach(0, true, true);
+        d.attach("p", 0, true, true);
         d.set_durable(100);
         let mark = d.begin_write(key("b")).unwrap();
         let (w, mut w_rx) = held("+OK\r\n");
@@ -811,7 +867,7 @@ mod tests {
     #[test]
     fn reads_held_behind_a_lost_write_get_an_error() {
         let d = Durability::new(1 << 20, 1 << 20);
-        d.attach(0, true, true);
+        d.attach("p", 0, true, true);
         let e = d.epoch();
         let mark = d.begin_write(key("a")).unwrap();
         let (r, mut r_rx) = held("$1\r\nv\r\n");

@@ -115,7 +115,7 @@ pub async fn run(
     pushes: Option<PushSender>,
 ) -> Result<(), UpstreamError> {
     let (epoch, first) = match &ctx.durability {
-        Some(d) => match wait_attached(d, &mut requests).await {
+        Some(d) => match wait_attached(d, &ctx, &mut requests).await? {
             Some(started) => started,
             None => return Ok(()),
         },
@@ -167,30 +167,48 @@ pub async fn run(
     result
 }
 
-/// Waits until the gate is attached, answering requests with `-LOADING` meanwhile. Returns
-/// the epoch and a request that arrived as the wait ended, or `None` if `requests` closed.
+/// Waits until the gate is attached and this connection is known to reach the Valkey
+/// process the link follows, answering requests with `-LOADING` meanwhile. Returns the epoch
+/// and a request that arrived as the wait ended, or `None` if `requests` closed.
+///
+/// The process is checked on the control connection after this one opened: only one
+/// process listens at Valkey's address at a time, so if the control connection finds the
+/// link's, this connection reached it too (or one that is dead by now, whose connection
+/// fails). A connection to another process (Valkey restarted and the link has not noticed
+/// yet) waits for the next epoch: the link's, once it has restored that process.
 async fn wait_attached(
     d: &Durability,
+    ctx: &PipelineCtx,
     requests: &mut mpsc::Receiver<PipelinedRequest>,
-) -> Option<(u64, Option<PipelinedRequest>)> {
-    use crate::durability::Status;
-    let attached = |d: &Durability| matches!(d.status(), Status::Attached | Status::Failed(_));
+) -> Result<Option<(u64, Option<PipelinedRequest>)>, UpstreamError> {
+    // The epoch whose process this connection does not reach.
+    let mut wrong_epoch = None;
+    let mut first = None;
     loop {
-        if attached(d) {
-            return Some((d.epoch(), None));
-        }
-        tokio::select! {
-            epoch = d.wait_attached() => return Some((epoch, None)),
-            req = requests.recv() => {
-                let req = req?;
-                if attached(d) {
-                    return Some((d.epoch(), Some(req)));
+        let (epoch, run_id) = loop {
+            tokio::select! {
+                biased;
+                p = d.wait_attached(wrong_epoch) => break p,
+                req = requests.recv() => {
+                    let Some(req) = req else { return Ok(None) };
+                    if let Some(p) = d.attached(wrong_epoch) {
+                        first = Some(req);
+                        break p;
+                    }
+                    if let Gate::Offset(marks) = req.gate {
+                        d.cancel_write(marks);
+                    }
+                    let _ = req.reply.send(crate::durability::loading());
                 }
-                if let Gate::Offset(marks) = req.gate {
-                    d.cancel_write(marks);
-                }
-                let _ = req.reply.send(crate::durability::loading());
             }
+        };
+        match ctx.oracle.run_id(&ctx.upstream).await {
+            Some(now) if now == run_id => return Ok(Some((epoch, first))),
+            Some(_) => {
+                d.doubt_valkey();
+                wrong_epoch = Some(epoch);
+            }
+            None => return Err(UpstreamError::Closed),
         }
     }
 }
@@ -236,19 +254,27 @@ impl OffsetOracle {
         }
     }
 
-    /// `None` if Valkey is unreachable.
+    /// Valkey's replication offset now; `None` if Valkey is unreachable.
     pub async fn offset(&self, up: &Upstream) -> Option<u64> {
+        parse_role_offset(&self.ask(up, &write::command(["ROLE"])).await?)
+    }
+
+    /// The Valkey process (`run_id`) answering now; `None` if Valkey is unreachable.
+    pub async fn run_id(&self, up: &Upstream) -> Option<String> {
+        // The bulk string's lines, its length line first (which names no field).
+        let reply = self.ask(up, &write::command(["INFO", "server"])).await?;
+        crate::upstream::server::run_id_of(&String::from_utf8_lossy(&reply)).ok()
+    }
+
+    async fn ask(&self, up: &Upstream, cmd: &[u8]) -> Option<Bytes> {
         let mut slot = self.conn.lock().await;
         for _ in 0..2 {
             if slot.is_none() {
                 *slot = Some(Conn::control(up).await.ok()?);
             }
             let conn = slot.as_mut().expect("just connected");
-            let asked =
-                tokio::time::timeout(up.connect_timeout, conn.call_raw(&write::command(["ROLE"])))
-                    .await;
-            match asked {
-                Ok(Ok(reply)) => return parse_role_offset(&reply),
+            match tokio::time::timeout(up.connect_timeout, conn.call_raw(cmd)).await {
+                Ok(Ok(reply)) => return Some(reply),
                 _ => *slot = None, // broken or stuck: reconnect once
             }
         }

@@ -30,7 +30,7 @@ use crate::resp::{write, Limits};
 use crate::restore::decide::{decide, Decision, Held, OnConflict, ValkeyView};
 use crate::restore::{self, Holding, RestoreError};
 use crate::upstream::client::{Conn, UpstreamError};
-use crate::upstream::Upstream;
+use crate::upstream::{server, Upstream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,6 +42,8 @@ const ACK_INTERVAL: Duration = Duration::from_secs(1);
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 const READ_CHUNK_BYTES: usize = 256 << 10;
+/// How often the link checks that Valkey is still the process it attached to.
+const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
 pub struct LinkConfig {
     /// Where checkpoints (full-resync RDBs among them) are stored and recorded.
@@ -284,7 +286,7 @@ async fn attach(
         // that brings them is durable, nothing they wrote may be shown.
         durability.dirty_until(view.offset);
     }
-    durability.attach(offset, covered, new_history);
+    durability.attach(&view.run_id, offset, covered, new_history);
     state.attached_once = true;
     state.verified = None;
     tracing::info!(%replid, offset, "replica link attached; journaling Valkey's replication stream");
@@ -309,6 +311,10 @@ async fn attach(
         .try_into()
         .expect("replication ids are 40 characters");
     let mut framer = StreamFramer::new(offset, cfg.limits, cfg.entry_bytes);
+    // The stream shows Valkey's death as its end, but only to a link that reads it, and the
+    // link stops reading while the ring is full: the watch notices a restarted Valkey then.
+    let replaced = replaced(up, durability, &view.run_id);
+    tokio::pin!(replaced);
     loop {
         while let Some(entry) = framer.next_entry(&mut buf)? {
             let offset_end = entry.offset_end;
@@ -318,7 +324,7 @@ async fn attach(
                 repl_offset_end: offset_end,
                 payload: entry.payload,
             };
-            append(journal, entry, &cfg.released).await?;
+            append(journal, entry, &cfg.released, replaced.as_mut()).await?;
             received.store(offset_end, Ordering::Release);
             if asked {
                 getack.notify_one();
@@ -330,17 +336,53 @@ async fn attach(
         if buf.capacity() - buf.len() < READ_CHUNK_BYTES / 4 {
             buf.reserve(READ_CHUNK_BYTES);
         }
-        if rd.read_buf(&mut buf).await? == 0 {
-            return Err(UpstreamError::Closed.into());
+        tokio::select! {
+            n = rd.read_buf(&mut buf) => if n? == 0 {
+                return Err(UpstreamError::Closed.into());
+            },
+            e = &mut replaced => return Err(e),
+        }
+    }
+}
+
+/// Resolves once Valkey at `up` is another process than `run_id`: probed every
+/// [`PROBE_INTERVAL`], and at once when a connection doubts it. An unreachable Valkey is not
+/// a replaced one (a full `maxclients`, say, while the stream flows): only another `run_id`
+/// ends the attachment.
+async fn replaced(up: &Upstream, durability: &Durability, run_id: &str) -> LinkError {
+    let mut probe: Option<Conn> = None;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(PROBE_INTERVAL) => {}
+            _ = durability.doubted() => {}
+        }
+        if probe.is_none() {
+            probe = Conn::control(up).await.ok();
+        }
+        let Some(conn) = probe.as_mut() else { continue };
+        match tokio::time::timeout(up.connect_timeout, server::run_id(conn)).await {
+            Ok(Ok(now)) if now != run_id => {
+                return LinkError::Raced(format!(
+                    "Valkey restarted (process {run_id} is gone, {now} answers); attaching to it"
+                ))
+            }
+            Ok(Ok(_)) => {}
+            _ => probe = None,
         }
     }
 }
 
 /// Appends an entry; when the ring is full, waits for a checkpoint to release segments
 /// (meanwhile the stream stays in Valkey's replica buffer, and the gate's pending-bytes
-/// bound stops new writes). The ticket is not awaited: durability is observed through the
-/// durable watch.
-async fn append(journal: &Journal, entry: Entry, released: &Notify) -> Result<(), JournalError> {
+/// bound stops new writes), or for Valkey to be `replaced`: a restore then needs no room in
+/// the ring, and is what lets a checkpoint run again. The ticket is not awaited: durability
+/// is observed through the durable watch.
+async fn append(
+    journal: &Journal,
+    entry: Entry,
+    released: &Notify,
+    mut replaced: std::pin::Pin<&mut impl std::future::Future<Output = LinkError>>,
+) -> Result<(), LinkError> {
     loop {
         let notified = released.notified();
         tokio::pin!(notified);
@@ -348,13 +390,16 @@ async fn append(journal: &Journal, entry: Entry, released: &Notify) -> Result<()
         match journal.append(entry.clone()).await {
             Err(JournalError::RingFull { .. }) => {
                 tracing::warn!("journal ring full: waiting for a checkpoint to release segments");
-                notified.await;
+                tokio::select! {
+                    _ = notified => {}
+                    e = replaced.as_mut() => return Err(e),
+                }
             }
             r => {
-                return r.map(|_ticket| {
-                    crate::metrics::JOURNAL_ENTRIES.inc();
-                    crate::metrics::JOURNAL_ENTRY_BYTES.inc_by(entry.payload.len() as u64);
-                });
+                r?;
+                crate::metrics::JOURNAL_ENTRIES.inc();
+                crate::metrics::JOURNAL_ENTRY_BYTES.inc_by(entry.payload.len() as u64);
+                return Ok(());
             }
         }
     }

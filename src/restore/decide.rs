@@ -20,7 +20,7 @@
 
 use crate::replication::handshake::Position;
 use crate::upstream::client::{Conn, UpstreamError};
-use crate::upstream::server::{info, ServerVersion};
+use crate::upstream::server::{info, info_field, run_id_of, ServerVersion};
 
 /// What `restore.on_conflict` says to do in case (c).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
@@ -36,6 +36,8 @@ pub enum OnConflict {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValkeyView {
     pub version: ServerVersion,
+    /// The process (`run_id`): a restarted Valkey has another.
+    pub run_id: String,
     pub primary: bool,
     /// A primary's own id; a replica's is its primary's.
     pub replid: String,
@@ -48,22 +50,15 @@ pub struct ValkeyView {
 
 impl ValkeyView {
     pub async fn query(conn: &mut Conn) -> Result<ValkeyView, UpstreamError> {
-        let version = ServerVersion::query(conn).await?;
+        let server = info(conn, "server").await?;
         let repl = info(conn, "replication").await?;
         let keyspace = info(conn, "keyspace").await?;
-        ValkeyView::parse(version, &repl, &keyspace).map_err(UpstreamError::Decode)
+        ValkeyView::parse(&server, &repl, &keyspace).map_err(UpstreamError::Decode)
     }
 
-    pub fn parse(
-        version: ServerVersion,
-        replication: &str,
-        keyspace: &str,
-    ) -> Result<ValkeyView, String> {
+    pub fn parse(server: &str, replication: &str, keyspace: &str) -> Result<ValkeyView, String> {
         let field = |name: &str| {
-            replication
-                .lines()
-                .find_map(|l| l.trim_end().strip_prefix(name)?.strip_prefix(':'))
-                .ok_or_else(|| format!("INFO replication has no {name}"))
+            info_field(replication, name).ok_or_else(|| format!("INFO replication has no {name}"))
         };
         let num = |name: &str| -> Result<i64, String> {
             field(name)?
@@ -84,7 +79,8 @@ impl ValkeyView {
             .map(|n| n.trim().parse::<u64>().unwrap_or(u64::MAX))
             .fold(0u64, u64::saturating_add);
         Ok(ValkeyView {
-            version,
+            version: ServerVersion::parse(server)?,
+            run_id: run_id_of(server)?,
             primary: field("role")? == "master",
             replid: field("master_replid")?.to_string(),
             replid2: field("master_replid2")?.to_string(),
@@ -188,6 +184,7 @@ mod tests {
     ) -> ValkeyView {
         ValkeyView {
             version: "Valkey 9.1.2".parse().unwrap(),
+            run_id: "9d2e".into(),
             primary,
             replid: replid.into(),
             replid2: replid2.into(),
@@ -279,8 +276,10 @@ mod tests {
         let repl = "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_replid:3c1d\r\nmaster_replid2:0000\r\nmaster_repl_offset:1234\r\nsecond_repl_offset:-1\r\n";
         let ks =
             "# Keyspace\r\ndb0:keys=3,expires=1,avg_ttl=5\r\ndb5:keys=4,expires=0,avg_ttl=0\r\n";
-        let v = ValkeyView::parse("Valkey 9.1.2".parse().unwrap(), repl, ks).unwrap();
+        let server = "valkey_version:9.1.2\r\nrun_id:9d2e\r\n";
+        let v = ValkeyView::parse(server, repl, ks).unwrap();
         assert_eq!(v, valkey(true, "3c1d", "0000", -1, 1234, 7));
-        assert!(ValkeyView::parse("Valkey 9.1.2".parse().unwrap(), "role:master\r\n", "").is_err());
+        assert!(ValkeyView::parse(server, "role:master\r\n", "").is_err());
+        assert!(ValkeyView::parse("valkey_version:9.1.2\r\n", repl, ks).is_err());
     }
 }

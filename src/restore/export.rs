@@ -7,7 +7,8 @@
 //! The file is the checkpoint's RDB, byte for byte, then the replication stream after the
 //! checkpoint's offset as [`chain::walk`] hands it over (CRC-checked, without holes), minus
 //! the commands that only make sense on a replication link: `PING` and `REPLCONF ...`
-//! (`GETACK`). Every other command (SELECT, MULTI/EXEC, the effects of scripts, every write)
+//! (`GETACK`), and published messages (`PUBLISH`, `SPUBLISH`: see [`super::messages`]),
+//! which Valkey's own AOF never holds either. Every other command (SELECT, MULTI/EXEC, the effects of scripts, every write)
 //! is kept byte for byte; that is what an AOF holds too.
 //!
 //! No SELECT needs adding in front of the stream: Valkey makes the first command after a
@@ -44,7 +45,8 @@ pub struct ExportSummary {
     /// Stream bytes and commands written after the RDB.
     pub stream_bytes: u64,
     pub commands_kept: u64,
-    /// Replication-only commands left out (PING, REPLCONF), and their bytes.
+    /// Replication-only commands left out (PING, REPLCONF) and messages (PUBLISH), and their
+    /// bytes.
     pub commands_dropped: u64,
     pub bytes_dropped: u64,
 }
@@ -263,7 +265,10 @@ impl Filter {
             };
             let n = req.raw.len() as u64;
             let name = req.name();
-            if name.eq_ignore_ascii_case(b"PING") || name.eq_ignore_ascii_case(b"REPLCONF") {
+            if name.eq_ignore_ascii_case(b"PING")
+                || name.eq_ignore_ascii_case(b"REPLCONF")
+                || super::messages::is_message(name)
+            {
                 self.dropped += 1;
                 self.dropped_bytes += n;
             } else {
@@ -304,10 +309,11 @@ mod tests {
     }
 
     #[test]
-    fn drops_replication_commands_keeps_the_rest_across_slices() {
+    fn drops_replication_commands_and_messages_keeps_the_rest_across_slices() {
         let select = command(["SELECT", "3"]);
         let set = command(["SET", "k", "v\r\nwith PING inside"]);
         let ping = command(["PING"]);
+        let publish = command(["PUBLISH", "news", "old"]);
         let getack = command(["REPLCONF", "GETACK", "*"]);
         let multi = command(["MULTI"]);
         let exec = command(["EXEC"]);
@@ -318,6 +324,7 @@ mod tests {
             &getack,
             &multi,
             &set,
+            &publish,
             &exec,
             &ping,
         ]
@@ -328,7 +335,7 @@ mod tests {
             for cut2 in cut..=stream.len() {
                 let (out, f) = run(&[&stream[..cut], &stream[cut..cut2], &stream[cut2..]]);
                 assert_eq!(out, want, "cuts at {cut}, {cut2}");
-                assert_eq!((f.kept, f.dropped), (5, 3));
+                assert_eq!((f.kept, f.dropped), (5, 4));
                 assert_eq!(f.kept_bytes + f.dropped_bytes, stream.len() as u64);
                 f.finish().unwrap();
             }

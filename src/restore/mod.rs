@@ -4,6 +4,7 @@
 //! - [`decide`]: what to do with the Valkey the replica link finds, as one table.
 //! - [`chain`]: the checkpoint plus the journal after it, checked, as a byte stream.
 //! - [`primary`]: walrus as Valkey's primary for the length of a restore.
+//! - [`messages`]: what a restore leaves out of the stream it replays (published messages).
 //!
 //! A restore verifies everything before it touches Valkey: the checkpoint's size and CRC-64
 //! against the manifest, the whole chain of journal entries (CRCs, offsets with no hole),
@@ -15,6 +16,7 @@
 pub mod chain;
 pub mod decide;
 pub mod export;
+pub mod messages;
 pub mod primary;
 
 use crate::checkpoint::store::{Checkpoint, Store, StoreError};

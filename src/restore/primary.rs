@@ -233,11 +233,22 @@ async fn send_stream(
     let (tx, mut rx) = mpsc::channel::<Bytes>(READ_AHEAD_SLICES);
     let cp = cp.clone();
     let walker = tokio::task::spawn_blocking(move || {
-        chain::walk(&journal, &cp, |slice| {
+        let mut messages = 0;
+        let end = chain::walk(&journal, &cp, |slice| {
+            // Data, not messages: see `messages`.
+            let (bytes, blanked) = super::messages::blank(slice.bytes);
+            messages += blanked;
             // The receiver is gone only if the socket failed; that error is reported.
-            let _ = tx.blocking_send(slice.bytes);
+            let _ = tx.blocking_send(bytes);
             Ok(())
-        })
+        });
+        if messages > 0 {
+            tracing::info!(
+                messages,
+                "restore: published messages left out of the replay"
+            );
+        }
+        end
     });
     while let Some(bytes) = rx.recv().await {
         for piece in bytes.chunks(CHUNK_BYTES) {

@@ -39,16 +39,11 @@ impl ServerVersion {
     /// From `INFO server`: `valkey_version` where the server has one (Valkey also reports a
     /// `redis_version` of 7.2.4 for compatibility), `redis_version` otherwise.
     pub fn parse(info_server: &str) -> Result<ServerVersion, String> {
-        let field = |name: &str| {
-            info_server
-                .lines()
-                .find_map(|l| l.trim_end().strip_prefix(name)?.strip_prefix(':'))
-        };
-        match field("valkey_version") {
+        match info_field(info_server, "valkey_version") {
             Some(v) => ServerVersion::from_number(true, v),
             None => ServerVersion::from_number(
                 false,
-                field("redis_version").ok_or("INFO server names no version")?,
+                info_field(info_server, "redis_version").ok_or("INFO server names no version")?,
             ),
         }
     }
@@ -132,6 +127,24 @@ pub fn dump_rdb_version(payload: &[u8]) -> Option<u16> {
 }
 
 /// One section of the server's INFO, as text.
+/// The value of `name` in an `INFO` section's text (`name:value` lines).
+pub fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|l| l.trim_end().strip_prefix(name)?.strip_prefix(':'))
+}
+
+/// The Valkey process on `conn` (`run_id`, new at every start): a connection that reaches
+/// another process than the one the journal follows must not serve in its name.
+pub async fn run_id(conn: &mut Conn) -> Result<String, UpstreamError> {
+    run_id_of(&info(conn, "server").await?).map_err(UpstreamError::Decode)
+}
+
+pub fn run_id_of(info_server: &str) -> Result<String, String> {
+    info_field(info_server, "run_id")
+        .map(str::to_string)
+        .ok_or_else(|| "INFO server has no run_id".to_string())
+}
+
 pub async fn info(conn: &mut Conn, section: &str) -> Result<String, UpstreamError> {
     let reply = conn.call(["INFO", section]).await?;
     frame_str(&reply)
