@@ -91,7 +91,7 @@ mod tests {
 
     #[test]
     fn a_slice_without_messages_is_handed_back_as_it_is() {
-        let set = Bytes::from(command(["SET", "k", "v"]));
+        let set = command(["SET", "k", "v"]);
         let (out, n) = blank(set.clone());
         assert_eq!((out.as_ptr(), n), (set.as_ptr(), 0));
     }
