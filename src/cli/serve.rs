@@ -259,6 +259,7 @@ async fn run_proxy(
         max_pipeline_requests: config.proxy.max_pipeline_requests,
         databases,
         max_push_bytes: config.proxy.max_push_bytes,
+        allow_admin_commands: config.proxy.allow_admin_commands,
         max_write_bytes: if config.durability.enabled {
             // Room for the SELECT or MULTI/EXEC Valkey may wrap around it in the stream.
             (config.journal.max_entry_bytes as usize).saturating_sub(WRAPPING_BYTES)

@@ -127,6 +127,10 @@ pub struct ProxyConfig {
     pub shutdown_timeout_ms: u64,
     /// Threads serving clients; 0: half the CPUs walrus may use, at least one.
     pub worker_threads: usize,
+    /// Pass on the administrative commands walrus refuses because they would break what it
+    /// relies on (REPLICAOF, FAILOVER, SHUTDOWN, CONFIG SET of the settings it needs, ...):
+    /// for an operator who knows what each does.
+    pub allow_admin_commands: bool,
 }
 
 impl Default for ProxyConfig {
@@ -146,6 +150,7 @@ impl Default for ProxyConfig {
             max_push_bytes: 32 << 20,
             shutdown_timeout_ms: 10_000,
             worker_threads: 0,
+            allow_admin_commands: false,
         }
     }
 }

@@ -6,6 +6,7 @@
 //! - [`pool`] and [`pipeline`]: the shared, pipelined upstream connections.
 //! - [`pinned`]: dedicated connections for stateful sessions.
 
+pub mod admin;
 pub mod pinned;
 pub mod pipeline;
 pub mod pool;
@@ -35,4 +36,6 @@ pub struct Shared {
     pub max_write_bytes: usize,
     /// RESP3 pushes queued for one client before it is disconnected.
     pub max_push_bytes: usize,
+    /// `proxy.allow_admin_commands`: pass on what [`admin`] refuses.
+    pub allow_admin_commands: bool,
 }

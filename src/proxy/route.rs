@@ -11,7 +11,9 @@
 //!   walrus itself is Valkey's journaling replica (replicas attach to Valkey directly).
 //!   `POST` and `Host:` (an HTTP request sent to walrus) end that client's connection, as
 //!   Valkey ends one it takes for a cross-protocol attack: forwarded, they would make Valkey
-//!   abort the pooled connection other clients share.
+//!   abort the pooled connection other clients share. Administrative commands that would
+//!   break what walrus relies on (REPLICAOF, CONFIG SET appendonly, ...) are refused here
+//!   ([`super::admin`]).
 //! - **Pin**: the command starts state that must stay on one connection: MULTI and WATCH
 //!   (transactions), (P|S)SUBSCRIBE, MONITOR, CLIENT TRACKING/CACHING/NO-EVICT/NO-TOUCH,
 //!   READONLY/READWRITE/ASKING, and every command Valkey flags `blocking` (BLPOP, BLMOVE, BZPOPMIN, WAIT, WAITAOF, ...; XREAD and
@@ -49,6 +51,8 @@ pub enum Local {
     Replication,
     /// `POST`, `Host:`: an HTTP request; the connection is closed.
     CrossProtocol,
+    /// An administrative command that would break what walrus relies on ([`super::admin`]).
+    Admin(super::admin::Refusal),
 }
 
 /// Pinned sessions whose upstream connection stops answering one reply per request
@@ -98,6 +102,9 @@ pub fn route(info: Option<&CommandInfo>, req: &Request) -> Route {
     let Some(info) = info else {
         return Route::Pool;
     };
+    if let Some(refusal) = super::admin::refusal(&info.name, req) {
+        return Route::Local(Local::Admin(refusal));
+    }
     match info.name.as_str() {
         "auth" => Route::Local(Local::Auth),
         "hello" => Route::Local(Local::Hello),

@@ -76,6 +76,12 @@ pub const SETTINGS: &[Setting] = &[
         shown: "10",
         risk: "Valkey's second line of defence uses another lag bound",
     },
+    Setting {
+        name: "maxmemory-policy",
+        value: "noeviction",
+        shown: "noeviction",
+        risk: "Valkey evicts keys by itself, and a read may show a key gone before its eviction is durable",
+    },
 ];
 
 /// valkey-server arguments that apply every setting.

@@ -58,6 +58,8 @@ tests/deployment_kubernetes.rs checks this list against that file.
 - "1"
 - --min-replicas-max-lag
 - "10"
+- --maxmemory-policy
+- noeviction
 {{- end }}
 
 {{/*

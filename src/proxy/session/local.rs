@@ -184,6 +184,11 @@ impl Session {
                 cross_protocol_warning();
                 Flow::Abort
             }
+            Local::Admin(_) if self.shared.allow_admin_commands => {
+                self.forward(req).await;
+                Flow::Continue
+            }
+            Local::Admin(refusal) => self.ready(write::error(&refusal.error())),
             Local::Replication => self.ready(write::error(
                 "ERR walrus: SYNC, PSYNC and REPLCONF are refused: the replication stream shows writes before they are durable; attach replicas to Valkey itself",
             )),

@@ -1,0 +1,138 @@
+//! Administrative commands that would break what walrus relies on: Valkey is a primary
+//! whose every change reaches walrus's replica link, with the settings walrus needs
+//! ([`crate::upstream::settings`]). Each is refused with the reason, unless
+//! `proxy.allow_admin_commands` lets it through (an operator who knows what it does).
+//!
+//! Administrative commands not listed keep working: `BGSAVE` and `SAVE` (a copy of the data,
+//! on Valkey's disk), `CONFIG SET` of any other setting, `CLIENT KILL` of clients, `ACL`.
+
+use crate::resp::Request;
+use crate::upstream::settings::SETTINGS;
+
+/// Why a command is refused: what it touches, and what that would break.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    pub what: &'static str,
+    pub why: &'static str,
+}
+
+impl Refusal {
+    /// The error a client gets.
+    pub fn error(&self) -> String {
+        format!(
+            "ERR walrus: {} is refused: {} (proxy.allow_admin_commands lets it through)",
+            self.what, self.why
+        )
+    }
+}
+
+/// Old names Valkey still accepts for settings walrus depends on.
+const ALIASES: [(&str, &str); 2] = [
+    ("min-slaves-to-write", "min-replicas-to-write"),
+    ("min-slaves-max-lag", "min-replicas-max-lag"),
+];
+
+/// `name`: the command's name in the command table (`config|set` for a subcommand).
+pub fn refusal(name: &str, req: &Request) -> Option<Refusal> {
+    let refuse = |what, why| Some(Refusal { what, why });
+    match name {
+        "replicaof" | "slaveof" => refuse(
+            "REPLICAOF",
+            "Valkey would load another server's dataset, which the journal does not hold, and stop being the primary walrus journals",
+        ),
+        "failover" => refuse(
+            "FAILOVER",
+            "Valkey would hand its primary role to a replica (walrus's own link is one), and walrus journals only a primary's stream",
+        ),
+        "shutdown" => refuse(
+            "SHUTDOWN",
+            "walrus runs or follows this Valkey; stop walrus (managed mode) or Valkey's own service instead",
+        ),
+        "debug" if req.arg_is(1, "RELOAD") || req.arg_is(1, "LOADAOF") => refuse(
+            "DEBUG RELOAD",
+            "Valkey would load its dataset from its own files, behind the replication stream the journal holds",
+        ),
+        "debug" if req.arg_is(1, "CHANGE-REPL-ID") => refuse(
+            "DEBUG CHANGE-REPL-ID",
+            "it changes the replication history the journal follows",
+        ),
+        "client|kill" if kills_replicas(req) => refuse(
+            "CLIENT KILL TYPE replica",
+            "it closes walrus's replica link, and every write waits until it is back",
+        ),
+        "config|set" => config_set(req),
+        _ => None,
+    }
+}
+
+/// `CLIENT KILL ... TYPE replica|slave|master|primary ...` (the filter form).
+fn kills_replicas(req: &Request) -> bool {
+    req.args.get(2..).unwrap_or_default().chunks(2).any(|w| {
+        w.len() == 2
+            && w[0].eq_ignore_ascii_case(b"TYPE")
+            && ["replica", "slave", "master", "primary"]
+                .iter()
+                .any(|t| w[1].eq_ignore_ascii_case(t.as_bytes()))
+    })
+}
+
+/// `CONFIG SET name value [name value ...]`: refused if any pair changes a setting walrus
+/// needs, or turns on eviction (Valkey's own deletions of keys, which walrus cannot hold:
+/// a read would show a key gone before its eviction is durable).
+fn config_set(req: &Request) -> Option<Refusal> {
+    req.args.get(2..)?.chunks(2).find_map(|pair| {
+        let [name, value] = pair else { return None };
+        let name = String::from_utf8_lossy(name).to_ascii_lowercase();
+        let name = ALIASES
+            .iter()
+            .find(|(old, _)| *old == name)
+            .map_or(name.as_str(), |(_, new)| new);
+        let s = SETTINGS.iter().find(|s| s.name == name)?;
+        let same = value.eq_ignore_ascii_case(s.value.as_bytes())
+            || value.eq_ignore_ascii_case(s.shown.as_bytes());
+        (!same).then_some(Refusal {
+            what: s.name,
+            why: s.risk,
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn req(args: &[&str]) -> Request {
+        Request {
+            raw: Bytes::new(),
+            args: args.iter().map(|a| Bytes::copy_from_slice(a.as_bytes())).collect(),
+        }
+    }
+
+    #[test]
+    fn config_set_is_refused_only_for_a_setting_walrus_needs_changed() {
+        let refused = |args: &[&str]| refusal("config|set", &req(args)).map(|r| r.what);
+        assert_eq!(refused(&["CONFIG", "SET", "appendonly", "yes"]), Some("appendonly"));
+        assert_eq!(refused(&["config", "set", "APPENDONLY", "no"]), None);
+        assert_eq!(
+            refused(&["CONFIG", "SET", "maxmemory", "1gb", "min-slaves-to-write", "0"]),
+            Some("min-replicas-to-write")
+        );
+        assert_eq!(
+            refused(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]),
+            Some("maxmemory-policy")
+        );
+        assert_eq!(refused(&["CONFIG", "SET", "maxmemory", "1gb"]), None);
+        assert_eq!(refused(&["CONFIG", "SET", "save"]), None, "Valkey's arity error");
+    }
+
+    #[test]
+    fn client_kill_is_refused_only_for_replicas() {
+        let refused = |args: &[&str]| refusal("client|kill", &req(args)).is_some();
+        assert!(refused(&["CLIENT", "KILL", "TYPE", "replica"]));
+        assert!(refused(&["CLIENT", "KILL", "SKIPME", "no", "type", "SLAVE"]));
+        assert!(!refused(&["CLIENT", "KILL", "TYPE", "normal"]));
+        assert!(!refused(&["CLIENT", "KILL", "127.0.0.1:5000"]));
+        assert!(!refused(&["CLIENT", "KILL", "ADDR", "type"]));
+    }
+}
