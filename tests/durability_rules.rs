@@ -621,3 +621,39 @@ fn a_write_queued_behind_a_blocking_pop_holds_up_no_one_elses_reads() {
     assert_eq!(worker.read_frame(), b"*2\r\n$1\r\nq\r\n$1\r\nx\r\n");
     assert_eq!(worker.read_frame(), b"+OK\r\n");
 }
+
+/// walrus never hangs: a reply held longer than `durability.max_hold_ms` (here a journal
+/// device that takes 2 s a write, past a bound of 300 ms) gets an error saying its outcome
+/// is unknown, and the write's key is shown only once it is durable after all.
+#[test]
+fn a_reply_held_past_max_hold_gets_an_error_and_the_key_waits_for_the_journal() {
+    let v = Valkey::start();
+    let w = Walrus::start_opts(
+        &v.addr(),
+        "io_backend = \"sync\"\n[durability]\nmax_hold_ms = 300\n",
+        &[],
+        None,
+        &[("WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS", "2000")],
+    );
+    let mut c = Raw::connect(&w.addr);
+    let r = show(&c.cmd(&["SET", "k", "v"]));
+    assert!(
+        r.starts_with(
+            "-ERR walrus: this write was not journaled within 300 ms (durability.max_hold_ms)"
+        ),
+        "{r}"
+    );
+    // The write ran: once the journal has it, reads show it; before, they wait (and past the
+    // bound get the error too).
+    loop {
+        let r = c.cmd(&["GET", "k"]);
+        if r == b"$1\r\nv\r\n" {
+            break;
+        }
+        assert!(
+            show(&r).starts_with("-ERR walrus: a write this read depends on was not journaled"),
+            "{}",
+            show(&r)
+        );
+    }
+}

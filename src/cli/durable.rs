@@ -104,10 +104,15 @@ pub(super) async fn start_durability(
         ),
         None => tracing::info!("no checkpoint yet: the first attach starts a new history"),
     }
-    let durability = Arc::new(Durability::new(
-        config.durability.max_pending_bytes,
-        config.durability.max_held_bytes,
-    ));
+    let durability = Arc::new(
+        Durability::new(
+            config.durability.max_pending_bytes,
+            config.durability.max_held_bytes,
+        )
+        .with_max_hold(Duration::from_millis(config.durability.max_hold_ms)),
+    );
+    let d = durability.clone();
+    tokio::spawn(async move { d.bound_holds().await });
     if let Some(m) = managed {
         // The managed child comes back empty: nothing may read it until it is restored.
         let d = durability.clone();

@@ -96,6 +96,8 @@ pub struct DurabilityConfig {
     pub max_held_bytes: u64,
     /// Largest RDB a full resynchronization may send.
     pub max_rdb_bytes: u64,
+    /// Longest a reply waits for the journal, or a write for room, before it gets an error.
+    pub max_hold_ms: u64,
 }
 
 impl Default for DurabilityConfig {
@@ -105,6 +107,7 @@ impl Default for DurabilityConfig {
             max_pending_bytes: 64 << 20,
             max_held_bytes: 256 << 20,
             max_rdb_bytes: 64 << 30,
+            max_hold_ms: 30_000,
         }
     }
 }
@@ -381,6 +384,7 @@ impl Config {
             1 << 20,
         )?;
         at_least("restore.timeout_ms", self.restore.timeout_ms, 100)?;
+        at_least("durability.max_hold_ms", self.durability.max_hold_ms, 100)?;
         let (low, high) = (self.disk.low_watermark, self.disk.high_watermark);
         if !(low > 0.0 && low < high && high < 1.0) {
             return Err(format!(

@@ -36,6 +36,7 @@
 
 pub mod access;
 pub mod dirty;
+mod hold;
 pub mod marks;
 
 pub use access::{access, Access};
@@ -142,6 +143,8 @@ pub struct Durability {
     doubt: Notify,
     max_pending_bytes: u64,
     max_held_bytes: u64,
+    /// How long any reply or write may wait ([`hold`]).
+    max_hold: std::time::Duration,
     /// Where unsettled marks go when dropped ([`marks`]), and its receiving end until the
     /// resolver takes it.
     orphans: marks::Orphans,
@@ -206,7 +209,14 @@ impl Durability {
             doubt: Notify::new(),
             max_pending_bytes,
             max_held_bytes,
+            max_hold: std::time::Duration::from_secs(30),
         }
+    }
+
+    /// Bounds every wait at `max_hold` ([`hold`]); 30 s unless set.
+    pub fn with_max_hold(mut self, max_hold: std::time::Duration) -> Durability {
+        self.max_hold = max_hold;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -229,6 +239,12 @@ impl Durability {
     /// Waits until a write may be sent: attached, and pending bytes and held memory under
     /// their bounds. Returns the refusal reply when writes are refused instead.
     pub async fn write_room(&self) -> Result<(), Bytes> {
+        tokio::time::timeout(self.max_hold, self.room_or_refusal())
+            .await
+            .unwrap_or_else(|_| Err(self.no_room()))
+    }
+
+    async fn room_or_refusal(&self) -> Result<(), Bytes> {
         loop {
             let notified = self.room.notified();
             tokio::pin!(notified);
@@ -750,6 +766,44 @@ mod tests {
         assert_eq!(&w_rx.try_recv().unwrap()[..], b"+OK\r\n");
         assert_eq!(&r_rx.try_recv().unwrap()[..], b"$1\r\nv\r\n");
         assert_eq!(d.snapshot().2, 0, "no held bytes left");
+    }
+
+    #[test]
+    fn a_reply_held_past_the_bound_gets_an_error_and_its_keys_stay_dirty() {
+        let d = Durability::new(1 << 20, 1 << 20).with_max_hold(std::time::Duration::from_secs(30));
+        d.attach("p", 100, true, true);
+        let mark = d.begin_write(key("a")).unwrap();
+        let (w, mut w_rx) = held("+OK\r\n");
+        d.settle_batch(150, 1, vec![w], vec![mark]);
+        let (r, mut r_rx) = held("$1\r\nv\r\n");
+        d.read_reply(&key("a"), 1, r);
+        let now = std::time::Instant::now();
+        d.expire_held(now + std::time::Duration::from_secs(29));
+        assert!(w_rx.try_recv().is_err() && r_rx.try_recv().is_err());
+        d.expire_held(now + std::time::Duration::from_secs(31));
+        let reply = w_rx.try_recv().unwrap();
+        assert!(reply.starts_with(b"-ERR walrus: this write was not journaled within 30000 ms"));
+        assert!(r_rx
+            .try_recv()
+            .unwrap()
+            .starts_with(b"-ERR walrus: a write this read depends on"));
+        assert_eq!(d.snapshot().2, 0, "no held bytes left");
+        // The write may have run: its key is shown only once it is durable.
+        let (r, mut r_rx) = held("$1\r\nv\r\n");
+        d.read_reply(&key("a"), 1, r);
+        assert!(r_rx.try_recv().is_err());
+        d.set_durable(150);
+        assert_eq!(&r_rx.try_recv().unwrap()[..], b"$1\r\nv\r\n");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_waiting_for_room_is_refused_past_the_bound() {
+        let d = Durability::new(1 << 20, 1 << 20).with_max_hold(std::time::Duration::from_secs(30));
+        d.attach("p", 0, true, true);
+        let mark = d.begin_write(key("a")).unwrap();
+        d.settle_batch(2 << 20, 1, Vec::new(), vec![mark]);
+        let refused = d.write_room().await.unwrap_err();
+        assert!(refused.starts_with(b"-MISCONF walrus: no room for writes within 30000 ms"));
     }
 
     #[test]

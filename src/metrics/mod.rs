@@ -203,15 +203,18 @@ pub enum Refusal {
     DiskWatermark,
     /// Larger than a journal entry.
     TooLarge,
+    /// No room for writes (pending bytes, held memory) within `durability.max_hold_ms`.
+    NoRoom,
 }
 
 impl Refusal {
-    const ALL: [Refusal; 5] = [
+    const ALL: [Refusal; 6] = [
         Refusal::Detached,
         Refusal::JournalFailed,
         Refusal::Restoring,
         Refusal::DiskWatermark,
         Refusal::TooLarge,
+        Refusal::NoRoom,
     ];
 
     fn label(self) -> &'static str {
@@ -221,11 +224,12 @@ impl Refusal {
             Refusal::Restoring => "restoring",
             Refusal::DiskWatermark => "disk_watermark",
             Refusal::TooLarge => "too_large",
+            Refusal::NoRoom => "no_room",
         }
     }
 
     pub fn count(self) {
-        static BY_REASON: LazyLock<[IntCounter; 5]> = LazyLock::new(|| {
+        static BY_REASON: LazyLock<[IntCounter; Refusal::ALL.len()]> = LazyLock::new(|| {
             Refusal::ALL.map(|r| WRITES_REFUSED_VEC.with_label_values(&[r.label()]))
         });
         BY_REASON[self as usize].inc();

@@ -105,17 +105,30 @@ mod tests {
     fn req(args: &[&str]) -> Request {
         Request {
             raw: Bytes::new(),
-            args: args.iter().map(|a| Bytes::copy_from_slice(a.as_bytes())).collect(),
+            args: args
+                .iter()
+                .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+                .collect(),
         }
     }
 
     #[test]
     fn config_set_is_refused_only_for_a_setting_walrus_needs_changed() {
         let refused = |args: &[&str]| refusal("config|set", &req(args)).map(|r| r.what);
-        assert_eq!(refused(&["CONFIG", "SET", "appendonly", "yes"]), Some("appendonly"));
+        assert_eq!(
+            refused(&["CONFIG", "SET", "appendonly", "yes"]),
+            Some("appendonly")
+        );
         assert_eq!(refused(&["config", "set", "APPENDONLY", "no"]), None);
         assert_eq!(
-            refused(&["CONFIG", "SET", "maxmemory", "1gb", "min-slaves-to-write", "0"]),
+            refused(&[
+                "CONFIG",
+                "SET",
+                "maxmemory",
+                "1gb",
+                "min-slaves-to-write",
+                "0"
+            ]),
             Some("min-replicas-to-write")
         );
         assert_eq!(
@@ -123,14 +136,20 @@ mod tests {
             Some("maxmemory-policy")
         );
         assert_eq!(refused(&["CONFIG", "SET", "maxmemory", "1gb"]), None);
-        assert_eq!(refused(&["CONFIG", "SET", "save"]), None, "Valkey's arity error");
+        assert_eq!(
+            refused(&["CONFIG", "SET", "save"]),
+            None,
+            "Valkey's arity error"
+        );
     }
 
     #[test]
     fn client_kill_is_refused_only_for_replicas() {
         let refused = |args: &[&str]| refusal("client|kill", &req(args)).is_some();
         assert!(refused(&["CLIENT", "KILL", "TYPE", "replica"]));
-        assert!(refused(&["CLIENT", "KILL", "SKIPME", "no", "type", "SLAVE"]));
+        assert!(refused(&[
+            "CLIENT", "KILL", "SKIPME", "no", "type", "SLAVE"
+        ]));
         assert!(!refused(&["CLIENT", "KILL", "TYPE", "normal"]));
         assert!(!refused(&["CLIENT", "KILL", "127.0.0.1:5000"]));
         assert!(!refused(&["CLIENT", "KILL", "ADDR", "type"]));

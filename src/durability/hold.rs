@@ -1,0 +1,84 @@
+//! A bound on every wait the gate imposes: walrus never hangs.
+//!
+//! A reply waits for the journal to cover it, and a write for room (pending bytes, held
+//! memory). Each wait normally ends within a group commit, or with an error the moment its
+//! cause is known (the journal failed; Valkey restarted, a new epoch). What could make one
+//! last forever is a cause walrus cannot see the end of: a Valkey that became unreachable
+//! after it answered but before its stream reached the link, a journal device that stopped
+//! answering. Past `durability.max_hold_ms` such a reply gets an error saying its outcome is
+//! unknown, and a write waiting for room gets `-MISCONF`. The writes' keys stay dirty: a
+//! read shows what they wrote only once it is durable (or gets the same error when it has
+//! waited as long).
+
+use super::{Durability, Held};
+use bytes::Bytes;
+use std::time::{Duration, Instant};
+
+impl Durability {
+    /// Fails replies held longer than the bound, checking four times per bound.
+    pub async fn bound_holds(&self) {
+        let mut tick = tokio::time::interval((self.max_hold / 4).max(Duration::from_millis(10)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            self.expire_held(Instant::now());
+        }
+    }
+
+    /// Fails every reply that arrived more than the bound before `now`.
+    pub(super) fn expire_held(&self, now: Instant) {
+        let Some(cutoff) = now.checked_sub(self.max_hold) else {
+            return;
+        };
+        let old = |h: &Held| h.arrived <= cutoff;
+        let mut s = self.lock();
+        if s.held_bytes == 0 {
+            return;
+        }
+        let mut writes = Vec::new();
+        for batches in s.batches.values_mut() {
+            for (replies, _marks) in batches.iter_mut() {
+                writes.extend(replies.extract_if(.., |h| old(h)));
+            }
+        }
+        let mut reads = Vec::new();
+        for held in s.reads.values_mut() {
+            reads.extend(held.extract_if(.., |h| old(h)));
+        }
+        s.reads.retain(|_, held| !held.is_empty());
+        let bytes: u64 = writes
+            .iter()
+            .chain(&reads)
+            .map(|h| h.reply.len() as u64)
+            .sum();
+        s.held_bytes -= bytes;
+        drop(s);
+        if bytes == 0 {
+            return;
+        }
+        let ms = self.max_hold.as_millis();
+        let write = crate::resp::write::error(&format!(
+            "ERR walrus: this write was not journaled within {ms} ms (durability.max_hold_ms); it may or may not have taken effect"
+        ));
+        let read = crate::resp::write::error(&format!(
+            "ERR walrus: a write this read depends on was not journaled within {ms} ms (durability.max_hold_ms); retry"
+        ));
+        tracing::warn!(
+            writes = writes.len(),
+            reads = reads.len(),
+            "replies held longer than durability.max_hold_ms get an error"
+        );
+        writes.into_iter().for_each(|h| h.fail(&write));
+        reads.into_iter().for_each(|h| h.fail(&read));
+        self.room.notify_waiters();
+    }
+
+    /// The refusal of a write that found no room within the bound.
+    pub(super) fn no_room(&self) -> Bytes {
+        crate::metrics::Refusal::NoRoom.count();
+        crate::resp::write::error(&format!(
+            "MISCONF walrus: no room for writes within {} ms (durability.max_hold_ms): the journal is too far behind Valkey",
+            self.max_hold.as_millis()
+        ))
+    }
+}
