@@ -7,7 +7,14 @@ use common::*;
 
 const REFUSED: &[&[&str]] = &[
     &["CONFIG", "SET", "appendonly", "yes"],
-    &["CONFIG", "SET", "maxmemory", "1gb", "min-slaves-to-write", "0"],
+    &[
+        "CONFIG",
+        "SET",
+        "maxmemory",
+        "1gb",
+        "min-slaves-to-write",
+        "0",
+    ],
     &["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"],
     &["REPLICAOF", "127.0.0.1", "1"],
     &["SLAVEOF", "127.0.0.1", "1"],
@@ -28,7 +35,9 @@ fn commands_that_break_what_walrus_relies_on_are_refused_with_the_reason() {
     for cmd in REFUSED {
         let r = show(&c.cmd(cmd));
         assert!(
-            r.starts_with("-ERR walrus: ") && r.contains("is refused: ") && r.contains("allow_admin_commands"),
+            r.starts_with("-ERR walrus: ")
+                && r.contains("is refused: ")
+                && r.contains("allow_admin_commands"),
             "{cmd:?}: {r}"
         );
     }
@@ -41,7 +50,9 @@ fn commands_that_break_what_walrus_relies_on_are_refused_with_the_reason() {
     // Refused while queueing: the transaction is aborted, as Valkey aborts one.
     assert_eq!(c.cmd(&["MULTI"]), b"+OK\r\n");
     assert_eq!(c.cmd(&["SET", "k", "v"]), b"+QUEUED\r\n");
-    assert!(c.cmd(&["REPLICAOF", "127.0.0.1", "1"]).starts_with(b"-ERR walrus"));
+    assert!(c
+        .cmd(&["REPLICAOF", "127.0.0.1", "1"])
+        .starts_with(b"-ERR walrus"));
     assert!(c.cmd(&["EXEC"]).starts_with(b"-EXECABORT"));
     assert_eq!(c.cmd(&["GET", "k"]), b"$-1\r\n");
     // What walrus does not rely on passes.
@@ -55,6 +66,9 @@ fn commands_that_break_what_walrus_relies_on_are_refused_with_the_reason() {
 fn allow_admin_commands_passes_them_on() {
     let w = Walrus::start_managed("[proxy]\nallow_admin_commands = true\n", None);
     let mut c = Raw::connect(&w.addr);
-    assert_eq!(c.cmd(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]), b"+OK\r\n");
+    assert_eq!(
+        c.cmd(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]),
+        b"+OK\r\n"
+    );
     assert!(config_get(&mut c, "maxmemory-policy").contains("allkeys-lru"));
 }

@@ -35,15 +35,21 @@ impl Durability {
         if s.held_bytes == 0 {
             return;
         }
+        // Moves the old replies of `held` to `out`.
+        let take_old = |held: &mut Vec<Held>, out: &mut Vec<Held>| {
+            let (gone, kept) = std::mem::take(held).into_iter().partition(|h| old(h));
+            *held = kept;
+            out.extend::<Vec<Held>>(gone);
+        };
         let mut writes = Vec::new();
         for batches in s.batches.values_mut() {
             for (replies, _marks) in batches.iter_mut() {
-                writes.extend(replies.extract_if(.., |h| old(h)));
+                take_old(replies, &mut writes);
             }
         }
         let mut reads = Vec::new();
         for held in s.reads.values_mut() {
-            reads.extend(held.extract_if(.., |h| old(h)));
+            take_old(held, &mut reads);
         }
         s.reads.retain(|_, held| !held.is_empty());
         let bytes: u64 = writes
