@@ -1068,7 +1068,7 @@ fn chart_lints_and_renders_valid_consistent_manifests_for_every_value_set() {
                 assert_eq!(d.config.journal.segments, 32);
                 assert!(d
                     .valkey_args
-                    .ends_with(&["--maxmemory-policy".into(), "allkeys-lru".into()]));
+                    .ends_with(&["--maxmemory-clients".into(), "5%".into()]));
             }
             "auth-values.yaml" => {
                 assert_eq!(d.secret, Some(("walrus-valkey".into(), "password".into())));
