@@ -21,7 +21,18 @@ const REFUSED: &[&[&str]] = &[
     &["FAILOVER"],
     &["SHUTDOWN", "NOSAVE"],
     &["DEBUG", "RELOAD"],
+    &["DEBUG", "SET-DISABLE-DENY-SCRIPTS", "1"],
     &["CLIENT", "KILL", "TYPE", "replica"],
+    &["CLIENT", "PAUSE", "10000", "WRITE"],
+    &["CONFIG", "SET", "requirepass", "secret"],
+    &["BGSAVE"],
+    &["SAVE"],
+    &[
+        "EVAL",
+        "redis.set_repl(redis.REPL_NONE) return redis.call('SET', KEYS[1], 'v')",
+        "1",
+        "k",
+    ],
 ];
 
 fn config_get(c: &mut Raw, name: &str) -> String {

@@ -252,3 +252,46 @@ fn version_and_help() {
         "{text}"
     );
 }
+
+/// A RESP3 subscription is confirmed by pushes, not by a reply, yet a dedicated connection
+/// that cannot serve yet (the replica link is down, here because walrus's user may no
+/// longer PSYNC) answers it in band with `-LOADING`: that error reaches the client instead
+/// of leaving it waiting for a confirmation that never comes.
+#[test]
+fn a_resp3_subscription_while_the_link_is_down_gets_loading() {
+    let v = Valkey::start();
+    let w = Walrus::start(&v.addr());
+    let mut c = Raw::connect(&w.addr);
+    assert!(c.cmd(&["HELLO", "3"]).starts_with(b"%"));
+    let mut direct = Raw::connect(&v.addr());
+    assert_eq!(
+        direct.cmd(&["ACL", "SETUSER", "default", "-psync", "-sync"]),
+        b"+OK\r\n"
+    );
+    direct.cmd(&["CLIENT", "KILL", "TYPE", "replica"]);
+    w.proc
+        .wait_line("replica link to Valkey broke", START_TIMEOUT);
+    c.stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    c.send_raw(&walrus::resp::write::command(["SUBSCRIBE", "news"]));
+    let r = c.try_read_frame().map(|f| show(&f));
+    assert_eq!(
+        r,
+        Ok(show(
+            b"-LOADING Valkey is loading the dataset in memory\r\n"
+        ))
+    );
+    // Once the link is back, the subscription goes through.
+    assert_eq!(
+        direct.cmd(&["ACL", "SETUSER", "default", "+@all"]),
+        b"+OK\r\n"
+    );
+    w.proc.wait_line("replica link attached", START_TIMEOUT);
+    c.send_raw(&walrus::resp::write::command(["SUBSCRIBE", "news"]));
+    let r = c.try_read_frame().map(|f| show(&f));
+    assert_eq!(
+        r,
+        Ok(show(b">3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n"))
+    );
+}

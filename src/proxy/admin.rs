@@ -3,8 +3,9 @@
 //! ([`crate::upstream::settings`]). Each is refused with the reason, unless
 //! `proxy.allow_admin_commands` lets it through (an operator who knows what it does).
 //!
-//! Administrative commands not listed keep working: `BGSAVE` and `SAVE` (a copy of the data,
-//! on Valkey's disk), `CONFIG SET` of any other setting, `CLIENT KILL` of clients, `ACL`.
+//! Administrative commands not listed keep working: `CONFIG SET` of any other setting,
+//! `CLIENT KILL` of clients, `ACL` (walrus's own user must keep the commands it uses: INFO,
+//! ROLE, PSYNC, REPLCONF, CLIENT KILL).
 
 use crate::resp::Request;
 use crate::upstream::settings::SETTINGS;
@@ -48,21 +49,40 @@ pub fn refusal(name: &str, req: &Request) -> Option<Refusal> {
             "SHUTDOWN",
             "walrus runs or follows this Valkey; stop walrus (managed mode) or Valkey's own service instead",
         ),
-        "debug" if req.arg_is(1, "RELOAD") || req.arg_is(1, "LOADAOF") => refuse(
-            "DEBUG RELOAD",
-            "Valkey would load its dataset from its own files, behind the replication stream the journal holds",
+        "debug" => refuse(
+            "DEBUG",
+            "its subcommands load, create or change data behind the replication stream the journal holds (RELOAD, POPULATE), change its history (CHANGE-REPL-ID) or let scripts run any command",
         ),
-        "debug" if req.arg_is(1, "CHANGE-REPL-ID") => refuse(
-            "DEBUG CHANGE-REPL-ID",
-            "it changes the replication history the journal follows",
+        "save" | "bgsave" => refuse(
+            "SAVE",
+            "the dump.rdb it leaves in Valkey's directory is loaded by Valkey's next start, behind the history walrus restores; walrus is the persistence (back up with `walrus checkpoint` or `walrus journal export-aof`)",
         ),
         "client|kill" if kills_replicas(req) => refuse(
             "CLIENT KILL TYPE replica",
             "it closes walrus's replica link, and every write waits until it is back",
         ),
+        "client|pause" => refuse(
+            "CLIENT PAUSE",
+            "it stops the writes of every client of walrus together, and walrus's own connections",
+        ),
+        "eval" | "eval_ro" | "script|load" | "function|load" if turns_off_replication(req) => {
+            refuse(
+                "a script calling set_repl",
+                "writes it keeps out of the replication stream are never journaled, and a crash loses them",
+            )
+        }
         "config|set" => config_set(req),
         _ => None,
     }
+}
+
+/// A script that may call `server.set_repl` / `redis.set_repl` (found by its name in the
+/// source: Lua offers no other way to name it short of building the name at run time).
+fn turns_off_replication(req: &Request) -> bool {
+    req.args
+        .iter()
+        .skip(1)
+        .any(|a| a.windows(b"set_repl".len()).any(|w| w == b"set_repl"))
 }
 
 /// `CLIENT KILL ... TYPE replica|slave|master|primary ...` (the filter form).
@@ -87,6 +107,12 @@ fn config_set(req: &Request) -> Option<Refusal> {
             .iter()
             .find(|(old, _)| *old == name)
             .map_or(name.as_str(), |(_, new)| new);
+        if name == "requirepass" {
+            return Some(Refusal {
+                what: "requirepass",
+                why: "walrus's own connections use the password in its configuration (upstream.password); change both together, with walrus stopped",
+            });
+        }
         let s = SETTINGS.iter().find(|s| s.name == name)?;
         let same = value.eq_ignore_ascii_case(s.value.as_bytes())
             || value.eq_ignore_ascii_case(s.shown.as_bytes());
@@ -141,6 +167,27 @@ mod tests {
             None,
             "Valkey's arity error"
         );
+    }
+
+    #[test]
+    fn scripts_that_turn_off_replication_are_refused() {
+        let refused = |name: &str, args: &[&str]| refusal(name, &req(args)).is_some();
+        let body = "redis.set_repl(redis.REPL_NONE) redis.call('SET', KEYS[1], 'v')";
+        assert!(refused("eval", &["EVAL", body, "1", "k"]));
+        assert!(refused("script|load", &["SCRIPT", "LOAD", body]));
+        assert!(refused(
+            "function|load",
+            &["FUNCTION", "LOAD", "REPLACE", body]
+        ));
+        assert!(!refused(
+            "eval",
+            &["EVAL", "return redis.call('SET', KEYS[1], 'v')", "1", "k"]
+        ));
+        assert!(refused(
+            "config|set",
+            &["CONFIG", "SET", "requirepass", "x"]
+        ));
+        assert!(refused("debug", &["DEBUG", "POPULATE", "10"]));
     }
 
     #[test]

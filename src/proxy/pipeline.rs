@@ -115,7 +115,7 @@ pub async fn run(
     pushes: Option<PushSender>,
 ) -> Result<(), UpstreamError> {
     let (epoch, first) = match &ctx.durability {
-        Some(d) => match wait_attached(d, &ctx, &mut requests).await? {
+        Some(d) => match wait_attached(d, &ctx, &mut requests, pushes.as_ref()).await? {
             Some(started) => started,
             None => return Ok(()),
         },
@@ -180,6 +180,7 @@ async fn wait_attached(
     d: &Durability,
     ctx: &PipelineCtx,
     requests: &mut mpsc::Receiver<PipelinedRequest>,
+    pushes: Option<&PushSender>,
 ) -> Result<Option<(u64, Option<PipelinedRequest>)>, UpstreamError> {
     // The epoch whose process this connection does not reach.
     let mut wrong_epoch = None;
@@ -198,7 +199,17 @@ async fn wait_attached(
                     if let Gate::Offset(marks) = req.gate {
                         d.cancel_write(marks);
                     }
-                    let _ = req.reply.send(crate::durability::loading());
+                    let loading = crate::durability::loading();
+                    match pushes {
+                        // Its session waits for no reply (a RESP3 subscription is confirmed
+                        // by pushes): the error goes the pushes' way, in order.
+                        Some(p) if req.answered_by_push => {
+                            let _ = p.send(loading);
+                        }
+                        _ => {
+                            let _ = req.reply.send(loading);
+                        }
+                    }
                 }
             }
         };
@@ -400,6 +411,15 @@ impl Reader {
                     }
                     Ok(Inflight::Select) => {}
                     Ok(Inflight::Role) => self.settle(&frame),
+                    // A RESP3 subscription Valkey refuses (-NOPERM for a channel, say) is
+                    // answered in band, though its session waits for pushes: pass it on so.
+                    Err(_) if frame[0] == b'-' && self.pushes.is_some() => {
+                        if let Some(Err(_)) = self.pushes.as_ref().map(|p| p.send(frame)) {
+                            return Err(UpstreamError::Decode(
+                                "the client does not read its pushes".into(),
+                            ));
+                        }
+                    }
                     Err(_) => return Err(UpstreamError::Decode("reply without a request".into())),
                 }
             }
