@@ -295,3 +295,27 @@ fn a_resp3_subscription_while_the_link_is_down_gets_loading() {
         Ok(show(b">3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n"))
     );
 }
+
+/// A Valkey that stops answering (SIGSTOP here; a partition does the same) does not hang
+/// walrus's clients: a pooled connection that owes replies with no byte from Valkey for
+/// `upstream.reply_timeout_ms` is given up, and its requests get an error. Once Valkey
+/// answers again, so does walrus.
+#[test]
+fn a_valkey_that_stops_answering_gets_requests_an_error_not_a_hang() {
+    let v = Valkey::start();
+    let w = Walrus::start_config(&v.addr(), "[upstream]\nreply_timeout_ms = 300\n");
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["SET", "k", "v"]), b"+OK\r\n");
+    let pid = v.proc.child.id() as i32;
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let r = show(&c.cmd(&["GET", "k"]));
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    assert!(r.starts_with("-ERR walrus: "), "{r}");
+    loop {
+        let r = c.cmd(&["GET", "k"]);
+        if r == b"$1\r\nv\r\n" {
+            break;
+        }
+        assert!(r.starts_with(b"-ERR walrus: "), "{}", show(&r));
+    }
+}

@@ -221,6 +221,7 @@ async fn run_proxy(
         upstream: up.clone(),
         durability: durable.as_ref().map(|d| d.durability.clone()),
         oracle: OffsetOracle::new(),
+        reply_timeout: Duration::from_millis(config.upstream.reply_timeout_ms),
     });
     if let Some(d) = &ctx.durability {
         // Writes whose outcome is unknown keep their keys dirty until Valkey's offset after

@@ -199,6 +199,9 @@ pub struct UpstreamConfig {
     pub password_file: String,
     pub pool_size: usize,
     pub connect_timeout_ms: u64,
+    /// How long a pooled connection may owe replies with no byte from Valkey before it is
+    /// given up, failing the requests on it.
+    pub reply_timeout_ms: u64,
     pub reconnect_backoff_max_ms: u64,
     pub valkey_server: String,
     pub port: u16,
@@ -222,6 +225,9 @@ impl Default for UpstreamConfig {
             // and GETs than four connections.
             pool_size: 1,
             connect_timeout_ms: 2_000,
+            // Far above any command Valkey serves in normal use (a script past Valkey's
+            // busy-reply-threshold, 5 s, gets other clients -BUSY, not silence).
+            reply_timeout_ms: 30_000,
             reconnect_backoff_max_ms: 1_000,
             valkey_server: String::new(),
             port: 0,
@@ -352,6 +358,7 @@ impl Config {
             ));
         }
         at_least("upstream.connect_timeout_ms", u.connect_timeout_ms, 1)?;
+        at_least("upstream.reply_timeout_ms", u.reply_timeout_ms, 100)?;
         at_least(
             "upstream.reconnect_backoff_max_ms",
             u.reconnect_backoff_max_ms,

@@ -31,6 +31,7 @@ use crate::upstream::client::{Conn, ConnParts, UpstreamError};
 use crate::upstream::Upstream;
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot};
@@ -85,6 +86,11 @@ pub struct PipelineCtx {
     /// `None` when durability is off: no ROLE, no holding.
     pub durability: Option<Arc<Durability>>,
     pub oracle: OffsetOracle,
+    /// How long a pooled connection may owe replies without a byte from Valkey before it is
+    /// given up (`upstream.reply_timeout_ms`): a Valkey that stopped answering (stopped,
+    /// partitioned) must not hang every client whose requests share the connection.
+    /// Dedicated connections may wait in blocking commands, so they are not timed.
+    pub reply_timeout: Duration,
 }
 
 /// Most bytes gathered into one write; a larger command is written on its own.
@@ -386,6 +392,8 @@ impl Reader {
         mut scanner: ReplyScanner,
         inflight: &mut mpsc::UnboundedReceiver<Inflight>,
     ) -> Result<(), UpstreamError> {
+        // Replies were owed at the last timeout tick (see below).
+        let mut owed_since_tick = false;
         loop {
             loop {
                 let n = match scanner.scan(&buf) {
@@ -426,7 +434,23 @@ impl Reader {
             if buf.capacity() - buf.len() < READ_CHUNK_BYTES / 4 {
                 buf.reserve(READ_CHUNK_BYTES);
             }
-            if rd.read_buf(&mut buf).await? == 0 {
+            let read = rd.read_buf(&mut buf);
+            let n = if self.pushes.is_some() {
+                read.await?
+            } else {
+                // A reply owed for one whole period and a second one with no byte from
+                // Valkey: no reply that comes within the timeout is cut.
+                match tokio::time::timeout(self.ctx.reply_timeout, read).await {
+                    Ok(n) => {
+                        owed_since_tick = false;
+                        n?
+                    }
+                    Err(_) if inflight.is_empty() => continue,
+                    Err(_) if !std::mem::replace(&mut owed_since_tick, true) => continue,
+                    Err(_) => return Err(UpstreamError::NoReply(self.ctx.reply_timeout)),
+                }
+            };
+            if n == 0 {
                 return Err(UpstreamError::Closed);
             }
         }

@@ -284,6 +284,7 @@ mod tests {
             },
             durability: None,
             oracle: OffsetOracle::new(),
+            reply_timeout: Duration::from_secs(30),
         });
         let pools = Arc::new(Pools::new(ctx, 1, Duration::from_millis(100)));
         let stuck = {

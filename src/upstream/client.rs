@@ -34,6 +34,8 @@ pub enum UpstreamError {
     /// The server lacks something walrus needs; the text names it.
     #[error("{0}")]
     Unsupported(String),
+    #[error("Valkey did not answer within {0:?} (upstream.reply_timeout_ms)")]
+    NoReply(std::time::Duration),
 }
 
 /// An open connection to Valkey with its read buffer.
