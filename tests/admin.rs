@@ -27,6 +27,7 @@ const REFUSED: &[&[&str]] = &[
     &["CONFIG", "SET", "requirepass", "secret"],
     &["BGSAVE"],
     &["SAVE"],
+    &["FUNCTION", "RESTORE", "payload"],
     &[
         "EVAL",
         "redis.set_repl(redis.REPL_NONE) return redis.call('SET', KEYS[1], 'v')",

@@ -319,3 +319,25 @@ fn a_valkey_that_stops_answering_gets_requests_an_error_not_a_hang() {
         assert!(r.starts_with(b"-ERR walrus: "), "{}", show(&r));
     }
 }
+
+/// A client's dedicated connection ends with the Valkey it reached: its subscriptions (or
+/// WATCH, or MULTI) are gone, so walrus closes the client's connection, as Valkey's own
+/// restart would, instead of leaving a RESP3 subscriber listening to nothing.
+#[test]
+fn a_dedicated_session_is_closed_when_its_valkey_dies() {
+    let w = Walrus::start_managed("", None);
+    let mut sub = Raw::connect(&w.addr);
+    assert!(sub.cmd(&["HELLO", "3"]).starts_with(b"%"));
+    assert_eq!(
+        show(&sub.cmd(&["SUBSCRIBE", "news"])),
+        show(b">3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n")
+    );
+    let mut watcher = Raw::connect(&w.addr);
+    assert_eq!(watcher.cmd(&["WATCH", "k"]), b"+OK\r\n");
+    w.kill_valkey_and_await_restore();
+    assert_eq!(sub.try_read_frame(), Err("connection closed".to_string()));
+    assert_eq!(
+        watcher.try_read_frame(),
+        Err("connection closed".to_string())
+    );
+}

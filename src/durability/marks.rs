@@ -151,7 +151,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_orphan_stays_dirty_until_valkeys_offset_is_known_and_durable() {
         let d = Arc::new(Durability::new(1 << 20, 1 << 20));
-        d.attach("p", 0, true, true);
+        d.attach("p", 0, true, true, 0);
         // A request dropped with its mark (its connection broke): the write may have run.
         drop(d.begin_write(key("a")).unwrap());
         // Valkey's offset is unknown twice; the third answer settles the mark at 100.

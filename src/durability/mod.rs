@@ -492,7 +492,19 @@ impl Durability {
     /// new process that continues the same history (one that loaded an RDB ending exactly at
     /// the journal's end): the writes the old one ran beyond the journal died with it, and the
     /// new one's offsets would otherwise release their replies.
-    pub fn attach(&self, run_id: &str, offset: u64, durable: bool, new_history: bool) {
+    ///
+    /// `valkey_offset`: Valkey's own offset at attach. Beyond `offset`, Valkey ran writes the
+    /// journal does not hold yet (walrus restarted while Valkey kept running): until the
+    /// journal covers it, every key counts as dirty, so no read shows what a crash could
+    /// still lose. Marked under the same lock as the attach: no read slips in between.
+    pub fn attach(
+        &self,
+        run_id: &str,
+        offset: u64,
+        durable: bool,
+        new_history: bool,
+        valkey_offset: u64,
+    ) {
         let mut s = self.lock();
         if let Status::Failed(_) = s.status {
             // The journal was fenced (a damaged segment file, say): nothing reopens it.
@@ -506,10 +518,21 @@ impl Durability {
             s.history_start = offset;
         } else if !s.run_id.is_empty() && s.run_id != run_id {
             failed = self.new_epoch(&mut s);
+            // What the dead process ran beyond the journal is gone: it is not pending.
+            s.executed_offset = s.durable_offset.max(offset);
         }
         s.run_id = run_id.to_string();
         if s.history_start == 0 {
             s.history_start = offset;
+        }
+        if valkey_offset > offset.max(s.durable_offset) {
+            let generation = s.dirty.mark(&Scope::All);
+            let mark = WriteMark::new(generation, Scope::All, s.epoch, self.orphans.clone());
+            s.batches
+                .entry(valkey_offset)
+                .or_default()
+                .push((Vec::new(), vec![mark]));
+            self.publish(&s);
         }
         s.status = Status::Attached;
         self.restoring.store(false, Ordering::SeqCst);
@@ -520,24 +543,6 @@ impl Durability {
             self.set_durable(offset);
         }
         self.room.notify_waiters();
-    }
-
-    /// Valkey ran writes up to `offset` that the journal does not hold yet: the link
-    /// continues a stream Valkey is ahead of (walrus restarted while Valkey kept running).
-    /// Until the journal covers `offset`, every key counts as dirty, so no read shows what
-    /// a crash could still lose.
-    pub fn dirty_until(&self, offset: u64) {
-        let mut s = self.lock();
-        if offset <= s.durable_offset {
-            return;
-        }
-        let generation = s.dirty.mark(&Scope::All);
-        let mark = WriteMark::new(generation, Scope::All, s.epoch, self.orphans.clone());
-        s.batches
-            .entry(offset)
-            .or_default()
-            .push((Vec::new(), vec![mark]));
-        self.publish(&s);
     }
 
     /// Valkey lost its dataset (it died, or came back empty) and walrus is about to load it
@@ -725,7 +730,7 @@ mod tests {
         let d = Durability::new(1 << 20, 1 << 20);
         let refused = d.begin_write(key("a")).unwrap_err();
         assert!(refused.starts_with(b"-MISCONF"));
-        d.attach("p", 100, true, true);
+        d.attach("p", 100, true, true, 0);
         assert!(d.begin_write(key("a")).is_ok());
         d.detach();
         assert!(d.begin_write(key("a")).is_err());
@@ -734,9 +739,9 @@ mod tests {
     #[test]
     fn a_fenced_journal_stays_fenced_across_an_attach() {
         let d = Durability::new(1 << 20, 1 << 20);
-        d.attach("p", 100, true, true);
+        d.attach("p", 100, true, true, 0);
         d.fail("journal segment seg-00003.wal is gone");
-        d.attach("p", 200, true, false);
+        d.attach("p", 200, true, false, 0);
         assert!(matches!(d.status(), Status::Failed(_)));
         assert!(d
             .begin_write(key("a"))
@@ -747,7 +752,7 @@ mod tests {
     #[test]
     fn a_write_reply_and_a_dirty_read_wait_for_the_durable_offset() {
         let d = Durability::new(1 << 20, 1 << 20);
-        d.attach("p", 100, true, true);
+        d.attach("p", 100, true, true, 0);
         let mark = d.begin_write(key("a")).unwrap();
         let (w, mut w_rx) = held("+OK\r\n");
         d.settle_batch(150, 1, vec![w], vec![mark]);
@@ -771,7 +776,7 @@ mod tests {
     #[test]
     fn a_reply_held_past_the_bound_gets_an_error_and_its_keys_stay_dirty() {
         let d = Durability::new(1 << 20, 1 << 20).with_max_hold(std::time::Duration::from_secs(30));
-        d.attach("p", 100, true, true);
+        d.attach("p", 100, true, true, 0);
         let mark = d.begin_write(key("a")).unwrap();
         let (w, mut w_rx) = held("+OK\r\n");
         d.settle_batch(150, 1, vec![w], vec![mark]);
@@ -799,11 +804,28 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_write_waiting_for_room_is_refused_past_the_bound() {
         let d = Durability::new(1 << 20, 1 << 20).with_max_hold(std::time::Duration::from_secs(30));
-        d.attach("p", 0, true, true);
+        d.attach("p", 0, true, true, 0);
         let mark = d.begin_write(key("a")).unwrap();
         d.settle_batch(2 << 20, 1, Vec::new(), vec![mark]);
         let refused = d.write_room().await.unwrap_err();
         assert!(refused.starts_with(b"-MISCONF walrus: no room for writes within 30000 ms"));
+    }
+
+    #[test]
+    fn a_valkey_ahead_of_the_journal_at_attach_makes_every_read_wait() {
+        // Even when it is another process than before: its new epoch must not drop the mark.
+        let d = Durability::new(1 << 20, 1 << 20);
+        d.attach("p", 100, true, true, 0);
+        d.detach();
+        d.attach("q", 100, true, false, 150);
+        let (r, mut r_rx) = held("$1\r\nv\r\n");
+        assert!(d.read_reply(&key("a"), 2, r).is_none());
+        assert!(
+            r_rx.try_recv().is_err(),
+            "held until the journal covers 150"
+        );
+        d.set_durable(150);
+        assert_eq!(&r_rx.try_recv().unwrap()[..], b"$1\r\nv\r\n");
     }
 
     #[test]
@@ -812,18 +834,18 @@ mod tests {
         // q loaded an RDB ending at 100 and continues the same history: its own writes reach
         // offset 150, which must not release p's reply (that write is gone).
         let d = Durability::new(1 << 20, 1 << 20);
-        d.attach("p", 100, true, true);
+        d.attach("p", 100, true, true, 0);
         let mark = d.begin_write(key("a")).unwrap();
         let (w, mut w_rx) = held("+OK\r\n");
         d.settle_batch(150, 1, vec![w], vec![mark]);
         d.detach();
-        d.attach("p", 100, true, false);
+        d.attach("p", 100, true, false, 0);
         assert!(
             w_rx.try_recv().is_err(),
             "the same process re-attaching keeps it"
         );
         d.detach();
-        d.attach("q", 100, true, false);
+        d.attach("q", 100, true, false, 0);
         assert!(w_rx
             .try_recv()
             .unwrap()
@@ -834,7 +856,7 @@ mod tests {
     #[test]
     fn a_failed_journal_turns_held_replies_into_errors() {
         let d = Durability::new(1 << 20, 1 << 20);
-        d.attach("p", 0, true, true);
+        d.attach("p", 0, true, true, 0);
         let mark = d.begin_write(key("a")).unwrap();
         let (w, mut w_rx) = held("+OK\r\n");
         d.settle_batch(10, 1, vec![w], vec![mark]);
@@ -856,7 +878,7 @@ mod tests {
     #[test]
     fn an_offset_from_another_history_is_never_acknowledged() {
         let d = Durability::new(1 << 20, 1 << 20);
-        d.attach("p", 5000, true, true);
+        d.attach("p", 5000, true, true, 0);
         let mark = d.begin_write(key("a")).unwrap();
         let (w, mut w_rx) = held("+OK\r\n");
         // A restarted Valkey counts from 0 again: 42 is below where this history began.
@@ -870,7 +892,7 @@ mod tests {
     #[test]
     fn a_new_history_from_offset_zero_is_told_apart_by_its_epoch() {
         let d = Durability::new(1 << 20, 1 << 20);
-        d.attach("p", 0, true, true);
+        d.attach("p", 0, true, true, 0);
         let old = d.epoch();
         let mark = d.begin_write(key("a")).unwrap();
         let (w, mut w_rx) = held("+OK\r\n");
@@ -899,7 +921,7 @@ mod tests {
         assert!(r_rx.try_recv().unwrap().starts_with(b"-LOADING"));
         // Attached again, from offset 0 of a new history: a batch that ran on a connection
         // of the old epoch is refused even though its offset (10) looks covered.
-        d.attach("p", 0, true, true);
+        d.attach("p", 0, true, true, 0);
         d.set_durable(100);
         let mark = d.begin_write(key("b")).unwrap();
         let (w, mut w_rx) = held("+OK\r\n");
@@ -921,7 +943,7 @@ mod tests {
     #[test]
     fn reads_held_behind_a_lost_write_get_an_error() {
         let d = Durability::new(1 << 20, 1 << 20);
-        d.attach("p", 0, true, true);
+        d.attach("p", 0, true, true, 0);
         let e = d.epoch();
         let mark = d.begin_write(key("a")).unwrap();
         let (r, mut r_rx) = held("$1\r\nv\r\n");

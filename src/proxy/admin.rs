@@ -65,6 +65,10 @@ pub fn refusal(name: &str, req: &Request) -> Option<Refusal> {
             "CLIENT PAUSE",
             "it stops the writes of every client of walrus together, and walrus's own connections",
         ),
+        "function|restore" => refuse(
+            "FUNCTION RESTORE",
+            "the libraries in its payload cannot be checked for set_repl (load them with FUNCTION LOAD)",
+        ),
         "eval" | "eval_ro" | "script|load" | "function|load" if turns_off_replication(req) => {
             refuse(
                 "a script calling set_repl",
@@ -76,8 +80,9 @@ pub fn refusal(name: &str, req: &Request) -> Option<Refusal> {
     }
 }
 
-/// A script that may call `server.set_repl` / `redis.set_repl` (found by its name in the
-/// source: Lua offers no other way to name it short of building the name at run time).
+/// A script that may call `server.set_repl` / `redis.set_repl`, found by its name in the
+/// source. A script that builds the name at run time (`redis['set_' .. 'repl']`) is not
+/// caught: no text check can be complete, and Valkey has no switch to turn `set_repl` off.
 fn turns_off_replication(req: &Request) -> bool {
     req.args
         .iter()

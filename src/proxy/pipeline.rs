@@ -202,20 +202,7 @@ async fn wait_attached(
                         first = Some(req);
                         break p;
                     }
-                    if let Gate::Offset(marks) = req.gate {
-                        d.cancel_write(marks);
-                    }
-                    let loading = crate::durability::loading();
-                    match pushes {
-                        // Its session waits for no reply (a RESP3 subscription is confirmed
-                        // by pushes): the error goes the pushes' way, in order.
-                        Some(p) if req.answered_by_push => {
-                            let _ = p.send(loading);
-                        }
-                        _ => {
-                            let _ = req.reply.send(loading);
-                        }
-                    }
+                    refuse_loading(d, req, pushes);
                 }
             }
         };
@@ -224,8 +211,29 @@ async fn wait_attached(
             Some(_) => {
                 d.doubt_valkey();
                 wrong_epoch = Some(epoch);
+                if let Some(req) = first.take() {
+                    refuse_loading(d, req, pushes);
+                }
             }
-            None => return Err(UpstreamError::Closed),
+            None => return Err(UpstreamError::Unverified),
+        }
+    }
+}
+
+/// Answers a request the connection cannot serve yet with `-LOADING`.
+fn refuse_loading(d: &Durability, req: PipelinedRequest, pushes: Option<&PushSender>) {
+    if let Gate::Offset(marks) = req.gate {
+        d.cancel_write(marks);
+    }
+    let loading = crate::durability::loading();
+    match pushes {
+        // Its session waits for no reply (a RESP3 subscription is confirmed by pushes): the
+        // error goes the pushes' way, in order.
+        Some(p) if req.answered_by_push => {
+            let _ = p.send(loading);
+        }
+        _ => {
+            let _ = req.reply.send(loading);
         }
     }
 }

@@ -186,13 +186,22 @@ async fn supervise(
                 p.slots[slot].set(SlotState::Live(tx));
                 drop(p);
                 let _ = first_attempt.send(true);
-                backoff = BACKOFF_MIN;
                 let result = pipeline::run(conn, rx, ctx.clone(), None).await;
                 let Some(p) = pool.upgrade() else { return };
                 let reason = match result {
                     Ok(()) => "connection closed".to_string(),
+                    Err(e @ crate::upstream::client::UpstreamError::Unverified) => {
+                        // It connected but cannot serve: as a failed connect, with backoff.
+                        tracing::warn!(user = ?key.user, slot, "{e}; retrying in {backoff:?}");
+                        p.slots[slot].set(SlotState::Down(e.to_string()));
+                        drop(p);
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(backoff_max);
+                        continue;
+                    }
                     Err(e) => e.to_string(),
                 };
+                backoff = BACKOFF_MIN;
                 tracing::warn!(user = ?key.user, slot, "upstream connection lost: {reason}; reconnecting");
                 p.slots[slot].set(SlotState::Connecting);
             }

@@ -281,12 +281,10 @@ async fn attach(
     if new_history {
         state.history_lsn = journal.status().next_lsn;
     }
-    if !full && view.offset > offset {
-        // Valkey ran writes after the journal's end (walrus was down): until the stream
-        // that brings them is durable, nothing they wrote may be shown.
-        durability.dirty_until(view.offset);
-    }
-    durability.attach(&view.run_id, offset, covered, new_history);
+    // Valkey may have run writes after the journal's end (walrus was down): until the
+    // stream that brings them is durable, nothing they wrote may be shown.
+    let valkey_offset = if full { 0 } else { view.offset };
+    durability.attach(&view.run_id, offset, covered, new_history, valkey_offset);
     state.attached_once = true;
     state.verified = None;
     tracing::info!(%replid, offset, "replica link attached; journaling Valkey's replication stream");

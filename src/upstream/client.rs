@@ -36,6 +36,10 @@ pub enum UpstreamError {
     Unsupported(String),
     #[error("Valkey did not answer within {0:?} (upstream.reply_timeout_ms)")]
     NoReply(std::time::Duration),
+    /// walrus's control connection cannot tell which Valkey process a new connection reached
+    /// (Valkey unreachable, or walrus's own user may not run INFO).
+    #[error("cannot check which Valkey process this connection reached: walrus's control connection cannot run INFO server (is walrus's own user allowed INFO?)")]
+    Unverified,
 }
 
 /// An open connection to Valkey with its read buffer.

@@ -180,7 +180,14 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
                         tracing::warn!("closing a client that does not read its RESP3 pushes (over proxy.max_push_bytes)");
                         return;
                     }
-                    None => s.pushes = None,
+                    None => {
+                        // The dedicated connection ended (Valkey restarted, the connection
+                        // broke): the client's state on it (subscriptions, WATCH, MULTI) is
+                        // gone, as its connection to Valkey itself would be. Closed once what
+                        // it is owed is written, so that it knows, and subscribes again.
+                        s.pushes = None;
+                        reading = false;
+                    }
                 }
             }
             r = read_more(&mut rd, &mut rbuf, draining), if can_read => {
