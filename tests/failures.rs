@@ -306,11 +306,25 @@ fn a_valkey_that_stops_answering_gets_requests_an_error_not_a_hang() {
     let w = Walrus::start_config(&v.addr(), "[upstream]\nreply_timeout_ms = 300\n");
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["SET", "k", "v"]), b"+OK\r\n");
+    // A dedicated connection (WATCH), and one that waits in a blocking pop, which Valkey's
+    // silence must not cut.
+    let mut watching = Raw::connect(&w.addr);
+    assert_eq!(watching.cmd(&["WATCH", "k"]), b"+OK\r\n");
+    let mut popping = Raw::connect(&w.addr);
+    popping.send_raw(&walrus::resp::write::command(["BLPOP", "jobs", "0"]));
     let pid = v.proc.child.id() as i32;
     unsafe { libc::kill(pid, libc::SIGSTOP) };
     let r = show(&c.cmd(&["GET", "k"]));
+    let watched = show(&watching.cmd(&["GET", "k"]));
     unsafe { libc::kill(pid, libc::SIGCONT) };
     assert!(r.starts_with("-ERR walrus: "), "{r}");
+    assert!(watched.starts_with("-ERR walrus: "), "{watched}");
+    // The pooled connection was given up: the first request after may find it reconnecting.
+    while !c.cmd(&["RPUSH", "jobs", "j1"]).starts_with(b":") {}
+    assert_eq!(
+        show(&popping.read_frame()),
+        show(b"*2\r\n$4\r\njobs\r\n$2\r\nj1\r\n")
+    );
     loop {
         let r = c.cmd(&["GET", "k"]);
         if r == b"$1\r\nv\r\n" {

@@ -30,6 +30,7 @@ use crate::resp::{write, ReplyScanner};
 use crate::upstream::client::{Conn, ConnParts, UpstreamError};
 use crate::upstream::Upstream;
 use bytes::{Bytes, BytesMut};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -78,6 +79,9 @@ pub struct PipelinedRequest {
     /// The command's only answers are RESP3 pushes ((P|S)(UN)SUBSCRIBE on a RESP3
     /// connection): no reply is expected in band.
     pub answered_by_push: bool,
+    /// It may wait in Valkey as long as it asks (BLPOP 0, WAIT, XREAD BLOCK): while it is
+    /// owed, the connection's silence is no sign of a Valkey that stopped answering.
+    pub may_block: bool,
 }
 
 /// What every pipeline shares.
@@ -86,10 +90,10 @@ pub struct PipelineCtx {
     /// `None` when durability is off: no ROLE, no holding.
     pub durability: Option<Arc<Durability>>,
     pub oracle: OffsetOracle,
-    /// How long a pooled connection may owe replies without a byte from Valkey before it is
-    /// given up (`upstream.reply_timeout_ms`): a Valkey that stopped answering (stopped,
-    /// partitioned) must not hang every client whose requests share the connection.
-    /// Dedicated connections may wait in blocking commands, so they are not timed.
+    /// How long a connection may owe replies without a byte from Valkey before it is given
+    /// up (`upstream.reply_timeout_ms`): a Valkey that stopped answering (stopped,
+    /// partitioned) must not hang the clients whose requests it carries. Not while a
+    /// request that may block (BLPOP, WAIT) is owed.
     pub reply_timeout: Duration,
 }
 
@@ -100,7 +104,8 @@ const READ_CHUNK_BYTES: usize = 64 << 10;
 
 /// What the reader does with the next reply.
 enum Inflight {
-    Client(oneshot::Sender<Bytes>, Gate),
+    /// A client's request; `true`: it may block ([`PipelinedRequest::may_block`]).
+    Client(oneshot::Sender<Bytes>, Gate, bool),
     /// walrus's own `SELECT`: check and drop.
     Select,
     /// walrus's own `ROLE`: the offset covering the write replies gathered so far.
@@ -143,9 +148,10 @@ pub async fn run(
         awaiting: Vec::new(),
         marks: Vec::new(),
         epoch,
+        blocking: Arc::default(),
     };
     let result = tokio::select! {
-        r = writer(wr, first, requests, inflight_tx, gated) => r,
+        r = writer(wr, first, requests, inflight_tx, gated, reader.blocking.clone()) => r,
         r = reader.run(rd, buf, scanner, &mut inflight_rx) => r,
     };
     // Settle what the broken connection leaves behind: write replies still waiting for an
@@ -154,7 +160,7 @@ pub async fn run(
         inflight_rx.close();
         let mut marks = std::mem::take(&mut reader.marks);
         while let Ok(i) = inflight_rx.try_recv() {
-            if let Inflight::Client(_, Gate::Offset(m)) = i {
+            if let Inflight::Client(_, Gate::Offset(m), _) = i {
                 marks.extend(m);
             }
         }
@@ -319,6 +325,7 @@ async fn writer(
     mut requests: mpsc::Receiver<PipelinedRequest>,
     inflight: mpsc::UnboundedSender<Inflight>,
     gated: bool,
+    blocking: Arc<AtomicUsize>,
 ) -> Result<(), UpstreamError> {
     // `None`: unknown (after a transaction that selected a database).
     let mut db = Some(0u32);
@@ -359,7 +366,10 @@ async fn writer(
             role_due |= gated && matches!(req.gate, Gate::Offset(_));
             // The reader must know whom a reply is for before the command can be answered.
             if !req.answered_by_push {
-                let _ = inflight.send(Inflight::Client(req.reply, req.gate));
+                if req.may_block {
+                    blocking.fetch_add(1, Ordering::SeqCst);
+                }
+                let _ = inflight.send(Inflight::Client(req.reply, req.gate, req.may_block));
             }
             if req.cmd.len() >= BATCH_BYTES_MAX {
                 wr.write_all(&out).await?;
@@ -390,6 +400,8 @@ struct Reader {
     awaiting: Vec<Held>,
     marks: Vec<WriteMark>,
     epoch: u64,
+    /// Requests that may block, sent and not yet answered (the writer counts them up).
+    blocking: Arc<AtomicUsize>,
 }
 
 impl Reader {
@@ -421,7 +433,12 @@ impl Reader {
                     continue;
                 }
                 match inflight.try_recv() {
-                    Ok(Inflight::Client(tx, gate)) => self.reply(tx, gate, frame),
+                    Ok(Inflight::Client(tx, gate, may_block)) => {
+                        if may_block {
+                            self.blocking.fetch_sub(1, Ordering::SeqCst);
+                        }
+                        self.reply(tx, gate, frame)
+                    }
                     Ok(Inflight::Select) if frame[0] == b'-' => {
                         return Err(UpstreamError::Refused(frame))
                     }
@@ -442,21 +459,21 @@ impl Reader {
             if buf.capacity() - buf.len() < READ_CHUNK_BYTES / 4 {
                 buf.reserve(READ_CHUNK_BYTES);
             }
-            let read = rd.read_buf(&mut buf);
-            let n = if self.pushes.is_some() {
-                read.await?
-            } else {
-                // A reply owed for one whole period and a second one with no byte from
-                // Valkey: no reply that comes within the timeout is cut.
-                match tokio::time::timeout(self.ctx.reply_timeout, read).await {
-                    Ok(n) => {
-                        owed_since_tick = false;
-                        n?
-                    }
-                    Err(_) if inflight.is_empty() => continue,
-                    Err(_) if !std::mem::replace(&mut owed_since_tick, true) => continue,
-                    Err(_) => return Err(UpstreamError::NoReply(self.ctx.reply_timeout)),
+            // Replies owed for one whole period and a second one with no byte from Valkey:
+            // no reply that comes within the timeout is cut. Not while a request that may
+            // block is owed: Valkey is silent then by design.
+            let n = match tokio::time::timeout(self.ctx.reply_timeout, rd.read_buf(&mut buf)).await
+            {
+                Ok(n) => {
+                    owed_since_tick = false;
+                    n?
                 }
+                Err(_) if inflight.is_empty() || self.blocking.load(Ordering::SeqCst) > 0 => {
+                    owed_since_tick = false;
+                    continue;
+                }
+                Err(_) if !std::mem::replace(&mut owed_since_tick, true) => continue,
+                Err(_) => return Err(UpstreamError::NoReply(self.ctx.reply_timeout)),
             };
             if n == 0 {
                 return Err(UpstreamError::Closed);
@@ -472,7 +489,7 @@ impl Reader {
         e: crate::resp::ScanError,
         inflight: &mut mpsc::UnboundedReceiver<Inflight>,
     ) -> UpstreamError {
-        if let Ok(Inflight::Client(tx, gate)) = inflight.try_recv() {
+        if let Ok(Inflight::Client(tx, gate, _)) = inflight.try_recv() {
             if let Gate::Offset(mark) = gate {
                 self.marks.extend(mark);
             }

@@ -26,6 +26,7 @@ impl Session {
                     tx: TxCmd::Other,
                     in_multi: false,
                     answered_by_push: false,
+                    may_block: false,
                 },
                 rx,
             )
@@ -279,6 +280,7 @@ impl Session {
             tx: TxCmd::Other,
             in_multi: false,
             answered_by_push: false,
+            may_block: false,
         };
         let reply = match pool.sender(slot).await {
             Err(reason) => unavailable(&reason),

@@ -428,6 +428,7 @@ impl Session {
             tx,
             in_multi: self.in_multi,
             answered_by_push,
+            may_block: self.blocking_request && !self.in_multi,
         };
         let p = self.send(request, rx).await;
         match p {
@@ -454,6 +455,7 @@ impl Session {
             tx: TxCmd::Multi,
             in_multi: true,
             answered_by_push: false,
+            may_block: false,
         };
         let reply = match self.send(request, rx).await {
             Pending::Ready(b) => b,
@@ -480,6 +482,7 @@ impl Session {
             tx: TxCmd::End,
             in_multi: true,
             answered_by_push: false,
+            may_block: false,
         };
         // Sent or not (a lost connection ends the transaction anyway), EXEC's answer is the
         // same.
