@@ -61,6 +61,7 @@ const EXCUSED: &[(&str, &str)] = &[
     ("acl|save", "needs an ACL file; the tests' servers have none"),
     ("acl|load", "as ACL SAVE"),
     ("acl|genpass", "random"),
+    ("function|restore", "refused by walrus (src/proxy/admin.rs): its payload's libraries cannot be checked for set_repl"),
 ];
 // excused: end
 
@@ -238,19 +239,10 @@ fn the_rest_of_the_table_answers_as_valkey_does() {
         "LOAD",
         "#!lua name=lib\nredis.register_function('f', function() return 1 end)",
     ]);
-    let dump = p.ok(&["FUNCTION", "DUMP"]);
+    p.ok(&["FUNCTION", "DUMP"]);
     p.ok(&["FUNCTION", "STATS"]);
     p.ok(&["FUNCTION", "DELETE", "lib"]);
-    // `$<len>\r\n<payload>\r\n`: the payload is binary.
-    let header = dump.iter().position(|&c| c == b'\n').unwrap() + 1;
-    let len: usize = std::str::from_utf8(&dump[1..header - 2])
-        .unwrap()
-        .parse()
-        .unwrap();
-    let payload = &dump[header..header + len];
-    let mut restore: Vec<&[u8]> = ["FUNCTION", "RESTORE"].map(str::as_bytes).to_vec();
-    restore.push(payload);
-    p.ok(&restore);
+    // FUNCTION RESTORE is refused by walrus (EXCUSED above; tests/admin.rs).
     p.ok(&["FUNCTION", "FLUSH"]);
     // Server and connection introspection.
     for cmd in [

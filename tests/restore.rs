@@ -193,13 +193,26 @@ fn managed_walrus_brings_everything_back_after_sigterm_sigkill_and_a_dead_valkey
     assert_ne!(valkey_pid(&w.addr), pid);
 }
 
-#[test]
-fn a_valkey_holding_another_history_is_refused_unless_configured() {
-    let data = tempfile::tempdir().unwrap();
-    let data = data.path().join("data");
+/// An external walrus whose data directory outlives it (in the returned temporary
+/// directory), its Valkey, and that Valkey's port.
+fn external_walrus() -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    Valkey,
+    String,
+    Walrus,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
     let v = Valkey::start();
     let port = v.port.to_string();
-    let mut w = Walrus::start_opts(&v.addr(), "", &[], Some(&data), &[]);
+    let w = Walrus::start_opts(&v.addr(), "", &[], Some(&data), &[]);
+    (dir, data, v, port, w)
+}
+
+#[test]
+fn a_valkey_holding_another_history_is_refused_unless_configured() {
+    let (_dir, data, v, port, mut w) = external_walrus();
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["SET", "ours", "1"]), OK);
     w.proc.signal(libc::SIGTERM);
@@ -377,11 +390,7 @@ fn a_live_restore_is_counted_and_a_conflict_while_running_keeps_clients_out() {
 /// length (the link continues at the journal's end with a partial resync).
 #[test]
 fn a_restore_replays_no_published_message() {
-    let data = tempfile::tempdir().unwrap();
-    let data = data.path().join("data");
-    let v = Valkey::start();
-    let port = v.port.to_string();
-    let mut w = Walrus::start_opts(&v.addr(), "", &[], Some(&data), &[]);
+    let (_dir, data, v, port, mut w) = external_walrus();
     let mut c = Raw::connect(&w.addr);
     for i in 0..20 {
         assert_eq!(c.cmd(&["SET", &format!("k{i}"), "v"]), OK);

@@ -718,6 +718,14 @@ mod tests {
         (Held::new(tx, Bytes::copy_from_slice(reply.as_bytes())), rx)
     }
 
+    /// A write of `k` whose reply waits for `offset`.
+    fn held_write(d: &Durability, k: &str, offset: u64, epoch: u64) -> oneshot::Receiver<Bytes> {
+        let mark = d.begin_write(key(k)).unwrap();
+        let (w, rx) = held("+OK\r\n");
+        d.settle_batch(offset, epoch, vec![w], vec![mark]);
+        rx
+    }
+
     fn key(k: &str) -> Scope {
         Scope::Keys {
             db: 0,
@@ -753,9 +761,7 @@ mod tests {
     fn a_write_reply_and_a_dirty_read_wait_for_the_durable_offset() {
         let d = Durability::new(1 << 20, 1 << 20);
         d.attach("p", 100, true, true, 0);
-        let mark = d.begin_write(key("a")).unwrap();
-        let (w, mut w_rx) = held("+OK\r\n");
-        d.settle_batch(150, 1, vec![w], vec![mark]);
+        let mut w_rx = held_write(&d, "a", 150, 1);
         let (r, mut r_rx) = held("$1\r\nv\r\n");
         d.read_reply(&key("a"), 1, r);
         let (clean, mut clean_rx) = held("$1\r\nc\r\n");
@@ -777,9 +783,7 @@ mod tests {
     fn a_reply_held_past_the_bound_gets_an_error_and_its_keys_stay_dirty() {
         let d = Durability::new(1 << 20, 1 << 20).with_max_hold(std::time::Duration::from_secs(30));
         d.attach("p", 100, true, true, 0);
-        let mark = d.begin_write(key("a")).unwrap();
-        let (w, mut w_rx) = held("+OK\r\n");
-        d.settle_batch(150, 1, vec![w], vec![mark]);
+        let mut w_rx = held_write(&d, "a", 150, 1);
         let (r, mut r_rx) = held("$1\r\nv\r\n");
         d.read_reply(&key("a"), 1, r);
         let now = std::time::Instant::now();
@@ -835,9 +839,7 @@ mod tests {
         // offset 150, which must not release p's reply (that write is gone).
         let d = Durability::new(1 << 20, 1 << 20);
         d.attach("p", 100, true, true, 0);
-        let mark = d.begin_write(key("a")).unwrap();
-        let (w, mut w_rx) = held("+OK\r\n");
-        d.settle_batch(150, 1, vec![w], vec![mark]);
+        let mut w_rx = held_write(&d, "a", 150, 1);
         d.detach();
         d.attach("p", 100, true, false, 0);
         assert!(
@@ -857,9 +859,7 @@ mod tests {
     fn a_failed_journal_turns_held_replies_into_errors() {
         let d = Durability::new(1 << 20, 1 << 20);
         d.attach("p", 0, true, true, 0);
-        let mark = d.begin_write(key("a")).unwrap();
-        let (w, mut w_rx) = held("+OK\r\n");
-        d.settle_batch(10, 1, vec![w], vec![mark]);
+        let mut w_rx = held_write(&d, "a", 10, 1);
         d.fail("fsync failed");
         assert!(w_rx.try_recv().unwrap().starts_with(b"-MISCONF"));
         assert!(d

@@ -33,6 +33,17 @@ const ALIASES: [(&str, &str); 2] = [
     ("min-slaves-max-lag", "min-replicas-max-lag"),
 ];
 
+/// DEBUG subcommands that only look at the data (or wait): passed on.
+const DEBUG_HARMLESS: [&str; 7] = [
+    "HELP",
+    "SLEEP",
+    "DIGEST",
+    "DIGEST-VALUE",
+    "OBJECT",
+    "PROTOCOL",
+    "LISTPACK",
+];
+
 /// `name`: the command's name in the command table (`config|set` for a subcommand).
 pub fn refusal(name: &str, req: &Request) -> Option<Refusal> {
     let refuse = |what, why| Some(Refusal { what, why });
@@ -49,9 +60,9 @@ pub fn refusal(name: &str, req: &Request) -> Option<Refusal> {
             "SHUTDOWN",
             "walrus runs or follows this Valkey; stop walrus (managed mode) or Valkey's own service instead",
         ),
-        "debug" => refuse(
+        "debug" if !DEBUG_HARMLESS.iter().any(|s| req.arg_is(1, s)) => refuse(
             "DEBUG",
-            "its subcommands load, create or change data behind the replication stream the journal holds (RELOAD, POPULATE), change its history (CHANGE-REPL-ID) or let scripts run any command",
+            "its subcommands other than those that only look (SLEEP, DIGEST, OBJECT, ...) load, create or change data behind the replication stream the journal holds (RELOAD, POPULATE), change its history (CHANGE-REPL-ID) or let scripts run any command",
         ),
         "save" | "bgsave" => refuse(
             "SAVE",
@@ -193,6 +204,7 @@ mod tests {
             &["CONFIG", "SET", "requirepass", "x"]
         ));
         assert!(refused("debug", &["DEBUG", "POPULATE", "10"]));
+        assert!(!refused("debug", &["debug", "sleep", "0"]));
     }
 
     #[test]
