@@ -1,0 +1,147 @@
+//! A client connection to walrus that never waits forever: every request gets its reply
+//! within `HANG_BOUND`, or it is reported as a hang (walrus promises never to hang).
+
+use crate::common::{decode, Raw};
+use crate::shared::Ctx;
+use redis_protocol::resp2::types::OwnedFrame;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+/// Generous: a request may wait for a restore (it gets -LOADING), a checkpoint, a slow
+/// journal; and walrus bounds every hold itself (durability.max_hold_ms, 30 s by default,
+/// after which the request gets an error), which must win over this bound.
+pub const HANG_BOUND: Duration = Duration::from_secs(40);
+
+pub type Cmd = Vec<Vec<u8>>;
+
+pub fn cmd<S: AsRef<[u8]>>(args: &[S]) -> Cmd {
+    args.iter().map(|a| a.as_ref().to_vec()).collect()
+}
+
+/// A command as messages show it: long arguments cut.
+pub fn describe(c: &Cmd) -> String {
+    c.iter()
+        .map(|a| {
+            if a.len() > 48 {
+                let head: String = String::from_utf8_lossy(&a[..24]).into_owned();
+                format!("{head}…({} bytes)", a.len())
+            } else {
+                String::from_utf8_lossy(a).into_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// What came back for one request.
+#[derive(Debug)]
+pub enum Reply {
+    Frame(OwnedFrame),
+    /// An error reply, without its `-`.
+    Error(String),
+    /// No reply: the connection broke, or the request hung (already reported).
+    Lost,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Wait {
+    TimedOut,
+    Closed,
+}
+
+pub struct Conn {
+    raw: Raw,
+}
+
+impl Conn {
+    pub fn connect(addr: &str) -> Option<Conn> {
+        let raw = Raw::try_connect(addr).ok()?;
+        raw.stream.set_write_timeout(Some(HANG_BOUND)).ok()?;
+        Some(Conn { raw })
+    }
+
+    /// A connection to the current walrus, waiting while there is none (it is restarting);
+    /// `None` once the run stops.
+    pub fn open(ctx: &Ctx) -> Option<Conn> {
+        loop {
+            if ctx.stopping() {
+                return None;
+            }
+            let addr = ctx.target.get();
+            match Conn::connect(&addr) {
+                Some(c) => return Some(c),
+                None => ctx.target.wait_change(&addr, Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// Sends every command in one write. `Err(Wait::TimedOut)`: walrus did not take them
+    /// within `HANG_BOUND`.
+    pub fn send(&mut self, cmds: &[Cmd]) -> Result<(), Wait> {
+        let mut out = Vec::new();
+        for c in cmds {
+            out.extend_from_slice(&walrus::resp::write::command(c));
+        }
+        self.raw.stream.write_all(&out).map_err(|e| match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Wait::TimedOut,
+            _ => Wait::Closed,
+        })
+    }
+
+    /// Reads one reply, waiting until `deadline` at most. A partial reply stays buffered
+    /// for the next call.
+    pub fn read(&mut self, deadline: Instant) -> Result<Vec<u8>, Wait> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Wait::TimedOut);
+        }
+        self.raw
+            .stream
+            .set_read_timeout(Some(left))
+            .map_err(|_| Wait::Closed)?;
+        self.raw.try_read_frame().map_err(|e| {
+            // std reports a read timeout as EAGAIN (or ETIMEDOUT).
+            if e.contains("os error 11") || e.contains("timed out") {
+                Wait::TimedOut
+            } else {
+                Wait::Closed
+            }
+        })
+    }
+
+    /// Sends `cmds` at once (a pipeline) and reads their replies. A request without a reply
+    /// within `HANG_BOUND` is reported as a hang; after a lost reply the rest are lost too.
+    pub fn call(&mut self, ctx: &Ctx, cmds: &[Cmd]) -> Vec<Reply> {
+        let deadline = Instant::now() + HANG_BOUND;
+        let mut out = Vec::with_capacity(cmds.len());
+        let hung = match self.send(cmds) {
+            Err(w) => (w == Wait::TimedOut)
+                .then(|| format!("walrus did not read `{}`", describe(&cmds[0]))),
+            Ok(()) => cmds
+                .iter()
+                .find_map(|c| match self.read(deadline) {
+                    Ok(bytes) => {
+                        out.push(parse(&bytes));
+                        None
+                    }
+                    Err(w) => Some(
+                        (w == Wait::TimedOut).then(|| format!("no reply to `{}`", describe(c))),
+                    ),
+                })
+                .flatten(),
+        };
+        if let Some(what) = hung {
+            ctx.h()
+                .violation(format!("hang: {what} within {HANG_BOUND:?}"));
+        }
+        out.resize_with(cmds.len(), || Reply::Lost);
+        out
+    }
+}
+
+pub fn parse(bytes: &[u8]) -> Reply {
+    match decode(bytes) {
+        OwnedFrame::Error(e) => Reply::Error(e),
+        f => Reply::Frame(f),
+    }
+}

@@ -1,0 +1,195 @@
+//! The fault loop: at random moments, one random fault, then (for the ones that take walrus
+//! or Valkey away) a wait until walrus serves again: reads retried while it answers
+//! -LOADING, and, for a kill in the middle of a restore, the log line of the restore.
+
+use crate::common::Rng;
+use crate::shared::{pick, Ctx};
+use crate::system::{Flag, Mode, System, RECOVERY};
+use std::time::{Duration, Instant};
+
+/// Logged when a restore starts loading Valkey.
+const RESTORING: &str = "restore: loading Valkey from the checkpoint";
+/// How long walrus gets to recover while its checkpoints fail, before the fault is cleared
+/// (with a full ring it may need a checkpoint first).
+const PATIENCE: Duration = Duration::from_secs(20);
+
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// SIGKILL walrus (managed: its Valkey dies with it), restart it on the same data.
+    KillWalrus,
+    /// SIGKILL Valkey alone (external: a new empty one takes its port).
+    KillValkey,
+    /// External: SIGKILL both, restart both.
+    KillBoth,
+    /// SIGKILL Valkey, then walrus while it restores the new one.
+    KillDuringRestore,
+    /// Checkpoints fail (ENOSPC) until toggled again: the ring fills, writes get refused.
+    FailingCheckpoints,
+    /// Manifest writes fail (EIO) until toggled again (cleared before any walrus start).
+    FailingManifests,
+    /// `CLIENT KILL TYPE normal` on Valkey: walrus's upstream connections break.
+    DropConnections,
+    /// `CLIENT KILL TYPE replica` on Valkey: walrus's replica link breaks.
+    DropReplicaLink,
+    /// A few MiB written straight into Valkey, around walrus: the stream grows even while
+    /// walrus refuses writes, so a ring at its watermark (checkpoints failing) fills up.
+    WriteAround,
+}
+
+const MANAGED: &[(Fault, u64)] = &[
+    (Fault::KillWalrus, 20),
+    (Fault::KillValkey, 20),
+    (Fault::KillDuringRestore, 8),
+    (Fault::FailingCheckpoints, 16),
+    (Fault::FailingManifests, 6),
+    (Fault::DropConnections, 10),
+    (Fault::DropReplicaLink, 6),
+    (Fault::WriteAround, 8),
+];
+
+const EXTERNAL: &[(Fault, u64)] = &[
+    (Fault::KillWalrus, 16),
+    (Fault::KillValkey, 16),
+    (Fault::KillBoth, 12),
+    (Fault::KillDuringRestore, 8),
+    (Fault::FailingCheckpoints, 16),
+    (Fault::FailingManifests, 6),
+    (Fault::DropConnections, 10),
+    (Fault::DropReplicaLink, 6),
+    (Fault::WriteAround, 8),
+];
+
+/// Stop injecting once this many violations are known: the run has said enough.
+const ENOUGH: usize = 200;
+
+/// Injects faults until `deadline`. `Err`: walrus did not come back from one.
+pub fn run(sys: &mut System, ctx: &Ctx, rng: &mut Rng, deadline: Instant) -> Result<(), String> {
+    let table = match sys.mode {
+        Mode::Managed => MANAGED,
+        Mode::External => EXTERNAL,
+    };
+    loop {
+        // Fault pacing: the random moment of the next fault (workload, not synchronization).
+        let pause = Duration::from_millis(300 + rng.below(2700));
+        let left = deadline.saturating_duration_since(Instant::now());
+        std::thread::sleep(pause.min(left));
+        if Instant::now() >= deadline || ctx.h().violations.len() >= ENOUGH {
+            return Ok(());
+        }
+        // A failing checkpoint or manifest is an episode: it ends soon, so that most of the
+        // run has a ring that recycles (and writes that are accepted).
+        let fault = match (sys.flag(Flag::Checkpoint), sys.flag(Flag::Manifest)) {
+            (true, _) if rng.below(3) == 0 => Fault::FailingCheckpoints,
+            (_, true) if rng.below(3) == 0 => Fault::FailingManifests,
+            _ => pick(rng, table),
+        };
+        let what = inject(sys, ctx, rng, fault).map_err(|e| format!("after {fault:?}: {e}"))?;
+        ctx.h().count(&format!("fault: {what}"));
+    }
+}
+
+/// Injects `fault`; returns what it did.
+fn inject(sys: &mut System, ctx: &Ctx, rng: &mut Rng, fault: Fault) -> Result<String, String> {
+    match fault {
+        Fault::KillWalrus => {
+            sys.kill_walrus();
+            relaunch(sys, ctx)?;
+        }
+        Fault::KillValkey => {
+            if !sys.kill_valkey() {
+                return Ok("Valkey kill skipped (it was restarting)".into());
+            }
+            recover(sys, ctx)?;
+        }
+        Fault::KillBoth => {
+            sys.stop_external_valkey();
+            sys.kill_walrus();
+            sys.start_external_valkey();
+            relaunch(sys, ctx)?;
+        }
+        // While checkpoints fail, a restore may never start (and without a journal, none
+        // does): a plain Valkey kill then.
+        Fault::KillDuringRestore if sys.flag(Flag::Checkpoint) || !sys.durable => {
+            return inject(sys, ctx, rng, Fault::KillValkey);
+        }
+        Fault::KillDuringRestore => {
+            let before = sys.lines(RESTORING);
+            if !sys.kill_valkey() {
+                return Ok("Valkey kill skipped (it was restarting)".into());
+            }
+            sys.await_lines(RESTORING, before, RECOVERY);
+            // Somewhere in the restore (pacing of the fault, not synchronization).
+            std::thread::sleep(Duration::from_millis(rng.below(300)));
+            sys.kill_walrus();
+            relaunch(sys, ctx)?;
+        }
+        Fault::FailingCheckpoints | Fault::FailingManifests => {
+            let flag = match fault {
+                Fault::FailingCheckpoints => Flag::Checkpoint,
+                _ => Flag::Manifest,
+            };
+            let on = !sys.flag(flag);
+            sys.set_flag(flag, on);
+            let state = if on { "on" } else { "off" };
+            return Ok(format!("{fault:?} {state}"));
+        }
+        Fault::WriteAround => {
+            let n = 32 + rng.below(32) as usize;
+            if !sys.write_around(n) {
+                return Ok(format!("{fault:?} cut short (Valkey unreachable)"));
+            }
+        }
+        Fault::DropConnections | Fault::DropReplicaLink => {
+            let kind = match fault {
+                Fault::DropConnections => "normal",
+                _ => "replica",
+            };
+            if !sys.drop_connections(kind) {
+                return Ok(format!("{fault:?} skipped (Valkey unreachable)"));
+            }
+        }
+    }
+    Ok(format!("{fault:?}"))
+}
+
+/// Starts walrus again on the same data directory, points the clients at it, and returns
+/// once it serves reads.
+pub fn relaunch(sys: &mut System, ctx: &Ctx) -> Result<(), String> {
+    let delay = sys.launch();
+    if delay > 0 {
+        ctx.h().count(&format!(
+            "fault: walrus started with a {delay} ms journal delay"
+        ));
+    }
+    ctx.target.set(&sys.addr());
+    recover(sys, ctx)
+}
+
+/// Returns once walrus serves reads again. While checkpoints fail it gets `PATIENCE`, then
+/// the fault is cleared (counted): with a full ring, it may need a checkpoint to recover.
+fn recover(sys: &mut System, ctx: &Ctx) -> Result<(), String> {
+    if sys.flag(Flag::Checkpoint) {
+        if sys.await_serving(PATIENCE).is_ok() {
+            return Ok(());
+        }
+        ctx.h()
+            .count("fault: checkpoint fault cleared, walrus not serving after a kill");
+        sys.set_flag(Flag::Checkpoint, false);
+    }
+    sys.await_serving(RECOVERY)
+}
+
+/// The last fault of a run, after its clients stopped: everything dies (walrus and Valkey)
+/// and comes back from disk, so that the final read checks what the journal holds.
+pub fn final_restart(sys: &mut System, ctx: &Ctx) -> Result<(), String> {
+    sys.set_flag(Flag::Checkpoint, false);
+    sys.set_flag(Flag::Manifest, false);
+    if sys.mode == Mode::External {
+        sys.stop_external_valkey();
+        sys.kill_walrus();
+        sys.start_external_valkey();
+    } else {
+        sys.kill_walrus();
+    }
+    relaunch(sys, ctx)
+}

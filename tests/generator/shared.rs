@@ -1,0 +1,90 @@
+//! What the client threads and the fault loop share: the history, where walrus listens now,
+//! and the stop flag.
+
+use crate::history::History;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// Where walrus listens now: a restarted walrus listens on a new port.
+pub struct Target {
+    addr: Mutex<String>,
+    changed: Condvar,
+}
+
+impl Target {
+    pub fn get(&self) -> String {
+        self.addr.lock().unwrap().clone()
+    }
+
+    pub fn set(&self, addr: &str) {
+        *self.addr.lock().unwrap() = addr.to_string();
+        self.changed.notify_all();
+    }
+
+    /// Waits, at most `timeout`, for an address other than `seen` (walrus restarted).
+    pub fn wait_change(&self, seen: &str, timeout: Duration) {
+        let addr = self.addr.lock().unwrap();
+        let _unused = self
+            .changed
+            .wait_timeout_while(addr, timeout, |a| a == seen)
+            .unwrap();
+    }
+}
+
+pub struct Ctx {
+    hist: Mutex<History>,
+    pub target: Target,
+    stop: AtomicBool,
+}
+
+impl Ctx {
+    pub fn new(hist: History, addr: &str) -> Ctx {
+        Ctx {
+            hist: Mutex::new(hist),
+            target: Target {
+                addr: Mutex::new(addr.to_string()),
+                changed: Condvar::new(),
+            },
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    /// The history; still usable after a client thread panicked while holding it.
+    pub fn h(&self) -> MutexGuard<'_, History> {
+        self.hist.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// Tells every client to finish its current step, and wakes those waiting for walrus.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _held = self.target.addr.lock().unwrap();
+        self.target.changed.notify_all();
+    }
+}
+
+/// An independent seed for stream `stream` of a run seeded with `seed` (splitmix64), never
+/// zero (xorshift stays at zero).
+pub fn mix(seed: u64, stream: u64) -> u64 {
+    let mut z = seed.wrapping_add(stream.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) | 1
+}
+
+/// One of `table`'s items, each as likely as its weight.
+pub fn pick<T: Copy>(rng: &mut crate::common::Rng, table: &[(T, u64)]) -> T {
+    let total: u64 = table.iter().map(|t| t.1).sum();
+    let mut r = rng.below(total);
+    for &(item, weight) in table {
+        if r < weight {
+            return item;
+        }
+        r -= weight;
+    }
+    unreachable!("r < total")
+}

@@ -1,0 +1,349 @@
+//! The system under test: walrus in managed mode (its own Valkey) or in external mode (in
+//! front of a Valkey this test runs), on one data directory that every restart reuses, with
+//! the fault switches a run flips: SIGKILLs, a failing checkpoint or manifest (flag files),
+//! a slow journal (chosen per walrus start), dropped upstream connections.
+
+use crate::common::{free_port, wait_dead, Raw, Rng, Valkey, Walrus};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Managed,
+    External,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Managed => "managed",
+            Mode::External => "external",
+        }
+    }
+}
+
+/// The sync backend (where the journal faults act) and a fast disk watcher, so that a ring
+/// that a failing checkpoint lets fill refuses writes, and accepts them again, promptly.
+/// The harness's test journal is small (16 x 1 MiB): a checkpoint every 8 MiB written.
+const CONFIG: &str = "io_backend = \"sync\"\n[disk]\ncheck_interval_ms = 50\n";
+
+/// What managed mode gives its Valkey (README, "Valkey settings"), for the external one;
+/// but for the last two, which would refuse every write to a walrus without a journal.
+const EXTERNAL_VALKEY: &[&str] = &[
+    "--repl-diskless-sync",
+    "yes",
+    "--repl-diskless-load",
+    "on-empty-db",
+    "--repl-backlog-size",
+    "256mb",
+    "--repl-backlog-ttl",
+    "0",
+    "--client-output-buffer-limit",
+    "replica 0 0 0",
+    "--maxmemory-policy",
+    "noeviction",
+    "--min-replicas-max-lag",
+    "10",
+    "--min-replicas-to-write",
+    "1",
+];
+
+/// Journal write delays a walrus start picks from: mostly none, sometimes a slow device.
+const DELAYS_MS: &[u64] = &[0, 0, 0, 0, 0, 2, 10, 50];
+
+/// How long walrus may take to serve reads again after a fault.
+pub const RECOVERY: Duration = Duration::from_secs(90);
+
+/// Keys the writes around walrus use (outside the clients' `gen:*`).
+pub const AROUND_KEYS: usize = 16;
+
+pub struct System {
+    pub mode: Mode,
+    /// False under `WALRUS_TEST_NO_DURABILITY=1` (the harness turns the journal off): a
+    /// negative control, in which the checks must find lost writes and dirty reads.
+    pub durable: bool,
+    walrus: Option<Walrus>,
+    /// External mode's Valkey.
+    valkey: Option<Valkey>,
+    /// Valkey's port: fixed, so that a restarted Valkey (external) or a restarted walrus's
+    /// new one (managed) is where the last one was.
+    valkey_port: u16,
+    data: PathBuf,
+    checkpoint_flag: PathBuf,
+    manifest_flag: PathBuf,
+    /// Logs of the processes already replaced, for the report.
+    logs: Vec<(String, String)>,
+    rng: Rng,
+    /// Holds the data directory and the flag files.
+    _dir: tempfile::TempDir,
+}
+
+impl System {
+    pub fn start(mode: Mode, seed: u64) -> System {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sys = System {
+            mode,
+            durable: std::env::var_os("WALRUS_TEST_NO_DURABILITY").is_none_or(|v| v != "1"),
+            walrus: None,
+            valkey: None,
+            valkey_port: 0,
+            data: dir.path().join("data"),
+            checkpoint_flag: dir.path().join("checkpoint-fails"),
+            manifest_flag: dir.path().join("manifest-fails"),
+            logs: Vec::new(),
+            rng: Rng(seed),
+            _dir: dir,
+        };
+        match mode {
+            Mode::Managed => sys.valkey_port = free_port(),
+            Mode::External => {
+                let v = Valkey::start_with(sys.external_valkey_args());
+                sys.valkey_port = v.port;
+                sys.valkey = Some(v);
+            }
+        }
+        sys.launch();
+        sys
+    }
+
+    pub fn addr(&self) -> String {
+        self.walrus
+            .as_ref()
+            .map_or_else(String::new, |w| w.addr.clone())
+    }
+
+    /// Starts walrus on the data directory; returns the journal write delay it got.
+    pub fn launch(&mut self) -> u64 {
+        assert!(self.walrus.is_none(), "walrus already runs");
+        // A manifest that cannot be written stops walrus at start (docs/failure-modes.md,
+        // row 10): documented, so not a fault to look for here.
+        self.set_flag(Flag::Manifest, false);
+        let delay = DELAYS_MS[self.rng.below(DELAYS_MS.len() as u64) as usize];
+        let checkpoint = format!("ENOSPC@{}", self.checkpoint_flag.display());
+        let manifest = format!("EIO@{}", self.manifest_flag.display());
+        let delay_text = delay.to_string();
+        let mut env = vec![
+            ("WALRUS_FAULT_CHECKPOINT", checkpoint.as_str()),
+            ("WALRUS_FAULT_MANIFEST", manifest.as_str()),
+        ];
+        if delay > 0 {
+            env.push(("WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS", &delay_text));
+        }
+        let w = match self.mode {
+            Mode::Managed => {
+                let mut config = format!("{CONFIG}[upstream]\nport = {}\n", self.valkey_port);
+                if !self.durable {
+                    // Without a journal walrus is no replica: Valkey would refuse all writes.
+                    config.push_str("extra_args = [\"--min-replicas-to-write\", \"0\"]\n");
+                }
+                Walrus::start_managed_env(&config, Some(&self.data), &env)
+            }
+            Mode::External => {
+                let upstream = format!("127.0.0.1:{}", self.valkey_port);
+                Walrus::start_opts(&upstream, CONFIG, &[], Some(&self.data), &env)
+            }
+        };
+        self.walrus = Some(w);
+        delay
+    }
+
+    /// The managed Valkey's pid: walrus's child, if it has one now.
+    fn managed_valkey(&self) -> Option<i32> {
+        let w = self
+            .walrus
+            .as_ref()
+            .filter(|_| self.mode == Mode::Managed)?;
+        let tasks = format!("/proc/{}/task", w.proc.child.id());
+        std::fs::read_dir(tasks)
+            .ok()?
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+            .flat_map(|c| c.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+            .find_map(|pid| pid.parse().ok())
+    }
+
+    /// SIGKILLs walrus and returns once it is gone (in managed mode, its Valkey too, which
+    /// PDEATHSIG kills with it).
+    pub fn kill_walrus(&mut self) {
+        let valkey = self.managed_valkey();
+        let Some(mut w) = self.walrus.take() else {
+            return;
+        };
+        w.proc.signal(libc::SIGKILL);
+        w.proc
+            .wait_exit(Duration::from_secs(10))
+            .expect("SIGKILLed walrus exits");
+        if let Some(pid) = valkey {
+            wait_dead(pid);
+        }
+        self.logs.push(("walrus".into(), w.proc.log_text()));
+    }
+
+    /// SIGKILLs Valkey only. Managed: walrus restores the one it restarts by itself.
+    /// External: a new, empty one is started on the same port, behind walrus's back.
+    /// False when there was none to kill (walrus was restarting it).
+    pub fn kill_valkey(&mut self) -> bool {
+        match self.mode {
+            Mode::Managed => {
+                let Some(pid) = self.managed_valkey() else {
+                    return false;
+                };
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                wait_dead(pid);
+            }
+            Mode::External => {
+                self.stop_external_valkey();
+                self.start_external_valkey();
+            }
+        }
+        true
+    }
+
+    pub fn stop_external_valkey(&mut self) {
+        if let Some(mut v) = self.valkey.take() {
+            v.proc.signal(libc::SIGKILL);
+            v.proc
+                .wait_exit(Duration::from_secs(10))
+                .expect("SIGKILLed valkey exits");
+            self.logs.push(("valkey".into(), v.proc.log_text()));
+        }
+    }
+
+    fn external_valkey_args(&self) -> &'static [&'static str] {
+        let n = EXTERNAL_VALKEY.len();
+        if self.durable {
+            EXTERNAL_VALKEY
+        } else {
+            &EXTERNAL_VALKEY[..n - 4]
+        }
+    }
+
+    pub fn start_external_valkey(&mut self) {
+        let port = self.valkey_port.to_string();
+        let mut args = self.external_valkey_args().to_vec();
+        args.extend(["--port", &port]);
+        self.valkey = Some(Valkey::start_with(&args));
+    }
+
+    /// How many lines of the current walrus's log contain `needle`.
+    pub fn lines(&self, needle: &str) -> usize {
+        self.walrus
+            .as_ref()
+            .map_or(0, |w| w.proc.log_text().matches(needle).count())
+    }
+
+    /// Returns once the current walrus has logged more than `before` lines with `needle`.
+    pub fn await_lines(&self, needle: &str, before: usize, timeout: Duration) {
+        let w = self.walrus.as_ref().expect("walrus runs");
+        let deadline = Instant::now() + timeout;
+        while self.lines(needle) <= before {
+            // The harness's wait fails the run with walrus's log when the line never comes.
+            w.proc
+                .wait_line(needle, deadline.saturating_duration_since(Instant::now()));
+        }
+    }
+
+    /// Returns once walrus serves a read (retried while it answers -LOADING or is away),
+    /// within `bound`.
+    pub fn await_serving(&self, bound: Duration) -> Result<(), String> {
+        let addr = self.addr();
+        let deadline = Instant::now() + bound;
+        let mut last = String::from("no connection");
+        while Instant::now() < deadline {
+            if let Ok(mut c) = Raw::try_connect(&addr) {
+                let probe = walrus::resp::write::command(["LLEN", "gen:l0"]);
+                if c.stream.write_all(&probe).is_ok() {
+                    match c.try_read_frame() {
+                        Ok(r) if r.starts_with(b":") => return Ok(()),
+                        Ok(r) => last = String::from_utf8_lossy(&r).trim_end().to_string(),
+                        Err(e) => last = e,
+                    }
+                }
+            }
+            // Retry pacing while walrus restores.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(format!(
+            "walrus at {addr} did not serve a read within {bound:?}; last: {last}"
+        ))
+    }
+
+    /// Turns a file-system fault on or off (it holds while its flag file exists).
+    pub fn set_flag(&self, flag: Flag, on: bool) {
+        let path = self.flag_path(flag);
+        if on {
+            std::fs::write(path, b"").unwrap();
+        } else if path.exists() {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+
+    pub fn flag(&self, flag: Flag) -> bool {
+        self.flag_path(flag).exists()
+    }
+
+    fn flag_path(&self, flag: Flag) -> &Path {
+        match flag {
+            Flag::Checkpoint => &self.checkpoint_flag,
+            Flag::Manifest => &self.manifest_flag,
+        }
+    }
+
+    /// `CLIENT KILL TYPE <kind>` on Valkey itself: walrus's client connections (`normal`)
+    /// or its replica link (`replica`) break under it.
+    pub fn drop_connections(&self, kind: &str) -> bool {
+        let Ok(mut c) = Raw::try_connect(&format!("127.0.0.1:{}", self.valkey_port)) else {
+            return false;
+        };
+        let kill = walrus::resp::write::command(["CLIENT", "KILL", "TYPE", kind, "SKIPME", "yes"]);
+        c.stream.write_all(&kill).is_ok() && c.try_read_frame().is_ok()
+    }
+
+    /// Writes `n` values of 64 KiB straight into Valkey, around walrus (as an operator's
+    /// script might), to keys walrus's clients never use: Valkey's stream grows while
+    /// walrus refuses its own clients' writes, so a ring at its watermark fills to the end.
+    pub fn write_around(&self, n: usize) -> bool {
+        let Ok(mut c) = Raw::try_connect(&format!("127.0.0.1:{}", self.valkey_port)) else {
+            return false;
+        };
+        let value = vec![b'w'; 64 << 10];
+        for i in 0..n {
+            let key = format!("around:{}", i % AROUND_KEYS);
+            let set = walrus::resp::write::command([b"SET".as_slice(), key.as_bytes(), &value]);
+            // Valkey refuses them (-NOREPLICAS) while walrus's link lags: fine either way.
+            if c.stream.write_all(&set).is_err() || c.try_read_frame().is_err() {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Every process log of the run, the current ones last.
+    pub fn logs(&self) -> Vec<(String, String)> {
+        let mut logs = self.logs.clone();
+        if let Some(w) = &self.walrus {
+            logs.push(("walrus".into(), w.proc.log_text()));
+        }
+        if let Some(v) = &self.valkey {
+            logs.push(("valkey".into(), v.proc.log_text()));
+        }
+        logs
+    }
+}
+
+#[derive(Clone, Copy)]
+pub enum Flag {
+    Checkpoint,
+    Manifest,
+}
+
+impl Drop for System {
+    /// Walrus and the external Valkey die with their `Proc`s; the managed Valkey is killed
+    /// first rather than left to PDEATHSIG.
+    fn drop(&mut self) {
+        if let Some(pid) = self.managed_valkey() {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}

@@ -1,0 +1,412 @@
+//! The worker clients: each step, a worker picks one operation at random (an append, a
+//! pipeline of appends, a transaction, a script, reads, a queue push or pop, a PUBLISH, a
+//! large value) and records what it sent and what came back in the history.
+
+use crate::common::Rng;
+use crate::conn::{cmd, describe, Cmd, Conn, Reply};
+use crate::history::{list_key, queue_key, History, CHANNEL, LISTS, QUEUES};
+use crate::large::LargeWrite;
+use crate::reads::ReadOp;
+use crate::shared::{pick, Ctx};
+use crate::transactions::{Tx, TxKind};
+use redis_protocol::resp2::types::OwnedFrame;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub const WORKERS: usize = 5;
+
+/// A script that appends, counted as an append: its LLEN reply is the element's position.
+const SCRIPT: &str = "redis.call('RPUSH', KEYS[1], ARGV[1]) return redis.call('LLEN', KEYS[1])";
+
+#[derive(Clone, Copy)]
+enum Op {
+    Append,
+    Pipeline,
+    Script,
+    Transaction,
+    Read,
+    Push,
+    Pop,
+    Publish,
+    Large,
+    Abandon,
+}
+
+const OPS: &[(Op, u64)] = &[
+    (Op::Append, 18),
+    (Op::Pipeline, 10),
+    (Op::Script, 6),
+    (Op::Transaction, 10),
+    (Op::Read, 24),
+    (Op::Push, 9),
+    (Op::Pop, 7),
+    (Op::Publish, 8),
+    // Rare, but each is 64 KiB to 1 MiB: they fill the small ring, so checkpoints run often.
+    (Op::Large, 2),
+    (Op::Abandon, 2),
+];
+
+pub struct Worker {
+    id: usize,
+    ctx: Arc<Ctx>,
+    rng: Rng,
+    conn: Option<Conn>,
+    /// Steps in a row that met an error.
+    failing: u32,
+}
+
+impl Worker {
+    pub fn new(id: usize, ctx: Arc<Ctx>, seed: u64) -> Worker {
+        Worker {
+            id,
+            ctx,
+            rng: Rng(seed),
+            conn: None,
+            failing: 0,
+        }
+    }
+
+    pub fn run(mut self) {
+        while !self.ctx.stopping() {
+            let clean = match pick(&mut self.rng, OPS) {
+                Op::Append => self.appends(1, "op: append"),
+                Op::Pipeline => {
+                    let n = 2 + self.below(4);
+                    self.appends(n, "op: append pipeline")
+                }
+                Op::Script => self.script(),
+                Op::Transaction => self.transaction(),
+                Op::Read => self.reads(),
+                Op::Push => self.push(),
+                Op::Pop => self.pop(),
+                Op::Publish => self.publish(),
+                Op::Large => self.large(),
+                Op::Abandon => self.abandon(),
+            };
+            if clean {
+                self.failing = 0;
+                continue;
+            }
+            self.failing += 1;
+            // A session that keeps failing starts afresh, as a client library would.
+            if self.failing >= 3 {
+                self.conn = None;
+            }
+            // Paces retries while walrus restores or refuses writes (workload, not sync).
+            std::thread::sleep(Duration::from_millis(10 + self.rng.below(40)));
+        }
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        self.rng.below(n as u64) as usize
+    }
+
+    /// Sends `cmds` as one pipeline on this worker's connection (opened if needed); `None`
+    /// once the run stops. A lost reply drops the connection.
+    fn exchange(&mut self, cmds: &[Cmd]) -> Option<Vec<Reply>> {
+        if self.conn.is_none() {
+            self.conn = Some(Conn::open(&self.ctx)?);
+        }
+        let replies = self.conn.as_mut().expect("opened").call(&self.ctx, cmds);
+        // A lost reply, or a session whose dedicated upstream connection is gone (it
+        // answers errors until RESET): start a new connection, as a client would.
+        let broken = |r: &Reply| match r {
+            Reply::Lost => true,
+            Reply::Error(e) => e.contains("dedicated connection was lost"),
+            Reply::Frame(_) => false,
+        };
+        if replies.iter().any(broken) {
+            self.conn = None;
+        }
+        Some(replies)
+    }
+
+    /// `n` RPUSHes of 1 to 3 elements each, registered: their elements, and the commands.
+    fn pushes(&mut self, n: usize) -> (Vec<Vec<u32>>, Vec<Cmd>) {
+        let mut pushes = Vec::with_capacity(n);
+        let mut cmds = Vec::with_capacity(n);
+        for _ in 0..n {
+            let key = self.below(LISTS);
+            let k = 1 + self.below(3);
+            let elems = self.ctx.h().appends("RPUSH", &vec![key; k]);
+            let mut c = cmd(&["RPUSH", &list_key(key)]);
+            c.extend(elems.iter().map(|e| format!("e{e}").into_bytes()));
+            cmds.push(c);
+            pushes.push(elems);
+        }
+        (pushes, cmds)
+    }
+
+    /// `n` RPUSHes sent at once.
+    fn appends(&mut self, n: usize, op: &str) -> bool {
+        let (pushes, cmds) = self.pushes(n);
+        self.ctx.h().count(op);
+        let Some(replies) = self.exchange(&cmds) else {
+            let mut h = self.ctx.h();
+            pushes.iter().for_each(|p| h.unknown(p));
+            return true;
+        };
+        let mut h = self.ctx.h();
+        let mut clean = true;
+        for ((elems, reply), c) in pushes.iter().zip(replies).zip(&cmds) {
+            clean &= settle_push(&mut h, elems, reply, c);
+        }
+        clean
+    }
+
+    /// A pipeline of RPUSHes, then the connection closed without reading a reply: walrus
+    /// must not let a write of a vanished client show before it is durable either.
+    fn abandon(&mut self) -> bool {
+        let n = 1 + self.below(4);
+        let (pushes, cmds) = self.pushes(n);
+        self.ctx.h().count("op: pipeline abandoned");
+        if self.conn.is_none() {
+            self.conn = Conn::open(&self.ctx);
+        }
+        if let Some(mut conn) = self.conn.take() {
+            let _sent = conn.send(&cmds);
+        }
+        let mut h = self.ctx.h();
+        pushes.iter().for_each(|p| h.unknown(p));
+        true
+    }
+
+    fn script(&mut self) -> bool {
+        let key = self.below(LISTS);
+        let elems = self.ctx.h().appends("EVAL", &[key]);
+        self.ctx.h().count("op: script");
+        let c = cmd(&[
+            "EVAL",
+            SCRIPT,
+            "1",
+            &list_key(key),
+            &format!("e{}", elems[0]),
+        ]);
+        let Some(mut replies) = self.exchange(std::slice::from_ref(&c)) else {
+            self.ctx.h().unknown(&elems);
+            return true;
+        };
+        settle_push(&mut self.ctx.h(), &elems, replies.remove(0), &c)
+    }
+
+    /// MULTI, RPUSH to two lists, EXEC (`transactions.rs`): pipelined or one command at a
+    /// time.
+    fn transaction(&mut self) -> bool {
+        let kind = match self.below(5) {
+            0 => TxKind::Watch,
+            1 => TxKind::Refused,
+            2 => TxKind::WithRead,
+            _ => TxKind::Plain,
+        };
+        let pipelined = self.below(2) == 0;
+        let k1 = self.below(LISTS);
+        let k2 = (k1 + 1 + self.below(LISTS - 1)) % LISTS;
+        let (elems, send_ts) = {
+            let mut h = self.ctx.h();
+            h.count(kind.name());
+            let elems = h.appends("MULTI/EXEC", &[k1, k2]);
+            let send_ts = h.elems[elems[0] as usize].send_ts;
+            (elems, send_ts)
+        };
+        let (tx, cmds) = Tx::new(kind, [elems[0], elems[1]], [k1, k2], send_ts);
+        let replies = if pipelined {
+            self.exchange(&cmds)
+        } else {
+            self.one_by_one(&cmds)
+        };
+        let Some(replies) = replies else {
+            self.ctx.h().unknown(&elems);
+            return true;
+        };
+        let clean = tx.settle(&mut self.ctx.h(), &cmds, replies);
+        if !clean {
+            // The connection may still be inside MULTI, or WATCHing.
+            self.conn = None;
+        }
+        clean
+    }
+
+    /// Each command after the previous one's reply, all on one connection: once it is
+    /// dropped (a lost reply, a session broken under it) the rest count as lost, since a
+    /// new connection would run them outside the transaction.
+    fn one_by_one(&mut self, cmds: &[Cmd]) -> Option<Vec<Reply>> {
+        let mut out = Vec::with_capacity(cmds.len());
+        for c in cmds {
+            out.push(self.exchange(std::slice::from_ref(c))?.remove(0));
+            if self.conn.is_none() {
+                break;
+            }
+        }
+        out.resize_with(cmds.len(), || Reply::Lost);
+        Some(out)
+    }
+
+    /// One to four reads, pipelined, each checked against the history.
+    fn reads(&mut self) -> bool {
+        let n = 1 + self.below(4);
+        let ops: Vec<ReadOp> = (0..n).map(|_| ReadOp::random(&mut self.rng)).collect();
+        let cmds: Vec<Cmd> = ops.iter().map(ReadOp::command).collect();
+        let send_ts = {
+            let mut h = self.ctx.h();
+            h.count(if n > 1 {
+                "op: read pipeline"
+            } else {
+                "op: read"
+            });
+            h.tick()
+        };
+        let Some(replies) = self.exchange(&cmds) else {
+            return true;
+        };
+        let mut h = self.ctx.h();
+        let mut clean = true;
+        for ((op, reply), c) in ops.iter().zip(replies).zip(&cmds) {
+            let frame = match reply {
+                Reply::Frame(f) => f,
+                Reply::Error(e) => {
+                    h.error(&describe(c), &e);
+                    clean = false;
+                    continue;
+                }
+                Reply::Lost => {
+                    clean = false;
+                    continue;
+                }
+            };
+            op.observe(&mut h, send_ts, frame, c);
+        }
+        clean
+    }
+
+    fn push(&mut self) -> bool {
+        let queue = self.below(QUEUES);
+        let job = {
+            let mut h = self.ctx.h();
+            h.count("op: queue push");
+            h.new_job(queue)
+        };
+        let c = cmd(&["RPUSH", &queue_key(queue), &format!("j{job}")]);
+        let Some(mut replies) = self.exchange(std::slice::from_ref(&c)) else {
+            self.ctx.h().job_pushed(job, false);
+            return true;
+        };
+        let mut h = self.ctx.h();
+        match replies.remove(0) {
+            Reply::Frame(OwnedFrame::Integer(_)) => {
+                h.job_pushed(job, true);
+                return true;
+            }
+            Reply::Error(e) => h.error(&describe(&c), &e),
+            Reply::Lost => {}
+            Reply::Frame(f) => h.unexpected(&describe(&c), &f),
+        }
+        h.job_pushed(job, false);
+        false
+    }
+
+    /// BLPOP of one to three queues with a short timeout.
+    fn pop(&mut self) -> bool {
+        let n = 1 + self.below(QUEUES);
+        let start = self.below(QUEUES);
+        let mut c = cmd(&["BLPOP"]);
+        c.extend((0..n).map(|i| queue_key((start + i) % QUEUES).into_bytes()));
+        c.push(b"0.5".to_vec());
+        self.ctx.h().count("op: queue pop");
+        let Some(mut replies) = self.exchange(std::slice::from_ref(&c)) else {
+            return true;
+        };
+        settle_pop(&mut self.ctx.h(), &c, replies.remove(0))
+    }
+
+    fn publish(&mut self) -> bool {
+        let m = {
+            let mut h = self.ctx.h();
+            h.count("op: publish");
+            h.new_msg(self.id)
+        };
+        let c = cmd(&["PUBLISH", CHANNEL, &format!("m{m}")]);
+        let Some(mut replies) = self.exchange(std::slice::from_ref(&c)) else {
+            return true;
+        };
+        let mut h = self.ctx.h();
+        match replies.remove(0) {
+            Reply::Frame(OwnedFrame::Integer(_)) => {
+                h.published(m);
+                return true;
+            }
+            Reply::Error(e) => h.error(&describe(&c), &e),
+            Reply::Lost => {}
+            Reply::Frame(f) => h.unexpected(&describe(&c), &f),
+        }
+        false
+    }
+
+    /// A new version, 64 KiB to 1 MiB, of one of this worker's large values; rarely, a
+    /// transaction of them larger than a journal entry.
+    fn large(&mut self) -> bool {
+        let write = {
+            let mut h = self.ctx.h();
+            match self.rng.below(20) {
+                0 => LargeWrite::huge_transaction(&mut h, self.id),
+                _ => LargeWrite::single(&mut h, self.id, &mut self.rng),
+            }
+        };
+        // Never sent (the run stopped): as good as lost.
+        let replies = self
+            .exchange(&write.cmds)
+            .unwrap_or_else(|| write.cmds.iter().map(|_| Reply::Lost).collect());
+        let clean = write.settle(&mut self.ctx.h(), replies);
+        if !clean && write.cmds.len() > 1 {
+            // The connection may still be inside MULTI.
+            self.conn = None;
+        }
+        clean
+    }
+}
+
+/// The string items of an array reply.
+pub fn bulks(items: Vec<OwnedFrame>) -> Option<Vec<Vec<u8>>> {
+    items
+        .into_iter()
+        .map(|f| match f {
+            OwnedFrame::BulkString(b) => Some(b),
+            _ => None,
+        })
+        .collect()
+}
+
+/// An RPUSH's (or the append script's) reply: acknowledged at the list's length, or unknown.
+pub fn settle_push(h: &mut History, elems: &[u32], reply: Reply, c: &Cmd) -> bool {
+    match reply {
+        Reply::Frame(OwnedFrame::Integer(n)) => {
+            h.ack_push(elems, n);
+            return true;
+        }
+        Reply::Error(e) => h.error(&describe(c), &e),
+        Reply::Lost => {}
+        Reply::Frame(f) => h.unexpected(&describe(c), &f),
+    }
+    h.unknown(elems);
+    false
+}
+
+/// A BLPOP's reply: a job popped, nothing (timed out), or a pop that may have happened.
+pub fn settle_pop(h: &mut History, c: &Cmd, reply: Reply) -> bool {
+    match reply {
+        Reply::Frame(OwnedFrame::Array(mut kv)) if kv.len() == 2 => {
+            if let (OwnedFrame::BulkString(job), OwnedFrame::BulkString(key)) =
+                (kv.pop().unwrap(), kv.pop().unwrap())
+            {
+                h.popped(&key, &job);
+                return true;
+            }
+            h.unexpected(&describe(c), &"a pair of non-strings");
+        }
+        Reply::Frame(OwnedFrame::Null) => return true,
+        Reply::Error(e) => h.error(&describe(c), &e),
+        Reply::Lost => {}
+        Reply::Frame(f) => h.unexpected(&describe(c), &f),
+    }
+    h.pop_unknown();
+    false
+}
