@@ -355,3 +355,30 @@ fn a_dedicated_session_is_closed_when_its_valkey_dies() {
         Err("connection closed".to_string())
     );
 }
+
+/// walrus's own user must keep the commands walrus runs. Without INFO, a new upstream
+/// connection cannot be checked against the Valkey process the link follows: it does not
+/// serve, its clients get an error naming the reason, and it is retried with backoff until
+/// the permission is back.
+#[test]
+fn without_info_new_upstream_connections_are_refused_naming_the_reason() {
+    let v = Valkey::start();
+    let w = Walrus::start(&v.addr());
+    let mut direct = Raw::connect(&v.addr());
+    assert_eq!(
+        direct.cmd(&["ACL", "SETUSER", "default", "-info"]),
+        b"+OK\r\n"
+    );
+    // A RESP3 client needs connections of its own: new ones, which cannot be checked.
+    let mut c = Raw::connect(&w.addr);
+    let r = show(&c.cmd(&["HELLO", "3"]));
+    assert!(
+        r.starts_with("-ERR walrus: ") && r.contains("is walrus's own user allowed INFO?"),
+        "{r}"
+    );
+    assert_eq!(
+        direct.cmd(&["ACL", "SETUSER", "default", "+info"]),
+        b"+OK\r\n"
+    );
+    while !c.cmd(&["HELLO", "3"]).starts_with(b"%") {}
+}

@@ -65,7 +65,7 @@ pub fn refusal(name: &str, req: &Request) -> Option<Refusal> {
             "its subcommands other than those that only look (SLEEP, DIGEST, OBJECT, ...) load, create or change data behind the replication stream the journal holds (RELOAD, POPULATE), change its history (CHANGE-REPL-ID) or let scripts run any command",
         ),
         "save" | "bgsave" => refuse(
-            "SAVE",
+            "SAVE (or BGSAVE)",
             "the dump.rdb it leaves in Valkey's directory is loaded by Valkey's next start, behind the history walrus restores; walrus is the persistence (back up with `walrus checkpoint` or `walrus journal export-aof`)",
         ),
         "client|kill" if kills_replicas(req) => refuse(
@@ -80,7 +80,7 @@ pub fn refusal(name: &str, req: &Request) -> Option<Refusal> {
             "FUNCTION RESTORE",
             "the libraries in its payload cannot be checked for set_repl (load them with FUNCTION LOAD)",
         ),
-        "eval" | "eval_ro" | "script|load" | "function|load" if turns_off_replication(req) => {
+        "eval" | "eval_ro" | "script|load" | "function|load" if calls_set_repl(name, req) => {
             refuse(
                 "a script calling set_repl",
                 "writes it keeps out of the replication stream are never journaled, and a crash loses them",
@@ -91,14 +91,17 @@ pub fn refusal(name: &str, req: &Request) -> Option<Refusal> {
     }
 }
 
-/// A script that may call `server.set_repl` / `redis.set_repl`, found by its name in the
-/// source. A script that builds the name at run time (`redis['set_' .. 'repl']`) is not
+/// Whether a script's source may call `server.set_repl` / `redis.set_repl`, found by its
+/// name. A script that builds the name at run time (`redis['set_' .. 'repl']`) is not
 /// caught: no text check can be complete, and Valkey has no switch to turn `set_repl` off.
-fn turns_off_replication(req: &Request) -> bool {
-    req.args
-        .iter()
-        .skip(1)
-        .any(|a| a.windows(b"set_repl".len()).any(|w| w == b"set_repl"))
+fn calls_set_repl(name: &str, req: &Request) -> bool {
+    // EVAL's source comes first; SCRIPT LOAD's and FUNCTION LOAD's last. Keys and
+    // arguments are data, whatever they spell.
+    let source = match name {
+        "eval" | "eval_ro" => req.args.get(1),
+        _ => req.args.last(),
+    };
+    source.is_some_and(|s| s.windows(b"set_repl".len()).any(|w| w == b"set_repl"))
 }
 
 /// `CLIENT KILL ... TYPE replica|slave|master|primary ...` (the filter form).
@@ -198,6 +201,11 @@ mod tests {
         assert!(!refused(
             "eval",
             &["EVAL", "return redis.call('SET', KEYS[1], 'v')", "1", "k"]
+        ));
+        // The name in a key or an argument is data, not code.
+        assert!(!refused(
+            "eval",
+            &["EVAL", "return 1", "1", "set_repl", "set_repl"]
         ));
         assert!(refused(
             "config|set",

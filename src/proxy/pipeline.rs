@@ -208,7 +208,7 @@ async fn wait_attached(
                         first = Some(req);
                         break p;
                     }
-                    refuse_loading(d, req, pushes);
+                    refuse(d, req, pushes, crate::durability::loading());
                 }
             }
         };
@@ -218,30 +218,49 @@ async fn wait_attached(
                 d.doubt_valkey();
                 wrong_epoch = Some(epoch);
                 if let Some(req) = first.take() {
-                    refuse_loading(d, req, pushes);
+                    refuse(d, req, pushes, crate::durability::loading());
                 }
             }
-            None => return Err(UpstreamError::Unverified),
+            None => {
+                // The connection does not serve: what waits for it is answered, saying why.
+                let why = unavailable(&UpstreamError::Unverified.to_string());
+                for req in first
+                    .take()
+                    .into_iter()
+                    .chain(std::iter::from_fn(|| requests.try_recv().ok()))
+                {
+                    refuse(d, req, pushes, why.clone());
+                }
+                return Err(UpstreamError::Unverified);
+            }
         }
     }
 }
 
-/// Answers a request the connection cannot serve yet with `-LOADING`.
-fn refuse_loading(d: &Durability, req: PipelinedRequest, pushes: Option<&PushSender>) {
+/// Answers a request the connection cannot serve (yet) with `why`; it was never sent.
+fn refuse(d: &Durability, req: PipelinedRequest, pushes: Option<&PushSender>, why: Bytes) {
     if let Gate::Offset(marks) = req.gate {
         d.cancel_write(marks);
     }
-    let loading = crate::durability::loading();
     match pushes {
         // Its session waits for no reply (a RESP3 subscription is confirmed by pushes): the
         // error goes the pushes' way, in order.
         Some(p) if req.answered_by_push => {
-            let _ = p.send(loading);
+            let _ = p.send(why);
         }
         _ => {
-            let _ = req.reply.send(loading);
+            let _ = req.reply.send(why);
         }
     }
+}
+
+/// The reply for a request that cannot reach Valkey, saying why.
+pub fn unavailable(reason: &str) -> Bytes {
+    crate::metrics::UPSTREAM_ERRORS.inc();
+    write::error(&format!(
+        "ERR walrus: Valkey is unavailable: {}",
+        reason.replace(['\r', '\n'], " ")
+    ))
 }
 
 /// The reply for a request whose connection broke before its outcome was known.

@@ -283,9 +283,9 @@ impl Session {
             may_block: false,
         };
         let reply = match pool.sender(slot).await {
-            Err(reason) => unavailable(&reason),
+            Err(reason) => pipeline::unavailable(&reason),
             Ok(sender) => match sender.send(request).await {
-                Err(_) => unavailable("connection lost"),
+                Err(_) => pipeline::unavailable("connection lost"),
                 Ok(()) => rx.await.unwrap_or_else(|_| pipeline::lost_reply()),
             },
         };
@@ -303,11 +303,11 @@ impl Session {
 async fn verify(shared: &Shared, auth_cmd: &[u8]) -> Result<(), Bytes> {
     let mut conn = Conn::connect(shared.pools.upstream())
         .await
-        .map_err(|e| unavailable(&e.to_string()))?;
+        .map_err(|e| pipeline::unavailable(&e.to_string()))?;
     let reply = conn
         .call_raw(auth_cmd)
         .await
-        .map_err(|e| unavailable(&e.to_string()))?;
+        .map_err(|e| pipeline::unavailable(&e.to_string()))?;
     if reply.starts_with(b"-") {
         return Err(reply);
     }

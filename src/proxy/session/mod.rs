@@ -284,14 +284,6 @@ async fn next_push(pushes: &mut Option<PushReceiver>) -> Option<Bytes> {
         .await
 }
 
-fn unavailable(reason: &str) -> Bytes {
-    metrics::UPSTREAM_ERRORS.inc();
-    write::error(&format!(
-        "ERR walrus: Valkey is unavailable: {}",
-        reason.replace(['\r', '\n'], " ")
-    ))
-}
-
 impl Session {
     fn dedicated(&self) -> bool {
         matches!(self.upstream, Upstream::Dedicated)
@@ -605,7 +597,7 @@ impl Session {
         if let (Gate::Offset(marks), Some(d)) = (req.gate, &self.shared.pools.ctx().durability) {
             d.cancel_write(marks);
         }
-        Pending::Ready(unavailable(reason))
+        Pending::Ready(pipeline::unavailable(reason))
     }
 
     /// A reply walrus gives itself. An error while a transaction queues aborts it, as
