@@ -438,3 +438,53 @@ async fn small_entries_use_their_own_bytes_of_ring_at_any_concurrency() {
         }
     }
 }
+
+/// Initialization writes zero-filled segments one by one (each to a `.tmp` file, synced,
+/// renamed into place) and the MANIFEST last. A crash after any step (SIGKILL, a pod killed
+/// during its first start) leaves no MANIFEST, some segments and perhaps a partial `.tmp`:
+/// the next open finishes the initialization by itself. Segments that hold data without a
+/// MANIFEST are not an interrupted initialization, and are still refused.
+#[tokio::test]
+async fn an_interrupted_initialization_is_finished_by_the_next_open() {
+    let cfg = cfg(IoBackendChoice::Sync);
+    let seg = |d: &std::path::Path, i: u32| d.join(format!("seg-{i:05}.wal"));
+    let entry = Entry {
+        repl_id: REPL_ID,
+        repl_offset_end: 10,
+        payload: payload(1, 10),
+    };
+    for done in 0..=cfg.segments {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..done {
+            std::fs::write(
+                seg(dir.path(), i),
+                vec![0u8; cfg.segment_size_bytes as usize],
+            )
+            .unwrap();
+        }
+        if done < cfg.segments {
+            let tmp = dir.path().join(format!("seg-{done:05}.wal.tmp"));
+            std::fs::write(tmp, vec![0u8; 4096]).unwrap();
+        }
+        let (j, rec) = Journal::open(dir.path(), &cfg)
+            .unwrap_or_else(|e| panic!("after {done} of {} segments: {e}", cfg.segments));
+        assert_eq!(rec.segments_initialized, cfg.segments - done);
+        j.append(entry.clone()).await.unwrap().wait().await.unwrap();
+        j.close().unwrap();
+        assert!(
+            Journal::open(dir.path(), &cfg).is_ok(),
+            "reopen after {done}"
+        );
+    }
+    // A journal that was written, then lost its MANIFEST.
+    let dir = tempfile::tempdir().unwrap();
+    let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
+    j.append(entry).await.unwrap().wait().await.unwrap();
+    j.close().unwrap();
+    std::fs::remove_file(dir.path().join("MANIFEST")).unwrap();
+    let err = Journal::open(dir.path(), &cfg)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("is not zero-filled"), "{err}");
+}

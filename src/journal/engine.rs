@@ -195,10 +195,21 @@ pub fn initialize(
     if existing.is_none() {
         let missing = missing_segments(dir, geo)?;
         if missing.len() != geo.segments as usize {
-            return Err(JournalError::Layout(format!(
-                "{} holds segment files but no MANIFEST; refusing to guess their state",
-                dir.display()
-            )));
+            // Segments exist but no MANIFEST: an initialization was interrupted (the
+            // MANIFEST is written last), or the directory holds something else. The journal
+            // writes no record before its MANIFEST exists, so an interrupted init left only
+            // zero-filled segments: finish it. Anything else is not guessed at.
+            if let Some(path) = first_written_segment(dir, geo, &missing)? {
+                return Err(JournalError::Layout(format!(
+                    "{} holds segment files but no MANIFEST, and {} is not zero-filled (not an interrupted initialization); refusing to guess their state",
+                    dir.display(),
+                    path.display()
+                )));
+            }
+            tracing::info!(
+                dir = %dir.display(),
+                "finishing an interrupted journal initialization (no MANIFEST, zero-filled segments)"
+            );
         }
     }
     let created = init_missing_segments(dir, geo, progress)?;
@@ -211,6 +222,31 @@ pub fn initialize(
         }
     };
     Ok((m, created))
+}
+
+/// The first present segment holding a byte other than zero, if any.
+fn first_written_segment(
+    dir: &Path,
+    geo: Geometry,
+    missing: &[u32],
+) -> Result<Option<std::path::PathBuf>, JournalError> {
+    use std::io::Read;
+    let mut chunk = vec![0u8; 1 << 20];
+    for i in (0..geo.segments).filter(|i| !missing.contains(i)) {
+        let path = segment_path(dir, i);
+        let io = |e| JournalError::io(format!("reading {}", path.display()), e);
+        let mut f = std::fs::File::open(&path).map_err(io)?;
+        loop {
+            let n = f.read(&mut chunk).map_err(io)?;
+            if n == 0 {
+                break;
+            }
+            if chunk[..n].iter().any(|&b| b != 0) {
+                return Ok(Some(path));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// Scans a journal without opening it for writing (verify, inspect).
