@@ -431,8 +431,12 @@ impl Reader {
         mut scanner: ReplyScanner,
         inflight: &mut mpsc::UnboundedReceiver<Inflight>,
     ) -> Result<(), UpstreamError> {
-        // Replies were owed at the last timeout tick (see below).
-        let mut owed_since_tick = false;
+        // One timer for the connection's life, reset once a period rather than armed for
+        // every read: whether Valkey was heard from since the last tick, and whether replies
+        // were owed, unheard, at that tick.
+        let tick = tokio::time::sleep(self.ctx.reply_timeout);
+        tokio::pin!(tick);
+        let (mut heard, mut owed_at_tick) = (false, false);
         loop {
             loop {
                 let n = match scanner.scan(&buf) {
@@ -478,21 +482,25 @@ impl Reader {
             if buf.capacity() - buf.len() < READ_CHUNK_BYTES / 4 {
                 buf.reserve(READ_CHUNK_BYTES);
             }
-            // Replies owed for one whole period and a second one with no byte from Valkey:
-            // no reply that comes within the timeout is cut. Not while a request that may
-            // block is owed: Valkey is silent then by design.
-            let n = match tokio::time::timeout(self.ctx.reply_timeout, rd.read_buf(&mut buf)).await
-            {
-                Ok(n) => {
-                    owed_since_tick = false;
+            let n = tokio::select! {
+                n = rd.read_buf(&mut buf) => {
+                    heard = true;
                     n?
                 }
-                Err(_) if inflight.is_empty() || self.blocking.load(Ordering::SeqCst) > 0 => {
-                    owed_since_tick = false;
+                _ = &mut tick => {
+                    // Replies owed at two ticks in a row with no byte from Valkey between
+                    // them: no reply that comes within the timeout is cut. Not while a
+                    // request that may block is owed: Valkey is silent then by design.
+                    let period = self.ctx.reply_timeout;
+                    tick.as_mut().reset(tokio::time::Instant::now() + period);
+                    let owed = !inflight.is_empty() && self.blocking.load(Ordering::SeqCst) == 0;
+                    if std::mem::take(&mut heard) || !owed {
+                        owed_at_tick = false;
+                    } else if std::mem::replace(&mut owed_at_tick, true) {
+                        return Err(UpstreamError::NoReply(period));
+                    }
                     continue;
                 }
-                Err(_) if !std::mem::replace(&mut owed_since_tick, true) => continue,
-                Err(_) => return Err(UpstreamError::NoReply(self.ctx.reply_timeout)),
             };
             if n == 0 {
                 return Err(UpstreamError::Closed);
