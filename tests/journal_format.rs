@@ -2,8 +2,11 @@
 
 use proptest::prelude::*;
 use walrus::journal::format::{
-    decode_record, encode_record, DecodeError, Kind, RecordHeader, HEADER_BYTES,
+    decode_record, encode_record, DecodeError, Kind, RecordHeader, RecordKey, FORMAT_VERSION,
+    HEADER_BYTES,
 };
+
+const KEY: RecordKey = RecordKey(0x0123_4567_89ab_cdef);
 
 fn kind() -> impl Strategy<Value = Kind> {
     prop_oneof![
@@ -29,7 +32,7 @@ prop_compose! {
         let mut id = [0u8; 40];
         id[..32].copy_from_slice(&repl_id);
         id[32..].copy_from_slice(&id_tail);
-        (RecordHeader { kind, payload_len: payload.len() as u32, epoch, seg_seq, lsn, repl_offset_end, durable_hint, repl_id: id }, payload)
+        (RecordHeader { version: FORMAT_VERSION, kind, payload_len: payload.len() as u32, epoch, seg_seq, lsn, repl_offset_end, durable_hint, repl_id: id }, payload)
     }
 }
 
@@ -37,9 +40,9 @@ proptest! {
     #[test]
     fn roundtrip((h, payload) in header_and_payload()) {
         let mut buf = vec![0u8; HEADER_BYTES + payload.len() + 17];
-        let n = encode_record(&h, &payload, &mut buf);
+        let n = encode_record(KEY, &h, &payload, &mut buf);
         prop_assert_eq!(n, HEADER_BYTES + payload.len());
-        let (h2, p2) = decode_record(&buf).unwrap();
+        let (h2, p2) = decode_record(KEY, &buf).unwrap();
         prop_assert_eq!(h2, h);
         prop_assert_eq!(p2, &payload[..]);
     }
@@ -47,10 +50,10 @@ proptest! {
     #[test]
     fn any_single_corruption_is_detected((h, payload) in header_and_payload(), idx in any::<prop::sample::Index>(), mask in 1u8..=255) {
         let mut buf = vec![0u8; HEADER_BYTES + payload.len()];
-        encode_record(&h, &payload, &mut buf);
+        encode_record(KEY, &h, &payload, &mut buf);
         let i = idx.index(buf.len());
         buf[i] ^= mask;
-        match decode_record(&buf) {
+        match decode_record(KEY, &buf) {
             Err(_) => {}
             // A flipped length can only "succeed" if the CRC still matches: it must not.
             Ok((h2, p2)) => prop_assert!(false, "corruption at byte {} undetected: {:?} {}", i, h2, p2.len()),
@@ -60,20 +63,31 @@ proptest! {
     #[test]
     fn truncated_records_never_decode((h, payload) in header_and_payload(), cut in any::<prop::sample::Index>()) {
         let mut buf = vec![0u8; HEADER_BYTES + payload.len()];
-        encode_record(&h, &payload, &mut buf);
+        encode_record(KEY, &h, &payload, &mut buf);
         let cut = cut.index(buf.len());
-        prop_assert!(decode_record(&buf[..cut]).is_err());
+        prop_assert!(decode_record(KEY, &buf[..cut]).is_err());
+    }
+
+    /// A record sealed with any other key (what a client, who cannot know the journal's
+    /// key, can produce at best) does not decode.
+    #[test]
+    fn a_record_sealed_with_another_key_never_decodes((h, payload) in header_and_payload(), other in any::<u64>()) {
+        prop_assume!(other != KEY.0);
+        let mut buf = vec![0u8; HEADER_BYTES + payload.len()];
+        encode_record(RecordKey(other), &h, &payload, &mut buf);
+        prop_assert_eq!(decode_record(KEY, &buf), Err(DecodeError::Crc));
     }
 
     #[test]
     fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..400)) {
-        let _ = decode_record(&bytes);
+        let _ = decode_record(KEY, &bytes);
     }
 }
 
 #[test]
 fn truncated_payload_reports_sizes() {
     let h = RecordHeader {
+        version: FORMAT_VERSION,
         kind: Kind::Full,
         payload_len: 10,
         epoch: 1,
@@ -84,9 +98,9 @@ fn truncated_payload_reports_sizes() {
         repl_id: [b'x'; 40],
     };
     let mut buf = vec![0u8; HEADER_BYTES + 10];
-    encode_record(&h, &[7; 10], &mut buf);
+    encode_record(KEY, &h, &[7; 10], &mut buf);
     assert_eq!(
-        decode_record(&buf[..HEADER_BYTES + 4]),
+        decode_record(KEY, &buf[..HEADER_BYTES + 4]),
         Err(DecodeError::Truncated {
             needed: HEADER_BYTES + 10,
             available: HEADER_BYTES + 4

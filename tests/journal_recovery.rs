@@ -33,10 +33,7 @@ fn entry_spans(log: &MemLog) -> Vec<(u64, u64, u64)> {
         ring,
         log.geo,
         log.start,
-        ScanLimits {
-            max_epoch: log.epoch,
-            lookahead_bytes: 0,
-        },
+        log.limits(0),
     );
     let mut out: Vec<(u64, u64, u64)> = Vec::new();
     while let Some(r) = s.next_record().unwrap() {
@@ -265,7 +262,7 @@ fn previous_lap_entries_after_the_end_are_never_replayed() {
         },
         ScanLimits {
             max_epoch: 9,
-            lookahead_bytes: 0,
+            ..log.limits(0)
         },
     );
     let _ = sc.next_record();
@@ -340,7 +337,7 @@ proptest! {
         prop_assert!(last <= appended.len() as u64);
         // Replay equals exactly the appended prefix.
         let ring = MemRing { segments: log.ring.segments.clone() };
-        let sc = Scanner::new(ring, log.geo, log.start, ScanLimits { max_epoch: log.epoch, lookahead_bytes: 0 });
+        let sc = Scanner::new(ring, log.geo, log.start, log.limits(0));
         let got: Vec<_> = walrus::journal::reader::EntryIter::new(sc, walrus::journal::ReplayFrom::Lsn(1), u64::MAX)
             .map(|e| e.unwrap()).collect();
         prop_assert_eq!(got.len() as u64, last);
@@ -410,7 +407,7 @@ proptest! {
         prop_assert!(matches!(r.tail, Tail::End { .. }), "{:?}", r.tail);
         prop_assert!(r.end.last_lsn() >= durable);
         let ring = MemRing { segments: log.ring.segments.clone() };
-        let sc = Scanner::new(ring, log.geo, log.start, ScanLimits { max_epoch: log.epoch, lookahead_bytes: 0 });
+        let sc = Scanner::new(ring, log.geo, log.start, log.limits(0));
         let mut expect = log.start.lsn;
         for e in walrus::journal::reader::EntryIter::new(sc, walrus::journal::ReplayFrom::Lsn(0), u64::MAX) {
             let e = e.unwrap();

@@ -17,7 +17,7 @@
 pub mod store;
 
 use crate::durability::{Durability, Status};
-use crate::journal::{Journal, ReplayFrom};
+use crate::journal::Journal;
 use crate::replication::handshake::{handshake, Purpose, SyncStart};
 use crate::replication::rdb;
 use crate::upstream::client::Conn;
@@ -235,12 +235,11 @@ async fn take(
     let covered_replid = {
         let j = journal.clone();
         let lsn = before.lsn;
-        let entry =
-            tokio::task::spawn_blocking(move || j.replay(ReplayFrom::Lsn(lsn)).ok()?.next()?.ok())
-                .await
-                .map_err(|e| e.to_string())?
-                .ok_or("cannot read the last durable entry")?;
-        String::from_utf8_lossy(&entry.repl_id).into_owned()
+        let repl_id = tokio::task::spawn_blocking(move || j.repl_id_after(lsn).ok().flatten())
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("cannot read the last durable entry")?;
+        String::from_utf8_lossy(&repl_id).into_owned()
     };
     let mut conn = Conn::control(up).await.map_err(|e| e.to_string())?;
     // The new RDB is written next to the current one: check there is room before asking.

@@ -19,6 +19,10 @@
 //! - `WALRUS_FAULT_MANIFEST=<errno>[@<path>]`: writing a manifest (the journal's or the
 //!   checkpoints') fails.
 //!
+//! - `WALRUS_FAULT_INIT_KILL=<n>`: the n-th step of a journal initialization (creating,
+//!   filling, syncing or renaming a segment or the MANIFEST, syncing the directory; counted
+//!   from 1) is replaced by a SIGKILL of the process: a pod killed during its first start.
+//!
 //! With `@<path>`, those two faults hold only while `<path>` exists: a test turns them on and
 //! off at run time.
 //!
@@ -142,6 +146,13 @@ static CHECKPOINT: LazyLock<Option<FsFault>> =
 static MANIFEST: LazyLock<Option<FsFault>> =
     LazyLock::new(|| from_env("WALRUS_FAULT_MANIFEST", FsFault::parse));
 
+static INIT_KILL: LazyLock<Option<u64>> = LazyLock::new(|| {
+    from_env("WALRUS_FAULT_INIT_KILL", |t| {
+        t.parse().ok().filter(|n| *n > 0).ok_or_else(|| format!("{t:?}: bad step number"))
+    })
+});
+static INIT_STEPS: AtomicU64 = AtomicU64::new(0);
+
 static JOURNAL_WRITES: AtomicU64 = AtomicU64::new(0);
 static JOURNAL_DEAD: AtomicBool = AtomicBool::new(false);
 
@@ -179,6 +190,16 @@ pub fn checkpoint_write(written: u64) -> io::Result<()> {
     match &*CHECKPOINT {
         Some(f) if written >= 64 << 10 => f.check(),
         _ => Ok(()),
+    }
+}
+
+/// Called before each step of a journal initialization: kills the process at the step the
+/// test named, with SIGKILL, so that nothing (no destructor, no buffered write) runs after.
+pub fn init_step() {
+    let Some(kill_at) = *INIT_KILL else { return };
+    if INIT_STEPS.fetch_add(1, Ordering::SeqCst) + 1 == kill_at {
+        // SAFETY: signalling our own process.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
     }
 }
 

@@ -21,8 +21,8 @@ use std::sync::Arc;
 use super::buf::{BufPool, IoBuf};
 use super::error::JournalError;
 use super::format::{
-    align_down, align_up, record_fits_at, seal_crc, Kind, RecordHeader, BLOCK_BYTES, HEADER_BYTES,
-    REPL_ID_BYTES,
+    align_down, align_up, record_fits_at, seal_crc, Kind, RecordHeader, RecordKey, BLOCK_BYTES,
+    FORMAT_VERSION, HEADER_BYTES, REPL_ID_BYTES,
 };
 use super::recovery::EntryStart;
 use super::ring::{Geometry, RingRead};
@@ -35,6 +35,8 @@ pub struct SealedWrite {
     pub buf: IoBuf,
     /// Logical position just past the padded write.
     pub end_pos: u64,
+    /// Bytes at its start rewritten unchanged from the previous write's last block.
+    pub rewritten: usize,
     /// (LSN, repl offset) of the last entry completed by this write, if any.
     pub last_complete: Option<(u64, u64)>,
 }
@@ -53,6 +55,8 @@ struct OpenBuf {
     start_pos: u64,
     /// Usable bytes: the buffer capacity, or less at a segment end.
     limit_bytes: usize,
+    /// Bytes rewritten from the previous write's last block (0: a fresh block).
+    rewritten: usize,
     last_complete: Option<(u64, u64)>,
 }
 
@@ -85,6 +89,36 @@ pub fn read_tail(ring: &mut impl RingRead, geo: Geometry, end: u64) -> std::io::
     Ok(tail)
 }
 
+/// Raises the durable hint of a continuation's first new record (at `rewritten`) to the
+/// durable LSN at its submission, and reseals it. A continuation rewrites the block holding
+/// the previous write's last records, which are durable by the time it is submitted (it
+/// waits for that write); its own records were encoded earlier, with an older hint. With
+/// the fresh hint, a device that garbles those rewritten sectors (outside the torn-write
+/// model: a sector is old or new) leaves evidence that acknowledged entries were damaged,
+/// and recovery refuses to start instead of cutting them silently, as long as the new
+/// record itself reached the disk.
+fn vouch_for_rewritten(key: RecordKey, buf: &mut IoBuf, rewritten: usize, durable_lsn: u64) {
+    let len = buf.len();
+    if rewritten == 0 || len < rewritten + HEADER_BYTES {
+        return;
+    }
+    let rec = &mut buf.as_full_mut()[rewritten..len];
+    // A buffer is opened for a record, so one follows the rewritten bytes.
+    let Ok(h) = RecordHeader::parse(rec) else {
+        return;
+    };
+    if h.durable_hint >= durable_lsn {
+        return;
+    }
+    RecordHeader {
+        durable_hint: durable_lsn,
+        ..h
+    }
+    .write_fields(rec);
+    let (hdr, payload) = rec.split_at_mut(HEADER_BYTES);
+    seal_crc(key, hdr, &payload[..h.payload_len as usize]);
+}
+
 /// Where the caller's entry landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Placed {
@@ -94,7 +128,11 @@ pub struct Placed {
 pub struct Batcher {
     geo: Geometry,
     epoch: u32,
+    key: RecordKey,
     next_lsn: u64,
+    /// End of the last entry's last record: where entry `next_lsn` begins, as recovery sees
+    /// it (the next record goes there or at the next block boundary).
+    entry_end: u64,
     /// Logical position of the next record. When no buffer is open and it is not
     /// block-aligned, the next buffer continues the open tail block held in `tail`.
     pos: u64,
@@ -124,6 +162,7 @@ pub struct Batcher {
 pub struct BatcherInit {
     pub geo: Geometry,
     pub epoch: u32,
+    pub key: RecordKey,
     pub next_lsn: u64,
     /// End of the recovered log; writing resumes there (see [`resume_tail`]).
     pub end_pos: u64,
@@ -152,7 +191,9 @@ impl Batcher {
         Batcher {
             geo: init.geo,
             epoch: init.epoch,
+            key: init.key,
             next_lsn: init.next_lsn,
+            entry_end: init.end_pos,
             pos: if resume.is_some() {
                 init.end_pos
             } else {
@@ -185,6 +226,11 @@ impl Batcher {
 
     pub fn write_pos(&self) -> u64 {
         self.pos
+    }
+
+    /// End of the last entry's last record.
+    pub fn entry_end(&self) -> u64 {
+        self.entry_end
     }
 
     pub fn failed(&self) -> Option<Arc<str>> {
@@ -294,6 +340,7 @@ impl Batcher {
         let lsn = self.next_lsn;
         self.place(lsn, repl_id, repl_offset_end, payload, durable_hint);
         assert_eq!(self.pos, end, "placement disagrees with plan");
+        self.entry_end = end;
         self.next_lsn += 1;
         self.last_repl_id = *repl_id;
         self.last_repl_offset = repl_offset_end;
@@ -319,6 +366,7 @@ impl Batcher {
             buf,
             start_pos,
             limit_bytes,
+            rewritten,
             last_complete: None,
         });
     }
@@ -369,6 +417,7 @@ impl Batcher {
                 }
             }
             let h = RecordHeader {
+                version: FORMAT_VERSION,
                 kind,
                 payload_len: frag as u32,
                 epoch: self.epoch,
@@ -383,7 +432,7 @@ impl Batcher {
             let (hdr, rest) = full[at..at + HEADER_BYTES + frag].split_at_mut(HEADER_BYTES);
             h.write_fields(hdr);
             rest.copy_from_slice(&payload[off..off + frag]);
-            seal_crc(hdr, rest);
+            seal_crc(self.key, hdr, rest);
             cur.buf.set_len(at + HEADER_BYTES + frag);
             if last {
                 cur.last_complete = Some((lsn, repl_offset_end));
@@ -432,6 +481,7 @@ impl Batcher {
             seg_off: self.geo.seg_off(c.start_pos),
             buf: c.buf,
             end_pos,
+            rewritten: c.rewritten,
             last_complete: c.last_complete,
         });
     }
@@ -439,19 +489,27 @@ impl Batcher {
     /// Next write for the I/O thread: a queued buffer, or else the open one (group commit).
     /// None also while the next write's first block is still being written by the previous
     /// write: the open buffer then keeps gathering entries until `write_done`.
-    pub fn take_write(&mut self) -> Option<SealedWrite> {
+    /// `durable_lsn` is the durable LSN now: a continuation vouches for it (see
+    /// [`vouch_for_rewritten`]).
+    pub fn take_write(&mut self, durable_lsn: u64) -> Option<SealedWrite> {
         if self.sealed.is_empty() {
-            if self
-                .cur
-                .as_ref()
-                .is_some_and(|c| c.start_pos < self.unfinished_end)
-            {
+            let cur = self.cur.as_mut()?;
+            if cur.start_pos < self.unfinished_end {
                 return None;
             }
+            // Before `seal_current` copies the new tail: the next continuation must rewrite
+            // the bytes exactly as this write puts them on disk.
+            vouch_for_rewritten(self.key, &mut cur.buf, cur.rewritten, durable_lsn);
             self.seal_current(true);
-        }
-        if self.sealed.front()?.start_pos() < self.unfinished_end {
-            return None;
+        } else {
+            let front = self.sealed.front_mut()?;
+            if front.start_pos() < self.unfinished_end {
+                return None;
+            }
+            // Sealed because full: no tail was copied from it, the next write starts at the
+            // next block.
+            let rewritten = front.rewritten;
+            vouch_for_rewritten(self.key, &mut front.buf, rewritten, durable_lsn);
         }
         let w = self.sealed.pop_front()?;
         self.unfinished_end = w.end_pos;
@@ -485,8 +543,18 @@ impl Batcher {
     }
 
     /// The newest checkpoint start at or before `lsn + 1`, i.e. where recovery can start
-    /// once entries up to `lsn` are released.
+    /// once entries up to `lsn` are released: the end of the log when that is everything
+    /// appended (an entry spanning several segments leaves them without a start of their
+    /// own, and the head must still get past it), else the first entry start of a segment.
     pub fn checkpoint_candidate(&self, lsn: u64) -> Option<EntryStart> {
+        if lsn + 1 == self.next_lsn {
+            return Some(EntryStart {
+                pos: self.entry_end,
+                lsn: self.next_lsn,
+                prev_repl_id: self.last_repl_id,
+                prev_repl_offset: self.last_repl_offset,
+            });
+        }
         self.starts.iter().rev().find(|s| s.lsn <= lsn + 1).copied()
     }
 

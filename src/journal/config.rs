@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::format::{BLOCK_BYTES, HEADER_BYTES};
+use super::format::{entry_span_bound, BLOCK_BYTES, HEADER_BYTES};
 
 /// Smallest segment accepted: small enough for fast tests, large enough to hold many blocks.
 pub const MIN_SEGMENT_SIZE_BYTES: u64 = 64 * 1024;
@@ -189,6 +189,22 @@ impl JournalConfig {
                 self.max_entry_bytes
             ));
         }
+        // Once everything before it is released, the head is the end of the log (it may sit
+        // anywhere in its segment), so the ring holds more than segments - 1 segments for
+        // the next entry: a maximum entry must fit there with its record headers, or two of
+        // them back to back could stall the ring for good.
+        let room = self.segment_size_bytes * u64::from(self.segments - 1);
+        let span = entry_span_bound(
+            self.max_entry_bytes,
+            self.max_write_bytes,
+            self.segment_size_bytes,
+        );
+        if span > room {
+            return Err(format!(
+                "journal.max_entry_bytes = {} may take {span} bytes of ring with its record headers (one per journal.max_write_bytes = {}), more than the {room} bytes (segments - 1 segments) the ring is sure to have for it",
+                self.max_entry_bytes, self.max_write_bytes
+            ));
+        }
         if self.max_entry_bytes > u64::from(u32::MAX) * 1024 {
             return Err(format!(
                 "journal.max_entry_bytes = {} is too large",
@@ -242,6 +258,19 @@ mod tests {
             .validate()
             .unwrap_err()
             .contains("journal.write_buffers = 8"));
+        // Many small segments and small writes: segments - 2 segments of payload would not
+        // fit segments - 1 segments of ring once each 8 KiB write carries a header.
+        let cfg = JournalConfig {
+            segment_size_bytes: 64 << 10,
+            segments: 1000,
+            max_write_bytes: 8 << 10,
+            max_in_flight_writes: 4,
+            write_buffers: 8,
+            max_entry_bytes: 998 * (64 << 10),
+            ..JournalConfig::default()
+        };
+        let err = cfg.validate().unwrap_err();
+        assert!(err.contains("journal.max_entry_bytes = 65404928 may take"), "{err}");
     }
 
     #[test]

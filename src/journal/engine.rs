@@ -12,7 +12,7 @@ use tokio::sync::{watch, Notify};
 use super::batcher::{read_tail, Batcher, BatcherInit};
 use super::config::JournalConfig;
 use super::error::{Corruption, JournalError};
-use super::format::{align_up, REPL_ID_BYTES};
+use super::format::{RecordKey, REPL_ID_BYTES};
 use super::io::{start_writer, BackendInfo};
 use super::manifest::{hex_encode, Checkpoint, Manifest};
 use super::reader::{EntryIter, ReplayFrom};
@@ -150,6 +150,21 @@ fn lock_dir(dir: &Path) -> Result<std::fs::File, JournalError> {
     Ok(f)
 }
 
+/// How recovery reads this journal's records: its key, and its epoch bound.
+fn scan_limits(m: &Manifest, cfg: &JournalConfig) -> ScanLimits {
+    let (key, unkeyed_before_pos) = m.record_keys();
+    ScanLimits {
+        max_epoch: m.epoch,
+        lookahead_bytes: cfg.recovery_lookahead_bytes,
+        key,
+        unkeyed_before_pos,
+    }
+}
+
+fn new_key() -> Result<RecordKey, JournalError> {
+    RecordKey::random().map_err(|e| JournalError::io("drawing the journal's record key", e))
+}
+
 fn scan_start(cp: &Checkpoint) -> Result<ScanStart, JournalError> {
     Ok(ScanStart {
         pos: cp.start_pos,
@@ -216,7 +231,7 @@ pub fn initialize(
     let m = match existing {
         Some(m) => m,
         None => {
-            let m = Manifest::new(cfg.segment_size_bytes, cfg.segments);
+            let m = Manifest::new(cfg.segment_size_bytes, cfg.segments, new_key()?);
             m.store(dir)?;
             m
         }
@@ -271,10 +286,7 @@ pub fn scan_dir(dir: &Path, cfg: &JournalConfig) -> Result<(Manifest, ScanReport
         FileRing::open(dir, geo)?,
         geo,
         scan_start(&m.checkpoint)?,
-        ScanLimits {
-            max_epoch: m.epoch,
-            lookahead_bytes: cfg.recovery_lookahead_bytes,
-        },
+        scan_limits(&m, cfg),
     )?;
     Ok((m, report))
 }
@@ -286,16 +298,20 @@ fn zero_range(dir: &Path, geo: Geometry, from: u64, to: u64) -> Result<(), Journ
     let zeros = vec![0u8; 1 << 20];
     let mut p = from;
     while p < to {
-        let n = (to - p).min(geo.seg_end(p) - p).min(zeros.len() as u64);
+        let seg_end = geo.seg_end(p).min(to);
         let path = segment_path(dir, geo.seg_index(p));
+        let zeroing = |e| JournalError::io(format!("zeroing {}", path.display()), e);
         let f = std::fs::OpenOptions::new()
             .write(true)
             .open(&path)
             .map_err(|e| JournalError::io(format!("opening {}", path.display()), e))?;
-        f.write_all_at(&zeros[..n as usize], geo.seg_off(p))
-            .and_then(|()| f.sync_data())
-            .map_err(|e| JournalError::io(format!("zeroing {}", path.display()), e))?;
-        p += n;
+        while p < seg_end {
+            let n = (seg_end - p).min(zeros.len() as u64);
+            f.write_all_at(&zeros[..n as usize], geo.seg_off(p))
+                .map_err(zeroing)?;
+            p += n;
+        }
+        f.sync_data().map_err(zeroing)?;
     }
     Ok(())
 }
@@ -364,10 +380,7 @@ impl Journal {
             &mut ring,
             geo,
             scan_start(&checkpoint)?,
-            ScanLimits {
-                max_epoch: manifest.epoch,
-                lookahead_bytes: cfg.recovery_lookahead_bytes,
-            },
+            scan_limits(&manifest, cfg),
         )?;
         let mut cut_corruption = None;
         match &report.tail {
@@ -376,10 +389,7 @@ impl Journal {
             }
             Tail::Corrupt(c) => {
                 tracing::warn!(corruption = %c, "accepting data loss: cutting the journal at the corruption");
-                // From the end itself: the next run writes there (`resume_tail`).
-                let from = report.end.end_pos;
-                let to = (align_up(c.pos) + cfg.recovery_lookahead_bytes)
-                    .min(geo.write_limit(checkpoint.start_pos));
+                let (from, to) = report.repair_range(geo);
                 zero_range(dir, geo, from, to)?;
                 cut_corruption = Some(c.clone());
             }
@@ -389,6 +399,8 @@ impl Journal {
             .epoch
             .checked_add(1)
             .ok_or_else(|| JournalError::Manifest("epoch counter exhausted".into()))?;
+        // A journal made before record keys: its records stay readable, new ones are keyed.
+        manifest.upgrade(report.end.end_pos, new_key()?);
         manifest.store(dir)?;
         let end = report.end;
         let starts = report
@@ -401,6 +413,7 @@ impl Journal {
         let batcher = Batcher::new(BatcherInit {
             geo,
             epoch: manifest.epoch,
+            key: manifest.record_keys().0,
             next_lsn: end.next_lsn,
             end_pos: end.end_pos,
             tail,
@@ -563,12 +576,29 @@ impl Journal {
             FileRing::open(&self.dir, self.geo)?,
             self.geo,
             scan_start(&m.checkpoint)?,
-            ScanLimits {
-                max_epoch: m.epoch,
-                lookahead_bytes: self.cfg.recovery_lookahead_bytes,
-            },
+            scan_limits(&m, &self.cfg),
         );
         Ok(EntryIter::new(scanner, from, upto))
+    }
+
+    /// The replication id at the end of durable entry `lsn`: read from the entry, or from
+    /// the checkpoint when `lsn` is the last entry released (releasing everything moves the
+    /// checkpoint to the end of the log). None when it is neither retained nor the last
+    /// released one. Blocking (reads the segment files).
+    pub fn repl_id_after(&self, lsn: u64) -> Result<Option<[u8; REPL_ID_BYTES]>, JournalError> {
+        let cp = self
+            .manifest
+            .lock()
+            .expect("manifest mutex poisoned")
+            .checkpoint
+            .clone();
+        if lsn + 1 == cp.start_lsn {
+            return cp.prev_repl_id().map(Some);
+        }
+        match self.replay(ReplayFrom::Lsn(lsn))?.next().transpose()? {
+            Some(e) if e.lsn == lsn => Ok(Some(e.repl_id)),
+            _ => Ok(None),
+        }
     }
 
     /// Releases entries up to and including `lsn` (after a checkpoint): the manifest's

@@ -25,7 +25,7 @@
 //!  +-----------------------------------------------------+
 //! 88                              96
 //!  +------------------------------+------------ ... -----+
-//!  | crc64 (header[0..88] ++ payload) | payload (payload_len)
+//!  | crc64 (key ++ header[0..88] ++ payload) | payload (payload_len)
 //!  +------------------------------+------------ ... -----+
 //! ```
 //!
@@ -40,10 +40,16 @@
 //! - `durable_hint`: the highest LSN known durable when the record was encoded. If recovery
 //!   finds a bad record at LSN `e` but a later valid record with `durable_hint >= e`, entry
 //!   `e` had been acknowledged: that is mid-log corruption, not a torn tail.
-//! - `crc64` (crc64fast, ECMA polynomial) covers the header and payload.
+//! - `crc64` (crc64fast, ECMA polynomial) covers the journal's secret [`RecordKey`], then
+//!   the header and payload. A client chooses payload bytes, so a value may hold a
+//!   well-formed record; without the key (made at init from the OS's random source, kept in
+//!   the manifest, never derived from data) its checksum is right with probability 2^-64,
+//!   so it is never taken for a record (Dragonfly seeds its AOF checksums the same way).
+//!   Format 1 records (walrus before the key) are read, never written.
 //!
-//! Writes are padded with zeros to 4 KiB blocks; the next write starts at the next block
-//! boundary. A record never crosses a segment end.
+//! Writes are padded with zeros to 4 KiB blocks; the next write continues inside the last
+//! written block when a record fits there (docs/journal.md, "The open tail block"). A
+//! record never crosses a segment end.
 
 use crc64fast::Digest;
 
@@ -55,8 +61,10 @@ pub const HEADER_BYTES: usize = 96;
 pub const CRC_COVERED_HEADER_BYTES: usize = 88;
 /// "WJL1" read as little-endian u32: walrus journal log.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"WJL1");
-/// Version of this record format.
-pub const FORMAT_VERSION: u8 = 1;
+/// Version of the records this build writes: checksums keyed with the journal's secret.
+pub const FORMAT_VERSION: u8 = 2;
+/// Records written before the key existed (unkeyed checksum); read, never written.
+pub const UNKEYED_FORMAT_VERSION: u8 = 1;
 /// Length of a Valkey replication id.
 pub const REPL_ID_BYTES: usize = 40;
 
@@ -87,9 +95,29 @@ impl Kind {
     }
 }
 
+/// The journal's secret, mixed into every record's checksum. Its Debug output is redacted:
+/// it must not reach logs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct RecordKey(pub u64);
+
+impl std::fmt::Debug for RecordKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RecordKey(..)")
+    }
+}
+
+impl RecordKey {
+    /// A fresh key from the operating system's random source.
+    pub fn random() -> std::io::Result<RecordKey> {
+        getrandom::u64().map(RecordKey).map_err(std::io::Error::other)
+    }
+}
+
 /// Decoded header fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordHeader {
+    /// FORMAT_VERSION, or UNKEYED_FORMAT_VERSION for a record of a journal made before keys.
+    pub version: u8,
     pub kind: Kind,
     pub payload_len: u32,
     pub epoch: u32,
@@ -121,6 +149,24 @@ pub fn record_fits_at(seg_off: u64, segment_size_bytes: u64) -> bool {
     segment_size_bytes.saturating_sub(seg_off) > HEADER_BYTES as u64
 }
 
+/// The most ring an entry of `len` payload bytes can take, counted from the end of the log
+/// before it, for writes of at most `max_write_bytes` in segments of `segment_size_bytes`.
+///
+/// With H = HEADER_BYTES, B = BLOCK_BYTES, W, S: the entry may first skip to the next block
+/// (< B) or, near a segment's end, to the next segment (<= H); each record costs H, and
+/// each write buffer it fills leaves at most H unused at its end. A span of X bytes touches
+/// at most X/W + X/S + 3 buffers (one per W, one more per segment end, the first and last
+/// partial), so X <= len + B + 8H + 2H (X/W + X/S), that is
+/// X <= (len + B + 8H) * W * S / (W * S - 2H (W + S)). docs/journal.md ("Large entries")
+/// gives the admission rule built on it.
+pub fn entry_span_bound(len: u64, max_write_bytes: u64, segment_size_bytes: u64) -> u64 {
+    let (h, b) = (HEADER_BYTES as u128, BLOCK_BYTES as u128);
+    let (w, s) = (u128::from(max_write_bytes), u128::from(segment_size_bytes));
+    let denominator = (w * s).saturating_sub(2 * h * (w + s)).max(1);
+    let bound = (u128::from(len) + b + 8 * h) * w * s;
+    u64::try_from(bound.div_ceil(denominator)).unwrap_or(u64::MAX)
+}
+
 /// Round `pos` up to the next block boundary.
 pub fn align_up(pos: u64) -> u64 {
     let b = BLOCK_BYTES as u64;
@@ -137,7 +183,7 @@ impl RecordHeader {
     pub fn write_fields(&self, out: &mut [u8]) {
         assert!(out.len() >= HEADER_BYTES, "header buffer too small");
         out[0..4].copy_from_slice(&MAGIC.to_le_bytes());
-        out[4] = FORMAT_VERSION;
+        out[4] = self.version;
         out[5] = self.kind as u8;
         out[6..8].copy_from_slice(&[0, 0]);
         out[8..12].copy_from_slice(&self.payload_len.to_le_bytes());
@@ -160,8 +206,9 @@ impl RecordHeader {
         if u32_at(0) != MAGIC {
             return Err(HeaderError::Magic);
         }
-        if bytes[4] != FORMAT_VERSION {
-            return Err(HeaderError::Version(bytes[4]));
+        let version = bytes[4];
+        if version != FORMAT_VERSION && version != UNKEYED_FORMAT_VERSION {
+            return Err(HeaderError::Version(version));
         }
         let kind = Kind::from_u8(bytes[5]).ok_or(HeaderError::Kind(bytes[5]))?;
         if bytes[6] != 0 || bytes[7] != 0 {
@@ -170,6 +217,7 @@ impl RecordHeader {
         let mut repl_id = [0u8; REPL_ID_BYTES];
         repl_id.copy_from_slice(&bytes[48..88]);
         Ok(RecordHeader {
+            version,
             kind,
             payload_len: u32_at(8),
             epoch: u32_at(12),
@@ -182,17 +230,21 @@ impl RecordHeader {
     }
 }
 
-/// CRC of a record: header bytes before the CRC field, then the payload.
-pub fn record_crc(header: &[u8], payload: &[u8]) -> u64 {
+/// CRC of a record: the key (unless the header says format 1), the header bytes before the
+/// CRC field, then the payload.
+pub fn record_crc(key: RecordKey, header: &[u8], payload: &[u8]) -> u64 {
     let mut d = Digest::new();
+    if header[4] != UNKEYED_FORMAT_VERSION {
+        d.write(&key.0.to_le_bytes());
+    }
     d.write(&header[..CRC_COVERED_HEADER_BYTES]);
     d.write(payload);
     d.sum64()
 }
 
 /// Stores the CRC into an encoded header whose fields are already written.
-pub fn seal_crc(header: &mut [u8], payload: &[u8]) {
-    let crc = record_crc(header, payload);
+pub fn seal_crc(key: RecordKey, header: &mut [u8], payload: &[u8]) {
+    let crc = record_crc(key, header, payload);
     header[88..96].copy_from_slice(&crc.to_le_bytes());
 }
 
@@ -203,7 +255,7 @@ pub fn stored_crc(header: &[u8]) -> u64 {
 
 /// Encodes header + payload into `out` (which must hold HEADER_BYTES + payload.len()).
 /// Returns the number of bytes written. Used by tests and tools; the hot path encodes in place.
-pub fn encode_record(h: &RecordHeader, payload: &[u8], out: &mut [u8]) -> usize {
+pub fn encode_record(key: RecordKey, h: &RecordHeader, payload: &[u8], out: &mut [u8]) -> usize {
     assert_eq!(
         h.payload_len as usize,
         payload.len(),
@@ -214,12 +266,12 @@ pub fn encode_record(h: &RecordHeader, payload: &[u8], out: &mut [u8]) -> usize 
     let (hdr, rest) = out.split_at_mut(HEADER_BYTES);
     h.write_fields(hdr);
     rest[..payload.len()].copy_from_slice(payload);
-    seal_crc(hdr, payload);
+    seal_crc(key, hdr, payload);
     total
 }
 
 /// Decodes a whole record from `bytes` (header at the start). Checks structure and CRC.
-pub fn decode_record(bytes: &[u8]) -> Result<(RecordHeader, &[u8]), DecodeError> {
+pub fn decode_record(key: RecordKey, bytes: &[u8]) -> Result<(RecordHeader, &[u8]), DecodeError> {
     let h = RecordHeader::parse(bytes).map_err(DecodeError::Header)?;
     let end = HEADER_BYTES + h.payload_len as usize;
     if bytes.len() < end {
@@ -229,7 +281,7 @@ pub fn decode_record(bytes: &[u8]) -> Result<(RecordHeader, &[u8]), DecodeError>
         });
     }
     let payload = &bytes[HEADER_BYTES..end];
-    if record_crc(bytes, payload) != stored_crc(bytes) {
+    if record_crc(key, bytes, payload) != stored_crc(bytes) {
         return Err(DecodeError::Crc);
     }
     Ok((h, payload))
@@ -247,8 +299,11 @@ pub enum DecodeError {
 mod tests {
     use super::*;
 
+    const KEY: RecordKey = RecordKey(0x5eed);
+
     fn hdr(len: u32) -> RecordHeader {
         RecordHeader {
+            version: FORMAT_VERSION,
             kind: Kind::Full,
             payload_len: len,
             epoch: 3,
@@ -264,22 +319,35 @@ mod tests {
     fn roundtrip_and_crc_detects_flip() {
         let payload = b"*3\r\n$3\r\nSET\r\n";
         let mut buf = vec![0u8; HEADER_BYTES + payload.len()];
-        let n = encode_record(&hdr(payload.len() as u32), payload, &mut buf);
+        let n = encode_record(KEY, &hdr(payload.len() as u32), payload, &mut buf);
         assert_eq!(n, buf.len());
-        let (h, p) = decode_record(&buf).unwrap();
+        let (h, p) = decode_record(KEY, &buf).unwrap();
         assert_eq!(h, hdr(payload.len() as u32));
         assert_eq!(p, payload);
         for bit in 0..buf.len() * 8 {
             let mut b = buf.clone();
             b[bit / 8] ^= 1 << (bit % 8);
-            assert!(decode_record(&b).is_err(), "bit {bit} flip undetected");
+            assert!(decode_record(KEY, &b).is_err(), "bit {bit} flip undetected");
         }
+    }
+
+    #[test]
+    fn a_record_sealed_with_another_key_does_not_decode() {
+        let payload = b"*1\r\n$8\r\nFLUSHALL\r\n";
+        let mut buf = vec![0u8; HEADER_BYTES + payload.len()];
+        encode_record(RecordKey(1), &hdr(payload.len() as u32), payload, &mut buf);
+        assert_eq!(decode_record(KEY, &buf), Err(DecodeError::Crc));
+        // A format 1 record has no key: any key reads it.
+        let mut h = hdr(payload.len() as u32);
+        h.version = UNKEYED_FORMAT_VERSION;
+        encode_record(RecordKey(1), &h, payload, &mut buf);
+        assert_eq!(decode_record(KEY, &buf).unwrap().0, h);
     }
 
     #[test]
     fn zeros_are_not_a_record() {
         assert_eq!(
-            decode_record(&[0u8; 200]),
+            decode_record(KEY, &[0u8; 200]),
             Err(DecodeError::Header(HeaderError::Magic))
         );
         assert_eq!(RecordHeader::parse(&[0u8; 10]), Err(HeaderError::Short));

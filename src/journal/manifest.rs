@@ -1,21 +1,25 @@
-//! The manifest (superblock): format version, ring geometry, writer epoch and checkpoint.
+//! The manifest (superblock): format version, ring geometry, writer epoch, the records'
+//! key, and the checkpoint.
 //!
-//! It is small TOML followed by a CRC line, replaced atomically: write `MANIFEST.tmp`, fsync
-//! it, rename over `MANIFEST`, fsync the directory. A reader sees either the old or the new
-//! manifest, never a mix; the CRC catches bit rot.
+//! It is small TOML followed by a CRC line, replaced atomically without allocating (see
+//! [`replace_file`]: the new version goes into `MANIFEST.prev` in place, then the two names
+//! are exchanged). A reader sees either the old or the new manifest, never a mix; the CRC
+//! catches bit rot.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use super::error::JournalError;
-use super::format::REPL_ID_BYTES;
+use super::format::{RecordKey, REPL_ID_BYTES};
 
 pub const MANIFEST_FILE: &str = "MANIFEST";
-/// Version of the manifest and segment layout.
-pub const LAYOUT_VERSION: u32 = 1;
+/// Version of the manifest and segment layout this build writes: 2 added the records' key
+/// (format 2 records).
+pub const LAYOUT_VERSION: u32 = 2;
+/// Journals made before the key: read, and upgraded at their next open for writing.
+pub const UNKEYED_LAYOUT_VERSION: u32 = 1;
 
 /// Where recovery starts: the first retained entry. Everything before it is released.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,17 +63,52 @@ pub struct Manifest {
     pub segments: u32,
     /// Incremented at every open for writing; records carry the epoch that wrote them.
     pub epoch: u32,
+    /// The secret mixed into every record's checksum (16 hex digits); absent in layout 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record_key_hex: Option<String>,
+    /// Records before this logical position were written before the journal had a key
+    /// (format 1, upgraded from layout 1); every record from here on is format 2.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unkeyed_before_pos: u64,
     pub checkpoint: Checkpoint,
 }
 
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
 impl Manifest {
-    pub fn new(segment_size_bytes: u64, segments: u32) -> Manifest {
+    pub fn new(segment_size_bytes: u64, segments: u32, key: RecordKey) -> Manifest {
         Manifest {
             layout_version: LAYOUT_VERSION,
             segment_size_bytes,
             segments,
             epoch: 0,
+            record_key_hex: Some(format!("{:016x}", key.0)),
+            unkeyed_before_pos: 0,
             checkpoint: Checkpoint::initial(),
+        }
+    }
+
+    /// The records' key, and the position before which records may be unkeyed (format 1).
+    /// A layout 1 journal has no key: all its records are format 1.
+    pub fn record_keys(&self) -> (RecordKey, u64) {
+        match &self.record_key_hex {
+            Some(hex) => (
+                RecordKey(u64::from_str_radix(hex, 16).expect("checked by parse")),
+                self.unkeyed_before_pos,
+            ),
+            None => (RecordKey(0), u64::MAX),
+        }
+    }
+
+    /// Upgrades a layout 1 manifest: records from `end_pos` on (where the next record of the
+    /// log goes) are written keyed; those before stay readable as format 1.
+    pub fn upgrade(&mut self, end_pos: u64, key: RecordKey) {
+        if self.layout_version == UNKEYED_LAYOUT_VERSION {
+            self.layout_version = LAYOUT_VERSION;
+            self.record_key_hex = Some(format!("{:016x}", key.0));
+            self.unkeyed_before_pos = end_pos;
         }
     }
 
@@ -81,10 +120,24 @@ impl Manifest {
         let body = unseal(text).map_err(JournalError::Manifest)?;
         let m: Manifest =
             toml::from_str(body).map_err(|e| JournalError::Manifest(e.to_string()))?;
-        if m.layout_version != LAYOUT_VERSION {
+        let keyed = match m.layout_version {
+            LAYOUT_VERSION => true,
+            UNKEYED_LAYOUT_VERSION => false,
+            v => {
+                return Err(JournalError::Manifest(format!(
+                    "layout_version {v} is not supported (this build reads {UNKEYED_LAYOUT_VERSION} and {LAYOUT_VERSION})"
+                )))
+            }
+        };
+        let key_ok = match m.record_key_hex.as_deref() {
+            Some(h) => keyed && h.len() == 16 && u64::from_str_radix(h, 16).is_ok(),
+            None => !keyed,
+        };
+        if !key_ok {
             return Err(JournalError::Manifest(format!(
-                "layout_version {} is not supported (this build reads {LAYOUT_VERSION})",
-                m.layout_version
+                "layout_version {} needs {} record_key_hex",
+                m.layout_version,
+                if keyed { "a 16-hex-digit" } else { "no" }
             )));
         }
         Ok(m)
@@ -131,31 +184,79 @@ pub fn unseal(text: &str) -> Result<&str, String> {
     Ok(body)
 }
 
-/// Atomically replaces `dir/name`: write `name.tmp`, fsync it, rename it over `name`, fsync
-/// the directory. A reader sees the old or the new contents, never a mix.
+/// Atomically replaces `dir/name`, allocating nothing on the way, so that a manifest can be
+/// replaced on a full disk (the journal bumps its epoch at every open and moves its
+/// checkpoint at every release; an ENOSPC there would stop releases and every start).
+///
+/// `name.prev` holds the previous version. The new contents overwrite it in place, padded
+/// with newlines to its size (sealed text ignores them), and are synced; then the two names
+/// are exchanged (renameat2 RENAME_EXCHANGE) and the directory synced. A crash before the
+/// exchange leaves the old version in force, after it the new one. Blocks a file already
+/// has, rewritten, and an exchange of names need no free space. Where there is no old
+/// version yet, or the file system cannot exchange names, `name.prev` is renamed over
+/// `name` instead (that needs space the next time, to make `name.prev` again).
 pub fn replace_file(dir: &Path, name: &str, contents: &[u8]) -> Result<(), JournalError> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    let ctx = |what: &str| format!("{what} {}", tmp.display());
-    let written = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .map_err(|e| JournalError::io(ctx("creating"), e))?;
-        crate::fault::manifest_write()
-            .and_then(|()| f.write_all(contents))
-            .map_err(|e| JournalError::io(ctx("writing"), e))?;
-        f.sync_all()
-            .map_err(|e| JournalError::io(ctx("fsync of"), e))
-    })();
-    if let Err(e) = written {
-        // The old file stays in force; leave no half-written copy taking space.
-        let _ = fs::remove_file(&tmp);
-        return Err(e);
+    use std::os::unix::fs::FileExt;
+    let target = dir.join(name);
+    let spare = dir.join(format!("{name}.prev"));
+    let ctx = |what: &str| format!("{what} {}", spare.display());
+    crate::fault::init_step();
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&spare)
+        .map_err(|e| JournalError::io(ctx("opening"), e))?;
+    let size = f
+        .metadata()
+        .map_err(|e| JournalError::io(ctx("stat of"), e))?
+        .len();
+    let mut padded = contents.to_vec();
+    let len = (contents.len() as u64).next_multiple_of(4096).max(size);
+    padded.resize(len as usize, b'\n');
+    crate::fault::init_step();
+    crate::fault::manifest_write()
+        .and_then(|()| f.write_all_at(&padded, 0))
+        .map_err(|e| JournalError::io(ctx("writing"), e))?;
+    crate::fault::init_step();
+    f.sync_all()
+        .map_err(|e| JournalError::io(ctx("fsync of"), e))?;
+    drop(f);
+    crate::fault::init_step();
+    let exchanged = target.exists() && exchange(&spare, &target)?;
+    if !exchanged {
+        fs::rename(&spare, &target).map_err(|e| JournalError::io(ctx("renaming"), e))?;
     }
-    fs::rename(&tmp, dir.join(name)).map_err(|e| JournalError::io(ctx("renaming"), e))?;
+    crate::fault::init_step();
     fsync_dir(dir)
+}
+
+/// Swaps two names atomically; Ok(false) where the file system cannot.
+fn exchange(a: &Path, b: &Path) -> Result<bool, JournalError> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).expect("no NUL in paths");
+    let (ca, cb) = (c(a), c(b));
+    // SAFETY: two valid C strings; AT_FDCWD with absolute or cwd-relative paths.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            ca.as_ptr(),
+            libc::AT_FDCWD,
+            cb.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP) => Ok(false),
+        _ => Err(JournalError::io(
+            format!("exchanging {} and {}", a.display(), b.display()),
+            e,
+        )),
+    }
 }
 
 /// fsync a directory so that renames and creations in it are durable.
@@ -194,12 +295,20 @@ mod tests {
     fn store_load_roundtrip_and_crc() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(Manifest::load(dir.path()).unwrap(), None);
-        let mut m = Manifest::new(65536, 3);
+        let mut m = Manifest::new(65536, 3, RecordKey(0xfeed));
         m.epoch = 5;
         m.checkpoint.start_lsn = 77;
         m.store(dir.path()).unwrap();
         assert_eq!(Manifest::load(dir.path()).unwrap(), Some(m.clone()));
-        assert!(!dir.path().join("MANIFEST.tmp").exists());
+        let mut next = m.clone();
+        next.epoch = 6;
+        next.store(dir.path()).unwrap();
+        assert_eq!(Manifest::load(dir.path()).unwrap(), Some(next));
+        // The previous version stays, padded to a block, as the next write's place.
+        let prev = fs::read_to_string(dir.path().join("MANIFEST.prev")).unwrap();
+        assert_eq!(prev.len(), 4096);
+        assert_eq!(Manifest::parse(&prev).unwrap(), m);
+        m.store(dir.path()).unwrap();
         let path = dir.path().join(MANIFEST_FILE);
         let text = fs::read_to_string(&path)
             .unwrap()

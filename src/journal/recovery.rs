@@ -5,12 +5,15 @@
 //! `align_up(end)` (a new write; this may be the next segment's start). A candidate is
 //! accepted only when all of these hold:
 //! - magic, version, kind and reserved bytes are right, the record fits in its segment;
-//! - the CRC over header and payload matches;
+//! - the CRC over the journal's key, header and payload matches (a record a client planted
+//!   inside a value never has the key); unkeyed format 1 records only before the position
+//!   where a journal upgraded from layout 1 began writing keyed ones;
 //! - `seg_seq` equals the position's segment sequence (a previous lap's record is stale);
 //! - `epoch` is not older than the previous record's (leftovers of a crashed run) and not
 //!   newer than the manifest's;
 //! - the kind and LSN continue the sequence: FULL/FIRST with LSN exactly previous + 1,
-//!   MIDDLE/LAST of the entry in progress.
+//!   MIDDLE/LAST of the entry in progress, with its FIRST's epoch, replication id and
+//!   offset (fragments of two runs never splice into one entry).
 //!
 //! The first rejected position is the end. Then a look-ahead searches the following bytes
 //! (a write may continue inside the previous write's last block, so records start
@@ -22,8 +25,8 @@
 
 use super::error::{Corruption, JournalError};
 use super::format::{
-    align_up, record_crc, record_fits_at, stored_crc, Kind, RecordHeader, HEADER_BYTES, MAGIC,
-    REPL_ID_BYTES,
+    align_up, record_crc, record_fits_at, stored_crc, Kind, RecordHeader, RecordKey,
+    HEADER_BYTES, MAGIC, REPL_ID_BYTES, UNKEYED_FORMAT_VERSION,
 };
 use super::ring::{Geometry, RingRead};
 
@@ -42,6 +45,11 @@ pub struct ScanLimits {
     /// Records from a newer epoch than the manifest's cannot exist; treat them as junk.
     pub max_epoch: u32,
     pub lookahead_bytes: u64,
+    /// The journal's secret: only records whose checksum includes it are records.
+    pub key: RecordKey,
+    /// Unkeyed (format 1) records are accepted only before this position (0 for a journal
+    /// made keyed; the upgrade point for one made before keys, `u64::MAX` before upgrade).
+    pub unkeyed_before_pos: u64,
 }
 
 /// End of the recovered log.
@@ -106,6 +114,16 @@ pub struct ScanReport {
     pub dropped_partial_entry: bool,
 }
 
+impl ScanReport {
+    /// What cutting the log at its end overwrites (`journal repair`): from the end to the
+    /// end of the ring. What an older run wrote past a cut is valid, of the current lap,
+    /// with durable hints beyond the cut: left in place, any later open whose look-ahead
+    /// reaches it would take it as evidence of corruption.
+    pub fn repair_range(&self, geo: Geometry) -> (u64, u64) {
+        (self.end.end_pos, geo.write_limit(self.start.pos))
+    }
+}
+
 /// Size of the read-ahead window: large sequential reads.
 const WINDOW_BYTES: usize = 1 << 20;
 
@@ -165,15 +183,14 @@ fn describe_reject(r: &Reject) -> String {
         Reject::Header(e) => format!("no record header ({e:?})"),
         Reject::Length(n) => format!("payload length {n} runs past the segment end"),
         Reject::Crc => "CRC mismatch".into(),
+        Reject::Format(v) => format!("format {v} record where the journal writes another format"),
         Reject::StaleLap { found, expected } => {
             format!("stale record from an earlier lap (seg_seq {found}, expected {expected})")
         }
         Reject::Epoch { found, min, max } => format!("record epoch {found} outside [{min}, {max}]"),
-        Reject::Sequence {
-            kind,
-            lsn,
-            expected,
-        } => format!("{kind:?} record with LSN {lsn}, expected {expected}"),
+        Reject::Sequence { kind, lsn, expected } => {
+            format!("{kind:?} record with LSN {lsn}, expected {expected}")
+        }
         Reject::BeyondRing => "the ring is full up to here".into(),
     }
 }
@@ -184,6 +201,7 @@ enum Reject {
     Header(super::format::HeaderError),
     Length(u32),
     Crc,
+    Format(u8),
     StaleLap {
         found: u64,
         expected: u64,
@@ -199,6 +217,25 @@ enum Reject {
         expected: String,
     },
     BeyondRing,
+}
+
+/// A fragmented entry in progress: its FIRST record, which the rest must match.
+#[derive(Debug, Clone, Copy)]
+struct Fragmented {
+    lsn: u64,
+    epoch: u32,
+    repl_id: [u8; REPL_ID_BYTES],
+    repl_offset_end: u64,
+}
+
+impl Fragmented {
+    fn continued_by(&self, h: &RecordHeader) -> bool {
+        matches!(h.kind, Kind::Middle | Kind::Last)
+            && h.lsn == self.lsn
+            && h.epoch == self.epoch
+            && h.repl_id == self.repl_id
+            && h.repl_offset_end == self.repl_offset_end
+    }
 }
 
 /// One accepted record.
@@ -217,7 +254,7 @@ pub struct Scanner<R> {
     /// End of the last accepted record (or the start position).
     pos: u64,
     limit_pos: u64,
-    in_entry: Option<(u64, u64)>, // (lsn, start pos) of a fragmented entry in progress
+    in_entry: Option<Fragmented>,
     last_epoch: u32,
     end: LogEnd,
     entries: u64,
@@ -253,10 +290,8 @@ impl<R: RingRead> Scanner<R> {
         }
     }
 
-    fn check(&mut self, c: u64) -> std::io::Result<Result<RecordHeader, Reject>> {
-        if c >= self.limit_pos {
-            return Ok(Err(Reject::BeyondRing));
-        }
+    /// The well-formed, correctly keyed record at `c`, whatever its place in the sequence.
+    fn decode_at(&mut self, c: u64) -> std::io::Result<Result<RecordHeader, Reject>> {
         let seg_size = self.geo.segment_size_bytes;
         if !record_fits_at(self.geo.seg_off(c), seg_size) {
             return Ok(Err(Reject::NoRoom));
@@ -269,10 +304,24 @@ impl<R: RingRead> Scanner<R> {
         if c + total > self.geo.seg_end(c) {
             return Ok(Err(Reject::Length(h.payload_len)));
         }
+        if (h.version == UNKEYED_FORMAT_VERSION) != (c < self.limits.unkeyed_before_pos) {
+            return Ok(Err(Reject::Format(h.version)));
+        }
         let rec = self.win.get(c, total as usize)?;
-        if record_crc(rec, &rec[HEADER_BYTES..]) != stored_crc(rec) {
+        if record_crc(self.limits.key, rec, &rec[HEADER_BYTES..]) != stored_crc(rec) {
             return Ok(Err(Reject::Crc));
         }
+        Ok(Ok(h))
+    }
+
+    fn check(&mut self, c: u64) -> std::io::Result<Result<RecordHeader, Reject>> {
+        if c >= self.limit_pos {
+            return Ok(Err(Reject::BeyondRing));
+        }
+        let h = match self.decode_at(c)? {
+            Ok(h) => h,
+            Err(r) => return Ok(Err(r)),
+        };
         let expected_seq = self.geo.seg_seq(c);
         if h.seg_seq != expected_seq {
             return Ok(Err(Reject::StaleLap {
@@ -287,13 +336,16 @@ impl<R: RingRead> Scanner<R> {
                 max: self.limits.max_epoch,
             }));
         }
-        let ok = match self.in_entry {
-            Some((lsn, _)) => matches!(h.kind, Kind::Middle | Kind::Last) && h.lsn == lsn,
+        let ok = match &self.in_entry {
+            Some(f) => f.continued_by(&h),
             None => h.kind.starts_entry() && h.lsn == self.end.next_lsn,
         };
         if !ok {
-            let expected = match self.in_entry {
-                Some((lsn, _)) => format!("MIDDLE/LAST of LSN {lsn}"),
+            let expected = match &self.in_entry {
+                Some(f) => format!(
+                    "MIDDLE/LAST of LSN {} from epoch {} at offset {}",
+                    f.lsn, f.epoch, f.repl_offset_end
+                ),
                 None => format!("FULL/FIRST with LSN {}", self.end.next_lsn),
             };
             return Ok(Err(Reject::Sequence {
@@ -336,7 +388,14 @@ impl<R: RingRead> Scanner<R> {
         self.last_epoch = h.epoch;
         self.records += 1;
         match h.kind {
-            Kind::First => self.in_entry = Some((h.lsn, c)),
+            Kind::First => {
+                self.in_entry = Some(Fragmented {
+                    lsn: h.lsn,
+                    epoch: h.epoch,
+                    repl_id: h.repl_id,
+                    repl_offset_end: h.repl_offset_end,
+                })
+            }
             Kind::Middle => {}
             Kind::Full | Kind::Last => {
                 self.in_entry = None;
@@ -394,8 +453,8 @@ impl<R: RingRead> Scanner<R> {
     pub fn finish(mut self) -> std::io::Result<ScanReport> {
         while self.next_record()?.is_some() {}
         let bad_pos = self.pos;
-        let (expected_lsn, dropped_partial) = match self.in_entry {
-            Some((lsn, _)) => (lsn, true),
+        let (expected_lsn, dropped_partial) = match &self.in_entry {
+            Some(f) => (f.lsn, true),
             None => (self.end.next_lsn, false),
         };
         let reason = self
@@ -430,10 +489,11 @@ impl<R: RingRead> Scanner<R> {
         })
     }
 
-    /// Searches the bytes from `bad_pos` on for a valid current-lap record whose durable
-    /// hint covers `expected_lsn`. Every position holding the magic is a candidate; a
-    /// CRC-valid record that is not evidence is stepped over whole, so that bytes inside
-    /// its payload (a client's value may hold anything) are never taken for a record.
+    /// Searches the bytes from `bad_pos` on for a valid current-lap record, of an epoch not
+    /// older than the log's last record, whose durable hint covers `expected_lsn`. Every
+    /// position holding the magic is a candidate; only keyed records count (a client's
+    /// value may hold anything, but not the key). A valid record that is not evidence is
+    /// stepped over whole.
     fn look_ahead(
         &mut self,
         bad_pos: u64,
@@ -454,28 +514,17 @@ impl<R: RingRead> Scanner<R> {
             };
             let c = p + i as u64;
             p = c + 1;
-            if !record_fits_at(self.geo.seg_off(c), self.geo.segment_size_bytes) {
-                continue;
-            }
-            let Ok(h) = RecordHeader::parse(self.win.get(c, HEADER_BYTES)?) else {
+            let Ok(h) = self.decode_at(c)? else {
                 continue;
             };
-            let end = c + HEADER_BYTES as u64 + u64::from(h.payload_len);
-            if end > self.geo.seg_end(c) {
-                continue;
-            }
-            let rec = self.win.get(c, (end - c) as usize)?;
-            if record_crc(rec, &rec[HEADER_BYTES..]) != stored_crc(rec) {
-                continue;
-            }
             if h.seg_seq == self.geo.seg_seq(c)
                 && h.lsn > expected_lsn
                 && h.durable_hint >= expected_lsn
-                && h.epoch <= self.limits.max_epoch
+                && (self.last_epoch..=self.limits.max_epoch).contains(&h.epoch)
             {
                 return Ok(Some((c, h)));
             }
-            p = end;
+            p = c + HEADER_BYTES as u64 + u64::from(h.payload_len);
         }
         Ok(None)
     }

@@ -5,11 +5,24 @@
 //! out of order, tear them, and then run the real recovery scanner on the result.
 
 use super::batcher::{Batcher, BatcherInit, SealedWrite};
-use super::format::REPL_ID_BYTES;
+use super::format::{RecordKey, REPL_ID_BYTES};
 use super::recovery::{scan, ScanLimits, ScanReport, ScanStart};
 use super::ring::{Geometry, MemRing};
 
 pub const SIM_REPL_ID: [u8; REPL_ID_BYTES] = *b"0123456789abcdef0123456789abcdef01234567";
+/// The simulated journal's record key.
+pub const SIM_KEY: RecordKey = RecordKey(0x7761_6c72_7573_6b65);
+
+/// What a torn write left in one 512-byte sector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sector {
+    /// The bytes before the write.
+    Old,
+    /// The write's bytes.
+    New,
+    /// Neither: what a device outside the torn-write model may return.
+    Garbage,
+}
 
 /// A write taken from the batcher but not yet applied (in flight).
 #[derive(Debug)]
@@ -76,6 +89,7 @@ impl MemLog {
         Batcher::new(BatcherInit {
             geo,
             epoch,
+            key: SIM_KEY,
             next_lsn: end.lsn,
             end_pos: end.pos,
             tail,
@@ -109,7 +123,7 @@ impl MemLog {
     /// [`MemLog::complete`] reports that one done.
     pub fn take_writes(&mut self) -> Vec<PendingWrite> {
         let mut out = Vec::new();
-        while let Some(w) = self.batcher.take_write() {
+        while let Some(w) = self.batcher.take_write(self.durable_lsn) {
             out.push(self.pending(w));
         }
         out
@@ -129,6 +143,36 @@ impl MemLog {
     /// Applies a write to the ring (its bytes reach the "disk").
     pub fn apply(&mut self, w: &PendingWrite) {
         self.ring.write_at(self.geo, w.start_pos, &w.bytes);
+    }
+
+    /// Applies a torn write: each 512-byte sector ends up as `fate` says.
+    pub fn apply_sectors(&mut self, w: &PendingWrite, fate: impl Fn(usize) -> Sector) {
+        for (s, sector) in w.bytes.chunks(512).enumerate() {
+            let at = w.start_pos + (s * 512) as u64;
+            match fate(s) {
+                Sector::Old => {}
+                Sector::New => self.ring.write_at(self.geo, at, sector),
+                Sector::Garbage => {
+                    let junk: Vec<u8> = (0..sector.len()).map(|i| (i * 131 + s) as u8 | 1).collect();
+                    self.ring.write_at(self.geo, at, &junk);
+                }
+            }
+        }
+    }
+
+    /// End of the last appended entry's last record (logical position).
+    pub fn entry_end(&self) -> u64 {
+        self.batcher.entry_end()
+    }
+
+    /// How recovery reads this log.
+    pub fn limits(&self, lookahead_bytes: u64) -> ScanLimits {
+        ScanLimits {
+            max_epoch: self.epoch,
+            lookahead_bytes,
+            key: SIM_KEY,
+            unkeyed_before_pos: 0,
+        }
     }
 
     /// Applies a write and reports it done, as its completion would.
@@ -179,21 +223,30 @@ impl MemLog {
         let ring = MemRing {
             segments: self.ring.segments.clone(),
         };
-        scan(
-            ring,
-            self.geo,
-            self.start,
-            ScanLimits {
-                max_epoch: self.epoch,
-                lookahead_bytes,
-            },
-        )
-        .expect("memory reads do not fail")
+        scan(ring, self.geo, self.start, self.limits(lookahead_bytes))
+            .expect("memory reads do not fail")
     }
 
-    /// Simulates a restart: recover, bump the epoch, continue writing after the end.
-    pub fn reopen(&mut self, lookahead_bytes: u64) -> ScanReport {
+    /// Simulates a restart: recover, bump the epoch, continue writing after the end. On
+    /// mid-log corruption it refuses, as `Journal::open` does, unless `accept_data_loss`:
+    /// then it cuts the log and overwrites what a repair overwrites.
+    pub fn reopen_with(
+        &mut self,
+        lookahead_bytes: u64,
+        accept_data_loss: bool,
+    ) -> Result<ScanReport, super::error::Corruption> {
         let r = self.scan(lookahead_bytes);
+        if let super::recovery::Tail::Corrupt(c) = &r.tail {
+            if !accept_data_loss {
+                return Err(c.clone());
+            }
+            let (mut p, to) = r.repair_range(self.geo);
+            while p < to {
+                let n = (to - p).min(self.geo.seg_end(p) - p);
+                self.ring.write_at(self.geo, p, &vec![0; n as usize]);
+                p += n;
+            }
+        }
         self.epoch += 1;
         let starts = r
             .segments
@@ -218,16 +271,55 @@ impl MemLog {
             tail,
         );
         self.durable_lsn = r.end.last_lsn();
-        r
+        Ok(r)
     }
+
+    /// [`MemLog::reopen_with`], cutting any corruption.
+    pub fn reopen(&mut self, lookahead_bytes: u64) -> ScanReport {
+        self.reopen_with(lookahead_bytes, true)
+            .expect("corruption is cut")
+    }
+}
+
+/// A value a client could send to forge journal records: back-to-back copies of a
+/// well-formed record (FLUSHALL as the entry at `lsn`, durable hint `u64::MAX`, so also a
+/// claim that everything before it was acknowledged) for segment sequences `seg_seq` to
+/// `seg_seq + 3` and epochs around `epoch`, sealed with a key the client cannot know or in
+/// the unkeyed format 1, at every offset modulo 8.
+pub fn forged_payload(len: usize, lsn: u64, seg_seq: u64, epoch: u32) -> Vec<u8> {
+    use super::format::{encode_record, Kind, RecordHeader, HEADER_BYTES, UNKEYED_FORMAT_VERSION};
+    let body = b"*1\r\n$8\r\nFLUSHALL\r\n";
+    let mut out = vec![0u8; len];
+    let mut at = 0;
+    for i in 0usize.. {
+        at += i % 8;
+        if at + HEADER_BYTES + body.len() > len {
+            break;
+        }
+        let h = RecordHeader {
+            version: if i % 2 == 0 { super::format::FORMAT_VERSION } else { UNKEYED_FORMAT_VERSION },
+            kind: Kind::Full,
+            payload_len: body.len() as u32,
+            epoch: epoch.saturating_sub(1) + (i % 3) as u32,
+            seg_seq: seg_seq + (i % 4) as u64,
+            lsn,
+            repl_offset_end: 999_999_999,
+            durable_hint: u64::MAX,
+            repl_id: SIM_REPL_ID,
+        };
+        at += encode_record(RecordKey(!SIM_KEY.0), &h, body, &mut out[at..]);
+    }
+    out
 }
 
 /// The fuzz target's body (fuzz/fuzz_targets/recovery.rs), also run by a property test.
 ///
-/// Builds a real log from the input (entry sizes, flush points), then damages it as the
-/// input says (byte writes, zeroed ranges, junk records), and checks the scanner's
-/// invariants: it never panics, and every entry it returns is one that was appended, in
-/// order, with the same payload; when nothing was damaged, all durable entries come back.
+/// Builds a real log from the input (entry sizes, flush points; some entries are values
+/// full of forged records, as a client may send), then damages it as the input says (byte
+/// writes, zeroed ranges, junk records sealed with the journal's own key), and checks the
+/// scanner's invariants: it never panics, and every entry it returns is one that was
+/// appended, in order, with the same payload; when nothing was damaged, all durable
+/// entries come back and nothing is reported as corruption.
 pub fn fuzz_recovery(data: &[u8]) {
     let geo = Geometry {
         segment_size_bytes: 64 * 1024,
@@ -245,7 +337,11 @@ pub fn fuzz_recovery(data: &[u8]) {
         }
         let len = (usize::from(a) << 6 | usize::from(b)) % 20_000;
         let lsn_guess = appended.len() as u64 + 1;
-        let payload: Vec<u8> = (0..len).map(|i| (lsn_guess as usize ^ i) as u8).collect();
+        let payload: Vec<u8> = if b & 2 == 0 {
+            (0..len).map(|i| (lsn_guess as usize ^ i) as u8).collect()
+        } else {
+            forged_payload(len, lsn_guess + u64::from(a % 3), u64::from(a % 8), log.epoch)
+        };
         off += len as u64;
         match log.append(off, &payload) {
             Some(lsn) => appended.push((lsn, payload)),
@@ -271,9 +367,11 @@ pub fn fuzz_recovery(data: &[u8]) {
                 log.ring.write_at(geo, pos, &vec![0u8; n]);
             }
             _ => {
-                // A CRC-valid record of a plausible shape dropped at a block boundary.
+                // A record of a plausible shape, sealed with the journal's own key (a
+                // leftover of walrus's own, not a client's), dropped at a block boundary.
                 let at = pos / 4096 * 4096;
                 let h = super::format::RecordHeader {
+                    version: super::format::FORMAT_VERSION,
                     kind: super::format::Kind::Full,
                     payload_len: u32::from(v),
                     epoch: u32::from(v % 3),
@@ -285,7 +383,7 @@ pub fn fuzz_recovery(data: &[u8]) {
                 };
                 let mut rec = vec![0u8; super::format::HEADER_BYTES + usize::from(v)];
                 let payload = vec![v; usize::from(v)];
-                super::format::encode_record(&h, &payload, &mut rec);
+                super::format::encode_record(SIM_KEY, &h, &payload, &mut rec);
                 log.ring.write_at(geo, at, &rec);
             }
         }
@@ -302,15 +400,7 @@ pub fn fuzz_recovery(data: &[u8]) {
     let ring = MemRing {
         segments: log.ring.segments.clone(),
     };
-    let sc = super::recovery::Scanner::new(
-        ring,
-        geo,
-        log.start,
-        super::recovery::ScanLimits {
-            max_epoch: log.epoch,
-            lookahead_bytes: 0,
-        },
-    );
+    let sc = super::recovery::Scanner::new(ring, geo, log.start, log.limits(0));
     let mut n = 0u64;
     for e in super::reader::EntryIter::new(sc, super::reader::ReplayFrom::Lsn(0), u64::MAX) {
         let e = e.expect("memory reads do not fail");

@@ -110,7 +110,8 @@ pub async fn drive<B: IoBackend>(backend: B, shared: Arc<Shared>) {
     loop {
         if !failed {
             while inflight.len() < max_in_flight {
-                let Some(w) = shared.lock().take_write() else {
+                let durable_lsn = shared.durable_lsn.load(Ordering::Acquire);
+                let Some(w) = shared.lock().take_write(durable_lsn) else {
                     break;
                 };
                 let seq = next_seq;

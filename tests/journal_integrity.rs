@@ -1,0 +1,474 @@
+//! The journal's integrity against what a client controls and what a crash or a repair
+//! leaves (issue 19): records forged inside values, repairs that must leave a journal that
+//! opens clean forever, entries spliced from two runs, maximum entries back to back, a
+//! journal of the format before record keys, and a device that garbles a sector.
+
+mod common;
+
+use bytes::Bytes;
+use walrus::journal::format::{
+    encode_record, Kind, RecordHeader, RecordKey, FORMAT_VERSION, HEADER_BYTES,
+    UNKEYED_FORMAT_VERSION,
+};
+use walrus::journal::manifest::Manifest;
+use walrus::journal::recovery::{scan, ScanStart, Tail};
+use walrus::journal::ring::{Geometry, MemRing};
+use walrus::journal::sim::{forged_payload, MemLog, Sector, SIM_KEY, SIM_REPL_ID};
+use walrus::journal::{Entry, IoBackendChoice, Journal, JournalConfig, OpenOptions, ReplayFrom};
+
+const SEG: u64 = 64 * 1024;
+const REPL_ID: [u8; 40] = *b"8c1b2f6e0a7d4c3b9e5f1a2d6c8b0e4f7a9c1d3e";
+const FLUSHALL: &[u8] = b"*1\r\n$8\r\nFLUSHALL\r\n";
+
+fn geo(segments: u32) -> Geometry {
+    Geometry {
+        segment_size_bytes: SEG,
+        segments,
+    }
+}
+
+fn small_log(n: u64, len: usize) -> MemLog {
+    let mut log = MemLog::new(geo(4), 16 * 1024);
+    for i in 1..=n {
+        log.append(i * 1000, &vec![i as u8; len]).unwrap();
+    }
+    log.flush();
+    log
+}
+
+/// A record as a client would plant it: well formed, of the right lap, epoch and LSN, but
+/// sealed without the journal's key (with a guess, or in the unkeyed format).
+fn planted(
+    log: &MemLog,
+    at: u64,
+    lsn: u64,
+    durable_hint: u64,
+    version: u8,
+    key: RecordKey,
+) -> Vec<u8> {
+    let h = RecordHeader {
+        version,
+        kind: Kind::Full,
+        payload_len: FLUSHALL.len() as u32,
+        epoch: log.epoch,
+        seg_seq: log.geo.seg_seq(at),
+        lsn,
+        repl_offset_end: 999_999_999,
+        durable_hint,
+        repl_id: SIM_REPL_ID,
+    };
+    let mut rec = vec![0u8; HEADER_BYTES + FLUSHALL.len()];
+    encode_record(key, &h, FLUSHALL, &mut rec);
+    rec
+}
+
+fn replayed(log: &MemLog) -> Vec<(u64, Vec<u8>)> {
+    let ring = MemRing {
+        segments: log.ring.segments.clone(),
+    };
+    let sc = walrus::journal::recovery::Scanner::new(ring, log.geo, log.start, log.limits(0));
+    walrus::journal::reader::EntryIter::new(sc, ReplayFrom::Lsn(0), u64::MAX)
+        .map(|e| {
+            let e = e.unwrap();
+            (e.lsn, e.payload.to_vec())
+        })
+        .collect()
+}
+
+/// The issue's two reproductions, reduced to the bytes they leave past the end of the log
+/// (a value of an earlier lap): a planted record at the next block boundary with the next
+/// LSN is not the log's continuation, and one claiming everything durable is not evidence
+/// of corruption. The same record sealed with the journal's key is both: the key decides.
+#[test]
+fn a_planted_record_is_neither_continuation_nor_evidence() {
+    for (version, key) in [
+        (FORMAT_VERSION, RecordKey(!SIM_KEY.0)),
+        (FORMAT_VERSION, RecordKey(0)),
+        (UNKEYED_FORMAT_VERSION, RecordKey(0)),
+    ] {
+        let mut log = small_log(10, 300);
+        let end = log.scan(SEG).end.end_pos;
+        let next = walrus::journal::format::align_up(end);
+        let rec = planted(&log, next, 11, 0, version, key);
+        log.ring.write_at(log.geo, next, &rec);
+        let evidence_at = next + 3 * 4096 + 17;
+        let rec = planted(&log, evidence_at, u64::MAX, u64::MAX, version, key);
+        log.ring.write_at(log.geo, evidence_at, &rec);
+        let r = log.scan(2 * SEG);
+        assert!(
+            matches!(r.tail, Tail::End { .. }),
+            "format {version}: planted record taken as evidence: {:?}",
+            r.tail
+        );
+        assert_eq!(r.end.last_lsn(), 10, "format {version}: planted record replayed");
+        assert!(replayed(&log).iter().all(|(_, p)| p != FLUSHALL));
+    }
+    // Control: sealed with the journal's own key, the same bytes are a record.
+    let mut log = small_log(10, 300);
+    let end = log.scan(SEG).end.end_pos;
+    let next = walrus::journal::format::align_up(end);
+    let rec = planted(&log, next, 11, 0, FORMAT_VERSION, SIM_KEY);
+    log.ring.write_at(log.geo, next, &rec);
+    assert_eq!(log.scan(SEG).end.last_lsn(), 11);
+}
+
+/// An ordinary crash tears the write of a value full of planted records: its header never
+/// reached the disk, the rest did. The planted records (each claiming everything durable)
+/// must not turn the torn tail into "corruption" that blocks every later start.
+#[test]
+fn planted_records_inside_a_torn_tail_do_not_block_the_restart() {
+    let mut log = small_log(5, 200);
+    let durable = log.durable_lsn;
+    let rec_pos = log.entry_end();
+    let seq = log.geo.seg_seq(rec_pos);
+    log.append(99_000, &forged_payload(12_000, u64::MAX, seq, log.epoch))
+        .unwrap();
+    let writes = log.take_writes();
+    let header_sectors = rec_pos / 512..=(rec_pos + HEADER_BYTES as u64) / 512;
+    for w in &writes {
+        let first = w.start_pos / 512;
+        log.apply_sectors(w, |s| {
+            if header_sectors.contains(&(first + s as u64)) {
+                Sector::Old
+            } else {
+                Sector::New
+            }
+        });
+    }
+    let r = log
+        .reopen_with(2 * SEG, false)
+        .expect("a torn tail is not corruption");
+    assert_eq!(r.end.last_lsn(), durable);
+}
+
+/// FIRST of one run and LAST of the next at the same LSN: one entry that never existed.
+#[test]
+fn fragments_of_two_runs_never_splice_into_one_entry() {
+    let g = geo(3);
+    let mut ring = MemRing::new(g);
+    let record = |kind, epoch, fill: u8, len: usize, seg_pos: u64| {
+        let h = RecordHeader {
+            version: FORMAT_VERSION,
+            kind,
+            payload_len: len as u32,
+            epoch,
+            seg_seq: g.seg_seq(seg_pos),
+            lsn: 1,
+            repl_offset_end: 12_000,
+            durable_hint: 0,
+            repl_id: SIM_REPL_ID,
+        };
+        let mut rec = vec![0u8; HEADER_BYTES + len];
+        encode_record(SIM_KEY, &h, &vec![fill; len], &mut rec);
+        rec
+    };
+    let first = record(Kind::First, 1, b'1', 7900, 0);
+    ring.write_at(g, 0, &first);
+    let last = record(Kind::Last, 2, b'2', 4100, first.len() as u64);
+    ring.write_at(g, first.len() as u64, &last);
+    let start = ScanStart {
+        pos: 0,
+        lsn: 1,
+        repl_id: [0; 40],
+        repl_offset: 0,
+    };
+    let limits = walrus::journal::recovery::ScanLimits {
+        max_epoch: 2,
+        ..MemLog::new(g, 16 * 1024).limits(SEG)
+    };
+    let r = scan(ring, g, start, limits).unwrap();
+    assert_eq!(r.entries, 0, "spliced entry accepted: {:?}", r.end);
+    assert!(r.dropped_partial_entry);
+    assert!(matches!(r.tail, Tail::End { .. }), "{:?}", r.tail);
+}
+
+/// A device outside the torn-write model garbles the sector of a durable entry while the
+/// next write rewrites its block. The next write's record reached the disk: it vouches for
+/// the durable entry, so the damage is reported instead of cut silently.
+#[test]
+fn a_garbled_sector_under_a_durable_entry_is_reported_not_cut() {
+    let mut log = MemLog::new(geo(4), 16 * 1024);
+    // Fillers until the next entry starts early in a block, where it and the next one's
+    // header fit, in different sectors.
+    let mut lsn = 0;
+    while !(512..1024).contains(&(log.entry_end() % 4096)) {
+        lsn = log.append(lsn * 10, &[7]).unwrap();
+        log.flush();
+    }
+    let x_pos = log.entry_end();
+    let x = log.append(lsn * 10 + 1, &[b'x'; 1000]).unwrap();
+    let w1 = log.take_writes();
+    // Appended while the write of `x` is in flight: its hint cannot cover `x` yet.
+    log.append(lsn * 10 + 2, &[b'y'; 100]).unwrap();
+    for w in &w1 {
+        log.complete(w);
+    }
+    assert_eq!(log.durable_lsn, x, "x is acknowledged");
+    let w2 = log.take_writes();
+    assert_eq!(w2.len(), 1);
+    assert!(w2[0].start_pos <= x_pos, "the write rewrites the block of x");
+    // A sector that holds only bytes of `x` (it starts in the sector before).
+    let garbled = (x_pos - w2[0].start_pos) / 512 + 1;
+    log.apply_sectors(&w2[0], |s| {
+        if s as u64 == garbled {
+            Sector::Garbage
+        } else {
+            Sector::New
+        }
+    });
+    match log.scan(2 * SEG).tail {
+        Tail::Corrupt(c) => assert_eq!(c.expected_lsn, x, "{c}"),
+        t => panic!("acknowledged entry {x} lost silently: {t:?}"),
+    }
+}
+
+fn engine_cfg(segments: u32) -> JournalConfig {
+    JournalConfig {
+        io_backend: IoBackendChoice::Sync,
+        ..JournalConfig::small_for_tests(SEG, segments)
+    }
+}
+
+fn entry(lsn: u64, len: usize) -> Entry {
+    Entry {
+        repl_id: REPL_ID,
+        repl_offset_end: lsn * 1000,
+        payload: Bytes::from(
+            (0..len)
+                .map(|i| (lsn as usize * 31 + i) as u8)
+                .collect::<Vec<u8>>(),
+        ),
+    }
+}
+
+/// Appends one entry at a time, each durable before the next: later records vouch for
+/// earlier ones.
+async fn append_all(j: &Journal, lsns: std::ops::RangeInclusive<u64>, len: usize) {
+    for lsn in lsns {
+        let t = j.append(entry(lsn, len)).await.unwrap();
+        assert_eq!(t.lsn(), lsn);
+        t.wait().await.unwrap();
+    }
+}
+
+/// The issue's repair reproduction: bit rot in entry 30, a repair with a smaller look-ahead
+/// than the service's, then a clean close, then fewer entries than were cut. Every later
+/// open, with any look-ahead, is clean.
+#[tokio::test]
+async fn a_repaired_journal_opens_clean_forever() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = engine_cfg(4);
+    {
+        let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
+        append_all(&j, 1..=120, 300).await;
+    }
+    // Rot one byte of entry 30's payload.
+    let needle = entry(30, 300).payload;
+    let seg0 = dir.path().join("seg-00000.wal");
+    let mut bytes = std::fs::read(&seg0).unwrap();
+    let at = bytes
+        .windows(needle.len())
+        .position(|w| w == &needle[..])
+        .unwrap();
+    bytes[at + 10] ^= 0x40;
+    std::fs::write(&seg0, &bytes).unwrap();
+    assert!(matches!(
+        Journal::open(dir.path(), &cfg),
+        Err(walrus::journal::JournalError::Corrupt(_))
+    ));
+    let repair_cfg = JournalConfig {
+        recovery_lookahead_bytes: 4096,
+        ..cfg.clone()
+    };
+    {
+        let (j, rec) = Journal::open_with(
+            dir.path(),
+            &repair_cfg,
+            OpenOptions {
+                accept_data_loss: true,
+            },
+        )
+        .unwrap();
+        assert_eq!(rec.end.last_lsn(), 29);
+    }
+    let open_everyway = |last| {
+        for lookahead in [4096, 2 * SEG, 4 * SEG] {
+            let cfg = JournalConfig {
+                recovery_lookahead_bytes: lookahead,
+                ..cfg.clone()
+            };
+            let (j, rec) = Journal::open(dir.path(), &cfg)
+                .unwrap_or_else(|e| panic!("look-ahead {lookahead}: refused after repair: {e}"));
+            assert_eq!(rec.end.last_lsn(), last);
+            drop(j);
+        }
+    };
+    open_everyway(29);
+    {
+        let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
+        append_all(&j, 30..=49, 300).await;
+    }
+    open_everyway(49);
+}
+
+/// Two maximum entries back to back: once the first is released, the second fits.
+#[tokio::test]
+async fn maximum_entries_back_to_back_never_stall_the_ring() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = engine_cfg(4);
+    let max = cfg.max_entry_bytes as usize;
+    let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
+    let j = std::sync::Arc::new(j);
+    append_all(&j, 1..=1, 10).await;
+    for lsn in 2..=6 {
+        let t = j
+            .append(entry(lsn, max))
+            .await
+            .unwrap_or_else(|e| panic!("maximum entry {lsn} refused: {e}"));
+        t.wait().await.unwrap();
+        j.release_through(lsn).await.unwrap();
+        // Released whole, the entry's replication id is still known (a checkpoint needs it).
+        assert_eq!(j.repl_id_after(lsn).unwrap(), Some(REPL_ID));
+    }
+    drop(j);
+    let (j, rec) = Journal::open(dir.path(), &cfg).unwrap();
+    assert_eq!(rec.end.last_lsn(), 6);
+    assert_eq!(rec.entries, 0, "everything was released");
+    append_all(&j, 7..=7, max).await;
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+/// The payloads of tests/fixtures/journal-format-1, a journal written by walrus before
+/// record keys (3 segments of 64 KiB, entries 1..=60 of this shape, released through 54).
+fn format1_payload(lsn: u64) -> Vec<u8> {
+    let len = (lsn as usize * 7919) % 9000 + 1;
+    (0..len).map(|i| (lsn as usize * 31 + i) as u8).collect()
+}
+
+fn format1_entry(lsn: u64) -> Entry {
+    Entry {
+        repl_id: REPL_ID,
+        repl_offset_end: lsn * 1000,
+        payload: Bytes::from(format1_payload(lsn)),
+    }
+}
+
+fn assert_replays(j: &Journal, from: u64, to: u64) {
+    let got: Vec<_> = j
+        .replay(ReplayFrom::Lsn(0))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect();
+    assert_eq!(got.first().map(|e| e.lsn), Some(from));
+    assert_eq!(got.last().map(|e| e.lsn), Some(to));
+    for e in got {
+        assert_eq!(e.repl_offset_end, e.lsn * 1000);
+        assert_eq!(&e.payload[..], &format1_payload(e.lsn)[..], "LSN {}", e.lsn);
+    }
+}
+
+/// A journal of the format before record keys is read, upgraded at its first open for
+/// writing (its records stay readable, new ones are keyed), and keeps working across laps.
+#[tokio::test]
+async fn a_format_1_journal_is_read_and_upgraded() {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/journal-format-1");
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&fixture, dir.path());
+    let cfg = engine_cfg(3);
+    let before = Manifest::load(dir.path()).unwrap().unwrap();
+    assert_eq!(before.layout_version, 1);
+    assert!(before.record_key_hex.is_none());
+    // Read-only scans (verify, inspect) read it as it is.
+    let (_, report) = walrus::journal::engine::scan_dir(dir.path(), &cfg).unwrap();
+    assert_eq!(report.end.last_lsn(), 60);
+    let end = report.end.end_pos;
+    {
+        let (j, rec) = Journal::open(dir.path(), &cfg).unwrap();
+        assert_eq!(rec.end.last_lsn(), 60);
+        assert_replays(&j, 55, 60);
+        let m = Manifest::load(dir.path()).unwrap().unwrap();
+        assert_eq!(m.layout_version, 2);
+        assert_eq!(m.unkeyed_before_pos, end);
+        let j = std::sync::Arc::new(j);
+        for lsn in 61..=64 {
+            j.append(format1_entry(lsn)).await.unwrap().wait().await.unwrap();
+        }
+    }
+    {
+        // Old and new records side by side.
+        let (j, rec) = Journal::open(dir.path(), &cfg).unwrap();
+        assert_eq!(rec.end.last_lsn(), 64);
+        assert_replays(&j, 55, 64);
+        let j = std::sync::Arc::new(j);
+        // Laps of the ring, releasing as it fills.
+        for lsn in 65..=200 {
+            let t = match j.append(format1_entry(lsn)).await {
+                Ok(t) => t,
+                Err(walrus::journal::JournalError::RingFull { .. }) => {
+                    j.release_through(lsn - 1).await.unwrap();
+                    j.append(format1_entry(lsn)).await.unwrap()
+                }
+                Err(e) => panic!("{e}"),
+            };
+            t.wait().await.unwrap();
+        }
+        assert!(j.status().head_pos > end + 2 * 3 * SEG, "the ring wrapped twice");
+    }
+    let (j, rec) = Journal::open(dir.path(), &cfg).unwrap();
+    assert_eq!(rec.end.last_lsn(), 200);
+    assert_replays(&j, rec.checkpoint.start_lsn, 200);
+}
+
+/// A full disk: the journal's files are all allocated in advance, and its manifest is
+/// replaced without allocating, so walrus still starts (the epoch bump at open), journals
+/// and releases (the checkpoint pointer) when not one block is free.
+#[tokio::test]
+async fn a_full_disk_neither_stops_the_start_nor_releases() {
+    let Some(fs) = common::Tmpfs::mount(2, false) else {
+        return;
+    };
+    let dir = fs.path().join("journal");
+    let cfg = JournalConfig {
+        direct_io: walrus::journal::DirectIo::Off,
+        ..engine_cfg(3)
+    };
+    {
+        let (j, _) = Journal::open(&dir, &cfg).unwrap();
+        append_all(&j, 1..=5, 300).await;
+    }
+    // Fill the file system to the last byte.
+    let mut fill = std::fs::File::create(fs.path().join("fill")).unwrap();
+    let block = vec![0xAA; 4096];
+    loop {
+        use std::io::Write;
+        match fill.write(&block) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let _ = fill.sync_all();
+    assert_eq!(
+        std::fs::write(fs.path().join("probe"), b"x").map_err(|e| e.raw_os_error()),
+        Err(Some(libc::ENOSPC)),
+        "the disk is full"
+    );
+    for round in 0..3u64 {
+        let (j, rec) = Journal::open(&dir, &cfg)
+            .unwrap_or_else(|e| panic!("round {round}: open on a full disk: {e}"));
+        let first = rec.end.next_lsn;
+        let j = std::sync::Arc::new(j);
+        append_all(&j, first..=first + 4, 300).await;
+        j.release_through(first + 2)
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: release on a full disk: {e}"));
+    }
+}
