@@ -171,6 +171,7 @@ fn fragments_of_two_runs_never_splice_into_one_entry() {
         lsn: 1,
         repl_id: [0; 40],
         repl_offset: 0,
+        epoch: 0,
     };
     let limits = walrus::journal::recovery::ScanLimits {
         max_epoch: 2,
@@ -281,7 +282,7 @@ async fn a_repaired_journal_opens_clean_forever() {
         ..cfg.clone()
     };
     {
-        let (j, rec) = Journal::open_with(
+        let (_j, rec) = Journal::open_with(
             dir.path(),
             &repair_cfg,
             OpenOptions {
@@ -395,7 +396,7 @@ async fn a_format_1_journal_is_read_and_upgraded() {
         assert_replays(&j, 55, 60);
         let m = Manifest::load(dir.path()).unwrap().unwrap();
         assert_eq!(m.layout_version, 2);
-        assert_eq!(m.unkeyed_before_pos, end);
+        assert_eq!(m.keyed_from_epoch, m.epoch);
         let j = std::sync::Arc::new(j);
         for lsn in 61..=64 {
             j.append(format1_entry(lsn)).await.unwrap().wait().await.unwrap();
@@ -426,9 +427,80 @@ async fn a_format_1_journal_is_read_and_upgraded() {
     assert_replays(&j, rec.checkpoint.start_lsn, 200);
 }
 
-/// A full disk: the journal's files are all allocated in advance, and its manifest is
-/// replaced without allocating, so walrus still starts (the epoch bump at open), journals
-/// and releases (the checkpoint pointer) when not one block is free.
+/// Position and format of the first record of entry `lsn`, scanning `dir` as recovery does.
+fn record_of(dir: &std::path::Path, lsn: u64) -> (u64, u8) {
+    let m = Manifest::load(dir).unwrap().unwrap();
+    let g = geo(m.segments);
+    let (key, keyed_from_epoch) = m.record_keys();
+    let cp = &m.checkpoint;
+    let mut sc = walrus::journal::recovery::Scanner::new(
+        walrus::journal::ring::FileRing::open(dir, g).unwrap(),
+        g,
+        ScanStart {
+            pos: cp.start_pos,
+            lsn: cp.start_lsn,
+            repl_id: cp.prev_repl_id().unwrap(),
+            repl_offset: cp.prev_repl_offset,
+            epoch: cp.prev_epoch,
+        },
+        walrus::journal::recovery::ScanLimits {
+            max_epoch: m.epoch,
+            lookahead_bytes: 0,
+            key,
+            keyed_from_epoch,
+            resumed_at_pos: m.resumed_at_pos,
+        },
+    );
+    while let Some(r) = sc.next_record().unwrap() {
+        if r.header.lsn == lsn {
+            return (r.pos, r.header.version);
+        }
+    }
+    panic!("no entry {lsn}");
+}
+
+/// A repair that cuts an upgraded journal inside its format 1 records: the next run's
+/// keyed records, written where format 1 ones were, are the log (formats go by epoch, not
+/// position), and nothing it acknowledged is lost at the next open.
+#[tokio::test]
+async fn a_repair_below_the_upgrade_point_keeps_the_next_runs_entries() {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/journal-format-1");
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&fixture, dir.path());
+    let cfg = engine_cfg(3);
+    {
+        let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
+        for lsn in 61..=63 {
+            j.append(format1_entry(lsn)).await.unwrap().wait().await.unwrap();
+        }
+    }
+    // Rot a byte of format 1 entry 57, vouched for by 58..63.
+    let (pos, version) = record_of(dir.path(), 57);
+    assert_eq!(version, UNKEYED_FORMAT_VERSION);
+    let g = geo(3);
+    let path = dir.path().join(format!("seg-{:05}.wal", g.seg_index(pos)));
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[(g.seg_off(pos) + HEADER_BYTES as u64 + 10) as usize] ^= 0x40;
+    std::fs::write(&path, &bytes).unwrap();
+    let repaired = OpenOptions {
+        accept_data_loss: true,
+    };
+    {
+        let (j, rec) = Journal::open_with(dir.path(), &cfg, repaired).unwrap();
+        assert_eq!(rec.end.last_lsn(), 56, "cut at the damaged format 1 entry");
+        for lsn in 57..=61 {
+            j.append(entry(lsn, 500)).await.unwrap().wait().await.unwrap();
+        }
+    }
+    let (_j, rec) = Journal::open(dir.path(), &cfg).unwrap();
+    assert_eq!(rec.end.last_lsn(), 61, "entries acknowledged after the repair were lost");
+}
+
+/// A full disk right after `walrus journal init`: the journal's files are all allocated in
+/// advance, and its manifest is replaced without allocating, so walrus still starts (the
+/// epoch bump at open), journals and releases (the checkpoint pointer) when not one block
+/// is free.
 #[tokio::test]
 async fn a_full_disk_neither_stops_the_start_nor_releases() {
     let Some(fs) = common::Tmpfs::mount(2, false) else {
@@ -439,10 +511,8 @@ async fn a_full_disk_neither_stops_the_start_nor_releases() {
         direct_io: walrus::journal::DirectIo::Off,
         ..engine_cfg(3)
     };
-    {
-        let (j, _) = Journal::open(&dir, &cfg).unwrap();
-        append_all(&j, 1..=5, 300).await;
-    }
+    // What `walrus journal init` does, before the first start.
+    walrus::journal::engine::initialize(&dir, &cfg, &mut |_, _| {}).unwrap();
     // Fill the file system to the last byte.
     let mut fill = std::fs::File::create(fs.path().join("fill")).unwrap();
     let block = vec![0xAA; 4096];
@@ -470,5 +540,82 @@ async fn a_full_disk_neither_stops_the_start_nor_releases() {
         j.release_through(first + 2)
             .await
             .unwrap_or_else(|e| panic!("round {round}: release on a full disk: {e}"));
+    }
+}
+
+/// The largest entry a configuration allows, where a configuration allows any: found by
+/// bisection over `validate()`.
+fn max_valid_entry(cfg: &JournalConfig) -> Option<u64> {
+    let (mut lo, mut hi) = (0u64, cfg.segment_size_bytes * u64::from(cfg.segments));
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        let c = JournalConfig {
+            max_entry_bytes: mid,
+            ..cfg.clone()
+        };
+        if c.validate().is_ok() {
+            lo = mid
+        } else {
+            hi = mid - 1
+        }
+    }
+    (lo > 0).then_some(lo)
+}
+
+/// Across geometries, write sizes and pool sizes the configuration accepts, and ends of
+/// the log anywhere in a segment: with everything released and every buffer free, the
+/// largest entry allowed is admitted, never `Busy` (which `append` would wait on forever)
+/// nor `RingFull`.
+#[test]
+fn the_largest_entry_allowed_is_always_admitted_once_everything_is_released() {
+    use walrus::journal::batcher::{resume_tail, Batcher, BatcherInit};
+    for s in [64u64 << 10, 256 << 10, 1 << 20] {
+        for n in [3u32, 4, 8, 32, 200] {
+            for w in [8u64 << 10, 16 << 10, 64 << 10] {
+                for inflight in [1u32, 4] {
+                    let cfg = JournalConfig {
+                        segment_size_bytes: s,
+                        segments: n,
+                        max_write_bytes: w,
+                        max_in_flight_writes: inflight,
+                        write_buffers: inflight + 1,
+                        max_entry_bytes: 1,
+                        ..JournalConfig::default()
+                    };
+                    // Rings up to 64 MiB keep the test quick in debug builds.
+                    if cfg.validate().is_err() || s * u64::from(n) > 64 << 20 {
+                        continue;
+                    }
+                    let max = max_valid_entry(&cfg).unwrap();
+                    let payload = vec![7u8; max as usize];
+                    let g = Geometry {
+                        segment_size_bytes: s,
+                        segments: n,
+                    };
+                    for o in [0u64, 100, 4096, s - 4096 - 50, s - 200, s - 96] {
+                        let end = 5 * s + o;
+                        let mut b = Batcher::new(BatcherInit {
+                            geo: g,
+                            epoch: 1,
+                            key: SIM_KEY,
+                            next_lsn: 1,
+                            end_pos: end,
+                            tail: resume_tail(g, end).map_or(vec![], |(_, n)| vec![0; n]),
+                            head_pos: end,
+                            last_repl_id: [0; 40],
+                            last_repl_offset: 0,
+                            last_epoch: 0,
+                            starts: vec![],
+                            write_buffers: cfg.write_buffers as usize,
+                            max_write_bytes: w as usize,
+                            max_entry_bytes: max,
+                        });
+                        if let Err(e) = b.append(&[0; 40], max, &payload, 0) {
+                            panic!("S={s} N={n} W={w} buffers={} entry {max} at offset {o}: {e:?}", inflight + 1);
+                        }
+                    }
+                }
+            }
+        }
     }
 }

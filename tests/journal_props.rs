@@ -91,11 +91,15 @@ enum Op {
     /// Takes the writes in flight, completes the first `completed` (they become durable),
     /// and crashes: of the rest, those whose bit in `applied` is set reached the disk; the
     /// one `tear` selects (if any) reached it as a random mix of old and new sectors.
+    /// With `retry`, the next run first appends entries of the same sizes as some of those
+    /// the crash lost (as a client retrying them would), so its records land where theirs
+    /// did and a later write of the crashed run lines up with its end; then it restarts.
     Crash {
         completed: u8,
         applied: u32,
         tear: Option<(u8, u64)>,
         small_lookahead: bool,
+        retry: Option<u8>,
     },
     /// Flushes, flips one bit of a durable record (from the checkpoint on), and restarts
     /// accepting data loss, which cuts the log there. The repair looks at the whole ring:
@@ -137,12 +141,19 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::Flush),
         2 => any::<u8>().prop_map(|frac| Op::Release { frac }),
         1 => size().prop_map(|size| Op::MakeRoom { size }),
-        2 => (0u8..4, any::<u32>(), prop::option::of((any::<u8>(), any::<u64>())), any::<bool>())
-            .prop_map(|(completed, applied, tear, small_lookahead)| Op::Crash {
+        2 => (
+            0u8..4,
+            any::<u32>(),
+            prop::option::of((any::<u8>(), any::<u64>())),
+            any::<bool>(),
+            prop::option::weighted(0.3, any::<u8>()),
+        )
+            .prop_map(|(completed, applied, tear, small_lookahead, retry)| Op::Crash {
                 completed,
                 applied,
                 tear,
                 small_lookahead,
+                retry,
             }),
         1 => (any::<u16>(), any::<u32>(), 0u8..8)
             .prop_map(|(record, byte, bit)| Op::Repair { record, byte, bit }),
@@ -219,7 +230,22 @@ impl Harness {
                 applied,
                 tear,
                 small_lookahead,
-            } => self.crash(completed, applied, tear, small_lookahead),
+                retry,
+            } => {
+                let lost = self.crash(completed, applied, tear, small_lookahead);
+                if let Some(k) = retry {
+                    for len in lost.iter().take(usize::from(k) % (lost.len() + 1)) {
+                        self.append(*len, None);
+                    }
+                    self.run(&Op::Crash {
+                        completed: u8::MAX,
+                        applied: 0,
+                        tear: None,
+                        small_lookahead,
+                        retry: None,
+                    });
+                }
+            }
             Op::Repair { record, byte, bit } => self.repair(record, byte, bit),
         }
     }
@@ -292,7 +318,7 @@ impl Harness {
         applied: u32,
         tear: Option<(u8, u64)>,
         small_lookahead: bool,
-    ) {
+    ) -> Vec<usize> {
         let mut in_flight = self.log.take_writes();
         let done = usize::from(completed).min(in_flight.len());
         for w in in_flight.drain(..done) {
@@ -339,7 +365,7 @@ impl Harness {
             "recovered up to LSN {} but LSN {durable} was durable",
             r.end.last_lsn()
         );
-        self.recovered(&r);
+        self.recovered(&r)
     }
 
     fn repair(&mut self, record: u16, byte: u32, bit: u8) {
@@ -362,7 +388,7 @@ impl Harness {
             "a repair keeps every entry before the damaged one (damage at {at}, in LSN {lsn})"
         );
         self.released = self.released.min(lsn - 1);
-        self.recovered(&r);
+        let _ = self.recovered(&r);
         // Property 1: after a repair the next start is clean, whatever its look-ahead.
         for lookahead in [SMALL_LOOKAHEAD, self.ring_bytes()] {
             let r = self.log.scan(lookahead);
@@ -383,12 +409,13 @@ impl Harness {
     }
 
     /// After a restart: what was appended past the recovered end is gone (its LSNs will be
-    /// re-used), and replay from the checkpoint must be exactly what remains.
-    fn recovered(&mut self, r: &ScanReport) {
+    /// re-used), and replay from the checkpoint must be exactly what remains. Returns the
+    /// sizes of the entries lost.
+    fn recovered(&mut self, r: &ScanReport) -> Vec<usize> {
         self.restarts += 1;
         let last = r.end.last_lsn();
         assert!(last < self.next_lsn, "recovered LSN {last}, never appended");
-        self.entries.split_off(&(last + 1));
+        let lost = self.entries.split_off(&(last + 1));
         self.next_lsn = last + 1;
         self.repl_offset = r.end.last_repl_offset;
         // Everything not released is still in the retained log.
@@ -431,6 +458,7 @@ impl Harness {
         // Property 2 (with the bound above): replay reaches the recovered end, so every
         // entry from the checkpoint to the durable point came back.
         assert_eq!(expect - 1, last, "replay and recovery disagree on the end");
+        lost.values().map(|(_, p)| p.len()).collect()
     }
 
     /// Laps of the ring the log has made (the checkpoint's lap).
@@ -474,6 +502,7 @@ fn run_program(segments: u32, max_write_bytes: usize, ops: &[Op]) -> Harness {
         applied: 0,
         tear: None,
         small_lookahead: false,
+        retry: None,
     });
     h
 }
@@ -546,9 +575,11 @@ fn a_repair_with_a_short_lookahead_never_blocks_a_later_start() {
 #[tokio::test]
 async fn engine_reopens_cleanly_after_laps_of_forged_values() {
     use bytes::Bytes;
-    use walrus::journal::{Entry, IoBackendChoice, Journal, JournalConfig, JournalError};
+    use walrus::journal::{Entry, IoBackendChoice, Journal, JournalConfig, JournalError, Ticket};
 
     const SEGMENTS: u32 = 4;
+    /// Entries appended after the last release: the final replay checks all of them.
+    const LAST_ENTRIES: u64 = 40;
     let dir = tempfile::tempdir().unwrap();
     let cfg = JournalConfig {
         io_backend: IoBackendChoice::Sync,
@@ -559,20 +590,41 @@ async fn engine_reopens_cleanly_after_laps_of_forged_values() {
         segments: SEGMENTS,
     };
     let max_entry = cfg.max_entry_bytes as usize;
-    // Mostly a few KiB, sometimes spanning buffers or segments, and the largest entry.
+    // Mostly up to a few KiB (several per write, and writes that continue the block of the
+    // one before), sometimes spanning buffers or segments, and the largest entry.
     let sizes = [
-        0, 115, 700, 3000, 9000, 2500, 17_000, 40_000, 1200, 70_000, max_entry,
+        0, 115, 700, 3000, 9000, 2500, 300, 17_000, 1200, 40_000, 90, 5000, 70_000, 1800, 600,
+        max_entry,
     ];
     let (j, rec) = Journal::open(dir.path(), &cfg).unwrap();
     let epoch = rec.epoch;
     let mut appended: BTreeMap<u64, (u64, Bytes)> = BTreeMap::new();
-    let mut tickets = Vec::new();
+    let mut tickets: Vec<Ticket> = Vec::new();
     let mut off = 0u64;
     let mut full_rings = 0;
-    let mut i = 0u64;
-    while geo.seg_seq(j.status().write_pos) < 3 * u64::from(SEGMENTS) + 1 {
-        i += 1;
-        let len = sizes[(i * 7 % sizes.len() as u64) as usize];
+    let mut last_phase = None;
+    for i in 1u64.. {
+        let laps = geo.seg_seq(j.status().write_pos) / u64::from(SEGMENTS);
+        if laps >= 3 && last_phase.is_none() {
+            // From here on nothing is released: what follows is all replayed at the end.
+            for t in tickets.drain(..) {
+                t.wait().await.unwrap();
+            }
+            let durable = j.durable().borrow().lsn;
+            j.release_through_blocking(durable).unwrap();
+            last_phase = Some(i);
+        }
+        if last_phase.is_some_and(|first| i - first == LAST_ENTRIES) {
+            break;
+        }
+        let len = match last_phase {
+            // Now and then one that seldom fits what is left of the open write buffer: it
+            // goes at the next block boundary, in a fresh one. In all, well under the three
+            // segments an emptied ring has.
+            Some(_) if i % 4 == 0 => 10_000,
+            Some(_) => (i * 331 % 1000) as usize,
+            None => sizes[(i * 7 % sizes.len() as u64) as usize],
+        };
         let st = j.status();
         let seg_seq = geo.seg_seq(st.write_pos) + i % 4 * u64::from(SEGMENTS) + i / 4 % 2;
         let payload = Bytes::from(forged_payload(len, st.next_lsn + i % 3, seg_seq, epoch));
@@ -585,10 +637,10 @@ async fn engine_reopens_cleanly_after_laps_of_forged_values() {
         let t = match j.append(entry.clone()).await {
             Ok(t) => t,
             Err(JournalError::RingFull { .. }) => {
+                assert!(last_phase.is_none(), "the last entries fit an emptied ring");
                 // Releasing everything durable always makes room, even for the largest entry.
                 full_rings += 1;
                 for t in tickets.drain(..) {
-                    let t: walrus::journal::Ticket = t;
                     t.wait().await.unwrap();
                 }
                 let durable = j.durable().borrow().lsn;
@@ -607,7 +659,7 @@ async fn engine_reopens_cleanly_after_laps_of_forged_values() {
                 t.wait().await.unwrap();
             }
         }
-        if i % 5 == 0 {
+        if i % 5 == 0 && last_phase.is_none() {
             let durable = j.durable().borrow().lsn;
             j.release_through_blocking(durable / 2 + durable / 4)
                 .unwrap();
@@ -660,6 +712,10 @@ async fn engine_reopens_cleanly_after_laps_of_forged_values() {
             expect += 1;
         }
         assert_eq!(expect - 1, last, "replay stops short of the end");
+        assert!(
+            last - start + 1 >= LAST_ENTRIES - 1,
+            "the last entries were not all replayed"
+        );
         j.close().unwrap();
     }
 }
@@ -686,20 +742,142 @@ fn a_forged_record_where_the_log_resumes_is_not_an_entry() {
     let prefix = (forged_at - entry_2_at - HEADER_BYTES as u64) as usize;
     let mut value = vec![b'x'; prefix];
     // forged_payload's first record has the lap given and the epoch before the one given.
-    value.extend(forged_payload(2000, 2, geo.seg_seq(forged_at), log.epoch + 1));
+    value.extend(forged_payload(
+        2000,
+        2,
+        geo.seg_seq(forged_at),
+        log.epoch + 1,
+    ));
     assert_eq!(log.append(100 + value.len() as u64, &value), Some(2));
     let writes = log.take_writes();
     assert_eq!(writes.len(), 1);
     assert_eq!(writes[0].start_pos, 0, "entry 2 continues the first block");
     // The first sector (entry 1, then entry 2's header) keeps its old bytes, the rest is new.
-    log.apply_sectors(&writes[0], |s| if s == 0 { Sector::Old } else { Sector::New });
+    log.apply_sectors(
+        &writes[0],
+        |s| if s == 0 { Sector::Old } else { Sector::New },
+    );
     for lookahead in [SMALL_LOOKAHEAD, geo.ring_bytes()] {
         let r = log.scan(lookahead);
         assert!(matches!(r.tail, Tail::End { .. }), "{:?}", r.tail);
-        assert_eq!(r.end.last_lsn(), 1, "the forged record was taken for entry 2");
+        assert_eq!(
+            r.end.last_lsn(),
+            1,
+            "the forged record was taken for entry 2"
+        );
     }
     log.reopen(geo.ring_bytes());
     let entries = replay(&log);
     assert_eq!(entries.len(), 1);
     assert_eq!(&entries[0].payload[..], &[7; 100][..]);
+}
+
+/// A crash can leave the FIRST fragment of an entry whose other fragments never reached
+/// the disk; recovery accepts it, then drops the entry (the log ends before it). That
+/// fragment must not remain a checkpoint candidate: the next run writes its own entries
+/// from the recovered end, before it, and a release that moved the checkpoint there would
+/// skip them, losing durable entries (or making the next start refuse, when a later record
+/// vouches for them).
+#[test]
+fn a_release_after_a_crash_never_moves_the_checkpoint_past_live_entries() {
+    let geo = Geometry {
+        segment_size_bytes: SEG,
+        segments: 4,
+    };
+    let mut log = MemLog::new(geo, 16 * 1024);
+    // Entry 1 runs from segment 0 into segment 1: seven full 16 KiB buffers, then its LAST
+    // (388 bytes) at 114688, in the last buffer of segment 1, ending at 115172. Entry 2
+    // does not fit the rest of that buffer but fits a buffer: it goes to a fresh one at the
+    // next block (118784), where the segment end splits it: FIRST there (the first entry
+    // start of segment 1), LAST at the start of segment 2.
+    let one = 7 * (16 * 1024 - HEADER_BYTES as u64) + 388;
+    assert_eq!(log.append(one, &vec![1; one as usize]), Some(1));
+    assert_eq!(log.append(one + 16_000, &vec![2; 16_000]), Some(2));
+    let writes = log.take_writes();
+    let last = writes.last().expect("writes in flight");
+    assert_eq!(last.start_pos, 2 * SEG, "entry 2's LAST starts segment 2");
+    assert_eq!(
+        writes[writes.len() - 2].start_pos,
+        118_784,
+        "entry 2's FIRST"
+    );
+    // The crash: every write but the one with entry 2's LAST reached the disk.
+    for w in &writes[..writes.len() - 1] {
+        log.apply(w);
+    }
+    let r = log
+        .reopen_with(geo.ring_bytes(), false)
+        .expect("a crash opens");
+    assert_eq!((r.end.last_lsn(), r.end.end_pos), (1, 115_172));
+    // The next run: entries 2 and 3 from the recovered end, durable; then entry 1 is
+    // released.
+    for lsn in [2u8, 3] {
+        assert_eq!(
+            log.append(one + 100 * u64::from(lsn - 1), &[lsn; 100]),
+            Some(lsn.into())
+        );
+    }
+    log.flush();
+    log.release_through(1);
+    assert!(
+        log.start.pos <= 115_172,
+        "the checkpoint moved to {:?}, past entry 2 (at 115172)",
+        log.start
+    );
+    let r = log
+        .reopen_with(geo.ring_bytes(), false)
+        .unwrap_or_else(|c| panic!("the start after a release was refused: {c}"));
+    assert_eq!(r.end.last_lsn(), 3, "durable entries lost");
+}
+
+/// Records a crashed run left past the end of the log carry an older epoch than those of
+/// the runs after it, which is how recovery tells them from a continuation. When a release
+/// puts the checkpoint at the very end of the log, a scan from there must still refuse them:
+/// here run 1 leaves entry 3 at a block boundary after a hole, run 2 writes its own entry 2
+/// (the old entry 3 is rejected after it, by epoch), releases everything and crashes before
+/// its entry 3 reaches the disk. Run 1's entry 3 was never acknowledged and is no part of
+/// the log: it must not come back as entry 3.
+#[test]
+fn a_checkpoint_at_the_end_of_the_log_keeps_older_runs_out() {
+    let geo = Geometry {
+        segment_size_bytes: SEG,
+        segments: 3,
+    };
+    let mut log = MemLog::new(geo, 16 * 1024);
+    // Run 1: entry 1 durable at 0..196; entry 2 in the rest of that block; entry 3 does not
+    // fit the rest of the open buffer, so it goes to a fresh one at 4096. Only that write
+    // reaches the disk.
+    assert_eq!(log.append(100, &[1; 100]), Some(1));
+    log.flush();
+    assert_eq!(log.append(200, &[2; 100]), Some(2));
+    assert_eq!(log.append(16_200, &[3; 16_000]), Some(3));
+    let writes = log.take_writes();
+    assert_eq!(writes.len(), 2);
+    assert_eq!(writes[1].start_pos, 4096, "entry 3 starts the next block");
+    log.apply(&writes[1]);
+    let r = log
+        .reopen_with(geo.ring_bytes(), false)
+        .expect("a crash opens");
+    assert_eq!(r.end.last_lsn(), 1);
+    // Run 2: its own entry 2, durable; everything released; entry 3 never reaches the disk.
+    assert_eq!(log.append(200, &[20; 100]), Some(2));
+    log.flush();
+    assert_eq!(
+        log.scan(geo.ring_bytes()).end.last_lsn(),
+        2,
+        "run 1's entry 3 is refused"
+    );
+    log.release_through(2);
+    assert_eq!(log.append(300, &[30; 100]), Some(3));
+    drop(log.take_writes());
+    let r = log
+        .reopen_with(geo.ring_bytes(), false)
+        .expect("a crash opens");
+    let replayed = replay(&log);
+    assert!(
+        replayed.iter().all(|e| e.payload[..] != [3; 16_000][..]),
+        "run 1's unacknowledged entry 3 came back as LSN 3 (recovered end LSN {})",
+        r.end.last_lsn()
+    );
+    assert_eq!(r.end.last_lsn(), 2);
 }

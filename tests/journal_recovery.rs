@@ -259,6 +259,7 @@ fn previous_lap_entries_after_the_end_are_never_replayed() {
             lsn: 0,
             repl_id: [0; 40],
             repl_offset: 0,
+            epoch: 0,
         },
         ScanLimits {
             max_epoch: 9,

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use super::buf::{BufPool, IoBuf};
 use super::error::JournalError;
 use super::format::{
-    align_down, align_up, record_fits_at, seal_crc, Kind, RecordHeader, RecordKey, BLOCK_BYTES,
+    align_down, align_up, entry_buffers_bound, record_fits_at, seal_crc, Kind, RecordHeader, RecordKey, BLOCK_BYTES,
     FORMAT_VERSION, HEADER_BYTES, REPL_ID_BYTES,
 };
 use super::recovery::EntryStart;
@@ -152,6 +152,8 @@ pub struct Batcher {
     head_pos: u64,
     last_repl_id: [u8; REPL_ID_BYTES],
     last_repl_offset: u64,
+    /// Epoch of the last complete entry (this run's once it appended one).
+    last_epoch: u32,
     failed: Option<Arc<str>>,
     closed: bool,
     /// First entry start in each segment sequence still retained: checkpoint candidates.
@@ -172,6 +174,8 @@ pub struct BatcherInit {
     pub head_pos: u64,
     pub last_repl_id: [u8; REPL_ID_BYTES],
     pub last_repl_offset: u64,
+    /// Epoch of the last entry of the recovered log.
+    pub last_epoch: u32,
     pub starts: Vec<EntryStart>,
     pub write_buffers: usize,
     pub max_write_bytes: usize,
@@ -180,7 +184,13 @@ pub struct BatcherInit {
 
 impl Batcher {
     pub fn new(init: BatcherInit) -> Batcher {
-        let max_extra_buffers = (init.max_entry_bytes as usize).div_ceil(init.max_write_bytes) + 1;
+        // Enough for the largest entry with no pooled buffer free, so that an entry the
+        // configuration allows is never refused for want of buffers when none is in use.
+        let max_extra_buffers = entry_buffers_bound(
+            init.max_entry_bytes,
+            init.max_write_bytes as u64,
+            init.geo.segment_size_bytes,
+        ) as usize;
         let mut starts = VecDeque::with_capacity(init.geo.segments as usize + 2);
         starts.extend(init.starts);
         let resume = resume_tail(init.geo, init.end_pos);
@@ -210,6 +220,7 @@ impl Batcher {
             head_pos: init.head_pos,
             last_repl_id: init.last_repl_id,
             last_repl_offset: init.last_repl_offset,
+            last_epoch: init.last_epoch,
             failed: None,
             closed: false,
             starts,
@@ -344,6 +355,7 @@ impl Batcher {
         self.next_lsn += 1;
         self.last_repl_id = *repl_id;
         self.last_repl_offset = repl_offset_end;
+        self.last_epoch = self.epoch;
         Ok(Placed { lsn })
     }
 
@@ -413,6 +425,7 @@ impl Batcher {
                         lsn,
                         prev_repl_id: self.last_repl_id,
                         prev_repl_offset: self.last_repl_offset,
+                        prev_epoch: self.last_epoch,
                     });
                 }
             }
@@ -553,6 +566,7 @@ impl Batcher {
                 lsn: self.next_lsn,
                 prev_repl_id: self.last_repl_id,
                 prev_repl_offset: self.last_repl_offset,
+                prev_epoch: self.last_epoch,
             });
         }
         self.starts.iter().rev().find(|s| s.lsn <= lsn + 1).copied()

@@ -152,12 +152,13 @@ fn lock_dir(dir: &Path) -> Result<std::fs::File, JournalError> {
 
 /// How recovery reads this journal's records: its key, and its epoch bound.
 fn scan_limits(m: &Manifest, cfg: &JournalConfig) -> ScanLimits {
-    let (key, unkeyed_before_pos) = m.record_keys();
+    let (key, keyed_from_epoch) = m.record_keys();
     ScanLimits {
         max_epoch: m.epoch,
         lookahead_bytes: cfg.recovery_lookahead_bytes,
         key,
-        unkeyed_before_pos,
+        keyed_from_epoch,
+        resumed_at_pos: m.resumed_at_pos,
     }
 }
 
@@ -171,6 +172,7 @@ fn scan_start(cp: &Checkpoint) -> Result<ScanStart, JournalError> {
         lsn: cp.start_lsn,
         repl_id: cp.prev_repl_id()?,
         repl_offset: cp.prev_repl_offset,
+        epoch: cp.prev_epoch,
     })
 }
 
@@ -399,8 +401,9 @@ impl Journal {
             .epoch
             .checked_add(1)
             .ok_or_else(|| JournalError::Manifest("epoch counter exhausted".into()))?;
+        manifest.resumed_at_pos = Some(report.end.end_pos);
         // A journal made before record keys: its records stay readable, new ones are keyed.
-        manifest.upgrade(report.end.end_pos, new_key()?);
+        manifest.upgrade(new_key()?);
         manifest.store(dir)?;
         let end = report.end;
         let starts = report
@@ -420,6 +423,7 @@ impl Journal {
             head_pos: checkpoint.start_pos,
             last_repl_id: end.last_repl_id,
             last_repl_offset: end.last_repl_offset,
+            last_epoch: end.last_epoch,
             starts,
             write_buffers: cfg.write_buffers as usize,
             max_write_bytes: cfg.max_write_bytes as usize,
@@ -623,6 +627,7 @@ impl Journal {
             next.checkpoint.start_lsn = c.lsn;
             next.checkpoint.prev_repl_id_hex = hex_encode(&c.prev_repl_id);
             next.checkpoint.prev_repl_offset = c.prev_repl_offset;
+            next.checkpoint.prev_epoch = c.prev_epoch;
         }
         next.store(&self.dir)?;
         *m = next;

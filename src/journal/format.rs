@@ -167,6 +167,14 @@ pub fn entry_span_bound(len: u64, max_write_bytes: u64, segment_size_bytes: u64)
     u64::try_from(bound.div_ceil(denominator)).unwrap_or(u64::MAX)
 }
 
+/// The most write buffers an entry of `len` bytes can fill: one per `max_write_bytes` of
+/// its span, one more per segment end it crosses, and the first and last partial ones
+/// (see [`entry_span_bound`]).
+pub fn entry_buffers_bound(len: u64, max_write_bytes: u64, segment_size_bytes: u64) -> u64 {
+    let span = entry_span_bound(len, max_write_bytes, segment_size_bytes);
+    span.div_ceil(max_write_bytes) + span.div_ceil(segment_size_bytes) + 3
+}
+
 /// Round `pos` up to the next block boundary.
 pub fn align_up(pos: u64) -> u64 {
     let b = BLOCK_BYTES as u64;

@@ -35,6 +35,9 @@ pub struct Checkpoint {
     pub prev_repl_id_hex: String,
     /// Replication offset at the end of the entry before `start_lsn`.
     pub prev_repl_offset: u64,
+    /// Epoch of the entry before `start_lsn`: recovery accepts nothing older after it.
+    #[serde(default)]
+    pub prev_epoch: u32,
 }
 
 impl Checkpoint {
@@ -45,6 +48,7 @@ impl Checkpoint {
             start_lsn: 1,
             prev_repl_id_hex: hex_encode(&[0u8; REPL_ID_BYTES]),
             prev_repl_offset: 0,
+            prev_epoch: 0,
         }
     }
 
@@ -66,14 +70,23 @@ pub struct Manifest {
     /// The secret mixed into every record's checksum (16 hex digits); absent in layout 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub record_key_hex: Option<String>,
-    /// Records before this logical position were written before the journal had a key
-    /// (format 1, upgraded from layout 1); every record from here on is format 2.
+    /// The first epoch that wrote keyed (format 2) records: records of older epochs are
+    /// format 1, from a journal upgraded from layout 1 (0 for a journal made keyed). Bound
+    /// to epochs, not positions: a later cut (a repair) below the upgrade point must not
+    /// make the next run's keyed records look misplaced, and epochs never decrease along
+    /// the log.
     #[serde(default, skip_serializing_if = "is_zero")]
-    pub unkeyed_before_pos: u64,
+    pub keyed_from_epoch: u32,
+    /// Where the run of `epoch` began writing: the end of the log its open recovered.
+    /// Records of older epochs beyond it were left behind by a decision of that open (a
+    /// torn tail, or a repair's cut), so they never vouch for anything. Absent before the
+    /// first open that records it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_at_pos: Option<u64>,
     pub checkpoint: Checkpoint,
 }
 
-fn is_zero(v: &u64) -> bool {
+fn is_zero(v: &u32) -> bool {
     *v == 0
 }
 
@@ -85,30 +98,31 @@ impl Manifest {
             segments,
             epoch: 0,
             record_key_hex: Some(format!("{:016x}", key.0)),
-            unkeyed_before_pos: 0,
+            keyed_from_epoch: 0,
+            resumed_at_pos: None,
             checkpoint: Checkpoint::initial(),
         }
     }
 
-    /// The records' key, and the position before which records may be unkeyed (format 1).
-    /// A layout 1 journal has no key: all its records are format 1.
-    pub fn record_keys(&self) -> (RecordKey, u64) {
+    /// The records' key, and the first epoch whose records are keyed (older ones are
+    /// format 1). A layout 1 journal has no key: all its records are format 1.
+    pub fn record_keys(&self) -> (RecordKey, u32) {
         match &self.record_key_hex {
             Some(hex) => (
                 RecordKey(u64::from_str_radix(hex, 16).expect("checked by parse")),
-                self.unkeyed_before_pos,
+                self.keyed_from_epoch,
             ),
-            None => (RecordKey(0), u64::MAX),
+            None => (RecordKey(0), u32::MAX),
         }
     }
 
-    /// Upgrades a layout 1 manifest: records from `end_pos` on (where the next record of the
-    /// log goes) are written keyed; those before stay readable as format 1.
-    pub fn upgrade(&mut self, end_pos: u64, key: RecordKey) {
+    /// Upgrades a layout 1 manifest at an open for writing, after its epoch bump: this
+    /// run's records and every later one are keyed; older ones stay readable as format 1.
+    pub fn upgrade(&mut self, key: RecordKey) {
         if self.layout_version == UNKEYED_LAYOUT_VERSION {
             self.layout_version = LAYOUT_VERSION;
             self.record_key_hex = Some(format!("{:016x}", key.0));
-            self.unkeyed_before_pos = end_pos;
+            self.keyed_from_epoch = self.epoch;
         }
     }
 
@@ -228,7 +242,22 @@ pub fn replace_file(dir: &Path, name: &str, contents: &[u8]) -> Result<(), Journ
         fs::rename(&spare, &target).map_err(|e| JournalError::io(ctx("renaming"), e))?;
     }
     crate::fault::init_step();
-    fsync_dir(dir)
+    fsync_dir(dir)?;
+    if !exchanged {
+        // Make the spare now, while there is room (at init, or on the first store of a
+        // journal from before spares): the next replacement must not need a block. Only a
+        // spare: without it, the next replacement renames again.
+        let made = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&spare)
+            .and_then(|f| f.write_all_at(&padded, 0).and_then(|()| f.sync_all()));
+        if let Err(e) = made {
+            tracing::warn!("cannot make {} (the next replacement will need free space): {e}", spare.display());
+        }
+    }
+    Ok(())
 }
 
 /// Swaps two names atomically; Ok(false) where the file system cannot.

@@ -6,8 +6,8 @@
 //! accepted only when all of these hold:
 //! - magic, version, kind and reserved bytes are right, the record fits in its segment;
 //! - the CRC over the journal's key, header and payload matches (a record a client planted
-//!   inside a value never has the key); unkeyed format 1 records only before the position
-//!   where a journal upgraded from layout 1 began writing keyed ones;
+//!   inside a value never has the key); unkeyed format 1 records only from the epochs before
+//!   a journal made before keys was upgraded;
 //! - `seg_seq` equals the position's segment sequence (a previous lap's record is stale);
 //! - `epoch` is not older than the previous record's (leftovers of a crashed run) and not
 //!   newer than the manifest's;
@@ -38,6 +38,9 @@ pub struct ScanStart {
     /// Replication position at the end of the entry before `lsn`.
     pub repl_id: [u8; REPL_ID_BYTES],
     pub repl_offset: u64,
+    /// Epoch of the entry before `lsn`: the log's epochs never decrease, so nothing older
+    /// continues it (a checkpoint at the very end of the log reads no record first).
+    pub epoch: u32,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -47,9 +50,12 @@ pub struct ScanLimits {
     pub lookahead_bytes: u64,
     /// The journal's secret: only records whose checksum includes it are records.
     pub key: RecordKey,
-    /// Unkeyed (format 1) records are accepted only before this position (0 for a journal
-    /// made keyed; the upgrade point for one made before keys, `u64::MAX` before upgrade).
-    pub unkeyed_before_pos: u64,
+    /// Records of epochs below this are unkeyed (format 1), those from it on keyed: 0 for a
+    /// journal made keyed, the upgrade's epoch for one made before keys, `u32::MAX` before.
+    pub keyed_from_epoch: u32,
+    /// Where the newest run (of epoch `max_epoch`) began writing, if known: past it, only
+    /// that run's records are evidence (older ones were cut by its open).
+    pub resumed_at_pos: Option<u64>,
 }
 
 /// End of the recovered log.
@@ -77,6 +83,8 @@ pub struct EntryStart {
     pub lsn: u64,
     pub prev_repl_id: [u8; REPL_ID_BYTES],
     pub prev_repl_offset: u64,
+    /// Epoch of the entry before `lsn`.
+    pub prev_epoch: u32,
 }
 
 /// What the scan saw in one segment of the live log.
@@ -274,13 +282,13 @@ impl<R: RingRead> Scanner<R> {
             pos: start.pos,
             limit_pos: geo.write_limit(start.pos),
             in_entry: None,
-            last_epoch: 0,
+            last_epoch: start.epoch,
             end: LogEnd {
                 end_pos: start.pos,
                 next_lsn: start.lsn,
                 last_repl_id: start.repl_id,
                 last_repl_offset: start.repl_offset,
-                last_epoch: 0,
+                last_epoch: start.epoch,
             },
             entries: 0,
             records: 0,
@@ -304,7 +312,7 @@ impl<R: RingRead> Scanner<R> {
         if c + total > self.geo.seg_end(c) {
             return Ok(Err(Reject::Length(h.payload_len)));
         }
-        if (h.version == UNKEYED_FORMAT_VERSION) != (c < self.limits.unkeyed_before_pos) {
+        if (h.version == UNKEYED_FORMAT_VERSION) != (h.epoch < self.limits.keyed_from_epoch) {
             return Ok(Err(Reject::Format(h.version)));
         }
         let rec = self.win.get(c, total as usize)?;
@@ -433,7 +441,11 @@ impl<R: RingRead> Scanner<R> {
                 first_entry_start: None,
             });
         }
-        let (end_repl_id, end_repl_off) = (self.end.last_repl_id, self.end.last_repl_offset);
+        let (end_repl_id, end_repl_off, end_epoch) = (
+            self.end.last_repl_id,
+            self.end.last_repl_offset,
+            self.end.last_epoch,
+        );
         let s = self.segments.last_mut().expect("pushed above");
         s.records += 1;
         s.last_lsn = h.lsn;
@@ -445,6 +457,7 @@ impl<R: RingRead> Scanner<R> {
                 lsn: h.lsn,
                 prev_repl_id: end_repl_id,
                 prev_repl_offset: end_repl_off,
+                prev_epoch: end_epoch,
             });
         }
     }
@@ -452,6 +465,16 @@ impl<R: RingRead> Scanner<R> {
     /// Runs to the end, then classifies the tail.
     pub fn finish(mut self) -> std::io::Result<ScanReport> {
         while self.next_record()?.is_some() {}
+        if let Some(f) = &self.in_entry {
+            // The entry whose fragments stop early is not in the log: its FIRST is no
+            // place for a checkpoint to start (the next run writes its own entries from
+            // the end, before it).
+            for s in &mut self.segments {
+                if s.first_entry_start.is_some_and(|e| e.lsn == f.lsn) {
+                    s.first_entry_start = None;
+                }
+            }
+        }
         let bad_pos = self.pos;
         let (expected_lsn, dropped_partial) = match &self.in_entry {
             Some(f) => (f.lsn, true),
@@ -490,7 +513,8 @@ impl<R: RingRead> Scanner<R> {
     }
 
     /// Searches the bytes from `bad_pos` on for a valid current-lap record, of an epoch not
-    /// older than the log's last record, whose durable hint covers `expected_lsn`. Every
+    /// older than the log's last record (nor than the newest run's, past where it began),
+    /// whose durable hint covers `expected_lsn`. Every
     /// position holding the magic is a candidate; only keyed records count (a client's
     /// value may hold anything, but not the key). A valid record that is not evidence is
     /// stepped over whole.
@@ -501,6 +525,14 @@ impl<R: RingRead> Scanner<R> {
     ) -> std::io::Result<Option<(u64, RecordHeader)>> {
         const HAY_BYTES: u64 = 64 * 1024;
         let magic = MAGIC.to_le_bytes();
+        // The log's own epochs never decrease; and where the log still ends where the
+        // newest run's open said it ends, anything older past it was cut by that open.
+        let cut_by_last_open = self.limits.resumed_at_pos.is_some_and(|r| bad_pos >= r);
+        let min_epoch = if cut_by_last_open {
+            self.last_epoch.max(self.limits.max_epoch)
+        } else {
+            self.last_epoch
+        };
         let stop = (bad_pos.saturating_add(self.limits.lookahead_bytes)).min(self.limit_pos);
         let mut p = bad_pos;
         while p < stop {
@@ -520,7 +552,7 @@ impl<R: RingRead> Scanner<R> {
             if h.seg_seq == self.geo.seg_seq(c)
                 && h.lsn > expected_lsn
                 && h.durable_hint >= expected_lsn
-                && (self.last_epoch..=self.limits.max_epoch).contains(&h.epoch)
+                && (min_epoch..=self.limits.max_epoch).contains(&h.epoch)
             {
                 return Ok(Some((c, h)));
             }

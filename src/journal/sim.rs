@@ -41,6 +41,8 @@ pub struct MemLog {
     pub start: ScanStart,
     /// Highest LSN whose write (and all before it) was applied.
     pub durable_lsn: u64,
+    /// Where the current run (epoch) began writing, as the manifest records it.
+    pub resumed_at_pos: u64,
     max_write_bytes: usize,
 }
 
@@ -51,6 +53,7 @@ impl MemLog {
             lsn: 1,
             repl_id: [0; REPL_ID_BYTES],
             repl_offset: 0,
+            epoch: 0,
         };
         assert!(
             max_write_bytes >= 2 * super::format::BLOCK_BYTES,
@@ -72,6 +75,7 @@ impl MemLog {
             epoch: 1,
             start,
             durable_lsn: 0,
+            resumed_at_pos: 0,
             max_write_bytes,
         }
     }
@@ -96,6 +100,7 @@ impl MemLog {
             head_pos,
             last_repl_id: end.repl_id,
             last_repl_offset: end.repl_offset,
+            last_epoch: end.epoch,
             starts,
             write_buffers: 64,
             max_write_bytes,
@@ -171,7 +176,8 @@ impl MemLog {
             max_epoch: self.epoch,
             lookahead_bytes,
             key: SIM_KEY,
-            unkeyed_before_pos: 0,
+            keyed_from_epoch: 0,
+            resumed_at_pos: Some(self.resumed_at_pos),
         }
     }
 
@@ -214,6 +220,7 @@ impl MemLog {
                     lsn: c.lsn,
                     repl_id: c.prev_repl_id,
                     repl_offset: c.prev_repl_offset,
+                    epoch: c.prev_epoch,
                 };
             }
         }
@@ -258,6 +265,7 @@ impl MemLog {
             lsn: r.end.next_lsn,
             repl_id: r.end.last_repl_id,
             repl_offset: r.end.last_repl_offset,
+            epoch: r.end.last_epoch,
         };
         let tail = super::batcher::read_tail(&mut self.ring, self.geo, r.end.end_pos)
             .expect("memory reads do not fail");
@@ -271,6 +279,7 @@ impl MemLog {
             tail,
         );
         self.durable_lsn = r.end.last_lsn();
+        self.resumed_at_pos = r.end.end_pos;
         Ok(r)
     }
 
