@@ -135,7 +135,13 @@ async fn init_inspect_verify_corruption_repair() {
 #[test]
 fn init_killed_at_every_step_is_finished_by_the_next_start() {
     use std::os::unix::process::ExitStatusExt;
-    let geometry = ["--segment-size-bytes", "65536", "--segments", "3", "--quiet"];
+    let geometry = [
+        "--segment-size-bytes",
+        "65536",
+        "--segments",
+        "3",
+        "--quiet",
+    ];
     let mut killed = 0;
     for step in 1.. {
         let tmp = tempfile::tempdir().unwrap();
@@ -151,11 +157,16 @@ fn init_killed_at_every_step_is_finished_by_the_next_start() {
         if status.success() {
             break; // the initialization has fewer steps than this
         }
-        assert_eq!(status.signal(), Some(libc::SIGKILL), "step {step}: {status:?}");
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGKILL),
+            "step {step}: {status:?}"
+        );
         killed += 1;
         // Alternate what comes next: the operator's init, or the service starting.
         if step % 2 == 0 {
-            let (code, out, err) = walrus(&[&["journal", "init", "--dir", d][..], &geometry[..]].concat());
+            let (code, out, err) =
+                walrus(&[&["journal", "init", "--dir", d][..], &geometry[..]].concat());
             assert_eq!(code, 0, "step {step}: init after the kill: {out}{err}");
         } else {
             let cfg = JournalConfig {

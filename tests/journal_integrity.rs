@@ -100,7 +100,11 @@ fn a_planted_record_is_neither_continuation_nor_evidence() {
             "format {version}: planted record taken as evidence: {:?}",
             r.tail
         );
-        assert_eq!(r.end.last_lsn(), 10, "format {version}: planted record replayed");
+        assert_eq!(
+            r.end.last_lsn(),
+            10,
+            "format {version}: planted record replayed"
+        );
         assert!(replayed(&log).iter().all(|(_, p)| p != FLUSHALL));
     }
     // Control: sealed with the journal's own key, the same bytes are a record.
@@ -207,7 +211,10 @@ fn a_garbled_sector_under_a_durable_entry_is_reported_not_cut() {
     assert_eq!(log.durable_lsn, x, "x is acknowledged");
     let w2 = log.take_writes();
     assert_eq!(w2.len(), 1);
-    assert!(w2[0].start_pos <= x_pos, "the write rewrites the block of x");
+    assert!(
+        w2[0].start_pos <= x_pos,
+        "the write rewrites the block of x"
+    );
     // A sector that holds only bytes of `x` (it starts in the sector before).
     let garbled = (x_pos - w2[0].start_pos) / 512 + 1;
     log.apply_sectors(&w2[0], |s| {
@@ -338,11 +345,16 @@ async fn maximum_entries_back_to_back_never_stall_the_ring() {
     append_all(&j, 7..=7, max).await;
 }
 
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    for e in std::fs::read_dir(from).unwrap() {
+/// A copy of tests/fixtures/journal-format-1 to work on.
+fn format1_journal() -> tempfile::TempDir {
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/journal-format-1");
+    let dir = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(fixture).unwrap() {
         let e = e.unwrap();
-        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
     }
+    dir
 }
 
 /// The payloads of tests/fixtures/journal-format-1, a journal written by walrus before
@@ -378,10 +390,7 @@ fn assert_replays(j: &Journal, from: u64, to: u64) {
 /// writing (its records stay readable, new ones are keyed), and keeps working across laps.
 #[tokio::test]
 async fn a_format_1_journal_is_read_and_upgraded() {
-    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/journal-format-1");
-    let dir = tempfile::tempdir().unwrap();
-    copy_dir(&fixture, dir.path());
+    let dir = format1_journal();
     let cfg = engine_cfg(3);
     let before = Manifest::load(dir.path()).unwrap().unwrap();
     assert_eq!(before.layout_version, 1);
@@ -399,7 +408,12 @@ async fn a_format_1_journal_is_read_and_upgraded() {
         assert_eq!(m.keyed_from_epoch, m.epoch);
         let j = std::sync::Arc::new(j);
         for lsn in 61..=64 {
-            j.append(format1_entry(lsn)).await.unwrap().wait().await.unwrap();
+            j.append(format1_entry(lsn))
+                .await
+                .unwrap()
+                .wait()
+                .await
+                .unwrap();
         }
     }
     {
@@ -420,7 +434,10 @@ async fn a_format_1_journal_is_read_and_upgraded() {
             };
             t.wait().await.unwrap();
         }
-        assert!(j.status().head_pos > end + 2 * 3 * SEG, "the ring wrapped twice");
+        assert!(
+            j.status().head_pos > end + 2 * 3 * SEG,
+            "the ring wrapped twice"
+        );
     }
     let (j, rec) = Journal::open(dir.path(), &cfg).unwrap();
     assert_eq!(rec.end.last_lsn(), 200);
@@ -429,27 +446,14 @@ async fn a_format_1_journal_is_read_and_upgraded() {
 
 /// Position and format of the first record of entry `lsn`, scanning `dir` as recovery does.
 fn record_of(dir: &std::path::Path, lsn: u64) -> (u64, u8) {
+    use walrus::journal::engine::{scan_limits, scan_start};
     let m = Manifest::load(dir).unwrap().unwrap();
     let g = geo(m.segments);
-    let (key, keyed_from_epoch) = m.record_keys();
-    let cp = &m.checkpoint;
     let mut sc = walrus::journal::recovery::Scanner::new(
         walrus::journal::ring::FileRing::open(dir, g).unwrap(),
         g,
-        ScanStart {
-            pos: cp.start_pos,
-            lsn: cp.start_lsn,
-            repl_id: cp.prev_repl_id().unwrap(),
-            repl_offset: cp.prev_repl_offset,
-            epoch: cp.prev_epoch,
-        },
-        walrus::journal::recovery::ScanLimits {
-            max_epoch: m.epoch,
-            lookahead_bytes: 0,
-            key,
-            keyed_from_epoch,
-            resumed_at_pos: m.resumed_at_pos,
-        },
+        scan_start(&m.checkpoint).unwrap(),
+        scan_limits(&m, &engine_cfg(m.segments)),
     );
     while let Some(r) = sc.next_record().unwrap() {
         if r.header.lsn == lsn {
@@ -464,15 +468,17 @@ fn record_of(dir: &std::path::Path, lsn: u64) -> (u64, u8) {
 /// position), and nothing it acknowledged is lost at the next open.
 #[tokio::test]
 async fn a_repair_below_the_upgrade_point_keeps_the_next_runs_entries() {
-    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/journal-format-1");
-    let dir = tempfile::tempdir().unwrap();
-    copy_dir(&fixture, dir.path());
+    let dir = format1_journal();
     let cfg = engine_cfg(3);
     {
         let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
         for lsn in 61..=63 {
-            j.append(format1_entry(lsn)).await.unwrap().wait().await.unwrap();
+            j.append(format1_entry(lsn))
+                .await
+                .unwrap()
+                .wait()
+                .await
+                .unwrap();
         }
     }
     // Rot a byte of format 1 entry 57, vouched for by 58..63.
@@ -490,11 +496,20 @@ async fn a_repair_below_the_upgrade_point_keeps_the_next_runs_entries() {
         let (j, rec) = Journal::open_with(dir.path(), &cfg, repaired).unwrap();
         assert_eq!(rec.end.last_lsn(), 56, "cut at the damaged format 1 entry");
         for lsn in 57..=61 {
-            j.append(entry(lsn, 500)).await.unwrap().wait().await.unwrap();
+            j.append(entry(lsn, 500))
+                .await
+                .unwrap()
+                .wait()
+                .await
+                .unwrap();
         }
     }
     let (_j, rec) = Journal::open(dir.path(), &cfg).unwrap();
-    assert_eq!(rec.end.last_lsn(), 61, "entries acknowledged after the repair were lost");
+    assert_eq!(
+        rec.end.last_lsn(),
+        61,
+        "entries acknowledged after the repair were lost"
+    );
 }
 
 /// A full disk right after `walrus journal init`: the journal's files are all allocated in
@@ -611,7 +626,10 @@ fn the_largest_entry_allowed_is_always_admitted_once_everything_is_released() {
                             max_entry_bytes: max,
                         });
                         if let Err(e) = b.append(&[0; 40], max, &payload, 0) {
-                            panic!("S={s} N={n} W={w} buffers={} entry {max} at offset {o}: {e:?}", inflight + 1);
+                            panic!(
+                                "S={s} N={n} W={w} buffers={} entry {max} at offset {o}: {e:?}",
+                                inflight + 1
+                            );
                         }
                     }
                 }

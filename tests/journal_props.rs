@@ -35,6 +35,13 @@ use walrus::journal::ReplayFrom;
 const SEG: u64 = 64 * 1024;
 /// Shorter than one write: evidence of corruption farther on is out of sight.
 const SMALL_LOOKAHEAD: u64 = 4096;
+
+fn geometry(segments: u32) -> Geometry {
+    Geometry {
+        segment_size_bytes: SEG,
+        segments,
+    }
+}
 /// The command every forged record carries (see `forged_payload`).
 const FORGED_BODY: &[u8] = b"*1\r\n$8\r\nFLUSHALL\r\n";
 /// The replication offset every forged record claims.
@@ -551,10 +558,7 @@ proptest! {
 /// corruption: a repair must never block the next start.
 #[test]
 fn a_repair_with_a_short_lookahead_never_blocks_a_later_start() {
-    let geo = Geometry {
-        segment_size_bytes: SEG,
-        segments: 3,
-    };
+    let geo = geometry(3);
     let mut log = MemLog::new(geo, 16 * 1024);
     // Entry 2 is longer than the short look-ahead; entry 3, appended once entry 2 was
     // durable, vouches for it.
@@ -743,10 +747,7 @@ async fn engine_reopens_cleanly_after_laps_of_forged_values() {
 /// being replayed as a FLUSHALL.
 #[test]
 fn a_forged_record_where_the_log_resumes_is_not_an_entry() {
-    let geo = Geometry {
-        segment_size_bytes: SEG,
-        segments: 3,
-    };
+    let geo = geometry(3);
     let mut log = MemLog::new(geo, 16 * 1024);
     log.append(100, &[7; 100]).expect("room in an empty ring");
     log.flush();
@@ -795,10 +796,7 @@ fn a_forged_record_where_the_log_resumes_is_not_an_entry() {
 /// vouches for them).
 #[test]
 fn a_release_after_a_crash_never_moves_the_checkpoint_past_live_entries() {
-    let geo = Geometry {
-        segment_size_bytes: SEG,
-        segments: 4,
-    };
+    let geo = geometry(4);
     let mut log = MemLog::new(geo, 16 * 1024);
     // Entry 1 runs from segment 0 into segment 1: seven full 16 KiB buffers, then its LAST
     // (388 bytes) at 114688, in the last buffer of segment 1, ending at 115172. Entry 2
@@ -854,10 +852,7 @@ fn a_release_after_a_crash_never_moves_the_checkpoint_past_live_entries() {
 /// the log: it must not come back as entry 3.
 #[test]
 fn a_checkpoint_at_the_end_of_the_log_keeps_older_runs_out() {
-    let geo = Geometry {
-        segment_size_bytes: SEG,
-        segments: 3,
-    };
+    let geo = geometry(3);
     let mut log = MemLog::new(geo, 16 * 1024);
     // Run 1: entry 1 durable at 0..196; entry 2 in the rest of that block; entry 3 does not
     // fit the rest of the open buffer, so it goes to a fresh one at 4096. Only that write

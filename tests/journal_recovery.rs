@@ -29,12 +29,7 @@ fn entry_spans(log: &MemLog) -> Vec<(u64, u64, u64)> {
     let ring = MemRing {
         segments: log.ring.segments.clone(),
     };
-    let mut s = Scanner::new(
-        ring,
-        log.geo,
-        log.start,
-        log.limits(0),
-    );
+    let mut s = Scanner::new(ring, log.geo, log.start, log.limits(0));
     let mut out: Vec<(u64, u64, u64)> = Vec::new();
     while let Some(r) = s.next_record().unwrap() {
         let end = r.pos + (HEADER_BYTES + r.payload.len()) as u64;
@@ -49,12 +44,7 @@ fn entry_spans(log: &MemLog) -> Vec<(u64, u64, u64)> {
 
 /// Zeroes logical range [from, to) of the ring.
 fn zero(log: &mut MemLog, from: u64, to: u64) {
-    let mut p = from;
-    while p < to {
-        let n = (to - p).min(log.geo.seg_end(p) - p);
-        log.ring.write_at(log.geo, p, &vec![0u8; n as usize]);
-        p += n;
-    }
+    log.ring.zero(log.geo, from, to);
 }
 
 fn flip_bit(log: &mut MemLog, pos: u64, bit: u8) {

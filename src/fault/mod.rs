@@ -148,7 +148,10 @@ static MANIFEST: LazyLock<Option<FsFault>> =
 
 static INIT_KILL: LazyLock<Option<u64>> = LazyLock::new(|| {
     from_env("WALRUS_FAULT_INIT_KILL", |t| {
-        t.parse().ok().filter(|n| *n > 0).ok_or_else(|| format!("{t:?}: bad step number"))
+        t.parse()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| format!("{t:?}: bad step number"))
     })
 });
 static INIT_STEPS: AtomicU64 = AtomicU64::new(0);

@@ -21,8 +21,8 @@ use std::sync::Arc;
 use super::buf::{BufPool, IoBuf};
 use super::error::JournalError;
 use super::format::{
-    align_down, align_up, entry_buffers_bound, record_fits_at, seal_crc, Kind, RecordHeader, RecordKey, BLOCK_BYTES,
-    FORMAT_VERSION, HEADER_BYTES, REPL_ID_BYTES,
+    align_down, align_up, entry_buffers_bound, record_fits_at, seal_crc, Kind, RecordHeader,
+    RecordKey, BLOCK_BYTES, FORMAT_VERSION, HEADER_BYTES, REPL_ID_BYTES,
 };
 use super::recovery::EntryStart;
 use super::ring::{Geometry, RingRead};

@@ -270,7 +270,10 @@ mod tests {
             ..JournalConfig::default()
         };
         let err = cfg.validate().unwrap_err();
-        assert!(err.contains("journal.max_entry_bytes = 65404928 may take"), "{err}");
+        assert!(
+            err.contains("journal.max_entry_bytes = 65404928 may take"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -150,8 +150,8 @@ fn lock_dir(dir: &Path) -> Result<std::fs::File, JournalError> {
     Ok(f)
 }
 
-/// How recovery reads this journal's records: its key, and its epoch bound.
-fn scan_limits(m: &Manifest, cfg: &JournalConfig) -> ScanLimits {
+/// How recovery reads this journal's records: its key, epochs and look-ahead.
+pub fn scan_limits(m: &Manifest, cfg: &JournalConfig) -> ScanLimits {
     let (key, keyed_from_epoch) = m.record_keys();
     ScanLimits {
         max_epoch: m.epoch,
@@ -166,7 +166,8 @@ fn new_key() -> Result<RecordKey, JournalError> {
     RecordKey::random().map_err(|e| JournalError::io("drawing the journal's record key", e))
 }
 
-fn scan_start(cp: &Checkpoint) -> Result<ScanStart, JournalError> {
+/// Where recovery starts: the checkpoint.
+pub fn scan_start(cp: &Checkpoint) -> Result<ScanStart, JournalError> {
     Ok(ScanStart {
         pos: cp.start_pos,
         lsn: cp.start_lsn,
@@ -403,7 +404,7 @@ impl Journal {
             .ok_or_else(|| JournalError::Manifest("epoch counter exhausted".into()))?;
         manifest.resumed_at_pos = Some(report.end.end_pos);
         // A journal made before record keys: its records stay readable, new ones are keyed.
-        manifest.upgrade(new_key()?);
+        manifest.upgrade(new_key)?;
         manifest.store(dir)?;
         let end = report.end;
         let starts = report

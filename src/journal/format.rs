@@ -109,7 +109,9 @@ impl std::fmt::Debug for RecordKey {
 impl RecordKey {
     /// A fresh key from the operating system's random source.
     pub fn random() -> std::io::Result<RecordKey> {
-        getrandom::u64().map(RecordKey).map_err(std::io::Error::other)
+        getrandom::u64()
+            .map(RecordKey)
+            .map_err(std::io::Error::other)
     }
 }
 

@@ -118,12 +118,17 @@ impl Manifest {
 
     /// Upgrades a layout 1 manifest at an open for writing, after its epoch bump: this
     /// run's records and every later one are keyed; older ones stay readable as format 1.
-    pub fn upgrade(&mut self, key: RecordKey) {
+    /// `new_key` is called only then.
+    pub fn upgrade(
+        &mut self,
+        new_key: impl FnOnce() -> Result<RecordKey, JournalError>,
+    ) -> Result<(), JournalError> {
         if self.layout_version == UNKEYED_LAYOUT_VERSION {
             self.layout_version = LAYOUT_VERSION;
-            self.record_key_hex = Some(format!("{:016x}", key.0));
+            self.record_key_hex = Some(format!("{:016x}", new_key()?.0));
             self.keyed_from_epoch = self.epoch;
         }
+        Ok(())
     }
 
     fn render(&self) -> String {
@@ -215,12 +220,7 @@ pub fn replace_file(dir: &Path, name: &str, contents: &[u8]) -> Result<(), Journ
     let spare = dir.join(format!("{name}.prev"));
     let ctx = |what: &str| format!("{what} {}", spare.display());
     crate::fault::init_step();
-    let f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&spare)
-        .map_err(|e| JournalError::io(ctx("opening"), e))?;
+    let f = open_in_place(&spare).map_err(|e| JournalError::io(ctx("opening"), e))?;
     let size = f
         .metadata()
         .map_err(|e| JournalError::io(ctx("stat of"), e))?
@@ -247,17 +247,25 @@ pub fn replace_file(dir: &Path, name: &str, contents: &[u8]) -> Result<(), Journ
         // Make the spare now, while there is room (at init, or on the first store of a
         // journal from before spares): the next replacement must not need a block. Only a
         // spare: without it, the next replacement renames again.
-        let made = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&spare)
+        let made = open_in_place(&spare)
             .and_then(|f| f.write_all_at(&padded, 0).and_then(|()| f.sync_all()));
         if let Err(e) = made {
-            tracing::warn!("cannot make {} (the next replacement will need free space): {e}", spare.display());
+            tracing::warn!(
+                "cannot make {} (the next replacement will need free space): {e}",
+                spare.display()
+            );
         }
     }
     Ok(())
+}
+
+/// Opens `path` for writing over its existing blocks (created if missing, never truncated).
+fn open_in_place(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
 }
 
 /// Swaps two names atomically; Ok(false) where the file system cannot.

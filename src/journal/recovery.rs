@@ -25,8 +25,8 @@
 
 use super::error::{Corruption, JournalError};
 use super::format::{
-    align_up, record_crc, record_fits_at, stored_crc, Kind, RecordHeader, RecordKey,
-    HEADER_BYTES, MAGIC, REPL_ID_BYTES, UNKEYED_FORMAT_VERSION,
+    align_up, record_crc, record_fits_at, stored_crc, Kind, RecordHeader, RecordKey, HEADER_BYTES,
+    MAGIC, REPL_ID_BYTES, UNKEYED_FORMAT_VERSION,
 };
 use super::ring::{Geometry, RingRead};
 
@@ -196,7 +196,11 @@ fn describe_reject(r: &Reject) -> String {
             format!("stale record from an earlier lap (seg_seq {found}, expected {expected})")
         }
         Reject::Epoch { found, min, max } => format!("record epoch {found} outside [{min}, {max}]"),
-        Reject::Sequence { kind, lsn, expected } => {
+        Reject::Sequence {
+            kind,
+            lsn,
+            expected,
+        } => {
             format!("{kind:?} record with LSN {lsn}, expected {expected}")
         }
         Reject::BeyondRing => "the ring is full up to here".into(),

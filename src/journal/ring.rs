@@ -192,6 +192,17 @@ impl MemRing {
         let seg = &mut self.segments[geo.seg_index(pos) as usize];
         seg[off..off + bytes.len()].copy_from_slice(bytes);
     }
+
+    /// Zeroes logical range `[from, to)`, across segments.
+    pub fn zero(&mut self, geo: Geometry, from: u64, to: u64) {
+        let mut p = from;
+        while p < to {
+            let end = geo.seg_end(p).min(to);
+            let off = geo.seg_off(p) as usize;
+            self.segments[geo.seg_index(p) as usize][off..off + (end - p) as usize].fill(0);
+            p = end;
+        }
+    }
 }
 
 impl RingRead for MemRing {

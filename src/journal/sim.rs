@@ -158,7 +158,8 @@ impl MemLog {
                 Sector::Old => {}
                 Sector::New => self.ring.write_at(self.geo, at, sector),
                 Sector::Garbage => {
-                    let junk: Vec<u8> = (0..sector.len()).map(|i| (i * 131 + s) as u8 | 1).collect();
+                    let junk: Vec<u8> =
+                        (0..sector.len()).map(|i| (i * 131 + s) as u8 | 1).collect();
                     self.ring.write_at(self.geo, at, &junk);
                 }
             }
@@ -247,12 +248,8 @@ impl MemLog {
             if !accept_data_loss {
                 return Err(c.clone());
             }
-            let (mut p, to) = r.repair_range(self.geo);
-            while p < to {
-                let n = (to - p).min(self.geo.seg_end(p) - p);
-                self.ring.write_at(self.geo, p, &vec![0; n as usize]);
-                p += n;
-            }
+            let (from, to) = r.repair_range(self.geo);
+            self.ring.zero(self.geo, from, to);
         }
         self.epoch += 1;
         let starts = r
@@ -306,7 +303,11 @@ pub fn forged_payload(len: usize, lsn: u64, seg_seq: u64, epoch: u32) -> Vec<u8>
             break;
         }
         let h = RecordHeader {
-            version: if i % 2 == 0 { super::format::FORMAT_VERSION } else { UNKEYED_FORMAT_VERSION },
+            version: if i % 2 == 0 {
+                super::format::FORMAT_VERSION
+            } else {
+                UNKEYED_FORMAT_VERSION
+            },
             kind: Kind::Full,
             payload_len: body.len() as u32,
             epoch: epoch.saturating_sub(1) + (i % 3) as u32,
@@ -349,7 +350,12 @@ pub fn fuzz_recovery(data: &[u8]) {
         let payload: Vec<u8> = if b & 2 == 0 {
             (0..len).map(|i| (lsn_guess as usize ^ i) as u8).collect()
         } else {
-            forged_payload(len, lsn_guess + u64::from(a % 3), u64::from(a % 8), log.epoch)
+            forged_payload(
+                len,
+                lsn_guess + u64::from(a % 3),
+                u64::from(a % 8),
+                log.epoch,
+            )
         };
         off += len as u64;
         match log.append(off, &payload) {
