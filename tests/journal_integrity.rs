@@ -285,7 +285,7 @@ async fn a_repaired_journal_opens_clean_forever() {
         Err(walrus::journal::JournalError::Corrupt(_))
     ));
     let repair_cfg = JournalConfig {
-        recovery_lookahead_bytes: 4096,
+        recovery_lookahead_bytes: Some(4096),
         ..cfg.clone()
     };
     {
@@ -302,7 +302,7 @@ async fn a_repaired_journal_opens_clean_forever() {
     let open_everyway = |last| {
         for lookahead in [4096, 2 * SEG, 4 * SEG] {
             let cfg = JournalConfig {
-                recovery_lookahead_bytes: lookahead,
+                recovery_lookahead_bytes: Some(lookahead),
                 ..cfg.clone()
             };
             let (j, rec) = Journal::open(dir.path(), &cfg)
@@ -343,6 +343,40 @@ async fn maximum_entries_back_to_back_never_stall_the_ring() {
     assert_eq!(rec.end.last_lsn(), 6);
     assert_eq!(rec.entries, 0, "everything was released");
     append_all(&j, 7..=7, max).await;
+}
+
+/// Bit rot at the start of the largest entry: the first record that vouches for it lies a
+/// whole entry later, and later still when the next entry was encoded before the large one
+/// was durable. The default look-ahead reaches it; a shorter one cuts the damage silently.
+#[tokio::test]
+async fn damage_at_the_start_of_the_largest_entry_is_reported_not_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = engine_cfg(8);
+    let max = cfg.max_entry_bytes as usize;
+    {
+        let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
+        append_all(&j, 1..=1, 10).await;
+        let large = j.append(entry(2, max)).await.unwrap();
+        // Encoded while the large entry is in flight: its hint cannot cover it.
+        let next = j.append(entry(3, 10)).await.unwrap();
+        large.wait().await.unwrap();
+        next.wait().await.unwrap();
+        append_all(&j, 4..=4, 10).await;
+    }
+    let needle = &entry(2, max).payload[..64];
+    let seg0 = dir.path().join("seg-00000.wal");
+    let mut bytes = std::fs::read(&seg0).unwrap();
+    let at = bytes
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .unwrap();
+    bytes[at] ^= 0x40;
+    std::fs::write(&seg0, &bytes).unwrap();
+    match Journal::open(dir.path(), &cfg) {
+        Err(walrus::journal::JournalError::Corrupt(c)) => assert_eq!(c.expected_lsn, 2, "{c}"),
+        Err(e) => panic!("{e}"),
+        Ok((_, rec)) => panic!("acknowledged entry 2 cut silently: {:?}", rec.tail),
+    }
 }
 
 /// A copy of tests/fixtures/journal-format-1 to work on.

@@ -691,13 +691,9 @@ async fn engine_reopens_cleanly_after_laps_of_forged_values() {
     let last = *appended.keys().next_back().unwrap();
     let released = j.released_through();
     drop(j);
-    for lookahead in [
-        cfg.recovery_lookahead_bytes,
-        SMALL_LOOKAHEAD,
-        geo.ring_bytes(),
-    ] {
+    for lookahead in [cfg.lookahead_bytes(), SMALL_LOOKAHEAD, geo.ring_bytes()] {
         let cfg = JournalConfig {
-            recovery_lookahead_bytes: lookahead,
+            recovery_lookahead_bytes: Some(lookahead),
             ..cfg.clone()
         };
         let (j, rec) = Journal::open(dir.path(), &cfg)

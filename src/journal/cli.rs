@@ -45,16 +45,18 @@ pub enum JournalCommand {
     Inspect {
         #[arg(long)]
         dir: PathBuf,
-        /// How far past the end recovery looks for proof of corruption.
-        #[arg(long, default_value_t = JournalConfig::default().recovery_lookahead_bytes)]
-        recovery_lookahead_bytes: u64,
+        /// How far past the end recovery looks for proof of corruption [default: the whole
+        /// ring].
+        #[arg(long)]
+        recovery_lookahead_bytes: Option<u64>,
     },
     /// Check the log: exit 0 when clean (a torn tail is normal), 2 on mid-log corruption.
     Verify {
         #[arg(long)]
         dir: PathBuf,
-        #[arg(long, default_value_t = JournalConfig::default().recovery_lookahead_bytes)]
-        recovery_lookahead_bytes: u64,
+        /// [default: the whole ring]
+        #[arg(long)]
+        recovery_lookahead_bytes: Option<u64>,
     },
     /// Cut the log at mid-log corruption, losing the entries after it.
     Repair {
@@ -63,8 +65,9 @@ pub enum JournalCommand {
         /// Required: acknowledges that entries after the corruption are lost.
         #[arg(long)]
         accept_data_loss: bool,
-        #[arg(long, default_value_t = JournalConfig::default().recovery_lookahead_bytes)]
-        recovery_lookahead_bytes: u64,
+        /// [default: the whole ring]
+        #[arg(long)]
+        recovery_lookahead_bytes: Option<u64>,
     },
     /// Write the current checkpoint plus the journal after it as one AOF for valkey-server.
     ///
@@ -159,10 +162,11 @@ fn init(dir: &Path, g: GeometryArgs, quiet: bool) -> ExitCode {
     }
 }
 
-/// Config for read-only scans: geometry comes from the manifest.
-fn scan_cfg(lookahead: u64) -> JournalConfig {
+/// Config for read-only scans: geometry comes from the manifest. An offline check does not
+/// know the service's limits, so by default it looks as far as the ring goes.
+fn scan_cfg(lookahead: Option<u64>) -> JournalConfig {
     JournalConfig {
-        recovery_lookahead_bytes: lookahead,
+        recovery_lookahead_bytes: Some(lookahead.unwrap_or(u64::MAX)),
         ..Default::default()
     }
 }
@@ -248,7 +252,7 @@ fn print_report(dir: &Path, m: &Manifest, r: &ScanReport) {
     }
 }
 
-fn inspect(dir: &Path, lookahead: u64) -> ExitCode {
+fn inspect(dir: &Path, lookahead: Option<u64>) -> ExitCode {
     match scan_dir(dir, &scan_cfg(lookahead)) {
         Ok((m, r)) => {
             print_report(dir, &m, &r);
@@ -258,7 +262,7 @@ fn inspect(dir: &Path, lookahead: u64) -> ExitCode {
     }
 }
 
-fn verify(dir: &Path, lookahead: u64) -> ExitCode {
+fn verify(dir: &Path, lookahead: Option<u64>) -> ExitCode {
     match scan_dir(dir, &scan_cfg(lookahead)) {
         Ok((_, r)) => match &r.tail {
             Tail::Corrupt(c) => {
@@ -289,7 +293,7 @@ fn verify(dir: &Path, lookahead: u64) -> ExitCode {
     }
 }
 
-fn repair(dir: &Path, accept_data_loss: bool, lookahead: u64) -> ExitCode {
+fn repair(dir: &Path, accept_data_loss: bool, lookahead: Option<u64>) -> ExitCode {
     if !accept_data_loss {
         eprintln!(
             "error: repair cuts the log and loses entries; pass --accept-data-loss to confirm"
@@ -309,7 +313,7 @@ fn repair(dir: &Path, accept_data_loss: bool, lookahead: u64) -> ExitCode {
     // Sync backend: repair needs no performance and must work everywhere.
     let cfg = JournalConfig {
         io_backend: super::config::IoBackendChoice::Sync,
-        recovery_lookahead_bytes: lookahead,
+        recovery_lookahead_bytes: scan_cfg(lookahead).recovery_lookahead_bytes,
         ..JournalConfig::for_geometry(m.segment_size_bytes, m.segments)
     };
     match Journal::open_with(

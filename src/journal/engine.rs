@@ -155,7 +155,7 @@ pub fn scan_limits(m: &Manifest, cfg: &JournalConfig) -> ScanLimits {
     let (key, keyed_from_epoch) = m.record_keys();
     ScanLimits {
         max_epoch: m.epoch,
-        lookahead_bytes: cfg.recovery_lookahead_bytes,
+        lookahead_bytes: cfg.lookahead_bytes(),
         key,
         keyed_from_epoch,
         resumed_at_pos: m.resumed_at_pos,
