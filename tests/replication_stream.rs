@@ -6,13 +6,13 @@ use common::*;
 use bytes::Bytes;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
-use walrus::replication::handshake::{ack, handshake, Purpose, SyncStart};
-use walrus::replication::rdb;
 use walrus::replication::stream::{StreamEntry, StreamFramer};
 use walrus::resp::Limits;
 use walrus::upstream::client::{frame_str, Conn};
 use walrus::upstream::server::{rdb_format, ServerVersion};
 use walrus::upstream::Upstream;
+use walrus::valkey::handshake::{ack, handshake, Purpose, SyncStart};
+use walrus::valkey::rdb;
 
 fn upstream(addr: String) -> Upstream {
     Upstream {

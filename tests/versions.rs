@@ -187,7 +187,7 @@ fn each_installed_version_checkpoints_restores_and_exports() {
             ),
         )
         .unwrap();
-        let format = walrus::replication::rdb::format_version(&rdb).unwrap();
+        let format = walrus::valkey::rdb::format_version(&rdb).unwrap();
         assert!(m.contains(&format!("rdb_version = {format}")), "{m}");
         assert!(m.contains(&format!("written_by = \"{v}\"")), "{m}");
 

@@ -18,11 +18,11 @@ pub mod store;
 
 use crate::durability::{Durability, Status};
 use crate::journal::Journal;
-use crate::replication::handshake::{handshake, Purpose, SyncStart};
-use crate::replication::rdb;
 use crate::upstream::client::Conn;
 use crate::upstream::server::ServerVersion;
 use crate::upstream::Upstream;
+use crate::valkey::handshake::{handshake, Purpose, SyncStart};
+use crate::valkey::rdb;
 use std::sync::Arc;
 use std::time::Duration;
 use store::Store;

@@ -15,9 +15,9 @@
 //! RDB's header, which a verification reads anyway.)
 
 use crate::journal::manifest::{replace_file, seal, unseal};
-use crate::replication::handshake::REPLID_LEN;
-use crate::replication::rdb::{self, StoredRdb};
 use crate::upstream::server::ServerVersion;
+use crate::valkey::handshake::REPLID_LEN;
+use crate::valkey::rdb::{self, StoredRdb};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

@@ -3,6 +3,7 @@
 
 mod admin;
 mod durable;
+pub mod journal;
 mod serve;
 
 use clap::{Args, Parser, Subcommand};
@@ -29,7 +30,7 @@ pub enum Command {
     Checkpoint(admin::CheckpointArgs),
     /// Journal maintenance: init, inspect, verify, repair, export-aof.
     #[command(subcommand)]
-    Journal(crate::journal::cli::JournalCommand),
+    Journal(journal::JournalCommand),
 }
 
 /// Flags override the configuration file, which overrides the built-in defaults
@@ -58,6 +59,6 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Checkpoint(args) => admin::checkpoint(args),
-        Command::Journal(cmd) => crate::journal::cli::run(cmd),
+        Command::Journal(cmd) => journal::run(cmd),
     }
 }

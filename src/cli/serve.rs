@@ -6,13 +6,14 @@ use super::ServeArgs;
 use crate::commands::CommandTable;
 use crate::config::{Config, UpstreamMode};
 use crate::durability::{Durability, Status};
-use crate::proxy::pipeline::{OffsetOracle, PipelineCtx};
+use crate::proxy::pipeline::PipelineCtx;
 use crate::proxy::pool::{PoolKey, Pools};
 use crate::proxy::{server, Shared};
 use crate::upstream::client::{frame_int, Conn, UpstreamError};
 use crate::upstream::managed::ManagedValkey;
 use crate::upstream::server::ServerVersion;
 use crate::upstream::{binary, settings, Upstream};
+use crate::valkey::role::OffsetOracle;
 use redis_protocol::resp2::types::OwnedFrame;
 use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
@@ -154,7 +155,7 @@ async fn run_proxy(
             m.local_addr().map_err(|e| e.to_string())?
         );
         let r = readiness.clone();
-        tokio::spawn(crate::metrics::serve(
+        tokio::spawn(crate::http::serve(
             m,
             Arc::new(move || r.check()),
             admin.clone(),
@@ -181,7 +182,7 @@ async fn run_proxy(
     let mut durable = if config.durability.enabled {
         let d = start_durability(config, &up, link_stop, managed).await?;
         let _ = readiness.gate.set(d.durability.clone());
-        let _ = admin.set(crate::metrics::Admin {
+        let _ = admin.set(crate::http::Admin {
             checkpoint: d.checkpoint_requests.clone(),
             allow_remote: config.metrics.admin_allow_remote,
         });

@@ -69,7 +69,7 @@ impl Default for DiskConfig {
 pub struct RestoreConfig {
     /// What to do when Valkey holds data of another history than walrus's journal
     /// (`crate::restore::decide`, case (c)).
-    pub on_conflict: crate::restore::decide::OnConflict,
+    pub on_conflict: OnConflict,
     /// How long Valkey may take for each step of a restore: connecting to walrus, the
     /// handshake, and between two signs of progress while it loads.
     pub timeout_ms: u64,
@@ -78,7 +78,7 @@ pub struct RestoreConfig {
 impl Default for RestoreConfig {
     fn default() -> Self {
         RestoreConfig {
-            on_conflict: crate::restore::decide::OnConflict::Refuse,
+            on_conflict: OnConflict::Refuse,
             timeout_ms: 60_000,
         }
     }
@@ -440,6 +440,15 @@ impl Config {
         let username = (!u.username.is_empty()).then(|| u.username.clone());
         Ok(Some(Credentials { username, password }))
     }
+}
+
+/// What `restore.on_conflict` says to do in case (c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnConflict {
+    Refuse,
+    ValkeyWins,
+    JournalWins,
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 //! read shows what they wrote only once it is durable (or gets the same error when it has
 //! waited as long).
 
-use super::{Durability, Held};
+use super::Durability;
 use bytes::Bytes;
 use std::time::{Duration, Instant};
 
@@ -30,36 +30,13 @@ impl Durability {
         let Some(cutoff) = now.checked_sub(self.max_hold) else {
             return;
         };
-        let old = |h: &Held| h.arrived <= cutoff;
         let mut s = self.lock();
-        if s.held_bytes == 0 {
+        if s.held.is_empty() {
             return;
         }
-        // Moves the old replies of `held` to `out`.
-        let take_old = |held: &mut Vec<Held>, out: &mut Vec<Held>| {
-            let (gone, kept) = std::mem::take(held).into_iter().partition(|h| old(h));
-            *held = kept;
-            out.extend::<Vec<Held>>(gone);
-        };
-        let mut writes = Vec::new();
-        for batches in s.batches.values_mut() {
-            for (replies, _marks) in batches.iter_mut() {
-                take_old(replies, &mut writes);
-            }
-        }
-        let mut reads = Vec::new();
-        for held in s.reads.values_mut() {
-            take_old(held, &mut reads);
-        }
-        s.reads.retain(|_, held| !held.is_empty());
-        let bytes: u64 = writes
-            .iter()
-            .chain(&reads)
-            .map(|h| h.reply.len() as u64)
-            .sum();
-        s.held_bytes -= bytes;
+        let (writes, reads) = s.held.take_arrived_by(cutoff);
         drop(s);
-        if bytes == 0 {
+        if writes.is_empty() && reads.is_empty() {
             return;
         }
         let ms = self.max_hold.as_millis();

@@ -19,7 +19,6 @@
 
 pub mod batcher;
 pub mod buf;
-pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod error;

@@ -1,5 +1,4 @@
-//! Prometheus metrics, and the HTTP endpoint that serves them with health and readiness
-//! ([`http`]).
+//! Prometheus metrics (served by [`crate::http`]).
 //!
 //! Every family is a static registered once. The hot path only touches atomics: counters
 //! and histograms are resolved to their label values ahead of time (per command: when the
@@ -7,15 +6,11 @@
 //! (held replies, dirty keys, free segments) are read from it at scrape time by the hooks
 //! registered with [`on_scrape`].
 
-pub mod http;
-
 use prometheus::{
     Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
     Opts, Registry,
 };
 use std::sync::{LazyLock, Mutex};
-
-pub use http::{serve, Admin, Ready};
 
 pub static REGISTRY: LazyLock<Registry> =
     LazyLock::new(|| Registry::new_custom(Some("walrus".into()), None).expect("registry"));

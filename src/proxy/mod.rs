@@ -2,11 +2,15 @@
 //!
 //! - [`server`]: listens, enforces `max_clients`, shuts down gracefully.
 //! - [`session`]: one client: parse, route, keep reply order.
+//! - [`identity`]: who a client is, as every connection acting for it must tell Valkey.
 //! - [`route`]: the rule for where a command runs.
 //! - [`pool`] and [`pipeline`]: the shared, pipelined upstream connections.
 //! - [`pinned`]: dedicated connections for stateful sessions.
+//! - [`pushes`]: RESP3 pushes (client tracking, pub/sub) on their way to a client.
+//! - [`admin`]: the admin commands walrus refuses or answers itself.
 
 pub mod admin;
+pub mod identity;
 pub mod pinned;
 pub mod pipeline;
 pub mod pool;

@@ -7,8 +7,8 @@
 //! reads or writes data, so nothing there needs the durability gate. Anything else closes
 //! the connection with an error, rather than letting data through ungated.
 
+use super::identity::Identity;
 use super::route;
-use super::session::Identity;
 use super::Shared;
 use crate::resp::{write, Request, RequestParser};
 use crate::upstream::client::Conn;

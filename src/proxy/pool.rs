@@ -270,7 +270,7 @@ impl Pools {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy::pipeline::OffsetOracle;
+    use crate::valkey::role::OffsetOracle;
 
     #[tokio::test]
     async fn one_identitys_stuck_connect_does_not_hold_up_another() {

@@ -20,17 +20,20 @@
 //! replication history: after a full resynchronization under a new replication id (Valkey
 //! restarted or failed over), the journal's older entries belong to another offset space.
 
-use super::handshake::{ack, handshake, Purpose, SyncStart};
-use super::rdb;
 use super::stream::StreamFramer;
 use crate::checkpoint::store::Store;
+use crate::config::OnConflict;
 use crate::durability::Durability;
 use crate::journal::{Entry, Journal, JournalError};
 use crate::resp::{write, Limits};
-use crate::restore::decide::{decide, Decision, Held, OnConflict, ValkeyView};
+use crate::restore::decide::{decide, Decision, Held};
 use crate::restore::{self, Holding, RestoreError};
 use crate::upstream::client::{Conn, UpstreamError};
 use crate::upstream::{server, Upstream};
+use crate::valkey::handshake::{ack, handshake, Purpose, SyncStart};
+use crate::valkey::rdb;
+use crate::valkey::task::AbortOnDrop;
+use crate::valkey::view::ValkeyView;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -482,15 +485,6 @@ async fn send_ack(
     .await
 }
 
-/// Aborts a helper task when its owner is done, however it ends.
-pub(crate) struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 /// After a full sync, waits until Valkey lists walrus as an online replica. A diskless
 /// primary puts its replica online only once it has reaped the child that sent the RDB (at
 /// its next cron tick, or when an ACK arrives); until then `min-replicas-to-write` makes it
@@ -507,7 +501,7 @@ async fn wait_online(
     let mut control = Conn::control(up).await?;
     loop {
         let role = control.call_raw(&write::command(["ROLE"])).await?;
-        if crate::proxy::pipeline::parse_role(&role).is_some_and(|(_, replicas)| replicas > 0) {
+        if crate::valkey::role::parse_role(&role).is_some_and(|(_, replicas)| replicas > 0) {
             return Ok(());
         }
         if tokio::time::Instant::now() >= deadline {

@@ -6,11 +6,9 @@
 //! SELECT). Offsets in that stream are Valkey's replication offsets, byte for byte, which is
 //! what lets a client's reply be matched to the journal entry that covers it.
 //!
-//! - [`handshake`]: PING, AUTH, REPLCONF, PSYNC: full or partial resynchronization.
-//! - [`rdb`]: receiving the RDB of a full resynchronization, in both transfer forms.
+//! - [`link`]: the replica link: attach (handshake and full or partial resync, through
+//!   [`crate::valkey`]), pump the stream into the journal, acknowledge the durable offset.
 //! - [`stream`]: cutting the command stream into journal entries on command boundaries.
 
-pub mod handshake;
 pub mod link;
-pub mod rdb;
 pub mod stream;

@@ -21,11 +21,11 @@ pub mod primary;
 
 use crate::checkpoint::store::{Checkpoint, Store, StoreError};
 use crate::journal::Journal;
-use crate::replication::handshake::Position;
-use crate::replication::rdb;
 use crate::upstream::client::{Conn, UpstreamError};
 use crate::upstream::server::{rdb_format, ServerVersion};
 use crate::upstream::Upstream;
+use crate::valkey::handshake::Position;
+use crate::valkey::rdb;
 use chain::{ChainEnd, ChainError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -4,6 +4,7 @@
 //! shared connection. Replies are Valkey's own wherever Valkey can give them.
 
 use super::*;
+use crate::config::Credentials;
 
 impl Session {
     /// Valkey refuses every command but AUTH, HELLO, QUIT and RESET before authentication;

@@ -14,13 +14,13 @@
 //! session stops reading the client until replies drain, and a client that does not read its
 //! replies stalls only itself.
 
+use super::identity::Identity;
 use super::pinned;
 use super::pipeline::{self, Gate, PipelinedRequest, TxCmd};
-use super::pool::{Pool, PoolKey};
+use super::pool::Pool;
 use super::pushes::{self, PushReceiver};
 use super::route::{self, route, Local, Route};
 use super::Shared;
-use crate::config::Credentials;
 use crate::durability::{self, dirty::Scope, Access};
 use crate::metrics;
 use crate::resp::{write, Request, RequestParser};
@@ -41,30 +41,6 @@ use replies::{next_reply, Meter, Owed};
 const READ_CHUNK_BYTES: usize = 16 << 10;
 /// Requests queued for a pinned session's dedicated connection.
 const DEDICATED_QUEUE_REQUESTS: usize = 1024;
-
-/// What a client is, as Valkey must see it: the state every upstream connection that acts
-/// for this client must share.
-#[derive(Debug, Clone, Default)]
-pub struct Identity {
-    /// Verified credentials; `None` until the client authenticates.
-    pub creds: Option<Credentials>,
-    pub resp3: bool,
-    pub db: u32,
-    pub name: Option<Bytes>,
-}
-
-impl Identity {
-    pub fn pool_key(&self) -> PoolKey {
-        let user = self
-            .creds
-            .as_ref()
-            .map(|c| c.username.clone().unwrap_or_else(|| "default".into()));
-        PoolKey {
-            user,
-            resp3: self.resp3,
-        }
-    }
-}
 
 enum Pending {
     Ready(Bytes),

@@ -8,13 +8,13 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use super::config::JournalConfig;
-use super::engine::{initialize, scan_dir, Journal, OpenOptions};
-use super::error::JournalError;
-use super::format::{HeaderError, RecordHeader, HEADER_BYTES};
-use super::manifest::Manifest;
-use super::recovery::{ScanReport, Tail};
-use super::ring::{segment_path, Geometry};
+use crate::journal::config::JournalConfig;
+use crate::journal::engine::{initialize, scan_dir, Journal, OpenOptions};
+use crate::journal::error::JournalError;
+use crate::journal::format::{HeaderError, RecordHeader, HEADER_BYTES};
+use crate::journal::manifest::Manifest;
+use crate::journal::recovery::{ScanReport, Tail};
+use crate::journal::ring::{segment_path, Geometry};
 
 /// Exit code for mid-log corruption (distinct from ordinary errors).
 pub const EXIT_CORRUPT: u8 = 2;
@@ -312,7 +312,7 @@ fn repair(dir: &Path, accept_data_loss: bool, lookahead: Option<u64>) -> ExitCod
     };
     // Sync backend: repair needs no performance and must work everywhere.
     let cfg = JournalConfig {
-        io_backend: super::config::IoBackendChoice::Sync,
+        io_backend: crate::journal::config::IoBackendChoice::Sync,
         recovery_lookahead_bytes: scan_cfg(lookahead).recovery_lookahead_bytes,
         ..JournalConfig::for_geometry(m.segment_size_bytes, m.segments)
     };

@@ -22,7 +22,7 @@ pub struct Admin {
 /// Serves the endpoint until the process exits.
 /// `admin` is set once the checkpointer runs.
 pub async fn serve(listener: TcpListener, ready: Ready, admin: Arc<std::sync::OnceLock<Admin>>) {
-    super::register_all();
+    crate::metrics::register_all();
     loop {
         let Ok((mut sock, peer)) = listener.accept().await else {
             continue;
@@ -46,7 +46,7 @@ pub async fn serve(listener: TcpListener, ready: Ready, admin: Arc<std::sync::On
             let (status, body) = match (method, path) {
                 (_, "/metrics") => {
                     let mut out = Vec::new();
-                    let _ = TextEncoder::new().encode(&super::gather(), &mut out);
+                    let _ = TextEncoder::new().encode(&crate::metrics::gather(), &mut out);
                     ("200 OK", out)
                 }
                 // Answering at all is the health signal: the process and its runtime are alive.

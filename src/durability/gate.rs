@@ -1,0 +1,558 @@
+//! The gate: one object that owns the durability state, admits writes and reads, holds
+//! replies, and releases them as the journal's durable offset advances. The rule it
+//! enforces is [the module's](super).
+
+use super::dirty::{DirtyKeys, Scope};
+use super::marks::{self, WriteMark};
+use super::queue::{Held, HeldQueue};
+use super::status::{history_changed, loading, lost_write, refusal, Status};
+use bytes::Bytes;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use tokio::sync::Notify;
+
+pub(super) struct State {
+    status: Status,
+    /// Highest replication offset the journal holds durably (or that a stored RDB covers).
+    durable_offset: u64,
+    /// Highest batch offset Valkey has reported.
+    executed_offset: u64,
+    /// Offset at which the link attached to the current replication history. Writes are
+    /// refused until then, so a batch offset below it comes from another history: a Valkey
+    /// that restarted before the link noticed.
+    history_start: u64,
+    /// The history epoch (module doc).
+    epoch: u64,
+    /// The Valkey process (`run_id`) the link is attached to, or was last.
+    run_id: String,
+    dirty: DirtyKeys,
+    /// Write batches waiting for `durable_offset` to reach their offset, and reads waiting
+    /// for every write up to a generation to be durable.
+    pub(super) held: HeldQueue,
+    /// Why new writes are refused although the journal is attached: a disk watermark
+    /// ([`crate::disk`]). The `-MISCONF` reply, ready to send.
+    blocked: Option<Bytes>,
+}
+
+pub struct Durability {
+    state: Mutex<State>,
+    /// Writes pending right now, blocking ones included, published after every change under
+    /// the lock. A read reply that finds zero skips the lock: a write marked later was sent
+    /// to Valkey after that reply arrived, so the read cannot have seen it.
+    pending_writes: AtomicUsize,
+    /// Blocking writes in flight, published likewise: a read about to be sent checks it
+    /// without the lock (one marked later was sent after the read, which cannot see it).
+    blocked_writes: AtomicUsize,
+    /// The history epoch and whether a restore runs, published under the lock for the read
+    /// path, which checks them without taking it.
+    epoch_now: AtomicU64,
+    restoring: AtomicBool,
+    /// Woken when writes may proceed again (room freed, status changed).
+    pub(super) room: Notify,
+    /// Raised when a connection reached another Valkey process than the one the link
+    /// follows: the link checks at once instead of at its next probe.
+    doubt: Notify,
+    max_pending_bytes: u64,
+    max_held_bytes: u64,
+    /// How long any reply or write may wait ([`hold`]).
+    pub(super) max_hold: std::time::Duration,
+    /// Where unsettled marks go when dropped ([`marks`]), and its receiving end until the
+    /// resolver takes it.
+    pub(super) orphans: marks::Orphans,
+    orphans_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<marks::Orphan>>>,
+}
+
+impl Durability {
+    pub fn new(max_pending_bytes: u64, max_held_bytes: u64) -> Durability {
+        let (orphans, orphans_rx) = tokio::sync::mpsc::unbounded_channel();
+        Durability {
+            orphans,
+            orphans_rx: Mutex::new(Some(orphans_rx)),
+            state: Mutex::new(State {
+                status: Status::Detached,
+                durable_offset: 0,
+                executed_offset: 0,
+                history_start: 0,
+                epoch: 0,
+                run_id: String::new(),
+                dirty: DirtyKeys::default(),
+                held: HeldQueue::default(),
+                blocked: None,
+            }),
+            pending_writes: AtomicUsize::new(0),
+            blocked_writes: AtomicUsize::new(0),
+            epoch_now: AtomicU64::new(0),
+            restoring: AtomicBool::new(false),
+            room: Notify::new(),
+            doubt: Notify::new(),
+            max_pending_bytes,
+            max_held_bytes,
+            max_hold: std::time::Duration::from_secs(30),
+        }
+    }
+
+    /// Bounds every wait at `max_hold` ([`hold`]); 30 s unless set.
+    pub fn with_max_hold(mut self, max_hold: std::time::Duration) -> Durability {
+        self.max_hold = max_hold;
+        self
+    }
+
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("durability state lock")
+    }
+
+    /// Publishes the pending-write count; call with the lock held, after marking or
+    /// unmarking.
+    fn publish(&self, s: &State) {
+        let blocked = s.dirty.blocked_writes() as usize;
+        self.blocked_writes.store(blocked, Ordering::SeqCst);
+        self.pending_writes
+            .store(s.dirty.pending_writes() + blocked, Ordering::SeqCst);
+    }
+
+    pub fn status(&self) -> Status {
+        self.lock().status.clone()
+    }
+
+    /// Waits until a write may be sent: attached, and pending bytes and held memory under
+    /// their bounds. Returns the refusal reply when writes are refused instead.
+    pub async fn write_room(&self) -> Result<(), Bytes> {
+        tokio::time::timeout(self.max_hold, self.room_or_refusal())
+            .await
+            .unwrap_or_else(|_| Err(self.no_room()))
+    }
+
+    async fn room_or_refusal(&self) -> Result<(), Bytes> {
+        loop {
+            let notified = self.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let s = self.lock();
+                s.admit_write()?;
+                let pending = s.executed_offset.saturating_sub(s.durable_offset);
+                if pending <= self.max_pending_bytes && s.held.bytes() <= self.max_held_bytes {
+                    return Ok(());
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Waits until the replica link is attached (or the journal failed) in another epoch than
+    /// `not_epoch`; returns the epoch and its Valkey process then.
+    pub async fn wait_attached(&self, not_epoch: Option<u64>) -> (u64, String) {
+        loop {
+            let notified = self.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(p) = self.attached(not_epoch) {
+                return p;
+            }
+            notified.await;
+        }
+    }
+
+    /// The epoch and its Valkey process, if the link is attached (or the journal failed) in
+    /// another epoch than `not_epoch`.
+    pub fn attached(&self, not_epoch: Option<u64>) -> Option<(u64, String)> {
+        let s = self.lock();
+        (matches!(s.status, Status::Attached | Status::Failed(_)) && Some(s.epoch) != not_epoch)
+            .then(|| (s.epoch, s.run_id.clone()))
+    }
+
+    /// The current history epoch.
+    pub fn epoch(&self) -> u64 {
+        self.lock().epoch
+    }
+
+    /// A connection found another Valkey process than [`attached`](Self::attached) names: the
+    /// one the link follows died, and the link may not have noticed yet (it notices a closed
+    /// stream only when it reads, and it does not read while the ring is full).
+    pub fn doubt_valkey(&self) {
+        self.doubt.notify_one();
+    }
+
+    /// Resolves at the next [`doubt_valkey`](Self::doubt_valkey) (one raised since the last
+    /// call counts).
+    pub async fn doubted(&self) {
+        self.doubt.notified().await
+    }
+
+    /// Whether a read may be sent now: not while Valkey is being restored.
+    pub fn admit_read(&self) -> Result<(), Bytes> {
+        match self.lock().status {
+            Status::Restoring => Err(loading()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Registers a blocking write about to be sent (BLPOP, BLMOVE, ...): it takes no
+    /// generation, and reads that may see it read at an offset barrier ([`dirty`]).
+    pub fn begin_blocked(&self, scope: Scope) -> Result<WriteMark, Bytes> {
+        let mut s = self.lock();
+        s.admit_write()?;
+        s.dirty.mark_blocked(&scope);
+        self.publish(&s);
+        Ok(WriteMark::new_blocked(scope, s.epoch, self.orphans.clone()))
+    }
+
+    /// Whether a read of `scope` about to be sent may see what a blocking write in flight
+    /// wrote: it then takes an offset barrier in its own batch (the `ROLE` after it).
+    pub fn blocked_overlaps(&self, scope: &Scope) -> bool {
+        self.blocked_writes.load(Ordering::SeqCst) != 0 && self.lock().dirty.blocked_overlaps(scope)
+    }
+
+    /// Registers a write about to be sent: its keys become dirty.
+    pub fn begin_write(&self, scope: Scope) -> Result<WriteMark, Bytes> {
+        let mut s = self.lock();
+        s.admit_write()?;
+        let generation = s.dirty.mark(&scope);
+        self.publish(&s);
+        Ok(WriteMark::new(
+            generation,
+            scope,
+            s.epoch,
+            self.orphans.clone(),
+        ))
+    }
+
+    /// The orphaned marks, for [`resolve_orphans`] (once).
+    pub fn take_orphans(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<marks::Orphan>> {
+        self.orphans_rx.lock().expect("orphans lock").take()
+    }
+
+    /// A batch's offset is known: its write replies wait for it. `epoch`: the history epoch
+    /// of the connection it ran on.
+    pub fn settle_batch(&self, offset: u64, epoch: u64, replies: Vec<Held>, marks: Vec<WriteMark>) {
+        let mut s = self.lock();
+        if let Status::Failed(_) = s.status {
+            let why = refusal(&s.status);
+            s.unmark(marks);
+            drop(s);
+            replies.into_iter().for_each(|h| h.fail(&why));
+            return;
+        }
+        if epoch != s.epoch || offset < s.history_start {
+            // It ran on a Valkey whose history the journal does not follow.
+            s.unmark(marks);
+            let reads = s.ready_reads();
+            drop(s);
+            let why = history_changed();
+            replies.into_iter().for_each(|h| h.fail(&why));
+            reads.into_iter().for_each(Held::release);
+            return;
+        }
+        s.executed_offset = s.executed_offset.max(offset);
+        if offset <= s.durable_offset {
+            s.unmark(marks);
+            let reads = s.ready_reads();
+            drop(s);
+            replies.into_iter().chain(reads).for_each(Held::release);
+            return;
+        }
+        s.held.hold_batch(offset, replies, marks);
+    }
+
+    /// A batch whose offset can never be known (its connection broke, ROLE failed): its
+    /// replies get `why`. Its writes may have run, so their keys stay dirty until the journal
+    /// passes `offset_hint` (Valkey's offset learned afterwards, on a connection of `epoch`).
+    /// Without a hint, reads held behind them get an error (never the value they might
+    /// show) and the marks go to the orphan resolver, which keeps asking.
+    pub fn abandon_batch(
+        &self,
+        replies: Vec<Held>,
+        marks: Vec<WriteMark>,
+        why: Bytes,
+        offset_hint: Option<(u64, u64)>,
+    ) {
+        replies.into_iter().for_each(|h| h.fail(&why));
+        if marks.is_empty() {
+            return;
+        }
+        match offset_hint {
+            Some((offset, epoch)) => self.settle_batch(offset, epoch, Vec::new(), marks),
+            None => {
+                // Reads wait on generations, which blocking writes do not take.
+                let lost_from = marks
+                    .iter()
+                    .filter(|m| !m.blocked)
+                    .map(|m| m.generation)
+                    .min()
+                    .unwrap_or(u64::MAX);
+                let failed = self.lock().take_reads_from(lost_from);
+                let err = lost_write();
+                failed.into_iter().for_each(|h| h.fail(&err));
+                // Dropped unsettled, outside the lock: they become orphans.
+                drop(marks);
+            }
+        }
+    }
+
+    /// A write that never got a reply or was never sent: releases its marks. Nothing it
+    /// might have done is visible through walrus afterwards (its keys were dirty until now).
+    pub fn cancel_write(&self, marks: Vec<WriteMark>) {
+        if marks.is_empty() {
+            return;
+        }
+        let mut s = self.lock();
+        s.unmark(marks);
+        let reads = s.ready_reads();
+        self.publish(&s);
+        drop(s);
+        reads.into_iter().for_each(Held::release);
+    }
+
+    /// A read's reply arrived on a connection of `epoch`: release it now, or hold it while
+    /// its keys are dirty. Returned when it may show what a blocking write in flight wrote:
+    /// the caller then holds it until the journal covers Valkey's offset as it is now, after
+    /// the read ran ([`settle_batch`](Self::settle_batch)).
+    pub fn read_reply(&self, scope: &Scope, epoch: u64, held: Held) -> Option<Held> {
+        if self.restoring.load(Ordering::SeqCst) || self.epoch_now.load(Ordering::SeqCst) != epoch {
+            // Read from a Valkey the journal does not describe (restarted, being restored).
+            held.fail(&loading());
+            return None;
+        }
+        if self.pending_writes.load(Ordering::SeqCst) == 0 {
+            held.pass();
+            return None;
+        }
+        let mut s = self.lock();
+        if s.dirty.blocked_overlaps(scope) {
+            return Some(held);
+        }
+        let Some(generation) = s.dirty.pending_for(scope) else {
+            drop(s);
+            held.pass();
+            return None;
+        };
+        if let Status::Failed(_) = s.status {
+            // The write it would reveal can no longer become durable.
+            let why = refusal(&s.status);
+            drop(s);
+            held.fail(&why);
+            return None;
+        }
+        s.held.hold_read(generation, held);
+        None
+    }
+
+    /// The journal's durable offset advanced.
+    pub fn set_durable(&self, offset: u64) {
+        let mut s = self.lock();
+        if offset <= s.durable_offset {
+            return;
+        }
+        s.durable_offset = offset;
+        let mut out = Vec::new();
+        for (replies, marks) in s.held.batches_through(offset) {
+            s.unmark(marks);
+            out.extend(replies);
+        }
+        out.extend(s.ready_reads());
+        self.publish(&s);
+        drop(s);
+        out.into_iter().for_each(Held::release);
+        self.room.notify_waiters();
+    }
+
+    /// The replica link attached (or re-attached) to Valkey process `run_id`'s stream at
+    /// `offset`. After a full resynchronization, `offset` is covered by the stored RDB, so it
+    /// is durable too. A new replication history (`new_history`: Valkey restarted or failed
+    /// over) invalidates every held write: its offset belongs to the old history. So does a
+    /// new process that continues the same history (one that loaded an RDB ending exactly at
+    /// the journal's end): the writes the old one ran beyond the journal died with it, and the
+    /// new one's offsets would otherwise release their replies.
+    ///
+    /// `valkey_offset`: Valkey's own offset at attach. Beyond `offset`, Valkey ran writes the
+    /// journal does not hold yet (walrus restarted while Valkey kept running): until the
+    /// journal covers it, every key counts as dirty, so no read shows what a crash could
+    /// still lose. Marked under the same lock as the attach: no read slips in between.
+    pub fn attach(
+        &self,
+        run_id: &str,
+        offset: u64,
+        durable: bool,
+        new_history: bool,
+        valkey_offset: u64,
+    ) {
+        let mut s = self.lock();
+        if let Status::Failed(_) = s.status {
+            // The journal was fenced (a damaged segment file, say): nothing reopens it.
+            return;
+        }
+        let mut failed = Vec::new();
+        if new_history {
+            failed = self.new_epoch(&mut s);
+            s.durable_offset = offset;
+            s.executed_offset = offset;
+            s.history_start = offset;
+        } else if !s.run_id.is_empty() && s.run_id != run_id {
+            failed = self.new_epoch(&mut s);
+            // What the dead process ran beyond the journal is gone: it is not pending.
+            s.executed_offset = s.durable_offset.max(offset);
+        }
+        s.run_id = run_id.to_string();
+        if s.history_start == 0 {
+            s.history_start = offset;
+        }
+        if valkey_offset > offset.max(s.durable_offset) {
+            let generation = s.dirty.mark(&Scope::All);
+            let mark = WriteMark::new(generation, Scope::All, s.epoch, self.orphans.clone());
+            s.held.hold_batch(valkey_offset, Vec::new(), vec![mark]);
+            self.publish(&s);
+        }
+        s.status = Status::Attached;
+        self.restoring.store(false, Ordering::SeqCst);
+        drop(s);
+        let why = history_changed();
+        failed.into_iter().for_each(|h| h.fail(&why));
+        if durable {
+            self.set_durable(offset);
+        }
+        self.room.notify_waiters();
+    }
+
+    /// Valkey lost its dataset (it died, or came back empty) and walrus is about to load it
+    /// again: every command touching data gets `-LOADING` until [`attach`](Self::attach), and
+    /// every held reply gets an error (what it would reveal ran on a Valkey that is gone).
+    pub fn begin_restore(&self) {
+        let mut s = self.lock();
+        if let Status::Failed(_) = s.status {
+            return;
+        }
+        let failed = self.new_epoch(&mut s);
+        s.status = Status::Restoring;
+        self.restoring.store(true, Ordering::SeqCst);
+        drop(s);
+        let why = history_changed();
+        failed.into_iter().for_each(|h| h.fail(&why));
+        self.room.notify_waiters();
+    }
+
+    /// Starts a new history epoch: every held reply is taken out (to be failed by the caller)
+    /// and every mark cleared.
+    fn new_epoch(&self, s: &mut State) -> Vec<Held> {
+        s.epoch += 1;
+        self.epoch_now.store(s.epoch, Ordering::SeqCst);
+        let out = s.take_held();
+        self.publish(s);
+        out
+    }
+
+    /// The replica link broke: refuse new writes until it is back. Held replies stay held:
+    /// a partial resync will deliver their offsets.
+    pub fn detach(&self) {
+        let mut s = self.lock();
+        if s.status == Status::Attached {
+            s.status = Status::Detached;
+        }
+        drop(s);
+        self.room.notify_waiters();
+    }
+
+    /// Refuses new writes with `-MISCONF <why>` (a disk watermark), or accepts them again
+    /// (`None`). Writes already sent are not affected: the journal has room for them.
+    pub fn block_writes(&self, why: Option<&str>) {
+        // One line: the message names paths, which may hold anything.
+        self.lock().blocked = why.map(|w| {
+            let w = w.replace(['\r', '\n'], " ");
+            crate::resp::write::error(&format!("MISCONF walrus: {w}"))
+        });
+        self.room.notify_waiters();
+    }
+
+    /// The journal failed for good: every held reply gets an error, writes are refused.
+    pub fn fail(&self, why: &str) {
+        crate::metrics::JOURNAL_FAILED.set(1);
+        let mut s = self.lock();
+        s.status = Status::Failed(why.to_string());
+        let err = refusal(&s.status);
+        let out = s.take_held();
+        drop(s);
+        out.into_iter().for_each(|h| h.fail(&err));
+        self.room.notify_waiters();
+    }
+
+    /// Sets the gate's gauges (a scrape hook: the hot path keeps none of them).
+    pub fn publish_metrics(&self) {
+        use crate::metrics as m;
+        let s = self.lock();
+        m::HELD_REPLIES.set(s.held.len() as i64);
+        m::HELD_BYTES.set(s.held.bytes() as i64);
+        m::DIRTY_KEYS.set(s.dirty.len() as i64);
+        m::DURABLE_LAG.set(s.executed_offset.saturating_sub(s.durable_offset) as i64);
+        m::REPLICA_LINK_UP.set(i64::from(s.status == Status::Attached));
+    }
+
+    /// For metrics and tests: (durable offset, executed offset, held bytes, dirty keys).
+    pub fn snapshot(&self) -> (u64, u64, u64, usize) {
+        let s = self.lock();
+        (
+            s.durable_offset,
+            s.executed_offset,
+            s.held.bytes(),
+            s.dirty.len(),
+        )
+    }
+}
+
+impl State {
+    /// Whether a new write may be sent to Valkey now; `Err` is the refusal.
+    fn admit_write(&self) -> Result<(), Bytes> {
+        use crate::metrics::Refusal;
+        let refused = match (&self.status, &self.blocked) {
+            (Status::Attached, None) => return Ok(()),
+            (Status::Attached, Some(why)) => {
+                Refusal::DiskWatermark.count();
+                return Err(why.clone());
+            }
+            (Status::Detached, _) => Refusal::Detached,
+            (Status::Restoring, _) => Refusal::Restoring,
+            (Status::Failed(_), _) => Refusal::JournalFailed,
+        };
+        refused.count();
+        Err(refusal(&self.status))
+    }
+
+    fn unmark(&mut self, marks: Vec<WriteMark>) {
+        let failed = matches!(self.status, Status::Failed(_));
+        for mut m in marks {
+            m.disarm();
+            // After a journal failure those writes ran in Valkey but will never be journaled:
+            // their keys stay dirty, so reading them fails instead of showing data a crash
+            // would lose.
+            if failed {
+                continue;
+            }
+            if m.blocked {
+                self.dirty.unmark_blocked(&m.scope);
+            } else {
+                self.dirty.unmark(m.generation, &m.scope);
+            }
+        }
+    }
+
+    /// Every held reply, write and read, with the writes' marks settled.
+    fn take_held(&mut self) -> Vec<Held> {
+        let (batches, reads) = self.held.take_all();
+        let mut out = Vec::new();
+        for (replies, marks) in batches {
+            self.unmark(marks);
+            out.extend(replies);
+        }
+        out.extend(reads);
+        out
+    }
+
+    /// Held reads waiting for generations from `generation` on.
+    fn take_reads_from(&mut self, generation: u64) -> Vec<Held> {
+        self.held.reads_from(generation)
+    }
+
+    /// Reads whose writes are all durable now.
+    fn ready_reads(&mut self) -> Vec<Held> {
+        let upto = self.dirty.settled_through();
+        self.held.reads_through(upto)
+    }
+}

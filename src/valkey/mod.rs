@@ -1,0 +1,18 @@
+//! Speaking to Valkey about replication and state, below everything that decides what to
+//! do with it.
+//!
+//! - [`handshake`]: PING, AUTH, REPLCONF, PSYNC: full or partial resynchronization, as a
+//!   replica of the running Valkey version does.
+//! - [`rdb`]: receiving the RDB of a full resynchronization, in both transfer forms.
+//! - [`role`]: Valkey's replication offset from `ROLE`, on a client's connection or
+//!   walrus's own ([`role::OffsetOracle`]).
+//! - [`view`]: what `INFO` says about a Valkey ([`view::ValkeyView`]).
+//! - [`task`]: guards for the helper tasks these conversations start.
+//!
+//! Nothing here imports anything above `upstream`, `resp` and `config`.
+
+pub mod handshake;
+pub mod rdb;
+pub mod role;
+pub mod task;
+pub mod view;

@@ -1,0 +1,128 @@
+//! What Valkey's `ROLE` says about replication, and the connection walrus asks it on.
+//!
+//! A write's reply is released once the journal covers Valkey's replication offset right
+//! after the write ran: the proxy reads that offset from a `ROLE` it sends behind the write
+//! on the client's own connection, or, when that `ROLE` is refused or the connection broke,
+//! from the [`OffsetOracle`], walrus's own control connection.
+
+use crate::resp::write;
+use crate::upstream::client::Conn;
+use crate::upstream::Upstream;
+use bytes::Bytes;
+
+/// Valkey's replication offset now, asked on walrus's own control connection.
+///
+/// Used when a batch's inline `ROLE` is refused (the client's ACL user lacks `+role`, or is
+/// not authenticated) and when a connection breaks with writes in flight. Every reply of the
+/// batch has arrived by then, so the batch ran before this ROLE does: the offset covers it.
+pub struct OffsetOracle {
+    conn: tokio::sync::Mutex<Option<Conn>>,
+}
+
+impl OffsetOracle {
+    pub fn new() -> OffsetOracle {
+        OffsetOracle {
+            conn: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Makes Valkey close the client connecting from `addr` (if it still has it): it runs
+    /// none of that client's commands after this.
+    pub async fn close(&self, up: &Upstream, addr: std::net::SocketAddr) {
+        let mut slot = self.conn.lock().await;
+        if slot.is_none() {
+            *slot = Conn::control(up).await.ok();
+        }
+        if let Some(conn) = slot.as_mut() {
+            let kill = write::command(["CLIENT", "KILL", "ADDR", &addr.to_string()]);
+            // "-ERR No such client" when Valkey already closed it: fine.
+            if !matches!(
+                tokio::time::timeout(up.connect_timeout, conn.call_raw(&kill)).await,
+                Ok(Ok(_))
+            ) {
+                *slot = None;
+            }
+        }
+    }
+
+    /// Valkey's replication offset now; `None` if Valkey is unreachable.
+    pub async fn offset(&self, up: &Upstream) -> Option<u64> {
+        parse_role_offset(&self.ask(up, &write::command(["ROLE"])).await?)
+    }
+
+    /// The Valkey process (`run_id`) answering now; `None` if Valkey is unreachable.
+    pub async fn run_id(&self, up: &Upstream) -> Option<String> {
+        // The bulk string's lines, its length line first (which names no field).
+        let reply = self.ask(up, &write::command(["INFO", "server"])).await?;
+        crate::upstream::server::run_id_of(&String::from_utf8_lossy(&reply)).ok()
+    }
+
+    async fn ask(&self, up: &Upstream, cmd: &[u8]) -> Option<Bytes> {
+        let mut slot = self.conn.lock().await;
+        for _ in 0..2 {
+            if slot.is_none() {
+                *slot = Some(Conn::control(up).await.ok()?);
+            }
+            let conn = slot.as_mut().expect("just connected");
+            match tokio::time::timeout(up.connect_timeout, conn.call_raw(cmd)).await {
+                Ok(Ok(reply)) => return Some(reply),
+                _ => *slot = None, // broken or stuck: reconnect once
+            }
+        }
+        None
+    }
+}
+
+impl Default for OffsetOracle {
+    fn default() -> Self {
+        OffsetOracle::new()
+    }
+}
+
+/// Reads the offset from a primary's ROLE reply, `*3 $6 master :<offset> *<replicas> ...`.
+/// An offset of 0 with no replica attached comes from a Valkey without a replication
+/// backlog, one walrus does not journal (it restarted and the link has not noticed yet):
+/// it proves nothing. (Once walrus's link has attached, the backlog exists and offsets
+/// move; right after a full sync Valkey may not list the link as online yet.)
+pub fn parse_role_offset(reply: &[u8]) -> Option<u64> {
+    let (offset, replicas) = parse_role(reply)?;
+    (replicas > 0 || offset > 0).then_some(offset)
+}
+
+/// A primary's ROLE reply: its offset and how many replicas it lists (the online ones).
+pub fn parse_role(reply: &[u8]) -> Option<(u64, u64)> {
+    const HEAD: &[u8] = b"*3\r\n$6\r\nmaster\r\n:";
+    let rest = reply.strip_prefix(HEAD)?;
+    let end = rest.iter().position(|&b| b == b'\r')?;
+    let offset = std::str::from_utf8(&rest[..end]).ok()?.parse().ok()?;
+    let replicas = rest[end..].strip_prefix(b"\r\n*")?;
+    let n_end = replicas.iter().position(|&b| b == b'\r')?;
+    let n = std::str::from_utf8(&replicas[..n_end]).ok()?.parse().ok()?;
+    Some((offset, n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_role_offset;
+
+    #[test]
+    fn role_offsets() {
+        assert_eq!(
+            parse_role_offset(
+                b"*3\r\n$6\r\nmaster\r\n:1234\r\n*1\r\n*3\r\n$9\r\n127.0.0.1\r\n$1\r\n0\r\n$4\r\n1234\r\n"
+            ),
+            Some(1234)
+        );
+        assert_eq!(
+            parse_role_offset(b"*3\r\n$6\r\nmaster\r\n:1234\r\n*0\r\n"),
+            Some(1234)
+        );
+        // No backlog, no replica: a Valkey walrus does not journal.
+        assert_eq!(
+            parse_role_offset(b"*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n"),
+            None
+        );
+        assert_eq!(parse_role_offset(b"*5\r\n$5\r\nslave\r\n"), None);
+        assert_eq!(parse_role_offset(b"-NOPERM no\r\n"), None);
+    }
+}
