@@ -478,6 +478,70 @@ async fn a_format_1_journal_is_read_and_upgraded() {
     assert_replays(&j, rec.checkpoint.start_lsn, 200);
 }
 
+/// The review's reproduction: after the upgrade, a client's value holds a format 1 record
+/// (no key needed) of the old epoch, for the block after the log's end, with the next LSN.
+/// The write holding it tears: the sector with the entry's header stays old, the rest is
+/// new. The log must end where it did, not replay the client's FLUSHALL.
+#[tokio::test]
+async fn a_format_1_record_in_a_value_after_the_upgrade_is_no_record() {
+    let dir = format1_journal();
+    let cfg = engine_cfg(3);
+    let g = geo(3);
+    let (_, report) = walrus::journal::engine::scan_dir(dir.path(), &cfg).unwrap();
+    let (x, next_lsn, old_epoch) = (
+        report.end.end_pos,
+        report.end.next_lsn,
+        report.end.last_epoch,
+    );
+    let f = x.div_ceil(4096) * 4096;
+    assert!(
+        x % 4096 != 0 && x + HEADER_BYTES as u64 <= f,
+        "fixture ends at {x}"
+    );
+    let seg_path = dir.path().join(format!("seg-{:05}.wal", g.seg_index(x)));
+    let sector_off = (g.seg_off(x) / 512 * 512) as usize;
+    let old_sector = std::fs::read(&seg_path).unwrap()[sector_off..sector_off + 512].to_vec();
+    let h = RecordHeader {
+        version: UNKEYED_FORMAT_VERSION,
+        kind: Kind::Full,
+        payload_len: FLUSHALL.len() as u32,
+        epoch: old_epoch,
+        seg_seq: g.seg_seq(f),
+        lsn: next_lsn,
+        repl_offset_end: 999_999_999,
+        durable_hint: 0,
+        repl_id: REPL_ID,
+    };
+    let mut forged = vec![0u8; HEADER_BYTES + FLUSHALL.len()];
+    encode_record(RecordKey(0), &h, FLUSHALL, &mut forged);
+    let at = (f - (x + HEADER_BYTES as u64)) as usize;
+    let mut value = vec![b'v'; at + forged.len() + 100];
+    value[at..at + forged.len()].copy_from_slice(&forged);
+    {
+        let (j, rec) = Journal::open(dir.path(), &cfg).unwrap();
+        assert_eq!(rec.end.end_pos, x);
+        let t = j
+            .append(Entry {
+                repl_id: REPL_ID,
+                repl_offset_end: next_lsn * 1000,
+                payload: Bytes::from(value),
+            })
+            .await
+            .unwrap();
+        t.wait().await.unwrap();
+    }
+    let mut bytes = std::fs::read(&seg_path).unwrap();
+    bytes[sector_off..sector_off + 512].copy_from_slice(&old_sector);
+    std::fs::write(&seg_path, &bytes).unwrap();
+    let (j, rec) = Journal::open(dir.path(), &cfg).unwrap();
+    let replayed: Vec<_> = j
+        .replay(ReplayFrom::Lsn(next_lsn))
+        .unwrap()
+        .map(|e| e.unwrap().payload)
+        .collect();
+    assert_eq!(rec.end.last_lsn(), next_lsn - 1, "replayed {replayed:?}");
+}
+
 /// Position and format of the first record of entry `lsn`, scanning `dir` as recovery does.
 fn record_of(dir: &std::path::Path, lsn: u64) -> (u64, u8) {
     use walrus::journal::engine::{scan_limits, scan_start};

@@ -162,11 +162,10 @@ fn init(dir: &Path, g: GeometryArgs, quiet: bool) -> ExitCode {
     }
 }
 
-/// Config for read-only scans: geometry comes from the manifest. An offline check does not
-/// know the service's limits, so by default it looks as far as the ring goes.
+/// Config for read-only scans: geometry comes from the manifest.
 fn scan_cfg(lookahead: Option<u64>) -> JournalConfig {
     JournalConfig {
-        recovery_lookahead_bytes: Some(lookahead.unwrap_or(u64::MAX)),
+        recovery_lookahead_bytes: lookahead,
         ..Default::default()
     }
 }
@@ -313,7 +312,7 @@ fn repair(dir: &Path, accept_data_loss: bool, lookahead: Option<u64>) -> ExitCod
     // Sync backend: repair needs no performance and must work everywhere.
     let cfg = JournalConfig {
         io_backend: crate::journal::config::IoBackendChoice::Sync,
-        recovery_lookahead_bytes: scan_cfg(lookahead).recovery_lookahead_bytes,
+        recovery_lookahead_bytes: lookahead,
         ..JournalConfig::for_geometry(m.segment_size_bytes, m.segments)
     };
     match Journal::open_with(

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::format::{entry_buffers_bound, entry_span_bound, BLOCK_BYTES, HEADER_BYTES};
+use super::format::{entry_span_bound, BLOCK_BYTES, HEADER_BYTES};
 
 /// Smallest segment accepted: small enough for fast tests, large enough to hold many blocks.
 pub const MIN_SEGMENT_SIZE_BYTES: u64 = 64 * 1024;
@@ -61,8 +61,8 @@ pub struct JournalConfig {
     pub max_entry_bytes: u64,
     /// How far past the first bad record recovery looks for proof (a later record whose
     /// durable hint covers the bad one) that the damage is mid-log corruption, not a torn tail.
-    /// Unset: [`JournalConfig::evidence_reach_bytes`], far enough for damage anywhere in the
-    /// largest entry. A shorter look-ahead opens faster but cuts such damage like a torn tail.
+    /// Unset: the whole ring. A shorter look-ahead opens faster, but damage whose first
+    /// vouching record lies beyond it is cut like a torn tail.
     pub recovery_lookahead_bytes: Option<u64>,
 }
 
@@ -113,28 +113,10 @@ impl JournalConfig {
         }
     }
 
-    /// How far recovery looks past a bad record for a later one that vouches for it.
+    /// How far recovery looks past a bad record for a later one that vouches for it: unset,
+    /// as far as the ring goes (docs/journal.md, "How far to look").
     pub fn lookahead_bytes(&self) -> u64 {
-        self.recovery_lookahead_bytes
-            .unwrap_or_else(|| self.evidence_reach_bytes())
-    }
-
-    /// How far past damage to an acknowledged entry the first record that vouches for it
-    /// may lie. Damage may be at the entry's start; the first record whose durable hint
-    /// covers the entry is the first one encoded after the entry became durable, so every
-    /// record between them was in a write buffer at the same time as the entry's last one:
-    /// at most `write_buffers` pooled buffers plus the one-off buffers of the largest entry,
-    /// each covering at most `max_write_bytes` of the log, then one block to that record's
-    /// header.
-    pub fn evidence_reach_bytes(&self) -> u64 {
-        let extra = entry_buffers_bound(
-            self.max_entry_bytes,
-            self.max_write_bytes,
-            self.segment_size_bytes,
-        );
-        (u64::from(self.write_buffers) + extra)
-            .saturating_mul(self.max_write_bytes)
-            .saturating_add(BLOCK_BYTES as u64)
+        self.recovery_lookahead_bytes.unwrap_or(u64::MAX)
     }
 
     /// Checks every limit; the error names the key and the offending value.

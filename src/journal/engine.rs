@@ -152,12 +152,13 @@ fn lock_dir(dir: &Path) -> Result<std::fs::File, JournalError> {
 
 /// How recovery reads this journal's records: its key, epochs and look-ahead.
 pub fn scan_limits(m: &Manifest, cfg: &JournalConfig) -> ScanLimits {
-    let (key, keyed_from_epoch) = m.record_keys();
+    let (key, keyed_from_epoch, unkeyed_below_pos) = m.record_keys();
     ScanLimits {
         max_epoch: m.epoch,
         lookahead_bytes: cfg.lookahead_bytes(),
         key,
         keyed_from_epoch,
+        unkeyed_below_pos,
         resumed_at_pos: m.resumed_at_pos,
     }
 }
@@ -402,7 +403,7 @@ impl Journal {
             .epoch
             .checked_add(1)
             .ok_or_else(|| JournalError::Manifest("epoch counter exhausted".into()))?;
-        manifest.resumed_at_pos = Some(report.end.end_pos);
+        manifest.resume_at(report.end.end_pos);
         // A journal made before record keys: its records stay readable, new ones are keyed.
         manifest.upgrade(new_key)?;
         manifest.store(dir)?;

@@ -83,6 +83,13 @@ pub struct Manifest {
     /// first open that records it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed_at_pos: Option<u64>,
+    /// Format 1 records lie only below this log position: the end the upgrading open found,
+    /// lowered by every later open that found a shorter log (a repair's cut). Bound to
+    /// positions as well as epochs because a client's value written after the upgrade may
+    /// hold a format 1 record of an old epoch: it needs no key to be well formed. Absent in
+    /// a journal made keyed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unkeyed_below_pos: Option<u64>,
     pub checkpoint: Checkpoint,
 }
 
@@ -100,25 +107,39 @@ impl Manifest {
             record_key_hex: Some(format!("{:016x}", key.0)),
             keyed_from_epoch: 0,
             resumed_at_pos: None,
+            unkeyed_below_pos: None,
             checkpoint: Checkpoint::initial(),
         }
     }
 
-    /// The records' key, and the first epoch whose records are keyed (older ones are
-    /// format 1). A layout 1 journal has no key: all its records are format 1.
-    pub fn record_keys(&self) -> (RecordKey, u32) {
+    /// The records' key, and where format 1 records may be: of epochs below the first, at
+    /// positions below the second. A layout 1 journal has no key: all its records are
+    /// format 1.
+    pub fn record_keys(&self) -> (RecordKey, u32, u64) {
         match &self.record_key_hex {
             Some(hex) => (
                 RecordKey(u64::from_str_radix(hex, 16).expect("checked by parse")),
                 self.keyed_from_epoch,
+                self.unkeyed_below_pos.unwrap_or(0),
             ),
-            None => (RecordKey(0), u32::MAX),
+            None => (RecordKey(0), u32::MAX, u64::MAX),
         }
     }
 
-    /// Upgrades a layout 1 manifest at an open for writing, after its epoch bump: this
-    /// run's records and every later one are keyed; older ones stay readable as format 1.
-    /// `new_key` is called only then.
+    /// Records an open for writing that found the log ending at `end_pos`: its epoch (already
+    /// bumped) writes from there, and, in a journal upgraded from layout 1, format 1 records
+    /// now lie only below it.
+    pub fn resume_at(&mut self, end_pos: u64) {
+        self.resumed_at_pos = Some(end_pos);
+        if let Some(p) = &mut self.unkeyed_below_pos {
+            *p = (*p).min(end_pos);
+        }
+    }
+
+    /// Upgrades a layout 1 manifest at an open for writing, after its epoch bump and
+    /// [`resume_at`](Self::resume_at): this run's records and every later one are keyed;
+    /// older ones, below where this run resumes, stay readable as format 1. `new_key` is
+    /// called only then.
     pub fn upgrade(
         &mut self,
         new_key: impl FnOnce() -> Result<RecordKey, JournalError>,
@@ -127,6 +148,7 @@ impl Manifest {
             self.layout_version = LAYOUT_VERSION;
             self.record_key_hex = Some(format!("{:016x}", new_key()?.0));
             self.keyed_from_epoch = self.epoch;
+            self.unkeyed_below_pos = Some(self.resumed_at_pos.expect("resume_at comes first"));
         }
         Ok(())
     }

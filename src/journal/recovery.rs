@@ -53,6 +53,9 @@ pub struct ScanLimits {
     /// Records of epochs below this are unkeyed (format 1), those from it on keyed: 0 for a
     /// journal made keyed, the upgrade's epoch for one made before keys, `u32::MAX` before.
     pub keyed_from_epoch: u32,
+    /// Format 1 records lie only below this position (0: none; `u64::MAX` before the
+    /// upgrade): a client's value may hold one, well formed without the key.
+    pub unkeyed_below_pos: u64,
     /// Where the newest run (of epoch `max_epoch`) began writing, if known: past it, only
     /// that run's records are evidence (older ones were cut by its open).
     pub resumed_at_pos: Option<u64>,
@@ -316,7 +319,9 @@ impl<R: RingRead> Scanner<R> {
         if c + total > self.geo.seg_end(c) {
             return Ok(Err(Reject::Length(h.payload_len)));
         }
-        if (h.version == UNKEYED_FORMAT_VERSION) != (h.epoch < self.limits.keyed_from_epoch) {
+        let may_be_unkeyed =
+            h.epoch < self.limits.keyed_from_epoch && c < self.limits.unkeyed_below_pos;
+        if (h.version == UNKEYED_FORMAT_VERSION) != may_be_unkeyed {
             return Ok(Err(Reject::Format(h.version)));
         }
         let rec = self.win.get(c, total as usize)?;

@@ -178,6 +178,7 @@ impl MemLog {
             lookahead_bytes,
             key: SIM_KEY,
             keyed_from_epoch: 0,
+            unkeyed_below_pos: 0,
             resumed_at_pos: Some(self.resumed_at_pos),
         }
     }
