@@ -1,27 +1,48 @@
 //! walrus: a sidecar durability proxy for in-memory Valkey.
 //!
-//! Clients connect to walrus instead of Valkey. Reading the modules in this order tells the
-//! whole story:
+//! Clients connect to walrus instead of Valkey. The modules, lowest layer first; a module
+//! imports only from the layers above it in this list (`.ci/layers.py` checks it, and
+//! `tests/layers.rs` runs that check):
 //!
-//! - [`config`]: every setting and limit, one place each.
+//! - [`fault`] (fault injection for tests) and [`supervisor`] (systemd's notify protocol):
+//!   leaves that import nothing of walrus.
 //! - [`resp`]: requests parsed and replies delimited, bounded and resumable.
-//! - [`commands`]: what each command does (writes? which keys? blocking?), learned from
-//!   Valkey's own command table.
+//! - [`metrics`]: Prometheus families, registered once; the hot path touches atomics only.
+//! - [`journal`]: the recycled ring of log segments that makes writes durable.
+//! - [`config`]: every setting and limit, one place each.
 //! - [`upstream`]: where Valkey is, authenticated connections to it, and the managed
 //!   valkey-server child.
-//! - [`proxy`]: client sessions, the shared upstream pool, pinned connections for stateful
-//!   sessions, the accept loop and graceful shutdown.
-//! - [`replication`]: walrus as Valkey's replica: the handshake, RDB capture, and the link
-//!   that cuts Valkey's replication stream into journal entries.
-//! - [`journal`]: the recycled ring of log segments that makes writes durable.
-//! - [`durability`]: the rule that a reply leaves only when the journal covers it: held
-//!   replies, the dirty-key map, backpressure.
-//! - [`checkpoint`]: RDB checkpoints that let the journal ring recycle, and the manifest
-//!   that names the current one.
-//! - [`restore`]: after any restart, Valkey is loaded back from the checkpoint and the
-//!   journal; the decision table for every attach.
-//! - [`metrics`]: Prometheus counters and the HTTP endpoint.
+//! - [`valkey`]: speaking to Valkey about replication and state: the replica handshake, the
+//!   RDB receiver, `ROLE` and the offset oracle, `INFO`.
+//! - [`commands`]: what each command does (writes? which keys? blocking?), learned from
+//!   Valkey's own command table.
+//! - [`durability`]: the rule that a reply leaves only when the journal covers it, and the
+//!   gate that enforces it: held replies, the dirty-key map, backpressure.
+//! - [`disk`]: disk watermarks that refuse new writes before a disk fills.
+//! - [`checkpoint`]: RDB checkpoints that let the ring recycle.
+//! - [`restore`]: after any restart, Valkey loaded back from checkpoint and journal; the
+//!   decision table for every attach.
+//! - [`replication`] (the replica link: Valkey's stream into the journal, the durable
+//!   offset into the gate) and [`proxy`] (client sessions, the shared pool, pinned
+//!   connections, the accept loop).
+//! - [`http`]: `/metrics`, `/healthz`, `/readyz` and `POST /checkpoint`.
 //! - [`cli`]: the `walrus` command.
+//!
+//! One `SET k v`, from client to reply (docs/data-flow.md walks it with file names):
+//! 1. [`proxy::server`] accepts the client; its [`proxy::session`] parses the request
+//!    ([`resp`]) and classifies it ([`commands`]): a write of key `k`.
+//! 2. The session asks the gate for room and marks `k` dirty
+//!    ([`durability::Durability::write_room`], `begin_write`), then hands the request to a
+//!    pooled connection ([`proxy::pool`], [`proxy::pipeline`]), which sends `SET` and a
+//!    `ROLE` behind it in one batch.
+//! 3. Valkey runs the SET; the `ROLE` reply gives its replication offset right after it.
+//!    The pipeline hands `+OK` to the gate with that offset (`settle_batch`): held.
+//! 4. Valkey streams the SET to its replica, walrus's link ([`replication::link`]), which
+//!    cuts the stream into entries ([`replication::stream`]) and appends them to the
+//!    [`journal`]: one group-committed, synced write.
+//! 5. The journal's durable position moves; the link's follower hands it to the gate
+//!    (`set_durable`), which releases `+OK` and clears `k`'s mark. The session writes the
+//!    reply to the client.
 
 pub mod checkpoint;
 pub mod cli;

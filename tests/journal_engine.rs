@@ -195,7 +195,7 @@ async fn ring_full_then_release_recycles() {
 async fn oversized_entry_rejected_large_entry_spans_segments() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = JournalConfig {
-        max_entry_bytes: 150_000,
+        max_entry_bytes: Some(150_000),
         segments: 5,
         ..cfg(IoBackendChoice::Sync)
     };

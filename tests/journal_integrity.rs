@@ -324,7 +324,7 @@ async fn a_repaired_journal_opens_clean_forever() {
 async fn maximum_entries_back_to_back_never_stall_the_ring() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = engine_cfg(4);
-    let max = cfg.max_entry_bytes as usize;
+    let max = cfg.max_entry() as usize;
     let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
     let j = std::sync::Arc::new(j);
     append_all(&j, 1..=1, 10).await;
@@ -352,7 +352,7 @@ async fn maximum_entries_back_to_back_never_stall_the_ring() {
 async fn damage_at_the_start_of_the_largest_entry_is_reported_not_cut() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = engine_cfg(8);
-    let max = cfg.max_entry_bytes as usize;
+    let max = cfg.max_entry() as usize;
     {
         let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
         append_all(&j, 1..=1, 10).await;
@@ -663,7 +663,7 @@ fn max_valid_entry(cfg: &JournalConfig) -> Option<u64> {
     while lo < hi {
         let mid = (lo + hi).div_ceil(2);
         let c = JournalConfig {
-            max_entry_bytes: mid,
+            max_entry_bytes: Some(mid),
             ..cfg.clone()
         };
         if c.validate().is_ok() {
@@ -692,7 +692,7 @@ fn the_largest_entry_allowed_is_always_admitted_once_everything_is_released() {
                         max_write_bytes: w,
                         max_in_flight_writes: inflight,
                         write_buffers: inflight + 1,
-                        max_entry_bytes: 1,
+                        max_entry_bytes: Some(1),
                         ..JournalConfig::default()
                     };
                     // Rings up to 64 MiB keep the test quick in debug builds.
@@ -700,6 +700,14 @@ fn the_largest_entry_allowed_is_always_admitted_once_everything_is_released() {
                         continue;
                     }
                     let max = max_valid_entry(&cfg).unwrap();
+                    // Unset, the limit is the largest the ring allows (these rings are
+                    // smaller than the default's), so no small ring needs it set by hand.
+                    let derived = JournalConfig {
+                        max_entry_bytes: None,
+                        ..cfg.clone()
+                    };
+                    derived.validate().unwrap();
+                    assert_eq!(derived.max_entry(), max, "S={s} N={n} W={w}");
                     let payload = vec![7u8; max as usize];
                     let g = Geometry {
                         segment_size_bytes: s,

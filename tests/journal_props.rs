@@ -608,7 +608,7 @@ async fn engine_reopens_cleanly_after_laps_of_forged_values() {
         segment_size_bytes: SEG,
         segments: SEGMENTS,
     };
-    let max_entry = cfg.max_entry_bytes as usize;
+    let max_entry = cfg.max_entry() as usize;
     // Mostly up to a few KiB (several per write, and writes that continue the block of the
     // one before), sometimes spanning buffers or segments, and the largest entry.
     let sizes = [

@@ -105,11 +105,8 @@ pub(super) async fn start_durability(
         None => tracing::info!("no checkpoint yet: the first attach starts a new history"),
     }
     let durability = Arc::new(
-        Durability::new(
-            config.durability.max_pending_bytes,
-            config.durability.max_held_bytes,
-        )
-        .with_max_hold(Duration::from_millis(config.durability.max_hold_ms)),
+        Durability::new(config.max_pending_bytes(), config.durability.max_held_bytes)
+            .with_max_hold(Duration::from_millis(config.durability.max_hold_ms)),
     );
     let d = durability.clone();
     tokio::spawn(async move { d.bound_holds().await });
@@ -118,13 +115,13 @@ pub(super) async fn start_durability(
         let d = durability.clone();
         m.on_death(Arc::new(move || d.begin_restore()));
     }
-    let headroom = ((1.0 - config.disk.high_watermark) * ring_bytes as f64) as u64;
-    if headroom < config.durability.max_pending_bytes {
+    let headroom = config.ring_headroom_bytes();
+    if headroom < config.max_pending_bytes() {
         // Writes admitted before the ring's mark is seen may then fill the ring: they wait
         // for a checkpoint instead of being refused up front.
         tracing::warn!(
             headroom,
-            max_pending_bytes = config.durability.max_pending_bytes,
+            max_pending_bytes = config.max_pending_bytes(),
             "the ring's room above disk.high_watermark is smaller than durability.max_pending_bytes"
         );
     }

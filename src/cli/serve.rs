@@ -264,7 +264,7 @@ async fn run_proxy(
         allow_admin_commands: config.proxy.allow_admin_commands,
         max_write_bytes: if config.durability.enabled {
             // Room for the SELECT or MULTI/EXEC Valkey may wrap around it in the stream.
-            (config.journal.max_entry_bytes as usize).saturating_sub(WRAPPING_BYTES)
+            (config.journal.max_entry() as usize).saturating_sub(WRAPPING_BYTES)
         } else {
             usize::MAX
         },

@@ -90,8 +90,9 @@ pub struct DurabilityConfig {
     /// Off: walrus is a plain proxy (no journal, no held replies). For measuring the proxy.
     pub enabled: bool,
     /// Bytes Valkey may have executed that the journal does not cover yet; past it, new
-    /// writes wait before they are sent.
-    pub max_pending_bytes: u64,
+    /// writes wait before they are sent. Unset: 64 MiB, or less on a ring whose room above
+    /// `disk.high_watermark` is smaller ([`Config::max_pending_bytes`]).
+    pub max_pending_bytes: Option<u64>,
     /// Memory of replies held for durability; past it, new writes wait.
     pub max_held_bytes: u64,
     /// Largest RDB a full resynchronization may send.
@@ -104,7 +105,7 @@ impl Default for DurabilityConfig {
     fn default() -> Self {
         DurabilityConfig {
             enabled: true,
-            max_pending_bytes: 64 << 20,
+            max_pending_bytes: None,
             max_held_bytes: 256 << 20,
             max_rdb_bytes: 64 << 30,
             max_hold_ms: 30_000,
@@ -380,11 +381,9 @@ impl Config {
                 self.metrics.listen
             ));
         }
-        at_least(
-            "durability.max_pending_bytes",
-            self.durability.max_pending_bytes,
-            1 << 20,
-        )?;
+        if let Some(bytes) = self.durability.max_pending_bytes {
+            at_least("durability.max_pending_bytes", bytes, 1 << 20)?;
+        }
         at_least(
             "durability.max_held_bytes",
             self.durability.max_held_bytes,
@@ -418,6 +417,21 @@ impl Config {
             return Err("invalid value for data.dir: \"\"".into());
         }
         self.journal.validate()
+    }
+
+    /// The bound on executed-but-not-durable bytes: as set, or unset 64 MiB capped by the
+    /// ring's room above `disk.high_watermark`, so that the writes admitted before the ring's
+    /// mark is seen still fit the ring.
+    pub fn max_pending_bytes(&self) -> u64 {
+        self.durability
+            .max_pending_bytes
+            .unwrap_or_else(|| (64 << 20).min(self.ring_headroom_bytes()).max(1))
+    }
+
+    /// The part of the ring above `disk.high_watermark`.
+    pub fn ring_headroom_bytes(&self) -> u64 {
+        let ring = self.journal.segment_size_bytes * u64::from(self.journal.segments);
+        ((1.0 - self.disk.high_watermark) * ring as f64) as u64
     }
 
     /// The credentials walrus uses for its own connections, reading the password file if set.
@@ -459,6 +473,26 @@ mod tests {
     fn shipped_config_file_is_the_default() {
         let text = include_str!("../../config.toml");
         assert_eq!(Config::parse(text).unwrap(), Config::default());
+    }
+
+    /// Issue 20: a small ring works with nothing else set; the limits that depend on the
+    /// ring follow from it.
+    #[test]
+    fn a_small_ring_needs_no_other_setting() {
+        let c = Config::parse("[journal]\nsegment_size_bytes = 1048576\nsegments = 16\n").unwrap();
+        c.validate().unwrap();
+        assert!(
+            c.journal.max_entry() <= 14 << 20,
+            "{}",
+            c.journal.max_entry()
+        );
+        assert_eq!(c.journal.max_entry(), c.journal.largest_entry_fitting());
+        assert_eq!(c.max_pending_bytes(), c.ring_headroom_bytes());
+        // An explicit value that conflicts is refused with the one that fits.
+        let mut c = c;
+        c.journal.max_entry_bytes = Some(15 << 20);
+        let err = c.validate().unwrap_err();
+        assert!(err.contains("journal.max_entry_bytes = 15728640"), "{err}");
     }
 
     #[test]

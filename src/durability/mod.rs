@@ -1,38 +1,82 @@
-//! The durability rule, written once:
+//! The durability rule, written once (the README and docs/data-flow.md point here):
 //!
 //! > **A reply leaves walrus only when the journal covers everything it reveals.**
 //!
-//! - A *write*'s reply is held until the journal's durable replication offset reaches the
-//!   offset Valkey reported right after the write's batch (the `ROLE` appended to every
-//!   upstream batch that writes; see [`crate::proxy::pipeline`]).
-//! - A *read*'s reply is held when, at the moment it arrives from Valkey, any key it read is
-//!   *dirty*: written by a write whose batch is not durable yet. It is released once every
-//!   write that was pending on those keys at that moment is durable ([`dirty`]). Reads that
-//!   scan the keyspace (KEYS, SCAN, DBSIZE, RANDOMKEY, INFO keyspace, read-only scripts)
-//!   wait for every pending write. Writes whose keys walrus cannot know (unknown commands,
-//!   FLUSHALL, SWAPDB, every script and function, which may touch keys it does not declare)
-//!   dirty every key ([`access`]).
-//! - Until the replica link is attached and the journal follows Valkey's stream, writes are
-//!   refused: before that, Valkey's offsets do not move (no replication backlog yet), and a
-//!   write would look durable with nothing journaled.
+//! - Every upstream batch that writes ends with `ROLE`, whose reply (Valkey's replication
+//!   offset after the batch) walrus strips; the batch's write replies are released once the
+//!   journal's durable offset reaches it. `ROLE` never goes inside MULTI/EXEC (the transaction's
+//!   replies wait for the `ROLE` after EXEC). For users whose ACL forbids `ROLE`, walrus asks on
+//!   its own control connection instead. A command walrus refuses while a transaction queues
+//!   (too large for the journal, `-MISCONF`, `-LOADING`) aborts it as Valkey's own queue-time
+//!   errors do: EXEC answers `-EXECABORT` and nothing runs.
+//! - Reads are held while any key they read is *dirty* (written, not yet durable) when their
+//!   reply arrives, until those writes are durable; keyspace-wide reads (KEYS, SCAN, DBSIZE,
+//!   RANDOMKEY, INFO with its keyspace section, SLOWLOG GET, COMMANDLOG GET, MEMORY STATS,
+//!   FUNCTION DUMP/LIST, DEBUG, read-only scripts) wait for every pending write. So does every
+//!   other command without key arguments, unless it is known to show nothing of the data
+//!   (connection and transaction control, CONFIG, CLIENT, COMMAND, ACL, LATENCY, SCRIPT, Pub/Sub:
+//!   the list in `src/durability/access.rs`): a command a newer Valkey adds waits rather than
+//!   leaks. Reads of clean keys are never delayed.
+//! - A blocking write (BLPOP, BLMOVE, XREADGROUP ... BLOCK) has written nothing while it waits:
+//!   it holds up no other client's read. A read that may see what one wrote once served (its
+//!   keys, or the whole keyspace) is held until the journal covers Valkey's offset after the
+//!   read ran: the `ROLE` after it in its own batch (or, for a blocking write sent after the
+//!   read, one asked on walrus's own connection when the reply arrives). The served command's
+//!   own reply waits for the offset after it, as every write's does.
+//! - Scripts and functions (EVAL, EVALSHA, FCALL and their `_RO` forms) may touch keys they do
+//!   not declare, in any database, so they count as touching every key: a script's write makes
+//!   every read wait for it, and a read-only script waits for every pending write.
+//! - A write's dirty mark is cleared only once the journal covers Valkey's offset after it, or
+//!   when the write provably never ran. When a connection breaks and Valkey's offset cannot be
+//!   learned, the keys stay dirty and walrus keeps asking, with backoff; reads held behind such
+//!   a write get an error.
+//! - A write request larger than the journal takes in one entry (`journal.max_entry_bytes`:
+//!   576 MiB, so that the largest value a client may send fits, or on a smaller ring the largest
+//!   entry it holds) is refused before it reaches
+//!   Valkey; a transaction or script whose effects are larger makes the replica link take a full
+//!   resync, whose RDB covers them. No single client can stop the journal.
+//! - Until the replica link is attached, writes are refused with `-MISCONF` (before that,
+//!   Valkey's offsets do not move and a write would look durable with nothing journaled). If the
+//!   journal fails (an I/O or fsync error, never retried), held replies get an error, writes get
+//!   `-MISCONF`, and reads of clean keys go on.
 //! - While walrus restores Valkey ([`crate::restore`]), every command that reads or writes
 //!   data gets Valkey's own `-LOADING`: an empty Valkey would answer reads with data the
 //!   journal contradicts.
 //! - Every upstream connection belongs to one *history epoch*, the gate's count of Valkey
 //!   processes and replication histories it has followed. A batch or a read reply from an
 //!   older epoch is answered with an error, never released: offsets of two histories (both
-//!   may start at 0) are not comparable.
-//! - When the journal fails (an I/O error, an fsync error: never retried and trusted), every
-//!   held reply gets an error, writes are refused with `-MISCONF`, and reads of clean keys go
-//!   on. A write whose connection broke before its offset was known is never acknowledged.
-//! - Executed-but-not-durable bytes are bounded (`durability.max_pending_bytes`), and so is
-//!   the memory of held replies (`durability.max_held_bytes`): past either, new writes wait
-//!   before they are sent to Valkey; reads keep flowing.
-//!
-//! Side effects are not gated: Pub/Sub messages, keyspace notifications and CLIENT TRACKING
-//! invalidations are delivered as Valkey sends them, possibly before the write that caused
-//! them is durable (a subscriber can see an event for a write a crash then loses). The data
-//! itself, read with any command, never is.
+//!   may start at 0) are not comparable. A write whose connection broke before its offset
+//!   was known is never acknowledged.
+//! - Backpressure: `durability.max_pending_bytes` bounds what Valkey has executed beyond the
+//!   journal, `durability.max_held_bytes` the memory of held replies (reads included); past
+//!   either, new writes wait before they reach Valkey.
+//! - Every wait is bounded (`durability.max_hold_ms`, 30 s): a reply the journal has not
+//!   covered by then (a journal device that stopped answering, a Valkey unreachable after it
+//!   answered) gets `-ERR walrus: this write was not journaled within 30000 ms
+//!   (durability.max_hold_ms); it may or may not have taken effect`, a read held that long a
+//!   similar error, and a write that found no room `-MISCONF`. The write's keys stay dirty:
+//!   what it wrote shows only once it is durable
+//!   (`durability_rules::a_reply_held_past_max_hold_gets_an_error_and_the_key_waits_for_the_journal`).
+//! - Pub/Sub messages, keyspace notifications, CLIENT TRACKING invalidations and what MONITOR
+//!   shows are side effects and are not held: a subscriber can see an event for a write that a
+//!   crash then loses. The data itself, read with any command, never is. A restore replays
+//!   data, never messages: the journal holds every PUBLISH (Valkey propagates them to its
+//!   replicas), and a restore turns each into newlines of the same length (a primary may send
+//!   those; the offsets keep their meaning), so no subscriber gets a message published before
+//!   a crash (`restore::a_restore_replays_no_published_message`). `export-aof` leaves them out.
+//!   Keyspace notifications are another matter: replaying data fires them, for whoever
+//!   subscribed to the Valkey being restored. No client of walrus can be subscribed then (its
+//!   connections wait for the restore); a client connected to Valkey around walrus can.
+//! - What Valkey does not replicate is not journaled, so a restore does not bring it back:
+//!   CONFIG SET, ACL SETUSER, SCRIPT LOAD, CLIENT state. It is configuration, not data: give a
+//!   managed Valkey its settings in `upstream.extra_args` (an `aclfile` among them), and load
+//!   scripts with FUNCTION LOAD, which is replicated and journaled (or retry on `-NOSCRIPT`, as
+//!   clients of any Valkey must).
+//! - SYNC, PSYNC and REPLCONF from clients are refused: the replication stream shows every write
+//!   before it is durable. Attach replicas to Valkey itself.
+//! - `WAIT` counts walrus once it has received a write and `WAITAOF 0 1` once the write is on
+//!   walrus's disk: the replica link reports `REPLCONF ACK <received> FACK <durable>`.
+//! - CLIENT REPLY OFF/SKIP is refused (walrus must pair every reply with its request).
 
 pub mod access;
 pub mod dirty;

@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use super::format::{entry_span_bound, BLOCK_BYTES, HEADER_BYTES};
 
+/// Valkey's largest bulk (512 MiB, like walrus's `proxy.max_bulk_bytes`) plus room for the
+/// rest of its command: any write a client may send fits one entry.
+pub const DEFAULT_MAX_ENTRY_BYTES: u64 = 576 << 20;
 /// Smallest segment accepted: small enough for fast tests, large enough to hold many blocks.
 pub const MIN_SEGMENT_SIZE_BYTES: u64 = 64 * 1024;
 /// One segment holds the checkpointed head, one is being written, one is free to move into.
@@ -57,8 +60,10 @@ pub struct JournalConfig {
     /// Pooled aligned buffers (each `max_write_bytes`); bounds memory for queued writes.
     pub write_buffers: u32,
     /// Largest entry payload accepted; larger entries are rejected with `EntryTooLarge`.
-    /// Entries larger than a write buffer or a segment are split into fragments.
-    pub max_entry_bytes: u64,
+    /// Entries larger than a write buffer or a segment are split into fragments. Unset:
+    /// [`DEFAULT_MAX_ENTRY_BYTES`], or the largest entry the ring is sure to hold if that is
+    /// less ([`JournalConfig::max_entry`]).
+    pub max_entry_bytes: Option<u64>,
     /// How far past the first bad record recovery looks for proof (a later record whose
     /// durable hint covers the bad one) that the damage is mid-log corruption, not a torn tail.
     /// Unset: the whole ring. A shorter look-ahead opens faster, but damage whose first
@@ -76,9 +81,7 @@ impl Default for JournalConfig {
             max_write_bytes: 1 << 20,
             max_in_flight_writes: 8,
             write_buffers: 32,
-            // Valkey's largest bulk (512 MiB, like walrus's proxy.max_bulk_bytes) plus room
-            // for the rest of its command: any write a client may send fits one entry.
-            max_entry_bytes: 576 << 20,
+            max_entry_bytes: None,
             recovery_lookahead_bytes: None,
         }
     }
@@ -93,9 +96,6 @@ impl JournalConfig {
             segment_size_bytes,
             segments,
             max_write_bytes: d.max_write_bytes.min(segment_size_bytes),
-            max_entry_bytes: d
-                .max_entry_bytes
-                .min(segment_size_bytes * u64::from(segments.saturating_sub(2).max(1))),
             ..d
         }
     }
@@ -108,9 +108,38 @@ impl JournalConfig {
             max_write_bytes: 16 * 1024,
             max_in_flight_writes: 4,
             write_buffers: 8,
-            max_entry_bytes: segment_size_bytes * u64::from(segments.saturating_sub(2).max(1)),
+            max_entry_bytes: Some(
+                segment_size_bytes * u64::from(segments.saturating_sub(2).max(1)),
+            ),
             ..JournalConfig::default()
         }
+    }
+
+    /// The largest entry accepted: as set, or unset the default capped by what the ring
+    /// holds, so that a small ring needs no other setting.
+    pub fn max_entry(&self) -> u64 {
+        self.max_entry_bytes
+            .unwrap_or_else(|| DEFAULT_MAX_ENTRY_BYTES.min(self.largest_entry_fitting()))
+    }
+
+    /// The largest entry that fits, with its record headers, in the `segments - 1`
+    /// segments the ring is sure to have once everything before it is released, and in
+    /// `segments - 2` whole segments (see [`JournalConfig::validate`]).
+    pub fn largest_entry_fitting(&self) -> u64 {
+        let (s, n) = (self.segment_size_bytes, u64::from(self.segments));
+        let room = s.saturating_mul(n.saturating_sub(1));
+        let fits = |len| entry_span_bound(len, self.max_write_bytes, s) <= room;
+        // The span grows with the length: the largest that fits, by bisection.
+        let (mut lo, mut hi) = (0, s.saturating_mul(n.saturating_sub(2)));
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if fits(mid) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        lo
     }
 
     /// How far recovery looks past a bad record for a later one that vouches for it: unset,
@@ -190,10 +219,10 @@ impl JournalConfig {
         }
         let ring_bytes = self.segment_size_bytes * u64::from(self.segments);
         let max_entry_limit = self.segment_size_bytes * u64::from(self.segments - 2);
-        if self.max_entry_bytes == 0 || self.max_entry_bytes > max_entry_limit {
+        let max_entry = self.max_entry();
+        if max_entry == 0 || max_entry > max_entry_limit {
             return Err(format!(
-                "journal.max_entry_bytes = {} must be between 1 and {max_entry_limit} (segments - 2 full segments of a {ring_bytes}-byte ring)",
-                self.max_entry_bytes
+                "journal.max_entry_bytes = {max_entry} must be between 1 and {max_entry_limit} (segments - 2 full segments of a {ring_bytes}-byte ring)"
             ));
         }
         // Once everything before it is released, the head is the end of the log (it may sit
@@ -201,21 +230,17 @@ impl JournalConfig {
         // the next entry: a maximum entry must fit there with its record headers, or two of
         // them back to back could stall the ring for good.
         let room = self.segment_size_bytes * u64::from(self.segments - 1);
-        let span = entry_span_bound(
-            self.max_entry_bytes,
-            self.max_write_bytes,
-            self.segment_size_bytes,
-        );
+        let span = entry_span_bound(max_entry, self.max_write_bytes, self.segment_size_bytes);
         if span > room {
             return Err(format!(
-                "journal.max_entry_bytes = {} may take {span} bytes of ring with its record headers (one per journal.max_write_bytes = {}), more than the {room} bytes (segments - 1 segments) the ring is sure to have for it",
-                self.max_entry_bytes, self.max_write_bytes
+                "journal.max_entry_bytes = {max_entry} may take {span} bytes of ring with its record headers (one per journal.max_write_bytes = {}), more than the {room} bytes (segments - 1 segments) the ring is sure to have for it; leave it unset for the largest that fits ({})",
+                self.max_write_bytes,
+                self.largest_entry_fitting()
             ));
         }
-        if self.max_entry_bytes > u64::from(u32::MAX) * 1024 {
+        if max_entry > u64::from(u32::MAX) * 1024 {
             return Err(format!(
-                "journal.max_entry_bytes = {} is too large",
-                self.max_entry_bytes
+                "journal.max_entry_bytes = {max_entry} is too large"
             ));
         }
         if let Some(lookahead) = self.recovery_lookahead_bytes.filter(|&b| b < block) {
@@ -272,7 +297,7 @@ mod tests {
             max_write_bytes: 8 << 10,
             max_in_flight_writes: 4,
             write_buffers: 8,
-            max_entry_bytes: 998 * (64 << 10),
+            max_entry_bytes: Some(998 * (64 << 10)),
             ..JournalConfig::default()
         };
         let err = cfg.validate().unwrap_err();

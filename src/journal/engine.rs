@@ -429,7 +429,7 @@ impl Journal {
             starts,
             write_buffers: cfg.write_buffers as usize,
             max_write_bytes: cfg.max_write_bytes as usize,
-            max_entry_bytes: cfg.max_entry_bytes,
+            max_entry_bytes: cfg.max_entry(),
         });
         let durable = Durable {
             lsn: end.last_lsn(),

@@ -1,55 +1,11 @@
 //! On-disk record format: encoder and decoder of one record header.
 //!
+//! The layout (a 96-byte little-endian header, then the payload), why each field exists,
+//! the per-journal key in the checksum and where records may start are written once, in
+//! docs/journal.md ("Record format", "The open tail block"); this file implements them.
+//!
 //! The log is a logical byte stream; logical position `pos` lives in segment sequence
 //! `pos / S` (S = segment size), stored in file `(pos / S) % N`, at offset `pos % S`.
-//! An entry is stored as one record (`FULL`) or, when it does not fit the rest of a write
-//! buffer or segment, as fragments `FIRST, MIDDLE*, LAST` (as LevelDB/RocksDB do).
-//! Every record starts with a 96-byte little-endian header:
-//!
-//! ```text
-//!  0       4   5   6       8              12             16
-//!  +-------+---+---+-------+--------------+--------------+
-//!  | magic |ver|knd| rsvd  | payload_len  |    epoch     |
-//!  +-------+---+---+-------+--------------+--------------+
-//! 16                              24                     32
-//!  +------------------------------+----------------------+
-//!  | seg_seq (lap tag: pos / S)   |  lsn                 |
-//!  +------------------------------+----------------------+
-//! 32                              40                     48
-//!  +------------------------------+----------------------+
-//!  | repl_offset_end              |  durable_hint (LSN)  |
-//!  +------------------------------+----------------------+
-//! 48                                                     88
-//!  +-----------------------------------------------------+
-//!  | repl_id (40 bytes, Valkey replid)                   |
-//!  +-----------------------------------------------------+
-//! 88                              96
-//!  +------------------------------+------------ ... -----+
-//!  | crc64 (key ++ header[0..88] ++ payload) | payload (payload_len)
-//!  +------------------------------+------------ ... -----+
-//! ```
-//!
-//! Why each field:
-//! - `seg_seq`: the segment sequence the record was written for (RocksDB's log number in a
-//!   recyclable record, ScyllaDB's segment id). A recycled segment still holds the previous
-//!   lap's records, CRC-valid; their `seg_seq` is `N` lower, so they are never replayed.
-//! - `lsn`: +1 per entry (fragments of one entry share it); a gap ends the log.
-//! - `epoch`: incremented at every open for writing. Records left beyond the recovered end by
-//!   a crash (a later write completed while an earlier one tore) carry an older epoch than
-//!   the records written after restart, so they can never be mistaken for a continuation.
-//! - `durable_hint`: the highest LSN known durable when the record was encoded. If recovery
-//!   finds a bad record at LSN `e` but a later valid record with `durable_hint >= e`, entry
-//!   `e` had been acknowledged: that is mid-log corruption, not a torn tail.
-//! - `crc64` (crc64fast, ECMA polynomial) covers the journal's secret [`RecordKey`], then
-//!   the header and payload. A client chooses payload bytes, so a value may hold a
-//!   well-formed record; without the key (made at init from the OS's random source, kept in
-//!   the manifest, never derived from data) its checksum is right with probability 2^-64,
-//!   so it is never taken for a record (Dragonfly seeds its AOF checksums the same way).
-//!   Format 1 records (walrus before the key) are read, never written.
-//!
-//! Writes are padded with zeros to 4 KiB blocks; the next write continues inside the last
-//! written block when a record fits there (docs/journal.md, "The open tail block"). A
-//! record never crosses a segment end.
 
 use crc64fast::Digest;
 

@@ -3,15 +3,15 @@
 //!
 //! 1. Connect with walrus's own credentials, look at Valkey (`INFO`) and decide what to do
 //!    with it ([`crate::restore::decide`]): continue its stream, restore it first, start a
-//!    new history, or refuse. Then run the [handshake](super::handshake), continuing from
+//!    new history, or refuse. Then run the [handshake](crate::valkey::handshake), continuing from
 //!    the journal's end (`PSYNC <replid> <offset+1>`) or asking for a full resync.
 //! 2. `+FULLRESYNC`: store the RDB durably under `<data>/checkpoints/` and record it as the
 //!    checkpoint (it covers every write up to its offset). `+CONTINUE`: the stream goes on
 //!    right after the journal's end.
 //! 3. Cut the stream into entries on command boundaries ([`super::stream`]) and append each
 //!    to the journal, whose offsets are therefore Valkey's replication offsets, byte for byte.
-//! 4. Report the durable offset to the [durability gate](crate::durability), and to Valkey
-//!    `REPLCONF ACK <received> FACK <durable>` (so `WAIT` counts walrus once it has a write
+//! 4. Follow the durable offset into the [durability gate](crate::durability)
+//!    ([`super::follow`]), and tell Valkey `REPLCONF ACK <received> FACK <durable>` (so `WAIT` counts walrus once it has a write
 //!    and `WAITAOF` once it is on disk), after every durable advance, every second (Valkey
 //!    drops a replica that stays silent for `repl-timeout`), and when Valkey asks
 //!    (`GETACK`).
@@ -20,6 +20,8 @@
 //! replication history: after a full resynchronization under a new replication id (Valkey
 //! restarted or failed over), the journal's older entries belong to another offset space.
 
+use super::ack::acknowledge;
+use super::follow::{follow, Covered};
 use super::stream::StreamFramer;
 use crate::checkpoint::store::Store;
 use crate::config::OnConflict;
@@ -37,11 +39,9 @@ use crate::valkey::view::ValkeyView;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::sync::{watch, Notify};
 
-/// Valkey drops a replica silent for `repl-timeout` (60 s by default): ack well within it.
-const ACK_INTERVAL: Duration = Duration::from_secs(1);
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 const READ_CHUNK_BYTES: usize = 256 << 10;
@@ -163,8 +163,25 @@ pub async fn run(
     }
 }
 
-/// One attachment: the decision (restoring Valkey if that is what it says), the handshake,
-/// RDB or continue, then the stream until something breaks.
+/// How the handshake of one attachment ended.
+struct Synced {
+    /// The connection, now Valkey's replica link.
+    conn: Conn,
+    /// Valkey as it was when the decision was made.
+    view: ValkeyView,
+    replid: String,
+    /// The offset the stream continues after.
+    offset: u64,
+    /// A stored RDB covers `offset` (a full resync's, or the checkpoint a restore loaded).
+    covered: bool,
+    /// A replication history starts here: earlier entries hold offsets of another one.
+    new_history: bool,
+    /// A full resync: Valkey must list the replica online before writes are admitted.
+    full: bool,
+}
+
+/// One attachment: synchronize, open the gate, then journal the stream until something
+/// breaks.
 async fn attach(
     up: &Upstream,
     journal: &Arc<Journal>,
@@ -172,6 +189,96 @@ async fn attach(
     cfg: &LinkConfig,
     state: &mut LinkState,
 ) -> Result<(), LinkError> {
+    let Synced {
+        mut conn,
+        view,
+        replid,
+        offset,
+        covered,
+        new_history,
+        full,
+    } = synchronize(up, journal, durability, cfg, state).await?;
+    ack(&mut conn, offset).await?;
+    if full {
+        wait_online(up, &mut conn, offset, cfg.restore_timeout).await?;
+    }
+    if new_history {
+        state.history_lsn = journal.status().next_lsn;
+    }
+    // Valkey may have run writes after the journal's end (walrus was down): until the
+    // stream that brings them is durable, nothing they wrote may be shown.
+    let valkey_offset = if full { 0 } else { view.offset };
+    durability.attach(&view.run_id, offset, covered, new_history, valkey_offset);
+    state.attached_once = true;
+    state.verified = None;
+    tracing::info!(%replid, offset, "replica link attached; journaling Valkey's replication stream");
+
+    let parts = conn.into_parts();
+    let (mut rd, wr) = parts.stream.into_split();
+    let mut buf = parts.buf;
+    let getack = Arc::new(Notify::new());
+    let received = Arc::new(AtomicU64::new(offset));
+    let covered = Covered::new(state.history_lsn, if covered { offset } else { 0 });
+    let _stop_follower = AbortOnDrop(tokio::spawn(follow(
+        Arc::downgrade(journal),
+        durability.clone(),
+        covered,
+    )));
+    let _stop_acker = AbortOnDrop(tokio::spawn(acknowledge(
+        wr,
+        Arc::downgrade(journal),
+        covered,
+        received.clone(),
+        getack.clone(),
+    )));
+    let repl_id: [u8; 40] = replid
+        .as_bytes()
+        .try_into()
+        .expect("replication ids are 40 characters");
+    let mut framer = StreamFramer::new(offset, cfg.limits, cfg.entry_bytes);
+    // The stream shows Valkey's death as its end, but only to a link that reads it, and the
+    // link stops reading while the ring is full: the watch notices a restarted Valkey then.
+    let replaced = replaced(up, durability, &view.run_id);
+    tokio::pin!(replaced);
+    loop {
+        while let Some(entry) = framer.next_entry(&mut buf)? {
+            let offset_end = entry.offset_end;
+            let asked = entry.getack;
+            let entry = Entry {
+                repl_id,
+                repl_offset_end: offset_end,
+                payload: entry.payload,
+            };
+            append(journal, entry, &cfg.released, replaced.as_mut()).await?;
+            received.store(offset_end, Ordering::Release);
+            if asked {
+                getack.notify_one();
+            }
+            if let Some(h) = state.held.as_mut() {
+                h.end = offset_end;
+            }
+        }
+        if buf.capacity() - buf.len() < READ_CHUNK_BYTES / 4 {
+            buf.reserve(READ_CHUNK_BYTES);
+        }
+        tokio::select! {
+            n = rd.read_buf(&mut buf) => if n? == 0 {
+                return Err(UpstreamError::Closed.into());
+            },
+            e = &mut replaced => return Err(e),
+        }
+    }
+}
+
+/// The decision (restoring Valkey if that is what it says) and the handshake: a full
+/// resync's RDB stored and recorded as the checkpoint, or the stream continued.
+async fn synchronize(
+    up: &Upstream,
+    journal: &Arc<Journal>,
+    durability: &Arc<Durability>,
+    cfg: &LinkConfig,
+    state: &mut LinkState,
+) -> Result<Synced, LinkError> {
     let mut conn = Conn::control(up).await?;
     let view = ValkeyView::query(&mut conn).await?;
     let decision = decide(&view, state.held.as_ref(), cfg.on_conflict);
@@ -213,14 +320,7 @@ async fn attach(
             Some(position)
         }
     };
-    let (replid, offset, covered, new_history, full) = match handshake(
-        &mut conn,
-        &view.version,
-        Purpose::Link,
-        from.as_ref(),
-    )
-    .await?
-    {
+    let synced = match handshake(&mut conn, &view.version, Purpose::Link, from.as_ref()).await? {
         SyncStart::Full { replid, offset } => {
             // A new history takes whatever id Valkey answers with (Valkey picks a new one
             // when its first replica creates the backlog). Otherwise the answer must come
@@ -249,7 +349,15 @@ async fn attach(
                 ids: vec![replid.clone()],
                 end: offset,
             });
-            (replid, offset, true, new_history, true)
+            Synced {
+                conn,
+                view,
+                replid,
+                offset,
+                covered: true,
+                new_history,
+                full: true,
+            }
         }
         SyncStart::Continue { replid } => {
             let offset = from
@@ -274,76 +382,18 @@ async fn attach(
             tokio::task::spawn_blocking(move || store.note_server(&version))
                 .await
                 .map_err(|e| std::io::Error::other(e.to_string()))??;
-            (replid, offset, restored, restored, false)
+            Synced {
+                conn,
+                view,
+                replid,
+                offset,
+                covered: restored,
+                new_history: restored,
+                full: false,
+            }
         }
     };
-    ack(&mut conn, offset).await?;
-    if full {
-        wait_online(up, &mut conn, offset, cfg.restore_timeout).await?;
-    }
-    if new_history {
-        state.history_lsn = journal.status().next_lsn;
-    }
-    // Valkey may have run writes after the journal's end (walrus was down): until the
-    // stream that brings them is durable, nothing they wrote may be shown.
-    let valkey_offset = if full { 0 } else { view.offset };
-    durability.attach(&view.run_id, offset, covered, new_history, valkey_offset);
-    state.attached_once = true;
-    state.verified = None;
-    tracing::info!(%replid, offset, "replica link attached; journaling Valkey's replication stream");
-
-    let parts = conn.into_parts();
-    let (mut rd, wr) = parts.stream.into_split();
-    let mut buf = parts.buf;
-    let getack = Arc::new(Notify::new());
-    let received = Arc::new(AtomicU64::new(offset));
-    let acker = tokio::spawn(acknowledge(
-        wr,
-        Arc::downgrade(journal),
-        durability.clone(),
-        state.history_lsn,
-        received.clone(),
-        if covered { offset } else { 0 },
-        getack.clone(),
-    ));
-    let _stop_acker = AbortOnDrop(acker);
-    let repl_id: [u8; 40] = replid
-        .as_bytes()
-        .try_into()
-        .expect("replication ids are 40 characters");
-    let mut framer = StreamFramer::new(offset, cfg.limits, cfg.entry_bytes);
-    // The stream shows Valkey's death as its end, but only to a link that reads it, and the
-    // link stops reading while the ring is full: the watch notices a restarted Valkey then.
-    let replaced = replaced(up, durability, &view.run_id);
-    tokio::pin!(replaced);
-    loop {
-        while let Some(entry) = framer.next_entry(&mut buf)? {
-            let offset_end = entry.offset_end;
-            let asked = entry.getack;
-            let entry = Entry {
-                repl_id,
-                repl_offset_end: offset_end,
-                payload: entry.payload,
-            };
-            append(journal, entry, &cfg.released, replaced.as_mut()).await?;
-            received.store(offset_end, Ordering::Release);
-            if asked {
-                getack.notify_one();
-            }
-            if let Some(h) = state.held.as_mut() {
-                h.end = offset_end;
-            }
-        }
-        if buf.capacity() - buf.len() < READ_CHUNK_BYTES / 4 {
-            buf.reserve(READ_CHUNK_BYTES);
-        }
-        tokio::select! {
-            n = rd.read_buf(&mut buf) => if n? == 0 {
-                return Err(UpstreamError::Closed.into());
-            },
-            e = &mut replaced => return Err(e),
-        }
-    }
+    Ok(synced)
 }
 
 /// Resolves once Valkey at `up` is another process than `run_id`: probed every
@@ -404,85 +454,6 @@ async fn append(
             }
         }
     }
-}
-
-/// Tells the gate how far the journal is durable at every durable advance, and Valkey how
-/// far walrus has received (`ACK`, what `WAIT` counts) and how far that is on disk (`FACK`,
-/// what `WAITAOF` counts): every second (Valkey drops a replica that stays silent for
-/// `repl-timeout`), when Valkey asks (`GETACK`: a client waits in `WAIT` or `WAITAOF`), and
-/// after that at every durable advance until what walrus had received when asked is durable.
-/// Not at every advance otherwise: an ACK per group commit cost walrus a send and Valkey a
-/// command (about 5% of walrus's CPU under 50 writing clients), for no one.
-async fn acknowledge(
-    mut wr: tokio::net::tcp::OwnedWriteHalf,
-    // Weak: an aborted acker may be dropped a moment after the link, and the journal must
-    // close at shutdown.
-    journal: std::sync::Weak<Journal>,
-    durability: Arc<Durability>,
-    history_lsn: u64,
-    received: Arc<AtomicU64>,
-    covered: u64,
-    getack: Arc<Notify>,
-) {
-    let mut tick = tokio::time::interval(ACK_INTERVAL);
-    // What is durable: what a stored RDB covers, then what the journal has written.
-    let mut fack = covered;
-    let mut last_sent = None;
-    // The received offset when Valkey last asked, until FACK reaches it.
-    let mut asked_for = None;
-    let Some(mut durable) = journal.upgrade().map(|j| j.durable()) else {
-        return;
-    };
-    loop {
-        let d = *durable.borrow_and_update();
-        if d.failed {
-            if let Some(j) = journal.upgrade() {
-                durability.fail(&j.failure());
-            }
-            return;
-        }
-        // Entries of an older history carry offsets of another offset space.
-        if d.lsn >= history_lsn {
-            fack = fack.max(d.repl_offset);
-            durability.set_durable(fack);
-        }
-        let ack = received.load(Ordering::Acquire).max(fack);
-        let due = last_sent.is_none() || asked_for.is_some();
-        if due && last_sent != Some((ack, fack)) {
-            if send_ack(&mut wr, ack, fack).await.is_err() {
-                return;
-            }
-            last_sent = Some((ack, fack));
-        }
-        if asked_for.is_some_and(|a| fack >= a) {
-            asked_for = None;
-        }
-        // A tick or a GETACK clears `last_sent`: the top of the loop then sends, with what
-        // has been received by then.
-        tokio::select! {
-            r = durable.changed() => if r.is_err() { return },
-            _ = tick.tick() => last_sent = None,
-            _ = getack.notified() => {
-                last_sent = None;
-                asked_for = Some(received.load(Ordering::Acquire));
-            }
-        }
-    }
-}
-
-async fn send_ack(
-    wr: &mut tokio::net::tcp::OwnedWriteHalf,
-    ack: u64,
-    fack: u64,
-) -> std::io::Result<()> {
-    wr.write_all(&crate::resp::write::command([
-        b"REPLCONF".as_slice(),
-        b"ACK",
-        ack.to_string().as_bytes(),
-        b"FACK",
-        fack.to_string().as_bytes(),
-    ]))
-    .await
 }
 
 /// After a full sync, waits until Valkey lists walrus as an online replica. A diskless

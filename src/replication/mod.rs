@@ -8,7 +8,11 @@
 //!
 //! - [`link`]: the replica link: attach (handshake and full or partial resync, through
 //!   [`crate::valkey`]), pump the stream into the journal, acknowledge the durable offset.
+//! - [`ack`]: `REPLCONF ACK` and `FACK`: what walrus tells Valkey it received and made durable.
+//! - [`follow`]: the journal's durable position, followed into the durability gate.
 //! - [`stream`]: cutting the command stream into journal entries on command boundaries.
 
+pub mod ack;
+pub mod follow;
 pub mod link;
 pub mod stream;
