@@ -42,7 +42,7 @@ fn config_get(c: &mut Raw, name: &str) -> String {
 
 #[test]
 fn commands_that_break_what_walrus_relies_on_are_refused_with_the_reason() {
-    let w = Walrus::start_managed("", None);
+    let w = Walrus::build().start();
     let mut c = Raw::connect(&w.addr);
     for cmd in REFUSED {
         let r = show(&c.cmd(cmd));
@@ -76,7 +76,9 @@ fn commands_that_break_what_walrus_relies_on_are_refused_with_the_reason() {
 
 #[test]
 fn allow_admin_commands_passes_them_on() {
-    let w = Walrus::start_managed("[proxy]\nallow_admin_commands = true\n", None);
+    let w = Walrus::build()
+        .config("[proxy]\nallow_admin_commands = true\n")
+        .start();
     let mut c = Raw::connect(&w.addr);
     assert_eq!(
         c.cmd(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]),

@@ -33,10 +33,10 @@ impl Setup {
         assert_eq!(admin.cmd(&["AUTH", "secret"]), b"+OK\r\n");
         assert_eq!(admin.cmd(ALICE), b"+OK\r\n");
         assert_eq!(admin.cmd(BOB), b"+OK\r\n");
-        let walrus = Walrus::start_config(
-            &valkey.addr(),
-            "[upstream]\nusername = \"\"\npassword = \"secret\"\n",
-        );
+        let walrus = Walrus::build()
+            .upstream(&valkey.addr())
+            .config("[upstream]\nusername = \"\"\npassword = \"secret\"\n")
+            .start();
         Setup { valkey, walrus }
     }
 

@@ -62,7 +62,13 @@ fn single_connection_walrus(v: &Valkey) -> (Walrus, tempfile::NamedTempFile) {
     let mut cfg = tempfile::NamedTempFile::new().unwrap();
     writeln!(cfg, "[upstream]\npool_size = 1").unwrap();
     let path = cfg.path().to_str().unwrap().to_string();
-    (Walrus::start_with(&v.addr(), &["--config", &path]), cfg)
+    (
+        Walrus::build()
+            .upstream(&v.addr())
+            .args(&["--config", &path])
+            .start(),
+        cfg,
+    )
 }
 
 #[test]
@@ -185,7 +191,7 @@ fn malformed_requests_get_valkeys_reply_and_break_nothing() {
 #[test]
 fn a_stalled_half_command_does_not_block_other_clients() {
     let v = Valkey::start();
-    let w = Walrus::start(&v.addr());
+    let w = Walrus::build().upstream(&v.addr()).start();
     let mut staller = Raw::connect(&w.addr);
     let value = vec![b'v'; 100_000];
     let full = walrus::resp::write::command([b"SET".as_slice(), b"stalled", &value]);
@@ -208,7 +214,7 @@ fn a_stalled_half_command_does_not_block_other_clients() {
 #[test]
 fn a_client_that_disconnects_mid_pipeline_harms_no_one() {
     let v = Valkey::start();
-    let w = Walrus::start(&v.addr());
+    let w = Walrus::build().upstream(&v.addr()).start();
     let mut setup = Raw::connect(&w.addr);
     let big = vec![b'b'; 10_000];
     assert_eq!(setup.cmd(&[b"SET".as_slice(), b"big", &big]), b"+OK\r\n");
@@ -262,7 +268,10 @@ fn configured_request_limits_give_valkeys_errors() {
     let (_f, path) = config(
         "[proxy]\nmax_bulk_bytes = 1024\nmax_inline_bytes = 1024\nmax_query_buffer_bytes = 8192\n",
     );
-    let w = Walrus::start_with(&v.addr(), &["--config", &path]);
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .args(&["--config", &path])
+        .start();
     let mut bystander = Raw::connect(&w.addr);
 
     // At the limit: fine.
@@ -320,7 +329,10 @@ fn configured_request_limits_give_valkeys_errors() {
 fn max_clients_gives_valkeys_error() {
     let v = Valkey::start();
     let (_f, path) = config("[proxy]\nmax_clients = 3\n");
-    let w = Walrus::start_with(&v.addr(), &["--config", &path]);
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .args(&["--config", &path])
+        .start();
     let mut clients: Vec<Raw> = (0..3).map(|_| Raw::connect(&w.addr)).collect();
     for c in &mut clients {
         assert_eq!(c.cmd(&["PING"]), PONG);
@@ -357,7 +369,10 @@ fn max_clients_gives_valkeys_error() {
 fn reply_nested_deeper_than_the_limit_is_an_error_not_a_hang() {
     let v = Valkey::start();
     let (_f, path) = config("[proxy]\nmax_reply_depth = 8\n");
-    let w = Walrus::start_with(&v.addr(), &["--config", &path]);
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .args(&["--config", &path])
+        .start();
     let mut bystander = Raw::connect(&w.addr);
     assert_eq!(bystander.cmd(&["SET", "k", "v"]), b"+OK\r\n");
     let mut c = Raw::connect(&w.addr);
@@ -385,7 +400,10 @@ fn reply_nested_deeper_than_the_limit_is_an_error_not_a_hang() {
 #[test]
 fn a_resp3_subscriber_that_does_not_read_is_disconnected_not_buffered_forever() {
     let v = Valkey::start();
-    let w = Walrus::start_config(&v.addr(), "[proxy]\nmax_push_bytes = 1048576\n");
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .config("[proxy]\nmax_push_bytes = 1048576\n")
+        .start();
     let mut sub = Raw::connect(&w.addr);
     let hello = sub.cmd(&["HELLO", "3"]);
     assert!(hello.starts_with(b"%"), "{}", show(&hello));

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 fn start_walrus(upstream: &str) -> Walrus {
-    Walrus::start(upstream)
+    Walrus::build().upstream(upstream).start()
 }
 
 struct Setup {

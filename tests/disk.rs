@@ -12,10 +12,6 @@ use std::path::Path;
 const OK: &[u8] = b"+OK\r\n";
 const CONFIG: &str = "[disk]\ncheck_interval_ms = 50\n";
 
-fn bulk(v: &str) -> Vec<u8> {
-    format!("${}\r\n{v}\r\n", v.len()).into_bytes()
-}
-
 fn check(c: &mut Raw, model: &BTreeMap<String, String>) {
     for (k, v) in model {
         assert_eq!(c.cmd(&["GET", k]), bulk(v), "{k}");
@@ -61,8 +57,11 @@ fn a_disk_filled_by_other_data_refuses_writes_then_resumes() {
     };
     let data = fs.path().join("data");
     let metrics = format!("127.0.0.1:{}", free_port());
-    let mut w =
-        Walrus::start_managed_opts(CONFIG, &["--metrics-listen", &metrics], Some(&data), &[]);
+    let mut w = Walrus::build()
+        .config(CONFIG)
+        .args(&["--metrics-listen", &metrics])
+        .data(&data)
+        .start();
     let mut c = Raw::connect(&w.addr);
     let (_, body) = http_get(&metrics, "/metrics");
     assert!(body.contains("walrus_disk_watermark_reached 0"), "{body}");
@@ -137,7 +136,7 @@ fn a_checkpoint_without_room_is_not_taken_and_the_full_ring_refuses_writes() {
         return;
     };
     let data = fs.path().join("data");
-    let mut w = Walrus::start_managed(CONFIG, Some(&data));
+    let mut w = Walrus::build().config(CONFIG).data(&data).start();
     let mut c = Raw::connect(&w.addr);
     let mut model = BTreeMap::new();
     // About 6 MiB of data that does not compress: its RDB cannot fit in what is left.

@@ -35,30 +35,27 @@ fn writer(
         let reply = match kind {
             0 => {
                 let key = format!("s:{tok}");
-                try_cmd(&mut c, &["SET", &key, &tok])
+                c.try_cmd(&["SET", &key, &tok])
             }
-            1 => try_cmd(&mut c, &["RPUSH", &format!("l:{client}"), &tok]),
-            2 => try_cmd(&mut c, &["HSET", &format!("h:{client}"), &tok, &tok]),
+            1 => c.try_cmd(&["RPUSH", &format!("l:{client}"), &tok]),
+            2 => c.try_cmd(&["HSET", &format!("h:{client}"), &tok, &tok]),
             3 => {
                 let key = format!("e:{tok}");
-                try_cmd(
-                    &mut c,
-                    &[
-                        "EVAL",
-                        "return redis.call('SET', KEYS[1], ARGV[1])",
-                        "1",
-                        &key,
-                        &tok,
-                    ],
-                )
+                c.try_cmd(&[
+                    "EVAL",
+                    "return redis.call('SET', KEYS[1], ARGV[1])",
+                    "1",
+                    &key,
+                    &tok,
+                ])
             }
             _ => {
                 // A transaction: its acknowledgement is EXEC's reply.
                 let key = format!("m:{tok}");
-                try_cmd(&mut c, &["MULTI"])
-                    .and_then(|_| try_cmd(&mut c, &["SET", &key, &tok]))
-                    .and_then(|_| try_cmd(&mut c, &["INCR", &format!("n:{client}")]))
-                    .and_then(|_| try_cmd(&mut c, &["EXEC"]))
+                c.try_cmd(&["MULTI"])
+                    .and_then(|_| c.try_cmd(&["SET", &key, &tok]))
+                    .and_then(|_| c.try_cmd(&["INCR", &format!("n:{client}")]))
+                    .and_then(|_| c.try_cmd(&["EXEC"]))
             }
         };
         match reply {
@@ -70,13 +67,6 @@ fn writer(
             _ => return, // walrus was killed: the outcome of this write is unknown
         }
     }
-}
-
-fn try_cmd(c: &mut Raw, args: &[&str]) -> Option<Vec<u8>> {
-    c.send_raw(&walrus::resp::write::command(
-        args.iter().map(|a| a.as_bytes()),
-    ));
-    c.try_read_frame().ok()
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
@@ -91,7 +81,10 @@ fn acknowledged_writes_survive_sigkill_of_walrus() {
     let mut acked: Vec<(usize, String)> = Vec::new();
     let rounds = 6;
     for round in 0..rounds {
-        let mut w = Walrus::start_opts(&v.addr(), "", &[], Some(data.path()), &[]);
+        let mut w = Walrus::build()
+            .upstream(&v.addr())
+            .data(data.path())
+            .start();
         let (tx, rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let clients: Vec<_> = (0..8)
@@ -301,7 +294,7 @@ fn checkpoints_let_the_ring_take_more_than_its_size() {
     let v = Valkey::start();
     // The test ring holds 16 MiB; write 48 MiB through it, overwriting the same keys so that
     // each checkpoint's RDB stays small.
-    let w = Walrus::start(&v.addr());
+    let w = Walrus::build().upstream(&v.addr()).start();
     let mut c = Raw::connect(&w.addr);
     let value = "x".repeat(256 << 10);
     for i in 0..192 {
@@ -331,13 +324,11 @@ fn a_failing_journal_refuses_writes_and_keeps_serving_clean_reads() {
     let v = Valkey::start();
     let mut direct = Raw::connect(&v.addr());
     assert_eq!(direct.cmd(&["SET", "clean", "c"]), b"+OK\r\n"); // in the RDB, not the journal
-    let w = Walrus::start_opts(
-        &v.addr(),
-        "io_backend = \"sync\"\n",
-        &[],
-        None,
-        &[("WALRUS_FAULT_JOURNAL", "write:EIO@poison")],
-    );
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .config("io_backend = \"sync\"\n")
+        .env(&[("WALRUS_FAULT_JOURNAL", "write:EIO@poison")])
+        .start();
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["SET", "before", "ok"]), b"+OK\r\n");
     // The write runs in Valkey, but its journal write fails: never acknowledged.

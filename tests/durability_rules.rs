@@ -158,7 +158,7 @@ fn keyless_commands_that_show_data_wait_and_the_others_do_not() {
 #[test]
 fn clients_cannot_open_a_replication_stream() {
     let v = Valkey::start();
-    let w = Walrus::start(&v.addr());
+    let w = Walrus::build().upstream(&v.addr()).start();
     let mut c = Raw::connect(&w.addr);
     for cmd in [
         &["SYNC"][..],
@@ -182,7 +182,7 @@ fn clients_cannot_open_a_replication_stream() {
 #[test]
 fn connections_killed_under_load_leave_no_write_pending_forever() {
     let v = Valkey::start();
-    let w = Walrus::start(&v.addr());
+    let w = Walrus::build().upstream(&v.addr()).start();
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..16)
         .map(|t| {
@@ -266,7 +266,7 @@ fn wait_counts_walrus_once_it_has_a_write_and_waitaof_once_it_is_on_disk() {
 #[test]
 fn walrus_acknowledges_valkey_when_asked_not_at_every_write() {
     let v = Valkey::start();
-    let w = Walrus::start(&v.addr());
+    let w = Walrus::build().upstream(&v.addr()).start();
     let mut direct = Raw::connect(&v.addr());
     let replconf_calls = |direct: &mut Raw| -> u64 {
         let info = String::from_utf8(direct.cmd(&["INFO", "commandstats"])).unwrap();
@@ -305,7 +305,7 @@ fn walrus_acknowledges_valkey_when_asked_not_at_every_write() {
 fn no_single_write_can_stop_the_journal() {
     // The test journal takes entries of at most 8 MiB (TEST_JOURNAL).
     let v = Valkey::start();
-    let w = Walrus::start(&v.addr());
+    let w = Walrus::build().upstream(&v.addr()).start();
     let mut c = Raw::connect(&w.addr);
     let big = "x".repeat(9 << 20);
     // Known up front: refused before it reaches Valkey.
@@ -403,7 +403,10 @@ fn client_kills(direct: &mut Raw) -> u64 {
 #[test]
 fn a_socket_walrus_drops_itself_is_closed_in_valkey_before_its_writes_settle() {
     let v = Valkey::start();
-    let w = Walrus::start_config(&v.addr(), "[proxy]\nmax_reply_bytes = 4096\n");
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .config("[proxy]\nmax_reply_bytes = 4096\n")
+        .start();
     let mut direct = Raw::connect(&v.addr());
     assert_eq!(
         direct.cmd(&["SET", "big", &"b".repeat(64 << 10)]),
@@ -452,7 +455,7 @@ fn the_first_write_after_a_full_sync_is_acknowledged() {
             .map(|i| {
                 let data = fs.path().join(format!("data-{round}-{i}"));
                 std::thread::spawn(move || {
-                    let w = Walrus::start_managed("", Some(&data));
+                    let w = Walrus::build().data(&data).start();
                     let mut c = Raw::connect(&w.addr);
                     show(&c.cmd(&["SET", "first", "1"]))
                 })
@@ -470,7 +473,7 @@ fn the_first_write_after_a_full_sync_is_acknowledged() {
 #[test]
 fn a_refusal_while_queueing_aborts_the_transaction_as_valkey_does() {
     let v = Valkey::start();
-    let w = Walrus::start(&v.addr());
+    let w = Walrus::build().upstream(&v.addr()).start();
     let mut c = Raw::connect(&w.addr);
     let big = "x".repeat(9 << 20); // over the tests' 8 MiB journal entries
     assert_eq!(c.cmd(&["MULTI"]), b"+OK\r\n");
@@ -514,7 +517,7 @@ fn a_refusal_while_queueing_aborts_the_transaction_as_valkey_does() {
 #[test]
 fn a_client_waiting_in_a_blocking_pop_holds_up_no_one_elses_reads() {
     let v = Valkey::start();
-    let w = Walrus::start(&v.addr());
+    let w = Walrus::build().upstream(&v.addr()).start();
     let mut worker = Raw::connect(&w.addr);
     send(&mut worker, &["BLPOP", "jobs", "0"]);
     let mut direct = Raw::connect(&v.addr());
@@ -556,13 +559,12 @@ fn after_a_restart_behind_valkey_reads_wait_for_the_journal_to_catch_up() {
     let data = tempfile::tempdir().unwrap();
     let delay = JOURNAL_DELAY_MS.to_string();
     let start = || {
-        Walrus::start_opts(
-            &v.addr(),
-            "io_backend = \"sync\"\n",
-            &[],
-            Some(data.path()),
-            &[("WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS", &delay)],
-        )
+        Walrus::build()
+            .upstream(&v.addr())
+            .config("io_backend = \"sync\"\n")
+            .data(data.path())
+            .env(&[("WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS", &delay)])
+            .start()
     };
     let mut w = start();
     let mut c = Raw::connect(&w.addr);
@@ -628,13 +630,11 @@ fn a_write_queued_behind_a_blocking_pop_holds_up_no_one_elses_reads() {
 #[test]
 fn a_reply_held_past_max_hold_gets_an_error_and_the_key_waits_for_the_journal() {
     let v = Valkey::start();
-    let w = Walrus::start_opts(
-        &v.addr(),
-        "io_backend = \"sync\"\n[durability]\nmax_hold_ms = 300\n",
-        &[],
-        None,
-        &[("WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS", "2000")],
-    );
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .config("io_backend = \"sync\"\n[durability]\nmax_hold_ms = 300\n")
+        .env(&[("WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS", "2000")])
+        .start();
     let mut c = Raw::connect(&w.addr);
     let r = show(&c.cmd(&["SET", "k", "v"]));
     assert!(

@@ -175,7 +175,7 @@ fn write_dataset(w: &Walrus, v: &str) {
 #[test]
 fn exported_aof_loads_into_stock_valkey_with_the_same_data() {
     let v = Valkey::start_with(&["--enable-debug-command", "yes"]);
-    let mut w = Walrus::start(&v.addr());
+    let mut w = Walrus::build().upstream(&v.addr()).start();
     let data: PathBuf = w.data.path().join("data");
     write_dataset(&w, &v.addr());
     let original = snapshot(&v.addr());
@@ -302,7 +302,7 @@ fn exported_aof_loads_into_stock_valkey_with_the_same_data() {
 #[test]
 fn damaged_checkpoint_fails_the_export_naming_the_file() {
     let v = Valkey::start();
-    let mut w = Walrus::start(&v.addr());
+    let mut w = Walrus::build().upstream(&v.addr()).start();
     let data = w.data.path().join("data");
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["SET", "k", "v"]), OK);

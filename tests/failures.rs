@@ -51,7 +51,7 @@ fn alive(pid: i32) -> bool {
 fn valkey_killed_gives_errors_at_once_and_walrus_reconnects_when_it_is_back() {
     let mut v = Valkey::start_with(&["--enable-debug-command", "yes"]);
     let port = v.port.to_string();
-    let w = Walrus::start(&v.addr());
+    let w = Walrus::build().upstream(&v.addr()).start();
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["SET", "k", "v"]), OK);
 
@@ -90,7 +90,7 @@ fn valkey_killed_gives_errors_at_once_and_walrus_reconnects_when_it_is_back() {
 #[test]
 fn sigterm_delivers_every_pipelined_reply_then_closes_and_exits_zero() {
     let v = Valkey::start_with(&["--enable-debug-command", "yes"]);
-    let mut w = Walrus::start(&v.addr());
+    let mut w = Walrus::build().upstream(&v.addr()).start();
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["SET", "n", "0"]), OK);
     // The slow command first: the other 999 replies are all still pending at SIGTERM.
@@ -260,7 +260,7 @@ fn version_and_help() {
 #[test]
 fn a_resp3_subscription_while_the_link_is_down_gets_loading() {
     let v = Valkey::start();
-    let w = Walrus::start(&v.addr());
+    let w = Walrus::build().upstream(&v.addr()).start();
     let mut c = Raw::connect(&w.addr);
     assert!(c.cmd(&["HELLO", "3"]).starts_with(b"%"));
     let mut direct = Raw::connect(&v.addr());
@@ -303,7 +303,10 @@ fn a_resp3_subscription_while_the_link_is_down_gets_loading() {
 #[test]
 fn a_valkey_that_stops_answering_gets_requests_an_error_not_a_hang() {
     let v = Valkey::start();
-    let w = Walrus::start_config(&v.addr(), "[upstream]\nreply_timeout_ms = 300\n");
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .config("[upstream]\nreply_timeout_ms = 300\n")
+        .start();
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["SET", "k", "v"]), b"+OK\r\n");
     // A dedicated connection (WATCH), and one that waits in a blocking pop, which Valkey's
@@ -339,7 +342,7 @@ fn a_valkey_that_stops_answering_gets_requests_an_error_not_a_hang() {
 /// restart would, instead of leaving a RESP3 subscriber listening to nothing.
 #[test]
 fn a_dedicated_session_is_closed_when_its_valkey_dies() {
-    let w = Walrus::start_managed("", None);
+    let w = Walrus::build().start();
     let mut sub = Raw::connect(&w.addr);
     assert!(sub.cmd(&["HELLO", "3"]).starts_with(b"%"));
     assert_eq!(
@@ -363,7 +366,7 @@ fn a_dedicated_session_is_closed_when_its_valkey_dies() {
 #[test]
 fn without_info_new_upstream_connections_are_refused_naming_the_reason() {
     let v = Valkey::start();
-    let w = Walrus::start(&v.addr());
+    let w = Walrus::build().upstream(&v.addr()).start();
     let mut direct = Raw::connect(&v.addr());
     assert_eq!(
         direct.cmd(&["ACL", "SETUSER", "default", "-info"]),

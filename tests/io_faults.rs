@@ -11,10 +11,6 @@ const OK: &[u8] = b"+OK\r\n";
 /// The sync backend (where the journal faults are injected) and a fast disk watcher.
 const CONFIG: &str = "io_backend = \"sync\"\n[disk]\ncheck_interval_ms = 50\n";
 
-fn bulk(v: &str) -> Vec<u8> {
-    format!("${}\r\n{v}\r\n", v.len()).into_bytes()
-}
-
 /// Writes `n` acknowledged keys `ack:<i>`.
 fn acknowledged(c: &mut Raw, n: usize) {
     for i in 0..n {
@@ -53,7 +49,7 @@ fn alive(w: &mut Walrus) {
 /// Kills walrus (its managed Valkey dies with it) and starts it again on the same data.
 fn crash_and_restart(mut w: Walrus, data: &Path) -> Walrus {
     w.kill_with_valkey();
-    Walrus::start_managed(CONFIG, Some(data))
+    Walrus::build().config(CONFIG).data(data).start()
 }
 
 /// ENOSPC, EIO and EINVAL (O_DIRECT's misalignment error) on a journal write: the write that
@@ -70,12 +66,12 @@ fn a_failed_journal_write_fences_the_journal_and_loses_nothing_acknowledged() {
         let data = dir.path().join("data");
         let fault = format!("write:{errno}@poison");
         let metrics = format!("127.0.0.1:{}", free_port());
-        let mut w = Walrus::start_managed_opts(
-            CONFIG,
-            &["--metrics-listen", &metrics],
-            Some(&data),
-            &[("WALRUS_FAULT_JOURNAL", &fault)],
-        );
+        let mut w = Walrus::build()
+            .config(CONFIG)
+            .args(&["--metrics-listen", &metrics])
+            .data(&data)
+            .env(&[("WALRUS_FAULT_JOURNAL", &fault)])
+            .start();
         let mut c = Raw::connect(&w.addr);
         assert_eq!(http_get(&metrics, "/readyz").0, 200);
         acknowledged(&mut c, 20);
@@ -108,11 +104,11 @@ fn a_failed_journal_write_fences_the_journal_and_loses_nothing_acknowledged() {
 fn a_failed_fsync_is_never_retried_and_its_write_never_acknowledged() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let mut w = Walrus::start_managed_env(
-        CONFIG,
-        Some(&data),
-        &[("WALRUS_FAULT_JOURNAL", "fsync:EIO@poison")],
-    );
+    let mut w = Walrus::build()
+        .config(CONFIG)
+        .data(&data)
+        .env(&[("WALRUS_FAULT_JOURNAL", "fsync:EIO@poison")])
+        .start();
     let mut c = Raw::connect(&w.addr);
     acknowledged(&mut c, 20);
     let r = show(&c.cmd(&["SET", "p", "poison"]));
@@ -134,11 +130,11 @@ fn a_failed_fsync_is_never_retried_and_its_write_never_acknowledged() {
 fn a_write_torn_by_a_power_cut_is_cut_at_recovery() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let mut w = Walrus::start_managed_env(
-        CONFIG,
-        Some(&data),
-        &[("WALRUS_FAULT_JOURNAL", "tear@poison")],
-    );
+    let mut w = Walrus::build()
+        .config(CONFIG)
+        .data(&data)
+        .env(&[("WALRUS_FAULT_JOURNAL", "tear@poison")])
+        .start();
     let mut c = Raw::connect(&w.addr);
     acknowledged(&mut c, 20);
     let pid = valkey_pid(&w.addr);
@@ -150,7 +146,7 @@ fn a_write_torn_by_a_power_cut_is_cut_at_recovery() {
     assert!(c.closed(), "the torn write was acknowledged");
     w.proc.wait_exit(Duration::from_secs(10)).unwrap();
     wait_dead(pid);
-    let w = Walrus::start_managed(CONFIG, Some(&data));
+    let w = Walrus::build().config(CONFIG).data(&data).start();
     let mut c = Raw::connect(&w.addr);
     check_acknowledged(&mut c, 20);
     assert_eq!(c.cmd(&["EXISTS", "p"]), b":0\r\n");
@@ -165,7 +161,7 @@ fn a_segment_deleted_or_truncated_under_walrus_fences_the_journal() {
     for damage in ["delete", "truncate"] {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
-        let mut w = Walrus::start_managed(CONFIG, Some(&data));
+        let mut w = Walrus::build().config(CONFIG).data(&data).start();
         let mut c = Raw::connect(&w.addr);
         acknowledged(&mut c, 20);
         let seg = std::fs::read_dir(data.join("journal"))
@@ -217,7 +213,11 @@ fn a_checkpoint_that_keeps_failing_fills_the_ring_then_writes_resume() {
         let data = dir.path().join("data");
         let flag = dir.path().join("fault-on");
         let spec = format!("ENOSPC@{}", flag.display());
-        let mut w = Walrus::start_managed_env(CONFIG, Some(&data), &[(fault, &spec)]);
+        let mut w = Walrus::build()
+            .config(CONFIG)
+            .data(&data)
+            .env(&[(fault, &spec)])
+            .start();
         let mut c = Raw::connect(&w.addr);
         // A dataset whose RDB is larger than the fault's 64 KiB threshold, so writing it
         // reaches the fault: random text, which the RDB's compression cannot shrink away.
@@ -275,12 +275,12 @@ fn a_failed_second_checkpoint_at_the_same_offset_leaves_the_first_whole() {
     let flag = dir.path().join("fault-on");
     let spec = format!("ENOSPC@{}", flag.display());
     let metrics = format!("127.0.0.1:{}", free_port());
-    let mut w = Walrus::start_managed_opts(
-        CONFIG,
-        &["--metrics-listen", &metrics],
-        Some(&data),
-        &[("WALRUS_FAULT_MANIFEST", &spec)],
-    );
+    let mut w = Walrus::build()
+        .config(CONFIG)
+        .args(&["--metrics-listen", &metrics])
+        .data(&data)
+        .env(&[("WALRUS_FAULT_MANIFEST", &spec)])
+        .start();
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["SET", "k", "v"]), OK);
     let first = checkpoint_now(&metrics);
@@ -294,7 +294,7 @@ fn a_failed_second_checkpoint_at_the_same_offset_leaves_the_first_whole() {
     );
     std::fs::remove_file(&flag).unwrap();
     w.kill_with_valkey();
-    let w = Walrus::start_managed(CONFIG, Some(&data));
+    let w = Walrus::build().config(CONFIG).data(&data).start();
     assert_eq!(Raw::connect(&w.addr).cmd(&["GET", "k"]), bulk("v"));
 }
 
@@ -331,7 +331,7 @@ fn a_corrupted_manifest_stops_the_start_naming_the_file() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
-        let mut w = Walrus::start_managed(CONFIG, Some(&data));
+        let mut w = Walrus::build().config(CONFIG).data(&data).start();
         let mut c = Raw::connect(&w.addr);
         acknowledged(&mut c, 5);
         w.proc.signal(libc::SIGTERM);
@@ -362,8 +362,17 @@ fn a_full_ring_then_a_valkey_crash_is_noticed_and_restored() {
         let fault = [("WALRUS_FAULT_CHECKPOINT", spec.as_str())];
         let external = (!managed).then(Valkey::start);
         let w = match &external {
-            None => Walrus::start_managed_env(CONFIG, Some(&data), &fault),
-            Some(v) => Walrus::start_opts(&v.addr(), CONFIG, &[], Some(&data), &fault),
+            None => Walrus::build()
+                .config(CONFIG)
+                .data(&data)
+                .env(&fault)
+                .start(),
+            Some(v) => Walrus::build()
+                .upstream(&v.addr())
+                .config(CONFIG)
+                .data(&data)
+                .env(&fault)
+                .start(),
         };
         let mut c = Raw::connect(&w.addr);
         acknowledged(&mut c, 20);

@@ -54,7 +54,9 @@ fn get(s: &Samples, key: &str) -> f64 {
 #[test]
 fn metrics_move_as_the_workload_implies() {
     let metrics = format!("127.0.0.1:{}", free_port());
-    let w = Walrus::start_managed_opts("", &["--metrics-listen", &metrics], None, &[]);
+    let w = Walrus::build()
+        .args(&["--metrics-listen", &metrics])
+        .start();
     assert_eq!(http_get(&metrics, "/healthz").0, 200);
     assert_eq!(http_get(&metrics, "/readyz"), (200, "ready\n".into()));
     let before = scrape(&metrics);
@@ -140,7 +142,7 @@ fn metrics_move_as_the_workload_implies() {
 fn readiness_tells_the_truth_during_a_restore() {
     let data = tempfile::tempdir().unwrap();
     let data = data.path().join("data");
-    let w = Walrus::start_managed("", Some(&data));
+    let w = Walrus::build().data(&data).start();
     let mut c = Raw::connect(&w.addr);
     // About 200 MB, so that the restore lasts long enough to be seen.
     let value = "x".repeat(1 << 20);
@@ -160,7 +162,10 @@ fn readiness_tells_the_truth_during_a_restore() {
     w.kill_with_valkey();
 
     let metrics = format!("127.0.0.1:{}", free_port());
-    let (proc, _cfg) = Walrus::spawn_with(None, "", &["--metrics-listen", &metrics], &data);
+    let (proc, _cfg) = Walrus::build()
+        .args(&["--metrics-listen", &metrics])
+        .data(&data)
+        .spawn();
     proc.wait_line("metrics on http://", START_TIMEOUT);
     // Each answer is an event; the loop ends at the first 200.
     let mut seen = Vec::new();
@@ -188,7 +193,7 @@ fn readiness_tells_the_truth_during_a_restore() {
 /// `log.format = "json"`: one JSON object per line, state changes included.
 #[test]
 fn json_logs_are_one_object_per_line() {
-    let w = Walrus::start_managed("[log]\nformat = \"json\"\n", None);
+    let w = Walrus::build().config("[log]\nformat = \"json\"\n").start();
     let log = w.proc.log_text();
     let attached = log
         .lines()

@@ -333,7 +333,9 @@ fn the_metric_name_scan_finds_names_and_rejects_strangers() {
 #[test]
 fn the_metric_list_is_what_walrus_exports() {
     let metrics = format!("127.0.0.1:{}", common::free_port());
-    let _w = common::Walrus::start_managed_opts("", &["--metrics-listen", &metrics], None, &[]);
+    let _w = common::Walrus::build()
+        .args(&["--metrics-listen", &metrics])
+        .start();
     let (_, body) = common::http_get(&metrics, "/metrics");
     let mut exported: Vec<(String, String)> = body
         .lines()

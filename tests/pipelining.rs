@@ -22,13 +22,6 @@ fn cmd(args: &[&[u8]]) -> Vec<u8> {
     walrus::resp::write::command(args.iter().copied()).to_vec()
 }
 
-fn bulk(v: &[u8]) -> Vec<u8> {
-    let mut out = format!("${}\r\n", v.len()).into_bytes();
-    out.extend_from_slice(v);
-    out.extend_from_slice(b"\r\n");
-    out
-}
-
 fn int(n: i64) -> Vec<u8> {
     format!(":{n}\r\n").into_bytes()
 }
@@ -224,7 +217,7 @@ fn run_client(addr: String, client: usize) -> usize {
 #[test]
 fn fifty_clients_pipelining_mixed_commands_get_every_reply_in_order() {
     let v = Valkey::start();
-    let w = Walrus::start(&v.addr());
+    let w = Walrus::build().upstream(&v.addr()).start();
     let threads: Vec<_> = (0..CLIENTS)
         .map(|client| {
             let addr = w.addr.clone();
@@ -252,7 +245,7 @@ fn pipeline(c: &mut Raw, commands: &[(Vec<u8>, Vec<u8>)]) {
 #[test]
 fn select_in_the_middle_of_a_pipeline_switches_databases_in_order() {
     let v = Valkey::start();
-    let w = Walrus::start(&v.addr());
+    let w = Walrus::build().upstream(&v.addr()).start();
     let mut c = Raw::connect(&w.addr);
     let mut p = Vec::new();
     for i in 0..500 {
@@ -287,7 +280,7 @@ fn select_in_the_middle_of_a_pipeline_switches_databases_in_order() {
 #[test]
 fn pooled_pipeline_followed_by_multi_keeps_order() {
     let v = Valkey::start();
-    let w = Walrus::start(&v.addr());
+    let w = Walrus::build().upstream(&v.addr()).start();
     let mut c = Raw::connect(&w.addr);
     let mut p = vec![(cmd(&[b"SET", b"m:x", b"1"]), b"+OK\r\n".to_vec())];
     for i in 2..=1000 {

@@ -14,10 +14,6 @@ const OK: &[u8] = b"+OK\r\n";
 /// it (a bulk string, or a sorted dump for hashes and lists).
 type Model = BTreeMap<(u32, String), Vec<u8>>;
 
-fn bulk(v: &str) -> Vec<u8> {
-    format!("${}\r\n{v}\r\n", v.len()).into_bytes()
-}
-
 /// A dataset covering several databases, a TTL, a hash, a list, a script that writes a key
 /// it does not declare, a transaction, and 48 MiB of overwrites that wrap the test's 16 MiB
 /// ring three times (so checkpoints are taken and the journal spans them).
@@ -140,7 +136,9 @@ fn config_get(addr: &str, name: &str) -> String {
 #[test]
 fn managed_valkey_runs_with_the_settings_walrus_needs() {
     let port = free_port();
-    let w = Walrus::start_managed(&format!("[upstream]\nport = {port}\n"), None);
+    let w = Walrus::build()
+        .config(&format!("[upstream]\nport = {port}\n"))
+        .start();
     let direct = format!("127.0.0.1:{port}");
     for s in walrus::upstream::settings::SETTINGS {
         let got = config_get(&direct, s.name);
@@ -166,13 +164,13 @@ fn managed_walrus_brings_everything_back_after_sigterm_sigkill_and_a_dead_valkey
     let mut model = Model::new();
 
     // 1. Write, SIGTERM, start again.
-    let mut w = Walrus::start_managed("", Some(&data));
+    let mut w = Walrus::build().data(&data).start();
     write_dataset(&w.addr, 0, &mut model);
     w.proc.wait_line("checkpoint taken", START_TIMEOUT);
     check(&w.addr, &model);
     w.proc.signal(libc::SIGTERM);
     assert!(w.proc.wait_exit(Duration::from_secs(30)).unwrap().success());
-    let mut w = Walrus::start_managed("", Some(&data));
+    let mut w = Walrus::build().data(&data).start();
     assert!(
         w.proc.log_text().contains("no second full sync"),
         "{}",
@@ -183,7 +181,7 @@ fn managed_walrus_brings_everything_back_after_sigterm_sigkill_and_a_dead_valkey
     // 2. More writes over the restored data, then SIGKILL: the managed Valkey dies with it.
     write_dataset(&w.addr, 1, &mut model);
     w.kill_with_valkey();
-    let w = Walrus::start_managed("", Some(&data));
+    let w = Walrus::build().data(&data).start();
     check(&w.addr, &model);
 
     // 3. Only the managed Valkey dies: walrus restores it while it keeps running.
@@ -206,7 +204,7 @@ fn external_walrus() -> (
     let data = dir.path().join("data");
     let v = Valkey::start();
     let port = v.port.to_string();
-    let w = Walrus::start_opts(&v.addr(), "", &[], Some(&data), &[]);
+    let w = Walrus::build().upstream(&v.addr()).data(&data).start();
     (dir, data, v, port, w)
 }
 
@@ -236,13 +234,11 @@ fn a_valkey_holding_another_history_is_refused_unless_configured() {
     );
 
     // journal-wins: walrus's data replaces Valkey's.
-    let w = Walrus::start_opts(
-        &addr,
-        "[restore]\non_conflict = \"journal-wins\"\n",
-        &[],
-        Some(&data),
-        &[],
-    );
+    let w = Walrus::build()
+        .upstream(&addr)
+        .config("[restore]\non_conflict = \"journal-wins\"\n")
+        .data(&data)
+        .start();
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["GET", "ours"]), bulk("1"));
     assert_eq!(c.cmd(&["GET", "theirs"]), b"$-1\r\n");
@@ -253,7 +249,7 @@ fn a_damaged_checkpoint_stops_walrus_naming_the_file() {
     let data = tempfile::tempdir().unwrap();
     let data = data.path().join("data");
     let v = Valkey::start();
-    let mut w = Walrus::start_opts(&v.addr(), "", &[], Some(&data), &[]);
+    let mut w = Walrus::build().upstream(&v.addr()).data(&data).start();
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["SET", "k", "v"]), OK);
     w.proc.signal(libc::SIGTERM);
@@ -275,7 +271,10 @@ fn a_damaged_checkpoint_stops_walrus_naming_the_file() {
 fn walrus_checkpoint_takes_one_now() {
     let v = Valkey::start();
     let metrics = format!("127.0.0.1:{}", free_port());
-    let w = Walrus::start_opts(&v.addr(), "", &["--metrics-listen", &metrics], None, &[]);
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .args(&["--metrics-listen", &metrics])
+        .start();
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["SET", "k", "v"]), OK);
     let out = std::process::Command::new(walrus_bin())
@@ -297,7 +296,7 @@ fn walrus_checkpoint_takes_one_now() {
 #[test]
 fn external_settings_that_differ_are_logged_or_refused() {
     let v = Valkey::start();
-    let w = Walrus::start(&v.addr());
+    let w = Walrus::build().upstream(&v.addr()).start();
     let log = w.proc.log_text();
     assert!(log.contains("Valkey's repl-backlog-size is"), "{log}");
     let data = tempfile::tempdir().unwrap();
@@ -314,7 +313,7 @@ fn valkey_ahead_beyond_its_backlog_becomes_the_new_checkpoint() {
     let data = tempfile::tempdir().unwrap();
     let data = data.path().join("data");
     let v = Valkey::start_with(&["--repl-backlog-size", "16kb"]);
-    let mut w = Walrus::start_opts(&v.addr(), "", &[], Some(&data), &[]);
+    let mut w = Walrus::build().upstream(&v.addr()).data(&data).start();
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["SET", "a", "1"]), OK);
     w.proc.signal(libc::SIGTERM);
@@ -325,7 +324,7 @@ fn valkey_ahead_beyond_its_backlog_becomes_the_new_checkpoint() {
     for i in 0..100 {
         assert_eq!(direct.cmd(&["SET", &format!("d:{i}"), &value]), OK);
     }
-    let w = Walrus::start_opts(&v.addr(), "", &[], Some(&data), &[]);
+    let w = Walrus::build().upstream(&v.addr()).data(&data).start();
     let log = w.proc.log_text();
     assert!(log.contains("decision=Continue"), "{log}");
     assert!(log.contains("full resync: RDB stored durably"), "{log}");
@@ -344,7 +343,10 @@ fn a_live_restore_is_counted_and_a_conflict_while_running_keeps_clients_out() {
     let v = Valkey::start();
     let port = v.port.to_string();
     let metrics = format!("127.0.0.1:{}", free_port());
-    let w = Walrus::start_opts(&v.addr(), "", &["--metrics-listen", &metrics], None, &[]);
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .args(&["--metrics-listen", &metrics])
+        .start();
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["SET", "ours", "1"]), OK);
     assert_eq!(http_get(&metrics, "/readyz").0, 200);
@@ -417,7 +419,7 @@ fn a_restore_replays_no_published_message() {
     let mut ssub = Raw::connect(&addr);
     ssub.cmd(&["SSUBSCRIBE", "shard"]);
     // walrus listens once the restore is over.
-    let w = Walrus::start_opts(&addr, "", &[], Some(&data), &[]);
+    let w = Walrus::build().upstream(&addr).data(&data).start();
     let log = w.proc.log_text();
     assert!(
         log.contains("Valkey continued with a partial resync"),

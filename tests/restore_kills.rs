@@ -52,17 +52,6 @@ fn connect(target: &Addr, stop: &AtomicBool) -> Option<Raw> {
     }
 }
 
-fn try_cmd(c: &mut Raw, args: &[&str]) -> Option<Vec<u8>> {
-    use std::io::Write;
-    // walrus may be gone (killed): a failed send is a connection to remake, not a failure.
-    c.stream
-        .write_all(&walrus::resp::write::command(
-            args.iter().map(|a| a.as_bytes()),
-        ))
-        .ok()?;
-    c.try_read_frame().ok()
-}
-
 /// Writes unique keys; every `+OK` goes to `acked`. Keys about to be written go to
 /// `written` first, for the reader.
 fn writer(
@@ -81,7 +70,7 @@ fn writer(
             i += 1;
             let (key, val) = (format!("w{id}:{i}"), format!("v{id}:{i}"));
             written.lock().unwrap().push((key.clone(), val.clone()));
-            match try_cmd(&mut c, &["SET", &key, &val]) {
+            match c.try_cmd(&["SET", &key, &val]) {
                 Some(r) if r == b"+OK\r\n" => {
                     if acked.send((key, val)).is_err() {
                         return;
@@ -125,7 +114,7 @@ fn reader(
                 std::thread::yield_now();
                 continue;
             };
-            match try_cmd(&mut c, &["GET", &key]) {
+            match c.try_cmd(&["GET", &key]) {
                 Some(r) if r.starts_with(b"$") && r != b"$-1\r\n" => {
                     let want = format!("${}\r\n{val}\r\n", val.len());
                     assert_eq!(show(&r), show(want.as_bytes()), "GET {key}");
@@ -153,7 +142,7 @@ fn kills_of_valkey_walrus_or_both_lose_nothing_acknowledged_or_seen() {
     let mut valkey = Valkey::start();
     let port = valkey.port;
     let upstream = format!("127.0.0.1:{port}");
-    let start_walrus = || Walrus::start_opts(&upstream, "", &[], Some(&data), &[]);
+    let start_walrus = || Walrus::build().upstream(&upstream).data(&data).start();
     let mut w = start_walrus();
     let addr: Addr = Arc::default();
     addr.set(&w.addr);

@@ -158,7 +158,10 @@ fn each_installed_version_checkpoints_restores_and_exports() {
         let mut model = Model::new();
 
         // Replies equal to the same server's own.
-        let w = Walrus::start_managed(&managed_with(&binary), Some(&data));
+        let w = Walrus::build()
+            .config(&managed_with(&binary))
+            .data(&data)
+            .start();
         let direct = Valkey::start_bin(&binary, &[]);
         let mut p = Pair {
             a: Raw::connect(&direct.addr()),
@@ -194,7 +197,10 @@ fn each_installed_version_checkpoints_restores_and_exports() {
         // SIGKILL: walrus and its Valkey die; both come back with everything.
         let mut w = w;
         w.kill_with_valkey();
-        let mut w = Walrus::start_managed(&managed_with(&binary), Some(&data));
+        let mut w = Walrus::build()
+            .config(&managed_with(&binary))
+            .data(&data)
+            .start();
         check(&w.addr, &model);
         stop(&mut w);
 
@@ -219,7 +225,10 @@ fn an_upgrade_under_walrus_restores_from_the_older_format() {
     let mut last = None;
     for (step, binary) in [v8, v90, valkey_server_bin()].iter().enumerate() {
         let v = server::version_of(binary);
-        let mut w = Walrus::start_managed(&managed_with(binary), Some(&data));
+        let mut w = Walrus::build()
+            .config(&managed_with(binary))
+            .data(&data)
+            .start();
         check(&w.addr, &model);
         if let Some(prev) = last {
             assert!(
@@ -257,7 +266,7 @@ fn a_downgrade_below_the_checkpoints_format_is_refused_before_anything_is_sent()
     let old = server::version_of(&v8);
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    let mut w = Walrus::start_managed("", Some(&data));
+    let mut w = Walrus::build().data(&data).start();
     let mut c = Raw::connect(&w.addr);
     let r = c.cmd(&["HSETEX", "h", "EX", "100000", "FIELDS", "1", "f", "v"]);
     assert_eq!(r, b":1\r\n");
@@ -280,7 +289,7 @@ fn a_downgrade_below_the_checkpoints_format_is_refused_before_anything_is_sent()
     );
 
     // The same data directory still restores into the version that wrote it.
-    let w = Walrus::start_managed("", Some(&data));
+    let w = Walrus::build().data(&data).start();
     assert_eq!(Raw::connect(&w.addr).cmd(&["GET", "k"]), b"$1\r\nv\r\n");
 }
 
@@ -297,10 +306,13 @@ fn a_downgrade_below_a_server_whose_commands_the_journal_holds_is_refused() {
 
     // Checkpointed by 8.1, upgraded to the default (a restore), then writes only the newer
     // server has go to the journal: back to 8.1 is refused, although it reads the format.
-    let mut w = Walrus::start_managed(&managed_with(&v8), Some(&data));
+    let mut w = Walrus::build()
+        .config(&managed_with(&v8))
+        .data(&data)
+        .start();
     assert_eq!(Raw::connect(&w.addr).cmd(&["SET", "k", "8"]), OK);
     stop(&mut w);
-    let mut w = Walrus::start_managed("", Some(&data));
+    let mut w = Walrus::build().data(&data).start();
     assert!(manifest(&data).contains(&format!("newest_server = \"{now}\"")));
     if now.hash_field_ttls() {
         let r = Raw::connect(&w.addr).cmd(&["HSETEX", "h", "EX", "1000", "FIELDS", "1", "f", "v"]);
@@ -318,7 +330,7 @@ fn a_downgrade_below_a_server_whose_commands_the_journal_holds_is_refused() {
     );
 
     // A checkpoint in the default's own format, then 9.0: same format, fewer commands.
-    let w = Walrus::start_managed("", Some(&data));
+    let w = Walrus::build().data(&data).start();
     let big = "x".repeat(256 << 10);
     let taken = w.checkpoints();
     let mut c = Raw::connect(&w.addr);
@@ -348,7 +360,7 @@ fn valkey_swapped_for_an_older_one_under_a_running_walrus_is_refused_not_fed() {
     let on_port = |binary: &Path| Valkey::start_bin(binary, &["--port", &port]);
     let addr = format!("127.0.0.1:{port}");
     let first = on_port(&v8);
-    let w = Walrus::start(&addr);
+    let w = Walrus::build().upstream(&addr).start();
     assert_eq!(Raw::connect(&w.addr).cmd(&["SET", "k", "v"]), OK);
     drop(first);
     let newer = on_port(&valkey_server_bin());

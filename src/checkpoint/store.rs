@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-const MANIFEST_FILE: &str = "CHECKPOINT";
+const CHECKPOINT_FILE: &str = "CHECKPOINT";
 
 /// The current checkpoint, as the manifest records it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -213,7 +213,7 @@ impl Store {
 
     /// The recorded checkpoint, read from the manifest.
     pub fn current(&self) -> Result<Option<Checkpoint>, StoreError> {
-        let path = self.dir.join(MANIFEST_FILE);
+        let path = self.dir.join(CHECKPOINT_FILE);
         let bad = |why: String| StoreError::Manifest {
             path: path.clone(),
             why,
@@ -269,7 +269,7 @@ impl Store {
                 .filter(|r| r.replid == c.replid && r.offset > offset)
             {
                 return Err(StoreError::Manifest {
-                    path: self.dir.join(MANIFEST_FILE),
+                    path: self.dir.join(CHECKPOINT_FILE),
                     why: format!(
                         "refusing to record {} at offset {offset}: the recorded {} is at offset {}",
                         c.file, r.file, r.offset
@@ -303,9 +303,9 @@ impl Store {
             checkpoint: c.clone(),
         })
         .expect("checkpoint record serializes");
-        replace_file(&self.dir, MANIFEST_FILE, seal(&body).as_bytes()).map_err(|e| {
+        replace_file(&self.dir, CHECKPOINT_FILE, seal(&body).as_bytes()).map_err(|e| {
             StoreError::Manifest {
-                path: self.dir.join(MANIFEST_FILE),
+                path: self.dir.join(CHECKPOINT_FILE),
                 why: e.to_string(),
             }
         })?;
@@ -421,7 +421,7 @@ mod tests {
         assert!(second.path.exists());
         assert_eq!(reopened.current().unwrap(), Some(c2));
         // A damaged manifest is an error, never "no checkpoint".
-        let m = tmp.path().join(MANIFEST_FILE);
+        let m = tmp.path().join(CHECKPOINT_FILE);
         let text = std::fs::read_to_string(&m)
             .unwrap()
             .replace("offset = 99", "offset = 98");
@@ -448,7 +448,7 @@ mod tests {
         };
         let body = toml::to_string(&ManifestFile { checkpoint: old }).unwrap();
         assert!(!body.contains("rdb_version"), "{body}");
-        replace_file(tmp.path(), MANIFEST_FILE, seal(&body).as_bytes()).unwrap();
+        replace_file(tmp.path(), CHECKPOINT_FILE, seal(&body).as_bytes()).unwrap();
         let read = store.current().unwrap().unwrap();
         assert_eq!(read.rdb_version, None);
         assert_eq!(store.verify(&read).unwrap(), 80);

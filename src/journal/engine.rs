@@ -18,7 +18,7 @@ use super::manifest::{hex_encode, Checkpoint, Manifest};
 use super::reader::{EntryIter, ReplayFrom};
 use super::recovery::{scan, LogEnd, ScanLimits, ScanReport, ScanStart, Scanner, Tail};
 use super::ring::{init_missing_segments, missing_segments, segment_path, FileRing, Geometry};
-use super::writer::{Durable, Shared};
+use super::writer::{Durable, WriterState};
 
 /// One entry of the replication stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,7 +33,7 @@ pub struct Entry {
 /// Resolves when its entry is durable, or errors when the journal failed first.
 pub struct Ticket {
     lsn: u64,
-    shared: Arc<Shared>,
+    shared: Arc<WriterState>,
 }
 
 impl std::fmt::Debug for Ticket {
@@ -109,7 +109,7 @@ pub struct JournalStatus {
 
 /// A journal open for writing.
 pub struct Journal {
-    shared: Arc<Shared>,
+    shared: Arc<WriterState>,
     dir: PathBuf,
     geo: Geometry,
     cfg: JournalConfig,
@@ -437,7 +437,7 @@ impl Journal {
             failed: false,
         };
         let (durable_tx, _) = watch::channel(durable);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(WriterState {
             batcher: Mutex::new(batcher),
             wake_writer: Notify::new(),
             buffers_freed: Notify::new(),

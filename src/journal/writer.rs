@@ -42,7 +42,7 @@ pub trait IoBackend: 'static {
 }
 
 /// State shared by appenders (any thread) and the writer thread.
-pub struct Shared {
+pub struct WriterState {
     pub batcher: Mutex<Batcher>,
     /// Appenders wake the writer: work is pending.
     pub wake_writer: Notify,
@@ -56,7 +56,7 @@ pub struct Shared {
     pub writes_inline: AtomicU64,
 }
 
-impl Shared {
+impl WriterState {
     pub fn lock(&self) -> MutexGuard<'_, Batcher> {
         // A panic while holding the lock is a bug; the state may be torn, so stop.
         self.batcher.lock().expect("journal batcher mutex poisoned")
@@ -84,7 +84,7 @@ struct InFlight {
 }
 
 /// Fails the journal if the writer unwinds, so that tickets error instead of hanging.
-struct PanicGuard(Arc<Shared>);
+struct PanicGuard(Arc<WriterState>);
 
 impl Drop for PanicGuard {
     fn drop(&mut self) {
@@ -95,7 +95,7 @@ impl Drop for PanicGuard {
 }
 
 /// Runs until the journal is closed and drained, or failed and drained.
-pub async fn drive<B: IoBackend>(backend: B, shared: Arc<Shared>) {
+pub async fn drive<B: IoBackend>(backend: B, shared: Arc<WriterState>) {
     let _guard = PanicGuard(shared.clone());
     let max_in_flight = backend.max_in_flight();
     assert!(max_in_flight > 0);

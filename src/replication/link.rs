@@ -28,7 +28,7 @@ use crate::config::OnConflict;
 use crate::durability::Durability;
 use crate::journal::{Entry, Journal, JournalError};
 use crate::resp::{write, Limits};
-use crate::restore::decide::{decide, Decision, Held};
+use crate::restore::decide::{decide, Decision, HeldHistory};
 use crate::restore::{self, Holding, RestoreError};
 use crate::upstream::client::{Conn, UpstreamError};
 use crate::upstream::{server, Upstream};
@@ -88,7 +88,7 @@ enum LinkError {
 /// What the link knows between attachments.
 struct LinkState {
     /// What the checkpoint and journal hold; `None` before the first checkpoint.
-    held: Option<Held>,
+    held: Option<HeldHistory>,
     /// The verification done at start-up, for a restore that follows at once.
     verified: Option<Holding>,
     /// First LSN of the current replication history: durable reports before it are offsets
@@ -345,7 +345,7 @@ async fn synchronize(
             .map_err(|e| std::io::Error::other(e.to_string()))??;
             tracing::info!(bytes = stored.bytes, path = %stored.path.display(), offset, "full resync: RDB stored durably and recorded as the checkpoint");
             let new_history = state.held.as_ref().is_none_or(|h| !h.ids.contains(&replid));
-            state.held = Some(Held {
+            state.held = Some(HeldHistory {
                 ids: vec![replid.clone()],
                 end: offset,
             });

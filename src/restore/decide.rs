@@ -24,12 +24,12 @@ use crate::valkey::view::ValkeyView;
 
 /// What walrus holds: the chain of its current checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Held {
+pub struct HeldHistory {
     pub ids: Vec<String>,
     pub end: u64,
 }
 
-impl Held {
+impl HeldHistory {
     pub fn describe(&self) -> String {
         format!(
             "walrus's checkpoint and journal hold history {} up to offset {}",
@@ -52,7 +52,7 @@ pub enum Decision {
     Refuse(String),
 }
 
-pub fn decide(v: &ValkeyView, held: Option<&Held>, on_conflict: OnConflict) -> Decision {
+pub fn decide(v: &ValkeyView, held: Option<&HeldHistory>, on_conflict: OnConflict) -> Decision {
     let Some(h) = held else {
         return Decision::NewHistory;
     };
@@ -113,8 +113,8 @@ mod tests {
         }
     }
 
-    fn held(ids: &[&str], end: u64) -> Held {
-        Held {
+    fn held(ids: &[&str], end: u64) -> HeldHistory {
+        HeldHistory {
             ids: ids.iter().map(|s| s.to_string()).collect(),
             end,
         }

@@ -75,8 +75,8 @@ pub struct Holding {
 }
 
 impl Holding {
-    pub fn held(&self) -> decide::Held {
-        decide::Held {
+    pub fn held(&self) -> decide::HeldHistory {
+        decide::HeldHistory {
             ids: self.end.ids.clone(),
             end: self.end.offset,
         }

@@ -154,7 +154,7 @@ pub async fn ack(conn: &mut Conn, offset: u64) -> Result<(), UpstreamError> {
 /// while it prepares a reply or an RDB. Bytes after the line stay in the buffer.
 pub async fn read_line(conn: &mut Conn) -> Result<String, UpstreamError> {
     /// A status line longer than this is not one.
-    const LINE_MAX_BYTES: usize = 4096;
+    const MAX_STATUS_LINE_BYTES: usize = 4096;
     loop {
         while conn.buf.first() == Some(&b'\n') {
             let _ = conn.buf.split_to(1);
@@ -166,7 +166,7 @@ pub async fn read_line(conn: &mut Conn) -> Result<String, UpstreamError> {
                 .to_string();
             return Ok(text);
         }
-        if conn.buf.len() > LINE_MAX_BYTES {
+        if conn.buf.len() > MAX_STATUS_LINE_BYTES {
             return Err(UpstreamError::Decode("status line too long".into()));
         }
         if conn.stream.read_buf(&mut conn.buf).await? == 0 {

@@ -197,90 +197,53 @@ pub struct Walrus {
     pub data: tempfile::TempDir,
 }
 
-impl Walrus {
-    pub fn start(upstream: &str) -> Walrus {
-        Walrus::start_config(upstream, "")
+/// How a test starts a walrus: `Walrus::build()`, then what differs from the default, then
+/// `start()` (waits until it listens) or `spawn()` (for starts that must fail). Managed mode
+/// (the default a user gets: walrus runs its own valkey-server) unless `upstream` is set.
+/// `WALRUS_TEST_NO_DURABILITY=1` turns the journal off, to check the proxy on its own.
+#[derive(Default)]
+pub struct WalrusBuilder<'a> {
+    upstream: Option<&'a str>,
+    config: String,
+    args: Vec<&'a str>,
+    data: Option<&'a std::path::Path>,
+    env: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> WalrusBuilder<'a> {
+    /// External mode, in front of the Valkey at `addr`.
+    pub fn upstream(mut self, addr: &'a str) -> Self {
+        self.upstream = Some(addr);
+        self
     }
 
-    /// `config`: TOML added to the test journal settings (no `[journal]` table).
-    /// `WALRUS_TEST_NO_DURABILITY=1` turns the journal off, to check the proxy on its own.
-    pub fn start_config(upstream: &str, config: &str) -> Walrus {
-        Walrus::start_full(upstream, config, &[])
+    /// TOML added to the test journal settings (no `[journal]` table).
+    pub fn config(mut self, toml: &str) -> Self {
+        self.config.push_str(toml);
+        self
     }
 
-    /// `extra`: further `serve` flags.
-    pub fn start_with(upstream: &str, extra: &[&str]) -> Walrus {
-        Walrus::start_full(upstream, "", extra)
+    /// Further `serve` flags (a `--config FILE` among them is merged into the configuration).
+    pub fn args(mut self, args: &[&'a str]) -> Self {
+        self.args.extend_from_slice(args);
+        self
     }
 
-    pub fn start_full(upstream: &str, config: &str, extra: &[&str]) -> Walrus {
-        Walrus::start_opts(upstream, config, extra, None, &[])
+    /// A data directory to reuse (a restart); otherwise a fresh one.
+    pub fn data(mut self, dir: &'a std::path::Path) -> Self {
+        self.data = Some(dir);
+        self
     }
 
-    /// `data`: a data directory to reuse (a restart); `env`: extra environment variables.
-    pub fn start_opts(
-        upstream: &str,
-        config: &str,
-        extra: &[&str],
-        data: Option<&std::path::Path>,
-        env: &[(&str, &str)],
-    ) -> Walrus {
-        Walrus::launch(Some(upstream), config, extra, data, env)
+    /// Extra environment variables (fault injection).
+    pub fn env(mut self, env: &[(&'a str, &'a str)]) -> Self {
+        self.env.extend_from_slice(env);
+        self
     }
 
-    /// A walrus in managed mode (the default a user gets): it runs its own valkey-server.
-    pub fn start_managed(config: &str, data: Option<&std::path::Path>) -> Walrus {
-        Walrus::start_managed_env(config, data, &[])
-    }
-
-    /// The same, with extra environment variables (fault injection).
-    pub fn start_managed_env(
-        config: &str,
-        data: Option<&std::path::Path>,
-        env: &[(&str, &str)],
-    ) -> Walrus {
-        Walrus::start_managed_opts(config, &[], data, env)
-    }
-
-    /// The same, with extra `serve` flags too.
-    pub fn start_managed_opts(
-        config: &str,
-        extra: &[&str],
-        data: Option<&std::path::Path>,
-        env: &[(&str, &str)],
-    ) -> Walrus {
-        Walrus::launch(None, config, extra, data, env)
-    }
-
-    /// Starts walrus without waiting for it to listen (for starts that must fail). The
-    /// returned directory holds its configuration file.
-    pub fn spawn(
-        upstream: Option<&str>,
-        config: &str,
-        data: &std::path::Path,
-    ) -> (Proc, tempfile::TempDir) {
-        Walrus::spawn_with(upstream, config, &[], data)
-    }
-
-    /// The same, with extra `serve` flags.
-    pub fn spawn_with(
-        upstream: Option<&str>,
-        config: &str,
-        extra: &[&str],
-        data: &std::path::Path,
-    ) -> (Proc, tempfile::TempDir) {
-        let (cmd, dir) = Walrus::command(upstream, config, extra, Some(data), &[]);
-        (Proc::spawn(cmd, true), dir)
-    }
-
-    fn launch(
-        upstream: Option<&str>,
-        config: &str,
-        extra: &[&str],
-        data: Option<&std::path::Path>,
-        env: &[(&str, &str)],
-    ) -> Walrus {
-        let (cmd, dir) = Walrus::command(upstream, config, extra, data, env);
+    /// Starts walrus and waits until it listens.
+    pub fn start(self) -> Walrus {
+        let (cmd, dir) = self.command();
         let proc = Proc::spawn(cmd, true);
         let addr = listening_addr(&proc);
         Walrus {
@@ -290,15 +253,23 @@ impl Walrus {
         }
     }
 
+    /// Starts walrus without waiting for it to listen. The returned directory holds its
+    /// configuration file.
+    pub fn spawn(self) -> (Proc, tempfile::TempDir) {
+        let (cmd, dir) = self.command();
+        (Proc::spawn(cmd, true), dir)
+    }
+
     /// The `walrus serve` command and the temporary directory with its configuration (and,
     /// unless `data` is given, its data directory `data/`).
-    fn command(
-        upstream: Option<&str>,
-        config: &str,
-        extra: &[&str],
-        data: Option<&std::path::Path>,
-        env: &[(&str, &str)],
-    ) -> (Command, tempfile::TempDir) {
+    fn command(self) -> (Command, tempfile::TempDir) {
+        let WalrusBuilder {
+            upstream,
+            config,
+            args: extra,
+            data,
+            env,
+        } = self;
         let dir = tempfile::tempdir().unwrap();
         let data_dir = data
             .map(|d| d.to_path_buf())
@@ -339,6 +310,10 @@ impl Walrus {
 }
 
 impl Walrus {
+    pub fn build<'a>() -> WalrusBuilder<'a> {
+        WalrusBuilder::default()
+    }
+
     /// SIGKILLs a managed walrus and returns once its Valkey, which dies with it, is gone.
     pub fn kill_with_valkey(&mut self) {
         let pid = valkey_pid(&self.addr);
@@ -392,14 +367,21 @@ impl Walrus {
     /// sync backend's fault injection).
     pub fn slow(v: &Valkey, delay_ms: u64) -> Walrus {
         let delay = delay_ms.to_string();
-        Walrus::start_opts(
-            &v.addr(),
-            "io_backend = \"sync\"\n",
-            &[],
-            None,
-            &[("WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS", &delay)],
-        )
+        Walrus::build()
+            .upstream(&v.addr())
+            .config("io_backend = \"sync\"\n")
+            .env(&[("WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS", &delay)])
+            .start()
     }
+}
+
+/// `v` as a RESP bulk string, the way a reply carries it.
+pub fn bulk(v: impl AsRef<[u8]>) -> Vec<u8> {
+    let v = v.as_ref();
+    let mut out = format!("${}\r\n", v.len()).into_bytes();
+    out.extend_from_slice(v);
+    out.extend_from_slice(b"\r\n");
+    out
 }
 
 /// A blocking RESP client that returns replies as raw bytes.
@@ -442,6 +424,17 @@ impl Raw {
     pub fn read_frame(&mut self) -> Vec<u8> {
         self.try_read_frame()
             .unwrap_or_else(|e| panic!("no reply: {e}"))
+    }
+
+    /// A command whose connection may be gone (walrus killed, restarting): `None` instead
+    /// of a failure when it cannot be sent or answered.
+    pub fn try_cmd(&mut self, args: &[&str]) -> Option<Vec<u8>> {
+        self.stream
+            .write_all(&walrus::resp::write::command(
+                args.iter().map(|a| a.as_bytes()),
+            ))
+            .ok()?;
+        self.try_read_frame().ok()
     }
 
     pub fn try_read_frame(&mut self) -> Result<Vec<u8>, String> {
@@ -539,7 +532,7 @@ impl Twins {
     pub fn start() -> Twins {
         let a = Valkey::start();
         let b = Valkey::start();
-        let w = Walrus::start(&b.addr());
+        let w = Walrus::build().upstream(&b.addr()).start();
         Twins { a, b, w }
     }
 
@@ -571,7 +564,13 @@ pub fn refuses_to_start(
     data: &std::path::Path,
     needle: &str,
 ) -> String {
-    let (mut w, _cfg) = Walrus::spawn(upstream, config, data);
+    let (mut w, _cfg) = WalrusBuilder {
+        upstream,
+        ..Default::default()
+    }
+    .config(config)
+    .data(data)
+    .spawn();
     let line = w.wait_line(needle, START_TIMEOUT);
     let status = w
         .wait_exit(START_TIMEOUT)

@@ -137,11 +137,20 @@ impl System {
                     // Without a journal walrus is no replica: Valkey would refuse all writes.
                     config.push_str("extra_args = [\"--min-replicas-to-write\", \"0\"]\n");
                 }
-                Walrus::start_managed_env(&config, Some(&self.data), &env)
+                Walrus::build()
+                    .config(&config)
+                    .data(&self.data)
+                    .env(&env)
+                    .start()
             }
             Mode::External => {
                 let upstream = format!("127.0.0.1:{}", self.valkey_port);
-                Walrus::start_opts(&upstream, CONFIG, &[], Some(&self.data), &env)
+                Walrus::build()
+                    .upstream(&upstream)
+                    .config(CONFIG)
+                    .data(&self.data)
+                    .env(&env)
+                    .start()
             }
         };
         self.walrus = Some(w);

@@ -22,7 +22,7 @@ pub(crate) struct InFlightGuard(std::rc::Rc<std::cell::Cell<usize>>);
 
 impl InFlight {
     /// Registers a write; `true` when no other write is in flight (counted as inline).
-    pub(crate) fn begin(&self, shared: &super::writer::Shared) -> (bool, InFlightGuard) {
+    pub(crate) fn begin(&self, shared: &super::writer::WriterState) -> (bool, InFlightGuard) {
         let before = self.0.get();
         self.0.set(before + 1);
         if before == 0 {
@@ -77,7 +77,7 @@ use super::config::{DirectIo, IoBackendChoice, JournalConfig};
 use super::error::JournalError;
 use super::format::BLOCK_BYTES;
 use super::ring::{segment_path, Geometry};
-use super::writer::Shared;
+use super::writer::WriterState;
 
 /// Which backend runs, with which flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,7 +180,7 @@ pub fn start_writer(
     dir: &Path,
     geo: Geometry,
     cfg: &JournalConfig,
-    shared: Arc<Shared>,
+    shared: Arc<WriterState>,
 ) -> Result<(BackendInfo, JoinHandle<()>), JournalError> {
     let direct = resolve_direct(dir, cfg)?;
     let depth = cfg.max_in_flight_writes as usize;

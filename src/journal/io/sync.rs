@@ -17,7 +17,7 @@ use tokio::sync::oneshot;
 use super::super::buf::IoBuf;
 use super::super::error::JournalError;
 use super::super::format::BLOCK_BYTES;
-use super::super::writer::{drive, IoBackend, Shared};
+use super::super::writer::{drive, IoBackend, WriterState};
 
 type Reply = oneshot::Sender<(std::io::Result<()>, IoBuf)>;
 
@@ -34,7 +34,7 @@ pub struct SyncBackend {
     files: Arc<Vec<File>>,
     /// Writes handed out and not yet finished (on this single writer-loop thread).
     in_flight: super::InFlight,
-    shared: Arc<Shared>,
+    shared: Arc<WriterState>,
 }
 
 impl IoBackend for SyncBackend {
@@ -152,7 +152,7 @@ fn worker(files: Arc<Vec<File>>, jobs: Arc<Mutex<mpsc::Receiver<Job>>>) {
 pub fn start(
     files: Vec<File>,
     max_in_flight: usize,
-    shared: Arc<Shared>,
+    shared: Arc<WriterState>,
 ) -> Result<JoinHandle<()>, JournalError> {
     let files = Arc::new(files);
     let (tx, rx) = mpsc::channel();

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use super::super::buf::IoBuf;
-use super::super::writer::{drive, IoBackend, Shared};
+use super::super::writer::{drive, IoBackend, WriterState};
 
 // SAFETY: IoBuf's memory is heap-allocated, never moves, and lives until the buffer is
 // dropped; tokio-uring keeps the buffer alive until the kernel completes the operation.
@@ -39,7 +39,7 @@ pub struct UringBackend {
     max_in_flight: usize,
     /// Writes handed out and not finished (this thread only).
     in_flight: super::InFlight,
-    shared: Arc<Shared>,
+    shared: Arc<WriterState>,
 }
 
 impl IoBackend for UringBackend {
@@ -90,7 +90,7 @@ fn ring_entries(max_in_flight: usize) -> u32 {
 pub fn start(
     files: Vec<File>,
     max_in_flight: usize,
-    shared: Arc<Shared>,
+    shared: Arc<WriterState>,
 ) -> std::io::Result<JoinHandle<()>> {
     let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<std::io::Result<()>>(1);
     let probe_file = files[0].try_clone()?;

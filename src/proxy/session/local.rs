@@ -293,7 +293,7 @@ impl Session {
         if !reply.starts_with(b"-") {
             self.id = id;
             self.tx = pool.sender(slot).await.ok();
-            self.upstream = Upstream::Pooled { pool, slot };
+            self.upstream = Runs::Pooled { pool, slot };
         }
         self.ready(reply)
     }

@@ -60,7 +60,7 @@ enum Flow {
 }
 
 /// Where the session's commands run.
-enum Upstream {
+enum Runs {
     /// A slot of the shared pool of this identity.
     Pooled { pool: Arc<Pool>, slot: usize },
     /// The session's own connection (see [`route`]).
@@ -70,7 +70,7 @@ enum Upstream {
 struct Session {
     shared: Arc<Shared>,
     id: Identity,
-    upstream: Upstream,
+    upstream: Runs,
     tx: Option<mpsc::Sender<PipelinedRequest>>,
     /// RESP3 pushes from a dedicated connection.
     pushes: Option<PushReceiver>,
@@ -105,7 +105,7 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
     let mut s = Session {
         shared: shared.clone(),
         id: Identity::default(),
-        upstream: Upstream::Pooled { pool, slot },
+        upstream: Runs::Pooled { pool, slot },
         tx,
         pushes: None,
         in_multi: false,
@@ -262,7 +262,7 @@ async fn next_push(pushes: &mut Option<PushReceiver>) -> Option<Bytes> {
 
 impl Session {
     fn dedicated(&self) -> bool {
-        matches!(self.upstream, Upstream::Dedicated)
+        matches!(self.upstream, Runs::Dedicated)
     }
 
     /// The table entry of the request being handled.
@@ -319,7 +319,7 @@ impl Session {
             }
         });
         metrics::PINNED_SESSIONS.inc();
-        self.upstream = Upstream::Dedicated;
+        self.upstream = Runs::Dedicated;
         self.tx = Some(tx);
         self.pushes = Some(push_rx);
         Ok(())
@@ -334,7 +334,7 @@ impl Session {
             .await;
         let slot = pool.pick();
         self.tx = pool.sender(slot).await.ok();
-        self.upstream = Upstream::Pooled { pool, slot };
+        self.upstream = Runs::Pooled { pool, slot };
         self.pushes = None;
         self.tx_marks.release();
         self.in_multi = false;
@@ -555,10 +555,8 @@ impl Session {
             }
             // The connection this client used is gone; take the slot's current one.
             let current = match &self.upstream {
-                Upstream::Pooled { pool, slot } => pool.sender(*slot).await,
-                Upstream::Dedicated => {
-                    Err("the session's dedicated connection was lost".to_string())
-                }
+                Runs::Pooled { pool, slot } => pool.sender(*slot).await,
+                Runs::Dedicated => Err("the session's dedicated connection was lost".to_string()),
             };
             match current {
                 Ok(s) => self.tx = Some(s),
