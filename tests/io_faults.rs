@@ -22,7 +22,7 @@ fn check_acknowledged(c: &mut Raw, n: usize) {
     for i in 0..n {
         assert_eq!(
             c.cmd(&["GET", &format!("ack:{i}")]),
-            bulk(&format!("v{i}")),
+            bulk(format!("v{i}")),
             "ack:{i}"
         );
     }

@@ -84,7 +84,7 @@ fn step(rng: &mut Rng, m: &mut Model, client: usize) -> (Vec<u8>, Vec<u8>) {
         }
         18..=35 => {
             let k = skey(rng.below(8));
-            let r = m.strings.get(&k).map_or(NIL.to_vec(), |v| bulk(v));
+            let r = m.strings.get(&k).map_or(NIL.to_vec(), bulk);
             (cmd(&[b"GET", &k]), r)
         }
         36..=47 => {
@@ -117,7 +117,7 @@ fn step(rng: &mut Rng, m: &mut Model, client: usize) -> (Vec<u8>, Vec<u8>) {
         }
         75..=84 => {
             let f = format!("f{}", rng.below(16)).into_bytes();
-            let r = m.hash.get(&f).map_or(NIL.to_vec(), |v| bulk(v));
+            let r = m.hash.get(&f).map_or(NIL.to_vec(), bulk);
             (cmd(&[b"HGET", &hkey, &f]), r)
         }
         85..=92 => {

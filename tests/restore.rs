@@ -24,7 +24,7 @@ fn write_dataset(addr: &str, round: usize, model: &mut Model) {
         .collect();
     pipeline(&mut c, &sets, OK, None);
     for i in 0..2000 {
-        model.insert((0, format!("k:{i}")), bulk(&format!("v:{round}:{i}")));
+        model.insert((0, format!("k:{i}")), bulk(format!("v:{round}:{i}")));
     }
     let big = "x".repeat(256 << 10);
     let bigs: Vec<Vec<String>> = (0..192)
@@ -37,12 +37,12 @@ fn write_dataset(addr: &str, round: usize, model: &mut Model) {
     for i in 184..192 {
         model.insert(
             (0, format!("big:{}", i % 8)),
-            bulk(&format!("{round}:{i}:{big}")),
+            bulk(format!("{round}:{i}:{big}")),
         );
     }
     assert_eq!(c.cmd(&["SELECT", "3"]), OK);
     assert_eq!(c.cmd(&["SET", "other", &format!("o{round}")]), OK);
-    model.insert((3, "other".into()), bulk(&format!("o{round}")));
+    model.insert((3, "other".into()), bulk(format!("o{round}")));
     assert_eq!(c.cmd(&["SET", "ttl", "t", "EX", "1000"]), OK);
     model.insert((3, "ttl".into()), bulk("t"));
     assert_eq!(c.cmd(&["HSET", "h", &format!("f{round}"), "1"]), b":1\r\n");
@@ -56,15 +56,15 @@ fn write_dataset(addr: &str, round: usize, model: &mut Model) {
         &format!("s{round}"),
     ]);
     assert_eq!(show(&r), format!(":{}⏎", round + 1));
-    model.insert((3, "s".into()), bulk(&format!("s{round}")));
-    model.insert((3, "counter".into()), bulk(&(round + 1).to_string()));
+    model.insert((3, "s".into()), bulk(format!("s{round}")));
+    model.insert((3, "counter".into()), bulk((round + 1).to_string()));
     assert_eq!(c.cmd(&["MULTI"]), OK);
     c.cmd(&["SET", "tx", &format!("t{round}")]);
     c.cmd(&["INCR", "txn"]);
     let r = c.cmd(&["EXEC"]);
     assert!(r.starts_with(b"*2\r\n+OK\r\n:"), "{}", show(&r));
-    model.insert((3, "tx".into()), bulk(&format!("t{round}")));
-    model.insert((3, "txn".into()), bulk(&(round + 1).to_string()));
+    model.insert((3, "tx".into()), bulk(format!("t{round}")));
+    model.insert((3, "txn".into()), bulk((round + 1).to_string()));
     let mut fields = Vec::new();
     let mut elems = Vec::new();
     for r in 0..=round {
