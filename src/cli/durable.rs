@@ -127,6 +127,7 @@ pub(super) async fn start_durability(
     }
     let journal = Arc::new(journal);
     let released = Arc::new(tokio::sync::Notify::new());
+    // `walrus checkpoint` callers beyond these wait: one checkpoint at a time serves them.
     let (checkpoint_requests, requests) = tokio::sync::mpsc::channel(4);
     let checkpoint_failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let checkpointer = tokio::spawn(checkpoint::run(
@@ -166,6 +167,9 @@ pub(super) async fn start_durability(
         store,
         released,
         max_rdb_bytes: config.durability.max_rdb_bytes,
+        // Half a write buffer: a busy stream becomes entries that fill group commits whole,
+        // two to a write, rather than one entry fragmented across writes; at least 64 KiB
+        // so that small buffers do not cut the stream into many tiny entries.
         entry_bytes: (config.journal.max_write_bytes as usize / 2).max(64 << 10),
         // The stream is Valkey's, not a client's reply: the journal's own entry limit bounds
         // it (past it the link takes a full resync), not the proxy's reply limits.

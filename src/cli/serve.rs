@@ -9,6 +9,7 @@ use crate::durability::{Durability, Status};
 use crate::proxy::pipeline::PipelineCtx;
 use crate::proxy::pool::{PoolKey, Pools};
 use crate::proxy::{server, Shared};
+use crate::upstream::backoff::Backoff;
 use crate::upstream::client::{frame_int, Conn, UpstreamError};
 use crate::upstream::managed::ManagedValkey;
 use crate::upstream::server::ServerVersion;
@@ -368,7 +369,7 @@ async fn learn_upstream(
     up: &Upstream,
     backoff_max: Duration,
 ) -> Result<(CommandTable, u32, ServerVersion), String> {
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = Backoff::new(Duration::from_millis(50), backoff_max);
     loop {
         match try_learn(up).await {
             Ok(r) => return Ok(r),
@@ -376,10 +377,10 @@ async fn learn_upstream(
             Err(UpstreamError::Unsupported(why)) => return Err(why),
             Err(e) => {
                 tracing::warn!(
-                    "cannot read Valkey's command table yet: {e}; retrying in {backoff:?}"
+                    "cannot read Valkey's command table yet: {e}; retrying in {:?}",
+                    backoff.delay()
                 );
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(backoff_max.max(Duration::from_millis(50)));
+                tokio::time::sleep(backoff.advance()).await;
             }
         }
     }

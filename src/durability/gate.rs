@@ -64,6 +64,9 @@ pub struct Durability {
 
 impl Durability {
     pub fn new(max_pending_bytes: u64, max_held_bytes: u64) -> Durability {
+        // Unbounded because a mark is orphaned in `Drop`, which cannot wait, and an orphan
+        // lost would leave its keys dirty for good. Bounded all the same: one per write in
+        // flight, and writes in flight are bounded by `max_pending_bytes` and the pipelines.
         let (orphans, orphans_rx) = tokio::sync::mpsc::unbounded_channel();
         Durability {
             orphans,
@@ -251,6 +254,10 @@ impl Durability {
             replies.into_iter().chain(reads).for_each(Held::release);
             return;
         }
+        assert!(
+            offset > s.durable_offset,
+            "held a batch the journal already covers"
+        );
         s.held.hold_batch(offset, replies, marks);
     }
 
@@ -350,6 +357,12 @@ impl Durability {
             out.extend(replies);
         }
         out.extend(s.ready_reads());
+        // Paired with `settle_batch`, which holds a batch only above the durable offset:
+        // nothing at or below it stays held.
+        assert!(
+            s.held.first_batch_offset().is_none_or(|o| o > offset),
+            "a batch at or below the durable offset is still held"
+        );
         self.publish(&s);
         drop(s);
         out.into_iter().for_each(Held::release);

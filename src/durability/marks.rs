@@ -11,6 +11,7 @@
 
 use super::dirty::Scope;
 use super::Durability;
+use crate::upstream::backoff::Backoff;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -95,7 +96,7 @@ pub async fn resolve_orphans<F, Fut>(
     let orphans_tx = d.orphans.clone();
     while let Some(first) = orphans.recv().await {
         let mut pending = vec![first];
-        let mut backoff = BACKOFF_MIN;
+        let mut backoff = Backoff::new(BACKOFF_MIN, BACKOFF_MAX);
         loop {
             while let Ok(o) = orphans.try_recv() {
                 pending.push(o);
@@ -117,11 +118,11 @@ pub async fn resolve_orphans<F, Fut>(
                 None => {
                     tracing::warn!(
                         writes = current.len(),
-                        "cannot learn Valkey's replication offset for writes whose outcome is unknown; their keys stay dirty, asking again in {backoff:?}"
+                        "cannot learn Valkey's replication offset for writes whose outcome is unknown; their keys stay dirty, asking again in {:?}",
+                        backoff.delay()
                     );
                     pending = current;
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    tokio::time::sleep(backoff.advance()).await;
                 }
             }
         }

@@ -80,6 +80,11 @@ impl HeldQueue {
         self.batches.is_empty() && self.reads.is_empty()
     }
 
+    /// The lowest offset a held batch waits for.
+    pub fn first_batch_offset(&self) -> Option<u64> {
+        self.batches.keys().next().copied()
+    }
+
     /// Holds a batch until `offset` is durable.
     pub fn hold_batch(&mut self, offset: u64, replies: Vec<Held>, marks: Vec<WriteMark>) {
         self.add(bytes_of(&replies));

@@ -102,6 +102,31 @@ pub struct PipelineCtx {
 const BATCH_BYTES_MAX: usize = 256 << 10;
 /// Read buffer growth step.
 const READ_CHUNK_BYTES: usize = 64 << 10;
+/// Requests written (or batched) whose replies have not arrived, per connection: bounds
+/// memory while Valkey is slow to answer (the reply timeout closes a connection that stops
+/// answering altogether). Past it the writer waits for replies.
+const MAX_IN_FLIGHT_REQUESTS: usize = 64 << 10;
+
+/// Tells the reader whom the next reply belongs to, before the command is written. When
+/// the reader is that far behind, what is batched so far goes out first: its replies are
+/// what frees room.
+async fn owe(
+    inflight: &mpsc::Sender<Inflight>,
+    owed: Inflight,
+    wr: &mut OwnedWriteHalf,
+    out: &mut BytesMut,
+) -> Result<(), UpstreamError> {
+    match inflight.try_send(owed) {
+        Err(mpsc::error::TrySendError::Full(owed)) => {
+            wr.write_all(out).await?;
+            out.clear();
+            // Closed: the reader is gone and the connection with it.
+            let _ = inflight.send(owed).await;
+        }
+        Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+    }
+    Ok(())
+}
 
 /// What the reader does with the next reply.
 enum Inflight {
@@ -141,7 +166,7 @@ pub async fn run(
     // How Valkey names this connection (`CLIENT KILL ADDR`), should walrus drop it itself.
     let local = stream.local_addr().ok();
     let (rd, wr) = stream.into_split();
-    let (inflight_tx, mut inflight_rx) = mpsc::unbounded_channel();
+    let (inflight_tx, mut inflight_rx) = mpsc::channel(MAX_IN_FLIGHT_REQUESTS);
     let gated = ctx.durability.is_some();
     let mut reader = Reader {
         ctx: ctx.clone(),
@@ -274,7 +299,7 @@ async fn writer(
     mut wr: OwnedWriteHalf,
     mut first: Option<PipelinedRequest>,
     mut requests: mpsc::Receiver<PipelinedRequest>,
-    inflight: mpsc::UnboundedSender<Inflight>,
+    inflight: mpsc::Sender<Inflight>,
     gated: bool,
     blocking: Arc<AtomicUsize>,
 ) -> Result<(), UpstreamError> {
@@ -300,11 +325,11 @@ async fn writer(
         while let Some(req) = next.take() {
             if let Some(want) = req.db {
                 if db != Some(want) {
+                    owe(&inflight, Inflight::Select, &mut wr, &mut out).await?;
                     out.extend_from_slice(&write::command([
                         b"SELECT".as_slice(),
                         want.to_string().as_bytes(),
                     ]));
-                    let _ = inflight.send(Inflight::Select);
                     db = Some(want);
                 }
             }
@@ -320,7 +345,8 @@ async fn writer(
                 if req.may_block {
                     blocking.fetch_add(1, Ordering::SeqCst);
                 }
-                let _ = inflight.send(Inflight::Client(req.reply, req.gate, req.may_block));
+                let owed = Inflight::Client(req.reply, req.gate, req.may_block);
+                owe(&inflight, owed, &mut wr, &mut out).await?;
             }
             if req.cmd.len() >= BATCH_BYTES_MAX {
                 wr.write_all(&out).await?;
@@ -334,8 +360,8 @@ async fn writer(
             }
         }
         if role_due && !in_multi {
+            owe(&inflight, Inflight::Role, &mut wr, &mut out).await?;
             out.extend_from_slice(&role);
-            let _ = inflight.send(Inflight::Role);
             role_due = false;
         }
         wr.write_all(&out).await?;
@@ -361,7 +387,7 @@ impl Reader {
         mut rd: OwnedReadHalf,
         mut buf: BytesMut,
         mut scanner: ReplyScanner,
-        inflight: &mut mpsc::UnboundedReceiver<Inflight>,
+        inflight: &mut mpsc::Receiver<Inflight>,
     ) -> Result<(), UpstreamError> {
         // One timer for the connection's life, reset once a period rather than armed for
         // every read: whether Valkey was heard from since the last tick, and whether replies
@@ -446,7 +472,7 @@ impl Reader {
     fn refuse_reply(
         &mut self,
         e: crate::resp::ScanError,
-        inflight: &mut mpsc::UnboundedReceiver<Inflight>,
+        inflight: &mut mpsc::Receiver<Inflight>,
     ) -> UpstreamError {
         if let Ok(Inflight::Client(tx, gate, _)) = inflight.try_recv() {
             if let Gate::Offset(mark) = gate {

@@ -16,6 +16,7 @@
 
 use super::pipeline::{self, PipelineCtx, PipelinedRequest};
 use crate::config::Credentials;
+use crate::upstream::backoff::Backoff;
 use crate::upstream::client::Conn;
 use crate::upstream::Upstream;
 use std::collections::HashMap;
@@ -24,7 +25,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
-/// Requests queued for one upstream connection before senders wait.
+/// Requests queued for one upstream connection before senders wait (backpressure, never an
+/// error): bounds walrus's memory per connection while Valkey is slow. Each client has at
+/// most `proxy.max_pipeline_requests` pending anyway; this bounds the sum over the clients
+/// sharing a connection.
 const QUEUE_REQUESTS_MAX: usize = 4096;
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
 
@@ -162,7 +166,7 @@ async fn supervise(
     backoff_max: Duration,
     first_attempt: watch::Sender<bool>,
 ) {
-    let mut backoff = BACKOFF_MIN;
+    let mut backoff = Backoff::new(BACKOFF_MIN, backoff_max);
     loop {
         // Bounded as a whole (AUTH and HELLO too): requests wait while the slot connects.
         let up = &ctx.upstream;
@@ -192,26 +196,24 @@ async fn supervise(
                     Ok(()) => "connection closed".to_string(),
                     Err(e @ crate::upstream::client::UpstreamError::Unverified) => {
                         // It connected but cannot serve: as a failed connect, with backoff.
-                        tracing::warn!(user = ?key.user, slot, "{e}; retrying in {backoff:?}");
+                        tracing::warn!(user = ?key.user, slot, "{e}; retrying in {:?}", backoff.delay());
                         p.slots[slot].set(SlotState::Down(e.to_string()));
                         drop(p);
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(backoff_max);
+                        tokio::time::sleep(backoff.advance()).await;
                         continue;
                     }
                     Err(e) => e.to_string(),
                 };
-                backoff = BACKOFF_MIN;
+                backoff.reset();
                 tracing::warn!(user = ?key.user, slot, "upstream connection lost: {reason}; reconnecting");
                 p.slots[slot].set(SlotState::Connecting);
             }
             Err(e) => {
-                tracing::warn!(user = ?key.user, slot, "cannot connect to Valkey: {e}; retrying in {backoff:?}");
+                tracing::warn!(user = ?key.user, slot, "cannot connect to Valkey: {e}; retrying in {:?}", backoff.delay());
                 p.slots[slot].set(SlotState::Down(e.to_string()));
                 drop(p);
                 let _ = first_attempt.send(true);
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(backoff_max);
+                tokio::time::sleep(backoff.advance()).await;
             }
         }
     }

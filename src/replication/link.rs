@@ -30,6 +30,7 @@ use crate::journal::{Entry, Journal, JournalError};
 use crate::resp::{write, Limits};
 use crate::restore::decide::{decide, Decision, HeldHistory};
 use crate::restore::{self, Holding, RestoreError};
+use crate::upstream::backoff::Backoff;
 use crate::upstream::client::{Conn, UpstreamError};
 use crate::upstream::{server, Upstream};
 use crate::valkey::handshake::{ack, handshake, Purpose, SyncStart};
@@ -118,7 +119,7 @@ pub async fn run(
         attached_once: false,
         full_resync: false,
     };
-    let mut backoff = BACKOFF_MIN;
+    let mut backoff = Backoff::new(BACKOFF_MIN, BACKOFF_MAX);
     loop {
         if journal.durable().borrow().failed {
             // Nothing can become durable any more; the gate already refuses writes. Staying
@@ -151,15 +152,17 @@ pub async fn run(
                 tracing::error!("{why}; clients get -LOADING until this is resolved");
             }
             Err(e) => {
-                tracing::warn!("replica link to Valkey broke: {e}; re-attaching in {backoff:?}")
+                tracing::warn!(
+                    "replica link to Valkey broke: {e}; re-attaching in {:?}",
+                    backoff.delay()
+                )
             }
             Ok(()) => {}
         }
         tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(backoff.advance()) => {}
             _ = stop.wait_for(|s| *s) => return Ok(()),
         }
-        backoff = (backoff * 2).min(BACKOFF_MAX);
     }
 }
 

@@ -8,6 +8,7 @@
 //! `PR_SET_PDEATHSIG` makes the kernel kill it if walrus itself is killed, so no orphan ever
 //! holds the port.
 
+use super::backoff::Backoff;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -161,7 +162,7 @@ async fn supervise(
     mut stop: watch::Receiver<bool>,
     on_death: Arc<Mutex<Option<OnDeath>>>,
 ) {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), RESTART_BACKOFF_MAX);
     loop {
         tokio::select! {
             status = child.wait() => {
@@ -169,19 +170,18 @@ async fn supervise(
                 if let Some(f) = hook {
                     f();
                 }
-                tracing::error!(?status, "managed valkey-server exited; restarting it in {backoff:?}");
+                tracing::error!(?status, "managed valkey-server exited; restarting it in {:?}", backoff.delay());
                 tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(backoff.advance()) => {}
                     _ = stop.changed() => return,
                 }
-                backoff = (backoff * 2).min(RESTART_BACKOFF_MAX);
                 match spec.spawn() {
                     Ok((c, ready)) => {
                         child = c;
                         match wait_ready(ready).await {
                             Ok(()) => {
                                 tracing::info!(port = spec.port, "managed valkey-server restarted");
-                                backoff = Duration::from_millis(100);
+                                backoff.reset();
                             }
                             Err(e) => tracing::error!("restarted valkey-server is not ready: {e}"),
                         }

@@ -2,6 +2,7 @@
 //! connection to it ([`client`]), and, in managed mode, the valkey-server child that walrus
 //! runs itself ([`managed`], [`binary`]); which server and RDB format it is ([`server`]).
 
+pub mod backoff;
 pub mod binary;
 pub mod client;
 pub mod managed;

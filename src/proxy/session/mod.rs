@@ -39,7 +39,9 @@ mod replies;
 use replies::{next_reply, Meter, Owed};
 
 const READ_CHUNK_BYTES: usize = 16 << 10;
-/// Requests queued for a pinned session's dedicated connection.
+/// Requests queued for a pinned session's dedicated connection before the session waits:
+/// one client's connection, so `proxy.max_pipeline_requests` (pending replies) bounds it
+/// first with the defaults; this bounds the queue's memory whatever that is set to.
 const DEDICATED_QUEUE_REQUESTS: usize = 1024;
 
 enum Pending {
