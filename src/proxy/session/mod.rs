@@ -16,7 +16,7 @@
 
 use super::identity::Identity;
 use super::pinned;
-use super::pipeline::{self, Gate, PipelinedRequest, TxCmd};
+use super::pipeline::{self, PipelinedRequest, Release, TxCmd};
 use super::pool::Pool;
 use super::pushes::{self, PushReceiver};
 use super::route::{self, route, Local, Route};
@@ -33,8 +33,11 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
+mod admit;
 mod local;
 mod replies;
+
+use admit::TxMarks;
 
 use replies::{next_reply, Meter, Owed};
 
@@ -356,7 +359,7 @@ impl Session {
         {
             return self.abort_exec().await;
         }
-        let gate = match self.gate(&req, tx).await {
+        let release = match self.admit(&req, tx).await {
             Ok(g) => g,
             Err(refused) => {
                 self.tx_refused |= self.in_multi && tx != TxCmd::End;
@@ -394,7 +397,7 @@ impl Session {
             db,
             cmd: req.raw,
             reply,
-            gate,
+            release,
             tx,
             in_multi: self.in_multi,
             answered_by_push,
@@ -405,144 +408,6 @@ impl Session {
             // Its confirmation arrives as a push; nothing to wait for in band.
             Pending::Wait(_) if answered_by_push => {}
             p => self.owe(p),
-        }
-    }
-
-    /// MULTI is a barrier: whether the commands after it are queued depends on its reply
-    /// (it fails before AUTH, for one), and the pipeline must know, since no ROLE may be
-    /// queued inside a transaction. Earlier replies are settled first, so nothing before it
-    /// still waits for a ROLE.
-    async fn multi(&mut self, req: Request) {
-        if self.drain().await.is_err() {
-            return;
-        }
-        let (reply, rx) = oneshot::channel();
-        let request = PipelinedRequest {
-            db: Some(self.id.db),
-            cmd: req.raw,
-            reply,
-            gate: Gate::Free,
-            tx: TxCmd::Multi,
-            in_multi: true,
-            answered_by_push: false,
-            may_block: false,
-        };
-        let reply = match self.send(request, rx).await {
-            Pending::Ready(b) => b,
-            Pending::Wait(rx) => rx.await.unwrap_or_else(|_| pipeline::lost_reply()),
-        };
-        self.in_multi = &reply[..] == write::OK;
-        self.owe(Pending::Ready(reply));
-    }
-
-    /// EXEC of a transaction in which walrus refused a command while queueing: nothing
-    /// runs, as for Valkey's own queue-time errors. Valkey discards the transaction (its +OK
-    /// answers no one), the queued writes' marks are released, and EXEC gets Valkey's
-    /// `-EXECABORT`.
-    async fn abort_exec(&mut self) {
-        self.tx_marks.release();
-        self.in_multi = false;
-        self.selected_in_multi = None;
-        let (reply, rx) = oneshot::channel();
-        let discard = PipelinedRequest {
-            db: None,
-            cmd: write::command(["DISCARD"]),
-            reply,
-            gate: Gate::Free,
-            tx: TxCmd::End,
-            in_multi: true,
-            answered_by_push: false,
-            may_block: false,
-        };
-        // Sent or not (a lost connection ends the transaction anyway), EXEC's answer is the
-        // same.
-        let _ = self.send(discard, rx).await;
-        self.owe(Pending::Ready(write::error(
-            "EXECABORT Transaction discarded because of previous errors.",
-        )));
-    }
-
-    fn tx_cmd(&self, req: &Request) -> TxCmd {
-        if !self.dedicated() {
-            return TxCmd::Other;
-        }
-        let n = req.name();
-        if !self.in_multi && n.eq_ignore_ascii_case(b"MULTI") {
-            TxCmd::Multi
-        } else if self.in_multi
-            && (n.eq_ignore_ascii_case(b"EXEC") || n.eq_ignore_ascii_case(b"DISCARD"))
-        {
-            TxCmd::End
-        } else if self.in_multi && n.eq_ignore_ascii_case(b"SELECT") {
-            TxCmd::SelectInMulti
-        } else {
-            TxCmd::Other
-        }
-    }
-
-    /// How the reply will be released (see [`crate::durability`]); `Err` is the refusal.
-    async fn gate(&mut self, req: &Request, tx: TxCmd) -> Result<Gate, Bytes> {
-        let Some(d) = self.shared.pools.ctx().durability.clone() else {
-            return Ok(Gate::Free);
-        };
-        if tx == TxCmd::End {
-            // EXEC's reply shows what the transaction read and wrote: it waits for the
-            // offset after it.
-            d.admit_read()?;
-            return Ok(Gate::Offset(std::mem::take(&mut self.tx_marks.marks)));
-        }
-        let class = crate::commands::Class::of(self.command(), &req.args);
-        // Queued on this connection behind a command that may still be blocked.
-        let behind = self.dedicated() && self.pending.iter().any(|o| o.blocking);
-        match durability::access(&class, &req.args, req.raw.len(), self.id.db) {
-            Access::Free => Ok(Gate::Free),
-            // Inside MULTI a read only answers +QUEUED; EXEC is gated.
-            Access::Read(_) if self.in_multi => Ok(Gate::Free),
-            Access::Read(scope) => {
-                d.admit_read()?;
-                // It may see what a blocking write in flight wrote: the ROLE after it in its
-                // batch is its barrier (one for the whole batch). A blocking write sent after
-                // this check is caught when the reply arrives (`Durability::read_reply`).
-                if d.blocked_overlaps(&scope) {
-                    return Ok(Gate::Offset(Vec::new()));
-                }
-                Ok(Gate::Read(scope))
-            }
-            Access::Write(_) if req.raw.len() > self.shared.max_write_bytes => {
-                metrics::Refusal::TooLarge.count();
-                Err(write::error(&format!(
-                    "ERR walrus: this write is {} bytes, more than the journal takes in one entry ({} bytes, journal.max_entry_bytes): it is refused before it reaches Valkey",
-                    req.raw.len(),
-                    self.shared.max_write_bytes
-                )))
-            }
-            // A blocking write (BLPOP, BLMOVE, XREADGROUP ... BLOCK) may wait for hours, and
-            // so does a write sent after a blocking command on the same connection: no read
-            // may wait for them (see `durability::dirty`). Inside MULTI nothing blocks.
-            Access::Write(scope) if !self.in_multi && (self.blocking_request || behind) => {
-                d.write_room().await?;
-                Ok(Gate::Offset(vec![d.begin_blocked(scope)?]))
-            }
-            Access::Write(scope) => {
-                let scope = if self.selected_in_multi.is_some() {
-                    Scope::All
-                } else {
-                    scope
-                };
-                d.write_room().await?;
-                let mark = if behind {
-                    d.begin_blocked(scope)?
-                } else {
-                    d.begin_write(scope)?
-                };
-                if self.in_multi {
-                    // +QUEUED reveals nothing and must not wait (the client may wait for
-                    // it before sending EXEC): the mark rides with EXEC.
-                    self.tx_marks.marks.push(mark);
-                    return Ok(Gate::Free);
-                }
-                Ok(Gate::Offset(vec![mark]))
-            }
         }
     }
 
@@ -570,7 +435,9 @@ impl Session {
 
     /// A request that was never sent: its write mark is released at once.
     fn refuse(&self, req: PipelinedRequest, reason: &str) -> Pending {
-        if let (Gate::Offset(marks), Some(d)) = (req.gate, &self.shared.pools.ctx().durability) {
+        if let (Release::Offset(marks), Some(d)) =
+            (req.release, &self.shared.pools.ctx().durability)
+        {
             d.cancel_write(marks);
         }
         Pending::Ready(pipeline::unavailable(reason))
@@ -582,28 +449,5 @@ impl Session {
         self.tx_refused |= self.in_multi && reply.first() == Some(&b'-');
         self.owe(Pending::Ready(reply));
         Flow::Continue
-    }
-}
-
-/// Dirty-key marks of the writes queued in an open transaction. A transaction the client
-/// never finishes (it leaves, or sends RESET) runs nothing: dropping this cleans its keys.
-#[derive(Default)]
-struct TxMarks {
-    marks: Vec<crate::durability::WriteMark>,
-    durability: Option<Arc<crate::durability::Durability>>,
-}
-
-impl TxMarks {
-    fn release(&mut self) {
-        let marks = std::mem::take(&mut self.marks);
-        if let Some(d) = &self.durability {
-            d.cancel_write(marks);
-        }
-    }
-}
-
-impl Drop for TxMarks {
-    fn drop(&mut self) {
-        self.release();
     }
 }
