@@ -11,7 +11,7 @@ use walrus::journal::format::{
     UNKEYED_FORMAT_VERSION,
 };
 use walrus::journal::manifest::Manifest;
-use walrus::journal::recovery::{scan, ScanStart, Tail};
+use walrus::journal::recovery::{scan, ScanLimits, ScanStart, Tail};
 use walrus::journal::ring::{Geometry, MemRing};
 use walrus::journal::sim::{forged_payload, MemLog, Sector, SIM_KEY, SIM_REPL_ID};
 use walrus::journal::{Entry, IoBackendChoice, Journal, JournalConfig, OpenOptions, ReplayFrom};
@@ -252,8 +252,17 @@ fn entry(lsn: u64, len: usize) -> Entry {
 /// Appends one entry at a time, each durable before the next: later records vouch for
 /// earlier ones.
 async fn append_all(j: &Journal, lsns: std::ops::RangeInclusive<u64>, len: usize) {
+    append_each(j, lsns, |lsn| entry(lsn, len)).await
+}
+
+/// The same, with the entry each LSN gets.
+async fn append_each(
+    j: &Journal,
+    lsns: std::ops::RangeInclusive<u64>,
+    make: impl Fn(u64) -> Entry,
+) {
     for lsn in lsns {
-        let t = j.append(entry(lsn, len)).await.unwrap();
+        let t = j.append(make(lsn)).await.unwrap();
         assert_eq!(t.lsn(), lsn);
         t.wait().await.unwrap();
     }
@@ -430,7 +439,7 @@ async fn a_format_1_journal_is_read_and_upgraded() {
     assert_eq!(before.layout_version, 1);
     assert!(before.record_key_hex.is_none());
     // Read-only scans (verify, inspect) read it as it is.
-    let (_, report) = walrus::journal::engine::scan_dir(dir.path(), &cfg).unwrap();
+    let (_, report) = walrus::journal::open::scan_dir(dir.path(), &cfg).unwrap();
     assert_eq!(report.end.last_lsn(), 60);
     let end = report.end.end_pos;
     {
@@ -441,14 +450,7 @@ async fn a_format_1_journal_is_read_and_upgraded() {
         assert_eq!(m.layout_version, 2);
         assert_eq!(m.keyed_from_epoch, m.epoch);
         let j = std::sync::Arc::new(j);
-        for lsn in 61..=64 {
-            j.append(format1_entry(lsn))
-                .await
-                .unwrap()
-                .wait()
-                .await
-                .unwrap();
-        }
+        append_each(&j, 61..=64, format1_entry).await;
     }
     {
         // Old and new records side by side.
@@ -487,7 +489,7 @@ async fn a_format_1_record_in_a_value_after_the_upgrade_is_no_record() {
     let dir = format1_journal();
     let cfg = engine_cfg(3);
     let g = geo(3);
-    let (_, report) = walrus::journal::engine::scan_dir(dir.path(), &cfg).unwrap();
+    let (_, report) = walrus::journal::open::scan_dir(dir.path(), &cfg).unwrap();
     let (x, next_lsn, old_epoch) = (
         report.end.end_pos,
         report.end.next_lsn,
@@ -544,14 +546,13 @@ async fn a_format_1_record_in_a_value_after_the_upgrade_is_no_record() {
 
 /// Position and format of the first record of entry `lsn`, scanning `dir` as recovery does.
 fn record_of(dir: &std::path::Path, lsn: u64) -> (u64, u8) {
-    use walrus::journal::engine::{scan_limits, scan_start};
     let m = Manifest::load(dir).unwrap().unwrap();
     let g = geo(m.segments);
     let mut sc = walrus::journal::recovery::Scanner::new(
         walrus::journal::ring::FileRing::open(dir, g).unwrap(),
         g,
-        scan_start(&m.checkpoint).unwrap(),
-        scan_limits(&m, &engine_cfg(m.segments)),
+        ScanStart::at(&m.checkpoint).unwrap(),
+        ScanLimits::of(&m, engine_cfg(m.segments).lookahead_bytes()),
     );
     while let Some(r) = sc.next_record().unwrap() {
         if r.header.lsn == lsn {
@@ -570,14 +571,7 @@ async fn a_repair_below_the_upgrade_point_keeps_the_next_runs_entries() {
     let cfg = engine_cfg(3);
     {
         let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
-        for lsn in 61..=63 {
-            j.append(format1_entry(lsn))
-                .await
-                .unwrap()
-                .wait()
-                .await
-                .unwrap();
-        }
+        append_each(&j, 61..=63, format1_entry).await;
     }
     // Rot a byte of format 1 entry 57, vouched for by 58..63.
     let (pos, version) = record_of(dir.path(), 57);
@@ -593,14 +587,7 @@ async fn a_repair_below_the_upgrade_point_keeps_the_next_runs_entries() {
     {
         let (j, rec) = Journal::open_with(dir.path(), &cfg, repaired).unwrap();
         assert_eq!(rec.end.last_lsn(), 56, "cut at the damaged format 1 entry");
-        for lsn in 57..=61 {
-            j.append(entry(lsn, 500))
-                .await
-                .unwrap()
-                .wait()
-                .await
-                .unwrap();
-        }
+        append_all(&j, 57..=61, 500).await;
     }
     let (_j, rec) = Journal::open(dir.path(), &cfg).unwrap();
     assert_eq!(
@@ -625,7 +612,7 @@ async fn a_full_disk_neither_stops_the_start_nor_releases() {
         ..engine_cfg(3)
     };
     // What `walrus journal init` does, before the first start.
-    walrus::journal::engine::initialize(&dir, &cfg, &mut |_, _| {}).unwrap();
+    walrus::journal::open::initialize(&dir, &cfg, &mut |_, _| {}).unwrap();
     // Fill the file system to the last byte.
     let mut fill = std::fs::File::create(fs.path().join("fill")).unwrap();
     let block = vec![0xAA; 4096];

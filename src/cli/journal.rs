@@ -9,10 +9,11 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 
 use crate::journal::config::JournalConfig;
-use crate::journal::engine::{initialize, scan_dir, Journal, OpenOptions};
+use crate::journal::engine::{Journal, OpenOptions};
 use crate::journal::error::JournalError;
 use crate::journal::format::{HeaderError, RecordHeader, HEADER_BYTES};
 use crate::journal::manifest::Manifest;
+use crate::journal::open::{initialize, scan_dir};
 use crate::journal::recovery::{ScanReport, Tail};
 use crate::journal::ring::{segment_path, Geometry};
 

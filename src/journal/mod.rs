@@ -25,6 +25,7 @@ pub mod error;
 pub mod format;
 pub mod io;
 pub mod manifest;
+pub mod open;
 pub mod reader;
 pub mod recovery;
 pub mod ring;

@@ -28,6 +28,7 @@ use super::format::{
     align_up, record_crc, record_fits_at, stored_crc, Kind, RecordHeader, RecordKey, HEADER_BYTES,
     MAGIC, REPL_ID_BYTES, UNKEYED_FORMAT_VERSION,
 };
+use super::manifest::{Checkpoint, Manifest};
 use super::ring::{Geometry, RingRead};
 
 /// Where a scan starts: a record boundary with the LSN expected there.
@@ -59,6 +60,35 @@ pub struct ScanLimits {
     /// Where the newest run (of epoch `max_epoch`) began writing, if known: past it, only
     /// that run's records are evidence (older ones were cut by its open).
     pub resumed_at_pos: Option<u64>,
+}
+
+impl ScanLimits {
+    /// How recovery reads `m`'s records: its key, epochs, and how far it looks past a bad
+    /// record (`JournalConfig::lookahead_bytes`).
+    pub fn of(m: &Manifest, lookahead_bytes: u64) -> ScanLimits {
+        let (key, keyed_from_epoch, unkeyed_below_pos) = m.record_keys();
+        ScanLimits {
+            max_epoch: m.epoch,
+            lookahead_bytes,
+            key,
+            keyed_from_epoch,
+            unkeyed_below_pos,
+            resumed_at_pos: m.resumed_at_pos,
+        }
+    }
+}
+
+impl ScanStart {
+    /// Where recovery starts: the checkpoint's first retained record and what came before.
+    pub fn at(cp: &Checkpoint) -> Result<ScanStart, JournalError> {
+        Ok(ScanStart {
+            pos: cp.start_pos,
+            lsn: cp.start_lsn,
+            repl_id: cp.prev_repl_id()?,
+            repl_offset: cp.prev_repl_offset,
+            epoch: cp.prev_epoch,
+        })
+    }
 }
 
 /// End of the recovered log.

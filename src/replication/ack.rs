@@ -53,9 +53,10 @@ pub async fn acknowledge(
             asked_for = None;
         }
         // A tick or a GETACK clears `last_sent`: the top of the loop then sends, with what
-        // has been received by then.
+        // has been received by then. Durable advances matter only while Valkey waits for an
+        // answer (the gate follows them on its own): otherwise this task sleeps through them.
         tokio::select! {
-            r = durable.changed() => if r.is_err() { return },
+            r = durable.changed(), if asked_for.is_some() => if r.is_err() { return },
             _ = tick.tick() => last_sent = None,
             _ = getack.notified() => {
                 last_sent = None;
