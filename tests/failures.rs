@@ -99,13 +99,20 @@ fn sigterm_delivers_every_pipelined_reply_then_closes_and_exits_zero() {
         p.extend_from_slice(&command(&["INCR", "n"]));
     }
     c.send_raw(&p);
+    c.await_delivered();
     w.proc.signal(libc::SIGTERM);
     w.proc.wait_line("shutting down", Duration::from_secs(10));
     assert!(
         TcpStream::connect(&w.addr).is_err(),
         "walrus still accepts connections after SIGTERM"
     );
-    assert_eq!(c.read_frame(), OK);
+    let first = c.try_read_frame().unwrap_or_else(|e| {
+        panic!(
+            "DEBUG SLEEP's reply after SIGTERM: {e}\n{}",
+            w.proc.log_text()
+        )
+    });
+    assert_eq!(first, OK);
     for i in 1..=999 {
         let r = c.try_read_frame().unwrap_or_else(|e| {
             panic!("reply {i} of 999 after SIGTERM: {e}\n{}", w.proc.log_text())

@@ -412,6 +412,27 @@ impl Raw {
         self.stream.write_all(bytes).unwrap();
     }
 
+    /// Returns once the server's socket holds everything sent (the kernel's unacknowledged
+    /// count is zero): on a loaded machine, loopback delivery may lag the `write`, and a test
+    /// that signals the server right after sending must not race it.
+    pub fn await_delivered(&self) {
+        use std::os::fd::AsRawFd;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut unacked: libc::c_int = 0;
+            let r = unsafe { libc::ioctl(self.stream.as_raw_fd(), libc::TIOCOUTQ, &mut unacked) };
+            assert_eq!(r, 0, "ioctl(TIOCOUTQ): {}", std::io::Error::last_os_error());
+            if unacked == 0 {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{unacked} bytes never delivered"
+            );
+            std::thread::yield_now();
+        }
+    }
+
     /// Sends a command and returns its reply's bytes.
     pub fn cmd<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Vec<u8> {
         self.send_raw(&walrus::resp::write::command(
