@@ -54,7 +54,7 @@ pub struct Durability {
     doubt: Notify,
     max_pending_bytes: u64,
     max_held_bytes: u64,
-    /// How long any reply or write may wait ([`hold`]).
+    /// How long any reply or write may wait ([`super::hold`]).
     pub(super) max_hold: std::time::Duration,
     /// Where unsettled marks go when dropped ([`marks`]), and its receiving end until the
     /// resolver takes it.
@@ -94,7 +94,7 @@ impl Durability {
         }
     }
 
-    /// Bounds every wait at `max_hold` ([`hold`]); 30 s unless set.
+    /// Bounds every wait at `max_hold` ([`super::hold`]); 30 s unless set.
     pub fn with_max_hold(mut self, max_hold: std::time::Duration) -> Durability {
         self.max_hold = max_hold;
         self
@@ -191,7 +191,7 @@ impl Durability {
     }
 
     /// Registers a blocking write about to be sent (BLPOP, BLMOVE, ...): it takes no
-    /// generation, and reads that may see it read at an offset barrier ([`dirty`]).
+    /// generation, and reads that may see it read at an offset barrier ([`super::dirty`]).
     pub fn begin_blocked(&self, scope: Scope) -> Result<WriteMark, Bytes> {
         let mut s = self.lock();
         s.admit_write()?;
@@ -220,7 +220,7 @@ impl Durability {
         ))
     }
 
-    /// The orphaned marks, for [`resolve_orphans`] (once).
+    /// The orphaned marks, for [`super::resolve_orphans`] (once).
     pub fn take_orphans(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<marks::Orphan>> {
         self.orphans_rx.lock().expect("orphans lock").take()
     }

@@ -13,7 +13,8 @@
 //! - [`buf`]: aligned buffers and their pool; [`batcher`]: group commit into buffers.
 //! - [`writer`]: the writer loop over an [`writer::IoBackend`]; [`io`]: the io_uring and
 //!   sync backends and their selection.
-//! - [`engine`]: the [`Journal`] handle; [`reader`]: replay; [`cli`]: `walrus journal ...`.
+//! - [`open`]: opening (lock, init, recovery, repair, epoch bump); [`engine`]: the
+//!   [`Journal`] handle; [`reader`]: replay. `walrus journal ...` is in `crate::cli::journal`.
 //!
 //! See docs/journal.md for the full description and benchmark results.
 
