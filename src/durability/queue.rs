@@ -183,9 +183,12 @@ impl HeldQueue {
             .expect("held bytes below zero: a reply left the queue twice");
     }
 
-    /// Debug builds: the count is the sum of what is held.
+    /// Debug builds: the count is the sum of what is held. Only while the queue is small:
+    /// a recount after every change is quadratic, and the integration tests run a debug
+    /// walrus under load.
     fn check(&self) {
-        if cfg!(debug_assertions) {
+        const RECOUNT_MAX_KEYS: usize = 64;
+        if cfg!(debug_assertions) && self.batches.len() + self.reads.len() <= RECOUNT_MAX_KEYS {
             let counted = self
                 .batches
                 .values()
