@@ -151,6 +151,7 @@ pub(super) async fn start_durability(
         crate::disk::watch::WatchConfig {
             high_watermark: config.disk.high_watermark,
             low_watermark: config.disk.low_watermark,
+            ring_marks: config.ring_watermarks(),
             interval: Duration::from_millis(config.disk.check_interval_ms),
             segments: journal.segment_paths(),
             segment_bytes: config.journal.segment_size_bytes,

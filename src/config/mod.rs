@@ -398,15 +398,6 @@ impl Config {
             ));
         }
         at_least("disk.check_interval_ms", self.disk.check_interval_ms, 10)?;
-        // The ring's figure moves a segment at a time: its high mark must be reached before
-        // the ring is full, or writes already sent would meet a full ring.
-        let ring_steps = (1.0 / (1.0 - high)).ceil() as u64;
-        if u64::from(self.journal.segments) <= ring_steps {
-            return Err(format!(
-                "invalid value for journal.segments: {} (with disk.high_watermark {high}, the ring needs more than {ring_steps} segments so that the mark comes before the ring is full)",
-                self.journal.segments
-            ));
-        }
         let trigger = self.checkpoint.ring_fill_trigger;
         if !(trigger > 0.0 && trigger < low) {
             return Err(format!(
@@ -428,10 +419,20 @@ impl Config {
             .unwrap_or_else(|| (64 << 20).min(self.ring_headroom_bytes()).max(1))
     }
 
-    /// The part of the ring above `disk.high_watermark`.
+    /// The part of the ring above its high mark ([`Config::ring_watermarks`]).
     pub fn ring_headroom_bytes(&self) -> u64 {
         let ring = self.journal.segment_size_bytes * u64::from(self.journal.segments);
-        ((1.0 - self.disk.high_watermark) * ring as f64) as u64
+        ((1.0 - self.ring_watermarks().0) * ring as f64) as u64
+    }
+
+    /// The ring's own (high, low) marks. Its figure moves a segment at a time, so its high
+    /// mark must come by the time one segment is left, or writes already sent would meet a
+    /// full ring; and its low mark half a step below that, so that it is ever reached:
+    /// `disk.high_watermark` and `disk.low_watermark`, lowered for a ring of few segments.
+    pub fn ring_watermarks(&self) -> (f64, f64) {
+        let step = 1.0 / f64::from(self.journal.segments.max(1));
+        let high = self.disk.high_watermark.min(1.0 - step);
+        (high, self.disk.low_watermark.min(high - step / 2.0))
     }
 
     /// The credentials walrus uses for its own connections, reading the password file if set.
@@ -473,6 +474,30 @@ mod tests {
     fn shipped_config_file_is_the_default() {
         let text = include_str!("../../config.toml");
         assert_eq!(Config::parse(text).unwrap(), Config::default());
+    }
+
+    /// A ring of few segments gets its own marks: the high one by the time one segment is
+    /// left, the low one half a segment below it; the default ring keeps the disk's.
+    #[test]
+    fn a_ring_of_few_segments_gets_marks_it_can_reach() {
+        let mut c = Config::default();
+        assert_eq!(c.ring_watermarks(), (0.90, 0.85));
+        c.journal.segments = 3;
+        c.journal.max_entry_bytes = None;
+        c.validate().unwrap();
+        let (high, low) = c.ring_watermarks();
+        assert!(
+            (high - 2.0 / 3.0).abs() < 1e-9 && (low - 0.5).abs() < 1e-9,
+            "{high} {low}"
+        );
+        c.journal.segments = 10;
+        c.validate().unwrap();
+        // Ten segments: a ring full but one is 90%, the default mark itself.
+        let (high, low) = c.ring_watermarks();
+        assert!(
+            (high - 0.9).abs() < 1e-9 && (low - 0.85).abs() < 1e-9,
+            "{high} {low}"
+        );
     }
 
     /// Issue 20: a small ring works with nothing else set; the limits that depend on the
@@ -528,13 +553,6 @@ mod tests {
                 "{err}"
             );
         }
-        let mut c = Config::default();
-        c.journal.segments = 10;
-        let err = c.validate().unwrap_err();
-        assert!(
-            err.contains("journal.segments") && err.contains("disk.high_watermark"),
-            "{err}"
-        );
         let mut c = Config::default();
         c.checkpoint.ring_fill_trigger = 0.85;
         let err = c.validate().unwrap_err();

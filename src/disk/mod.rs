@@ -7,7 +7,8 @@
 //! link's backpressure). When any passes `disk.high_watermark`,
 //! new writes get `-MISCONF` before they reach Valkey; reads go on. Writes already sent
 //! still complete: the journal's segments are pre-allocated, so they need no new space, and
-//! the ring keeps `1 - high_watermark` of itself for them. Once every figure is below
+//! the ring keeps `1 - high_watermark` of itself for them (a ring of few segments has marks of
+//! its own, the high one with a segment left: `Config::ring_watermarks`). Once every figure is below
 //! `disk.low_watermark` again, writes resume. Each transition is logged once with the
 //! figures.
 //!
@@ -129,6 +130,8 @@ pub struct Reading {
     pub used: f64,
     /// What an operator does about it.
     pub remedy: &'static str,
+    /// Its own (high, low) marks, where the disk's do not fit it (a ring of few segments).
+    pub marks: Option<(f64, f64)>,
 }
 
 /// The remedy for a full file system.
@@ -138,7 +141,11 @@ pub const FIX_CHECKPOINTS: &str = "make checkpoints succeed again (the log says 
 
 impl std::fmt::Display for Reading {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} is {} full", self.what, pct(self.used))
+        write!(f, "{} is {} full", self.what, pct(self.used))?;
+        match self.marks {
+            Some((high, low)) => write!(f, " (its own marks: {}, {})", pct(high), pct(low)),
+            None => Ok(()),
+        }
     }
 }
 
@@ -173,7 +180,9 @@ impl Watermarks {
     }
 
     pub fn update(&mut self, readings: &[Reading]) -> Change {
-        let over: Vec<&Reading> = readings.iter().filter(|r| r.used >= self.high).collect();
+        let high = |r: &Reading| r.marks.map_or(self.high, |m| m.0);
+        let low = |r: &Reading| r.marks.map_or(self.low, |m| m.1);
+        let over: Vec<&Reading> = readings.iter().filter(|r| r.used >= high(r)).collect();
         let all = || {
             readings
                 .iter()
@@ -185,7 +194,7 @@ impl Watermarks {
             // Between the marks nothing is over the high one: name what is still above the
             // low one.
             let named: Vec<&Reading> = if over.is_empty() {
-                readings.iter().filter(|r| r.used >= self.low).collect()
+                readings.iter().filter(|r| r.used >= low(r)).collect()
             } else {
                 over.clone()
             };
@@ -206,7 +215,7 @@ impl Watermarks {
             self.refusing = true;
             return Change::Refuse(reason());
         }
-        if readings.iter().all(|r| r.used < self.low) {
+        if readings.iter().all(|r| r.used < low(r)) {
             self.refusing = false;
             return Change::Resume(format!(
                 "writes resume: {} (below disk.low_watermark, {})",
@@ -228,11 +237,13 @@ mod tests {
                 what: "the ring".into(),
                 used: 0.1,
                 remedy: FIX_CHECKPOINTS,
+                marks: None,
             },
             Reading {
                 what: "the disk".into(),
                 used,
                 remedy: FREE_SPACE,
+                marks: None,
             },
         ]
     }
@@ -258,6 +269,27 @@ mod tests {
         assert!(matches!(w.update(&r(0.85)), Change::StillRefused(_)));
         assert!(matches!(w.update(&r(0.84)), Change::Resume(_)));
         assert_eq!(w.update(&r(0.87)), Change::Unchanged);
+    }
+
+    /// A ring of three segments, with its own marks (2/3, 1/2): refused with two segments
+    /// in use, which the disk's 90% would never see before the ring is full; resumed at one.
+    #[test]
+    fn a_reading_with_its_own_marks_is_judged_by_them() {
+        let ring = |used: f64| {
+            vec![Reading {
+                what: "the ring".into(),
+                used,
+                remedy: FIX_CHECKPOINTS,
+                marks: Some((2.0 / 3.0, 0.5)),
+            }]
+        };
+        let mut w = Watermarks::new(0.9, 0.85);
+        assert_eq!(w.update(&ring(1.0 / 3.0)), Change::Unchanged);
+        let Change::Refuse(why) = w.update(&ring(2.0 / 3.0)) else {
+            panic!()
+        };
+        assert!(why.contains("its own marks: 66.7%, 50.0%"), "{why}");
+        assert!(matches!(w.update(&ring(1.0 / 3.0)), Change::Resume(_)));
     }
 
     #[test]

@@ -15,6 +15,8 @@ use tokio::sync::{watch, Notify};
 pub struct WatchConfig {
     pub high_watermark: f64,
     pub low_watermark: f64,
+    /// The ring's own (high, low) marks (`Config::ring_watermarks`).
+    pub ring_marks: (f64, f64),
     pub interval: Duration,
     pub journal_dir: PathBuf,
     pub checkpoint_dir: PathBuf,
@@ -116,6 +118,7 @@ fn fs_readings(cfg: &WatchConfig) -> std::io::Result<Vec<Reading>> {
             what: format!("the journal's file system ({})", cfg.journal_dir.display()),
             used: journal_fs,
             remedy: super::FREE_SPACE,
+            marks: None,
         },
         Reading {
             what: format!(
@@ -124,6 +127,7 @@ fn fs_readings(cfg: &WatchConfig) -> std::io::Result<Vec<Reading>> {
             ),
             used: checkpoint_fs,
             remedy: super::FREE_SPACE,
+            marks: None,
         },
     ])
 }
@@ -142,6 +146,7 @@ fn ring_reading(cfg: &WatchConfig, journal: &Journal) -> Option<Reading> {
             ),
             used: ring,
             remedy: super::FIX_CHECKPOINTS,
+            marks: (cfg.ring_marks != (cfg.high_watermark, cfg.low_watermark)).then_some(cfg.ring_marks),
         })
 }
 
