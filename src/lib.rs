@@ -28,6 +28,15 @@
 //! - [`http`]: `/metrics`, `/healthz`, `/readyz` and `POST /checkpoint`.
 //! - [`cli`]: the `walrus` command.
 //!
+//! Errors: each layer has one type, and a layer's public functions return only it; private
+//! helpers may build a message that the public function wraps. [`resp::ParseError`],
+//! [`journal::JournalError`], [`config::ConfigError`], [`upstream::client::UpstreamError`]
+//! (for [`valkey`] and [`commands`] too: both speak to Valkey), [`durability::Refusal`]
+//! (what a refused or failed reply says, rendered to RESP in one place), [`disk::DiskError`],
+//! [`checkpoint::CheckpointError`] (with [`checkpoint::store::StoreError`]),
+//! [`restore::RestoreError`], [`replication::link::LinkError`]; the proxy's error is the
+//! RESP error reply itself, and [`cli`] prints whatever reaches it and exits non-zero.
+//!
 //! One `SET k v`, from client to reply (docs/data-flow.md walks it with file names):
 //! 1. [`proxy::server`] accepts the client; its [`proxy::session`] parses the request
 //!    ([`resp`]) and classifies it ([`commands`]): a write of key `k`.

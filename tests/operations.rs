@@ -48,6 +48,7 @@ const METRICS: &[(&str, &str)] = &[
     ("walrus_restore_last_duration_seconds", "gauge"),
     ("walrus_upstream_connected", "gauge"),
     ("walrus_upstream_reconnects_total", "counter"),
+    ("walrus_upstream_in_flight_full_total", "counter"),
     ("walrus_replica_link_up", "gauge"),
     ("walrus_protocol_errors_total", "counter"),
     ("walrus_pinned_sessions_total", "counter"),

@@ -185,7 +185,7 @@ fn check_replies(
     n
 }
 
-fn run_client(addr: String, client: usize) -> usize {
+fn run_client(addr: String, client: usize, commands: usize) -> usize {
     let stream = TcpStream::connect(&addr).unwrap();
     stream.set_nodelay(true).unwrap();
     stream
@@ -199,11 +199,11 @@ fn run_client(addr: String, client: usize) -> usize {
     let mut model = Model::default();
     let mut out = Vec::with_capacity(BATCH_BYTES * 2);
     let mut expected = Vec::new();
-    for i in 0..COMMANDS_PER_CLIENT {
+    for i in 0..commands {
         let (c, r) = step(&mut rng, &mut model, client);
         out.extend_from_slice(&c);
         expected.push(r);
-        if out.len() >= BATCH_BYTES || i + 1 == COMMANDS_PER_CLIENT {
+        if out.len() >= BATCH_BYTES || i + 1 == commands {
             // The reader learns what to expect before the replies can arrive.
             tx.send(std::mem::take(&mut expected)).unwrap();
             wr.write_all(&out).unwrap();
@@ -214,22 +214,49 @@ fn run_client(addr: String, client: usize) -> usize {
     reader.join().unwrap()
 }
 
+/// Every client's pipeline, each reply checked; walrus answers a PING afterwards.
+fn fifty_clients_pipelining(w: &Walrus, commands: usize) {
+    let threads: Vec<_> = (0..CLIENTS)
+        .map(|client| {
+            let addr = w.addr.clone();
+            std::thread::spawn(move || run_client(addr, client, commands))
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap(), commands);
+    }
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["PING"]), b"+PONG\r\n");
+}
+
 #[test]
 fn fifty_clients_pipelining_mixed_commands_get_every_reply_in_order() {
     let v = Valkey::start();
     let w = Walrus::build().upstream(&v.addr()).start();
-    let threads: Vec<_> = (0..CLIENTS)
-        .map(|client| {
-            let addr = w.addr.clone();
-            std::thread::spawn(move || run_client(addr, client))
-        })
-        .collect();
-    for t in threads {
-        assert_eq!(t.join().unwrap(), COMMANDS_PER_CLIENT);
-    }
-    // walrus is still healthy afterwards.
-    let mut c = Raw::connect(&w.addr);
-    assert_eq!(c.cmd(&["PING"]), b"+PONG\r\n");
+    fifty_clients_pipelining(&w, COMMANDS_PER_CLIENT);
+}
+
+/// With a connection allowed to owe only two replies, walrus keeps hitting the bound
+/// (`upstream.max_in_flight_requests`): it waits for replies and sends the rest as they
+/// arrive, in order, never dropping or mixing one up, and never stalling.
+#[test]
+fn a_connection_owing_its_most_replies_waits_for_them_and_loses_none() {
+    let v = Valkey::start();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .config("[upstream]\nmax_in_flight_requests = 2\n")
+        .args(&["--metrics-listen", &metrics])
+        .start();
+    fifty_clients_pipelining(&w, COMMANDS_PER_CLIENT / 10);
+    let (_, body) = http_get(&metrics, "/metrics");
+    let waits: u64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix("walrus_upstream_in_flight_full_total "))
+        .expect("the metric is exported")
+        .parse()
+        .unwrap();
+    assert!(waits > 0, "the bound was never reached");
 }
 
 /// Writes `commands` in one go and checks the replies, in order.

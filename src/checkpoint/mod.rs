@@ -18,7 +18,7 @@ pub mod store;
 
 use crate::durability::{Durability, Status};
 use crate::journal::Journal;
-use crate::upstream::client::Conn;
+use crate::upstream::client::{Conn, UpstreamError};
 use crate::upstream::server::ServerVersion;
 use crate::upstream::Upstream;
 use crate::valkey::handshake::{handshake, Purpose, SyncStart};
@@ -43,7 +43,34 @@ pub struct CheckpointConfig {
 }
 
 /// A request for a checkpoint now (`walrus checkpoint`); answered with a summary or why not.
-pub type Request = oneshot::Sender<Result<String, String>>;
+pub type Request = oneshot::Sender<Result<String, CheckpointError>>;
+
+/// Why no checkpoint was taken.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// There is nothing to take one of yet: not a failure of checkpoints.
+    #[error("{0}")]
+    NotNow(&'static str),
+    #[error("{0}")]
+    Valkey(#[from] crate::upstream::client::UpstreamError),
+    #[error("{0}")]
+    NoRoom(#[from] crate::disk::DiskError),
+    #[error("{0}")]
+    Store(#[from] store::StoreError),
+    /// Valkey's history changed while the RDB was taken: it proves nothing about the journal.
+    #[error("checkpoint at {replid}:{offset} does not cover journal entry {lsn} at {covered_replid}:{covered_offset}")]
+    Uncovered {
+        replid: String,
+        offset: u64,
+        lsn: u64,
+        covered_replid: String,
+        covered_offset: u64,
+    },
+    #[error("cannot read the last durable entry")]
+    NoDurableEntry,
+    #[error("checkpoint task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
 
 /// Takes checkpoints whenever the ring fills past the trigger or one is requested, and
 /// releases the journal entries no restore can need any more; `released` is notified after
@@ -126,7 +153,8 @@ pub async fn run(
                     .store(true, std::sync::atomic::Ordering::Relaxed);
                 // Once per kind of failure: the text after its first ':' carries figures
                 // that change on every retry.
-                let kind = e.split(':').next().unwrap_or(e);
+                let text = e.to_string();
+                let kind = text.split(':').next().unwrap_or(&text);
                 if kind != last_failure {
                     tracing::warn!("checkpoint failed: {e}");
                     last_failure = kind.to_string();
@@ -171,13 +199,11 @@ struct Sizes {
 }
 
 /// Valkey's `used_memory`.
-async fn used_memory(conn: &mut Conn) -> Result<u64, String> {
-    let text = crate::upstream::server::info(conn, "memory")
-        .await
-        .map_err(|e| e.to_string())?;
+async fn used_memory(conn: &mut Conn) -> Result<u64, UpstreamError> {
+    let text = crate::upstream::server::info(conn, "memory").await?;
     text.lines()
         .find_map(|l| l.trim_end().strip_prefix("used_memory:")?.parse().ok())
-        .ok_or_else(|| "INFO memory has no used_memory".to_string())
+        .ok_or_else(|| UpstreamError::Decode("INFO memory has no used_memory".into()))
 }
 
 /// How large the next RDB will be, and how that was judged: the last RDB grown with
@@ -208,14 +234,14 @@ fn estimate(last: Option<Sizes>, recorded: Option<u64>, used_memory: u64) -> (u6
 fn possible(
     journal: &Journal,
     durability: &Durability,
-) -> Result<(u64, crate::journal::Durable), String> {
+) -> Result<(u64, crate::journal::Durable), CheckpointError> {
     if durability.status() != Status::Attached {
-        return Err("the replica link is not attached".into());
+        return Err(CheckpointError::NotNow("the replica link is not attached"));
     }
     let epoch = durability.epoch();
     let before = *journal.durable().borrow();
     if before.lsn == 0 || before.failed {
-        return Err("nothing durable to release".into());
+        return Err(CheckpointError::NotNow("nothing durable to release"));
     }
     Ok((epoch, before))
 }
@@ -231,46 +257,41 @@ async fn take(
     durability: &Durability,
     cfg: &CheckpointConfig,
     last_sizes: &mut Option<Sizes>,
-) -> Result<String, String> {
+) -> Result<String, CheckpointError> {
     let covered_replid = {
         let j = journal.clone();
         let lsn = before.lsn;
         let repl_id = tokio::task::spawn_blocking(move || j.repl_id_after(lsn).ok().flatten())
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or("cannot read the last durable entry")?;
+            .await?
+            .ok_or(CheckpointError::NoDurableEntry)?;
         String::from_utf8_lossy(&repl_id).into_owned()
     };
-    let mut conn = Conn::control(up).await.map_err(|e| e.to_string())?;
+    let mut conn = Conn::control(up).await?;
     // The new RDB is written next to the current one: check there is room before asking.
     let memory = used_memory(&mut conn).await?;
     let (need, how) = estimate(*last_sizes, cfg.store.recorded().map(|c| c.size), memory);
     cfg.room.check(need, &how)?;
-    let version = ServerVersion::query(&mut conn)
-        .await
-        .map_err(|e| e.to_string())?;
+    let version = ServerVersion::query(&mut conn).await?;
     let SyncStart::Full { replid, offset } =
-        handshake(&mut conn, &version, Purpose::Checkpoint, None)
-            .await
-            .map_err(|e| e.to_string())?
+        handshake(&mut conn, &version, Purpose::Checkpoint, None).await?
     else {
-        return Err("Valkey offered a partial resync to PSYNC ? -1".into());
+        return Err(UpstreamError::Decode(
+            "Valkey offered a partial resync to PSYNC ? -1".into(),
+        ))?;
     };
-    let dest = cfg
-        .store
-        .path_for(&replid, offset)
-        .map_err(|e| e.to_string())?;
-    let stored = rdb::receive(&mut conn, &dest, cfg.max_rdb_bytes)
-        .await
-        .map_err(|e| e.to_string())?;
+    let dest = cfg.store.path_for(&replid, offset)?;
+    let stored = rdb::receive(&mut conn, &dest, cfg.max_rdb_bytes).await?;
     drop(conn);
     if replid != covered_replid || offset < before.repl_offset || durability.epoch() != epoch {
         // Valkey's history changed under us: this RDB proves nothing about the journal.
         let _ = tokio::fs::remove_file(&dest).await;
-        return Err(format!(
-            "checkpoint at {replid}:{offset} does not cover journal entry {} at {covered_replid}:{}",
-            before.lsn, before.repl_offset
-        ));
+        return Err(CheckpointError::Uncovered {
+            replid,
+            offset,
+            lsn: before.lsn,
+            covered_replid,
+            covered_offset: before.repl_offset,
+        });
     }
     let store = cfg.store.clone();
     let current_from = store.recorded_from_lsn().unwrap_or(1);
@@ -279,9 +300,7 @@ async fn take(
     let recorded = tokio::task::spawn_blocking(move || {
         store.record_or_discard(&stored, &written_by, &replid, offset, from_lsn)
     })
-    .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| e.to_string())?;
+    .await??;
     *last_sizes = Some(Sizes {
         rdb_bytes: recorded.size,
         used_memory: memory,

@@ -144,7 +144,7 @@ impl Store {
     /// write between them share an offset). Only the manifest switches from one to the next.
     /// The name is reserved by creating its temporary file (`.rdb.tmp`, which
     /// [`rdb::receive`] writes and renames), since the link and a checkpoint may both ask.
-    pub fn path_for(&self, replid: &str, offset: u64) -> std::io::Result<PathBuf> {
+    pub fn path_for(&self, replid: &str, offset: u64) -> Result<PathBuf, StoreError> {
         for n in 0u64.. {
             let p = match n {
                 0 => self.dir.join(format!("checkpoint-{replid}-{offset}.rdb")),
@@ -153,6 +153,10 @@ impl Store {
                     .join(format!("checkpoint-{replid}-{offset}-{n}.rdb")),
             };
             let tmp = p.with_extension("rdb.tmp");
+            let io = |source| StoreError::Io {
+                path: tmp.clone(),
+                source,
+            };
             match std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
@@ -160,9 +164,9 @@ impl Store {
             {
                 // Free unless an RDB of that name was renamed into place before.
                 Ok(_) if !p.exists() => return Ok(p),
-                Ok(_) => std::fs::remove_file(&tmp)?,
+                Ok(_) => std::fs::remove_file(&tmp).map_err(io)?,
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(e),
+                Err(e) => return Err(io(e)),
             }
         }
         unreachable!("some name is free")

@@ -3,6 +3,7 @@
 //! when it comes up empty); the checkpointer; the disk watcher; and their shutdown, in the
 //! order that lets held replies drain.
 
+use super::Fatal;
 use crate::checkpoint::{self, store::Store, CheckpointConfig};
 use crate::config::Config;
 use crate::durability::Durability;
@@ -18,7 +19,7 @@ use tokio::sync::watch;
 pub(super) struct Durable {
     pub(super) durability: Arc<Durability>,
     pub(super) journal: Arc<Journal>,
-    pub(super) link: tokio::task::JoinHandle<Result<(), String>>,
+    pub(super) link: tokio::task::JoinHandle<Result<(), crate::replication::link::LinkError>>,
     checkpointer: tokio::task::JoinHandle<()>,
     watcher: tokio::task::JoinHandle<()>,
     pub(super) checkpoint_requests: tokio::sync::mpsc::Sender<checkpoint::Request>,
@@ -54,7 +55,7 @@ pub(super) async fn start_durability(
     up: &Upstream,
     stop: watch::Receiver<bool>,
     managed: Option<&ManagedValkey>,
-) -> Result<Durable, String> {
+) -> Result<Durable, Fatal> {
     let dir = config.data.dir.join("journal");
     let cp_dir = config.data.dir.join("checkpoints");
     let (journal_dir, checkpoint_dir) = (dir.clone(), cp_dir.clone());
@@ -67,13 +68,12 @@ pub(super) async fn start_durability(
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         // Before the ring is allocated: an oversized one is refused, not written first.
         crate::disk::check_ring_fits(&dir, ring_bytes, low_watermark)?;
-        let (journal, recovered) = Journal::open(&dir, &cfg).map_err(|e| e.to_string())?;
-        let store = Store::open(&cp_dir).map_err(|e| e.to_string())?;
-        let holding = crate::restore::holding(&store, &journal).map_err(|e| e.to_string())?;
-        Ok::<_, String>((journal, recovered, store, holding))
+        let (journal, recovered) = Journal::open(&dir, &cfg)?;
+        let store = Store::open(&cp_dir)?;
+        let holding = crate::restore::holding(&store, &journal)?;
+        Ok::<_, Fatal>((journal, recovered, store, holding))
     })
-    .await
-    .map_err(|e| e.to_string())??;
+    .await??;
     crate::metrics::JOURNAL_INFO
         .with_label_values(&[
             match recovered.backend.kind {

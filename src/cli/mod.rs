@@ -10,6 +10,11 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// The CLI's error: why walrus cannot start or go on. Every layer below has its own type
+/// (`JournalError`, `UpstreamError`, `Refusal`, ...); here they meet, are printed for the
+/// operator, and the process exits non-zero.
+type Fatal = Box<dyn std::error::Error + Send + Sync>;
+
 /// walrus: a durability proxy for in-memory Valkey.
 ///
 /// Clients connect to walrus instead of Valkey. walrus forwards every command, journals

@@ -2,6 +2,7 @@
 //! learn its command table, and proxy until SIGTERM or SIGINT.
 
 use super::durable::start_durability;
+use super::Fatal;
 use super::ServeArgs;
 use crate::commands::CommandTable;
 use crate::config::{Config, UpstreamMode};
@@ -53,7 +54,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
     }
 }
 
-fn load(args: &ServeArgs) -> Result<Config, String> {
+fn load(args: &ServeArgs) -> Result<Config, Fatal> {
     let mut config = match &args.config {
         Some(path) => Config::load(path)?,
         None => Config::default(),
@@ -91,7 +92,7 @@ fn init_tracing(log: &crate::config::LogConfig) {
     };
 }
 
-async fn serve(config: Config) -> Result<(), String> {
+async fn serve(config: Config) -> Result<(), Fatal> {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "walrus starting");
     let (stop_tx, stop) = watch::channel(false);
     spawn_signal_handler(stop_tx)?;
@@ -134,7 +135,7 @@ async fn run_proxy(
     up: Upstream,
     mut stop: watch::Receiver<bool>,
     managed: Option<&ManagedValkey>,
-) -> Result<(), String> {
+) -> Result<(), Fatal> {
     // Health and readiness are served from the start: a restore may take minutes, and a
     // liveness probe must not kill walrus meanwhile.
     let readiness = Arc::new(Readiness {
@@ -151,10 +152,7 @@ async fn run_proxy(
                     config.metrics.listen
                 )
             })?;
-        tracing::info!(
-            "metrics on http://{}/metrics",
-            m.local_addr().map_err(|e| e.to_string())?
-        );
+        tracing::info!("metrics on http://{}/metrics", m.local_addr()?);
         let r = readiness.clone();
         tokio::spawn(crate::http::serve(
             m,
@@ -212,9 +210,9 @@ async fn run_proxy(
         tokio::select! {
             _ = d.durability.wait_attached(None) => {}
             r = &mut d.link => return Err(match r {
-                Ok(Err(why)) => why,
+                Ok(Err(why)) => why.into(),
                 Ok(Ok(())) => "the replica link stopped before attaching".into(),
-                Err(e) => format!("the replica link failed: {e}"),
+                Err(e) => format!("the replica link failed: {e}").into(),
             }),
             _ = stop.wait_for(|s| *s) => return Ok(()),
         }
@@ -224,6 +222,7 @@ async fn run_proxy(
         durability: durable.as_ref().map(|d| d.durability.clone()),
         oracle: OffsetOracle::new(),
         reply_timeout: Duration::from_millis(config.upstream.reply_timeout_ms),
+        max_in_flight: config.upstream.max_in_flight_requests,
     });
     if let Some(d) = &ctx.durability {
         // Writes whose outcome is unknown keep their keys dirty until Valkey's offset after
@@ -273,7 +272,7 @@ async fn run_proxy(
     let listener = TcpListener::bind(config.proxy.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.proxy.listen))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let addr = listener.local_addr()?;
     let _ = readiness.pool.set(default_pool.clone());
     let pool = default_pool.clone();
     crate::metrics::on_scrape(move || {
@@ -335,15 +334,15 @@ impl Readiness {
 const WRAPPING_BYTES: usize = 4096;
 
 /// External mode: compares Valkey's settings with those walrus needs, once.
-async fn check_settings(up: &Upstream, strict: bool) -> Result<(), String> {
-    let mut conn = Conn::control(up).await.map_err(|e| e.to_string())?;
+async fn check_settings(up: &Upstream, strict: bool) -> Result<(), Fatal> {
+    let mut conn = Conn::control(up).await?;
     let diffs = match settings::check(&mut conn).await {
         Ok(d) => d,
         Err(e) => {
             // An ACL user without +config cannot read them: say so, do not guess.
             let msg = format!("cannot read Valkey's settings with CONFIG GET: {e}");
             return if strict {
-                Err(msg)
+                Err(msg.into())
             } else {
                 tracing::warn!("{msg}");
                 Ok(())
@@ -358,7 +357,8 @@ async fn check_settings(up: &Upstream, strict: bool) -> Result<(), String> {
             "upstream.strict_settings is set and {} of Valkey's settings differ from what walrus needs (see the log); first: {}",
             diffs.len(),
             diffs[0]
-        ));
+        )
+        .into());
     }
     Ok(())
 }
@@ -368,13 +368,13 @@ async fn check_settings(up: &Upstream, strict: bool) -> Result<(), String> {
 async fn learn_upstream(
     up: &Upstream,
     backoff_max: Duration,
-) -> Result<(CommandTable, u32, ServerVersion), String> {
+) -> Result<(CommandTable, u32, ServerVersion), Fatal> {
     let mut backoff = Backoff::new(Duration::from_millis(50), backoff_max);
     loop {
         match try_learn(up).await {
             Ok(r) => return Ok(r),
             // Not a server walrus can serve: waiting will not change that.
-            Err(UpstreamError::Unsupported(why)) => return Err(why),
+            Err(e @ UpstreamError::Unsupported(_)) => return Err(e.into()),
             Err(e) => {
                 tracing::warn!(
                     "cannot read Valkey's command table yet: {e}; retrying in {:?}",
@@ -407,9 +407,9 @@ async fn try_learn(up: &Upstream) -> Result<(CommandTable, u32, ServerVersion), 
     Ok((table, databases as u32, server))
 }
 
-fn spawn_signal_handler(stop: watch::Sender<bool>) -> Result<(), String> {
-    let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-    let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+fn spawn_signal_handler(stop: watch::Sender<bool>) -> Result<(), Fatal> {
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
     tokio::spawn(async move {
         tokio::select! {
             _ = term.recv() => tracing::info!("SIGTERM received"),

@@ -44,7 +44,7 @@ pub struct KeySpec {
 
 /// Parses one key spec from COMMAND's flat RESP2 form: `["flags", [...], "begin_search",
 /// ["type", T, "spec", [...]], "find_keys", ["type", T, "spec", [...]]]`.
-pub fn parse_spec(f: &OwnedFrame) -> Result<KeySpec, String> {
+pub(super) fn parse_spec(f: &OwnedFrame) -> Result<KeySpec, String> {
     let map = pairs(f);
     let incomplete = match map.iter().find(|(k, _)| k == "flags") {
         Some((_, OwnedFrame::Array(fl))) => {

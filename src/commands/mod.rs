@@ -84,11 +84,15 @@ impl CommandTable {
     /// Fetches the table from Valkey (`COMMAND`).
     pub async fn fetch(conn: &mut Conn) -> Result<CommandTable, UpstreamError> {
         let reply = conn.call(["COMMAND"]).await?;
-        Self::from_frame(&reply).map_err(UpstreamError::Decode)
+        Self::from_frame(&reply)
     }
 
     /// Builds the table from a decoded `COMMAND` reply.
-    pub fn from_frame(reply: &OwnedFrame) -> Result<CommandTable, String> {
+    pub fn from_frame(reply: &OwnedFrame) -> Result<CommandTable, UpstreamError> {
+        Self::read(reply).map_err(UpstreamError::Decode)
+    }
+
+    fn read(reply: &OwnedFrame) -> Result<CommandTable, String> {
         let OwnedFrame::Array(entries) = reply else {
             return Err("COMMAND reply is not an array".into());
         };

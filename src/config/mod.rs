@@ -41,6 +41,27 @@ impl Default for CheckpointSettings {
     }
 }
 
+/// Why a configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {}: {source}", .path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {}: {source}", .path.display())]
+    InFile {
+        path: PathBuf,
+        source: Box<ConfigError>,
+    },
+    /// Not TOML, an unknown key, a value of the wrong type.
+    #[error("{0}")]
+    Parse(#[from] toml::de::Error),
+    /// A value that parses but cannot work; the text names the key and the value.
+    #[error("{0}")]
+    Invalid(String),
+}
+
 /// Disk watermarks ([`crate::disk`]).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -203,6 +224,8 @@ pub struct UpstreamConfig {
     /// How long a pooled connection may owe replies with no byte from Valkey before it is
     /// given up, failing the requests on it.
     pub reply_timeout_ms: u64,
+    /// Requests one connection to Valkey may owe replies for before it waits for one.
+    pub max_in_flight_requests: usize,
     pub reconnect_backoff_max_ms: u64,
     pub valkey_server: String,
     pub port: u16,
@@ -229,6 +252,10 @@ impl Default for UpstreamConfig {
             // Far above any command Valkey serves in normal use (a script past Valkey's
             // busy-reply-threshold, 5 s, gets other clients -BUSY, not silence).
             reply_timeout_ms: 30_000,
+            // Far more than a connection needs to stay busy (a batch is at most 256 KiB),
+            // and a bound on what a Valkey that answers slowly can make walrus keep: about
+            // 100 bytes of bookkeeping per request, some MiB per connection.
+            max_in_flight_requests: 64 << 10,
             reconnect_backoff_max_ms: 1_000,
             valkey_server: String::new(),
             port: 0,
@@ -305,19 +332,28 @@ pub struct Credentials {
 }
 
 impl Config {
-    /// Reads and validates a configuration file.
-    pub fn load(path: &Path) -> Result<Config, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
-        Config::parse(&text).map_err(|e| format!("config file {}: {e}", path.display()))
+    /// Reads a configuration file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(&text).map_err(|source| ConfigError::InFile {
+            path: path.to_path_buf(),
+            source: Box::new(source),
+        })
     }
 
-    pub fn parse(text: &str) -> Result<Config, String> {
-        toml::from_str(text).map_err(|e| e.to_string())
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        Ok(toml::from_str(text)?)
     }
 
     /// Rejects values that parse but cannot work, naming the key and the value.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.check().map_err(ConfigError::Invalid)
+    }
+
+    fn check(&self) -> Result<(), String> {
         fn at_least(key: &str, value: u64, min: u64) -> Result<(), String> {
             if value < min {
                 return Err(format!(
@@ -360,6 +396,11 @@ impl Config {
         }
         at_least("upstream.connect_timeout_ms", u.connect_timeout_ms, 1)?;
         at_least("upstream.reply_timeout_ms", u.reply_timeout_ms, 100)?;
+        at_least(
+            "upstream.max_in_flight_requests",
+            u.max_in_flight_requests as u64,
+            1,
+        )?;
         at_least(
             "upstream.reconnect_backoff_max_ms",
             u.reconnect_backoff_max_ms,
@@ -407,7 +448,7 @@ impl Config {
         if self.data.dir.as_os_str().is_empty() {
             return Err("invalid value for data.dir: \"\"".into());
         }
-        self.journal.validate()
+        self.journal.check()
     }
 
     /// The bound on executed-but-not-durable bytes: as set, or unset 64 MiB capped by the
@@ -516,28 +557,34 @@ mod tests {
         // An explicit value that conflicts is refused with the one that fits.
         let mut c = c;
         c.journal.max_entry_bytes = Some(15 << 20);
-        let err = c.validate().unwrap_err();
+        let err = c.validate().unwrap_err().to_string();
         assert!(err.contains("journal.max_entry_bytes = 15728640"), "{err}");
     }
 
     #[test]
     fn unknown_key_is_named() {
-        let err = Config::parse("[proxy]\nmax_clientz = 3\n").unwrap_err();
+        let err = Config::parse("[proxy]\nmax_clientz = 3\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("max_clientz"), "{err}");
     }
 
     #[test]
     fn invalid_value_names_key_and_value() {
-        let err = Config::parse("[proxy]\nmax_clients = \"many\"\n").unwrap_err();
+        let err = Config::parse("[proxy]\nmax_clients = \"many\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("max_clients") && err.contains("many"), "{err}");
         let mut c = Config::default();
         c.upstream.pool_size = 0;
-        let err = c.validate().unwrap_err();
+        let err = c.validate().unwrap_err().to_string();
         assert!(
             err.contains("upstream.pool_size") && err.contains('0'),
             "{err}"
         );
-        let err = Config::parse("[upstream]\nmode = \"embedded\"\n").unwrap_err();
+        let err = Config::parse("[upstream]\nmode = \"embedded\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("embedded"), "{err}");
     }
 
@@ -547,7 +594,7 @@ mod tests {
         for (low, high) in [(0.9, 0.85), (0.9, 0.9), (0.0, 0.5), (0.5, 1.0), (-0.1, 0.5)] {
             let mut c = Config::default();
             (c.disk.low_watermark, c.disk.high_watermark) = (low, high);
-            let err = c.validate().unwrap_err();
+            let err = c.validate().unwrap_err().to_string();
             assert!(
                 err.contains("disk.low_watermark") && err.contains("disk.high_watermark"),
                 "{err}"
@@ -555,7 +602,7 @@ mod tests {
         }
         let mut c = Config::default();
         c.checkpoint.ring_fill_trigger = 0.85;
-        let err = c.validate().unwrap_err();
+        let err = c.validate().unwrap_err().to_string();
         assert!(
             err.contains("checkpoint.ring_fill_trigger") && err.contains("0.85"),
             "{err}"

@@ -22,6 +22,28 @@ pub mod watch;
 
 use std::path::{Path, PathBuf};
 
+/// Why the disk layer refuses: a figure it cannot read, or not enough room.
+#[derive(Debug, thiserror::Error)]
+pub enum DiskError {
+    #[error("cannot read the free space of {}: {source}", .path.display())]
+    Unreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The text says how much is missing, where, and what to do.
+    #[error("{0}")]
+    NoRoom(String),
+}
+
+impl DiskError {
+    fn unreadable(path: &Path) -> impl FnOnce(std::io::Error) -> DiskError + '_ {
+        move |source| DiskError::Unreadable {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
 /// Space on the file system holding a path, as `df` counts it (blocks reserved for root
 /// are neither used nor available).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,14 +103,13 @@ pub struct Room {
 impl Room {
     /// `Err` (the log line) when an RDB of about `estimate` bytes would take the
     /// checkpoints' file system past the high watermark. `how`: where the estimate comes from.
-    pub fn check(&self, estimate: u64, how: &str) -> Result<(), String> {
-        let usage = Usage::of(&self.dir)
-            .map_err(|e| format!("cannot read the free space of {}: {e}", self.dir.display()))?;
+    pub fn check(&self, estimate: u64, how: &str) -> Result<(), DiskError> {
+        let usage = Usage::of(&self.dir).map_err(DiskError::unreadable(&self.dir))?;
         let after = usage.ratio_with(estimate);
         if after <= self.high_watermark {
             return Ok(());
         }
-        Err(format!(
+        Err(DiskError::NoRoom(format!(
             "not enough room for a checkpoint: it needs about {} ({how}), and {} has {} free of {}: \
              {} in use afterwards, over disk.high_watermark ({}). Free space or grow the volume",
             mib(estimate),
@@ -97,21 +118,20 @@ impl Room {
             mib(usage.used_bytes + usage.avail_bytes),
             pct(after),
             pct(self.high_watermark),
-        ))
+        )))
     }
 }
 
 /// Refuses a journal whose ring alone would keep its file system above the low watermark:
 /// writes would be refused forever.
-pub fn check_ring_fits(dir: &Path, ring_bytes: u64, low_watermark: f64) -> Result<(), String> {
-    let usage =
-        Usage::of(dir).map_err(|e| format!("cannot read the size of {}: {e}", dir.display()))?;
+pub fn check_ring_fits(dir: &Path, ring_bytes: u64, low_watermark: f64) -> Result<(), DiskError> {
+    let usage = Usage::of(dir).map_err(DiskError::unreadable(dir))?;
     let total = usage.used_bytes + usage.avail_bytes;
     let share = ring_bytes as f64 / total.max(1) as f64;
     if share < low_watermark {
         return Ok(());
     }
-    Err(format!(
+    Err(DiskError::NoRoom(format!(
         "the journal ring ({}, journal.segments x journal.segment_size_bytes) alone takes {} of its file system ({}, {}), \
          at or above disk.low_watermark ({}): writes would never be accepted. Shrink the ring or grow the volume",
         mib(ring_bytes),
@@ -119,7 +139,7 @@ pub fn check_ring_fits(dir: &Path, ring_bytes: u64, low_watermark: f64) -> Resul
         dir.display(),
         mib(total),
         pct(low_watermark)
-    ))
+    )))
 }
 
 /// One watched figure.
@@ -302,7 +322,10 @@ mod tests {
             high_watermark: 0.999_999,
         };
         room.check(0, "nothing").unwrap();
-        let err = room.check(u64::MAX / 4, "a huge one").unwrap_err();
+        let err = room
+            .check(u64::MAX / 4, "a huge one")
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("a huge one") && err.contains("disk.high_watermark"),
             "{err}"

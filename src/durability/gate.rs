@@ -5,7 +5,7 @@
 use super::dirty::{DirtyKeys, Scope};
 use super::marks::{self, WriteMark};
 use super::queue::{Held, HeldQueue};
-use super::status::{history_changed, loading, lost_write, refusal, Status};
+use super::status::{Refusal, Status};
 use bytes::Bytes;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -31,7 +31,7 @@ pub(super) struct State {
     pub(super) held: HeldQueue,
     /// Why new writes are refused although the journal is attached: a disk watermark
     /// ([`crate::disk`]). The `-MISCONF` reply, ready to send.
-    blocked: Option<Bytes>,
+    blocked: Option<Refusal>,
 }
 
 pub struct Durability {
@@ -119,13 +119,13 @@ impl Durability {
 
     /// Waits until a write may be sent: attached, and pending bytes and held memory under
     /// their bounds. Returns the refusal reply when writes are refused instead.
-    pub async fn write_room(&self) -> Result<(), Bytes> {
+    pub async fn write_room(&self) -> Result<(), Refusal> {
         tokio::time::timeout(self.max_hold, self.room_or_refusal())
             .await
-            .unwrap_or_else(|_| Err(self.no_room()))
+            .unwrap_or_else(|_| Err(Refusal::NoRoom(self.max_hold).count()))
     }
 
-    async fn room_or_refusal(&self) -> Result<(), Bytes> {
+    async fn room_or_refusal(&self) -> Result<(), Refusal> {
         loop {
             let notified = self.room.notified();
             tokio::pin!(notified);
@@ -183,16 +183,16 @@ impl Durability {
     }
 
     /// Whether a read may be sent now: not while Valkey is being restored.
-    pub fn admit_read(&self) -> Result<(), Bytes> {
+    pub fn admit_read(&self) -> Result<(), Refusal> {
         match self.lock().status {
-            Status::Restoring => Err(loading()),
+            Status::Restoring => Err(Refusal::Loading),
             _ => Ok(()),
         }
     }
 
     /// Registers a blocking write about to be sent (BLPOP, BLMOVE, ...): it takes no
     /// generation, and reads that may see it read at an offset barrier ([`super::dirty`]).
-    pub fn begin_blocked(&self, scope: Scope) -> Result<WriteMark, Bytes> {
+    pub fn begin_blocked(&self, scope: Scope) -> Result<WriteMark, Refusal> {
         let mut s = self.lock();
         s.admit_write()?;
         s.dirty.mark_blocked(&scope);
@@ -207,7 +207,7 @@ impl Durability {
     }
 
     /// Registers a write about to be sent: its keys become dirty.
-    pub fn begin_write(&self, scope: Scope) -> Result<WriteMark, Bytes> {
+    pub fn begin_write(&self, scope: Scope) -> Result<WriteMark, Refusal> {
         let mut s = self.lock();
         s.admit_write()?;
         let generation = s.dirty.mark(&scope);
@@ -230,7 +230,7 @@ impl Durability {
     pub fn settle_batch(&self, offset: u64, epoch: u64, replies: Vec<Held>, marks: Vec<WriteMark>) {
         let mut s = self.lock();
         if let Status::Failed(_) = s.status {
-            let why = refusal(&s.status);
+            let why = Refusal::of(&s.status).reply();
             s.unmark(marks);
             drop(s);
             replies.into_iter().for_each(|h| h.fail(&why));
@@ -241,7 +241,7 @@ impl Durability {
             s.unmark(marks);
             let reads = s.ready_reads();
             drop(s);
-            let why = history_changed();
+            let why = Refusal::HistoryChanged.reply();
             replies.into_iter().for_each(|h| h.fail(&why));
             reads.into_iter().for_each(Held::release);
             return;
@@ -288,7 +288,7 @@ impl Durability {
                     .min()
                     .unwrap_or(u64::MAX);
                 let failed = self.lock().take_reads_from(lost_from);
-                let err = lost_write();
+                let err = Refusal::LostWrite.reply();
                 failed.into_iter().for_each(|h| h.fail(&err));
                 // Dropped unsettled, outside the lock: they become orphans.
                 drop(marks);
@@ -317,7 +317,7 @@ impl Durability {
     pub fn read_reply(&self, scope: &Scope, epoch: u64, held: Held) -> Option<Held> {
         if self.restoring.load(Ordering::SeqCst) || self.epoch_now.load(Ordering::SeqCst) != epoch {
             // Read from a Valkey the journal does not describe (restarted, being restored).
-            held.fail(&loading());
+            held.fail(&Refusal::Loading.reply());
             return None;
         }
         if self.pending_writes.load(Ordering::SeqCst) == 0 {
@@ -335,7 +335,7 @@ impl Durability {
         };
         if let Status::Failed(_) = s.status {
             // The write it would reveal can no longer become durable.
-            let why = refusal(&s.status);
+            let why = Refusal::of(&s.status).reply();
             drop(s);
             held.fail(&why);
             return None;
@@ -418,7 +418,7 @@ impl Durability {
         s.status = Status::Attached;
         self.restoring.store(false, Ordering::SeqCst);
         drop(s);
-        let why = history_changed();
+        let why = Refusal::HistoryChanged.reply();
         failed.into_iter().for_each(|h| h.fail(&why));
         if durable {
             self.set_durable(offset);
@@ -438,7 +438,7 @@ impl Durability {
         s.status = Status::Restoring;
         self.restoring.store(true, Ordering::SeqCst);
         drop(s);
-        let why = history_changed();
+        let why = Refusal::HistoryChanged.reply();
         failed.into_iter().for_each(|h| h.fail(&why));
         self.room.notify_waiters();
     }
@@ -467,11 +467,7 @@ impl Durability {
     /// Refuses new writes with `-MISCONF <why>` (a disk watermark), or accepts them again
     /// (`None`). Writes already sent are not affected: the journal has room for them.
     pub fn block_writes(&self, why: Option<&str>) {
-        // One line: the message names paths, which may hold anything.
-        self.lock().blocked = why.map(|w| {
-            let w = w.replace(['\r', '\n'], " ");
-            crate::resp::write::error(&format!("MISCONF walrus: {w}"))
-        });
+        self.lock().blocked = why.map(Refusal::disk);
         self.room.notify_waiters();
     }
 
@@ -480,7 +476,7 @@ impl Durability {
         crate::metrics::JOURNAL_FAILED.set(1);
         let mut s = self.lock();
         s.status = Status::Failed(why.to_string());
-        let err = refusal(&s.status);
+        let err = Refusal::of(&s.status).reply();
         let out = s.take_held();
         drop(s);
         out.into_iter().for_each(|h| h.fail(&err));
@@ -512,20 +508,12 @@ impl Durability {
 
 impl State {
     /// Whether a new write may be sent to Valkey now; `Err` is the refusal.
-    fn admit_write(&self) -> Result<(), Bytes> {
-        use crate::metrics::Refusal;
-        let refused = match (&self.status, &self.blocked) {
-            (Status::Attached, None) => return Ok(()),
-            (Status::Attached, Some(why)) => {
-                Refusal::DiskWatermark.count();
-                return Err(why.clone());
-            }
-            (Status::Detached, _) => Refusal::Detached,
-            (Status::Restoring, _) => Refusal::Restoring,
-            (Status::Failed(_), _) => Refusal::JournalFailed,
-        };
-        refused.count();
-        Err(refusal(&self.status))
+    fn admit_write(&self) -> Result<(), Refusal> {
+        match (&self.status, &self.blocked) {
+            (Status::Attached, None) => Ok(()),
+            (Status::Attached, Some(why)) => Err(why.clone().count()),
+            (status, _) => Err(Refusal::of(status).count()),
+        }
     }
 
     fn unmark(&mut self, marks: Vec<WriteMark>) {

@@ -10,8 +10,7 @@
 //! read shows what they wrote only once it is durable (or gets the same error when it has
 //! waited as long).
 
-use super::Durability;
-use bytes::Bytes;
+use super::{Durability, Refusal};
 use std::time::{Duration, Instant};
 
 impl Durability {
@@ -39,13 +38,8 @@ impl Durability {
         if writes.is_empty() && reads.is_empty() {
             return;
         }
-        let ms = self.max_hold.as_millis();
-        let write = crate::resp::write::error(&format!(
-            "ERR walrus: this write was not journaled within {ms} ms (durability.max_hold_ms); it may or may not have taken effect"
-        ));
-        let read = crate::resp::write::error(&format!(
-            "ERR walrus: a write this read depends on was not journaled within {ms} ms (durability.max_hold_ms); retry"
-        ));
+        let write = Refusal::WriteExpired(self.max_hold).reply();
+        let read = Refusal::ReadExpired(self.max_hold).reply();
         tracing::warn!(
             writes = writes.len(),
             reads = reads.len(),
@@ -54,14 +48,5 @@ impl Durability {
         writes.into_iter().for_each(|h| h.fail(&write));
         reads.into_iter().for_each(|h| h.fail(&read));
         self.room.notify_waiters();
-    }
-
-    /// The refusal of a write that found no room within the bound.
-    pub(super) fn no_room(&self) -> Bytes {
-        crate::metrics::Refusal::NoRoom.count();
-        crate::resp::write::error(&format!(
-            "MISCONF walrus: no room for writes within {} ms (durability.max_hold_ms): the journal is too far behind Valkey",
-            self.max_hold.as_millis()
-        ))
     }
 }

@@ -92,4 +92,4 @@ pub use access::{access, Access};
 pub use gate::Durability;
 pub use marks::{resolve_orphans, WriteMark};
 pub use queue::Held;
-pub use status::{loading, Status};
+pub use status::{Refusal, Status};

@@ -27,7 +27,7 @@ fn key(k: &str) -> Scope {
 fn writes_are_refused_until_attached() {
     let d = Durability::new(1 << 20, 1 << 20);
     let refused = d.begin_write(key("a")).unwrap_err();
-    assert!(refused.starts_with(b"-MISCONF"));
+    assert!(refused.reply().starts_with(b"-MISCONF"));
     d.attach("p", 100, true, true, 0);
     assert!(d.begin_write(key("a")).is_ok());
     d.detach();
@@ -44,6 +44,7 @@ fn a_fenced_journal_stays_fenced_across_an_attach() {
     assert!(d
         .begin_write(key("a"))
         .unwrap_err()
+        .reply()
         .starts_with(b"-MISCONF walrus: journal failed"));
 }
 
@@ -102,7 +103,9 @@ async fn a_write_waiting_for_room_is_refused_past_the_bound() {
     let mark = d.begin_write(key("a")).unwrap();
     d.settle_batch(2 << 20, 1, Vec::new(), vec![mark]);
     let refused = d.write_room().await.unwrap_err();
-    assert!(refused.starts_with(b"-MISCONF walrus: no room for writes within 30000 ms"));
+    assert!(refused
+        .reply()
+        .starts_with(b"-MISCONF walrus: no room for writes within 30000 ms"));
 }
 
 #[test]
@@ -155,6 +158,7 @@ fn a_failed_journal_turns_held_replies_into_errors() {
     assert!(d
         .begin_write(key("a"))
         .unwrap_err()
+        .reply()
         .starts_with(b"-MISCONF"));
     // The failed write ran in Valkey: reading its key fails; other keys read fine.
     let (r, mut r_rx) = held("$1\r\nv\r\n");
@@ -201,10 +205,11 @@ fn a_new_history_from_offset_zero_is_told_apart_by_its_epoch() {
         .unwrap()
         .starts_with(b"-ERR walrus: Valkey's replication history changed"));
     // While restoring: reads and writes get Valkey's -LOADING.
-    assert!(d.admit_read().unwrap_err().starts_with(b"-LOADING"));
+    assert!(d.admit_read().unwrap_err().reply().starts_with(b"-LOADING"));
     assert!(d
         .begin_write(key("b"))
         .unwrap_err()
+        .reply()
         .starts_with(b"-LOADING"));
     let (r, mut r_rx) = held("$-1\r\n");
     d.read_reply(&key("a"), d.epoch(), r);

@@ -65,7 +65,7 @@ fn errno(name: &str) -> Result<i32, String> {
 }
 
 impl JournalPlan {
-    pub fn parse(text: &str) -> Result<JournalPlan, String> {
+    fn parse(text: &str) -> Result<JournalPlan, String> {
         let at = text
             .find(['@', '#'])
             .ok_or_else(|| format!("{text:?}: no trigger (@text or #n)"))?;

@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::format::{entry_span_bound, BLOCK_BYTES, HEADER_BYTES};
+use super::JournalError;
 
 /// Valkey's largest bulk (512 MiB, like walrus's `proxy.max_bulk_bytes`) plus room for the
 /// rest of its command: any write a client may send fits one entry.
@@ -149,7 +150,11 @@ impl JournalConfig {
     }
 
     /// Checks every limit; the error names the key and the offending value.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), JournalError> {
+        self.check().map_err(JournalError::Config)
+    }
+
+    pub(crate) fn check(&self) -> Result<(), String> {
         let block = BLOCK_BYTES as u64;
         if self.segment_size_bytes < MIN_SEGMENT_SIZE_BYTES {
             return Err(format!(
@@ -271,7 +276,7 @@ mod tests {
             segments: 2,
             ..JournalConfig::default()
         };
-        let err = cfg.validate().unwrap_err();
+        let err = cfg.validate().unwrap_err().to_string();
         assert!(err.contains("journal.segments = 2"), "{err}");
         let cfg = JournalConfig {
             segment_size_bytes: 65537,
@@ -280,6 +285,7 @@ mod tests {
         assert!(cfg
             .validate()
             .unwrap_err()
+            .to_string()
             .contains("journal.segment_size_bytes = 65537"));
         let cfg = JournalConfig {
             write_buffers: 8,
@@ -288,6 +294,7 @@ mod tests {
         assert!(cfg
             .validate()
             .unwrap_err()
+            .to_string()
             .contains("journal.write_buffers = 8"));
         // Many small segments and small writes: segments - 2 segments of payload would not
         // fit segments - 1 segments of ring once each 8 KiB write carries a header.
@@ -300,7 +307,7 @@ mod tests {
             max_entry_bytes: Some(998 * (64 << 10)),
             ..JournalConfig::default()
         };
-        let err = cfg.validate().unwrap_err();
+        let err = cfg.validate().unwrap_err().to_string();
         assert!(
             err.contains("journal.max_entry_bytes = 65404928 may take"),
             "{err}"

@@ -211,7 +211,7 @@ pub fn seal(body: &str) -> String {
 }
 
 /// The body of a [`seal`]ed text, or why its CRC line does not match.
-pub fn unseal(text: &str) -> Result<&str, String> {
+pub(crate) fn unseal(text: &str) -> Result<&str, String> {
     let idx = text.rfind("# crc64 ").ok_or("missing crc64 line")?;
     let (body, crc_line) = text.split_at(idx);
     let stored = u64::from_str_radix(crc_line.trim_start_matches("# crc64 ").trim(), 16)

@@ -78,7 +78,7 @@ pub fn initialize(
     cfg: &JournalConfig,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(Manifest, u32), JournalError> {
-    cfg.validate().map_err(JournalError::Config)?;
+    cfg.validate()?;
     std::fs::create_dir_all(dir)
         .map_err(|e| JournalError::io(format!("creating {}", dir.display()), e))?;
     let geo = Geometry {
@@ -227,7 +227,7 @@ impl Journal {
         cfg: &JournalConfig,
         opts: OpenOptions,
     ) -> Result<(Journal, Recovered), JournalError> {
-        cfg.validate().map_err(JournalError::Config)?;
+        cfg.validate()?;
         let lock = lock_dir(dir)?;
         let geo = Geometry {
             segment_size_bytes: cfg.segment_size_bytes,

@@ -396,6 +396,12 @@ pub static UPSTREAM_RECONNECTS: LazyLock<IntCounter> = LazyLock::new(|| {
         "Pooled upstream connections re-established.",
     )
 });
+pub static UPSTREAM_IN_FLIGHT_FULL: LazyLock<IntCounter> = LazyLock::new(|| {
+    counter(
+        "upstream_in_flight_full_total",
+        "Times a connection to Valkey owed upstream.max_in_flight_requests replies and waited for one before sending more.",
+    )
+});
 pub static REPLICA_LINK_UP: LazyLock<IntGauge> = LazyLock::new(|| {
     gauge(
         "replica_link_up",
@@ -466,5 +472,6 @@ pub fn register_all() {
     LazyLock::force(&UPSTREAM_CONNECTED);
     LazyLock::force(&UPSTREAM_ERRORS);
     LazyLock::force(&UPSTREAM_RECONNECTS);
+    LazyLock::force(&UPSTREAM_IN_FLIGHT_FULL);
     LazyLock::force(&REPLICA_LINK_UP);
 }

@@ -296,6 +296,7 @@ mod tests {
             durability: None,
             oracle: OffsetOracle::new(),
             reply_timeout: Duration::from_secs(30),
+            max_in_flight: 64,
         });
         let pools = Arc::new(Pools::new(ctx, 1, Duration::from_millis(100)));
         let stuck = {

@@ -66,7 +66,7 @@ pub struct LinkConfig {
 
 /// Why an attachment ended.
 #[derive(Debug, thiserror::Error)]
-enum LinkError {
+pub enum LinkError {
     #[error("{0}")]
     Upstream(#[from] UpstreamError),
     #[error("{0}")]
@@ -111,7 +111,7 @@ pub async fn run(
     cfg: LinkConfig,
     holding: Option<Holding>,
     mut stop: watch::Receiver<bool>,
-) -> Result<(), String> {
+) -> Result<(), LinkError> {
     let mut state = LinkState {
         held: holding.as_ref().map(|h| h.held()),
         verified: holding,
@@ -146,7 +146,7 @@ pub async fn run(
                 tracing::error!("journal failed, the replica link stops: {e}");
                 return Ok(());
             }
-            Err(LinkError::Conflict(why)) if !state.attached_once => return Err(why),
+            Err(e @ LinkError::Conflict(_)) if !state.attached_once => return Err(e),
             Err(LinkError::Conflict(why)) => {
                 durability.begin_restore();
                 tracing::error!("{why}; clients get -LOADING until this is resolved");

@@ -61,7 +61,11 @@ impl ExportSummary {
 /// Writes the current checkpoint plus the journal after it to `out` as one AOF with an RDB
 /// preamble (blocking). `data_dir` is walrus's data directory (holding `journal/` and
 /// `checkpoints/`), or its journal directory.
-pub fn export_aof(data_dir: &Path, out: &Path) -> Result<ExportSummary, String> {
+pub fn export_aof(data_dir: &Path, out: &Path) -> Result<ExportSummary, super::RestoreError> {
+    export(data_dir, out).map_err(super::RestoreError::Export)
+}
+
+fn export(data_dir: &Path, out: &Path) -> Result<ExportSummary, String> {
     let (data, journal_dir) = if data_dir.join(MANIFEST_FILE).is_file() {
         let parent = data_dir
             .parent()

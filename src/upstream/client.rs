@@ -34,6 +34,9 @@ pub enum UpstreamError {
     /// The server lacks something walrus needs; the text names it.
     #[error("{0}")]
     Unsupported(String),
+    /// Managed mode cannot find or start valkey-server; the text says what to fix.
+    #[error("{0}")]
+    Start(String),
     #[error("Valkey did not answer within {0:?} (upstream.reply_timeout_ms)")]
     NoReply(std::time::Duration),
     /// walrus's control connection cannot tell which Valkey process a new connection reached

@@ -9,6 +9,7 @@
 //! holds the port.
 
 use super::backoff::Backoff;
+use super::client::UpstreamError;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -39,6 +40,17 @@ pub struct ManagedValkey {
 impl ManagedValkey {
     /// Starts valkey-server and returns once it accepts connections.
     pub async fn start(
+        binary: PathBuf,
+        data_dir: &Path,
+        port: u16,
+        extra_args: Vec<String>,
+    ) -> Result<ManagedValkey, UpstreamError> {
+        Self::spawn_ready(binary, data_dir, port, extra_args)
+            .await
+            .map_err(UpstreamError::Start)
+    }
+
+    async fn spawn_ready(
         binary: PathBuf,
         data_dir: &Path,
         port: u16,

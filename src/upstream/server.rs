@@ -33,19 +33,21 @@ pub struct ServerVersion {
 impl ServerVersion {
     /// Asks the server on `conn`.
     pub async fn query(conn: &mut Conn) -> Result<ServerVersion, UpstreamError> {
-        ServerVersion::parse(&info(conn, "server").await?).map_err(UpstreamError::Decode)
+        ServerVersion::parse(&info(conn, "server").await?)
     }
 
     /// From `INFO server`: `valkey_version` where the server has one (Valkey also reports a
     /// `redis_version` of 7.2.4 for compatibility), `redis_version` otherwise.
-    pub fn parse(info_server: &str) -> Result<ServerVersion, String> {
+    pub fn parse(info_server: &str) -> Result<ServerVersion, UpstreamError> {
         match info_field(info_server, "valkey_version") {
             Some(v) => ServerVersion::from_number(true, v),
             None => ServerVersion::from_number(
                 false,
-                info_field(info_server, "redis_version").ok_or("INFO server names no version")?,
+                info_field(info_server, "redis_version")
+                    .ok_or_else(|| UpstreamError::Decode("INFO server names no version".into()))?,
             ),
         }
+        .map_err(UpstreamError::Decode)
     }
 
     fn from_number(valkey: bool, text: &str) -> Result<ServerVersion, String> {
@@ -136,13 +138,13 @@ pub fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
 /// The Valkey process on `conn` (`run_id`, new at every start): a connection that reaches
 /// another process than the one the journal follows must not serve in its name.
 pub async fn run_id(conn: &mut Conn) -> Result<String, UpstreamError> {
-    run_id_of(&info(conn, "server").await?).map_err(UpstreamError::Decode)
+    run_id_of(&info(conn, "server").await?)
 }
 
-pub fn run_id_of(info_server: &str) -> Result<String, String> {
+pub fn run_id_of(info_server: &str) -> Result<String, UpstreamError> {
     info_field(info_server, "run_id")
         .map(str::to_string)
-        .ok_or_else(|| "INFO server has no run_id".to_string())
+        .ok_or_else(|| UpstreamError::Decode("INFO server has no run_id".into()))
 }
 
 pub async fn info(conn: &mut Conn, section: &str) -> Result<String, UpstreamError> {

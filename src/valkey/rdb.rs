@@ -98,7 +98,11 @@ impl RdbDigest {
     /// The checksum of everything before the trailer and the format version; an error if
     /// the trailer holds a different checksum (Valkey wrote 0 there when it does not
     /// checksum) or the header is not an RDB's.
-    pub fn finish(self) -> Result<RdbSum, String> {
+    pub fn finish(self) -> Result<RdbSum, UpstreamError> {
+        self.check().map_err(UpstreamError::Decode)
+    }
+
+    fn check(self) -> Result<RdbSum, String> {
         if self.tail.len() < TRAILER_LEN {
             return Err(format!("{} bytes is too short for an RDB", self.bytes));
         }
@@ -219,7 +223,7 @@ async fn store(
         copy_exact(conn, &mut file, len).await?;
     }
     let Sink { file, digest, .. } = file;
-    let sum = digest.finish().map_err(UpstreamError::Decode)?;
+    let sum = digest.finish()?;
     file.sync_all().await?;
     drop(file);
     tokio::fs::rename(tmp, dest).await?;
@@ -333,7 +337,11 @@ mod tests {
         bad[0] ^= 1;
         let mut d = RdbDigest::default();
         d.update(&bad);
-        assert!(d.finish().unwrap_err().contains("checksum mismatch"));
+        assert!(d
+            .finish()
+            .unwrap_err()
+            .to_string()
+            .contains("checksum mismatch"));
         // A zero trailer means Valkey did not checksum: accepted, the CRC is still computed.
         let mut unchecked = b"REDIS0011".to_vec();
         unchecked.extend_from_slice(&[0; 8]);
@@ -343,7 +351,7 @@ mod tests {
         // Anything else is refused by its header.
         let mut d = RdbDigest::default();
         d.update(b"123456789\0\0\0\0\0\0\0\0");
-        assert!(d.finish().unwrap_err().contains("not an RDB"));
+        assert!(d.finish().unwrap_err().to_string().contains("not an RDB"));
     }
 
     #[test]

@@ -27,17 +27,22 @@ impl ValkeyView {
         let server = info(conn, "server").await?;
         let repl = info(conn, "replication").await?;
         let keyspace = info(conn, "keyspace").await?;
-        ValkeyView::parse(&server, &repl, &keyspace).map_err(UpstreamError::Decode)
+        ValkeyView::parse(&server, &repl, &keyspace)
     }
 
-    pub fn parse(server: &str, replication: &str, keyspace: &str) -> Result<ValkeyView, String> {
+    pub fn parse(
+        server: &str,
+        replication: &str,
+        keyspace: &str,
+    ) -> Result<ValkeyView, UpstreamError> {
         let field = |name: &str| {
-            info_field(replication, name).ok_or_else(|| format!("INFO replication has no {name}"))
+            info_field(replication, name)
+                .ok_or_else(|| UpstreamError::Decode(format!("INFO replication has no {name}")))
         };
-        let num = |name: &str| -> Result<i64, String> {
+        let num = |name: &str| -> Result<i64, UpstreamError> {
             field(name)?
                 .parse()
-                .map_err(|_| format!("INFO replication: bad {name}"))
+                .map_err(|_| UpstreamError::Decode(format!("INFO replication: bad {name}")))
         };
         // Each database line: `db0:keys=12,expires=0,avg_ttl=0`.
         let keys = keyspace

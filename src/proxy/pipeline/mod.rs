@@ -31,7 +31,7 @@ use reader::Reader;
 use writer::writer;
 
 use super::pushes::PushSender;
-use crate::durability::{dirty::Scope, Durability, WriteMark};
+use crate::durability::{dirty::Scope, Durability, Refusal, WriteMark};
 use crate::resp::write;
 use crate::upstream::client::{Conn, ConnParts, UpstreamError};
 use crate::upstream::Upstream;
@@ -99,12 +99,12 @@ pub struct PipelineCtx {
     /// partitioned) must not hang the clients whose requests it carries. Not while a
     /// request that may block (BLPOP, WAIT) is owed.
     pub reply_timeout: Duration,
+    /// Requests written (or batched) whose replies have not arrived, per connection
+    /// (`upstream.max_in_flight_requests`): bounds memory while Valkey is slow to answer
+    /// (the reply timeout closes a connection that stops answering altogether). Past it
+    /// the writer waits for replies.
+    pub max_in_flight: usize,
 }
-
-/// Requests written (or batched) whose replies have not arrived, per connection: bounds
-/// memory while Valkey is slow to answer (the reply timeout closes a connection that stops
-/// answering altogether). Past it the writer waits for replies.
-const MAX_IN_FLIGHT_REQUESTS: usize = 64 << 10;
 
 /// What the reader does with the next reply.
 enum Inflight {
@@ -144,7 +144,7 @@ pub async fn run(
     // How Valkey names this connection (`CLIENT KILL ADDR`), should walrus drop it itself.
     let local = stream.local_addr().ok();
     let (rd, wr) = stream.into_split();
-    let (inflight_tx, mut inflight_rx) = mpsc::channel(MAX_IN_FLIGHT_REQUESTS);
+    let (inflight_tx, mut inflight_rx) = mpsc::channel(ctx.max_in_flight);
     let gated = ctx.durability.is_some();
     let mut reader = Reader {
         ctx: ctx.clone(),
@@ -212,7 +212,7 @@ async fn wait_attached(
                         first = Some(req);
                         break p;
                     }
-                    refuse(d, req, pushes, crate::durability::loading());
+                    refuse(d, req, pushes, Refusal::Loading.reply());
                 }
             }
         };
@@ -222,7 +222,7 @@ async fn wait_attached(
                 d.doubt_valkey();
                 wrong_epoch = Some(epoch);
                 if let Some(req) = first.take() {
-                    refuse(d, req, pushes, crate::durability::loading());
+                    refuse(d, req, pushes, Refusal::Loading.reply());
                 }
             }
             None => {

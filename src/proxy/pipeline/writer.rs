@@ -25,6 +25,7 @@ async fn owe(
 ) -> Result<(), UpstreamError> {
     match inflight.try_send(owed) {
         Err(mpsc::error::TrySendError::Full(owed)) => {
+            crate::metrics::UPSTREAM_IN_FLIGHT_FULL.inc();
             wr.write_all(out).await?;
             out.clear();
             // Closed: the reader is gone and the connection with it.

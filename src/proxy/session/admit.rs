@@ -3,6 +3,7 @@
 //! durability gate's admission, which decides how its reply will be released.
 
 use super::*;
+use crate::durability::Refusal;
 
 impl Session {
     /// MULTI is a barrier: whether the commands after it are queued depends on its reply
@@ -78,7 +79,7 @@ impl Session {
     }
 
     /// How the reply will be released (see [`crate::durability`]); `Err` is the refusal.
-    pub(super) async fn admit(&mut self, req: &Request, tx: TxCmd) -> Result<Release, Bytes> {
+    pub(super) async fn admit(&mut self, req: &Request, tx: TxCmd) -> Result<Release, Refusal> {
         let Some(d) = self.shared.pools.ctx().durability.clone() else {
             return Ok(Release::Free);
         };
@@ -106,12 +107,11 @@ impl Session {
                 Ok(Release::Read(scope))
             }
             Access::Write(_) if req.raw.len() > self.shared.max_write_bytes => {
-                metrics::Refusal::TooLarge.count();
-                Err(write::error(&format!(
-                    "ERR walrus: this write is {} bytes, more than the journal takes in one entry ({} bytes, journal.max_entry_bytes): it is refused before it reaches Valkey",
-                    req.raw.len(),
-                    self.shared.max_write_bytes
-                )))
+                Err(Refusal::TooLarge {
+                    len_bytes: req.raw.len(),
+                    max_bytes: self.shared.max_write_bytes,
+                }
+                .count())
             }
             // A blocking write (BLPOP, BLMOVE, XREADGROUP ... BLOCK) may wait for hours, and
             // so does a write sent after a blocking command on the same connection: no read

@@ -363,7 +363,7 @@ impl Session {
             Ok(g) => g,
             Err(refused) => {
                 self.tx_refused |= self.in_multi && tx != TxCmd::End;
-                self.owe(Pending::Ready(refused));
+                self.owe(Pending::Ready(refused.reply()));
                 return;
             }
         };
