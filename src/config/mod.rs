@@ -4,6 +4,8 @@
 //! Unknown keys are errors that name the key (serde's `deny_unknown_fields`); values that
 //! parse but make no sense are rejected by [`Config::validate`], naming key and value.
 
+mod validate;
+
 use crate::resp::Limits;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -53,6 +55,11 @@ pub enum ConfigError {
     InFile {
         path: PathBuf,
         source: Box<ConfigError>,
+    },
+    #[error("cannot read upstream.password_file {}: {source}", .path.display())]
+    PasswordFile {
+        path: PathBuf,
+        source: std::io::Error,
     },
     /// Not TOML, an unknown key, a value of the wrong type.
     #[error("{0}")]
@@ -353,104 +360,6 @@ impl Config {
         self.check().map_err(ConfigError::Invalid)
     }
 
-    fn check(&self) -> Result<(), String> {
-        fn at_least(key: &str, value: u64, min: u64) -> Result<(), String> {
-            if value < min {
-                return Err(format!(
-                    "invalid value for {key}: {value} (must be at least {min})"
-                ));
-            }
-            Ok(())
-        }
-        let p = &self.proxy;
-        at_least("proxy.max_clients", p.max_clients as u64, 1)?;
-        at_least("proxy.max_bulk_bytes", p.max_bulk_bytes as u64, 1)?;
-        at_least("proxy.max_array_len", p.max_array_len as u64, 1)?;
-        at_least("proxy.max_inline_bytes", p.max_inline_bytes as u64, 16)?;
-        at_least("proxy.max_reply_depth", p.max_reply_depth as u64, 8)?;
-        at_least("proxy.max_reply_bytes", p.max_reply_bytes as u64, 1024)?;
-        at_least("proxy.max_push_bytes", p.max_push_bytes as u64, 1024)?;
-        if p.worker_threads > 1024 {
-            return Err(format!(
-                "invalid value for proxy.worker_threads: {} (must be at most 1024; 0: automatic)",
-                p.worker_threads
-            ));
-        }
-        at_least(
-            "proxy.max_pipeline_requests",
-            p.max_pipeline_requests as u64,
-            1,
-        )?;
-        at_least(
-            "proxy.max_query_buffer_bytes",
-            p.max_query_buffer_bytes as u64,
-            p.max_inline_bytes as u64,
-        )?;
-        let u = &self.upstream;
-        at_least("upstream.pool_size", u.pool_size as u64, 1)?;
-        if u.pool_size > 256 {
-            return Err(format!(
-                "invalid value for upstream.pool_size: {} (at most 256)",
-                u.pool_size
-            ));
-        }
-        at_least("upstream.connect_timeout_ms", u.connect_timeout_ms, 1)?;
-        at_least("upstream.reply_timeout_ms", u.reply_timeout_ms, 100)?;
-        at_least(
-            "upstream.max_in_flight_requests",
-            u.max_in_flight_requests as u64,
-            1,
-        )?;
-        at_least(
-            "upstream.reconnect_backoff_max_ms",
-            u.reconnect_backoff_max_ms,
-            1,
-        )?;
-        if u.mode == UpstreamMode::External && u.address.is_empty() {
-            return Err(
-                "invalid value for upstream.address: \"\" (external mode needs an address)".into(),
-            );
-        }
-        if !u.password.is_empty() && !u.password_file.is_empty() {
-            return Err(
-                "upstream.password and upstream.password_file are both set: choose one".into(),
-            );
-        }
-        if !self.metrics.listen.is_empty() && self.metrics.listen.parse::<SocketAddr>().is_err() {
-            return Err(format!(
-                "invalid value for metrics.listen: {:?} (expected host:port)",
-                self.metrics.listen
-            ));
-        }
-        if let Some(bytes) = self.durability.max_pending_bytes {
-            at_least("durability.max_pending_bytes", bytes, 1 << 20)?;
-        }
-        at_least(
-            "durability.max_held_bytes",
-            self.durability.max_held_bytes,
-            1 << 20,
-        )?;
-        at_least("restore.timeout_ms", self.restore.timeout_ms, 100)?;
-        at_least("durability.max_hold_ms", self.durability.max_hold_ms, 100)?;
-        let (low, high) = (self.disk.low_watermark, self.disk.high_watermark);
-        if !(low > 0.0 && low < high && high < 1.0) {
-            return Err(format!(
-                "invalid values for disk.low_watermark ({low}) and disk.high_watermark ({high}): need 0 < low < high < 1"
-            ));
-        }
-        at_least("disk.check_interval_ms", self.disk.check_interval_ms, 10)?;
-        let trigger = self.checkpoint.ring_fill_trigger;
-        if !(trigger > 0.0 && trigger < low) {
-            return Err(format!(
-                "invalid value for checkpoint.ring_fill_trigger: {trigger} (must be above 0 and below disk.low_watermark, {low}, so that a checkpoint frees the ring before writes are refused)"
-            ));
-        }
-        if self.data.dir.as_os_str().is_empty() {
-            return Err("invalid value for data.dir: \"\"".into());
-        }
-        self.journal.check()
-    }
-
     /// The bound on executed-but-not-durable bytes: as set, or unset 64 MiB capped by the
     /// ring's room above `disk.high_watermark`, so that the writes admitted before the ring's
     /// mark is seen still fit the ring.
@@ -477,14 +386,14 @@ impl Config {
     }
 
     /// The credentials walrus uses for its own connections, reading the password file if set.
-    pub fn credentials(&self) -> Result<Option<Credentials>, String> {
+    pub fn credentials(&self) -> Result<Option<Credentials>, ConfigError> {
         let u = &self.upstream;
         let password = if !u.password_file.is_empty() {
-            let text = std::fs::read_to_string(&u.password_file).map_err(|e| {
-                format!(
-                    "cannot read upstream.password_file {:?}: {e}",
-                    u.password_file
-                )
+            let text = std::fs::read_to_string(&u.password_file).map_err(|source| {
+                ConfigError::PasswordFile {
+                    path: u.password_file.clone().into(),
+                    source,
+                }
             })?;
             text.trim_end_matches(['\r', '\n']).to_string()
         } else {
@@ -508,104 +417,4 @@ pub enum OnConflict {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shipped_config_file_is_the_default() {
-        let text = include_str!("../../config.toml");
-        assert_eq!(Config::parse(text).unwrap(), Config::default());
-    }
-
-    /// A ring of few segments gets its own marks: the high one by the time one segment is
-    /// left, the low one half a segment below it; the default ring keeps the disk's.
-    #[test]
-    fn a_ring_of_few_segments_gets_marks_it_can_reach() {
-        let mut c = Config::default();
-        assert_eq!(c.ring_watermarks(), (0.90, 0.85));
-        c.journal.segments = 3;
-        c.journal.max_entry_bytes = None;
-        c.validate().unwrap();
-        let (high, low) = c.ring_watermarks();
-        assert!(
-            (high - 2.0 / 3.0).abs() < 1e-9 && (low - 0.5).abs() < 1e-9,
-            "{high} {low}"
-        );
-        c.journal.segments = 10;
-        c.validate().unwrap();
-        // Ten segments: a ring full but one is 90%, the default mark itself.
-        let (high, low) = c.ring_watermarks();
-        assert!(
-            (high - 0.9).abs() < 1e-9 && (low - 0.85).abs() < 1e-9,
-            "{high} {low}"
-        );
-    }
-
-    /// Issue 20: a small ring works with nothing else set; the limits that depend on the
-    /// ring follow from it.
-    #[test]
-    fn a_small_ring_needs_no_other_setting() {
-        let c = Config::parse("[journal]\nsegment_size_bytes = 1048576\nsegments = 16\n").unwrap();
-        c.validate().unwrap();
-        assert!(
-            c.journal.max_entry() <= 14 << 20,
-            "{}",
-            c.journal.max_entry()
-        );
-        assert_eq!(c.journal.max_entry(), c.journal.largest_entry_fitting());
-        assert_eq!(c.max_pending_bytes(), c.ring_headroom_bytes());
-        // An explicit value that conflicts is refused with the one that fits.
-        let mut c = c;
-        c.journal.max_entry_bytes = Some(15 << 20);
-        let err = c.validate().unwrap_err().to_string();
-        assert!(err.contains("journal.max_entry_bytes = 15728640"), "{err}");
-    }
-
-    #[test]
-    fn unknown_key_is_named() {
-        let err = Config::parse("[proxy]\nmax_clientz = 3\n")
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("max_clientz"), "{err}");
-    }
-
-    #[test]
-    fn invalid_value_names_key_and_value() {
-        let err = Config::parse("[proxy]\nmax_clients = \"many\"\n")
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("max_clients") && err.contains("many"), "{err}");
-        let mut c = Config::default();
-        c.upstream.pool_size = 0;
-        let err = c.validate().unwrap_err().to_string();
-        assert!(
-            err.contains("upstream.pool_size") && err.contains('0'),
-            "{err}"
-        );
-        let err = Config::parse("[upstream]\nmode = \"embedded\"\n")
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("embedded"), "{err}");
-    }
-
-    #[test]
-    fn watermarks_and_the_checkpoint_trigger_must_be_ordered() {
-        Config::default().validate().unwrap();
-        for (low, high) in [(0.9, 0.85), (0.9, 0.9), (0.0, 0.5), (0.5, 1.0), (-0.1, 0.5)] {
-            let mut c = Config::default();
-            (c.disk.low_watermark, c.disk.high_watermark) = (low, high);
-            let err = c.validate().unwrap_err().to_string();
-            assert!(
-                err.contains("disk.low_watermark") && err.contains("disk.high_watermark"),
-                "{err}"
-            );
-        }
-        let mut c = Config::default();
-        c.checkpoint.ring_fill_trigger = 0.85;
-        let err = c.validate().unwrap_err().to_string();
-        assert!(
-            err.contains("checkpoint.ring_fill_trigger") && err.contains("0.85"),
-            "{err}"
-        );
-    }
-}
+mod tests;

@@ -1,0 +1,99 @@
+use super::*;
+
+#[test]
+fn shipped_config_file_is_the_default() {
+    let text = include_str!("../../config.toml");
+    assert_eq!(Config::parse(text).unwrap(), Config::default());
+}
+
+/// A ring of few segments gets its own marks: the high one by the time one segment is
+/// left, the low one half a segment below it; the default ring keeps the disk's.
+#[test]
+fn a_ring_of_few_segments_gets_marks_it_can_reach() {
+    let mut c = Config::default();
+    assert_eq!(c.ring_watermarks(), (0.90, 0.85));
+    c.journal.segments = 3;
+    c.journal.max_entry_bytes = None;
+    c.validate().unwrap();
+    let (high, low) = c.ring_watermarks();
+    assert!(
+        (high - 2.0 / 3.0).abs() < 1e-9 && (low - 0.5).abs() < 1e-9,
+        "{high} {low}"
+    );
+    c.journal.segments = 10;
+    c.validate().unwrap();
+    // Ten segments: a ring full but one is 90%, the default mark itself.
+    let (high, low) = c.ring_watermarks();
+    assert!(
+        (high - 0.9).abs() < 1e-9 && (low - 0.85).abs() < 1e-9,
+        "{high} {low}"
+    );
+}
+
+/// Issue 20: a small ring works with nothing else set; the limits that depend on the
+/// ring follow from it.
+#[test]
+fn a_small_ring_needs_no_other_setting() {
+    let c = Config::parse("[journal]\nsegment_size_bytes = 1048576\nsegments = 16\n").unwrap();
+    c.validate().unwrap();
+    assert!(
+        c.journal.max_entry() <= 14 << 20,
+        "{}",
+        c.journal.max_entry()
+    );
+    assert_eq!(c.journal.max_entry(), c.journal.largest_entry_fitting());
+    assert_eq!(c.max_pending_bytes(), c.ring_headroom_bytes());
+    // An explicit value that conflicts is refused with the one that fits.
+    let mut c = c;
+    c.journal.max_entry_bytes = Some(15 << 20);
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.contains("journal.max_entry_bytes = 15728640"), "{err}");
+}
+
+#[test]
+fn unknown_key_is_named() {
+    let err = Config::parse("[proxy]\nmax_clientz = 3\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("max_clientz"), "{err}");
+}
+
+#[test]
+fn invalid_value_names_key_and_value() {
+    let err = Config::parse("[proxy]\nmax_clients = \"many\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("max_clients") && err.contains("many"), "{err}");
+    let mut c = Config::default();
+    c.upstream.pool_size = 0;
+    let err = c.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("upstream.pool_size") && err.contains('0'),
+        "{err}"
+    );
+    let err = Config::parse("[upstream]\nmode = \"embedded\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("embedded"), "{err}");
+}
+
+#[test]
+fn watermarks_and_the_checkpoint_trigger_must_be_ordered() {
+    Config::default().validate().unwrap();
+    for (low, high) in [(0.9, 0.85), (0.9, 0.9), (0.0, 0.5), (0.5, 1.0), (-0.1, 0.5)] {
+        let mut c = Config::default();
+        (c.disk.low_watermark, c.disk.high_watermark) = (low, high);
+        let err = c.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("disk.low_watermark") && err.contains("disk.high_watermark"),
+            "{err}"
+        );
+    }
+    let mut c = Config::default();
+    c.checkpoint.ring_fill_trigger = 0.85;
+    let err = c.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("checkpoint.ring_fill_trigger") && err.contains("0.85"),
+        "{err}"
+    );
+}

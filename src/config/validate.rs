@@ -1,0 +1,105 @@
+//! The values that parse but cannot work, named with their key; the journal's own limits are
+//! checked by [`crate::journal::JournalConfig`].
+
+use super::{Config, UpstreamMode};
+use std::net::SocketAddr;
+
+impl Config {
+    pub(super) fn check(&self) -> Result<(), String> {
+        fn at_least(key: &str, value: u64, min: u64) -> Result<(), String> {
+            if value < min {
+                return Err(format!(
+                    "invalid value for {key}: {value} (must be at least {min})"
+                ));
+            }
+            Ok(())
+        }
+        let p = &self.proxy;
+        at_least("proxy.max_clients", p.max_clients as u64, 1)?;
+        at_least("proxy.max_bulk_bytes", p.max_bulk_bytes as u64, 1)?;
+        at_least("proxy.max_array_len", p.max_array_len as u64, 1)?;
+        at_least("proxy.max_inline_bytes", p.max_inline_bytes as u64, 16)?;
+        at_least("proxy.max_reply_depth", p.max_reply_depth as u64, 8)?;
+        at_least("proxy.max_reply_bytes", p.max_reply_bytes as u64, 1024)?;
+        at_least("proxy.max_push_bytes", p.max_push_bytes as u64, 1024)?;
+        if p.worker_threads > 1024 {
+            return Err(format!(
+                "invalid value for proxy.worker_threads: {} (must be at most 1024; 0: automatic)",
+                p.worker_threads
+            ));
+        }
+        at_least(
+            "proxy.max_pipeline_requests",
+            p.max_pipeline_requests as u64,
+            1,
+        )?;
+        at_least(
+            "proxy.max_query_buffer_bytes",
+            p.max_query_buffer_bytes as u64,
+            p.max_inline_bytes as u64,
+        )?;
+        let u = &self.upstream;
+        at_least("upstream.pool_size", u.pool_size as u64, 1)?;
+        if u.pool_size > 256 {
+            return Err(format!(
+                "invalid value for upstream.pool_size: {} (at most 256)",
+                u.pool_size
+            ));
+        }
+        at_least("upstream.connect_timeout_ms", u.connect_timeout_ms, 1)?;
+        at_least("upstream.reply_timeout_ms", u.reply_timeout_ms, 100)?;
+        at_least(
+            "upstream.max_in_flight_requests",
+            u.max_in_flight_requests as u64,
+            1,
+        )?;
+        at_least(
+            "upstream.reconnect_backoff_max_ms",
+            u.reconnect_backoff_max_ms,
+            1,
+        )?;
+        if u.mode == UpstreamMode::External && u.address.is_empty() {
+            return Err(
+                "invalid value for upstream.address: \"\" (external mode needs an address)".into(),
+            );
+        }
+        if !u.password.is_empty() && !u.password_file.is_empty() {
+            return Err(
+                "upstream.password and upstream.password_file are both set: choose one".into(),
+            );
+        }
+        if !self.metrics.listen.is_empty() && self.metrics.listen.parse::<SocketAddr>().is_err() {
+            return Err(format!(
+                "invalid value for metrics.listen: {:?} (expected host:port)",
+                self.metrics.listen
+            ));
+        }
+        if let Some(bytes) = self.durability.max_pending_bytes {
+            at_least("durability.max_pending_bytes", bytes, 1 << 20)?;
+        }
+        at_least(
+            "durability.max_held_bytes",
+            self.durability.max_held_bytes,
+            1 << 20,
+        )?;
+        at_least("restore.timeout_ms", self.restore.timeout_ms, 100)?;
+        at_least("durability.max_hold_ms", self.durability.max_hold_ms, 100)?;
+        let (low, high) = (self.disk.low_watermark, self.disk.high_watermark);
+        if !(low > 0.0 && low < high && high < 1.0) {
+            return Err(format!(
+                "invalid values for disk.low_watermark ({low}) and disk.high_watermark ({high}): need 0 < low < high < 1"
+            ));
+        }
+        at_least("disk.check_interval_ms", self.disk.check_interval_ms, 10)?;
+        let trigger = self.checkpoint.ring_fill_trigger;
+        if !(trigger > 0.0 && trigger < low) {
+            return Err(format!(
+                "invalid value for checkpoint.ring_fill_trigger: {trigger} (must be above 0 and below disk.low_watermark, {low}, so that a checkpoint frees the ring before writes are refused)"
+            ));
+        }
+        if self.data.dir.as_os_str().is_empty() {
+            return Err("invalid value for data.dir: \"\"".into());
+        }
+        self.journal.check()
+    }
+}
