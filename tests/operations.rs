@@ -16,6 +16,7 @@ const METRICS: &[(&str, &str)] = &[
     ("walrus_clients_connected", "gauge"),
     ("walrus_clients_accepted_total", "counter"),
     ("walrus_clients_rejected_total", "counter"),
+    ("walrus_clients_output_closed_total", "counter"),
     ("walrus_commands_total", "counter"),
     ("walrus_command_duration_seconds", "histogram"),
     ("walrus_ack_hold_seconds", "histogram"),

@@ -3,6 +3,7 @@
 
 mod admin;
 mod durable;
+mod fds;
 pub mod journal;
 mod serve;
 

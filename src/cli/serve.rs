@@ -261,6 +261,7 @@ async fn run_proxy(
         max_pipeline_requests: config.proxy.max_pipeline_requests,
         databases,
         max_push_bytes: config.proxy.max_push_bytes,
+        max_output_bytes: config.proxy.max_output_bytes(),
         allow_admin_commands: config.proxy.allow_admin_commands,
         max_write_bytes: if config.durability.enabled {
             // Room for the SELECT or MULTI/EXEC Valkey may wrap around it in the stream.
@@ -283,10 +284,12 @@ async fn run_proxy(
         up.address
     );
     crate::supervisor::ready(&format!("serving clients on {addr}"));
+    let max_clients =
+        super::fds::size_for_clients(config.proxy.max_clients, config.journal.segments);
     server::serve(
         shared,
         listener,
-        config.proxy.max_clients,
+        max_clients,
         stop,
         Duration::from_millis(config.proxy.shutdown_timeout_ms),
     )

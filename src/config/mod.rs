@@ -156,6 +156,11 @@ pub struct ProxyConfig {
     /// RESP3 pushes (Pub/Sub messages, tracking invalidations) queued for a client that does
     /// not read them; past it the client is disconnected.
     pub max_push_bytes: usize,
+    /// Reply bytes a client has not read (walrus could not write them to its socket) before
+    /// it is disconnected, as Valkey's `client-output-buffer-limit` does; unset: one reply of
+    /// the largest size walrus passes on (`max_reply_bytes`), so that no reply is too large
+    /// for a client that reads slowly.
+    pub max_output_bytes: Option<usize>,
     pub shutdown_timeout_ms: u64,
     /// Threads serving clients; 0: half the CPUs walrus may use, at least one.
     pub worker_threads: usize,
@@ -180,6 +185,7 @@ impl Default for ProxyConfig {
             max_pipeline_requests: 16_384,
             // Valkey's own hard limit for Pub/Sub clients.
             max_push_bytes: 32 << 20,
+            max_output_bytes: None,
             shutdown_timeout_ms: 10_000,
             worker_threads: 0,
             allow_admin_commands: false,
@@ -191,6 +197,10 @@ impl ProxyConfig {
     /// `worker_threads`, with 0 resolved. Valkey's own thread runs next to walrus on the
     /// same CPUs, so walrus leaves it half of them: on two cores one thread serves every
     /// client with no cross-thread wake-ups, which measured cheaper per request than two.
+    pub fn max_output_bytes(&self) -> usize {
+        self.max_output_bytes.unwrap_or(self.max_reply_bytes)
+    }
+
     pub fn worker_threads(&self) -> usize {
         match self.worker_threads {
             0 => std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)),

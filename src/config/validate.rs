@@ -22,6 +22,9 @@ impl Config {
         at_least("proxy.max_reply_depth", p.max_reply_depth as u64, 8)?;
         at_least("proxy.max_reply_bytes", p.max_reply_bytes as u64, 1024)?;
         at_least("proxy.max_push_bytes", p.max_push_bytes as u64, 1024)?;
+        if let Some(bytes) = p.max_output_bytes {
+            at_least("proxy.max_output_bytes", bytes as u64, 1024)?;
+        }
         if p.worker_threads > 1024 {
             return Err(format!(
                 "invalid value for proxy.worker_threads: {} (must be at most 1024; 0: automatic)",

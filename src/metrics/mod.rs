@@ -396,6 +396,12 @@ pub static UPSTREAM_RECONNECTS: LazyLock<IntCounter> = LazyLock::new(|| {
         "Pooled upstream connections re-established.",
     )
 });
+pub static CLIENTS_OUTPUT_CLOSED: LazyLock<IntCounter> = LazyLock::new(|| {
+    counter(
+        "clients_output_closed_total",
+        "Clients disconnected because they did not read their replies (over proxy.max_output_bytes).",
+    )
+});
 pub static UPSTREAM_IN_FLIGHT_FULL: LazyLock<IntCounter> = LazyLock::new(|| {
     counter(
         "upstream_in_flight_full_total",
@@ -473,5 +479,6 @@ pub fn register_all() {
     LazyLock::force(&UPSTREAM_ERRORS);
     LazyLock::force(&UPSTREAM_RECONNECTS);
     LazyLock::force(&UPSTREAM_IN_FLIGHT_FULL);
+    LazyLock::force(&CLIENTS_OUTPUT_CLOSED);
     LazyLock::force(&REPLICA_LINK_UP);
 }

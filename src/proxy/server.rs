@@ -13,6 +13,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
+/// How long accepting pauses after it failed (no file descriptor left, no memory).
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
+
 pub async fn serve(
     shared: Arc<Shared>,
     listener: TcpListener,
@@ -30,9 +33,10 @@ pub async fn serve(
         let (mut sock, peer) = match accepted {
             Ok(a) => a,
             Err(e) => {
-                // Out of file descriptors and the like: keep serving existing clients.
+                // Out of file descriptors and the like: keep serving existing clients, and
+                // try again once some may have closed (not in a loop that takes a core).
                 tracing::warn!("accept failed: {e}");
-                tokio::task::yield_now().await;
+                tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
                 continue;
             }
         };

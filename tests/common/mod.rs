@@ -208,6 +208,7 @@ pub struct WalrusBuilder<'a> {
     args: Vec<&'a str>,
     data: Option<&'a std::path::Path>,
     env: Vec<(&'a str, &'a str)>,
+    open_files: Option<u64>,
 }
 
 impl<'a> WalrusBuilder<'a> {
@@ -241,6 +242,12 @@ impl<'a> WalrusBuilder<'a> {
         self
     }
 
+    /// Starts walrus with this open-files limit (soft and hard).
+    pub fn open_files(mut self, n: u64) -> Self {
+        self.open_files = Some(n);
+        self
+    }
+
     /// Starts walrus and waits until it listens.
     pub fn start(self) -> Walrus {
         let (cmd, dir) = self.command();
@@ -269,6 +276,7 @@ impl<'a> WalrusBuilder<'a> {
             args: extra,
             data,
             env,
+            open_files,
         } = self;
         let dir = tempfile::tempdir().unwrap();
         let data_dir = data
@@ -301,6 +309,22 @@ impl<'a> WalrusBuilder<'a> {
             .env("RUST_LOG", "info");
         if let Some(u) = upstream {
             cmd.args(["--upstream", u]);
+        }
+        if let Some(n) = open_files {
+            use std::os::unix::process::CommandExt;
+            let lim = libc::rlimit {
+                rlim_cur: n,
+                rlim_max: n,
+            };
+            // SAFETY: setrlimit is async-signal-safe and touches only `lim`, a copy.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
         }
         if !args.contains(&"--metrics-listen") {
             cmd.args(["--metrics-listen", ""]);

@@ -28,7 +28,7 @@ use crate::upstream::client::Conn;
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -42,6 +42,10 @@ use admit::TxMarks;
 use replies::{next_reply, Meter, Owed};
 
 const READ_CHUNK_BYTES: usize = 16 << 10;
+/// Unwritten reply bytes past which walrus stops reading a client's requests: a client that
+/// does not read its replies gets no more work done for it (TCP's backpressure then reaches
+/// it), and what it still has in flight is bounded by `proxy.max_output_bytes`.
+const OUTPUT_PAUSE_BYTES: usize = 1 << 20;
 /// Requests queued for a pinned session's dedicated connection before the session waits:
 /// one client's connection, so `proxy.max_pipeline_requests` (pending replies) bounds it
 /// first with the defaults; this bounds the queue's memory whatever that is set to.
@@ -124,10 +128,12 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
         pending: VecDeque::new(),
         meter: None,
         blocking_request: false,
-        out: BytesMut::with_capacity(READ_CHUNK_BYTES),
+        // Both buffers are allocated when there is something to hold: an idle client costs
+        // its task and socket only (10,000 of them are a normal day).
+        out: BytesMut::new(),
         wr,
     };
-    let mut rbuf = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    let mut rbuf = BytesMut::new();
     let mut parser = RequestParser::new(shared.limits);
     let mut reading = true;
     let mut draining = false;
@@ -135,11 +141,10 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
         if !reading && s.pending.is_empty() {
             break;
         }
-        let can_read = reading && s.pending.len() < shared.max_pipeline_requests;
+        let can_read = reading
+            && s.pending.len() < shared.max_pipeline_requests
+            && s.out.len() < OUTPUT_PAUSE_BYTES;
         let wanted = parser.bytes_wanted().max(rbuf.len() + READ_CHUNK_BYTES / 4);
-        if rbuf.capacity() < wanted {
-            rbuf.reserve(wanted - rbuf.len());
-        }
         tokio::select! {
             biased;
             reply = next_reply(&mut s.pending), if !s.pending.is_empty() => {
@@ -148,14 +153,33 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
                 while let Some(r) = s.ready_front() {
                     s.out.extend_from_slice(&r);
                 }
-                if s.flush().await.is_err() {
+                if s.write_ready().is_err() {
+                    return;
+                }
+                if s.out.len() > shared.max_output_bytes {
+                    // As Valkey drops a client past its output buffer limit.
+                    metrics::CLIENTS_OUTPUT_CLOSED.inc();
+                    tracing::warn!("closing a client that does not read its replies ({} bytes unwritten, over proxy.max_output_bytes)", s.out.len());
                     return;
                 }
             }
-            push = next_push(&mut s.pushes), if s.pushes.is_some() => {
+            w = s.wr.writable(), if !s.out.is_empty() => {
+                if w.is_err() || s.write_ready().is_err() {
+                    return;
+                }
+            }
+            // Not while its replies are unwritten: pushes then queue up to proxy.max_push_bytes.
+            push = next_push(&mut s.pushes), if s.pushes.is_some() && s.out.len() < OUTPUT_PAUSE_BYTES => {
                 match push {
                     // Out of band, as Valkey sends it: pushes are not replies to any request.
-                    Some(p) => if s.wr.write_all(&p).await.is_err() { return },
+                    // Behind the replies already queued: a partly written reply is never
+                    // interrupted.
+                    Some(p) => {
+                        s.out.extend_from_slice(&p);
+                        if s.write_ready().is_err() {
+                            return;
+                        }
+                    }
                     None if s.pushes.as_ref().is_some_and(|p| p.overflowed()) => {
                         // Valkey disconnects a subscriber past its output buffer limit too.
                         tracing::warn!("closing a client that does not read its RESP3 pushes (over proxy.max_push_bytes)");
@@ -171,7 +195,7 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
                     }
                 }
             }
-            r = read_more(&mut rd, &mut rbuf, draining), if can_read => {
+            r = read_more(&mut rd, &mut rbuf, wanted, draining), if can_read => {
                 match r {
                     Read::Closed => return, // the client is gone: its pending replies go nowhere
                     Read::Drained => {
@@ -237,23 +261,35 @@ enum Read {
     Drained,
 }
 
-/// Reads from the client; when `draining`, only what is already buffered in the socket.
+/// Reads from the client into `rbuf`, with room for `wanted` bytes; when `draining`, only
+/// what is already buffered in the socket. While it waits for a client with nothing
+/// buffered, `rbuf` holds no memory.
 async fn read_more(
     rd: &mut tokio::net::tcp::OwnedReadHalf,
     rbuf: &mut BytesMut,
+    wanted: usize,
     draining: bool,
 ) -> Read {
-    let r = if draining {
-        match rd.try_read_buf(rbuf) {
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Read::Drained,
-            r => r,
+    loop {
+        if rbuf.capacity() < wanted {
+            rbuf.reserve(wanted - rbuf.len());
         }
-    } else {
-        rd.read_buf(rbuf).await
-    };
-    match r {
-        Ok(0) | Err(_) => Read::Closed,
-        Ok(_) => Read::Data,
+        match rd.try_read_buf(rbuf) {
+            Ok(0) => return Read::Closed,
+            Ok(_) => return Read::Data,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if draining {
+                    return Read::Drained;
+                }
+                if rbuf.is_empty() {
+                    *rbuf = BytesMut::new();
+                }
+                if rd.readable().await.is_err() {
+                    return Read::Closed;
+                }
+            }
+            Err(_) => return Read::Closed,
+        }
     }
 }
 

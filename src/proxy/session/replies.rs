@@ -84,6 +84,22 @@ impl Session {
         });
     }
 
+    /// Writes what the client's socket takes now, without waiting; the rest waits for the
+    /// socket to be writable. Once nothing is left or owed, the buffer is released.
+    pub(super) fn write_ready(&mut self) -> std::io::Result<()> {
+        while !self.out.is_empty() {
+            match self.wr.try_write(&self.out) {
+                Ok(n) => bytes::Buf::advance(&mut self.out, n),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        if self.pending.is_empty() {
+            self.out = BytesMut::new();
+        }
+        Ok(())
+    }
+
     pub(super) async fn flush(&mut self) -> std::io::Result<()> {
         if !self.out.is_empty() {
             self.wr.write_all(&self.out).await?;

@@ -1,0 +1,327 @@
+//! Slow and hostile clients: many idle connections, clients that never read their replies,
+//! requests trickled byte by byte, clients that vanish mid-pipeline. Each must cost walrus
+//! no more than its settings say, and nobody else may see a wrong reply or a hang. (How
+//! much the others' latency moves is measured by `deploy/bench.py --suite hostile`, not
+//! asserted here: timing belongs in benchmarks.)
+
+mod common;
+use common::*;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const OK: &[u8] = b"+OK\r\n";
+
+/// walrus's resident memory, in bytes.
+fn rss(w: &Walrus) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", w.proc.child.id())).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS");
+    kb << 10
+}
+
+/// A counter from walrus's /metrics.
+fn metric(metrics: &str, name: &str) -> f64 {
+    let (_, body) = http_get(metrics, "/metrics");
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("{name} is not exported"))
+        .parse()
+        .unwrap()
+}
+
+/// This process's soft open-files limit, raised to its hard one.
+fn open_files() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+    let raised = libc::rlimit {
+        rlim_cur: lim.rlim_max,
+        rlim_max: lim.rlim_max,
+    };
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+        lim.rlim_cur = lim.rlim_max;
+    }
+    lim.rlim_cur
+}
+
+/// 10,000 idle clients, walrus's default `proxy.max_clients`: every one is served, one more
+/// gets Valkey's refusal, and an idle client costs walrus its task and socket only (no
+/// buffers held while it sends nothing).
+#[test]
+fn ten_thousand_idle_clients_are_served_cheaply_and_one_more_is_refused() {
+    const CLIENTS: usize = 10_000;
+    // The test's own 10,000 sockets (walrus raises its own soft limit as far as its hard one
+    // allows, src/cli/fds.rs).
+    if open_files() < CLIENTS as u64 + 1_000 {
+        eprintln!("skipped: the open files limit is below {}", CLIENTS + 1_000);
+        return;
+    }
+    let v = Valkey::start();
+    let w = Walrus::build().upstream(&v.addr()).start();
+    let mut probe = Raw::connect(&w.addr);
+    assert_eq!(probe.cmd(&["SET", "k", "v"]), OK);
+    let before = rss(&w);
+    let mut clients: Vec<TcpStream> = (0..CLIENTS - 1)
+        .map(|_| TcpStream::connect(&w.addr).unwrap())
+        .collect();
+    // Each is served: a PING from every one, then every reply.
+    for c in &mut clients {
+        c.write_all(b"PING\r\n").unwrap();
+    }
+    for c in &mut clients {
+        c.set_read_timeout(Some(START_TIMEOUT)).unwrap();
+        let mut reply = [0u8; 7];
+        c.read_exact(&mut reply).unwrap();
+        assert_eq!(&reply, b"+PONG\r\n");
+    }
+    let per_client = rss(&w).saturating_sub(before) / (CLIENTS as u64 - 1);
+    // The session's read and write buffers alone were 32 KiB when they were held.
+    assert!(
+        per_client < 16 << 10,
+        "an idle client costs walrus {per_client} bytes"
+    );
+    let mut refused = Raw::connect(&w.addr);
+    assert_eq!(
+        refused.read_frame(),
+        b"-ERR max number of clients reached\r\n"
+    );
+    assert_eq!(probe.cmd(&["GET", "k"]), b"$1\r\nv\r\n");
+    drop(clients);
+}
+
+/// With too few file descriptors for `proxy.max_clients`, walrus serves as many clients as
+/// they cover and refuses the next with Valkey's error, as Valkey lowers `maxclients`:
+/// never a client left unanswered in the accept queue.
+#[test]
+fn too_few_file_descriptors_lower_the_client_limit_instead_of_hanging_clients() {
+    let v = Valkey::start();
+    let w = Walrus::build().upstream(&v.addr()).open_files(256).start();
+    let line = w.proc.wait_line("covers ", START_TIMEOUT);
+    let covered: usize = line
+        .split("covers ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no client count in {line:?}"));
+    assert!(covered > 10 && covered < 256, "{line}");
+    let mut clients: Vec<Raw> = (0..covered).map(|_| Raw::connect(&w.addr)).collect();
+    for c in &mut clients {
+        assert_eq!(c.cmd(&["PING"]), b"+PONG\r\n");
+    }
+    let mut refused = Raw::connect(&w.addr);
+    assert_eq!(
+        refused.read_frame(),
+        b"-ERR max number of clients reached\r\n"
+    );
+    drop(clients.pop());
+    // A place freed is taken again (the session's end returns its permit).
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        let mut c = Raw::connect(&w.addr);
+        if c.try_cmd(&["PING"]).as_deref() == Some(b"+PONG\r\n".as_slice()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the freed place is never taken again"
+        );
+    }
+}
+
+/// A client that pipelines reads of a large value and never reads a reply: walrus stops
+/// reading its requests, disconnects it once `proxy.max_output_bytes` of replies are
+/// unwritten, and its memory never holds more than that; another client is served
+/// correctly all along.
+#[test]
+fn a_client_that_never_reads_is_disconnected_at_its_output_limit() {
+    let v = Valkey::start();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .config("[proxy]\nmax_output_bytes = 4194304\n")
+        .args(&["--metrics-listen", &metrics])
+        .start();
+    let mut c = Raw::connect(&w.addr);
+    let big = "x".repeat(1 << 20);
+    assert_eq!(c.cmd(&["SET", "big", &big]), OK);
+    let before = rss(&w);
+
+    // 300 MiB of replies asked for, none read.
+    let mut hostile = TcpStream::connect(&w.addr).unwrap();
+    let get = walrus::resp::write::command(["GET", "big"]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let mut hostile = hostile.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for _ in 0..300 {
+                if hostile.write_all(&get).is_err() {
+                    return; // disconnected, or no longer read: either is the point
+                }
+            }
+        })
+    };
+    // Meanwhile someone else gets every reply right.
+    let mut peak = 0;
+    let deadline = Instant::now() + START_TIMEOUT;
+    let mut n = 0u64;
+    while metric(&metrics, "walrus_clients_output_closed_total") < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the client that does not read is still connected; walrus holds {} bytes more",
+            rss(&w).saturating_sub(before)
+        );
+        n += 1;
+        assert_eq!(c.cmd(&["SET", "n", &n.to_string()]), OK);
+        assert_eq!(c.cmd(&["GET", "n"]), bulk(n.to_string()));
+        peak = peak.max(rss(&w));
+    }
+    stop.store(true, Ordering::Relaxed);
+    // Its connection is closed: reading finds the end after whatever was written.
+    hostile.shutdown(Shutdown::Write).ok();
+    hostile.set_read_timeout(Some(START_TIMEOUT)).unwrap();
+    let mut sink = Vec::new();
+    let _ = hostile.read_to_end(&mut sink);
+    writer.join().unwrap();
+    // Bounded by the limit, the replies in flight on the pool's connection and the
+    // allocator's slack: far below the 300 MiB asked for.
+    let grew = peak.saturating_sub(before);
+    assert!(grew < 64 << 20, "walrus grew by {grew} bytes");
+    assert_eq!(c.cmd(&["GET", "n"]), bulk(n.to_string()));
+}
+
+/// 100 clients trickle a SET one byte at a time while another client works: the slow
+/// requests complete correctly once whole, and the other client's replies are all right.
+#[test]
+fn requests_trickled_byte_by_byte_complete_and_hold_nobody_up() {
+    const SLOW: usize = 100;
+    let v = Valkey::start();
+    let w = Walrus::build().upstream(&v.addr()).start();
+    let slow: Vec<_> = (0..SLOW)
+        .map(|i| {
+            let addr = w.addr.clone();
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(&addr).unwrap();
+                s.set_nodelay(true).unwrap();
+                let req = walrus::resp::write::command([
+                    "SET".to_string(),
+                    format!("slow:{i}"),
+                    format!("value-{i}"),
+                ]);
+                for b in req.iter() {
+                    s.write_all(&[*b]).unwrap();
+                    // Pacing the attack, not synchronization.
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                s.set_read_timeout(Some(START_TIMEOUT)).unwrap();
+                let mut reply = [0u8; 5];
+                s.read_exact(&mut reply).unwrap();
+                assert_eq!(&reply, OK);
+            })
+        })
+        .collect();
+    let mut c = Raw::connect(&w.addr);
+    let mut n = 0u64;
+    while slow.iter().any(|t| !t.is_finished()) {
+        n += 1;
+        assert_eq!(c.cmd(&["INCR", "fast"]), format!(":{n}\r\n").into_bytes());
+    }
+    for t in slow {
+        t.join().unwrap();
+    }
+    for i in 0..SLOW {
+        assert_eq!(
+            c.cmd(&["GET", &format!("slow:{i}")]),
+            bulk(format!("value-{i}"))
+        );
+    }
+}
+
+/// 50 clients each write a pipeline of increments and vanish in the middle of it, some
+/// with a request cut in half, some with a reset. Nothing they leave behind stays: every
+/// key they touched can be read (no write left marked dirty), no reply stays held, and
+/// each counter holds at most what its client sent.
+#[test]
+fn clients_that_vanish_mid_pipeline_leave_nothing_behind() {
+    const CLIENTS: usize = 50;
+    const INCRS: usize = 2_000;
+    let v = Valkey::start();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .args(&["--metrics-listen", &metrics])
+        .start();
+    let mut rng = Rng(0x5eed_cafe);
+    let threads: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            let addr = w.addr.clone();
+            let cut = 1 + rng.below(INCRS as u64 * 20) as usize;
+            let reset = rng.below(2) == 0;
+            std::thread::spawn(move || {
+                let mut out = Vec::new();
+                for _ in 0..INCRS {
+                    out.extend_from_slice(&walrus::resp::write::command([
+                        "INCR".to_string(),
+                        format!("vanish:{i}"),
+                    ]));
+                }
+                let cut = cut.min(out.len() - 1);
+                let mut s = TcpStream::connect(&addr).unwrap();
+                s.write_all(&out[..cut]).unwrap();
+                if reset {
+                    // SO_LINGER 0: close sends a reset, dropping what was not read.
+                    let linger = libc::linger {
+                        l_onoff: 1,
+                        l_linger: 0,
+                    };
+                    use std::os::fd::AsRawFd;
+                    unsafe {
+                        libc::setsockopt(
+                            s.as_raw_fd(),
+                            libc::SOL_SOCKET,
+                            libc::SO_LINGER,
+                            &linger as *const _ as *const libc::c_void,
+                            std::mem::size_of::<libc::linger>() as u32,
+                        )
+                    };
+                }
+                drop(s);
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let mut c = Raw::connect(&w.addr);
+    for i in 0..CLIENTS {
+        let r = c.cmd(&["GET", &format!("vanish:{i}")]);
+        let value = match r.as_slice() {
+            b"$-1\r\n" => 0,
+            r => String::from_utf8_lossy(r)
+                .lines()
+                .nth(1)
+                .and_then(|l| l.parse::<usize>().ok())
+                .unwrap_or_else(|| panic!("GET vanish:{i}: {}", show(r))),
+        };
+        assert!(value <= INCRS, "vanish:{i} = {value}");
+    }
+    // A keyspace-wide read waits for every write still in flight: it answers.
+    assert!(c.cmd(&["DBSIZE"]).starts_with(b":"));
+    let deadline = Instant::now() + START_TIMEOUT;
+    while metric(&metrics, "walrus_held_replies") != 0.0
+        || metric(&metrics, "walrus_dirty_keys") != 0.0
+    {
+        assert!(Instant::now() < deadline, "replies or marks left behind");
+        // The gauges are set at each scrape: poll them.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(metric(&metrics, "walrus_clients_connected"), 1.0);
+}
