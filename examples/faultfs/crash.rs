@@ -8,6 +8,9 @@ use std::collections::BTreeMap;
 
 use crate::cache::Frag;
 
+/// A pending fragment and the inode it belongs to.
+pub type Placed = (u64, Frag);
+
 /// The sector: the unit a device writes atomically, so a torn write is cut at a multiple
 /// of it (in file offsets).
 pub const SECTOR: u64 = 512;
@@ -24,7 +27,7 @@ pub enum Mode {
 
 /// The survivors of a crash, in the order to write them, and what the crash did.
 pub struct Outcome {
-    pub keep: Vec<(u64, Frag)>,
+    pub keep: Vec<Placed>,
     pub writes: usize,
     pub bytes: u64,
     pub kept_writes: usize,
@@ -57,9 +60,9 @@ impl Rng {
 
 /// Decides which of `pending` (every pending fragment, as the cache gives them up)
 /// survives a crash in `mode`.
-pub fn decide(mode: Mode, pending: Vec<(u64, Frag)>, rng: &mut Rng) -> Outcome {
+pub fn decide(mode: Mode, pending: Vec<Placed>, rng: &mut Rng) -> Outcome {
     // Whole writes, by sequence number: a write's fragments share its fate.
-    let mut writes: BTreeMap<u64, Vec<(u64, Frag)>> = BTreeMap::new();
+    let mut writes: BTreeMap<u64, Vec<Placed>> = BTreeMap::new();
     for (ino, f) in pending {
         writes.entry(f.seq).or_default().push((ino, f));
     }
@@ -70,7 +73,7 @@ pub fn decide(mode: Mode, pending: Vec<(u64, Frag)>, rng: &mut Rng) -> Outcome {
         .map(|(_, f)| f.data.len() as u64)
         .sum();
     let mut torn = None;
-    let keep: Vec<(u64, Frag)> = match mode {
+    let keep: Vec<Placed> = match mode {
         Mode::Drop => Vec::new(),
         Mode::Tear => match writes.pop_last() {
             Some((_, last)) => {
@@ -83,7 +86,7 @@ pub fn decide(mode: Mode, pending: Vec<(u64, Frag)>, rng: &mut Rng) -> Outcome {
         Mode::Reorder => {
             // Each write survives with probability 1/2, independently of the others (so
             // the survivors need not be a prefix), and they reach the disk shuffled.
-            let mut kept: Vec<Vec<(u64, Frag)>> =
+            let mut kept: Vec<Vec<Placed>> =
                 writes.into_values().filter(|_| rng.below(2) == 1).collect();
             for i in (1..kept.len()).rev() {
                 let j = rng.below(i as u64 + 1) as usize;
@@ -111,7 +114,7 @@ pub fn decide(mode: Mode, pending: Vec<(u64, Frag)>, rng: &mut Rng) -> Outcome {
 /// Cuts one write at a random sector boundary strictly inside it and keeps what lies
 /// below. A write within a single sector has no such boundary: the sector is written
 /// whole or not at all, and here not at all.
-fn tear(write: Vec<(u64, Frag)>, rng: &mut Rng) -> (Vec<(u64, Frag)>, Option<(u64, u64)>) {
+fn tear(write: Vec<Placed>, rng: &mut Rng) -> (Vec<Placed>, Option<(u64, u64)>) {
     let ino = write[0].0;
     let lo = write.iter().map(|(_, f)| f.offset).min().unwrap_or(0);
     let hi = write.iter().map(|(_, f)| f.end()).max().unwrap_or(0);

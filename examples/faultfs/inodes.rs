@@ -202,7 +202,13 @@ impl Inodes {
     /// Maps the inodes of `tree` (taken from under `from`) under `to`.
     fn put_tree(&mut self, tree: Vec<(PathBuf, u64)>, from: &Path, to: &Path) {
         for (old, ino) in tree {
-            let new = to.join(old.strip_prefix(from).expect("taken from under `from`"));
+            let below = old.strip_prefix(from).expect("taken from under `from`");
+            // Not `to.join("")`: that appends a slash, and "file/" does not name a file.
+            let new = if below.as_os_str().is_empty() {
+                to.to_path_buf()
+            } else {
+                to.join(below)
+            };
             if let Some(inode) = self.by_ino.get_mut(&ino) {
                 inode.path = Some(new.clone());
             }
