@@ -370,6 +370,30 @@ fn fail_returns_the_errno_for_matching_writes_and_syncs() {
 }
 
 #[test]
+fn fail_sync_lose_drops_the_writes_it_covered_as_linux_does() {
+    let Some(fs) = FaultFs::mount() else { return };
+    let path = fs.path("gate");
+    let f = open(&path, 0, true);
+    f.write_all_at(b"doomed", 0).unwrap();
+    fs.ok("fail sync EIO count 1 lose");
+    assert_eq!(errno(f.sync_data().unwrap_err()), libc::EIO);
+    // Still visible, and the next sync succeeds, yet the data never reaches the disk:
+    // the fsync lesson walrus's fence (docs/failure-modes.md) is built on.
+    f.sync_data().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), b"doomed");
+    assert_eq!(std::fs::read(fs.backing().join("gate")).unwrap(), b"");
+    // Writes after the failure are durable as usual.
+    f.write_all_at(b"kept", 6).unwrap();
+    f.sync_data().unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), b"doomedkept");
+    fs.ok("crash");
+    drop(f);
+    fs.ok("recover");
+    assert_eq!(std::fs::read(&path).unwrap(), b"\0\0\0\0\0\0kept");
+    assert!(fs.cmd("fail write EIO lose").starts_with("err"));
+}
+
+#[test]
 fn latency_delays_durable_requests_without_serializing_them() {
     let Some(fs) = FaultFs::mount() else { return };
     const N: usize = 8;

@@ -19,6 +19,10 @@ pub struct Frag {
     pub seq: u64,
     pub offset: u64,
     pub data: Vec<u8>,
+    /// A failed sync (`fail sync ... lose`) covered it: readers still see it, but no sync
+    /// writes it and a crash drops it, as Linux treats dirty pages after a writeback error
+    /// (marked clean: kept in the page cache, never written).
+    pub lost: bool,
 }
 
 impl Frag {
@@ -35,20 +39,28 @@ impl Frag {
         if start > self.offset {
             let n = (start - self.offset) as usize;
             out.push(Frag {
-                seq: self.seq,
-                offset: self.offset,
                 data: self.data[..n].to_vec(),
+                ..self.clone_empty(self.offset)
             });
         }
         if end < self.end() {
             let from = (end - self.offset) as usize;
             out.push(Frag {
-                seq: self.seq,
-                offset: end,
                 data: self.data[from..].to_vec(),
+                ..self.clone_empty(end)
             });
         }
         out
+    }
+
+    /// A fragment of the same write at `offset`, without data yet.
+    fn clone_empty(&self, offset: u64) -> Frag {
+        Frag {
+            seq: self.seq,
+            offset,
+            data: Vec::new(),
+            lost: self.lost,
+        }
     }
 
     /// This fragment cut to the bytes below `size` (None when nothing is left).
@@ -82,10 +94,12 @@ impl Cache {
         let seq = self.next_seq;
         self.next_seq += 1;
         if !data.is_empty() {
-            self.files
-                .entry(ino)
-                .or_default()
-                .push(Frag { seq, offset, data });
+            self.files.entry(ino).or_default().push(Frag {
+                seq,
+                offset,
+                data,
+                lost: false,
+            });
         }
         seq
     }
@@ -159,17 +173,26 @@ impl Cache {
     }
 
     /// Removes and returns the fragments of `ino` older than `barrier`, oldest first (an
-    /// fsync makes them durable).
+    /// fsync makes them durable). Lost ones stay: visible, never durable (`Frag::lost`).
     pub fn take_before(&mut self, ino: u64, barrier: u64) -> Vec<Frag> {
         let Some(frags) = self.files.get_mut(&ino) else {
             return Vec::new();
         };
         let (old, rest): (Vec<Frag>, Vec<Frag>) = std::mem::take(frags)
             .into_iter()
-            .partition(|f| f.seq < barrier);
+            .partition(|f| f.seq < barrier && !f.lost);
         *frags = rest;
         self.drop_empty(ino);
         old
+    }
+
+    /// A failed sync of `ino` loses its writes older than `barrier` (see `Frag::lost`).
+    pub fn lose_before(&mut self, ino: u64, barrier: u64) {
+        for f in self.files.get_mut(&ino).into_iter().flatten() {
+            if f.seq < barrier {
+                f.lost = true;
+            }
+        }
     }
 
     /// Removes and returns every pending fragment of every file (a crash).

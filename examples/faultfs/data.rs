@@ -161,9 +161,9 @@ pub fn write(
         let file = h.file.clone();
         st.stats.writes += 1;
         let path = st.inodes.display(ino);
-        if let Some(errno) = st.faults.fire(Op::Write, &path) {
+        if let Some(fired) = st.faults.fire(Op::Write, &path) {
             st.stats.faults += 1;
-            return Err(Errno::from_i32(errno));
+            return Err(Errno::from_i32(fired.errno));
         }
         // The handle that wrote may be closed before a sync: keep a writer.
         if let Some(inode) = st.inodes.get_mut(ino) {
@@ -213,11 +213,15 @@ pub fn fsync(sh: &Arc<Shared>, ino: u64, dir: bool, reply: ReplyEmpty) {
         let mut st = sh.live()?;
         st.stats.syncs += 1;
         let path = st.inodes.display(ino);
-        if let Some(errno) = st.faults.fire(Op::Sync, &path) {
+        if let Some(fired) = st.faults.fire(Op::Sync, &path) {
             st.stats.faults += 1;
-            // The pending writes stay pending (a later sync may still make them durable):
-            // Linux may instead drop them from its page cache; docs/faultfs.md says so.
-            return Err(Errno::from_i32(errno));
+            // By default the writes stay pending and a later sync may still make them
+            // durable; with `lose`, as Linux after a writeback error, they never will.
+            if fired.lose && !dir {
+                let now = st.cache.next_seq();
+                st.cache.lose_before(ino, now);
+            }
+            return Err(Errno::from_i32(fired.errno));
         }
         Ok((
             st.cache.next_seq(),

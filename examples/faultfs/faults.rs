@@ -20,6 +20,15 @@ pub struct Rule {
     pub left: Option<u64>,
     /// Matches when the file's path (from the mount's root, starting with `/`) contains it.
     pub path: Option<String>,
+    /// Sync rules: the failed sync also loses the writes it covered (`Frag::lost`).
+    pub lose: bool,
+}
+
+/// What a fired rule does.
+#[derive(Clone, Copy)]
+pub struct Fired {
+    pub errno: i32,
+    pub lose: bool,
 }
 
 #[derive(Default)]
@@ -41,20 +50,23 @@ impl Faults {
 
     /// The errno to fail this operation with, if a rule matches; the first matching rule
     /// in the order they were given fires (and is used up once its count is).
-    pub fn fire(&mut self, op: Op, path: &str) -> Option<i32> {
+    pub fn fire(&mut self, op: Op, path: &str) -> Option<Fired> {
         let i = self
             .rules
             .iter()
             .position(|r| r.op == op && r.path.as_deref().is_none_or(|p| path.contains(p)))?;
         let rule = &mut self.rules[i];
-        let errno = rule.errno;
+        let fired = Fired {
+            errno: rule.errno,
+            lose: rule.lose,
+        };
         if let Some(left) = &mut rule.left {
             *left -= 1;
             if *left == 0 {
                 self.rules.remove(i);
             }
         }
-        Some(errno)
+        Some(fired)
     }
 }
 
@@ -70,12 +82,15 @@ pub fn errno_by_name(name: &str) -> Option<i32> {
     })
 }
 
-/// Parses the words after `fail`: `write|sync ERRNO [count N] [path SUBSTRING]`.
+/// Parses the words after `fail`: `write|sync ERRNO [count N] [path SUBSTRING] [lose]`
+/// (`lose` for sync rules only).
 pub fn parse_rule(words: &[&str]) -> Result<Rule, String> {
     let op = match words.first() {
         Some(&"write") => Op::Write,
         Some(&"sync") => Op::Sync,
-        _ => return Err("expected: fail write|sync ERRNO [count N] [path SUBSTRING]".into()),
+        _ => {
+            return Err("expected: fail write|sync ERRNO [count N] [path SUBSTRING] [lose]".into())
+        }
     };
     let name = words.get(1).ok_or("missing errno")?;
     let errno = errno_by_name(name).ok_or_else(|| format!("unknown errno {name}"))?;
@@ -84,9 +99,17 @@ pub fn parse_rule(words: &[&str]) -> Result<Rule, String> {
         errno,
         left: None,
         path: None,
+        lose: false,
     };
     let mut rest = words[2..].iter();
     while let Some(word) = rest.next() {
+        if *word == "lose" {
+            if op != Op::Sync {
+                return Err("lose applies to sync rules".into());
+            }
+            rule.lose = true;
+            continue;
+        }
         let value = rest.next().ok_or_else(|| format!("{word} needs a value"))?;
         match *word {
             "count" => {

@@ -108,7 +108,8 @@ impl State {
             .get(ino)
             .and_then(|i| i.writer.clone())
             .ok_or(Errno::EIO)?;
-        for f in frags {
+        // Lost writes leave the cache without reaching the disk.
+        for f in frags.iter().filter(|f| !f.lost) {
             writer.write_all_at(&f.data, f.offset)?;
         }
         let pending = self.cache.has(ino);
@@ -123,7 +124,9 @@ impl State {
         self.fenced = true;
         self.epoch += 1;
         self.stats.crashes += 1;
-        let pending = self.cache.take_all();
+        let mut pending = self.cache.take_all();
+        // Writes a failed sync lost were never going to reach the disk.
+        pending.retain(|(_, f)| !f.lost);
         let out = crash::decide(mode, pending, &mut self.rng);
         let mut error = None;
         for (ino, f) in &out.keep {
