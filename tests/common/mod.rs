@@ -1,8 +1,9 @@
-//! Test harness: real valkey-server and walrus processes on free ports, and a raw RESP client
-//! for byte-exact comparisons. Every wait is on an event (a log line, a reply), bounded by a
-//! timeout that fails the test with the process's log.
+//! Test harness: real valkey-server and walrus processes on free ports, a raw RESP client
+//! for byte-exact comparisons, and faultfs mounts (faultfs.rs). Every wait is on an event
+//! (a log line, a reply), bounded by a timeout that fails the test with the process's log.
 #![allow(dead_code)]
 
+pub mod faultfs;
 pub mod pair;
 pub mod server;
 #[allow(unused_imports)] // each test binary uses a different part
