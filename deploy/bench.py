@@ -19,6 +19,7 @@ and the median of the per-round ratios against the first setup.
     deploy/bench.py --suite role --baseline OLD_BINARY
                                          # what walrus's ROLE calls cost inside Valkey (its
                                          # commandstats) under durable SETs, this build and another
+    deploy/bench.py --suite hostile      # p99 of well-behaved clients alone vs beside hostile ones (deploy/hostile_load.py)
 
 Needs: valkey-server (deploy/setup.sh installs it) and redis-benchmark (redis-tools); compare
 also nutcracker, haproxy and matplotlib (deploy/setup.sh --bench).
@@ -1043,9 +1044,49 @@ def role_suite(opts, tmp):
               % (name, med(xs, 0), ratio(xs, 0), med(xs, 1), med(xs, 2), ratio(xs, 2), med(xs, 3)))
 
 
+HOSTILE_WORKLOADS = [
+    ("SET 1 KiB, 50 clients", ["-t", "set", "-d", "1024", "-c", "50", "-r", "100000"], 50000),
+    ("GET 1 KiB, 50 clients", ["-t", "get", "-d", "1024", "-c", "50", "-r", "100000"], 50000),
+]
+
+
+def hostile_suite(opts, tmp):
+    """Well-behaved clients alone, then beside deploy/hostile_load.py's idle, non-reading,
+    slowloris and vanishing clients, in each round: their p99, its ratio, and walrus's RSS."""
+    v, vport = start_valkey(tmp, WALRUS_VALKEY_SETTINGS)
+    w, wport = start_walrus(tmp, vport, durable=True, config="[proxy]\nmax_output_bytes = 16777216\n")
+    hostile_args = ["--idle", str(opts.idle), "--nonreaders", "20", "--slowloris", "200", "--vanishing", "20"]
+    rows = {(wl, load): [] for wl, _, _ in HOSTILE_WORKLOADS for load in ("alone", "hostile")}
+    rss = []
+    for r in range(opts.rounds):
+        for wname, wargs, n in HOSTILE_WORKLOADS:
+            rows[(wname, "alone")].append(redis_benchmark(wport, wargs, max(1, int(n * opts.scale))))
+        reset_peak_rss(w)
+        h = Proc([sys.executable, os.path.join(ROOT, "deploy", "hostile_load.py"), "--port", str(wport),
+                  *hostile_args], "ready", timeout=300)
+        try:
+            for wname, wargs, n in HOSTILE_WORKLOADS:
+                rows[(wname, "hostile")].append(redis_benchmark(wport, wargs, max(1, int(n * opts.scale))))
+            rss.append(peak_rss_mib(w))
+        finally:
+            h.stop()
+        print("round %d/%d done" % (r + 1, opts.rounds), file=sys.stderr)
+    print("\nhostile suite, walrus durable, %d rounds, medians; hostile: %s (deploy/hostile_load.py); "
+          "walrus peak RSS beside them: %.0f MiB (median)\n" % (opts.rounds, " ".join(hostile_args), statistics.median(rss)))
+    print("| workload | load | ops/s | p50 ms | p99 ms | p99 ratio |")
+    print("|---|---|---|---|---|---|")
+    med = lambda xs, i: statistics.median(x[i] for x in xs)
+    for wname, _, _ in HOSTILE_WORKLOADS:
+        alone = rows[(wname, "alone")]
+        for load in ("alone", "hostile"):
+            xs = rows[(wname, load)]
+            ratio = statistics.median(b[2] / a[2] for a, b in zip(alone, xs))
+            print("| %s | %s | %.0f | %.3f | %.3f | %.2fx |" % (wname, load, med(xs, 0), med(xs, 1), med(xs, 2), ratio))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--suite", choices=["proxy", "durability", "restore", "scripts", "compare", "role"], default="proxy")
+    ap.add_argument("--suite", choices=["proxy", "durability", "restore", "scripts", "compare", "role", "hostile"], default="proxy")
     ap.add_argument("--rounds", type=int, default=None, help="default 5 (restore, compare: 3)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies every workload's request count")
     ap.add_argument("--no-build", action="store_true")
@@ -1061,6 +1102,7 @@ def main():
                     help="restore: BGREWRITEAOF at --checkpoint-at too, or Valkey's automatic rewrites")
     ap.add_argument("--requests", type=int, default=100000, help="restore: redis-benchmark requests per checkpoint run")
     ap.add_argument("--show-log", action="store_true", help="restore: print walrus's log of the last restart")
+    ap.add_argument("--idle", type=int, default=10000, help="hostile: idle connections beside the load")
     ap.add_argument("--out", metavar="FILE", help="compare: write the markdown report there instead of stdout")
     ap.add_argument("--plot", metavar="PNG", help="compare: also draw the results (matplotlib), e.g. docs/benchmark.png")
     opts = ap.parse_args()
@@ -1074,11 +1116,11 @@ def main():
         # compare: also examples/loadgen.rs, its load generator for the SET:GET mix.
         targets = ["--bin", "walrus", "--example", "loadgen"] if opts.suite == "compare" else []
         subprocess.run(["cargo", "build", "--release", "--quiet", *targets], cwd=ROOT, check=True)
-    if opts.suite in ("restore", "scripts", "compare", "role"):
+    if opts.suite in ("restore", "scripts", "compare", "role", "hostile"):
         tmp = tempfile.mkdtemp(prefix="walrus-bench-")
         try:
             {"restore": restore_suite, "scripts": scripts_suite, "compare": compare_suite,
-             "role": role_suite}[opts.suite](opts, tmp)
+             "role": role_suite, "hostile": hostile_suite}[opts.suite](opts, tmp)
         finally:
             for p in reversed(list(LIVE)):
                 p.stop()
