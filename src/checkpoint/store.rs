@@ -59,6 +59,27 @@ impl Checkpoint {
             .flatten()
             .filter_map(|s| s.parse().ok())
     }
+
+    /// The manifest's text for this record, sealed with its CRC line.
+    pub fn render(&self) -> String {
+        let body = toml::to_string(&ManifestFile {
+            checkpoint: self.clone(),
+        })
+        .expect("checkpoint record serializes");
+        seal(&body)
+    }
+
+    /// Reads a manifest's text (as [`render`](Self::render) wrote it): its CRC line, then
+    /// the record, which must name a file and a replication id that can be Valkey's.
+    pub fn parse(text: &str) -> Result<Checkpoint, String> {
+        let body = unseal(text)?;
+        let m: ManifestFile = toml::from_str(body).map_err(|e| e.to_string())?;
+        let c = m.checkpoint;
+        if c.replid.len() != REPLID_LEN || c.file.contains('/') || c.from_lsn == 0 {
+            return Err(format!("invalid record {c:?}"));
+        }
+        Ok(c)
+    }
 }
 
 mod hex_u64 {
@@ -227,13 +248,7 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(bad(e.to_string())),
         };
-        let body = unseal(&text).map_err(bad)?;
-        let m: ManifestFile = toml::from_str(body).map_err(|e| bad(e.to_string()))?;
-        let c = m.checkpoint;
-        if c.replid.len() != REPLID_LEN || c.file.contains('/') || c.from_lsn == 0 {
-            return Err(bad(format!("invalid record {c:?}")));
-        }
-        Ok(Some(c))
+        Checkpoint::parse(&text).map(Some).map_err(bad)
     }
 
     /// Records a stored RDB, written by the server `written_by` names, as the current
@@ -303,11 +318,7 @@ impl Store {
 
     /// Replaces the manifest with `c`, atomically (under the writer lock).
     fn write(&self, c: &Checkpoint) -> Result<(), StoreError> {
-        let body = toml::to_string(&ManifestFile {
-            checkpoint: c.clone(),
-        })
-        .expect("checkpoint record serializes");
-        replace_file(&self.dir, CHECKPOINT_FILE, seal(&body).as_bytes()).map_err(|e| {
+        replace_file(&self.dir, CHECKPOINT_FILE, c.render().as_bytes()).map_err(|e| {
             StoreError::Manifest {
                 path: self.dir.join(CHECKPOINT_FILE),
                 why: e.to_string(),

@@ -25,6 +25,7 @@
 use crate::resp::write;
 use crate::upstream::client::{Conn, UpstreamError};
 use crate::upstream::server::ServerVersion;
+use bytes::BytesMut;
 use tokio::io::AsyncReadExt;
 
 /// A Valkey replication id: 40 hex characters.
@@ -106,7 +107,8 @@ pub async fn handshake(
     parse_psync_reply(&line, from)
 }
 
-fn parse_psync_reply(line: &str, from: Option<&Position>) -> Result<SyncStart, UpstreamError> {
+/// What the line answering PSYNC says; `from`: where the replica asked to continue.
+pub fn parse_psync_reply(line: &str, from: Option<&Position>) -> Result<SyncStart, UpstreamError> {
     let bad = || UpstreamError::Decode(format!("unexpected PSYNC reply: {line:?}"));
     if let Some(rest) = line.strip_prefix("+FULLRESYNC ") {
         let (replid, offset) = rest.split_once(' ').ok_or_else(bad)?;
@@ -153,26 +155,34 @@ pub async fn ack(conn: &mut Conn, offset: u64) -> Result<(), UpstreamError> {
 /// Reads one `\r\n`-terminated line, skipping the bare `\n` keepalives a primary sends
 /// while it prepares a reply or an RDB. Bytes after the line stay in the buffer.
 pub async fn read_line(conn: &mut Conn) -> Result<String, UpstreamError> {
-    /// A status line longer than this is not one.
-    const MAX_STATUS_LINE_BYTES: usize = 4096;
     loop {
-        while conn.buf.first() == Some(&b'\n') {
-            let _ = conn.buf.split_to(1);
-        }
-        if let Some(p) = conn.buf.iter().position(|&b| b == b'\n') {
-            let line = conn.buf.split_to(p + 1);
-            let text = String::from_utf8_lossy(&line[..p])
-                .trim_end_matches('\r')
-                .to_string();
-            return Ok(text);
-        }
-        if conn.buf.len() > MAX_STATUS_LINE_BYTES {
-            return Err(UpstreamError::Decode("status line too long".into()));
+        if let Some(line) = take_line(&mut conn.buf)? {
+            return Ok(line);
         }
         if conn.stream.read_buf(&mut conn.buf).await? == 0 {
             return Err(UpstreamError::Closed);
         }
     }
+}
+
+/// [`read_line`] on the bytes read so far: the line, once `buf` holds all of it.
+pub fn take_line(buf: &mut BytesMut) -> Result<Option<String>, UpstreamError> {
+    /// A status line longer than this is not one.
+    const MAX_STATUS_LINE_BYTES: usize = 4096;
+    while buf.first() == Some(&b'\n') {
+        let _ = buf.split_to(1);
+    }
+    if let Some(p) = buf.iter().position(|&b| b == b'\n') {
+        let line = buf.split_to(p + 1);
+        let text = String::from_utf8_lossy(&line[..p])
+            .trim_end_matches('\r')
+            .to_string();
+        return Ok(Some(text));
+    }
+    if buf.len() > MAX_STATUS_LINE_BYTES {
+        return Err(UpstreamError::Decode("status line too long".into()));
+    }
+    Ok(None)
 }
 
 #[cfg(test)]
