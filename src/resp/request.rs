@@ -37,6 +37,9 @@ impl Request {
 
 /// A request the client got wrong. Valkey answers `-ERR Protocol error: <text>` and closes
 /// the connection; so does walrus.
+///
+/// The text holds one char per byte of the reply (Latin-1): it is ASCII except for the byte
+/// of `expected '$', got '<c>'`, which Valkey's `%c` copies as it is, CR and LF excepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("Protocol error: {0}")]
 pub struct ParseError(pub String);
@@ -46,9 +49,25 @@ impl ParseError {
         ParseError(text.into())
     }
 
-    /// The reply Valkey would send for this error.
+    /// `expected '$', got '<c>'`. Valkey's error replies turn CR and LF into spaces
+    /// (`addReplyErrorLength`): a byte of the request must not end the reply's line.
+    fn expected_bulk(got: u8) -> Self {
+        let got = match got {
+            b'\r' | b'\n' => ' ',
+            b => char::from(b),
+        };
+        ParseError(format!("expected '$', got '{got}'"))
+    }
+
+    /// The reply Valkey would send for this error, byte for byte.
     pub fn reply(&self) -> Bytes {
-        write::error(&format!("ERR {self}"))
+        const PREFIX: &[u8] = b"-ERR Protocol error: ";
+        let mut out = BytesMut::with_capacity(PREFIX.len() + self.0.len() + 2);
+        out.extend_from_slice(PREFIX);
+        // Every char is below 256 (see the type's doc): one byte each.
+        out.extend(self.0.chars().map(|c| u8::try_from(c).unwrap_or(b'?')));
+        out.extend_from_slice(b"\r\n");
+        out.freeze()
     }
 }
 
@@ -183,10 +202,7 @@ impl RequestParser {
                 return Ok(Step::NeedMore);
             };
             if buf[*pos] != b'$' {
-                return Err(ParseError::new(format!(
-                    "expected '$', got '{}'",
-                    buf[*pos] as char
-                )));
+                return Err(ParseError::expected_bulk(buf[*pos]));
             }
             let len = parse_i64(&buf[*pos + 1..cr])
                 .filter(|&n| n >= 0 && n as u64 <= self.limits.max_bulk_bytes as u64)
@@ -388,6 +404,35 @@ mod tests {
                 "input {:?}",
                 String::from_utf8_lossy(input)
             );
+        }
+    }
+
+    /// Found by fuzzing (fuzz/regressions/request/cr-in-expected-dollar-error): the byte
+    /// in the error broke the reply's line, and a debug build panicked on it. Valkey 9.1.2
+    /// answers these bytes as below.
+    #[test]
+    fn error_replies_are_one_line_with_the_byte_valkey_shows() {
+        let cases: &[(&[u8], &[u8])] = &[
+            (
+                b"*1\r\n\r\n",
+                b"-ERR Protocol error: expected '$', got ' '\r\n",
+            ),
+            (
+                b"*1\r\n\n\r\n",
+                b"-ERR Protocol error: expected '$', got ' '\r\n",
+            ),
+            (
+                b"*1\r\n\xff\r\n",
+                b"-ERR Protocol error: expected '$', got '\xff'\r\n",
+            ),
+            (
+                b"*x\r\n",
+                b"-ERR Protocol error: invalid multibulk length\r\n",
+            ),
+        ];
+        for (input, reply) in cases {
+            let (_, err) = parse_all(input);
+            assert_eq!(&err.unwrap().reply()[..], *reply);
         }
     }
 
