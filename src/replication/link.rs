@@ -56,6 +56,9 @@ pub struct LinkConfig {
     pub max_rdb_bytes: u64,
     /// Entry size the stream is cut at (a transaction may be larger).
     pub entry_bytes: usize,
+    /// The journal's largest entry (`journal.max_entry_bytes`): a command or transaction
+    /// larger than it is refused as soon as the stream shows it, not buffered whole.
+    pub max_entry_bytes: u64,
     pub limits: Limits,
     /// Notified when a checkpoint releases ring segments.
     pub released: Arc<Notify>,
@@ -238,7 +241,7 @@ async fn attach(
         .as_bytes()
         .try_into()
         .expect("replication ids are 40 characters");
-    let mut framer = StreamFramer::new(offset, cfg.limits, cfg.entry_bytes);
+    let mut framer = StreamFramer::new(offset, cfg.limits, cfg.entry_bytes, cfg.max_entry_bytes);
     // The stream shows Valkey's death as its end, but only to a link that reads it, and the
     // link stops reading while the ring is full: the watch notices a restarted Valkey then.
     let replaced = replaced(up, durability, &view.run_id);
