@@ -59,7 +59,12 @@ pub fn check(
     entry_bytes: usize,
     max_entry_bytes: u64,
 ) -> Outcome {
-    let whole = frame(bytes, &super::at_once(bytes.len()), entry_bytes, max_entry_bytes);
+    let whole = frame(
+        bytes,
+        &super::at_once(bytes.len()),
+        entry_bytes,
+        max_entry_bytes,
+    );
     let pieces = frame(bytes, reads, entry_bytes, max_entry_bytes);
     assert_eq!(
         emitted(&whole),
