@@ -324,7 +324,9 @@ impl Payload {
         }
     }
 
-    /// Looks at `buf`, the bytes received since the last piece was consumed.
+    /// Looks at `buf`, the bytes received since the last piece was consumed. A marked
+    /// payload past `max_bytes` is refused once its bytes show it, whether the mark came
+    /// in the same read or not.
     pub fn next(&mut self, buf: &[u8]) -> Result<Piece, UpstreamError> {
         let piece = match &self.transfer {
             Transfer::Sized(len) => {
@@ -344,12 +346,6 @@ impl Payload {
                 None => {
                     // Everything but a possible start of the mark is payload.
                     let safe = buf.len().saturating_sub(mark.len() - 1);
-                    if self.taken + safe as u64 > self.max_bytes {
-                        return Err(UpstreamError::Decode(format!(
-                            "RDB exceeds the limit of {} bytes",
-                            self.max_bytes
-                        )));
-                    }
                     Piece {
                         payload: safe,
                         consumed: safe,
@@ -359,6 +355,12 @@ impl Payload {
             },
         };
         self.taken += piece.payload as u64;
+        if self.taken > self.max_bytes {
+            return Err(UpstreamError::Decode(format!(
+                "RDB exceeds the limit of {} bytes",
+                self.max_bytes
+            )));
+        }
         Ok(piece)
     }
 }
@@ -412,6 +414,31 @@ mod tests {
         let mut d = RdbDigest::default();
         d.update(b"123456789\0\0\0\0\0\0\0\0");
         assert!(d.finish().unwrap_err().to_string().contains("not an RDB"));
+    }
+
+    /// Found by fuzzing (fuzz/regressions/rdb): a marked payload over the limit was taken
+    /// when its mark came in the same read as its last bytes.
+    #[test]
+    fn a_marked_payload_keeps_to_the_limit_however_it_arrives() {
+        let mark = [b'm'; EOF_MARK_LEN];
+        let header = format!("$EOF:{}", std::str::from_utf8(&mark).unwrap());
+        for (payload, fits) in [(&b"1234"[..], true), (b"12345", false)] {
+            let transfer = Transfer::parse(&header, 4).unwrap();
+            let whole = [payload, &mark[..], b"stream"].concat();
+            let piece = Payload::new(transfer, 4).next(&whole);
+            assert_eq!(piece.is_ok(), fits, "{payload:?}");
+            if fits {
+                let piece = piece.unwrap();
+                assert_eq!((piece.payload, piece.done), (4, true));
+                assert_eq!(&whole[piece.consumed..], b"stream");
+            }
+        }
+        assert!(Transfer::parse("$5", 4).is_err());
+        assert_eq!(Transfer::parse("$4", 4).unwrap(), Transfer::Sized(4));
+        assert!(matches!(
+            Transfer::parse("-ERR no", 4),
+            Err(UpstreamError::Refused(_))
+        ));
     }
 
     #[test]
