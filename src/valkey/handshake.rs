@@ -165,24 +165,26 @@ pub async fn read_line(conn: &mut Conn) -> Result<String, UpstreamError> {
     }
 }
 
-/// [`read_line`] on the bytes read so far: the line, once `buf` holds all of it.
+/// [`read_line`] on the bytes read so far: the line, once `buf` holds all of it. A line
+/// longer than a status line can be is refused, whether it came whole or not yet.
 pub fn take_line(buf: &mut BytesMut) -> Result<Option<String>, UpstreamError> {
-    /// A status line longer than this is not one.
+    /// A status line longer than this, its end included, is not one.
     const MAX_STATUS_LINE_BYTES: usize = 4096;
     while buf.first() == Some(&b'\n') {
         let _ = buf.split_to(1);
     }
-    if let Some(p) = buf.iter().position(|&b| b == b'\n') {
-        let line = buf.split_to(p + 1);
-        let text = String::from_utf8_lossy(&line[..p])
-            .trim_end_matches('\r')
-            .to_string();
-        return Ok(Some(text));
-    }
-    if buf.len() > MAX_STATUS_LINE_BYTES {
+    let end = buf.iter().position(|&b| b == b'\n');
+    if end.unwrap_or(buf.len()) >= MAX_STATUS_LINE_BYTES {
         return Err(UpstreamError::Decode("status line too long".into()));
     }
-    Ok(None)
+    let Some(p) = end else {
+        return Ok(None);
+    };
+    let line = buf.split_to(p + 1);
+    let text = String::from_utf8_lossy(&line[..p])
+        .trim_end_matches('\r')
+        .to_string();
+    Ok(Some(text))
 }
 
 #[cfg(test)]
@@ -218,5 +220,24 @@ mod tests {
             parse_psync_reply("-NOMASTERLINK Can't SYNC", None),
             Err(UpstreamError::Refused(_))
         ));
+    }
+
+    /// Found with the valkey_info target (fuzz/regressions/valkey_info/long-status-line): a
+    /// long line was refused in parts but taken whole.
+    #[test]
+    fn status_lines_keep_to_their_limit_however_they_arrive() {
+        let mut line = b"\n\n+FULLRESYNC ".to_vec();
+        line.resize(2 + 4096, b'x');
+        line.extend_from_slice(b"\r\n");
+        for cut in [0, 100, 4095, 4096, line.len()] {
+            let mut buf = BytesMut::from(&line[..cut]);
+            let first = take_line(&mut buf);
+            buf.extend_from_slice(&line[cut..]);
+            let outcome = first.and_then(|_| take_line(&mut buf));
+            assert!(outcome.is_err(), "cut at {cut}: {outcome:?}");
+        }
+        let mut buf = BytesMut::from(&b"\n+CONTINUE\r\nrest"[..]);
+        assert_eq!(take_line(&mut buf).unwrap().as_deref(), Some("+CONTINUE"));
+        assert_eq!(&buf[..], b"rest");
     }
 }
