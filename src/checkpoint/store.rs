@@ -70,12 +70,15 @@ impl Checkpoint {
     }
 
     /// Reads a manifest's text (as [`render`](Self::render) wrote it): its CRC line, then
-    /// the record, which must name a file and a replication id that can be Valkey's.
+    /// the record, which must name an RDB in the checkpoint directory (a name `path_for`
+    /// could have made: not `..`, not the manifest, not a `.tmp` that `open` deletes) and a
+    /// replication id that can be Valkey's.
     pub fn parse(text: &str) -> Result<Checkpoint, String> {
         let body = unseal(text)?;
         let m: ManifestFile = toml::from_str(body).map_err(|e| e.to_string())?;
         let c = m.checkpoint;
-        if c.replid.len() != REPLID_LEN || c.file.contains('/') || c.from_lsn == 0 {
+        let names_an_rdb = c.file.ends_with(".rdb") && !c.file.contains('/');
+        if c.replid.len() != REPLID_LEN || !names_an_rdb || c.from_lsn == 0 {
             return Err(format!("invalid record {c:?}"));
         }
         Ok(c)
@@ -445,6 +448,31 @@ mod tests {
             reopened.current(),
             Err(StoreError::Manifest { .. })
         ));
+    }
+
+    /// Found by fuzzing (fuzz/regressions/checkpoint_manifest): a record naming a file that
+    /// is no RDB of the store (the parent directory, a `.tmp` that `open` deletes) was read.
+    #[test]
+    fn a_record_names_an_rdb_of_the_store() {
+        let c = Checkpoint {
+            file: "checkpoint-a-1.rdb".into(),
+            replid: "a".repeat(40),
+            offset: 1,
+            size: 17,
+            crc64: 7,
+            from_lsn: 1,
+            rdb_version: Some(11),
+            written_by: None,
+            newest_server: None,
+        };
+        assert_eq!(Checkpoint::parse(&c.render()), Ok(c.clone()));
+        for file in ["..", "", "CHECKPOINT", "x.rdb.tmp", "../x.rdb", "sub/x.rdb"] {
+            let bad = Checkpoint {
+                file: file.into(),
+                ..c.clone()
+            };
+            assert!(Checkpoint::parse(&bad.render()).is_err(), "{file:?}");
+        }
     }
 
     #[test]
