@@ -20,6 +20,8 @@
 //! replication history: after a full resynchronization under a new replication id (Valkey
 //! restarted or failed over), the journal's older entries belong to another offset space.
 
+pub use super::error::LinkError;
+
 use super::ack::acknowledge;
 use super::follow::{follow, Covered};
 use super::stream::StreamFramer;
@@ -65,28 +67,6 @@ pub struct LinkConfig {
     pub on_conflict: OnConflict,
     /// How long Valkey may take for each step of a restore.
     pub restore_timeout: Duration,
-}
-
-/// Why an attachment ended.
-#[derive(Debug, thiserror::Error)]
-pub enum LinkError {
-    #[error("{0}")]
-    Upstream(#[from] UpstreamError),
-    #[error("{0}")]
-    Stream(#[from] crate::resp::ScanError),
-    #[error("journal: {0}")]
-    Journal(#[from] JournalError),
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-    #[error("{0}")]
-    Store(#[from] crate::checkpoint::store::StoreError),
-    #[error("{0}")]
-    Restore(#[from] RestoreError),
-    /// Decision (c): Valkey and walrus hold different data.
-    #[error("{0}")]
-    Conflict(String),
-    #[error("{0}")]
-    Raced(String),
 }
 
 /// What the link knows between attachments.

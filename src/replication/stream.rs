@@ -21,7 +21,7 @@ use crate::journal::JournalError;
 use crate::resp::{Limits, ReplyScanner};
 use bytes::{Bytes, BytesMut};
 
-use super::link::LinkError;
+use super::error::LinkError;
 
 /// Whole commands from the stream, and the offset right after them.
 #[derive(Debug, Clone, PartialEq, Eq)]
