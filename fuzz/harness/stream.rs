@@ -172,7 +172,8 @@ fn check_entry(e: &StreamEntry, max_entry_bytes: u64) {
         .all(|(b, p)| b == p || *b == b'\n'));
 }
 
-/// The word of a one-word command (`*1\r\n$5\r\nMULTI\r\n`).
+/// The word of a one-word command (`*1\r\n$5\r\nMULTI\r\n`). This and [`is_getack`] are
+/// written apart from the framer's own, to check it.
 fn one_word(cmd: &[u8]) -> Option<&[u8]> {
     let rest = cmd.strip_prefix(b"*1\r\n$")?.strip_suffix(b"\r\n")?;
     let nl = rest.windows(2).position(|w| w == b"\r\n")?;
