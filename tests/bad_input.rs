@@ -106,6 +106,11 @@ fn malformed_requests_get_valkeys_reply_and_break_nothing() {
             b"*1\r\n$+4\r\nPING\r\n".to_vec(),
         ),
         ("nested array", b"*1\r\n*1\r\n$4\r\nPING\r\n".to_vec()),
+        // The byte Valkey names in its error: CR and LF become spaces, others are sent as
+        // they are (found by fuzzing: a CR broke walrus's reply line).
+        ("CR for a bulk length", b"*1\r\n\r\n".to_vec()),
+        ("LF for a bulk length", b"*1\r\n\n\r\n".to_vec()),
+        ("byte 0xff for a bulk length", b"*1\r\n\xff\r\n".to_vec()),
         ("LF-only count line", b"*1\n$4\r\nPING\r\n".to_vec()),
         ("bulk not followed by CRLF", b"*1\r\n$4\r\nPINGxx".to_vec()),
         (

@@ -51,7 +51,7 @@ impl Link {
             "the RDB of {version} comes in the server's own format"
         );
         ack(&mut conn, offset).await.unwrap();
-        let framer = StreamFramer::new(offset, Limits::default(), 1 << 20);
+        let framer = StreamFramer::new(offset, Limits::default(), 1 << 20, 1 << 30);
         (
             Link {
                 conn,

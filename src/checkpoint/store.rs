@@ -59,6 +59,30 @@ impl Checkpoint {
             .flatten()
             .filter_map(|s| s.parse().ok())
     }
+
+    /// The manifest's text for this record, sealed with its CRC line.
+    pub fn render(&self) -> String {
+        let body = toml::to_string(&ManifestFile {
+            checkpoint: self.clone(),
+        })
+        .expect("checkpoint record serializes");
+        seal(&body)
+    }
+
+    /// Reads a manifest's text (as [`render`](Self::render) wrote it): its CRC line, then
+    /// the record, which must name an RDB in the checkpoint directory (a name `path_for`
+    /// could have made: not `..`, not the manifest, not a `.tmp` that `open` deletes) and a
+    /// replication id that can be Valkey's.
+    pub fn parse(text: &str) -> Result<Checkpoint, String> {
+        let body = unseal(text)?;
+        let m: ManifestFile = toml::from_str(body).map_err(|e| e.to_string())?;
+        let c = m.checkpoint;
+        let names_an_rdb = c.file.ends_with(".rdb") && !c.file.contains('/');
+        if c.replid.len() != REPLID_LEN || !names_an_rdb || c.from_lsn == 0 {
+            return Err(format!("invalid record {c:?}"));
+        }
+        Ok(c)
+    }
 }
 
 mod hex_u64 {
@@ -227,13 +251,7 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(bad(e.to_string())),
         };
-        let body = unseal(&text).map_err(bad)?;
-        let m: ManifestFile = toml::from_str(body).map_err(|e| bad(e.to_string()))?;
-        let c = m.checkpoint;
-        if c.replid.len() != REPLID_LEN || c.file.contains('/') || c.from_lsn == 0 {
-            return Err(bad(format!("invalid record {c:?}")));
-        }
-        Ok(Some(c))
+        Checkpoint::parse(&text).map(Some).map_err(bad)
     }
 
     /// Records a stored RDB, written by the server `written_by` names, as the current
@@ -303,11 +321,7 @@ impl Store {
 
     /// Replaces the manifest with `c`, atomically (under the writer lock).
     fn write(&self, c: &Checkpoint) -> Result<(), StoreError> {
-        let body = toml::to_string(&ManifestFile {
-            checkpoint: c.clone(),
-        })
-        .expect("checkpoint record serializes");
-        replace_file(&self.dir, CHECKPOINT_FILE, seal(&body).as_bytes()).map_err(|e| {
+        replace_file(&self.dir, CHECKPOINT_FILE, c.render().as_bytes()).map_err(|e| {
             StoreError::Manifest {
                 path: self.dir.join(CHECKPOINT_FILE),
                 why: e.to_string(),
@@ -434,6 +448,31 @@ mod tests {
             reopened.current(),
             Err(StoreError::Manifest { .. })
         ));
+    }
+
+    /// Found by fuzzing (fuzz/regressions/checkpoint_manifest): a record naming a file that
+    /// is no RDB of the store (the parent directory, a `.tmp` that `open` deletes) was read.
+    #[test]
+    fn a_record_names_an_rdb_of_the_store() {
+        let c = Checkpoint {
+            file: "checkpoint-a-1.rdb".into(),
+            replid: "a".repeat(40),
+            offset: 1,
+            size: 17,
+            crc64: 7,
+            from_lsn: 1,
+            rdb_version: Some(11),
+            written_by: None,
+            newest_server: None,
+        };
+        assert_eq!(Checkpoint::parse(&c.render()), Ok(c.clone()));
+        for file in ["..", "", "CHECKPOINT", "x.rdb.tmp", "../x.rdb", "sub/x.rdb"] {
+            let bad = Checkpoint {
+                file: file.into(),
+                ..c.clone()
+            };
+            assert!(Checkpoint::parse(&bad.render()).is_err(), "{file:?}");
+        }
     }
 
     #[test]

@@ -172,6 +172,7 @@ pub(super) async fn start_durability(
         // two to a write, rather than one entry fragmented across writes; at least 64 KiB
         // so that small buffers do not cut the stream into many tiny entries.
         entry_bytes: (config.journal.max_write_bytes as usize / 2).max(64 << 10),
+        max_entry_bytes: config.journal.max_entry(),
         // The stream is Valkey's, not a client's reply: the journal's own entry limit bounds
         // it (past it the link takes a full resync), not the proxy's reply limits.
         limits: crate::resp::Limits::default(),

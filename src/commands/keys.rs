@@ -128,18 +128,23 @@ fn int(m: &[(String, &OwnedFrame)], key: &str) -> Result<i64, String> {
 }
 
 /// The key argument indexes of a request, following each spec in turn.
+///
+/// The arithmetic is in `i128`: the specs' numbers come from Valkey and a key count from
+/// the client (`EVAL s 9223372036854775807`), and no sum or product of two `i64`s
+/// overflows it. Whatever they say, only indexes of actual arguments come out.
 pub fn extract(specs: &[KeySpec], args: &[Bytes]) -> Keys {
-    let argc = args.len() as i64;
+    let argc = args.len() as i128;
     let mut out = Vec::new();
     for spec in specs {
         if spec.incomplete {
             return Keys::Unknown;
         }
         let first = match &spec.begin {
-            BeginSearch::Index(i) => *i,
+            BeginSearch::Index(i) => i128::from(*i),
             BeginSearch::Keyword { keyword, startfrom } => {
-                let (start, end) = if *startfrom > 0 {
-                    (*startfrom, argc - 1)
+                let startfrom = i128::from(*startfrom);
+                let (start, end) = if startfrom > 0 {
+                    (startfrom, argc - 1)
                 } else {
                     (argc + startfrom, 1)
                 };
@@ -172,6 +177,8 @@ pub fn extract(specs: &[KeySpec], args: &[Bytes]) -> Keys {
                 keystep,
                 limit,
             } => {
+                let (lastkey, keystep, limit) =
+                    (i128::from(lastkey), i128::from(keystep), i128::from(limit));
                 let last = if lastkey >= 0 {
                     first + lastkey
                 } else if limit <= 1 {
@@ -186,9 +193,10 @@ pub fn extract(specs: &[KeySpec], args: &[Bytes]) -> Keys {
                 firstkey,
                 keystep,
             } => {
-                let idx = first + keynumidx;
-                let Some(n) = args
-                    .get(idx as usize)
+                let idx = first + i128::from(keynumidx);
+                let Some(n) = usize::try_from(idx)
+                    .ok()
+                    .and_then(|i| args.get(i))
                     .and_then(|a| crate::resp::parse_i64(a))
                 else {
                     return Keys::Unknown;
@@ -196,7 +204,8 @@ pub fn extract(specs: &[KeySpec], args: &[Bytes]) -> Keys {
                 if n < 0 {
                     return Keys::Unknown;
                 }
-                let first = first + firstkey;
+                let (n, keystep) = (i128::from(n), i128::from(keystep));
+                let first = first + i128::from(firstkey);
                 (first, first + (n - 1) * keystep, keystep)
             }
             FindKeys::Unknown => return Keys::Unknown,
@@ -280,6 +289,52 @@ mod tests {
             Keys::Unknown
         );
         assert_eq!(extract(&[spec], &args("EVAL s x a")), Keys::Unknown);
+    }
+
+    /// A key count from the client, or numbers in a spec, at the ends of `i64`: the index
+    /// arithmetic overflowed (a panic in a debug build). Found with the command_table fuzz
+    /// target's seeds (fuzz/seeds/command_table).
+    #[test]
+    fn extreme_numbers_name_no_key_outside_the_request() {
+        let eval = KeySpec {
+            begin: BeginSearch::Index(2),
+            find: FindKeys::Keynum {
+                keynumidx: 0,
+                firstkey: 1,
+                keystep: 1,
+            },
+            incomplete: false,
+        };
+        let huge = format!("EVAL s {} a", i64::MAX);
+        assert_eq!(extract(&[eval], &args(&huge)), Keys::Unknown);
+        let request = args("CMD a b c d");
+        for n in [i64::MIN, i64::MIN + 1, -1, 0, 1, i64::MAX - 1, i64::MAX] {
+            let specs = [
+                range(n, n, n, n),
+                range(1, n, 1, 2),
+                range(1, -1, n, 0),
+                KeySpec {
+                    begin: BeginSearch::Keyword {
+                        keyword: b"b".to_vec(),
+                        startfrom: n,
+                    },
+                    find: FindKeys::Keynum {
+                        keynumidx: n,
+                        firstkey: n,
+                        keystep: n,
+                    },
+                    incomplete: false,
+                },
+            ];
+            for spec in specs {
+                if let Keys::Args(keys) = extract(std::slice::from_ref(&spec), &request) {
+                    assert!(
+                        keys.iter().all(|&k| (1..5).contains(&k)),
+                        "{spec:?}: {keys:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

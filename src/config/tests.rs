@@ -30,6 +30,25 @@ fn a_ring_of_few_segments_gets_marks_it_can_reach() {
     );
 }
 
+/// Found with the config fuzz target's check (fuzz/regressions/config): low disk marks on
+/// a ring of few segments validated, and the ring's own low mark came out below 0.
+#[test]
+fn ring_marks_that_cannot_work_are_refused() {
+    let mut c = Config::default();
+    c.journal.segments = 3;
+    c.journal.max_entry_bytes = None;
+    c.disk.high_watermark = 0.1;
+    c.disk.low_watermark = 0.05;
+    c.checkpoint.ring_fill_trigger = 0.01;
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.contains("journal.segments = 3"), "{err}");
+    // Above half a segment (1/6 of a 3-segment ring) the marks work.
+    c.disk.high_watermark = 0.2;
+    c.validate().unwrap();
+    let (high, low) = c.ring_watermarks();
+    assert!(0.0 < low && low < high, "{high} {low}");
+}
+
 /// Issue 20: a small ring works with nothing else set; the limits that depend on the
 /// ring follow from it.
 #[test]

@@ -103,6 +103,16 @@ impl Config {
         if self.data.dir.as_os_str().is_empty() {
             return Err("invalid value for data.dir: \"\"".into());
         }
-        self.journal.check()
+        self.journal.check()?;
+        // The ring's own low mark is half a segment below its high one: low disk marks on a
+        // ring of few segments would put it at or below 0, where the ring's figure never is.
+        let (ring_high, ring_low) = self.ring_watermarks();
+        if ring_low <= 0.0 {
+            return Err(format!(
+                "invalid values for disk.high_watermark ({high}) and disk.low_watermark ({low}) with journal.segments = {}: the ring's own marks would be {ring_high} and {ring_low} (its figure moves a segment at a time, and its low mark is half a segment below the high one); raise the marks or use more segments",
+                self.journal.segments
+            ));
+        }
+        Ok(())
     }
 }

@@ -153,11 +153,14 @@ impl Manifest {
         Ok(())
     }
 
-    fn render(&self) -> String {
+    /// The manifest's text, sealed with its CRC line.
+    pub fn render(&self) -> String {
         seal(&toml::to_string(self).expect("manifest serializes"))
     }
 
-    fn parse(text: &str) -> Result<Manifest, JournalError> {
+    /// Reads a manifest's text (as [`render`](Self::render) wrote it), checking its CRC line,
+    /// its layout version and its key.
+    pub fn parse(text: &str) -> Result<Manifest, JournalError> {
         let body = unseal(text).map_err(JournalError::Manifest)?;
         let m: Manifest =
             toml::from_str(body).map_err(|e| JournalError::Manifest(e.to_string()))?;

@@ -20,6 +20,8 @@
 //! replication history: after a full resynchronization under a new replication id (Valkey
 //! restarted or failed over), the journal's older entries belong to another offset space.
 
+pub use super::error::LinkError;
+
 use super::ack::acknowledge;
 use super::follow::{follow, Covered};
 use super::stream::StreamFramer;
@@ -56,34 +58,15 @@ pub struct LinkConfig {
     pub max_rdb_bytes: u64,
     /// Entry size the stream is cut at (a transaction may be larger).
     pub entry_bytes: usize,
+    /// The journal's largest entry (`journal.max_entry_bytes`): a command or transaction
+    /// larger than it is refused as soon as the stream shows it, not buffered whole.
+    pub max_entry_bytes: u64,
     pub limits: Limits,
     /// Notified when a checkpoint releases ring segments.
     pub released: Arc<Notify>,
     pub on_conflict: OnConflict,
     /// How long Valkey may take for each step of a restore.
     pub restore_timeout: Duration,
-}
-
-/// Why an attachment ended.
-#[derive(Debug, thiserror::Error)]
-pub enum LinkError {
-    #[error("{0}")]
-    Upstream(#[from] UpstreamError),
-    #[error("{0}")]
-    Stream(#[from] crate::resp::ScanError),
-    #[error("journal: {0}")]
-    Journal(#[from] JournalError),
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-    #[error("{0}")]
-    Store(#[from] crate::checkpoint::store::StoreError),
-    #[error("{0}")]
-    Restore(#[from] RestoreError),
-    /// Decision (c): Valkey and walrus hold different data.
-    #[error("{0}")]
-    Conflict(String),
-    #[error("{0}")]
-    Raced(String),
 }
 
 /// What the link knows between attachments.
@@ -238,7 +221,7 @@ async fn attach(
         .as_bytes()
         .try_into()
         .expect("replication ids are 40 characters");
-    let mut framer = StreamFramer::new(offset, cfg.limits, cfg.entry_bytes);
+    let mut framer = StreamFramer::new(offset, cfg.limits, cfg.entry_bytes, cfg.max_entry_bytes);
     // The stream shows Valkey's death as its end, but only to a link that reads it, and the
     // link stops reading while the ring is full: the watch notices a restarted Valkey then.
     let replaced = replaced(up, durability, &view.run_id);

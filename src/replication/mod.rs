@@ -11,8 +11,10 @@
 //! - [`ack`]: `REPLCONF ACK` and `FACK`: what walrus tells Valkey it received and made durable.
 //! - [`follow`]: the journal's durable position, followed into the durability gate.
 //! - [`stream`]: cutting the command stream into journal entries on command boundaries.
+//! - [`error`]: [`LinkError`](error::LinkError), why an attachment ended.
 
 pub mod ack;
+pub mod error;
 pub mod follow;
 pub mod link;
 pub mod stream;

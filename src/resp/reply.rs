@@ -29,7 +29,8 @@ pub struct ReplyScanner {
     stack: Vec<u64>,
 }
 
-/// The longest header line (type byte, length, CRLF) or simple string accepted.
+/// The longest line accepted after its type byte: a length, or a simple string or error
+/// (a script's status reply may be long; longer than this it is refused, whole or in parts).
 const MAX_LINE_BYTES: usize = 64 << 10;
 
 impl ReplyScanner {
@@ -44,18 +45,37 @@ impl ReplyScanner {
     /// Returns the length of the complete frame at the front of `buf`, or `None` when more
     /// bytes are needed. `buf` must start at the frame being scanned and keep its bytes until
     /// a length is returned (only appending in between).
+    ///
+    /// The outcome does not depend on how the bytes arrive: a limit is enforced on an
+    /// incomplete frame only once its bytes prove that the whole frame exceeds it, and then
+    /// at once (so an incomplete frame never holds more than `max_reply_bytes` in `buf`).
     pub fn scan(&mut self, buf: &[u8]) -> Result<Option<usize>, ScanError> {
+        let found = self.frame(buf);
+        if let Ok(None) = found {
+            // The frame needs at least one more byte.
+            if buf.len() >= self.limits.max_reply_bytes {
+                return Err(ScanError::TooLarge(self.limits.max_reply_bytes));
+            }
+        }
+        found
+    }
+
+    fn frame(&mut self, buf: &[u8]) -> Result<Option<usize>, ScanError> {
         loop {
             if self.pos >= buf.len() {
                 return Ok(None);
             }
             let at = self.pos;
             let Some(cr) = find_crlf(buf, at + 1) else {
-                if buf.len() - at > MAX_LINE_BYTES {
+                // The CR may be the last byte: the line is at least this long.
+                if buf.len() - at - 1 > MAX_LINE_BYTES + 1 {
                     return Err(ScanError::Protocol("reply line too long".into()));
                 }
                 return Ok(None);
             };
+            if cr - at - 1 > MAX_LINE_BYTES {
+                return Err(ScanError::Protocol("reply line too long".into()));
+            }
             let line = &buf[at + 1..cr];
             let after = cr + 2;
             let children: u64 = match buf[at] {
@@ -64,6 +84,10 @@ impl ReplyScanner {
                     let len = self.length(line, buf[at] == b'$')?;
                     if let Some(len) = len {
                         let end = after + len + 2;
+                        // Known too large before its bytes are awaited.
+                        if end > self.limits.max_reply_bytes {
+                            return Err(ScanError::TooLarge(self.limits.max_reply_bytes));
+                        }
                         if buf.len() < end {
                             return Ok(None);
                         }
@@ -199,6 +223,31 @@ mod tests {
         }
     }
 
+    /// A long status line (a script's `status_reply`) was refused when it came in parts and
+    /// taken when it came in one read: now the line's length alone decides.
+    #[test]
+    fn long_lines_are_refused_however_they_arrive() {
+        for len in [MAX_LINE_BYTES, MAX_LINE_BYTES + 1] {
+            let mut line = vec![b'+'];
+            line.resize(1 + len, b'x');
+            line.extend_from_slice(b"\r\n");
+            let whole = ReplyScanner::new(Limits::default()).scan(&line);
+            let mut s = ReplyScanner::new(Limits::default());
+            let mut parts = Ok(None);
+            for end in (1..=line.len()).step_by(1000).chain([line.len()]) {
+                parts = s.scan(&line[..end]);
+                if parts.is_err() {
+                    break;
+                }
+            }
+            if len > MAX_LINE_BYTES {
+                assert!(whole.is_err() && parts.is_err(), "{len}");
+            } else {
+                assert_eq!((whole, parts), (Ok(Some(line.len())), Ok(Some(line.len()))));
+            }
+        }
+    }
+
     #[test]
     fn limits_are_enforced() {
         let limits = Limits {
@@ -213,6 +262,18 @@ mod tests {
         );
         let mut s = ReplyScanner::new(limits);
         assert_eq!(s.scan(b"$101\r\n"), Err(ScanError::TooLarge(100)));
+        // The last element's length shows the frame too large: refused before its bytes
+        // are awaited (they were buffered whole first, up to twice the limit).
+        let mut s = ReplyScanner::new(limits);
+        assert_eq!(
+            s.scan(b"*2\r\n$1\r\na\r\n$95\r\n"),
+            Err(ScanError::TooLarge(100))
+        );
+        // An incomplete frame already as large as the limit.
+        let mut s = ReplyScanner::new(limits);
+        assert_eq!(s.scan(&[b'+'; 100]), Err(ScanError::TooLarge(100)));
+        let mut s = ReplyScanner::new(limits);
+        assert_eq!(s.scan(&[b'+'; 99]), Ok(None));
         let mut s = ReplyScanner::new(limits);
         assert!(matches!(s.scan(b"?x\r\n"), Err(ScanError::Protocol(_))));
         let mut s = ReplyScanner::new(limits);

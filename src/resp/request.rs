@@ -37,6 +37,9 @@ impl Request {
 
 /// A request the client got wrong. Valkey answers `-ERR Protocol error: <text>` and closes
 /// the connection; so does walrus.
+///
+/// The text holds one char per byte of the reply (Latin-1): it is ASCII except for the byte
+/// of `expected '$', got '<c>'`, which Valkey's `%c` copies as it is, CR and LF excepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("Protocol error: {0}")]
 pub struct ParseError(pub String);
@@ -46,9 +49,25 @@ impl ParseError {
         ParseError(text.into())
     }
 
-    /// The reply Valkey would send for this error.
+    /// `expected '$', got '<c>'`. Valkey's error replies turn CR and LF into spaces
+    /// (`addReplyErrorLength`): a byte of the request must not end the reply's line.
+    fn expected_bulk(got: u8) -> Self {
+        let got = match got {
+            b'\r' | b'\n' => ' ',
+            b => char::from(b),
+        };
+        ParseError(format!("expected '$', got '{got}'"))
+    }
+
+    /// The reply Valkey would send for this error, byte for byte.
     pub fn reply(&self) -> Bytes {
-        write::error(&format!("ERR {self}"))
+        const PREFIX: &[u8] = b"-ERR Protocol error: ";
+        let mut out = BytesMut::with_capacity(PREFIX.len() + self.0.len() + 2);
+        out.extend_from_slice(PREFIX);
+        // Every char is below 256 (see the type's doc): one byte each.
+        out.extend(self.0.chars().map(|c| u8::try_from(c).unwrap_or(b'?')));
+        out.extend_from_slice(b"\r\n");
+        out.freeze()
     }
 }
 
@@ -111,14 +130,20 @@ impl RequestParser {
     fn inline(&mut self, buf: &mut BytesMut) -> Result<Step, ParseError> {
         // Valkey looks for the newline with strchr, which stops at a NUL byte: a line with a
         // NUL before its newline is never complete (until it is too big).
+        let too_big = || Err(ParseError::new("too big inline request"));
         let nl = match buf.iter().position(|&b| b == b'\n' || b == 0) {
             Some(i) if buf[i] == b'\n' => i,
-            _ => {
-                if buf.len() > self.limits.max_inline_bytes {
-                    return Err(ParseError::new("too big inline request"));
+            Some(_) if buf.len() > self.limits.max_inline_bytes => return too_big(),
+            None => {
+                // The line so far, less a last `\r` that may turn out to be its CR: once it
+                // is longer than the limit, it is refused whole or not.
+                let text = buf.len() - usize::from(buf.last() == Some(&b'\r'));
+                if text > self.limits.max_inline_bytes {
+                    return too_big();
                 }
                 return Ok(Step::NeedMore);
             }
+            Some(_) => return Ok(Step::NeedMore),
         };
         let line = buf.split_to(nl + 1);
         let mut text = &line[..nl];
@@ -126,7 +151,7 @@ impl RequestParser {
             text = &text[..text.len() - 1];
         }
         if text.len() > self.limits.max_inline_bytes {
-            return Err(ParseError::new("too big inline request"));
+            return too_big();
         }
         let args =
             split_args(text).ok_or_else(|| ParseError::new("unbalanced quotes in request"))?;
@@ -145,10 +170,7 @@ impl RequestParser {
 
     fn array(&mut self, buf: &mut BytesMut) -> Result<Step, ParseError> {
         if let State::Idle = self.state {
-            let Some(cr) = find_line_end(buf, 1) else {
-                if buf.len() > self.limits.max_inline_bytes {
-                    return Err(ParseError::new("too big mbulk count string"));
-                }
+            let Some(cr) = line(buf, 1, self.limits, "too big mbulk count string")? else {
                 return Ok(Step::NeedMore);
             };
             let count = parse_i64(&buf[1..cr])
@@ -175,18 +197,12 @@ impl RequestParser {
             unreachable!()
         };
         while *remaining > 0 {
-            let Some(cr) = find_line_end(buf, *pos) else {
-                if buf.len() - *pos > self.limits.max_inline_bytes {
-                    return Err(ParseError::new("too big bulk count string"));
-                }
+            let Some(cr) = line(buf, *pos, self.limits, "too big bulk count string")? else {
                 self.wanted = 0;
                 return Ok(Step::NeedMore);
             };
             if buf[*pos] != b'$' {
-                return Err(ParseError::new(format!(
-                    "expected '$', got '{}'",
-                    buf[*pos] as char
-                )));
+                return Err(ParseError::expected_bulk(buf[*pos]));
             }
             let len = parse_i64(&buf[*pos + 1..cr])
                 .filter(|&n| n >= 0 && n as u64 <= self.limits.max_bulk_bytes as u64)
@@ -224,10 +240,29 @@ enum Step {
     NeedMore,
 }
 
-/// Valkey finds the end of a count line by its `\r` and then skips two bytes.
-fn find_line_end(buf: &[u8], from: usize) -> Option<usize> {
-    let p = buf[from..].iter().position(|&b| b == b'\r')? + from;
-    (p + 1 < buf.len()).then_some(p)
+/// The end (`\r`) of the count line at `from`, once it has arrived whole: Valkey finds it
+/// by its `\r` and then skips two bytes. A line longer than `max_inline_bytes` is refused
+/// with `too_big` as soon as that shows, whole or not, so that the error does not depend on
+/// how the bytes arrive (Valkey, reading 16 KiB at a time, refuses such lines by that text).
+fn line(
+    buf: &[u8],
+    from: usize,
+    limits: Limits,
+    too_big: &str,
+) -> Result<Option<usize>, ParseError> {
+    let cr = buf[from..]
+        .iter()
+        .position(|&b| b == b'\r')
+        .map(|p| p + from);
+    let (end, whole) = match cr {
+        Some(cr) if cr + 1 < buf.len() => (cr, true),
+        // The line ends at the last byte at the earliest.
+        _ => (buf.len().saturating_sub(1).max(from), false),
+    };
+    if end - from > limits.max_inline_bytes {
+        return Err(ParseError::new(too_big));
+    }
+    Ok(whole.then_some(end))
 }
 
 /// Splits an inline command line into arguments with Valkey's `sdssplitargs` rules:
@@ -323,14 +358,50 @@ mod tests {
     use super::*;
 
     fn parse_all(input: &[u8]) -> (Vec<Vec<Vec<u8>>>, Option<ParseError>) {
-        let mut p = RequestParser::new(Limits::default());
-        let mut buf = BytesMut::from(input);
+        parse_in(Limits::default(), &[input])
+    }
+
+    /// The requests of `parts` read one after the other, and the error that ended them.
+    fn parse_in(limits: Limits, parts: &[&[u8]]) -> (Vec<Vec<Vec<u8>>>, Option<ParseError>) {
+        let mut p = RequestParser::new(limits);
+        let mut buf = BytesMut::new();
         let mut out = Vec::new();
-        loop {
-            match p.next(&mut buf) {
-                Ok(Some(r)) => out.push(r.args.iter().map(|a| a.to_vec()).collect()),
-                Ok(None) => return (out, None),
-                Err(e) => return (out, Some(e)),
+        for part in parts {
+            buf.extend_from_slice(part);
+            loop {
+                match p.next(&mut buf) {
+                    Ok(Some(r)) => out.push(r.args.iter().map(|a| a.to_vec()).collect()),
+                    Ok(None) => break,
+                    Err(e) => return (out, Some(e)),
+                }
+            }
+        }
+        (out, None)
+    }
+
+    /// Found by fuzzing (fuzz/regressions/request/long-bulk-line-without-dollar): a line
+    /// past `max_inline_bytes` got one error or another, or none, depending on where a read
+    /// ended.
+    #[test]
+    fn limit_errors_do_not_depend_on_how_the_bytes_arrive() {
+        let limits = Limits {
+            max_inline_bytes: 16,
+            ..Limits::default()
+        };
+        let cases: &[&[u8]] = &[
+            b"*1\r\n+aaaaaaaaaaaaaaaaaaaaaaa\r\n",
+            b"*1\r\n$1111111111111111111\r\n",
+            b"*11111111111111111111\r\n",
+            b"*1111111111111111\r\n",
+            b"0123456789abcdef\r\nPING\r\n",
+            b"0123456789abcdefg\r\n",
+            b"GET a\0bbbbbbbbbbbbbbbbbb\r\n",
+        ];
+        for input in cases {
+            let whole = parse_in(limits, &[input]);
+            for cut in 0..=input.len() {
+                let (a, b) = input.split_at(cut);
+                assert_eq!(parse_in(limits, &[a, b]), whole, "{input:?} cut at {cut}");
             }
         }
     }
@@ -388,6 +459,35 @@ mod tests {
                 "input {:?}",
                 String::from_utf8_lossy(input)
             );
+        }
+    }
+
+    /// Found by fuzzing (fuzz/regressions/request/cr-in-expected-dollar-error): the byte
+    /// in the error broke the reply's line, and a debug build panicked on it. Valkey 9.1.2
+    /// answers these bytes as below.
+    #[test]
+    fn error_replies_are_one_line_with_the_byte_valkey_shows() {
+        let cases: &[(&[u8], &[u8])] = &[
+            (
+                b"*1\r\n\r\n",
+                b"-ERR Protocol error: expected '$', got ' '\r\n",
+            ),
+            (
+                b"*1\r\n\n\r\n",
+                b"-ERR Protocol error: expected '$', got ' '\r\n",
+            ),
+            (
+                b"*1\r\n\xff\r\n",
+                b"-ERR Protocol error: expected '$', got '\xff'\r\n",
+            ),
+            (
+                b"*x\r\n",
+                b"-ERR Protocol error: invalid multibulk length\r\n",
+            ),
+        ];
+        for (input, reply) in cases {
+            let (_, err) = parse_all(input);
+            assert_eq!(&err.unwrap().reply()[..], *reply);
         }
     }
 

@@ -152,11 +152,7 @@ impl Conn {
         if reply.first() == Some(&b'-') {
             return Err(UpstreamError::Refused(reply));
         }
-        match redis_protocol::resp2::decode::decode(&reply) {
-            Ok(Some((frame, _))) => Ok(frame),
-            Ok(None) => Err(UpstreamError::Decode("incomplete frame".into())),
-            Err(e) => Err(UpstreamError::Decode(e.to_string())),
-        }
+        decode_reply(&reply)
     }
 
     /// The socket, unread bytes and scanner state, for a proxy task to take over.
@@ -185,6 +181,15 @@ pub struct ConnParts {
     pub stream: TcpStream,
     pub buf: BytesMut,
     pub scanner: ReplyScanner,
+}
+
+/// Decodes one whole RESP2 reply, as [`Conn::read_frame`] delimited it, into values.
+pub fn decode_reply(reply: &[u8]) -> Result<OwnedFrame, UpstreamError> {
+    match redis_protocol::resp2::decode::decode(reply) {
+        Ok(Some((frame, _))) => Ok(frame),
+        Ok(None) => Err(UpstreamError::Decode("incomplete frame".into())),
+        Err(e) => Err(UpstreamError::Decode(e.to_string())),
+    }
 }
 
 /// Helpers to read decoded control-plane replies.

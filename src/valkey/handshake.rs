@@ -25,6 +25,7 @@
 use crate::resp::write;
 use crate::upstream::client::{Conn, UpstreamError};
 use crate::upstream::server::ServerVersion;
+use bytes::BytesMut;
 use tokio::io::AsyncReadExt;
 
 /// A Valkey replication id: 40 hex characters.
@@ -106,7 +107,8 @@ pub async fn handshake(
     parse_psync_reply(&line, from)
 }
 
-fn parse_psync_reply(line: &str, from: Option<&Position>) -> Result<SyncStart, UpstreamError> {
+/// What the line answering PSYNC says; `from`: where the replica asked to continue.
+pub fn parse_psync_reply(line: &str, from: Option<&Position>) -> Result<SyncStart, UpstreamError> {
     let bad = || UpstreamError::Decode(format!("unexpected PSYNC reply: {line:?}"));
     if let Some(rest) = line.strip_prefix("+FULLRESYNC ") {
         let (replid, offset) = rest.split_once(' ').ok_or_else(bad)?;
@@ -153,26 +155,36 @@ pub async fn ack(conn: &mut Conn, offset: u64) -> Result<(), UpstreamError> {
 /// Reads one `\r\n`-terminated line, skipping the bare `\n` keepalives a primary sends
 /// while it prepares a reply or an RDB. Bytes after the line stay in the buffer.
 pub async fn read_line(conn: &mut Conn) -> Result<String, UpstreamError> {
-    /// A status line longer than this is not one.
-    const MAX_STATUS_LINE_BYTES: usize = 4096;
     loop {
-        while conn.buf.first() == Some(&b'\n') {
-            let _ = conn.buf.split_to(1);
-        }
-        if let Some(p) = conn.buf.iter().position(|&b| b == b'\n') {
-            let line = conn.buf.split_to(p + 1);
-            let text = String::from_utf8_lossy(&line[..p])
-                .trim_end_matches('\r')
-                .to_string();
-            return Ok(text);
-        }
-        if conn.buf.len() > MAX_STATUS_LINE_BYTES {
-            return Err(UpstreamError::Decode("status line too long".into()));
+        if let Some(line) = take_line(&mut conn.buf)? {
+            return Ok(line);
         }
         if conn.stream.read_buf(&mut conn.buf).await? == 0 {
             return Err(UpstreamError::Closed);
         }
     }
+}
+
+/// [`read_line`] on the bytes read so far: the line, once `buf` holds all of it. A line
+/// longer than a status line can be is refused, whether it came whole or not yet.
+pub fn take_line(buf: &mut BytesMut) -> Result<Option<String>, UpstreamError> {
+    /// A status line longer than this, its end included, is not one.
+    const MAX_STATUS_LINE_BYTES: usize = 4096;
+    while buf.first() == Some(&b'\n') {
+        let _ = buf.split_to(1);
+    }
+    let end = buf.iter().position(|&b| b == b'\n');
+    if end.unwrap_or(buf.len()) >= MAX_STATUS_LINE_BYTES {
+        return Err(UpstreamError::Decode("status line too long".into()));
+    }
+    let Some(p) = end else {
+        return Ok(None);
+    };
+    let line = buf.split_to(p + 1);
+    let text = String::from_utf8_lossy(&line[..p])
+        .trim_end_matches('\r')
+        .to_string();
+    Ok(Some(text))
 }
 
 #[cfg(test)]
@@ -208,5 +220,24 @@ mod tests {
             parse_psync_reply("-NOMASTERLINK Can't SYNC", None),
             Err(UpstreamError::Refused(_))
         ));
+    }
+
+    /// Found with the valkey_info target (fuzz/regressions/valkey_info/long-status-line): a
+    /// long line was refused in parts but taken whole.
+    #[test]
+    fn status_lines_keep_to_their_limit_however_they_arrive() {
+        let mut line = b"\n\n+FULLRESYNC ".to_vec();
+        line.resize(2 + 4096, b'x');
+        line.extend_from_slice(b"\r\n");
+        for cut in [0, 100, 4095, 4096, line.len()] {
+            let mut buf = BytesMut::from(&line[..cut]);
+            let first = take_line(&mut buf);
+            buf.extend_from_slice(&line[cut..]);
+            let outcome = first.and_then(|_| take_line(&mut buf));
+            assert!(outcome.is_err(), "cut at {cut}: {outcome:?}");
+        }
+        let mut buf = BytesMut::from(&b"\n+CONTINUE\r\nrest"[..]);
+        assert_eq!(take_line(&mut buf).unwrap().as_deref(), Some("+CONTINUE"));
+        assert_eq!(&buf[..], b"rest");
     }
 }

@@ -173,9 +173,6 @@ pub async fn receive(
 ) -> Result<StoredRdb, UpstreamError> {
     let tmp = dest.with_extension("rdb.tmp");
     let stored = match read_line(conn).await {
-        Ok(header) if header.starts_with('-') => Err(UpstreamError::Refused(bytes::Bytes::from(
-            format!("{header}\r\n"),
-        ))),
         Ok(header) => store(conn, &header, &tmp, dest, max_bytes).await,
         Err(e) => Err(e),
     };
@@ -196,32 +193,14 @@ async fn store(
     dest: &Path,
     max_bytes: u64,
 ) -> Result<StoredRdb, UpstreamError> {
+    let transfer = Transfer::parse(header, max_bytes)?;
+    let eof_mark = matches!(transfer, Transfer::Marked(_));
     let mut file = Sink {
         file: tokio::fs::File::create(tmp).await?,
         digest: RdbDigest::default(),
         written: 0,
     };
-    let eof_mark = header.starts_with("$EOF:");
-    if let Some(mark) = header.strip_prefix("$EOF:") {
-        let mark = mark.as_bytes();
-        if mark.len() != EOF_MARK_LEN {
-            return Err(UpstreamError::Decode(format!(
-                "bad RDB EOF mark in {header:?}"
-            )));
-        }
-        copy_until_mark(conn, &mut file, mark, max_bytes).await?;
-    } else {
-        let len: u64 = header
-            .strip_prefix('$')
-            .and_then(|n| n.parse().ok())
-            .ok_or_else(|| UpstreamError::Decode(format!("bad RDB header {header:?}")))?;
-        if len > max_bytes {
-            return Err(UpstreamError::Decode(format!(
-                "RDB of {len} bytes exceeds the limit of {max_bytes}"
-            )));
-        }
-        copy_exact(conn, &mut file, len).await?;
-    }
+    copy_payload(conn, &mut file, Payload::new(transfer, max_bytes)).await?;
     let Sink { file, digest, .. } = file;
     let sum = digest.finish()?;
     file.sync_all().await?;
@@ -256,14 +235,17 @@ impl Sink {
     }
 }
 
-async fn copy_exact(conn: &mut Conn, file: &mut Sink, len: u64) -> Result<(), UpstreamError> {
-    let mut left = len;
+/// Writes the payload as it arrives; the bytes after it stay in `conn.buf`.
+async fn copy_payload(
+    conn: &mut Conn,
+    file: &mut Sink,
+    mut payload: Payload,
+) -> Result<(), UpstreamError> {
     loop {
-        let take = (conn.buf.len() as u64).min(left) as usize;
-        file.write_all(&conn.buf[..take]).await?;
-        conn.buf.advance(take);
-        left -= take as u64;
-        if left == 0 {
+        let piece = payload.next(&conn.buf)?;
+        file.write_all(&conn.buf[..piece.payload]).await?;
+        conn.buf.advance(piece.consumed);
+        if piece.done {
             return Ok(());
         }
         conn.buf.reserve(READ_CHUNK_BYTES);
@@ -273,33 +255,113 @@ async fn copy_exact(conn: &mut Conn, file: &mut Sink, len: u64) -> Result<(), Up
     }
 }
 
-async fn copy_until_mark(
-    conn: &mut Conn,
-    file: &mut Sink,
-    mark: &[u8],
-    max_bytes: u64,
-) -> Result<u64, UpstreamError> {
-    let mut written = 0u64;
-    loop {
-        if let Some(at) = find(&conn.buf, mark) {
-            file.write_all(&conn.buf[..at]).await?;
-            conn.buf.advance(at + mark.len());
-            return Ok(written + at as u64);
+/// How a transfer delimits its payload, as its header line announced it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transfer {
+    /// `$<len>`: exactly `len` bytes.
+    Sized(u64),
+    /// `$EOF:<mark>`: every byte up to the mark's first appearance.
+    Marked(Vec<u8>),
+}
+
+impl Transfer {
+    /// Reads the header line that announces the payload; a payload announced larger than
+    /// `max_bytes` is refused, and an error reply comes back as [`UpstreamError::Refused`].
+    pub fn parse(header: &str, max_bytes: u64) -> Result<Transfer, UpstreamError> {
+        if header.starts_with('-') {
+            return Err(UpstreamError::Refused(bytes::Bytes::from(format!(
+                "{header}\r\n"
+            ))));
         }
-        // Everything but a possible start of the mark is payload.
-        let safe = conn.buf.len().saturating_sub(mark.len() - 1);
-        file.write_all(&conn.buf[..safe]).await?;
-        conn.buf.advance(safe);
-        written += safe as u64;
-        if written > max_bytes {
+        if let Some(mark) = header.strip_prefix("$EOF:") {
+            if mark.len() != EOF_MARK_LEN {
+                return Err(UpstreamError::Decode(format!(
+                    "bad RDB EOF mark in {header:?}"
+                )));
+            }
+            return Ok(Transfer::Marked(mark.as_bytes().to_vec()));
+        }
+        let len: u64 = header
+            .strip_prefix('$')
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| UpstreamError::Decode(format!("bad RDB header {header:?}")))?;
+        if len > max_bytes {
             return Err(UpstreamError::Decode(format!(
-                "RDB exceeds the limit of {max_bytes} bytes"
+                "RDB of {len} bytes exceeds the limit of {max_bytes}"
             )));
         }
-        conn.buf.reserve(READ_CHUNK_BYTES);
-        if conn.stream.read_buf(&mut conn.buf).await? == 0 {
-            return Err(UpstreamError::Closed);
+        Ok(Transfer::Sized(len))
+    }
+}
+
+/// Finds the payload's end in the bytes that follow the header, as they arrive: the
+/// framing of [`receive`], apart from the socket and the file.
+#[derive(Debug)]
+pub struct Payload {
+    transfer: Transfer,
+    /// Payload bytes handed out so far.
+    taken: u64,
+    max_bytes: u64,
+}
+
+/// What [`Payload::next`] found at the front of the buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    /// The first `payload` bytes are payload.
+    pub payload: usize,
+    /// Bytes to drop from the buffer: the payload, and the EOF mark if it ended there.
+    pub consumed: usize,
+    /// The payload is complete: the bytes after `consumed` belong to the stream.
+    pub done: bool,
+}
+
+impl Payload {
+    pub fn new(transfer: Transfer, max_bytes: u64) -> Payload {
+        Payload {
+            transfer,
+            taken: 0,
+            max_bytes,
         }
+    }
+
+    /// Looks at `buf`, the bytes received since the last piece was consumed. A marked
+    /// payload past `max_bytes` is refused once its bytes show it, whether the mark came
+    /// in the same read or not.
+    pub fn next(&mut self, buf: &[u8]) -> Result<Piece, UpstreamError> {
+        let piece = match &self.transfer {
+            Transfer::Sized(len) => {
+                let take = (buf.len() as u64).min(len - self.taken) as usize;
+                Piece {
+                    payload: take,
+                    consumed: take,
+                    done: self.taken + take as u64 == *len,
+                }
+            }
+            Transfer::Marked(mark) => match find(buf, mark) {
+                Some(at) => Piece {
+                    payload: at,
+                    consumed: at + mark.len(),
+                    done: true,
+                },
+                None => {
+                    // Everything but a possible start of the mark is payload.
+                    let safe = buf.len().saturating_sub(mark.len() - 1);
+                    Piece {
+                        payload: safe,
+                        consumed: safe,
+                        done: false,
+                    }
+                }
+            },
+        };
+        self.taken += piece.payload as u64;
+        if self.taken > self.max_bytes {
+            return Err(UpstreamError::Decode(format!(
+                "RDB exceeds the limit of {} bytes",
+                self.max_bytes
+            )));
+        }
+        Ok(piece)
     }
 }
 
@@ -352,6 +414,31 @@ mod tests {
         let mut d = RdbDigest::default();
         d.update(b"123456789\0\0\0\0\0\0\0\0");
         assert!(d.finish().unwrap_err().to_string().contains("not an RDB"));
+    }
+
+    /// Found by fuzzing (fuzz/regressions/rdb): a marked payload over the limit was taken
+    /// when its mark came in the same read as its last bytes.
+    #[test]
+    fn a_marked_payload_keeps_to_the_limit_however_it_arrives() {
+        let mark = [b'm'; EOF_MARK_LEN];
+        let header = format!("$EOF:{}", std::str::from_utf8(&mark).unwrap());
+        for (payload, fits) in [(&b"1234"[..], true), (b"12345", false)] {
+            let transfer = Transfer::parse(&header, 4).unwrap();
+            let whole = [payload, &mark[..], b"stream"].concat();
+            let piece = Payload::new(transfer, 4).next(&whole);
+            assert_eq!(piece.is_ok(), fits, "{payload:?}");
+            if fits {
+                let piece = piece.unwrap();
+                assert_eq!((piece.payload, piece.done), (4, true));
+                assert_eq!(&whole[piece.consumed..], b"stream");
+            }
+        }
+        assert!(Transfer::parse("$5", 4).is_err());
+        assert_eq!(Transfer::parse("$4", 4).unwrap(), Transfer::Sized(4));
+        assert!(matches!(
+            Transfer::parse("-ERR no", 4),
+            Err(UpstreamError::Refused(_))
+        ));
     }
 
     #[test]

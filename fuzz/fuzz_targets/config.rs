@@ -1,0 +1,8 @@
+//! `cargo +nightly fuzz run config fuzz/seeds/config` from the repository root. The checks are in
+//! fuzz/harness/config.rs, which `cargo test` runs too (tests/fuzz_seeds.rs).
+#![no_main]
+
+#[path = "../harness/mod.rs"]
+mod harness;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| harness::config::run(data));

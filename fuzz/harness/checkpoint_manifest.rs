@@ -1,0 +1,48 @@
+//! The checkpoint manifest (`walrus::checkpoint::store::Checkpoint`, the `CHECKPOINT`
+//! file): the record a restore trusts to name its RDB, and the server versions in it.
+//!
+//! Input: the file's bytes. Checked: no panic; a record that parses names a file inside the
+//! checkpoint directory, an RDB, renders to a text that parses as the same record, and its
+//! server versions read back as themselves.
+
+use std::path::{Component, Path};
+use walrus::checkpoint::store::Checkpoint;
+use walrus::journal::manifest::seal;
+use walrus::upstream::server::ServerVersion;
+
+pub fn run(data: &[u8]) {
+    let Some(text) = super::text(data) else {
+        return;
+    };
+    for text in [text.to_string(), seal(text)] {
+        if let Ok(c) = Checkpoint::parse(&text) {
+            check_record(&c);
+        }
+    }
+    for line in text.lines() {
+        check_version(line);
+    }
+}
+
+fn check_record(c: &Checkpoint) {
+    let components: Vec<_> = Path::new(&c.file).components().collect();
+    assert!(
+        matches!(components[..], [Component::Normal(_)]) && c.file.ends_with(".rdb"),
+        "the manifest names {:?}, not an RDB in the checkpoint directory",
+        c.file
+    );
+    assert_eq!(Checkpoint::parse(&c.render()).as_ref(), Ok(c));
+    for v in c.servers() {
+        check_version(&v.to_string());
+    }
+}
+
+/// A server version as manifests record it (`Valkey 9.1.2`): it displays as it parses, and
+/// a server runs every command it wrote itself.
+pub fn check_version(text: &str) {
+    if let Ok(v) = text.parse::<ServerVersion>() {
+        assert_eq!(v.to_string().parse::<ServerVersion>().as_ref(), Ok(&v));
+        assert!(v.runs_all_of(&v), "{v} does not run its own commands");
+        let _ = v.check_supported();
+    }
+}
