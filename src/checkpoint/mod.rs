@@ -6,7 +6,8 @@
 //! `<data>/checkpoints/` (temp file, fsync, rename, directory fsync), records it in the
 //! checkpoint manifest ([`store`]), and only then releases the journal through the last
 //! entry that was durable *before* it asked: the RDB was cut later, at a higher offset of the
-//! same replication history, so it contains all of those entries' effects. Older checkpoint
+//! same replication history (or of the one the link began right after that entry:
+//! [`attached`]), so it contains all of those entries' effects. Older checkpoint
 //! files are deleted once the new one is recorded; the newest one, plus the journal after
 //! it, is what a restore needs.
 //!
@@ -14,6 +15,7 @@
 //! (`from_lsn` and after); an RDB whose history differs from the journal's last durable
 //! entry, or that arrived after Valkey was lost, is discarded.
 
+pub mod attached;
 pub mod store;
 
 use crate::durability::{Durability, Status};
@@ -40,6 +42,8 @@ pub struct CheckpointConfig {
     /// Set from a failed checkpoint until one succeeds: a full ring then refuses writes
     /// ([`crate::disk`]).
     pub failing: Arc<std::sync::atomic::AtomicBool>,
+    /// Where the history the link follows began ([`attached`]).
+    pub attached: Arc<attached::Attached>,
 }
 
 /// A request for a checkpoint now (`walrus checkpoint`); answered with a summary or why not.
@@ -282,7 +286,14 @@ async fn take(
     let dest = cfg.store.path_for(&replid, offset)?;
     let stored = rdb::receive(&mut conn, &dest, cfg.max_rdb_bytes).await?;
     drop(conn);
-    if replid != covered_replid || offset < before.repl_offset || durability.epoch() != epoch {
+    // The RDB's history is the last durable entry's, or one that began right after it
+    // (nothing of it journaled yet: a full ring, after a restore).
+    let follows = cfg
+        .attached
+        .follows(epoch, before.lsn, before.repl_offset)
+        .is_some_and(|r| r == replid);
+    let same_history = replid == covered_replid || follows;
+    if !same_history || offset < before.repl_offset || durability.epoch() != epoch {
         // Valkey's history changed under us: this RDB proves nothing about the journal.
         let _ = tokio::fs::remove_file(&dest).await;
         return Err(CheckpointError::Uncovered {

@@ -298,9 +298,23 @@ impl Store {
                     ),
                 });
             }
+            // The link's full resync and a checkpoint may store RDBs at once, and each
+            // record removes every other RDB: one stored here may be gone already. The
+            // manifest must never name a file that is not there (a restore, or the next
+            // start, would find nothing to load): then this one is not recorded.
+            if let Err(e) = std::fs::metadata(&stored.path) {
+                return Err(StoreError::Manifest {
+                    path: self.dir.join(CHECKPOINT_FILE),
+                    why: format!(
+                        "not recording {}: {e} (a checkpoint recorded meanwhile removed it)",
+                        c.file
+                    ),
+                });
+            }
             self.write(&c)?;
+            // Under the lock too: a record's removals never outrun the next record's check.
+            self.remove_others(&c.file);
         }
-        self.remove_others(&c.file);
         Ok(c)
     }
 
@@ -541,6 +555,29 @@ mod tests {
         store
             .record(&new_history, "Valkey 9.1.2", &b, 0, 4)
             .unwrap();
+    }
+
+    /// Found by the power-loss generator (docs/power-loss.md): the link's full resync and a
+    /// checkpoint stored their RDBs at once; the checkpoint's record removed every other
+    /// RDB, and the link's record then named its removed file. The next start refused:
+    /// "checkpoint ... fails verification: No such file or directory".
+    #[test]
+    fn an_rdb_removed_by_a_concurrent_record_is_never_recorded() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path()).unwrap();
+        let a = "a".repeat(40);
+        let links = stored(&store, &a, 20, b"REDIS0011link");
+        let checkpoints = stored(&store, &a, 10, b"REDIS0011checkpoint");
+        let c = store
+            .record(&checkpoints, "Valkey 9.1.2", &a, 10, 1)
+            .unwrap();
+        assert!(!links.path.exists(), "a record removes every other RDB");
+        let err = store
+            .record_or_discard(&links, "Valkey 9.1.2", &a, 20, 2)
+            .unwrap_err();
+        assert!(err.to_string().contains("removed it"), "{err}");
+        assert_eq!(store.current().unwrap(), Some(c.clone()));
+        assert_eq!(store.verify(&c).unwrap(), 11);
     }
 
     #[test]

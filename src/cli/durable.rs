@@ -130,6 +130,7 @@ pub(super) async fn start_durability(
     // `walrus checkpoint` callers beyond these wait: one checkpoint at a time serves them.
     let (checkpoint_requests, requests) = tokio::sync::mpsc::channel(4);
     let checkpoint_failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let attached = Arc::new(checkpoint::attached::Attached::default());
     let checkpointer = tokio::spawn(checkpoint::run(
         up.clone(),
         journal.clone(),
@@ -143,6 +144,7 @@ pub(super) async fn start_durability(
                 high_watermark: config.disk.high_watermark,
             },
             failing: checkpoint_failing.clone(),
+            attached: attached.clone(),
         },
         released.clone(),
         requests,
@@ -167,6 +169,7 @@ pub(super) async fn start_durability(
     let link_cfg = LinkConfig {
         store,
         released,
+        attached,
         max_rdb_bytes: config.durability.max_rdb_bytes,
         // Half a write buffer: a busy stream becomes entries that fill group commits whole,
         // two to a write, rather than one entry fragmented across writes; at least 64 KiB

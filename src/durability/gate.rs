@@ -381,6 +381,8 @@ impl Durability {
     /// journal does not hold yet (walrus restarted while Valkey kept running): until the
     /// journal covers it, every key counts as dirty, so no read shows what a crash could
     /// still lose. Marked under the same lock as the attach: no read slips in between.
+    ///
+    /// Returns the attachment's history epoch.
     pub fn attach(
         &self,
         run_id: &str,
@@ -388,11 +390,11 @@ impl Durability {
         durable: bool,
         new_history: bool,
         valkey_offset: u64,
-    ) {
+    ) -> u64 {
         let mut s = self.lock();
         if let Status::Failed(_) = s.status {
             // The journal was fenced (a damaged segment file, say): nothing reopens it.
-            return;
+            return s.epoch;
         }
         let mut failed = Vec::new();
         if new_history {
@@ -416,6 +418,7 @@ impl Durability {
             self.publish(&s);
         }
         s.status = Status::Attached;
+        let epoch = s.epoch;
         self.restoring.store(false, Ordering::SeqCst);
         drop(s);
         let why = Refusal::HistoryChanged.reply();
@@ -424,6 +427,7 @@ impl Durability {
             self.set_durable(offset);
         }
         self.room.notify_waiters();
+        epoch
     }
 
     /// Valkey lost its dataset (it died, or came back empty) and walrus is about to load it

@@ -14,6 +14,10 @@
 //!     fails too;
 //!   - `tear`: only the write's first bytes reach the file, up to the middle of its last
 //!     block, and then the process aborts (a power cut in the middle of a write).
+//! - `WALRUS_FAULT_JOURNAL_NO_SYNC=1`: journal writes are acknowledged without being made
+//!   durable, by either backend: segments are opened without O_DSYNC and the `sync` backend
+//!   skips its fdatasync. A SIGKILL loses nothing then (the page cache keeps the writes), a
+//!   power loss does: the negative control of the power-loss tests (`tests/power_loss.rs`).
 //! - `WALRUS_FAULT_CHECKPOINT=<errno>[@<path>]`: writing a checkpoint's RDB fails once its
 //!   first 64 KiB are written.
 //! - `WALRUS_FAULT_MANIFEST=<errno>[@<path>]`: writing a manifest (the journal's or the
@@ -112,6 +116,12 @@ static WRITE_DELAY: LazyLock<Option<Duration>> = LazyLock::new(|| {
             .map_err(|e| e.to_string())
     })
 });
+static NO_SYNC: LazyLock<Option<()>> = LazyLock::new(|| {
+    from_env("WALRUS_FAULT_JOURNAL_NO_SYNC", |t| match t {
+        "1" => Ok(()),
+        _ => Err(format!("{t:?}: only 1 turns it on")),
+    })
+});
 static JOURNAL: LazyLock<Option<JournalPlan>> =
     LazyLock::new(|| from_env("WALRUS_FAULT_JOURNAL", JournalPlan::parse));
 /// A file-system fault: an errno, while a flag file exists (always without one).
@@ -164,6 +174,11 @@ pub fn journal_write_delay() {
     if let Some(d) = *WRITE_DELAY {
         std::thread::sleep(d);
     }
+}
+
+/// True when journal writes must not be made durable (`WALRUS_FAULT_JOURNAL_NO_SYNC`).
+pub fn journal_no_sync() -> bool {
+    NO_SYNC.is_some()
 }
 
 /// The fault, if any, for the journal write of `data` about to happen. Once a `write` or

@@ -25,6 +25,7 @@ pub use super::error::LinkError;
 use super::ack::acknowledge;
 use super::follow::{follow, Covered};
 use super::stream::StreamFramer;
+use crate::checkpoint::attached::{Attached, HistoryStart};
 use crate::checkpoint::store::Store;
 use crate::config::OnConflict;
 use crate::durability::Durability;
@@ -64,6 +65,8 @@ pub struct LinkConfig {
     pub limits: Limits,
     /// Notified when a checkpoint releases ring segments.
     pub released: Arc<Notify>,
+    /// Told where each attachment's history began, for the checkpointer.
+    pub attached: Arc<Attached>,
     pub on_conflict: OnConflict,
     /// How long Valkey may take for each step of a restore.
     pub restore_timeout: Duration,
@@ -194,7 +197,16 @@ async fn attach(
     // Valkey may have run writes after the journal's end (walrus was down): until the
     // stream that brings them is durable, nothing they wrote may be shown.
     let valkey_offset = if full { 0 } else { view.offset };
-    durability.attach(&view.run_id, offset, covered, new_history, valkey_offset);
+    let epoch = durability.attach(&view.run_id, offset, covered, new_history, valkey_offset);
+    // Everything journaled before this attachment is in Valkey (restored, continued, or
+    // replaced by a recorded RDB): a checkpoint of it covers the journal even before any
+    // of its stream is journaled.
+    cfg.attached.began(HistoryStart {
+        epoch,
+        replid: replid.clone(),
+        offset,
+        first_lsn: journal.status().next_lsn,
+    });
     state.attached_once = true;
     state.verified = None;
     tracing::info!(%replid, offset, "replica link attached; journaling Valkey's replication stream");

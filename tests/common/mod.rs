@@ -64,16 +64,24 @@ impl Proc {
 
     /// Waits for a line containing `needle`; returns it.
     pub fn wait_line(&self, needle: &str, timeout: Duration) -> String {
+        self.try_wait_line(needle, timeout).unwrap_or_else(|| {
+            panic!(
+                "no line containing {needle:?} within {timeout:?}; log:\n{}",
+                self.log_text()
+            )
+        })
+    }
+
+    /// Waits for a line containing `needle`; `None` when the process's output ends (it
+    /// exited) or `timeout` passes first.
+    pub fn try_wait_line(&self, needle: &str, timeout: Duration) -> Option<String> {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             match self.lines.recv_timeout(left) {
-                Ok(line) if line.contains(needle) => return line,
+                Ok(line) if line.contains(needle) => return Some(line),
                 Ok(_) => {}
-                Err(_) => panic!(
-                    "no line containing {needle:?} within {timeout:?}; log:\n{}",
-                    self.log_text()
-                ),
+                Err(_) => return None,
             }
         }
     }
@@ -110,8 +118,15 @@ impl Drop for Proc {
 
 /// Waits for walrus's "listening on" log line and returns the address in it.
 pub fn listening_addr(walrus: &Proc) -> String {
-    let line = walrus.wait_line("walrus listening on ", START_TIMEOUT);
-    let rest = line.split("walrus listening on ").nth(1).unwrap();
+    addr_in(&walrus.wait_line(LISTENING, START_TIMEOUT))
+}
+
+/// What walrus logs once it listens, before its address.
+pub const LISTENING: &str = "walrus listening on ";
+
+/// The address in walrus's "listening on" line.
+pub fn addr_in(line: &str) -> String {
+    let rest = line.split(LISTENING).nth(1).unwrap();
     rest.split(|c: char| c == ',' || c.is_whitespace())
         .next()
         .unwrap()

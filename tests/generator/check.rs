@@ -2,6 +2,7 @@
 //! and the checks of the whole history against it.
 
 use crate::conn::{cmd, describe, Conn, Reply};
+use crate::counters::{counter_key, COUNTERS};
 use crate::history::{list_key, queue_key, Fate, History, LISTS, NEVER, QUEUES};
 use crate::shared::Ctx;
 use crate::system::AROUND_KEYS;
@@ -17,6 +18,7 @@ pub struct Final {
     pub queues: Vec<Vec<Vec<u8>>>,
     /// Each large value's length and first bytes.
     pub bigs: BTreeMap<String, (i64, Vec<u8>)>,
+    pub counters: Vec<i64>,
     pub keys: BTreeSet<String>,
 }
 
@@ -66,6 +68,17 @@ pub fn read_final(ctx: &Ctx, addr: &str, big_keys: &[String]) -> Result<Final, S
         };
         bigs.insert(key.clone(), (len, head));
     }
+    let mut counters = Vec::with_capacity(COUNTERS);
+    for c in 0..COUNTERS {
+        let key = counter_key(c);
+        counters.push(match ask(&["GET", &key])? {
+            OwnedFrame::Null => 0,
+            OwnedFrame::BulkString(b) => {
+                parse_int(&b).ok_or_else(|| format!("GET {key}: {b:?}"))?
+            }
+            f => return Err(format!("GET {key}: {f:?}")),
+        });
+    }
     let mut keys = BTreeSet::new();
     let mut cursor = "0".to_string();
     loop {
@@ -98,8 +111,14 @@ pub fn read_final(ctx: &Ctx, addr: &str, big_keys: &[String]) -> Result<Final, S
         lists,
         queues,
         bigs,
+        counters,
         keys,
     })
+}
+
+/// A counter's value, as GET returns it.
+pub fn parse_int(b: &[u8]) -> Option<i64> {
+    std::str::from_utf8(b).ok()?.parse().ok()
 }
 
 impl History {
@@ -120,6 +139,7 @@ impl History {
         self.groups_whole(&present);
         self.final_queues(f);
         self.final_bigs(f);
+        self.final_counters(&f.counters);
         self.final_keyspace(f);
     }
 

@@ -3,6 +3,7 @@
 //! -LOADING, and, for a kill in the middle of a restore, the log line of the restore.
 
 use crate::common::Rng;
+use crate::power;
 use crate::shared::{pick, Ctx};
 use crate::system::{Flag, Mode, System, RECOVERY};
 use std::time::{Duration, Instant};
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 const RESTORING: &str = "restore: loading Valkey from the checkpoint";
 /// How long walrus gets to recover while its checkpoints fail, before the fault is cleared
 /// (with a full ring it may need a checkpoint first).
-const PATIENCE: Duration = Duration::from_secs(20);
+pub const PATIENCE: Duration = Duration::from_secs(20);
 
 #[derive(Clone, Copy, Debug)]
 enum Fault {
@@ -34,6 +35,20 @@ enum Fault {
     /// A few MiB written straight into Valkey, around walrus: the stream grows even while
     /// walrus refuses writes, so a ring at its watermark (checkpoints failing) fills up.
     WriteAround,
+    /// faultfs only: the disk loses what was not synced, and walrus, Valkey or both die
+    /// (`power.rs`).
+    PowerLoss,
+}
+
+/// What the fault loop injects, and how often.
+#[derive(Clone, Copy)]
+pub struct Plan {
+    /// The weight of a power loss among the faults of the mode's table, when walrus's data
+    /// is on faultfs (the table's weights add up to about 100).
+    pub power_loss: u64,
+    /// The pause before each fault: `pause_ms` plus up to `pause_spread_ms`.
+    pub pause_ms: u64,
+    pub pause_spread_ms: u64,
 }
 
 const MANAGED: &[(Fault, u64)] = &[
@@ -63,14 +78,24 @@ const EXTERNAL: &[(Fault, u64)] = &[
 const ENOUGH: usize = 200;
 
 /// Injects faults until `deadline`. `Err`: walrus did not come back from one.
-pub fn run(sys: &mut System, ctx: &Ctx, rng: &mut Rng, deadline: Instant) -> Result<(), String> {
-    let table = match sys.mode {
+pub fn run(
+    sys: &mut System,
+    ctx: &Ctx,
+    rng: &mut Rng,
+    plan: Plan,
+    deadline: Instant,
+) -> Result<(), String> {
+    let mut table = match sys.mode {
         Mode::Managed => MANAGED,
         Mode::External => EXTERNAL,
-    };
+    }
+    .to_vec();
+    if sys.on_faultfs() && plan.power_loss > 0 {
+        table.push((Fault::PowerLoss, plan.power_loss));
+    }
     loop {
         // Fault pacing: the random moment of the next fault (workload, not synchronization).
-        let pause = Duration::from_millis(300 + rng.below(2700));
+        let pause = Duration::from_millis(plan.pause_ms + rng.below(plan.pause_spread_ms));
         let left = deadline.saturating_duration_since(Instant::now());
         std::thread::sleep(pause.min(left));
         if Instant::now() >= deadline || ctx.h().violations.len() >= ENOUGH {
@@ -81,7 +106,7 @@ pub fn run(sys: &mut System, ctx: &Ctx, rng: &mut Rng, deadline: Instant) -> Res
         let fault = match (sys.flag(Flag::Checkpoint), sys.flag(Flag::Manifest)) {
             (true, _) if rng.below(3) == 0 => Fault::FailingCheckpoints,
             (_, true) if rng.below(3) == 0 => Fault::FailingManifests,
-            _ => pick(rng, table),
+            _ => pick(rng, &table),
         };
         let what = inject(sys, ctx, rng, fault).map_err(|e| format!("after {fault:?}: {e}"))?;
         ctx.h().count(&format!("fault: {what}"));
@@ -139,6 +164,7 @@ fn inject(sys: &mut System, ctx: &Ctx, rng: &mut Rng, fault: Fault) -> Result<St
                 return Ok(format!("{fault:?} cut short (Valkey unreachable)"));
             }
         }
+        Fault::PowerLoss => return power::power_loss(sys, ctx, rng),
         Fault::DropConnections | Fault::DropReplicaLink => {
             let kind = match fault {
                 Fault::DropConnections => "normal",
@@ -155,12 +181,14 @@ fn inject(sys: &mut System, ctx: &Ctx, rng: &mut Rng, fault: Fault) -> Result<St
 /// Starts walrus again on the same data directory, points the clients at it, and returns
 /// once it serves reads.
 pub fn relaunch(sys: &mut System, ctx: &Ctx) -> Result<(), String> {
-    let delay = sys.launch();
+    let (delay, backend) = sys.launch()?;
     if delay > 0 {
         ctx.h().count(&format!(
             "fault: walrus started with a {delay} ms journal delay"
         ));
     }
+    ctx.h()
+        .count(&format!("start: walrus with the {backend} journal backend"));
     ctx.target.set(&sys.addr());
     recover(sys, ctx)
 }
@@ -180,10 +208,16 @@ fn recover(sys: &mut System, ctx: &Ctx) -> Result<(), String> {
 }
 
 /// The last fault of a run, after its clients stopped: everything dies (walrus and Valkey)
-/// and comes back from disk, so that the final read checks what the journal holds.
-pub fn final_restart(sys: &mut System, ctx: &Ctx) -> Result<(), String> {
+/// and comes back from disk, so that the final read checks what the journal holds. On
+/// faultfs, in a power loss.
+pub fn final_restart(sys: &mut System, ctx: &Ctx, rng: &mut Rng) -> Result<(), String> {
     sys.set_flag(Flag::Checkpoint, false);
     sys.set_flag(Flag::Manifest, false);
+    if sys.on_faultfs() {
+        let what = power::cut(sys, ctx, rng, power::Victims::All)?;
+        ctx.h().count(&format!("fault: final {what}"));
+        return Ok(());
+    }
     if sys.mode == Mode::External {
         sys.stop_external_valkey();
         sys.kill_walrus();

@@ -8,6 +8,7 @@
 //! acknowledgement stamped before the read was sent is already recorded too, and a check made
 //! then is as complete as one made at the end.
 
+use crate::counters::{Counter, COUNTERS};
 use crate::pubsub::Msg;
 use crate::queues::Job;
 use crate::values::Big;
@@ -114,6 +115,7 @@ pub struct History {
     pub queue_reads: Vec<Vec<Vec<u32>>>,
     pub msgs: Vec<Msg>,
     pub bigs: BTreeMap<String, Big>,
+    pub counters: Vec<Counter>,
     /// Keys (not queues) some keyless read or EXISTS saw.
     pub seen_keys: BTreeSet<String>,
     pub max_dbsize: usize,
@@ -138,6 +140,7 @@ impl History {
             queue_reads: vec![Vec::new(); QUEUES],
             msgs: Vec::new(),
             bigs: BTreeMap::new(),
+            counters: (0..COUNTERS).map(|_| Counter::default()).collect(),
             seen_keys: BTreeSet::new(),
             max_dbsize: 0,
             counts: BTreeMap::new(),

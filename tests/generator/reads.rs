@@ -2,8 +2,10 @@
 //! walrus must hold while what it shows is not durable (keyed reads of dirty keys, a
 //! read-only script, keyless reads of the whole keyspace).
 
+use crate::check::parse_int;
 use crate::common::Rng;
 use crate::conn::{cmd, describe, Cmd};
+use crate::counters::{counter_key, COUNTERS};
 use crate::history::{big_key, list_key, queue_key, History, BIG_SLOTS, LISTS, QUEUES};
 use crate::workers::{bulks, WORKERS};
 use redis_protocol::resp2::types::OwnedFrame;
@@ -22,6 +24,7 @@ pub enum ReadOp {
     Exists(String),
     Scan,
     Large(String),
+    Counter(usize),
 }
 
 fn below(rng: &mut Rng, n: usize) -> usize {
@@ -31,7 +34,7 @@ fn below(rng: &mut Rng, n: usize) -> usize {
 impl ReadOp {
     pub fn random(rng: &mut Rng) -> ReadOp {
         let big = |rng: &mut Rng| big_key(below(rng, WORKERS), below(rng, BIG_SLOTS));
-        match below(rng, 14) {
+        match below(rng, 16) {
             0..=2 => ReadOp::Range(below(rng, LISTS)),
             3 => ReadOp::ScriptRange(below(rng, LISTS)),
             4 => ReadOp::Len(below(rng, LISTS)),
@@ -42,6 +45,7 @@ impl ReadOp {
             10 if below(rng, 2) == 0 => ReadOp::Exists(list_key(below(rng, LISTS))),
             10 => ReadOp::Exists(big(rng)),
             11 => ReadOp::Scan,
+            12 | 13 => ReadOp::Counter(below(rng, COUNTERS)),
             _ => ReadOp::Large(big(rng)),
         }
     }
@@ -58,6 +62,7 @@ impl ReadOp {
             ReadOp::Exists(key) => cmd(&["EXISTS", key]),
             ReadOp::Scan => cmd(&["SCAN", "0", "MATCH", "gen:*", "COUNT", "1000"]),
             ReadOp::Large(key) => cmd(&["GETRANGE", key, "0", "63"]),
+            ReadOp::Counter(c) => cmd(&["GET", &counter_key(*c)]),
         }
     }
 
@@ -108,6 +113,11 @@ impl ReadOp {
             (ReadOp::Large(key), OwnedFrame::BulkString(head)) => {
                 h.observe_big(key, send_ts, &head)
             }
+            (ReadOp::Counter(k), OwnedFrame::Null) => h.observe_counter(*k, send_ts, 0),
+            (ReadOp::Counter(k), OwnedFrame::BulkString(b)) => match parse_int(&b) {
+                Some(v) => h.observe_counter(*k, send_ts, v),
+                None => h.unexpected(&describe(c), &String::from_utf8_lossy(&b)),
+            },
             (_, f) => h.unexpected(&describe(c), &f),
         }
     }

@@ -1,9 +1,13 @@
 //! The system under test: walrus in managed mode (its own Valkey) or in external mode (in
-//! front of a Valkey this test runs), on one data directory that every restart reuses, with
-//! the fault switches a run flips: SIGKILLs, a failing checkpoint or manifest (flag files),
-//! a slow journal (chosen per walrus start), dropped upstream connections.
+//! front of a Valkey this test runs), on one data directory that every restart reuses (on
+//! a faultfs mount, for power losses), with the fault switches a run flips: SIGKILLs, a
+//! failing checkpoint or manifest (flag files), a slow journal (chosen per walrus start),
+//! dropped upstream connections.
 
-use crate::common::{free_port, wait_dead, Raw, Rng, Valkey, Walrus};
+use crate::common::faultfs::FaultFs;
+use crate::common::{
+    addr_in, free_port, wait_dead, Raw, Rng, Valkey, Walrus, LISTENING, START_TIMEOUT,
+};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -23,10 +27,10 @@ impl Mode {
     }
 }
 
-/// The sync backend (where the journal faults act) and a fast disk watcher, so that a ring
-/// that a failing checkpoint lets fill refuses writes, and accepts them again, promptly.
-/// The harness's test journal is small (16 x 1 MiB): a checkpoint every 8 MiB written.
-const CONFIG: &str = "io_backend = \"sync\"\n[disk]\ncheck_interval_ms = 50\n";
+/// A fast disk watcher, so that a ring that a failing checkpoint lets fill refuses writes,
+/// and accepts them again, promptly. The harness's test journal is small (16 x 1 MiB): a
+/// checkpoint every 8 MiB written. The journal's backend comes first (`[journal]`).
+const CONFIG: &str = "[disk]\ncheck_interval_ms = 50\n";
 
 /// What managed mode gives its Valkey (README, "Valkey settings"), for the external one;
 /// but for the last two, which would refuse every write to a walrus without a journal.
@@ -52,6 +56,11 @@ const EXTERNAL_VALKEY: &[&str] = &[
 /// Journal write delays a walrus start picks from: mostly none, sometimes a slow device.
 const DELAYS_MS: &[u64] = &[0, 0, 0, 0, 0, 2, 10, 50];
 
+/// The journal backends a walrus on faultfs starts with, one chosen per start: io_uring
+/// (`auto`: O_DIRECT|O_DSYNC writes, what production runs) or `sync` (pwrite + fdatasync).
+/// On the test's own disk, always `sync`, where the journal's fault injection acts.
+const FAULTFS_BACKENDS: &[&str] = &["auto", "sync"];
+
 /// How long walrus may take to serve reads again after a fault.
 pub const RECOVERY: Duration = Duration::from_secs(90);
 
@@ -75,24 +84,40 @@ pub struct System {
     /// Logs of the processes already replaced, for the report.
     logs: Vec<(String, String)>,
     rng: Rng,
-    /// Holds the data directory and the flag files.
+    /// The faultfs mount the data directory is on, if any (dropped after walrus).
+    fs: Option<FaultFs>,
+    /// The delay faultfs gives each synchronous write and sync, as this walrus's start
+    /// chose (a power loss changes it for a moment).
+    latency_us: u64,
+    /// Holds the data directory (unless on faultfs) and the flag files.
     _dir: tempfile::TempDir,
 }
 
 impl System {
-    pub fn start(mode: Mode, seed: u64) -> System {
+    /// Starts the system, on `fs` if given (seeded with `seed` too: its tears and reorders
+    /// replay).
+    pub fn start(mode: Mode, seed: u64, fs: Option<FaultFs>) -> System {
         let dir = tempfile::tempdir().unwrap();
+        let data = match &fs {
+            Some(fs) => {
+                fs.ok(&format!("seed {seed}"));
+                fs.path("data")
+            }
+            None => dir.path().join("data"),
+        };
         let mut sys = System {
             mode,
             durable: std::env::var_os("WALRUS_TEST_NO_DURABILITY").is_none_or(|v| v != "1"),
             walrus: None,
             valkey: None,
             valkey_port: 0,
-            data: dir.path().join("data"),
+            data,
             checkpoint_flag: dir.path().join("checkpoint-fails"),
             manifest_flag: dir.path().join("manifest-fails"),
             logs: Vec::new(),
             rng: Rng(seed),
+            fs,
+            latency_us: 0,
             _dir: dir,
         };
         match mode {
@@ -103,7 +128,9 @@ impl System {
                 sys.valkey = Some(v);
             }
         }
-        sys.launch();
+        if let Err(e) = sys.launch() {
+            panic!("{e}");
+        }
         sys
     }
 
@@ -113,8 +140,9 @@ impl System {
             .map_or_else(String::new, |w| w.addr.clone())
     }
 
-    /// Starts walrus on the data directory; returns the journal write delay it got.
-    pub fn launch(&mut self) -> u64 {
+    /// Starts walrus on the data directory and waits until it listens; returns the journal
+    /// write delay it got and its journal backend, or why it did not start.
+    pub fn launch(&mut self) -> Result<(u64, &'static str), String> {
         assert!(self.walrus.is_none(), "walrus already runs");
         // A manifest that cannot be written stops walrus at start (docs/failure-modes.md,
         // row 10): documented, so not a fault to look for here.
@@ -123,38 +151,90 @@ impl System {
         let checkpoint = format!("ENOSPC@{}", self.checkpoint_flag.display());
         let manifest = format!("EIO@{}", self.manifest_flag.display());
         let delay_text = delay.to_string();
+        let upstream = format!("127.0.0.1:{}", self.valkey_port);
         let mut env = vec![
             ("WALRUS_FAULT_CHECKPOINT", checkpoint.as_str()),
             ("WALRUS_FAULT_MANIFEST", manifest.as_str()),
         ];
-        if delay > 0 {
-            env.push(("WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS", &delay_text));
-        }
-        let w = match self.mode {
+        let backend = match &self.fs {
+            Some(fs) => {
+                // The slow device is faultfs's: each synchronous write and sync waits, so a
+                // power loss finds journal writes in flight, whatever the backend.
+                self.latency_us = delay * 1000;
+                fs.ok(&format!("latency {}", self.latency_us));
+                FAULTFS_BACKENDS[self.rng.below(FAULTFS_BACKENDS.len() as u64) as usize]
+            }
+            None => {
+                if delay > 0 {
+                    env.push(("WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS", &delay_text));
+                }
+                "sync"
+            }
+        };
+        let config = format!("io_backend = \"{backend}\"\n{CONFIG}");
+        let build = match self.mode {
             Mode::Managed => {
-                let mut config = format!("{CONFIG}[upstream]\nport = {}\n", self.valkey_port);
+                let mut config = format!("{config}[upstream]\nport = {}\n", self.valkey_port);
                 if !self.durable {
                     // Without a journal walrus is no replica: Valkey would refuse all writes.
                     config.push_str("extra_args = [\"--min-replicas-to-write\", \"0\"]\n");
                 }
-                Walrus::build()
-                    .config(&config)
-                    .data(&self.data)
-                    .env(&env)
-                    .start()
+                Walrus::build().config(&config)
             }
-            Mode::External => {
-                let upstream = format!("127.0.0.1:{}", self.valkey_port);
-                Walrus::build()
-                    .upstream(&upstream)
-                    .config(CONFIG)
-                    .data(&self.data)
-                    .env(&env)
-                    .start()
-            }
+            Mode::External => Walrus::build().upstream(&upstream).config(&config),
         };
-        self.walrus = Some(w);
-        delay
+        let (proc, config_dir) = build.data(&self.data).env(&env).spawn();
+        let Some(line) = proc.try_wait_line(LISTENING, START_TIMEOUT) else {
+            // Refused to start (what a power loss left may be what it refuses): its log is
+            // kept for the report, and its errors say why.
+            let log = proc.log_text();
+            self.logs.push(("walrus".into(), log.clone()));
+            let why: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).collect();
+            return Err(format!(
+                "walrus did not start (it exited, or did not listen within {START_TIMEOUT:?}); \
+                 its errors: {}",
+                why.join(" | ")
+            ));
+        };
+        self.walrus = Some(Walrus {
+            addr: addr_in(&line),
+            proc,
+            data: config_dir,
+        });
+        Ok((delay, backend))
+    }
+
+    /// Sends a faultfs command (`crash`, `recover`...); returns its reply. Panics without
+    /// faultfs, or when the command fails.
+    pub fn power(&self, command: &str) -> String {
+        self.fs
+            .as_ref()
+            .expect("power losses need walrus's data on faultfs")
+            .ok(command)
+    }
+
+    /// faultfs's delay back to what this walrus's start chose.
+    pub fn restore_latency(&self) {
+        self.power(&format!("latency {}", self.latency_us));
+    }
+
+    /// Returns true once faultfs holds a synchronous write or a sync in its latency (a
+    /// write in flight, for a power loss to catch), false if none came within `timeout`.
+    pub fn await_in_flight(&self, timeout: Duration) -> bool {
+        let fs = self.fs.as_ref().expect("on faultfs");
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if fs.status()["delayed"] > 0 {
+                return true;
+            }
+            // faultfs's counters have no event to await: a short poll.
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        false
+    }
+
+    pub fn on_faultfs(&self) -> bool {
+        self.fs.is_some()
     }
 
     /// The managed Valkey's pid: walrus's child, if it has one now.
@@ -276,6 +356,18 @@ impl System {
         Err(format!(
             "walrus at {addr} did not serve a read within {bound:?}; last: {last}"
         ))
+    }
+
+    /// Sets a key outside the clients' histories (one of the keys written around walrus)
+    /// through walrus: `Ok` once acknowledged, else walrus's error (or why there was none).
+    pub fn try_write(&self) -> Result<(), String> {
+        let mut c = Raw::try_connect(&self.addr()).map_err(|e| e.to_string())?;
+        let set = walrus::resp::write::command(["SET", "around:0", "probe"]);
+        c.stream.write_all(&set).map_err(|e| e.to_string())?;
+        match c.try_read_frame()? {
+            r if r.starts_with(b"+OK") => Ok(()),
+            r => Err(String::from_utf8_lossy(&r).trim_end().to_string()),
+        }
     }
 
     /// Turns a file-system fault on or off (it holds while its flag file exists).

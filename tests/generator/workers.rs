@@ -1,9 +1,10 @@
 //! The worker clients: each step, a worker picks one operation at random (an append, a
 //! pipeline of appends, a transaction, a script, reads, a queue push or pop, a PUBLISH, a
-//! large value) and records what it sent and what came back in the history.
+//! large value, an INCR) and records what it sent and what came back in the history.
 
 use crate::common::Rng;
 use crate::conn::{cmd, describe, Cmd, Conn, Reply};
+use crate::counters::{counter_key, COUNTERS};
 use crate::history::{list_key, queue_key, History, CHANNEL, LISTS, QUEUES};
 use crate::large::LargeWrite;
 use crate::reads::ReadOp;
@@ -30,6 +31,7 @@ enum Op {
     Publish,
     Large,
     Abandon,
+    Counter,
 }
 
 const OPS: &[(Op, u64)] = &[
@@ -44,6 +46,7 @@ const OPS: &[(Op, u64)] = &[
     // Rare, but each is 64 KiB to 1 MiB: they fill the small ring, so checkpoints run often.
     (Op::Large, 2),
     (Op::Abandon, 2),
+    (Op::Counter, 8),
 ];
 
 pub struct Worker {
@@ -82,6 +85,7 @@ impl Worker {
                 Op::Publish => self.publish(),
                 Op::Large => self.large(),
                 Op::Abandon => self.abandon(),
+                Op::Counter => self.incr(),
             };
             if clean {
                 self.failing = 0;
@@ -316,6 +320,23 @@ impl Worker {
             return true;
         };
         settle_pop(&mut self.ctx.h(), &c, replies.remove(0))
+    }
+
+    /// INCR of one of the shared counters (`counters.rs`).
+    fn incr(&mut self) -> bool {
+        let c = self.below(COUNTERS);
+        let send_ts = {
+            let mut h = self.ctx.h();
+            h.count("op: counter increment");
+            h.incr_sent(c)
+        };
+        let incr = cmd(&["INCR", &counter_key(c)]);
+        let reply = match self.exchange(std::slice::from_ref(&incr)) {
+            Some(mut replies) => replies.remove(0),
+            // Never sent (the run stopped): its fate is unknown all the same.
+            None => Reply::Lost,
+        };
+        self.ctx.h().settle_incr(c, send_ts, reply, &incr)
     }
 
     fn publish(&mut self) -> bool {

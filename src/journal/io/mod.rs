@@ -185,13 +185,14 @@ pub fn start_writer(
     let direct = resolve_direct(dir, cfg)?;
     let depth = cfg.max_in_flight_writes as usize;
     if cfg.io_backend != IoBackendChoice::Sync {
-        let files = open_segments(dir, geo, direct, true)?;
+        let dsync = !crate::fault::journal_no_sync();
+        let files = open_segments(dir, geo, direct, dsync)?;
         match uring::start(files, depth, shared.clone()) {
             Ok(handle) => {
                 let info = BackendInfo {
                     kind: BackendKind::IoUring,
                     direct_io: direct,
-                    dsync: true,
+                    dsync,
                     max_in_flight: depth,
                 };
                 return Ok((info, handle));

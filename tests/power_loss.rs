@@ -1,0 +1,68 @@
+//! Power losses under the generator's workload (`tests/generator.rs`, docs/generator.md):
+//! walrus's data directory (journal, checkpoints, the managed Valkey's directory) lives on
+//! faultfs (docs/faultfs.md), and most faults are power cuts: faultfs drops, tears or
+//! reorders every write not yet synced, walrus and/or Valkey are SIGKILLed, the disk comes
+//! back and they restart on what survived (`generator/power.rs`). The generator's checker
+//! then holds walrus to its promises: every acknowledged write is there, no read showed a
+//! value a power loss then took, counters never go back, list elements appear at most once
+//! and in order.
+//!
+//! Skipped, with the reason printed, where FUSE cannot be mounted. The same settings as the
+//! generator's (`WALRUS_GEN_SEED`, `WALRUS_GEN_MODE`, `WALRUS_GEN_KEEP_LOGS`), and:
+//!
+//! - `WALRUS_GEN_SECONDS`: how long faults are injected (default 36: some 15 power losses);
+//!   the long run is `WALRUS_GEN_SECONDS=1800` (docs/power-loss.md).
+//! - `WALRUS_FAULT_JOURNAL_NO_SYNC=1`: a negative control. walrus's journal writes are
+//!   acknowledged before they are durable (no O_DSYNC, no fdatasync): a SIGKILL loses none
+//!   of them, a power loss does, and this test must then fail.
+#[path = "generator/check.rs"]
+mod check;
+mod common;
+#[path = "generator/conn.rs"]
+mod conn;
+#[path = "generator/counters.rs"]
+mod counters;
+#[path = "generator/faults.rs"]
+mod faults;
+#[path = "generator/history.rs"]
+mod history;
+#[path = "generator/large.rs"]
+mod large;
+#[path = "generator/listeners.rs"]
+mod listeners;
+#[path = "generator/power.rs"]
+mod power;
+#[path = "generator/pubsub.rs"]
+mod pubsub;
+#[path = "generator/queues.rs"]
+mod queues;
+#[path = "generator/reads.rs"]
+mod reads;
+#[path = "generator/runner.rs"]
+mod runner;
+#[path = "generator/shared.rs"]
+mod shared;
+#[path = "generator/system.rs"]
+mod system;
+#[path = "generator/transactions.rs"]
+mod transactions;
+#[path = "generator/values.rs"]
+mod values;
+#[path = "generator/workers.rs"]
+mod workers;
+
+use faults::Plan;
+use runner::{Disk, Settings};
+
+/// Mostly power losses (about two faults in three), the other faults among them, paced
+/// faster than the generator's, so that a short run has many.
+const POWER_LOSSES: Plan = Plan {
+    power_loss: 200,
+    pause_ms: 200,
+    pause_spread_ms: 1000,
+};
+
+#[test]
+fn power_losses_keep_walruss_promises() {
+    runner::run_all(Settings::from_env(36, Disk::FaultFs, POWER_LOSSES));
+}
