@@ -198,6 +198,70 @@ fn a_client_that_never_reads_is_disconnected_at_its_output_limit() {
     assert_eq!(c.cmd(&["GET", "n"]), bulk(n.to_string()));
 }
 
+/// walrus's peak resident memory so far, in bytes.
+fn peak_rss(w: &Walrus) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", w.proc.child.id())).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    kb << 10
+}
+
+/// A client that sends thousands of reads of a large value in one burst, then MULTI (a
+/// barrier: every earlier reply is written before it runs), and reads nothing. The replies
+/// the barrier gathers count against the output limit like any others. (They did not: the
+/// barrier gathered them all and waited for the client to read them, so a few such
+/// clients took walrus to 24 GB and the OOM killer.)
+#[test]
+fn replies_gathered_before_a_barrier_count_against_the_output_limit() {
+    let v = Valkey::start();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .config("[proxy]\nmax_output_bytes = 4194304\n")
+        .args(&["--metrics-listen", &metrics])
+        .start();
+    let mut c = Raw::connect(&w.addr);
+    let big = "x".repeat(1 << 20);
+    assert_eq!(c.cmd(&["SET", "big", &big]), OK);
+    assert_eq!(c.cmd(&["GET", "n"]), b"$-1\r\n");
+    let before = peak_rss(&w);
+
+    // 400 MiB of replies asked for in one write of 12 KiB (one read), then MULTI; nothing
+    // read.
+    let get = walrus::resp::write::command(["GET", "big"]);
+    let mut burst: Vec<u8> = get.repeat(400);
+    burst.extend_from_slice(&walrus::resp::write::command(["MULTI"]));
+    let mut hostile = TcpStream::connect(&w.addr).unwrap();
+    hostile.write_all(&burst).unwrap();
+    let deadline = Instant::now() + START_TIMEOUT;
+    while metric(&metrics, "walrus_clients_output_closed_total") < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the client that does not read is still connected; walrus's peak grew by {} bytes",
+            peak_rss(&w).saturating_sub(before)
+        );
+        assert_eq!(c.cmd(&["SET", "n", "1"]), OK);
+    }
+    hostile.shutdown(Shutdown::Write).ok();
+    hostile.set_read_timeout(Some(START_TIMEOUT)).unwrap();
+    let mut sink = Vec::new();
+    let _ = hostile.read_to_end(&mut sink);
+    // What it was written is its replies, in order, and nothing else (the last may be cut
+    // by the disconnection, as Valkey cuts it).
+    let reply = bulk(&big);
+    for (i, chunk) in sink.chunks(reply.len()).enumerate() {
+        assert!(reply.starts_with(chunk), "reply {i} is not the value");
+    }
+    // Bounded by the limit twice over (the replies taken and those waiting for the
+    // session), a reply in flight and the allocator's slack.
+    let grew = peak_rss(&w).saturating_sub(before);
+    assert!(grew < 64 << 20, "walrus's peak grew by {grew} bytes");
+    assert_eq!(c.cmd(&["GET", "n"]), bulk("1"));
+}
+
 /// 100 clients trickle a SET one byte at a time while another client works: the slow
 /// requests complete correctly once whole, and the other client's replies are all right.
 #[test]

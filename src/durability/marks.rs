@@ -167,7 +167,8 @@ mod tests {
         while d.snapshot().1 != 100 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let (tx, mut rx) = tokio::sync::oneshot::channel();
+        let (tx, mut rx) =
+            crate::durability::reply_channel(&crate::durability::ClientOutput::unlimited());
         d.read_reply(
             &key("a"),
             d.epoch(),

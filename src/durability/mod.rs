@@ -83,6 +83,7 @@ pub mod dirty;
 mod gate;
 mod hold;
 pub mod marks;
+mod output;
 mod queue;
 mod status;
 #[cfg(test)]
@@ -91,5 +92,6 @@ mod tests;
 pub use access::{access, Access};
 pub use gate::Durability;
 pub use marks::{resolve_orphans, WriteMark};
+pub use output::{reply_channel, ClientOutput, ReplyTx};
 pub use queue::Held;
 pub use status::{Refusal, Status};

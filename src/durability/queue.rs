@@ -6,22 +6,22 @@
 //! is checked arithmetic, and debug builds recount after every change.
 
 use super::marks::WriteMark;
+use super::output::ReplyTx;
 use bytes::Bytes;
 use std::collections::BTreeMap;
 use std::time::Instant;
-use tokio::sync::oneshot;
 
 /// A reply waiting for durability.
 #[derive(Debug)]
 pub struct Held {
-    pub tx: oneshot::Sender<Bytes>,
+    pub tx: ReplyTx,
     pub reply: Bytes,
     /// When Valkey's reply arrived: the hold time starts here.
     arrived: Instant,
 }
 
 impl Held {
-    pub fn new(tx: oneshot::Sender<Bytes>, reply: Bytes) -> Held {
+    pub fn new(tx: ReplyTx, reply: Bytes) -> Held {
         Held {
             tx,
             reply,
@@ -37,11 +37,11 @@ impl Held {
 
     /// Releases a read that never had to wait.
     pub(super) fn pass(self) {
-        let _ = self.tx.send(self.reply);
+        self.tx.send(self.reply);
     }
 
     pub(super) fn fail(self, why: &Bytes) {
-        let _ = self.tx.send(why.clone());
+        self.tx.send(why.clone());
     }
 }
 

@@ -4,7 +4,7 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 fn held(reply: &str) -> (Held, oneshot::Receiver<Bytes>) {
-    let (tx, rx) = oneshot::channel();
+    let (tx, rx) = reply_channel(&ClientOutput::unlimited());
     (Held::new(tx, Bytes::copy_from_slice(reply.as_bytes())), rx)
 }
 

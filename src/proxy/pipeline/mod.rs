@@ -31,7 +31,7 @@ use reader::Reader;
 use writer::writer;
 
 use super::pushes::PushSender;
-use crate::durability::{dirty::Scope, Durability, Refusal, WriteMark};
+use crate::durability::{dirty::Scope, Durability, Refusal, ReplyTx, WriteMark};
 use crate::resp::write;
 use crate::upstream::client::{Conn, ConnParts, UpstreamError};
 use crate::upstream::Upstream;
@@ -39,7 +39,7 @@ use crate::valkey::role::OffsetOracle;
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 /// How a reply is released.
 #[derive(Debug)]
@@ -74,7 +74,7 @@ pub struct PipelinedRequest {
     /// The encoded command.
     pub cmd: Bytes,
     /// Where its reply goes.
-    pub reply: oneshot::Sender<Bytes>,
+    pub reply: ReplyTx,
     pub release: Release,
     pub tx: TxCmd,
     /// The connection is inside MULTI once this command has run: no ROLE may follow it.
@@ -109,7 +109,7 @@ pub struct PipelineCtx {
 /// What the reader does with the next reply.
 enum Inflight {
     /// A client's request; `true`: it may block ([`PipelinedRequest::may_block`]).
-    Client(oneshot::Sender<Bytes>, Release, bool),
+    Client(ReplyTx, Release, bool),
     /// walrus's own `SELECT`: check and drop.
     Select,
     /// walrus's own `ROLE`: the offset covering the write replies gathered so far.
@@ -253,7 +253,7 @@ fn refuse(d: &Durability, req: PipelinedRequest, pushes: Option<&PushSender>, wh
             let _ = p.send(why);
         }
         _ => {
-            let _ = req.reply.send(why);
+            req.reply.send(why);
         }
     }
 }

@@ -3,7 +3,7 @@
 //! with the offset the `ROLE` after them reports.
 
 use super::{Inflight, PipelineCtx, Release};
-use crate::durability::{Held, WriteMark};
+use crate::durability::{Held, ReplyTx, WriteMark};
 use crate::proxy::pushes::PushSender;
 use crate::resp::{write, ReplyScanner};
 use crate::upstream::client::UpstreamError;
@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::io::AsyncReadExt;
 use tokio::net::tcp::OwnedReadHalf;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 /// Read buffer growth step.
 const READ_CHUNK_BYTES: usize = 64 << 10;
@@ -125,19 +125,19 @@ impl Reader {
             if let Release::Offset(mark) = release {
                 self.marks.extend(mark);
             }
-            let _ = tx.send(write::error(&format!("ERR walrus: {e}")));
+            tx.send(write::error(&format!("ERR walrus: {e}")));
         }
         e.into()
     }
 
-    fn reply(&mut self, tx: oneshot::Sender<Bytes>, release: Release, frame: Bytes) {
+    fn reply(&mut self, tx: ReplyTx, release: Release, frame: Bytes) {
         let Some(d) = &self.ctx.durability else {
-            let _ = tx.send(frame);
+            tx.send(frame);
             return;
         };
         match release {
             Release::Free => {
-                let _ = tx.send(frame);
+                tx.send(frame);
             }
             Release::Read(scope) => {
                 if let Some(held) = d.read_reply(&scope, self.epoch, Held::new(tx, frame)) {

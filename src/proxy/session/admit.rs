@@ -14,7 +14,7 @@ impl Session {
         if self.drain().await.is_err() {
             return;
         }
-        let (reply, rx) = oneshot::channel();
+        let (reply, rx) = self.reply_channel();
         let request = PipelinedRequest {
             db: Some(self.id.db),
             cmd: req.raw,
@@ -25,10 +25,8 @@ impl Session {
             answered_by_push: false,
             may_block: false,
         };
-        let reply = match self.send(request, rx).await {
-            Pending::Ready(b) => b,
-            Pending::Wait(rx) => rx.await.unwrap_or_else(|_| pipeline::lost_reply()),
-        };
+        let reply = self.send(request, rx).await;
+        let reply = self.wait(reply).await;
         self.in_multi = &reply[..] == write::OK;
         self.owe(Pending::Ready(reply));
     }
@@ -41,7 +39,7 @@ impl Session {
         self.tx_marks.release();
         self.in_multi = false;
         self.selected_in_multi = None;
-        let (reply, rx) = oneshot::channel();
+        let (reply, rx) = self.reply_channel();
         let discard = PipelinedRequest {
             db: None,
             cmd: write::command(["DISCARD"]),

@@ -16,7 +16,7 @@ impl Session {
         if self.id.creds.is_some() || self.needs_no_auth || self.in_multi {
             return None;
         }
-        let (reply, rx) = oneshot::channel();
+        let (reply, rx) = self.reply_channel();
         let probe = self
             .send(
                 PipelinedRequest {
@@ -32,10 +32,7 @@ impl Session {
                 rx,
             )
             .await;
-        let reply = match probe {
-            Pending::Ready(b) => b,
-            Pending::Wait(rx) => rx.await.unwrap_or_else(|_| pipeline::lost_reply()),
-        };
+        let reply = self.wait(probe).await;
         if reply.starts_with(b"-NOAUTH") {
             return Some(reply);
         }
@@ -272,7 +269,7 @@ impl Session {
             Some(v) => write::command([b"HELLO".as_slice(), v]),
             None => write::command(["HELLO"]),
         };
-        let (tx, rx) = oneshot::channel();
+        let (tx, rx) = self.reply_channel();
         let request = PipelinedRequest {
             db: Some(id.db),
             cmd: hello,
@@ -287,7 +284,7 @@ impl Session {
             Err(reason) => pipeline::unavailable(&reason),
             Ok(sender) => match sender.send(request).await {
                 Err(_) => pipeline::unavailable("connection lost"),
-                Ok(()) => rx.await.unwrap_or_else(|_| pipeline::lost_reply()),
+                Ok(()) => replies::received(&self.output, rx.await),
             },
         };
         if !reply.starts_with(b"-") {

@@ -21,7 +21,7 @@ use super::pool::Pool;
 use super::pushes::{self, PushReceiver};
 use super::route::{self, route, Local, Route};
 use super::Shared;
-use crate::durability::{self, dirty::Scope, Access};
+use crate::durability::{self, dirty::Scope, Access, ClientOutput, ReplyTx};
 use crate::metrics;
 use crate::resp::{write, Request, RequestParser};
 use crate::upstream::client::Conn;
@@ -102,6 +102,9 @@ struct Session {
     /// The request being handled may block ([`route::may_block`]).
     blocking_request: bool,
     out: BytesMut,
+    /// The reply bytes walrus holds for this client, handed over or unwritten, against
+    /// `proxy.max_output_bytes`.
+    output: Arc<ClientOutput>,
     wr: OwnedWriteHalf,
 }
 
@@ -131,6 +134,7 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
         // Both buffers are allocated when there is something to hold: an idle client costs
         // its task and socket only (10,000 of them are a normal day).
         out: BytesMut::new(),
+        output: ClientOutput::new(shared.max_output_bytes),
         wr,
     };
     let mut rbuf = BytesMut::new();
@@ -138,6 +142,16 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
     let mut reading = true;
     let mut draining = false;
     loop {
+        if s.output.over() {
+            // As Valkey drops a client past its output buffer limit: nothing more is written.
+            metrics::CLIENTS_OUTPUT_CLOSED.inc();
+            tracing::warn!(
+                "closing a client that does not read its replies (over proxy.max_output_bytes: {} bytes unwritten, {} more waiting)",
+                s.out.len(),
+                s.output.parked()
+            );
+            return;
+        }
         if !reading && s.pending.is_empty() {
             break;
         }
@@ -147,19 +161,10 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
         let wanted = parser.bytes_wanted().max(rbuf.len() + READ_CHUNK_BYTES / 4);
         tokio::select! {
             biased;
-            reply = next_reply(&mut s.pending), if !s.pending.is_empty() => {
+            reply = next_reply(&mut s.pending, &s.output), if !s.pending.is_empty() => {
                 s.settled(&reply);
                 s.out.extend_from_slice(&reply);
-                while let Some(r) = s.ready_front() {
-                    s.out.extend_from_slice(&r);
-                }
-                if s.write_ready().is_err() {
-                    return;
-                }
-                if s.out.len() > shared.max_output_bytes {
-                    // As Valkey drops a client past its output buffer limit.
-                    metrics::CLIENTS_OUTPUT_CLOSED.inc();
-                    tracing::warn!("closing a client that does not read its replies ({} bytes unwritten, over proxy.max_output_bytes)", s.out.len());
+                if s.take_ready().is_err() {
                     return;
                 }
             }
@@ -244,6 +249,14 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
                             }
                         }
                     }
+                    // A long pipeline: replies are taken as they come, not left waiting
+                    // against the output limit until the whole read is handled.
+                    if s.output.parked() >= OUTPUT_PAUSE_BYTES && s.take_ready().is_err() {
+                        return;
+                    }
+                    if s.output.over() {
+                        break;
+                    }
                 }
             }
             // Shutting down: take what the client already sent, then stop reading.
@@ -302,6 +315,11 @@ async fn next_push(pushes: &mut Option<PushReceiver>) -> Option<Bytes> {
 }
 
 impl Session {
+    /// A channel for one reply to this client, counted against its output limit.
+    fn reply_channel(&self) -> (ReplyTx, oneshot::Receiver<Bytes>) {
+        durability::reply_channel(&self.output)
+    }
+
     fn dedicated(&self) -> bool {
         matches!(self.upstream, Runs::Dedicated)
     }
@@ -428,7 +446,7 @@ impl Session {
             // The confirmation push must not overtake replies still held for durability.
             return;
         }
-        let (reply, rx) = oneshot::channel();
+        let (reply, rx) = self.reply_channel();
         let request = PipelinedRequest {
             db,
             cmd: req.raw,

@@ -39,14 +39,26 @@ impl Meter {
     }
 }
 
-pub(super) async fn next_reply(pending: &mut VecDeque<Owed>) -> Bytes {
+pub(super) async fn next_reply(pending: &mut VecDeque<Owed>, output: &ClientOutput) -> Bytes {
     match &mut pending
         .front_mut()
         .expect("guarded by the select condition")
         .reply
     {
         Pending::Ready(b) => b.clone(),
-        Pending::Wait(rx) => rx.await.unwrap_or_else(|_| pipeline::lost_reply()),
+        Pending::Wait(rx) => received(output, rx.await),
+    }
+}
+
+/// A reply out of its channel, no longer counted as waiting there; or, for one that will
+/// never come (its upstream connection broke), the error that says so.
+pub(super) fn received<E>(output: &ClientOutput, reply: Result<Bytes, E>) -> Bytes {
+    match reply {
+        Ok(b) => {
+            output.taken(b.len());
+            b
+        }
+        Err(_) => pipeline::lost_reply(),
     }
 }
 
@@ -56,9 +68,8 @@ impl Session {
         let r = match &mut self.pending.front_mut()?.reply {
             Pending::Ready(b) => b.clone(),
             Pending::Wait(rx) => match rx.try_recv() {
-                Ok(b) => b,
                 Err(oneshot::error::TryRecvError::Empty) => return None,
-                Err(oneshot::error::TryRecvError::Closed) => pipeline::lost_reply(),
+                r => received(&self.output, r),
             },
         };
         self.settled(&r);
@@ -84,42 +95,69 @@ impl Session {
         });
     }
 
+    /// Waits for a reply the session itself needs (a barrier's, a probe's).
+    pub(super) async fn wait(&self, reply: Pending) -> Bytes {
+        match reply {
+            Pending::Ready(b) => b,
+            Pending::Wait(rx) => received(&self.output, rx.await),
+        }
+    }
+
+    /// Moves the replies that have arrived, in order, to the client's output, and writes
+    /// what its socket takes now. Stops at the client's output limit: the session then
+    /// closes the client.
+    pub(super) fn take_ready(&mut self) -> std::io::Result<()> {
+        while self.output.unwritten(self.out.len()) {
+            let Some(r) = self.ready_front() else { break };
+            self.out.extend_from_slice(&r);
+        }
+        self.write_ready()
+    }
+
     /// Writes what the client's socket takes now, without waiting; the rest waits for the
     /// socket to be writable. Once nothing is left or owed, the buffer is released.
     pub(super) fn write_ready(&mut self) -> std::io::Result<()> {
-        while !self.out.is_empty() {
+        let written = loop {
+            if self.out.is_empty() {
+                break Ok(());
+            }
             match self.wr.try_write(&self.out) {
                 Ok(n) => bytes::Buf::advance(&mut self.out, n),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) => return Err(e),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break Ok(()),
+                Err(e) => break Err(e),
             }
-        }
-        if self.pending.is_empty() {
+        };
+        if self.out.is_empty() && self.pending.is_empty() {
             self.out = BytesMut::new();
         }
-        Ok(())
+        self.output.unwritten(self.out.len());
+        written
     }
 
     pub(super) async fn flush(&mut self) -> std::io::Result<()> {
         if !self.out.is_empty() {
             self.wr.write_all(&self.out).await?;
             self.out.clear();
+            self.output.unwritten(0);
         }
         Ok(())
     }
 
     /// Waits for every pending reply and writes them: the barrier before anything that
-    /// changes which upstream connection the client's next command runs on.
+    /// changes which upstream connection the client's next command runs on. Replies are
+    /// written as they come, within the client's output limit: past it, this fails and the
+    /// session closes the client.
     pub(super) async fn drain(&mut self) -> std::io::Result<()> {
         while let Some(owed) = self.pending.pop_front() {
-            let reply = match owed.reply {
-                Pending::Ready(b) => b,
-                Pending::Wait(rx) => rx.await.unwrap_or_else(|_| pipeline::lost_reply()),
-            };
+            let reply = self.wait(owed.reply).await;
             if let Some(meter) = owed.meter {
                 meter.done(&reply);
             }
             self.out.extend_from_slice(&reply);
+            self.write_ready()?;
+            if self.output.over() {
+                return Err(std::io::Error::other("over proxy.max_output_bytes"));
+            }
         }
         self.flush().await
     }

@@ -1,0 +1,153 @@
+//! Where a reply goes: its client's session, through a one-shot channel, counted against the
+//! client's output limit (`proxy.max_output_bytes`, Valkey's client-output-buffer-limit) the
+//! moment it is handed over, not when the session gets round to it.
+//!
+//! A session busy elsewhere (waiting for room on a connection, for the gate's admission, or
+//! for a client that does not read) does not take its replies as they arrive; without this
+//! count they would wait in their channels unbounded, up to `proxy.max_pipeline_requests`
+//! replies of any size. Past the limit a reply is dropped (an empty one is sent in its
+//! place, so the session wakes) and the client is marked over: its session closes it, as
+//! Valkey closes a client past its limit, without writing anything more.
+
+use bytes::Bytes;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// One client's reply bytes walrus holds: handed over and not yet taken by the session
+/// (`parked`), and taken but not yet written to the client's socket (`unwritten`).
+#[derive(Debug)]
+pub struct ClientOutput {
+    parked: AtomicUsize,
+    unwritten: AtomicUsize,
+    /// Set once, for good: a reply was dropped, so nothing after it may be written.
+    over: AtomicBool,
+    limit: usize,
+}
+
+impl ClientOutput {
+    pub fn new(limit: usize) -> Arc<ClientOutput> {
+        Arc::new(ClientOutput {
+            parked: AtomicUsize::new(0),
+            unwritten: AtomicUsize::new(0),
+            over: AtomicBool::new(false),
+            limit,
+        })
+    }
+
+    /// For replies nobody limits (walrus's own requests, tests).
+    pub fn unlimited() -> Arc<ClientOutput> {
+        ClientOutput::new(usize::MAX)
+    }
+
+    /// A reply of `n` bytes is handed over: `false` if it would take the client past its
+    /// limit (the client is then over, for good).
+    fn charge(&self, n: usize) -> bool {
+        if self.over.load(Ordering::Acquire) {
+            return false;
+        }
+        let parked = self.parked.fetch_add(n, Ordering::AcqRel) + n;
+        if parked.saturating_add(self.unwritten.load(Ordering::Acquire)) > self.limit {
+            self.parked.fetch_sub(n, Ordering::AcqRel);
+            self.over.store(true, Ordering::Release);
+            return false;
+        }
+        true
+    }
+
+    /// The session took a reply of `n` bytes from its channel.
+    pub fn taken(&self, n: usize) {
+        let before = self.parked.fetch_sub(n, Ordering::AcqRel);
+        debug_assert!(before >= n, "taken {n} bytes of {before} parked");
+    }
+
+    /// The session holds `n` bytes unwritten: `false` if that takes the client past its
+    /// limit (the client is then over, for good).
+    pub fn unwritten(&self, n: usize) -> bool {
+        self.unwritten.store(n, Ordering::Release);
+        if n.saturating_add(self.parked.load(Ordering::Acquire)) > self.limit {
+            self.over.store(true, Ordering::Release);
+        }
+        !self.over()
+    }
+
+    /// Bytes handed over and not yet taken by the session.
+    pub fn parked(&self) -> usize {
+        self.parked.load(Ordering::Acquire)
+    }
+
+    /// A reply was dropped, or the client holds more than its limit: close it, writing
+    /// nothing more.
+    pub fn over(&self) -> bool {
+        self.over.load(Ordering::Acquire)
+    }
+}
+
+/// The sending end of one reply's channel.
+#[derive(Debug)]
+pub struct ReplyTx {
+    tx: oneshot::Sender<Bytes>,
+    output: Arc<ClientOutput>,
+}
+
+/// A channel for one reply to the client whose output is `output`.
+pub fn reply_channel(output: &Arc<ClientOutput>) -> (ReplyTx, oneshot::Receiver<Bytes>) {
+    let (tx, rx) = oneshot::channel();
+    let output = output.clone();
+    (ReplyTx { tx, output }, rx)
+}
+
+impl ReplyTx {
+    /// Hands `reply` over, or, past the client's limit, an empty reply in its place (the
+    /// session, woken by it, finds the client over and closes it).
+    pub fn send(self, reply: Bytes) {
+        let n = reply.len();
+        if !self.output.charge(n) {
+            let _ = self.tx.send(Bytes::new());
+        } else if self.tx.send(reply).is_err() {
+            // The session is gone.
+            self.output.taken(n);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_past_the_limit_are_dropped_and_the_client_stays_over() {
+        let output = ClientOutput::new(10);
+        let (a, mut ra) = reply_channel(&output);
+        let (b, mut rb) = reply_channel(&output);
+        let (c, mut rc) = reply_channel(&output);
+        a.send(Bytes::from_static(b"123456"));
+        b.send(Bytes::from_static(b"123456"));
+        assert!(output.over());
+        assert_eq!(ra.try_recv().unwrap(), "123456");
+        output.taken(6);
+        assert!(rb.try_recv().unwrap().is_empty(), "dropped");
+        // Room again, but nothing after a dropped reply may be written.
+        c.send(Bytes::from_static(b"1"));
+        assert!(rc.try_recv().unwrap().is_empty());
+    }
+
+    #[test]
+    fn unwritten_and_parked_bytes_share_the_limit() {
+        let output = ClientOutput::new(10);
+        assert!(output.unwritten(8));
+        let (a, mut ra) = reply_channel(&output);
+        a.send(Bytes::from_static(b"123"));
+        assert!(ra.try_recv().unwrap().is_empty());
+        assert!(!output.unwritten(0), "over for good");
+    }
+
+    #[test]
+    fn a_reply_nobody_waits_for_is_not_counted() {
+        let output = ClientOutput::new(10);
+        let (a, ra) = reply_channel(&output);
+        drop(ra);
+        a.send(Bytes::from_static(b"123456789"));
+        assert!(output.unwritten(1));
+    }
+}
