@@ -15,41 +15,8 @@
 //! - `WALRUS_FAULT_JOURNAL_NO_SYNC=1`: a negative control. walrus's journal writes are
 //!   acknowledged before they are durable (no O_DSYNC, no fdatasync): a SIGKILL loses none
 //!   of them, a power loss does, and this test must then fail.
-#[path = "generator/check.rs"]
-mod check;
 mod common;
-#[path = "generator/conn.rs"]
-mod conn;
-#[path = "generator/counters.rs"]
-mod counters;
-#[path = "generator/faults.rs"]
-mod faults;
-#[path = "generator/history.rs"]
-mod history;
-#[path = "generator/large.rs"]
-mod large;
-#[path = "generator/listeners.rs"]
-mod listeners;
-#[path = "generator/power.rs"]
-mod power;
-#[path = "generator/pubsub.rs"]
-mod pubsub;
-#[path = "generator/queues.rs"]
-mod queues;
-#[path = "generator/reads.rs"]
-mod reads;
-#[path = "generator/runner.rs"]
-mod runner;
-#[path = "generator/shared.rs"]
-mod shared;
-#[path = "generator/system.rs"]
-mod system;
-#[path = "generator/transactions.rs"]
-mod transactions;
-#[path = "generator/values.rs"]
-mod values;
-#[path = "generator/workers.rs"]
-mod workers;
+include!("generator/modules.rs");
 
 use faults::Plan;
 use runner::{Disk, Settings};

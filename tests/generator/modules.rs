@@ -1,0 +1,36 @@
+// The generator's modules, for each test binary that runs it (tests/generator.rs,
+// tests/power_loss.rs): `include!`d at the binary's root, where they expect each other.
+#[path = "check.rs"]
+mod check;
+#[path = "conn.rs"]
+mod conn;
+#[path = "counters.rs"]
+mod counters;
+#[path = "faults.rs"]
+mod faults;
+#[path = "history.rs"]
+mod history;
+#[path = "large.rs"]
+mod large;
+#[path = "listeners.rs"]
+mod listeners;
+#[path = "power.rs"]
+mod power;
+#[path = "pubsub.rs"]
+mod pubsub;
+#[path = "queues.rs"]
+mod queues;
+#[path = "reads.rs"]
+mod reads;
+#[path = "runner.rs"]
+mod runner;
+#[path = "shared.rs"]
+mod shared;
+#[path = "system.rs"]
+mod system;
+#[path = "transactions.rs"]
+mod transactions;
+#[path = "values.rs"]
+mod values;
+#[path = "workers.rs"]
+mod workers;
