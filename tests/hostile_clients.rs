@@ -248,6 +248,36 @@ fn replies_gathered_before_a_barrier_count_against_the_output_limit() {
     assert!(grew < 64 << 20, "walrus's peak grew by {grew} bytes");
 }
 
+/// Replies walrus gives itself count against the output limit too: a client names itself
+/// with 4 MiB, asks for its name 100 times in one write and reads nothing for a while. walrus
+/// stops handling its requests once its replies pile up, instead of building all 400 MiB of
+/// them (it did: each `CLIENT GETNAME` reply was queued outside any limit); then the client
+/// reads, and gets every reply, in order.
+#[test]
+fn replies_walrus_gives_itself_count_against_the_output_limit() {
+    let v = Valkey::start();
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .config("[proxy]\nmax_output_bytes = 16777216\n")
+        .start();
+    let mut c = Raw::connect(&w.addr);
+    let name = "n".repeat(4 << 20);
+    assert_eq!(c.cmd(&["CLIENT", "SETNAME", &name]), OK);
+    let before = memory(&w, "VmHWM");
+    let getname = walrus::resp::write::command(["CLIENT", "GETNAME"]).repeat(100);
+    let raw = &mut c.stream;
+    raw.write_all(&getname).unwrap();
+    // Every reply, in order, as the client reads them.
+    let reply = bulk(&name);
+    let mut got = vec![0; reply.len()];
+    for i in 0..100 {
+        raw.read_exact(&mut got).unwrap();
+        assert!(got == reply, "reply {i} is not the name");
+    }
+    let grew = memory(&w, "VmHWM").saturating_sub(before);
+    assert!(grew < 64 << 20, "walrus's peak grew by {grew} bytes");
+}
+
 /// 100 clients trickle a SET one byte at a time while another client works: the slow
 /// requests complete correctly once whole, and the other client's replies are all right.
 #[test]

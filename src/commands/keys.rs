@@ -265,9 +265,9 @@ mod tests {
         );
     }
 
-    #[test]
-    fn keynum_for_eval() {
-        let spec = KeySpec {
+    /// EVAL's key spec: a key count at argument 2, the keys after it.
+    fn eval_spec() -> KeySpec {
+        KeySpec {
             begin: BeginSearch::Index(2),
             find: FindKeys::Keynum {
                 keynumidx: 0,
@@ -275,7 +275,12 @@ mod tests {
                 keystep: 1,
             },
             incomplete: false,
-        };
+        }
+    }
+
+    #[test]
+    fn keynum_for_eval() {
+        let spec = eval_spec();
         assert_eq!(
             extract(std::slice::from_ref(&spec), &args("EVAL s 2 a b x")),
             Keys::Args(vec![3, 4])
@@ -296,15 +301,7 @@ mod tests {
     /// target's seeds (fuzz/seeds/command_table).
     #[test]
     fn extreme_numbers_name_no_key_outside_the_request() {
-        let eval = KeySpec {
-            begin: BeginSearch::Index(2),
-            find: FindKeys::Keynum {
-                keynumidx: 0,
-                firstkey: 1,
-                keystep: 1,
-            },
-            incomplete: false,
-        };
+        let eval = eval_spec();
         let huge = format!("EVAL s {} a", i64::MAX);
         assert_eq!(extract(&[eval], &args(&huge)), Keys::Unknown);
         let request = args("CMD a b c d");

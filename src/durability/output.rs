@@ -71,6 +71,11 @@ impl ClientOutput {
         !self.over()
     }
 
+    /// Bytes held for the client: handed over, or taken and not yet written.
+    pub fn held(&self) -> usize {
+        self.parked() + self.unwritten.load(Ordering::Acquire)
+    }
+
     /// Bytes handed over and not yet taken by the session.
     pub fn parked(&self) -> usize {
         self.parked.load(Ordering::Acquire)
@@ -102,6 +107,9 @@ impl ReplyTx {
     /// session, woken by it, finds the client over and closes it).
     pub fn send(self, reply: Bytes) {
         let n = reply.len();
+        if self.tx.is_closed() {
+            return; // nobody waits for it (the session is gone, or took no interest)
+        }
         if !self.output.charge(n) {
             let _ = self.tx.send(Bytes::new());
         } else if self.tx.send(reply).is_err() {

@@ -17,6 +17,10 @@ use tokio::sync::mpsc;
 
 /// Read buffer growth step.
 const READ_CHUNK_BYTES: usize = 64 << 10;
+/// Replies shorter than this are copied out of the read buffer rather than sharing it: a
+/// small reply waiting for its client (or held by the gate) must not keep alive a buffer
+/// that a large reply grew, out of proportion to the bytes it is counted for.
+const SHARE_FROM_BYTES: usize = 16 << 10;
 pub(super) struct Reader {
     pub(super) ctx: Arc<PipelineCtx>,
     pub(super) pushes: Option<PushSender>,
@@ -49,7 +53,13 @@ impl Reader {
                     Ok(None) => break,
                     Err(e) => return Err(self.refuse_reply(e, inflight)),
                 };
-                let frame = buf.split_to(n).freeze();
+                let frame = if n < SHARE_FROM_BYTES {
+                    let small = Bytes::copy_from_slice(&buf[..n]);
+                    bytes::Buf::advance(&mut buf, n);
+                    small
+                } else {
+                    buf.split_to(n).freeze()
+                };
                 if frame[0] == b'>' {
                     // A RESP3 push is not a reply: tracking invalidations and Pub/Sub messages
                     // of a pinned session go to its client as they come.

@@ -51,8 +51,9 @@ impl Session {
             may_block: false,
         };
         // Sent or not (a lost connection ends the transaction anyway), EXEC's answer is the
-        // same.
-        let _ = self.send(discard, rx).await;
+        // same. Its +OK is taken, not left counted against the client's output.
+        let discarded = self.send(discard, rx).await;
+        self.wait(discarded).await;
         self.owe(Pending::Ready(write::error(
             "EXECABORT Transaction discarded because of previous errors.",
         )));

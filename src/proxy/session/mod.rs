@@ -42,9 +42,10 @@ use admit::TxMarks;
 use replies::{next_reply, Meter, Owed};
 
 const READ_CHUNK_BYTES: usize = 16 << 10;
-/// Unwritten reply bytes past which walrus stops reading a client's requests: a client that
-/// does not read its replies gets no more work done for it (TCP's backpressure then reaches
-/// it), and what it still has in flight is bounded by `proxy.max_output_bytes`.
+/// Reply bytes held for a client (unwritten, or waiting to be taken) past which walrus stops
+/// handling its requests: a client that does not read its replies gets no more work done
+/// for it (TCP's backpressure then reaches it), and what it still has in flight is bounded
+/// by `proxy.max_output_bytes`.
 const OUTPUT_PAUSE_BYTES: usize = 1 << 20;
 /// Requests queued for a pinned session's dedicated connection before the session waits:
 /// one client's connection, so `proxy.max_pipeline_requests` (pending replies) bounds it
@@ -141,23 +142,20 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
     let mut parser = RequestParser::new(shared.limits);
     let mut reading = true;
     let mut draining = false;
+    // Requests already read and not yet handled: handling stopped while the client's replies
+    // were piling up.
+    let mut unhandled = false;
+    let _report = OutputReport(s.output.clone());
     loop {
         if s.output.over() {
             // As Valkey drops a client past its output buffer limit: nothing more is written.
-            metrics::CLIENTS_OUTPUT_CLOSED.inc();
-            tracing::warn!(
-                "closing a client that does not read its replies (over proxy.max_output_bytes: {} bytes unwritten, {} more waiting)",
-                s.out.len(),
-                s.output.parked()
-            );
             return;
         }
         if !reading && s.pending.is_empty() {
             break;
         }
-        let can_read = reading
-            && s.pending.len() < shared.max_pipeline_requests
-            && s.out.len() < OUTPUT_PAUSE_BYTES;
+        let can_read =
+            reading && s.pending.len() < shared.max_pipeline_requests && !s.output_paused();
         let wanted = parser.bytes_wanted().max(rbuf.len() + READ_CHUNK_BYTES / 4);
         tokio::select! {
             biased;
@@ -200,7 +198,9 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
                     }
                 }
             }
-            r = read_more(&mut rd, &mut rbuf, wanted, draining), if can_read => {
+            r = read_more(&mut rd, &mut rbuf, wanted, draining, unhandled), if can_read => {
+                // (select! builds every branch's future, disabled or not: cleared only here.)
+                unhandled = false;
                 match r {
                     Read::Closed => return, // the client is gone: its pending replies go nowhere
                     Read::Drained => {
@@ -220,7 +220,7 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
                         Err(e) => {
                             metrics::PROTOCOL_ERRORS.inc();
                             tracing::debug!("client protocol error: {e}");
-                            s.pending.push_back(Owed { reply: Pending::Ready(e.reply()), meter: None, blocking: false });
+                            s.queue(Pending::Ready(e.reply()), None, false);
                             reading = false;
                             break;
                         }
@@ -250,12 +250,17 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
                         }
                     }
                     // A long pipeline: replies are taken as they come, not left waiting
-                    // against the output limit until the whole read is handled.
-                    if s.output.parked() >= OUTPUT_PAUSE_BYTES && s.take_ready().is_err() {
-                        return;
-                    }
-                    if s.output.over() {
-                        break;
+                    // against the output limit until the whole read is handled; while they
+                    // cannot be written (or wait behind one the gate holds), the rest of the
+                    // pipeline waits too, as new reads do.
+                    if s.output_paused() {
+                        if s.take_ready().is_err() {
+                            return;
+                        }
+                        if s.output_paused() {
+                            unhandled = true;
+                            break;
+                        }
                     }
                 }
             }
@@ -275,14 +280,19 @@ enum Read {
 }
 
 /// Reads from the client into `rbuf`, with room for `wanted` bytes; when `draining`, only
-/// what is already buffered in the socket. While it waits for a client with nothing
-/// buffered, `rbuf` holds no memory.
+/// what is already buffered in the socket; with requests `unhandled` in `rbuf`, nothing (they
+/// are handled first). While it waits for a client with nothing buffered, `rbuf` holds no
+/// memory.
 async fn read_more(
     rd: &mut tokio::net::tcp::OwnedReadHalf,
     rbuf: &mut BytesMut,
     wanted: usize,
     draining: bool,
+    unhandled: bool,
 ) -> Read {
+    if unhandled {
+        return Read::Data;
+    }
     loop {
         if rbuf.capacity() < wanted {
             rbuf.reserve(wanted - rbuf.len());
@@ -314,7 +324,29 @@ async fn next_push(pushes: &mut Option<PushReceiver>) -> Option<Bytes> {
         .await
 }
 
+/// Says, when a session ends, that its client was closed for its output, whichever way the
+/// session ended.
+struct OutputReport(Arc<ClientOutput>);
+
+impl Drop for OutputReport {
+    fn drop(&mut self) {
+        if self.0.over() {
+            metrics::CLIENTS_OUTPUT_CLOSED.inc();
+            tracing::warn!(
+                "closed a client that does not read its replies ({} bytes held, over proxy.max_output_bytes)",
+                self.0.held()
+            );
+        }
+    }
+}
+
 impl Session {
+    /// Replies pile up (unwritten, or waiting behind one not yet released): read no more
+    /// requests, and handle no more of those already read, until they drain.
+    fn output_paused(&self) -> bool {
+        self.out.len() + self.output.parked() >= OUTPUT_PAUSE_BYTES
+    }
+
     /// A channel for one reply to this client, counted against its output limit.
     fn reply_channel(&self) -> (ReplyTx, oneshot::Receiver<Bytes>) {
         durability::reply_channel(&self.output)

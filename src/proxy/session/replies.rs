@@ -31,6 +31,9 @@ impl Meter {
     }
 
     fn done(&self, reply: &[u8]) {
+        if reply.is_empty() {
+            return; // dropped past the client's output limit: the client is closed unanswered
+        }
         match &self.command {
             Some(info) => info.counters.count(reply),
             None => metrics::OTHER_COMMANDS.count(reply),
@@ -88,10 +91,25 @@ impl Session {
 
     /// Queues a reply for the request being handled.
     pub(super) fn owe(&mut self, reply: Pending) {
+        self.queue(reply, self.meter.clone(), self.blocking_request);
+    }
+
+    /// Queues a reply. One walrus gives itself goes through a channel too, so that it counts
+    /// against the client's output limit as Valkey's replies do (`CLIENT GETNAME` can be as
+    /// long as a name).
+    pub(super) fn queue(&mut self, reply: Pending, meter: Option<Meter>, blocking: bool) {
+        let reply = match reply {
+            Pending::Ready(b) => {
+                let (tx, rx) = self.reply_channel();
+                tx.send(b);
+                Pending::Wait(rx)
+            }
+            wait => wait,
+        };
         self.pending.push_back(Owed {
             reply,
-            meter: self.meter.clone(),
-            blocking: self.blocking_request,
+            meter,
+            blocking,
         });
     }
 
@@ -127,7 +145,11 @@ impl Session {
                 Err(e) => break Err(e),
             }
         };
-        if self.out.is_empty() && self.pending.is_empty() {
+        // Released when nothing is left to write, and a buffer a burst grew large is not
+        // kept for what comes next.
+        if self.out.is_empty()
+            && (self.pending.is_empty() || self.out.capacity() > OUTPUT_PAUSE_BYTES)
+        {
             self.out = BytesMut::new();
         }
         self.output.unwritten(self.out.len());
