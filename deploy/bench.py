@@ -1054,7 +1054,9 @@ def hostile_suite(opts, tmp):
     """Well-behaved clients alone, then beside deploy/hostile_load.py's idle, non-reading,
     slowloris and vanishing clients, in each round: their p99, its ratio, and walrus's RSS."""
     v, vport = start_valkey(tmp, WALRUS_VALKEY_SETTINGS)
-    w, wport = start_walrus(tmp, vport, durable=True, config="[proxy]\nmax_output_bytes = 16777216\n")
+    # Room for the idle connections, the hostile ones and the benchmark's beside them.
+    w, wport = start_walrus(tmp, vport, durable=True, config="[proxy]\nmax_output_bytes = 16777216\nmax_clients = %d\n"
+                            % (opts.idle + 2000))
     hostile_args = ["--idle", str(opts.idle), "--nonreaders", "20", "--slowloris", "200", "--vanishing", "20"]
     rows = {(wl, load): [] for wl, _, _ in HOSTILE_WORKLOADS for load in ("alone", "hostile")}
     rss = []

@@ -138,7 +138,7 @@ fn memory(w: &Walrus, field: &str) -> u64 {
 /// walrus with a 4 MiB output limit in front of its own Valkey, a 1 MiB value at `big`, and
 /// a client that reads its replies.
 struct LargeValue {
-    _valkey: Valkey,
+    valkey: Valkey,
     w: Walrus,
     metrics: String,
     c: Raw,
@@ -159,7 +159,7 @@ impl LargeValue {
         let big = "x".repeat(1 << 20);
         assert_eq!(c.cmd(&["SET", "big", &big]), OK);
         LargeValue {
-            _valkey: valkey,
+            valkey,
             w,
             metrics,
             c,
@@ -246,6 +246,33 @@ fn replies_gathered_before_a_barrier_count_against_the_output_limit() {
     // Bounded by the limit twice over (the replies taken and those waiting for the
     // session), a reply in flight and the allocator's slack.
     assert!(grew < 64 << 20, "walrus's peak grew by {grew} bytes");
+}
+
+/// A client that sends 400 reads of a large value in one write and never reads costs
+/// Valkey a window's worth of them, not the whole burst: a new client may have 64 replies
+/// pending until it shows it reads them, and reads queued for a client that is gone are not
+/// sent. (The whole burst ran: 20 such clients, reconnecting, kept the shared upstream
+/// connection busy with gigabytes of replies nobody wanted, and every other client's
+/// requests waited behind them, until 10,000 sessions were stuck and new clients were
+/// refused.)
+#[test]
+fn a_client_that_never_reads_costs_valkey_a_window_not_its_burst() {
+    let mut t = LargeValue::start();
+    let mut burst = walrus::resp::write::command(["GETRANGE", "big", "0", "-1"]).repeat(400);
+    let mut hostile = TcpStream::connect(&t.w.addr).unwrap();
+    hostile.write_all(&burst).unwrap();
+    t.until_disconnected(hostile, "VmRSS", 0);
+    // Everything walrus sent has been answered: a PING on the same pooled connection
+    // comes back after it.
+    assert_eq!(t.c.cmd(&["PING"]), b"+PONG\r\n");
+    let stats =
+        String::from_utf8(Raw::connect(&t.valkey.addr()).cmd(&["INFO", "commandstats"])).unwrap();
+    let calls: u64 = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_getrange:calls="))
+        .and_then(|l| l.split(',').next()?.parse().ok())
+        .unwrap_or(0);
+    assert!(calls <= 128, "Valkey ran {calls} of the 400 reads");
 }
 
 /// Replies walrus gives itself count against the output limit too: a client names itself

@@ -103,6 +103,11 @@ pub fn reply_channel(output: &Arc<ClientOutput>) -> (ReplyTx, oneshot::Receiver<
 }
 
 impl ReplyTx {
+    /// Nobody waits for the reply any more: its client is gone, or was closed.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
     /// Hands `reply` over, or, past the client's limit, an empty reply in its place (the
     /// session, woken by it, finds the client over and closes it).
     pub fn send(self, reply: Bytes) {

@@ -51,6 +51,12 @@ const OUTPUT_PAUSE_BYTES: usize = 1 << 20;
 /// one client's connection, so `proxy.max_pipeline_requests` (pending replies) bounds it
 /// first with the defaults; this bounds the queue's memory whatever that is set to.
 const DEDICATED_QUEUE_REQUESTS: usize = 1024;
+/// Replies a new client may have pending before it has shown that it reads them: its
+/// window then grows by one for each reply taken while its output keeps up (doubling every
+/// round trip, as TCP's slow start), to `proxy.max_pipeline_requests`, and halves when its
+/// output piles up. A client that pipelines hundreds of reads of a large value and never
+/// reads costs Valkey a window's worth, not its whole burst.
+const INITIAL_WINDOW_REQUESTS: usize = 64;
 
 enum Pending {
     Ready(Bytes),
@@ -102,6 +108,8 @@ struct Session {
     meter: Option<Meter>,
     /// The request being handled may block ([`route::may_block`]).
     blocking_request: bool,
+    /// Replies this client may have pending now (see [`INITIAL_WINDOW_REQUESTS`]).
+    window: usize,
     out: BytesMut,
     /// The reply bytes walrus holds for this client, handed over or unwritten, against
     /// `proxy.max_output_bytes`.
@@ -132,6 +140,7 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
         pending: VecDeque::new(),
         meter: None,
         blocking_request: false,
+        window: INITIAL_WINDOW_REQUESTS.min(shared.max_pipeline_requests),
         // Both buffers are allocated when there is something to hold: an idle client costs
         // its task and socket only (10,000 of them are a normal day).
         out: BytesMut::new(),
@@ -154,8 +163,7 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
         if !reading && s.pending.is_empty() {
             break;
         }
-        let can_read =
-            reading && s.pending.len() < shared.max_pipeline_requests && !s.output_paused();
+        let can_read = reading && !s.paused();
         let wanted = parser.bytes_wanted().max(rbuf.len() + READ_CHUNK_BYTES / 4);
         tokio::select! {
             biased;
@@ -253,11 +261,11 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
                     // against the output limit until the whole read is handled; while they
                     // cannot be written (or wait behind one the gate holds), the rest of the
                     // pipeline waits too, as new reads do.
-                    if s.output_paused() {
+                    if s.paused() {
                         if s.take_ready().is_err() {
                             return;
                         }
-                        if s.output_paused() {
+                        if s.paused() {
                             unhandled = true;
                             break;
                         }
@@ -341,10 +349,15 @@ impl Drop for OutputReport {
 }
 
 impl Session {
-    /// Replies pile up (unwritten, or waiting behind one not yet released): read no more
-    /// requests, and handle no more of those already read, until they drain.
-    fn output_paused(&self) -> bool {
-        self.out.len() + self.output.parked() >= OUTPUT_PAUSE_BYTES
+    /// Replies pile up (unwritten, or waiting behind one not yet released), or the client
+    /// has its window's worth pending: read no more requests, and handle no more of those
+    /// already read, until they drain. A pile-up also halves the window.
+    fn paused(&mut self) -> bool {
+        if self.out.len() + self.output.parked() >= OUTPUT_PAUSE_BYTES {
+            self.window = (self.window / 2).max(INITIAL_WINDOW_REQUESTS);
+            return true;
+        }
+        self.pending.len() >= self.window.min(self.shared.max_pipeline_requests)
     }
 
     /// A channel for one reply to this client, counted against its output limit.

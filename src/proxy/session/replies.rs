@@ -79,8 +79,12 @@ impl Session {
         Some(r)
     }
 
-    /// The front reply is ready: it leaves the queue, metered.
+    /// The front reply is ready: it leaves the queue, metered, and widens the client's
+    /// window while its output keeps up.
     pub(super) fn settled(&mut self, reply: &[u8]) {
+        if self.out.len() < OUTPUT_PAUSE_BYTES {
+            self.window = (self.window + 1).min(self.shared.max_pipeline_requests);
+        }
         if let Some(Owed {
             meter: Some(meter), ..
         }) = self.pending.pop_front()
