@@ -54,9 +54,11 @@ const DEDICATED_QUEUE_REQUESTS: usize = 1024;
 /// Replies a new client may have pending before it has shown that it reads them: its
 /// window then grows by one for each reply taken while its output keeps up (doubling every
 /// round trip, as TCP's slow start), to `proxy.max_pipeline_requests`, and halves when its
-/// output piles up. A client that pipelines hundreds of reads of a large value and never
-/// reads costs Valkey a window's worth, not its whole burst.
-const INITIAL_WINDOW_REQUESTS: usize = 64;
+/// output piles up. Whatever the window, what a client has in flight is kept to half its
+/// output limit at the size of the largest reply it had lately: a client that pipelines
+/// reads of a large value and never reads costs Valkey (and the clients whose replies
+/// share its upstream connection) a few of them, then waits, paused, within its limit.
+const INITIAL_WINDOW_REQUESTS: usize = 4;
 
 enum Pending {
     Ready(Bytes),
@@ -110,6 +112,8 @@ struct Session {
     blocking_request: bool,
     /// Replies this client may have pending now (see [`INITIAL_WINDOW_REQUESTS`]).
     window: usize,
+    /// The largest reply it had lately (decaying by 1/64 with each reply).
+    largest_reply: usize,
     out: BytesMut,
     /// The reply bytes walrus holds for this client, handed over or unwritten, against
     /// `proxy.max_output_bytes`.
@@ -141,6 +145,7 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
         meter: None,
         blocking_request: false,
         window: INITIAL_WINDOW_REQUESTS.min(shared.max_pipeline_requests),
+        largest_reply: 0,
         // Both buffers are allocated when there is something to hold: an idle client costs
         // its task and socket only (10,000 of them are a normal day).
         out: BytesMut::new(),
@@ -357,7 +362,15 @@ impl Session {
             self.window = (self.window / 2).max(INITIAL_WINDOW_REQUESTS);
             return true;
         }
-        self.pending.len() >= self.window.min(self.shared.max_pipeline_requests)
+        let by_bytes = (self.shared.max_output_bytes / 2)
+            .checked_div(self.largest_reply)
+            .unwrap_or(usize::MAX)
+            .max(1);
+        self.pending.len()
+            >= self
+                .window
+                .min(by_bytes)
+                .min(self.shared.max_pipeline_requests)
     }
 
     /// A channel for one reply to this client, counted against its output limit.

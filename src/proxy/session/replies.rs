@@ -85,6 +85,9 @@ impl Session {
         if self.out.len() < OUTPUT_PAUSE_BYTES {
             self.window = (self.window + 1).min(self.shared.max_pipeline_requests);
         }
+        self.largest_reply = reply
+            .len()
+            .max(self.largest_reply - self.largest_reply / 64);
         if let Some(Owed {
             meter: Some(meter), ..
         }) = self.pending.pop_front()
