@@ -266,7 +266,8 @@ fn replies_gathered_before_a_barrier_count_against_the_output_limit() {
 /// A client that sends 400 reads of a large value in one write and never reads costs
 /// Valkey a few of them, not the whole burst: a new client may have 4 replies pending until
 /// it shows it reads them, then no more in flight than half its output limit holds at the
-/// size of its recent replies; it then waits, paused within its limit. (The whole burst
+/// size of its recent replies; it then waits, paused within its limit (or is closed at
+/// it). (The whole burst
 /// ran: 20 such clients, reconnecting each time walrus closed them, kept the shared
 /// upstream connection busy with gigabytes of replies nobody wanted, every other client's
 /// requests waited behind them, and sessions piled up to `proxy.max_clients`.)
@@ -302,11 +303,9 @@ fn a_client_that_never_reads_costs_valkey_a_few_replies_not_its_burst() {
         );
         last = now;
     }
+    // (Its first 4 replies may already take it past this fixture's 4 MiB limit, when they
+    // arrive before walrus writes any: then it is closed, and the rest never runs either.)
     assert!(last <= 16, "Valkey ran {last} of the 400 reads");
-    assert_eq!(
-        metric(&t.metrics, "walrus_clients_output_closed_total"),
-        0.0
-    );
     drop(hostile);
 }
 
