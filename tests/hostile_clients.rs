@@ -267,10 +267,10 @@ fn replies_gathered_before_a_barrier_count_against_the_output_limit() {
 /// Valkey a few of them, not the whole burst: a new client may have 4 replies pending until
 /// it shows it reads them, then no more in flight than half its output limit holds at the
 /// size of its recent replies; it then waits, paused within its limit (or is closed at
-/// it). (The whole burst
-/// ran: 20 such clients, reconnecting each time walrus closed them, kept the shared
-/// upstream connection busy with gigabytes of replies nobody wanted, every other client's
-/// requests waited behind them, and sessions piled up to `proxy.max_clients`.)
+/// it). (The whole burst ran: 20 such clients, reconnecting each time walrus closed them,
+/// kept the shared upstream connection busy with gigabytes of replies nobody wanted, every
+/// other client's requests waited behind them, and sessions piled up to
+/// `proxy.max_clients`.)
 #[test]
 fn a_client_that_never_reads_costs_valkey_a_few_replies_not_its_burst() {
     let mut t = LargeValue::start();
