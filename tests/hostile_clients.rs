@@ -309,6 +309,45 @@ fn a_client_that_never_reads_costs_valkey_a_few_replies_not_its_burst() {
     drop(hostile);
 }
 
+/// A client that pipelines `BLPOP q 0` and more (a new client's window is 4 pending
+/// replies, so its session pauses behind the BLPOP) and then goes away: walrus notices while
+/// paused and closes its connection to Valkey, which ends the BLPOP, as Valkey alone would.
+/// (Its session stopped watching the socket while paused: the BLPOP stayed blocked and took
+/// the next job pushed to `q` for a client that was gone.)
+#[test]
+fn a_client_gone_while_paused_behind_a_blocked_command_leaves_no_blocked_command() {
+    let v = Valkey::start();
+    let w = Walrus::build().upstream(&v.addr()).start();
+    let mut blocked = TcpStream::connect(&w.addr).unwrap();
+    let mut pipeline = walrus::resp::write::command(["BLPOP", "q", "0"]).to_vec();
+    for _ in 0..8 {
+        pipeline.extend_from_slice(&walrus::resp::write::command(["GET", "a"]));
+    }
+    blocked.write_all(&pipeline).unwrap();
+    let mut valkey = Raw::connect(&v.addr());
+    let mut blocked_clients = || {
+        let info = String::from_utf8(valkey.cmd(&["INFO", "clients"])).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("blocked_clients:"))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap()
+    };
+    let deadline = Instant::now() + START_TIMEOUT;
+    while blocked_clients() == 0 {
+        assert!(Instant::now() < deadline, "the BLPOP never blocked");
+    }
+    drop(blocked);
+    while blocked_clients() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the BLPOP of a client that is gone is still blocked in Valkey"
+        );
+    }
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["LPUSH", "q", "job"]), b":1\r\n");
+    assert_eq!(c.cmd(&["LLEN", "q"]), b":1\r\n");
+}
+
 /// Replies walrus gives itself count against the output limit too: a client names itself
 /// with 4 MiB, asks for its name 100 times in one write and reads nothing for a while. walrus
 /// stops handling its requests once its replies pile up, instead of building all 400 MiB of

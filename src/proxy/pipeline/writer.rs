@@ -64,14 +64,6 @@ pub(super) async fn writer(
         tokio::task::yield_now().await;
         let mut next = Some(first);
         while let Some(req) = next.take() {
-            // A read nobody waits for any more (its client vanished, or was closed for not
-            // reading its replies) is not sent: a client gone costs Valkey, and the clients
-            // whose replies would queue behind its own on this connection, nothing more.
-            // Anything else still goes: Valkey runs what a client sent before it went.
-            if req.reply.is_closed() && matches!(req.release, Release::Read(_)) && !req.in_multi {
-                next = requests.try_recv().ok();
-                continue;
-            }
             if let Some(want) = req.db {
                 if db != Some(want) {
                     owe(&inflight, Inflight::Select, &mut wr, &mut out).await?;

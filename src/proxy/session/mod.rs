@@ -114,6 +114,8 @@ struct Session {
     window: usize,
     /// The largest reply it had lately (decaying by 1/64 with each reply).
     largest_reply: usize,
+    /// Its replies piled up at the last look (the window halves once per pile-up).
+    piled_up: bool,
     out: BytesMut,
     /// The reply bytes walrus holds for this client, handed over or unwritten, against
     /// `proxy.max_output_bytes`.
@@ -146,6 +148,7 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
         blocking_request: false,
         window: INITIAL_WINDOW_REQUESTS.min(shared.max_pipeline_requests),
         largest_reply: 0,
+        piled_up: false,
         // Both buffers are allocated when there is something to hold: an idle client costs
         // its task and socket only (10,000 of them are a normal day).
         out: BytesMut::new(),
@@ -159,6 +162,9 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
     // Requests already read and not yet handled: handling stopped while the client's replies
     // were piling up.
     let mut unhandled = false;
+    // While paused, the socket is watched for the client's going away (a peek: nothing is
+    // consumed) once per change: `true` once the peek found requests waiting instead.
+    let mut peeked = false;
     let _report = OutputReport(s.output.clone());
     loop {
         if s.output.over() {
@@ -169,10 +175,14 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
             break;
         }
         let can_read = reading && !s.paused();
+        // A client gone while its session is paused (at its window behind a BLPOP 0, say)
+        // must not keep the command blocked in Valkey, nor its connection, nor its slot.
+        let watch = reading && !can_read && !peeked;
         let wanted = parser.bytes_wanted().max(rbuf.len() + READ_CHUNK_BYTES / 4);
         tokio::select! {
             biased;
             reply = next_reply(&mut s.pending, &s.output), if !s.pending.is_empty() => {
+                peeked = false;
                 s.settled(&reply);
                 s.out.extend_from_slice(&reply);
                 if s.take_ready().is_err() {
@@ -211,16 +221,19 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
                     }
                 }
             }
-            r = read_more(&mut rd, &mut rbuf, wanted, draining, unhandled), if can_read => {
-                // (select! builds every branch's future, disabled or not: cleared only here.)
-                unhandled = false;
+            r = read_more(&mut rd, &mut rbuf, wanted, draining, unhandled, !can_read), if can_read || watch => {
                 match r {
                     Read::Closed => return, // the client is gone: its pending replies go nowhere
                     Read::Drained => {
                         reading = false;
                         continue;
                     }
-                    Read::Data => {}
+                    Read::Waiting => {
+                        peeked = true;
+                        continue;
+                    }
+                    // (select! builds every branch's future, disabled or not: cleared only here.)
+                    Read::Data => unhandled = false,
                 }
                 if rbuf.len() > shared.max_query_buffer_bytes {
                     tracing::warn!("closing client that reached max query buffer length ({} bytes)", rbuf.len());
@@ -290,19 +303,28 @@ enum Read {
     Closed,
     /// Draining for shutdown: nothing more is buffered.
     Drained,
+    /// Watching a paused client: it has sent more, which waits in the socket.
+    Waiting,
 }
 
 /// Reads from the client into `rbuf`, with room for `wanted` bytes; when `draining`, only
 /// what is already buffered in the socket; with requests `unhandled` in `rbuf`, nothing (they
-/// are handled first). While it waits for a client with nothing buffered, `rbuf` holds no
-/// memory.
+/// are handled first); when `watching` a paused client, nothing either, but whether it is
+/// gone. While it waits for a client with nothing buffered, `rbuf` holds no memory.
 async fn read_more(
     rd: &mut tokio::net::tcp::OwnedReadHalf,
     rbuf: &mut BytesMut,
     wanted: usize,
     draining: bool,
     unhandled: bool,
+    watching: bool,
 ) -> Read {
+    if watching {
+        return match rd.peek(&mut [0u8; 1]).await {
+            Ok(0) | Err(_) => Read::Closed,
+            Ok(_) => Read::Waiting,
+        };
+    }
     if unhandled {
         return Read::Data;
     }
@@ -356,10 +378,14 @@ impl Drop for OutputReport {
 impl Session {
     /// Replies pile up (unwritten, or waiting behind one not yet released), or the client
     /// has its window's worth pending: read no more requests, and handle no more of those
-    /// already read, until they drain. A pile-up also halves the window.
+    /// already read, until they drain. Each pile-up also halves the window.
     fn paused(&mut self) -> bool {
-        if self.out.len() + self.output.parked() >= OUTPUT_PAUSE_BYTES {
+        let piled_up = self.out.len() + self.output.parked() >= OUTPUT_PAUSE_BYTES;
+        if piled_up && !std::mem::replace(&mut self.piled_up, true) {
             self.window = (self.window / 2).max(INITIAL_WINDOW_REQUESTS);
+        }
+        self.piled_up = piled_up;
+        if piled_up {
             return true;
         }
         let by_bytes = (self.shared.max_output_bytes / 2)
