@@ -185,14 +185,13 @@ impl LargeValue {
     /// Valkey's count of `GETRANGE` (what the non-readers here send; the other client
     /// sends no GETRANGE).
     fn getranges(&self) -> u64 {
-        let stats =
-            String::from_utf8(Raw::connect(&self.valkey.addr()).cmd(&["INFO", "commandstats"]))
-                .unwrap();
-        stats
-            .lines()
-            .find_map(|l| l.strip_prefix("cmdstat_getrange:calls="))
-            .and_then(|l| l.split(',').next()?.parse().ok())
-            .unwrap_or(0)
+        info_field(
+            &mut Raw::connect(&self.valkey.addr()),
+            "commandstats",
+            "cmdstat_getrange",
+        )
+        .and_then(|s| s.strip_prefix("calls=")?.split(',').next()?.parse().ok())
+        .unwrap_or(0)
     }
 
     /// Until walrus has disconnected the non-reader `hostile` for its output, or paused it
@@ -331,11 +330,10 @@ fn a_client_gone_while_paused_behind_a_blocked_command_leaves_no_blocked_command
     }
     blocked.write_all(&pipeline).unwrap();
     let mut valkey = Raw::connect(&v.addr());
-    let mut blocked_clients = || {
-        let info = String::from_utf8(valkey.cmd(&["INFO", "clients"])).unwrap();
-        info.lines()
-            .find_map(|l| l.strip_prefix("blocked_clients:"))
-            .and_then(|n| n.trim().parse::<u64>().ok())
+    let mut blocked_clients = || -> u64 {
+        info_field(&mut valkey, "clients", "blocked_clients")
+            .unwrap()
+            .parse()
             .unwrap()
     };
     let deadline = Instant::now() + START_TIMEOUT;

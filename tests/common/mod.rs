@@ -605,14 +605,20 @@ impl Twins {
     }
 }
 
-/// The pid of the Valkey behind `addr` (walrus forwards INFO).
+/// A field of `INFO <section>` asked on `c` (walrus forwards INFO); `None` when the
+/// section does not list it.
+pub fn info_field(c: &mut Raw, section: &str, field: &str) -> Option<String> {
+    let text = String::from_utf8(c.cmd(&["INFO", section])).unwrap();
+    let value = text
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?;
+    Some(value.trim().to_string())
+}
+
+/// The pid of the Valkey behind `addr`.
 pub fn valkey_pid(addr: &str) -> i32 {
-    let mut c = Raw::connect(addr);
-    let text = String::from_utf8(c.cmd(&["INFO", "server"])).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("process_id:"))
+    info_field(&mut Raw::connect(addr), "server", "process_id")
         .unwrap()
-        .trim()
         .parse()
         .unwrap()
 }

@@ -3,9 +3,11 @@
 
 use super::*;
 
-/// A reply owed to the client, in request order.
+/// A reply owed to the client, in request order. Every one comes through a channel, even
+/// one walrus gives itself ([`Session::queue`]), so that each counts against the client's
+/// output limit the same way.
 pub(super) struct Owed {
-    pub(super) reply: Pending,
+    pub(super) reply: oneshot::Receiver<Bytes>,
     pub(super) meter: Option<Meter>,
     /// The reply of a command that may block (BLPOP, XREAD ... BLOCK, WAIT): what the
     /// session sends after it on the same connection runs only once it is served.
@@ -43,14 +45,10 @@ impl Meter {
 }
 
 pub(super) async fn next_reply(pending: &mut VecDeque<Owed>, output: &ClientOutput) -> Bytes {
-    match &mut pending
+    let front = pending
         .front_mut()
-        .expect("guarded by the select condition")
-        .reply
-    {
-        Pending::Ready(b) => b.clone(),
-        Pending::Wait(rx) => received(output, rx.await),
-    }
+        .expect("guarded by the select condition");
+    received(output, (&mut front.reply).await)
 }
 
 /// A reply out of its channel, no longer counted as waiting there; or, for one that will
@@ -68,12 +66,9 @@ pub(super) fn received<E>(output: &ClientOutput, reply: Result<Bytes, E>) -> Byt
 impl Session {
     /// Pops the front reply if it has already arrived.
     pub(super) fn ready_front(&mut self) -> Option<Bytes> {
-        let r = match &mut self.pending.front_mut()?.reply {
-            Pending::Ready(b) => b.clone(),
-            Pending::Wait(rx) => match rx.try_recv() {
-                Err(oneshot::error::TryRecvError::Empty) => return None,
-                r => received(&self.output, r),
-            },
+        let r = match self.pending.front_mut()?.reply.try_recv() {
+            Err(oneshot::error::TryRecvError::Empty) => return None,
+            r => received(&self.output, r),
         };
         self.settled(&r);
         Some(r)
@@ -109,9 +104,9 @@ impl Session {
             Pending::Ready(b) => {
                 let (tx, rx) = self.reply_channel();
                 tx.send(b);
-                Pending::Wait(rx)
+                rx
             }
-            wait => wait,
+            Pending::Wait(rx) => rx,
         };
         self.pending.push_back(Owed {
             reply,
@@ -178,7 +173,7 @@ impl Session {
     /// session closes the client.
     pub(super) async fn drain(&mut self) -> std::io::Result<()> {
         while let Some(owed) = self.pending.pop_front() {
-            let reply = self.wait(owed.reply).await;
+            let reply = received(&self.output, owed.reply.await);
             if let Some(meter) = owed.meter {
                 meter.done(&reply);
             }
