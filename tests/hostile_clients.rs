@@ -13,19 +13,20 @@ use std::time::{Duration, Instant};
 
 const OK: &[u8] = b"+OK\r\n";
 
-/// Shrinks a socket's receive buffer (as a slow client's would be).
-fn set_receive_buffer(s: &TcpStream, bytes: libc::c_int) {
-    use std::os::fd::AsRawFd;
-    let r = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            &bytes as *const _ as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(r, 0);
+/// Connects as a slow client: with a small receive buffer. (Set before connecting, so TCP
+/// sizes its window and segments to it: shrunk after, loopback TCP sends by zero-window
+/// probes whose backoff grows to minutes, and reading the replies hung this test.)
+fn connect_slow(addr: &str, receive_buffer: usize) -> TcpStream {
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )
+    .unwrap();
+    s.set_recv_buffer_size(receive_buffer).unwrap();
+    s.connect(&addr.into()).unwrap();
+    s.into()
 }
 
 /// A counter from walrus's /metrics.
@@ -302,8 +303,7 @@ fn replies_gathered_before_a_barrier_count_against_the_output_limit() {
 fn a_client_that_never_reads_costs_valkey_a_few_replies_not_its_burst() {
     let mut t = LargeValue::start();
     let burst = walrus::resp::write::command(["GETRANGE", "big", "0", "-1"]).repeat(400);
-    let hostile = TcpStream::connect(&t.w.addr).unwrap();
-    set_receive_buffer(&hostile, 4096);
+    let hostile = connect_slow(&t.w.addr, 4096);
     // walrus may stop reading it before the whole burst is in (paused): the rest may never
     // be taken, and need not be.
     hostile.set_write_timeout(Some(START_TIMEOUT)).unwrap();
