@@ -321,12 +321,26 @@ fn a_client_that_never_reads_costs_valkey_a_few_replies_not_its_burst() {
 /// the next job pushed to `q` for a client that was gone.)
 #[test]
 fn a_client_gone_while_paused_behind_a_blocked_command_leaves_no_blocked_command() {
+    gone_while_paused_behind_blpop(false);
+}
+
+/// The same, when the client sent more after its session paused: those requests waited in
+/// the socket, the watch saw them and not the client's leaving behind them (the BLPOP stayed
+/// blocked). Valkey reads on a blocked client's requests (unhandled) and so sees it go;
+/// walrus does too.
+#[test]
+fn a_client_gone_after_sending_more_behind_a_blocked_command_leaves_no_blocked_command() {
+    gone_while_paused_behind_blpop(true);
+}
+
+fn gone_while_paused_behind_blpop(send_more: bool) {
     let v = Valkey::start();
     let w = Walrus::build().upstream(&v.addr()).start();
     let mut blocked = TcpStream::connect(&w.addr).unwrap();
+    let get = walrus::resp::write::command(["GET", "a"]);
     let mut pipeline = walrus::resp::write::command(["BLPOP", "q", "0"]).to_vec();
     for _ in 0..8 {
-        pipeline.extend_from_slice(&walrus::resp::write::command(["GET", "a"]));
+        pipeline.extend_from_slice(&get);
     }
     blocked.write_all(&pipeline).unwrap();
     let mut valkey = Raw::connect(&v.addr());
@@ -340,6 +354,9 @@ fn a_client_gone_while_paused_behind_a_blocked_command_leaves_no_blocked_command
     while blocked_clients() == 0 {
         assert!(Instant::now() < deadline, "the BLPOP never blocked");
     }
+    if send_more {
+        blocked.write_all(&get.repeat(8)).unwrap();
+    }
     drop(blocked);
     while blocked_clients() > 0 {
         assert!(
@@ -350,6 +367,37 @@ fn a_client_gone_while_paused_behind_a_blocked_command_leaves_no_blocked_command
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["LPUSH", "q", "job"]), b":1\r\n");
     assert_eq!(c.cmd(&["LLEN", "q"]), b":1\r\n");
+}
+
+/// A client that pipelines more writes than a new client's window (4 pending replies) and
+/// closes its sending side at once (`nc -N`, a mass insert) has every one of them run, as
+/// Valkey runs every command it read before the client left. (walrus saw the client close
+/// while its session was paused at the window and dropped the requests it had not handled
+/// yet: 4 of the 10 ran.)
+#[test]
+fn a_client_that_closes_after_its_pipeline_has_all_of_it_run() {
+    let v = Valkey::start();
+    let w = Walrus::build().upstream(&v.addr()).start();
+    let mut client = TcpStream::connect(&w.addr).unwrap();
+    client
+        .write_all(&walrus::resp::write::command(["INCR", "n"]).repeat(10))
+        .unwrap();
+    client.shutdown(Shutdown::Write).unwrap();
+    client.set_read_timeout(Some(START_TIMEOUT)).unwrap();
+    let _ = client.read_to_end(&mut Vec::new()); // walrus closes it once all ran
+    let mut c = Raw::connect(&w.addr);
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        let n = c.cmd(&["GET", "n"]);
+        if n == bulk("10") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "of the 10 INCRs, {} ran",
+            String::from_utf8_lossy(&n)
+        );
+    }
 }
 
 /// Replies walrus gives itself count against the output limit too: a client names itself

@@ -90,7 +90,7 @@ impl Session {
         }
         let class = crate::commands::Class::of(self.command(), &req.args);
         // Queued on this connection behind a command that may still be blocked.
-        let behind = self.dedicated() && self.pending.iter().any(|o| o.blocking);
+        let behind = self.dedicated() && self.behind_blocking();
         match durability::access(&class, &req.args, req.raw.len(), self.id.db) {
             Access::Free => Ok(Release::Free),
             // Inside MULTI a read only answers +QUEUED; EXEC is gated.

@@ -165,6 +165,10 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
     // While paused, the socket is watched for the client's going away (a peek: nothing is
     // consumed) once per change: `true` once the peek found requests waiting instead.
     let mut peeked = false;
+    // The client closed its side while paused, with requests read and not yet handled:
+    // they are handled as replies drain, as Valkey runs what a client sent before it left,
+    // then the session ends.
+    let mut sent_all = false;
     let _report = OutputReport(s.output.clone());
     loop {
         if s.output.over() {
@@ -174,10 +178,16 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
         if !reading && s.pending.is_empty() {
             break;
         }
-        let can_read = reading && !s.paused();
-        // A client gone while its session is paused (at its window behind a BLPOP 0, say)
-        // must not keep the command blocked in Valkey, nor its connection, nor its slot.
-        let watch = reading && !can_read && !peeked;
+        let paused = s.paused();
+        let can_read = reading && !paused;
+        // A client gone while its session is paused must not keep a command blocked in
+        // Valkey (BLPOP q 0), nor its connection, nor its slot. Behind a command that may
+        // block, its requests are read on and left unhandled, as Valkey reads a blocked
+        // client's into its query buffer (to proxy.max_query_buffer_bytes): its leaving is
+        // seen however much it sent. Otherwise what it sends waits in the socket (TCP's
+        // backpressure), and the socket is watched; replies settle, so it is read again.
+        let buffer = reading && paused && s.behind_blocking();
+        let watch = reading && paused && !buffer && !peeked && !sent_all;
         let wanted = parser.bytes_wanted().max(rbuf.len() + READ_CHUNK_BYTES / 4);
         tokio::select! {
             biased;
@@ -221,8 +231,12 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
                     }
                 }
             }
-            r = read_more(&mut rd, &mut rbuf, wanted, draining, unhandled, !can_read), if can_read || watch => {
+            r = read_more(&mut rd, &mut rbuf, wanted, draining, unhandled && !buffer, watch), if can_read || buffer || watch => {
                 match r {
+                    Read::Closed if watch && unhandled => {
+                        sent_all = true;
+                        continue;
+                    }
                     Read::Closed => return, // the client is gone: its pending replies go nowhere
                     Read::Drained => {
                         reading = false;
@@ -240,6 +254,19 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
                     return;
                 }
                 loop {
+                    // A long pipeline: replies are taken as they come, not left waiting
+                    // against the output limit until the whole read is handled; while they
+                    // cannot be written (or wait behind one the gate holds), the rest of the
+                    // pipeline waits too, as new reads do.
+                    if s.paused() {
+                        if s.take_ready().is_err() {
+                            return;
+                        }
+                        if s.paused() {
+                            unhandled = true;
+                            break;
+                        }
+                    }
                     let req = match parser.next(&mut rbuf) {
                         Ok(Some(req)) => req,
                         Ok(None) => break,
@@ -273,19 +300,6 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
                                 }
                                 Err(e) => s.owe(Pending::Ready(e)),
                             }
-                        }
-                    }
-                    // A long pipeline: replies are taken as they come, not left waiting
-                    // against the output limit until the whole read is handled; while they
-                    // cannot be written (or wait behind one the gate holds), the rest of the
-                    // pipeline waits too, as new reads do.
-                    if s.paused() {
-                        if s.take_ready().is_err() {
-                            return;
-                        }
-                        if s.paused() {
-                            unhandled = true;
-                            break;
                         }
                     }
                 }

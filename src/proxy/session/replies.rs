@@ -91,6 +91,12 @@ impl Session {
         }
     }
 
+    /// A reply owed to a command that may still be blocked (BLPOP q 0): what follows it on
+    /// the same connection waits until it is served.
+    pub(super) fn behind_blocking(&self) -> bool {
+        self.pending.iter().any(|o| o.blocking)
+    }
+
     /// Queues a reply for the request being handled.
     pub(super) fn owe(&mut self, reply: Pending) {
         self.queue(reply, self.meter.clone(), self.blocking_request);
