@@ -1052,38 +1052,46 @@ HOSTILE_WORKLOADS = [
 
 def hostile_suite(opts, tmp):
     """Well-behaved clients alone, then beside deploy/hostile_load.py's idle, non-reading,
-    slowloris and vanishing clients, in each round: their p99, its ratio, and walrus's RSS."""
+    slowloris and vanishing clients, in each round: their p99, its ratio, and the peak RSS;
+    against a durable walrus, and against Valkey alone under the same load for reference
+    (its output limit for normal clients set to walrus's, 16 MiB: by default it has none)."""
+    room = opts.idle + 2000  # the idle connections, the hostile ones and the benchmark's
     v, vport = start_valkey(tmp, WALRUS_VALKEY_SETTINGS)
-    # Room for the idle connections, the hostile ones and the benchmark's beside them.
-    w, wport = start_walrus(tmp, vport, durable=True, config="[proxy]\nmax_output_bytes = 16777216\nmax_clients = %d\n"
-                            % (opts.idle + 2000))
+    w, wport = start_walrus(tmp, vport, durable=True,
+                            config="[proxy]\nmax_output_bytes = 16777216\nmax_clients = %d\n" % room)
+    ref, rport = start_valkey(tmp, ["--maxclients", str(room), "--client-output-buffer-limit", "normal 16mb 0 0"])
+    targets = [("walrus durable", wport, w), ("Valkey alone", rport, ref)]
     hostile_args = ["--idle", str(opts.idle), "--nonreaders", "20", "--slowloris", "200", "--vanishing", "20"]
-    rows = {(wl, load): [] for wl, _, _ in HOSTILE_WORKLOADS for load in ("alone", "hostile")}
-    rss = []
+    rows = {(t, wl, load): [] for t, _, _ in targets for wl, _, _ in HOSTILE_WORKLOADS for load in ("alone", "hostile")}
+    rss = {t: [] for t, _, _ in targets}
     for r in range(opts.rounds):
-        for wname, wargs, n in HOSTILE_WORKLOADS:
-            rows[(wname, "alone")].append(redis_benchmark(wport, wargs, max(1, int(n * opts.scale))))
-        reset_peak_rss(w)
-        h = Proc([sys.executable, os.path.join(ROOT, "deploy", "hostile_load.py"), "--port", str(wport),
-                  *hostile_args], "ready", timeout=300)
-        try:
+        for target, port, proc in targets:
             for wname, wargs, n in HOSTILE_WORKLOADS:
-                rows[(wname, "hostile")].append(redis_benchmark(wport, wargs, max(1, int(n * opts.scale))))
-            rss.append(peak_rss_mib(w))
-        finally:
-            h.stop()
+                rows[(target, wname, "alone")].append(redis_benchmark(port, wargs, max(1, int(n * opts.scale))))
+            reset_peak_rss(proc)
+            h = Proc([sys.executable, os.path.join(ROOT, "deploy", "hostile_load.py"), "--port", str(port),
+                      *hostile_args], "ready", timeout=300)
+            try:
+                for wname, wargs, n in HOSTILE_WORKLOADS:
+                    rows[(target, wname, "hostile")].append(redis_benchmark(port, wargs, max(1, int(n * opts.scale))))
+                rss[target].append(peak_rss_mib(proc))
+            finally:
+                h.stop()
         print("round %d/%d done" % (r + 1, opts.rounds), file=sys.stderr)
-    print("\nhostile suite, walrus durable, %d rounds, medians; hostile: %s (deploy/hostile_load.py); "
-          "walrus peak RSS beside them: %.0f MiB (median)\n" % (opts.rounds, " ".join(hostile_args), statistics.median(rss)))
-    print("| workload | load | ops/s | p50 ms | p99 ms | p99 ratio |")
-    print("|---|---|---|---|---|---|")
+    print("\nhostile suite, %d rounds, medians; hostile: %s (deploy/hostile_load.py); peak RSS beside them "
+          "(median): %s\n" % (opts.rounds, " ".join(hostile_args),
+                               ", ".join("%s %.0f MiB" % (t, statistics.median(rss[t])) for t, _, _ in targets)))
+    print("| target | workload | load | ops/s | p50 ms | p99 ms | p99 ratio |")
+    print("|---|---|---|---|---|---|---|")
     med = lambda xs, i: statistics.median(x[i] for x in xs)
-    for wname, _, _ in HOSTILE_WORKLOADS:
-        alone = rows[(wname, "alone")]
-        for load in ("alone", "hostile"):
-            xs = rows[(wname, load)]
-            ratio = statistics.median(b[2] / a[2] for a, b in zip(alone, xs))
-            print("| %s | %s | %.0f | %.3f | %.3f | %.2fx |" % (wname, load, med(xs, 0), med(xs, 1), med(xs, 2), ratio))
+    for target, _, _ in targets:
+        for wname, _, _ in HOSTILE_WORKLOADS:
+            alone = rows[(target, wname, "alone")]
+            for load in ("alone", "hostile"):
+                xs = rows[(target, wname, load)]
+                ratio = statistics.median(b[2] / a[2] for a, b in zip(alone, xs))
+                print("| %s | %s | %s | %.0f | %.3f | %.3f | %.2fx |"
+                      % (target, wname, load, med(xs, 0), med(xs, 1), med(xs, 2), ratio))
 
 
 def main():

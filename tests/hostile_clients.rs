@@ -370,12 +370,13 @@ fn gone_while_paused_behind_blpop(send_more: bool) {
 }
 
 /// A client that pipelines more writes than a new client's window (4 pending replies) and
-/// closes its sending side at once (`nc -N`, a mass insert) has every one of them run, as
-/// Valkey runs every command it read before the client left. (walrus saw the client close
-/// while its session was paused at the window and dropped the requests it had not handled
-/// yet: 4 of the 10 ran.)
+/// closes its sending side at once (`nc -N`, a mass insert) has every one of them run and
+/// gets every reply, as from Valkey, which runs and answers every command it read before the
+/// client left. (walrus saw the client close while its session was paused at the window and
+/// dropped the requests it had not handled yet: 4 of the 10 ran; then it ran them all but
+/// dropped the replies still owed when it saw the end.)
 #[test]
-fn a_client_that_closes_after_its_pipeline_has_all_of_it_run() {
+fn a_client_that_closes_after_its_pipeline_has_all_of_it_run_and_answered() {
     let v = Valkey::start();
     let w = Walrus::build().upstream(&v.addr()).start();
     let mut client = TcpStream::connect(&w.addr).unwrap();
@@ -384,20 +385,49 @@ fn a_client_that_closes_after_its_pipeline_has_all_of_it_run() {
         .unwrap();
     client.shutdown(Shutdown::Write).unwrap();
     client.set_read_timeout(Some(START_TIMEOUT)).unwrap();
-    let _ = client.read_to_end(&mut Vec::new()); // walrus closes it once all ran
-    let mut c = Raw::connect(&w.addr);
+    let mut replies = Vec::new();
+    client.read_to_end(&mut replies).unwrap();
+    let all: Vec<u8> = (1..=10)
+        .flat_map(|i| format!(":{i}\r\n").into_bytes())
+        .collect();
+    assert_eq!(
+        String::from_utf8_lossy(&replies),
+        String::from_utf8_lossy(&all)
+    );
+}
+
+/// SIGTERM while a session is paused behind `BLPOP q 1`, holding requests it read and has
+/// not handled: they are handled and answered before walrus exits, as every request a client
+/// sent before the signal is. (While paused behind a command that may block, the session
+/// reads on without handling; at shutdown it stopped reading and never handled them: 3 of
+/// the 8 INCRs ran.)
+#[test]
+fn sigterm_while_paused_behind_a_blocked_command_answers_every_request_read() {
+    let v = Valkey::start();
+    let mut w = Walrus::build().upstream(&v.addr()).start();
+    let mut client = TcpStream::connect(&w.addr).unwrap();
+    let mut pipeline = walrus::resp::write::command(["BLPOP", "q", "1"]).to_vec();
+    pipeline.extend_from_slice(&walrus::resp::write::command(["INCR", "n"]).repeat(8));
+    client.write_all(&pipeline).unwrap();
+    let mut valkey = Raw::connect(&v.addr());
     let deadline = Instant::now() + START_TIMEOUT;
-    loop {
-        let n = c.cmd(&["GET", "n"]);
-        if n == bulk("10") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "of the 10 INCRs, {} ran",
-            String::from_utf8_lossy(&n)
-        );
+    while info_field(&mut valkey, "clients", "blocked_clients").as_deref() == Some("0") {
+        assert!(Instant::now() < deadline, "the BLPOP never blocked");
     }
+    w.proc.signal(libc::SIGTERM);
+    client.set_read_timeout(Some(START_TIMEOUT)).unwrap();
+    let mut replies = Vec::new();
+    let _ = client.read_to_end(&mut replies);
+    let all: Vec<u8> = b"*-1\r\n"
+        .iter()
+        .copied()
+        .chain((1..=8).flat_map(|i| format!(":{i}\r\n").into_bytes()))
+        .collect();
+    assert_eq!(
+        String::from_utf8_lossy(&replies),
+        String::from_utf8_lossy(&all)
+    );
+    assert!(w.proc.wait_exit(START_TIMEOUT).is_some_and(|s| s.success()));
 }
 
 /// Replies walrus gives itself count against the output limit too: a client names itself

@@ -186,7 +186,8 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
         // client's into its query buffer (to proxy.max_query_buffer_bytes): its leaving is
         // seen however much it sent. Otherwise what it sends waits in the socket (TCP's
         // backpressure), and the socket is watched; replies settle, so it is read again.
-        let buffer = reading && paused && s.behind_blocking();
+        // (Not when shutting down: then what is buffered is what is handled.)
+        let buffer = reading && paused && !draining && s.behind_blocking();
         let watch = reading && paused && !buffer && !peeked && !sent_all;
         let wanted = parser.bytes_wanted().max(rbuf.len() + READ_CHUNK_BYTES / 4);
         tokio::select! {
@@ -233,11 +234,19 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
             }
             r = read_more(&mut rd, &mut rbuf, wanted, draining, unhandled && !buffer, watch), if can_read || buffer || watch => {
                 match r {
+                    // The client closed its side, or is gone. A command that may block ends
+                    // with it, as Valkey frees a blocked client that leaves.
+                    Read::Closed if s.behind_blocking() => return,
                     Read::Closed if watch && unhandled => {
                         sent_all = true;
                         continue;
                     }
-                    Read::Closed => return, // the client is gone: its pending replies go nowhere
+                    // What it is owed is written (or fails to be, if it is gone), then it
+                    // is closed, as Valkey answers what it read before a client left.
+                    Read::Closed => {
+                        reading = false;
+                        continue;
+                    }
                     Read::Drained => {
                         reading = false;
                         continue;
