@@ -76,6 +76,18 @@ pub enum CheckpointError {
     Task(#[from] tokio::task::JoinError),
 }
 
+impl CheckpointError {
+    fn is_valkey_unreachable(&self) -> bool {
+        use crate::upstream::client::UpstreamError;
+        matches!(
+            self,
+            CheckpointError::Valkey(
+                UpstreamError::Connect { .. } | UpstreamError::ConnectTimeout(_)
+            )
+        )
+    }
+}
+
 /// Takes checkpoints whenever the ring fills past the trigger or one is requested, and
 /// releases the journal entries no restore can need any more; `released` is notified after
 /// each release (the replica link waits on it when the ring is full).
@@ -153,8 +165,14 @@ pub async fn run(
             }
             Err(e) => {
                 crate::metrics::CHECKPOINT_FAILURES.inc();
-                cfg.failing
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                // A Valkey that cannot be reached (restarting, being restored) is not
+                // checkpoints failing: writes fail or wait on it anyway, and the retry after
+                // it is back succeeds. Counted as failing, a full ring refused writes for
+                // that second after every Valkey restart.
+                if !e.is_valkey_unreachable() {
+                    cfg.failing
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                }
                 // Once per kind of failure: the text after its first ':' carries figures
                 // that change on every retry.
                 let text = e.to_string();
