@@ -29,6 +29,21 @@ fn connect_slow(addr: &str, receive_buffer: usize) -> TcpStream {
     s.into()
 }
 
+/// Returns once Valkey has a client blocked (the BLPOP a test sent through walrus).
+fn await_blocked_client(valkey: &mut Raw) {
+    let deadline = Instant::now() + START_TIMEOUT;
+    while info_field(valkey, "clients", "blocked_clients").as_deref() == Some("0") {
+        assert!(Instant::now() < deadline, "the BLPOP never blocked");
+    }
+}
+
+/// The replies to INCRs of a fresh counter, `n` of them.
+fn incr_replies(n: u64) -> Vec<u8> {
+    (1..=n)
+        .flat_map(|i| format!(":{i}\r\n").into_bytes())
+        .collect()
+}
+
 /// A counter from walrus's /metrics.
 fn metric(metrics: &str, name: &str) -> f64 {
     let (_, body) = http_get(metrics, "/metrics");
@@ -353,21 +368,13 @@ fn gone_while_paused_behind_blpop(send_more: bool) {
     }
     blocked.write_all(&pipeline).unwrap();
     let mut valkey = Raw::connect(&v.addr());
-    let mut blocked_clients = || -> u64 {
-        info_field(&mut valkey, "clients", "blocked_clients")
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
-    let deadline = Instant::now() + START_TIMEOUT;
-    while blocked_clients() == 0 {
-        assert!(Instant::now() < deadline, "the BLPOP never blocked");
-    }
+    await_blocked_client(&mut valkey);
     if send_more {
         blocked.write_all(&get.repeat(8)).unwrap();
     }
     drop(blocked);
-    while blocked_clients() > 0 {
+    let deadline = Instant::now() + START_TIMEOUT;
+    while info_field(&mut valkey, "clients", "blocked_clients").as_deref() != Some("0") {
         assert!(
             Instant::now() < deadline,
             "the BLPOP of a client that is gone is still blocked in Valkey"
@@ -396,12 +403,9 @@ fn a_client_that_closes_after_its_pipeline_has_all_of_it_run_and_answered() {
     client.set_read_timeout(Some(START_TIMEOUT)).unwrap();
     let mut replies = Vec::new();
     client.read_to_end(&mut replies).unwrap();
-    let all: Vec<u8> = (1..=10)
-        .flat_map(|i| format!(":{i}\r\n").into_bytes())
-        .collect();
     assert_eq!(
         String::from_utf8_lossy(&replies),
-        String::from_utf8_lossy(&all)
+        String::from_utf8_lossy(&incr_replies(10))
     );
 }
 
@@ -418,20 +422,12 @@ fn sigterm_while_paused_behind_a_blocked_command_answers_every_request_read() {
     let mut pipeline = walrus::resp::write::command(["BLPOP", "q", "1"]).to_vec();
     pipeline.extend_from_slice(&walrus::resp::write::command(["INCR", "n"]).repeat(8));
     client.write_all(&pipeline).unwrap();
-    let mut valkey = Raw::connect(&v.addr());
-    let deadline = Instant::now() + START_TIMEOUT;
-    while info_field(&mut valkey, "clients", "blocked_clients").as_deref() == Some("0") {
-        assert!(Instant::now() < deadline, "the BLPOP never blocked");
-    }
+    await_blocked_client(&mut Raw::connect(&v.addr()));
     w.proc.signal(libc::SIGTERM);
     client.set_read_timeout(Some(START_TIMEOUT)).unwrap();
     let mut replies = Vec::new();
     let _ = client.read_to_end(&mut replies);
-    let all: Vec<u8> = b"*-1\r\n"
-        .iter()
-        .copied()
-        .chain((1..=8).flat_map(|i| format!(":{i}\r\n").into_bytes()))
-        .collect();
+    let all = [b"*-1\r\n".as_slice(), &incr_replies(8)].concat();
     assert_eq!(
         String::from_utf8_lossy(&replies),
         String::from_utf8_lossy(&all)

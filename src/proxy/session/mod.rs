@@ -163,12 +163,10 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
     // were piling up.
     let mut unhandled = false;
     // While paused, the socket is watched for the client's going away (a peek: nothing is
-    // consumed) once per change: `true` once the peek found requests waiting instead.
+    // consumed) once per change: `true` once the peek found requests waiting, or the end of
+    // what the client sends with requests read and not yet handled (they are handled as
+    // replies drain, as Valkey runs what a client sent before it left).
     let mut peeked = false;
-    // The client closed its side while paused, with requests read and not yet handled:
-    // they are handled as replies drain, as Valkey runs what a client sent before it left,
-    // then the session ends.
-    let mut sent_all = false;
     let _report = OutputReport(s.output.clone());
     loop {
         if s.output.over() {
@@ -188,7 +186,7 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
         // backpressure), and the socket is watched; replies settle, so it is read again.
         // (Not when shutting down: then what is buffered is what is handled.)
         let buffer = reading && paused && !draining && s.behind_blocking();
-        let watch = reading && paused && !buffer && !peeked && !sent_all;
+        let watch = reading && paused && !buffer && !peeked;
         let wanted = parser.bytes_wanted().max(rbuf.len() + READ_CHUNK_BYTES / 4);
         tokio::select! {
             biased;
@@ -238,16 +236,12 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
                     // with it, as Valkey frees a blocked client that leaves.
                     Read::Closed if s.behind_blocking() => return,
                     Read::Closed if watch && unhandled => {
-                        sent_all = true;
+                        peeked = true;
                         continue;
                     }
                     // What it is owed is written (or fails to be, if it is gone), then it
                     // is closed, as Valkey answers what it read before a client left.
-                    Read::Closed => {
-                        reading = false;
-                        continue;
-                    }
-                    Read::Drained => {
+                    Read::Closed | Read::Drained => {
                         reading = false;
                         continue;
                     }
