@@ -4,12 +4,14 @@
 //! under one mutex, in LSN order. The writer thread takes the open buffer whenever a write
 //! slot is free: everything appended while the previous writes were in flight goes out in
 //! one write (group commit). A taken buffer is zero-padded to a block boundary, as O_DIRECT
-//! needs whole blocks, but the next write does not skip the padding: it starts at the same,
-//! partly filled block and rewrites that block's existing bytes unchanged before its own
-//! records (PostgreSQL and etcd do the same), so a small entry costs its own bytes of ring,
-//! not a block. Two writes over the same block are never in flight together (either could
-//! land last). A buffer sealed because it is full is followed at the next block boundary,
-//! so large writes still go out in parallel. docs/journal.md gives the torn-write argument.
+//! needs whole blocks. When that write has completed by the time the next buffer opens, the
+//! next write does not skip the padding: it starts at the same, partly filled block and
+//! rewrites that block's existing bytes unchanged before its own records (PostgreSQL and
+//! etcd do the same), so a small entry costs its own bytes of ring, not a block. Two writes
+//! over the same block are never in flight together (either could land last), so a buffer
+//! opened while the write before it is still in flight starts at the next block boundary
+//! instead and goes out beside it ([`Batcher::open_pos`]), as does a buffer following one
+//! sealed because it is full. docs/journal.md gives the torn-write argument.
 //!
 //! No allocation happens per entry: buffers come from a pool; only entries larger than a
 //! buffer may use extra one-off buffers, bounded by `max_entry_bytes` of outstanding extra
@@ -270,10 +272,32 @@ impl Batcher {
         (from_start - (p - start)) as usize
     }
 
+    /// Where the next buffer opens: at `pos`, continuing its block, unless that block is in
+    /// the write handed out last and not yet completed. A continuation would wait for that
+    /// write (two writes over one block are never in flight together), so every write would
+    /// wait out the one before it, one device latency each: on a network disk (1-5 ms a
+    /// sync), a durable reply would take two. The buffer then opens at the next block
+    /// boundary and goes out beside it; the bytes skipped are that write's zero padding,
+    /// and recovery looks for the next record there too. When the journal keeps up (one
+    /// client: its write completes before its next entry), the block is continued and
+    /// small entries cost no padding.
+    fn open_pos(&self) -> u64 {
+        let block = align_down(self.pos);
+        if block != self.pos && block < self.unfinished_end {
+            align_up(self.pos)
+        } else {
+            self.pos
+        }
+    }
+
     /// Walks the placement of a `len`-byte entry without writing. Returns (buffers to open,
     /// logical end position).
     fn plan(&self, len: usize) -> (usize, u64) {
-        let mut p = self.pos;
+        let mut p = if self.cur.is_some() {
+            self.pos
+        } else {
+            self.open_pos()
+        };
         let mut room = self.cur.as_ref().map_or(0, |c| c.room());
         let mut have_buf = self.cur.is_some();
         let mut new_bufs = 0;
@@ -368,6 +392,7 @@ impl Batcher {
                 IoBuf::new(self.pool.buffer_bytes())
             }
         };
+        self.pos = self.open_pos();
         // A continuation starts with the open tail block's bytes, as they were written.
         let start_pos = align_down(self.pos);
         let rewritten = (self.pos - start_pos) as usize;

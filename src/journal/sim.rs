@@ -183,10 +183,17 @@ impl MemLog {
         }
     }
 
-    /// Applies a write and reports it done, as its completion would.
-    pub fn complete(&mut self, w: &PendingWrite) {
+    /// Applies a write and tells the batcher it is done, without publishing it durable yet:
+    /// the writer thread's moment between `write_done` and storing the durable LSN, when an
+    /// appender can open a continuation with an older durable hint.
+    pub fn landed(&mut self, w: &PendingWrite) {
         self.apply(w);
         self.batcher.write_done(w.start_pos + w.bytes.len() as u64);
+    }
+
+    /// Applies a write and reports it done, as its completion would.
+    pub fn complete(&mut self, w: &PendingWrite) {
+        self.landed(w);
         if let Some((lsn, _)) = w.last_complete {
             self.durable_lsn = lsn;
         }

@@ -48,11 +48,11 @@ impl IoBackend for SyncBackend {
         seg_off: u64,
         buf: IoBuf,
     ) -> impl std::future::Future<Output = (std::io::Result<()>, IoBuf)> + 'static {
-        let (alone, guard) = self.in_flight.begin(&self.shared);
-        if alone {
-            // Nothing else in flight (queue depth 1): write on this thread, saving two
-            // thread hand-offs. Appends arriving meanwhile are grouped into the next write;
-            // writes issued while this one runs go to the workers.
+        let (inline, guard) = self.in_flight.begin(&self.shared.writes_inline);
+        if inline {
+            // Nothing else in flight (queue depth 1) and a fast device (see `InFlight`):
+            // write on this thread, saving two thread hand-offs. It blocks the writer loop
+            // meanwhile; appends arriving then are grouped into the next write.
             let files = self.files.clone();
             return super::either::Left(async move {
                 let _guard = guard;

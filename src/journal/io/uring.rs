@@ -53,12 +53,13 @@ impl IoBackend for UringBackend {
         seg_off: u64,
         buf: IoBuf,
     ) -> impl std::future::Future<Output = (std::io::Result<()>, IoBuf)> + 'static {
-        let (alone, guard) = self.in_flight.begin(&self.shared);
-        if alone {
-            // Queue depth 1: a blocking pwrite on this thread. The kernel punts O_DSYNC
-            // io_uring writes to an io-wq worker (measured here: ~+25 us p50 over pwrite at
-            // QD1), so when nothing else is in flight the direct call is faster. Appends
-            // arriving meanwhile are grouped into the next write, which goes through the ring.
+        let (inline, guard) = self.in_flight.begin(&self.shared.writes_inline);
+        if inline {
+            // Queue depth 1 on a fast device (see `InFlight`): a blocking pwrite on this
+            // thread. The kernel punts O_DSYNC io_uring writes to an io-wq worker (measured
+            // here: ~+25 us p50 over pwrite at QD1), so when nothing else is in flight the
+            // direct call is faster. It blocks the writer loop meanwhile: appends arriving
+            // then are grouped into the next write, which goes through the ring.
             let files = self.std_files.clone();
             return super::either::Left(async move {
                 let _guard = guard;
