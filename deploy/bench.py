@@ -14,8 +14,11 @@ and the median of the per-round ratios against the first setup.
     deploy/bench.py --suite compare --out report.md --plot docs/benchmark.png
                                          # everything at once: Valkey's persistence modes, walrus
                                          # durable on both journal backends and as a plain proxy,
-                                         # twemproxy, HAProxy; CPU per request, RSS, journal bytes
+                                         # twemproxy, HAProxy; CPU per request, RSS, journal bytes,
+                                         # write amplification; on the local disk and on slow disks
+                                         # (faultfs: 1 ms and 5 ms per synchronous write)
     deploy/bench.py --suite compare --rounds 1 --scale 0.05 --out /tmp/r.md --plot /tmp/r.png   # quick
+    deploy/bench.py --suite compare --disks 5ms --rounds 1 --scale 0.2   # one regime
     deploy/bench.py --suite role --baseline OLD_BINARY
                                          # what walrus's ROLE calls cost inside Valkey (its
                                          # commandstats) under durable SETs, this build and another
@@ -26,6 +29,7 @@ also nutcracker, haproxy and matplotlib (deploy/setup.sh --bench).
 """
 import argparse
 import base64
+import mmap
 import os
 import random
 import re
@@ -616,16 +620,29 @@ def scripts_suite(opts, tmp):
 #
 # The whole comparison in one run: Valkey with each of its persistence modes, walrus durable
 # on each journal backend, walrus as a plain proxy, and the proxies it is compared with
-# (twemproxy, HAProxy in TCP mode), every setup with its own Valkey, all started once. Each
-# round runs every workload against every setup in turn. Besides ops/s and latency: the CPU
-# time each proxy (or, for Valkey alone, valkey-server) spends per request, the proxies' peak
-# RSS, and for walrus durable the journal bytes per entry from its /metrics.
+# (twemproxy, HAProxy in TCP mode), every setup with its own Valkey. Each round runs every
+# workload against every setup in turn. Besides ops/s and latency: the CPU time each proxy
+# (or, for Valkey alone, valkey-server) spends per request, the proxies' peak RSS, and for
+# walrus durable the journal bytes per entry and the write amplification from its /metrics.
+#
+# Disk regimes (--disks): the local disk of the temp dir, and slow disks emulated by faultfs
+# (examples/faultfs) in latency mode, which delays every synchronous write and sync by a fixed
+# time and lets concurrent ones overlap, as a network volume does. A slow regime starts only
+# the setups that sync (and the references without a disk), on the mount.
 
 PRELOAD_KEYS = 100000
-# name, tool, its arguments, requests per run (scaled by --scale). The GET and SET:GET
-# workloads read the keyspace preloaded under "data:" (1 KiB each); the SET workloads write
-# under redis-benchmark's own "key:", so that the 180 KiB values never land in what is read.
-# redis-benchmark runs one command per workload; examples/loadgen.rs the mix.
+# name, tool, its arguments, requests per run (scaled by --scale and the disk regime's scale;
+# for the timed workloads, seconds). The GET and SET:GET workloads read the keyspace preloaded
+# under "data:" (1 KiB each); the SET workloads write under redis-benchmark's own "key:" (the
+# writers beside readers under "w:"), so that the 180 KiB values never land in what is read.
+# redis-benchmark runs one command per workload; examples/loadgen.rs the mix and the timed ones
+# ("loadgen-timed": one loadgen for that many seconds; "pair": readers and writers together,
+# two loadgens over the same seconds, the readers' figures first).
+GET_READERS = ["--clients", "50", "--set-ratio", "0", "--get-ratio", "1", "--data-size", "1024",
+               "--keys", str(PRELOAD_KEYS), "--key-prefix", "data:"]
+SET_WRITERS = ["--clients", "8", "--set-ratio", "1", "--get-ratio", "0", "--data-size", "1024",
+               "--keys", "100000", "--key-prefix", "w:"]
+GET_ALONE, GET_BESIDE = "GET 1 KiB, 50 readers alone", "GET 1 KiB, 50 readers beside 8 SET writers"
 COMPARE_WORKLOADS = [
     ("SET 1 KiB, 50 clients", "redis-benchmark", ["-t", "set", "-d", "1024", "-c", "50", "-r", "100000"], 200000),
     ("SET 1 KiB, 50 clients, -P 16", "redis-benchmark",
@@ -638,13 +655,25 @@ COMPARE_WORKLOADS = [
     ("GET 1 KiB, 50 clients", "redis-benchmark", ["-c", "50", "-r", str(PRELOAD_KEYS), "GET", "data:__rand_int__"], 200000),
     ("GET 1 KiB, 50 clients, -P 16", "redis-benchmark",
      ["-c", "50", "-P", "16", "-r", str(PRELOAD_KEYS), "GET", "data:__rand_int__"], 800000),
+    (GET_ALONE, "loadgen-timed", GET_READERS, 10),
+    (GET_BESIDE, "pair", (GET_READERS, SET_WRITERS), 10),
 ]
-NO_PERSISTENCE, ALWAYS, TWEMPROXY = "Valkey, no persistence", "Valkey appendfsync always", "twemproxy"
-# walrus's journal counters: their deltas over a run give bytes per entry. The last two are
-# new; a build without them reports n/a.
+NO_PERSISTENCE, EVERYSEC, ALWAYS = "Valkey, no persistence", "Valkey appendfsync everysec", "Valkey appendfsync always"
+WALRUS, WALRUS_SYNC, WALRUS_OFF = ("walrus durable (io_uring, O_DIRECT)", "walrus durable (sync backend)",
+                                   "walrus, durability off")
+TWEMPROXY, HAPROXY = "twemproxy", "HAProxy (TCP mode)"
+# name: (faultfs latency per synchronous write in µs, None for the local disk; request scale,
+# so that a round at 200 synchronous writes a second still takes minutes, not an hour).
+DISK_REGIMES = {"local": (None, 1.0), "1ms": (1000, 0.25), "5ms": (5000, 0.1)}
+# On a slow disk: the setups that sync, and the two that show what no disk costs.
+SLOW_DISK_SETUPS = [NO_PERSISTENCE, ALWAYS, WALRUS, WALRUS_SYNC, WALRUS_OFF]
+# walrus's counters: their deltas over a run give bytes per entry and the write amplification.
+# A build without one reports n/a.
 JOURNAL_COUNTERS = {"written": "walrus_journal_written_bytes_total", "entries": "walrus_journal_entries_total",
-                    "ring": "walrus_journal_ring_bytes_total", "payload": "walrus_journal_entry_bytes_total"}
+                    "ring": "walrus_journal_ring_bytes_total", "payload": "walrus_journal_entry_bytes_total",
+                    "checkpoint": "walrus_checkpoint_written_bytes_total"}
 LOADGEN = os.path.join(ROOT, "target", "release", "examples", "loadgen")
+FAULTFS = os.path.join(ROOT, "target", "release", "examples", "faultfs")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -655,6 +684,11 @@ class Setup:
     def __init__(self, name, port, valkey, proxy=None, metrics=None, durable=False, about=""):
         self.name, self.port, self.valkey, self.proxy = name, port, valkey, proxy
         self.metrics, self.durable, self.about = metrics, durable, about
+
+    def stop(self):
+        for p in (self.proxy, self.valkey):
+            if p:
+                p.stop()
 
 
 def wait_serving(proc, port, timeout=60):
@@ -715,39 +749,103 @@ def start_haproxy(tmp, upstream_port):
     return p, port
 
 
-def compare_setups(tmp, baseline=None):
-    out = []
-    v, port = start_valkey(tmp)
-    out.append(Setup(NO_PERSISTENCE, port, v, about="valkey-server, `--save \"\" --appendonly no`"))
-    for policy in ("everysec", "always"):
-        v, port = start_valkey(tmp, ["--appendonly", "yes", "--appendfsync", policy])
-        out.append(Setup("Valkey appendfsync %s" % policy, port, v,
-                         about="valkey-server, `--appendonly yes --appendfsync %s`, AOF in the temp dir" % policy))
-    walruses = [
-        ("walrus durable (io_uring, O_DIRECT)", True, '[journal]\nio_backend = "io_uring"\ndirect_io = "on"\n', None),
-        ("walrus durable (sync backend)", True, '[journal]\nio_backend = "sync"\n', None),
-        ("walrus, durability off", False, "", None),
+def compare_setups(tmp, baseline=None, names=None):
+    """Starts the setups (those in `names` only, if given), each with its own Valkey, its files
+    under `tmp`."""
+    def valkey_alone(extra, about):
+        def start(name):
+            v, port = start_valkey(tmp, extra)
+            return Setup(name, port, v, about=about)
+        return start
+
+    def walrus(durable, config, binary=None):
+        def start(name):
+            v, vport = start_valkey(tmp, WALRUS_VALKEY_SETTINGS)
+            metrics = "127.0.0.1:%d" % free_port()
+            w, port = start_walrus(tmp, vport, durable, binary=binary, config=config, metrics=metrics)
+            toml = ("[durability] enabled = %s %s" % (str(durable).lower(), config.replace("\n", " "))).strip()
+            return Setup(name, port, v, w, metrics, durable,
+                         about="walrus%s in external mode, `%s`, data dir beside the others; its Valkey with the "
+                         "replication settings walrus asks for" % (" (%s)" % binary if binary else "", toml))
+        return start
+
+    def proxy(starter, about):
+        def start(name):
+            v, vport = start_valkey(tmp)
+            p, port = starter(tmp, vport)
+            return Setup(name, port, v, p, about=about)
+        return start
+
+    uring = '[journal]\nio_backend = "io_uring"\ndirect_io = "on"\n'
+    catalogue = [
+        (NO_PERSISTENCE, valkey_alone([], "valkey-server, `--save \"\" --appendonly no`")),
+        (EVERYSEC, valkey_alone(["--appendonly", "yes", "--appendfsync", "everysec"],
+                                "valkey-server, `--appendonly yes --appendfsync everysec`, AOF beside the others")),
+        (ALWAYS, valkey_alone(["--appendonly", "yes", "--appendfsync", "always"],
+                              "valkey-server, `--appendonly yes --appendfsync always`, AOF beside the others")),
+        (WALRUS, walrus(True, uring)),
+        (WALRUS_SYNC, walrus(True, '[journal]\nio_backend = "sync"\n')),
+        (WALRUS_OFF, walrus(False, "")),
     ]
     if baseline:
-        walruses.append(("baseline walrus durable (io_uring, O_DIRECT)", True, walruses[0][2], baseline))
-    for name, durable, config, binary in walruses:
-        v, vport = start_valkey(tmp, WALRUS_VALKEY_SETTINGS)
-        metrics = "127.0.0.1:%d" % free_port()
-        w, port = start_walrus(tmp, vport, durable, binary=binary, config=config, metrics=metrics)
-        toml = ("[durability] enabled = %s %s" % (str(durable).lower(), config.replace("\n", " "))).strip()
-        out.append(Setup(name, port, v, w, metrics, durable,
-                         about="walrus%s in external mode, `%s`, data dir in the temp dir; its Valkey with the "
-                         "replication settings walrus asks for" % (" (%s)" % binary if binary else "", toml)))
-    for name, start, about in (
-            (TWEMPROXY, start_twemproxy, "nutcracker: `redis: true`, one server; its defaults otherwise (hash "
-                                         "fnv1a_64, ketama, one connection to the server)"),
-            ("HAProxy (TCP mode)", start_haproxy, "haproxy -db: `mode tcp`, one frontend, one backend server, "
-                                                  "maxconn 4096, timeouts connect 5s, client/server 10m; its "
-                                                  "defaults otherwise (as many threads as cores)")):
-        v, vport = start_valkey(tmp)
-        p, port = start(tmp, vport)
-        out.append(Setup(name, port, v, p, about=about))
+        catalogue.append(("baseline " + WALRUS, walrus(True, uring, baseline)))
+    catalogue += [
+        (TWEMPROXY, proxy(start_twemproxy, "nutcracker: `redis: true`, one server; its defaults otherwise "
+                                           "(hash fnv1a_64, ketama, one connection to the server)")),
+        (HAPROXY, proxy(start_haproxy, "haproxy -db: `mode tcp`, one frontend, one backend server, maxconn "
+                                       "4096, timeouts connect 5s, client/server 10m; its defaults otherwise "
+                                       "(as many threads as cores)")),
+    ]
+    out = []
+    for name, start in catalogue:
+        if names is None or name in names or name.startswith("baseline"):
+            out.append(start(name))
     return out
+
+
+class SlowDisk:
+    """A faultfs mount in latency mode: every synchronous write (O_SYNC/O_DSYNC, RWF_DSYNC) and
+    every fsync/fdatasync is answered `latency_us` later; concurrent ones overlap."""
+
+    def __init__(self, tmp, latency_us):
+        if not os.path.exists(FAULTFS):
+            sys.exit("%s missing: cargo build --release --example faultfs" % FAULTFS)
+        backing = tempfile.mkdtemp(dir=tmp, prefix="faultfs-backing-")
+        self.root = tempfile.mkdtemp(dir=tmp, prefix="faultfs-mnt-")
+        self.sock = os.path.join(tmp, "faultfs-%d.sock" % latency_us)
+        self.proc = Proc([FAULTFS, backing, self.root, "--control", self.sock], "faultfs ready")
+        reply = self.command("latency %d" % latency_us)
+        if not reply.startswith("ok"):
+            sys.exit("faultfs: latency %d: %s" % (latency_us, reply))
+
+    def command(self, line):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(self.sock)
+            s.sendall(line.encode() + b"\n")
+            return s.makefile().readline().strip()
+
+    def stop(self):
+        self.proc.stop()
+
+
+def sync_write_floor(directory, writes=400):
+    """The device's own latency: the median of `writes` 4 KiB O_DIRECT|O_DSYNC writes (ms), what
+    one durable write cannot go below."""
+    path = os.path.join(directory, "floor.probe")
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_DIRECT | os.O_DSYNC, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, 64 * 4096)
+        block = mmap.mmap(-1, 4096)  # page-aligned, as O_DIRECT needs
+        block.write(b"x" * 4096)
+        times = []
+        for i in range(writes):
+            t = time.perf_counter()
+            os.pwritev(fd, [block], (i % 64) * 4096)
+            times.append(time.perf_counter() - t)
+        return statistics.median(times) * 1000
+    finally:
+        os.close(fd)
+        os.unlink(path)
 
 
 def cpu_ticks(proc):
@@ -780,29 +878,51 @@ def scrape(address):
             for line in text.splitlines() if line and not line.startswith("#")}
 
 
-def loadgen(port, args, requests):
-    """(ops/s, p50, p99, p99.9 ms) of one examples/loadgen.rs run (exact, from its HdrHistogram)."""
-    out = subprocess.run([LOADGEN, "--port", str(port), "--requests", str(requests), *args],
-                         capture_output=True, text=True)
+def loadgen_args(port, args, requests=None, seconds=None):
+    limit = ["--requests", str(requests)] if requests else ["--requests", str(10 ** 12), "--seconds", str(seconds)]
+    return [LOADGEN, "--port", str(port), *limit, *args]
+
+
+def loadgen_result(out, port):
+    """(ops/s, p50, p99, p99.9 ms, requests) of one examples/loadgen.rs run (exact, from its
+    HdrHistogram)."""
     if out.returncode != 0:
         raise RuntimeError("loadgen failed on port %d: %s" % (port, (out.stdout + out.stderr).strip()[-2000:]))
     got = dict(kv.split("=") for kv in out.stdout.split()[1:])
-    return tuple(float(got[k]) for k in ("ops_per_sec", "p50_ms", "p99_ms", "p999_ms"))
+    return tuple(float(got[k]) for k in ("ops_per_sec", "p50_ms", "p99_ms", "p999_ms", "requests"))
 
 
-def measure(setup, tool, args, requests):
+def run_workload(port, tool, args, n):
+    """One run: {ops, p50, p99, p999, requests}, and for a pair the writers' figures as w_*."""
+    if tool == "redis-benchmark":
+        ops, p50, p99, p999 = redis_benchmark(port, args, n)
+        return dict(ops=ops, p50=p50, p99=p99, p999=p999, requests=n)
+    if tool == "pair":  # readers and writers started together, over the same seconds
+        procs = [subprocess.Popen(loadgen_args(port, a, seconds=n), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for a in args]
+        outs = [subprocess.CompletedProcess(p.args, p.wait(), *p.communicate()) for p in procs]
+        (ops, p50, p99, p999, reqs), (w_ops, w_p50, w_p99, w_p999, w_reqs) = (loadgen_result(o, port) for o in outs)
+        return dict(ops=ops, p50=p50, p99=p99, p999=p999, requests=reqs + w_reqs,
+                    w_ops=w_ops, w_p50=w_p50, w_p99=w_p99, w_p999=w_p999)
+    timed = tool == "loadgen-timed"
+    out = subprocess.run(loadgen_args(port, args, None if timed else n, n if timed else None),
+                         capture_output=True, text=True)
+    ops, p50, p99, p999, reqs = loadgen_result(out, port)
+    return dict(ops=ops, p50=p50, p99=p99, p999=p999, requests=reqs)
+
+
+def measure(setup, tool, args, n):
     """One run against one setup: the tool's figures, plus CPU per request of the proxy and of
-    Valkey (µs), the proxy's peak RSS and walrus's journal counter deltas."""
+    Valkey (µs), the proxy's peak RSS and walrus's counter deltas."""
     procs = {"proxy": setup.proxy, "valkey": setup.valkey}
     if setup.proxy:
         reset_peak_rss(setup.proxy)
     before = scrape(setup.metrics) if setup.durable else {}
     ticks = {k: cpu_ticks(p) for k, p in procs.items() if p}
-    ops, p50, p99, p999 = (loadgen if tool == "loadgen" else redis_benchmark)(setup.port, args, requests)
-    row = dict(ops=ops, p50=p50, p99=p99, p999=p999)
+    row = run_workload(setup.port, tool, args, n)
     for k, p in procs.items():
         if p:
-            row[k + "_cpu"] = (cpu_ticks(p) - ticks[k]) / CLK_TCK * 1e6 / requests
+            row[k + "_cpu"] = (cpu_ticks(p) - ticks[k]) / CLK_TCK * 1e6 / max(1, row["requests"])
     if setup.proxy:
         row["rss"] = peak_rss_mib(setup.proxy)
     if setup.durable:
@@ -835,55 +955,102 @@ def machine_description(tmp):
                             run(sbin("haproxy"), "-v").splitlines()[0].split(" - ")[0]]))
 
 
+def ratio_values(results, wa, a, wb, b, key, keyb=None):
+    """The per-round ratios of a's figure in workload wa to b's in wb (rounds where b's is 0,
+    as a CPU time below one clock tick, left out)."""
+    return [x[key] / y[keyb or key] for x, y in zip(results.get((wa, a), []), results.get((wb, b), []))
+            if y[keyb or key]]
+
+
 def median_ratio(results, wname, a, b, key):
-    """"0.68x": the median over the rounds of a's figure divided by b's ("-" if b's is always 0,
-    as a CPU time below one clock tick)."""
-    ratios = [x[key] / y[key] for x, y in zip(results[(wname, a)], results[(wname, b)]) if y[key]]
+    """"0.68x": the median over the rounds of a's figure divided by b's ("-" if there is none)."""
+    ratios = ratio_values(results, wname, a, wname, b, key)
     return "%.2fx" % statistics.median(ratios) if ratios else "-"
 
 
-def compare_report(opts, started, results, header, seconds):
+def runs(n, scale, regime_scale, tool):
+    """A workload's requests per run (or seconds, for the timed ones) at these scales: the
+    timed ones shrink with --scale only, never below 3 s."""
+    if tool in ("loadgen-timed", "pair"):
+        return max(3, int(round(n * min(1.0, scale * 4))))
+    return max(1, int(n * scale * regime_scale))
+
+
+def amplification(journal):
+    """Bytes written to the device per payload byte: the journal's blocks plus the checkpoints'
+    RDBs, over the payload appended (None where the build lacks a counter)."""
+    if any(journal[k] is None for k in ("written", "checkpoint", "payload")) or not journal["payload"]:
+        return None
+    return (journal["written"] + journal["checkpoint"]) / journal["payload"]
+
+
+# The targets of the performance issue, each as (text, regimes, check(results) -> (figure, met)).
+def targets(regime, results, floor):
+    med = lambda xs: statistics.median(xs) if xs else None
+    rows = []
+
+    def ratio(text, wa, a, wb, b, key, want, keyb=None, above=True):
+        r = med(ratio_values(results, wa, a, wb, b, key, keyb))
+        rows.append((text, "-" if r is None else "%.2fx" % r,
+                     "-" if r is None else ("met" if (r >= want if above else r <= want) else "**not met**")))
+
+    set_workloads = [w for w, _, _, _ in COMPARE_WORKLOADS]
+    for w in set_workloads:
+        ratio("%s: walrus ops/s vs always (≥ 1x)" % w, w, WALRUS, w, ALWAYS, "ops", 1.0)
+        ratio("%s: walrus p99 vs always (≤ 1x)" % w, w, WALRUS, w, ALWAYS, "p99", 1.0, above=False)
+    if regime != "local":
+        for w in ("SET 1 KiB, 50 clients", "SET 180 KiB, 20 clients"):
+            ratio("%s: walrus ops/s vs always (≥ 2x)" % w, w, WALRUS, w, ALWAYS, "ops", 2.0)
+        ratio("GET p99 beside writers vs alone, walrus (≤ 1.5x)", GET_BESIDE, WALRUS, GET_ALONE, WALRUS, "p99", 1.5,
+              above=False)
+    ratio("reads beside writes: walrus GET vs always (≥ 1.3x)", GET_BESIDE, WALRUS, GET_BESIDE, ALWAYS, "ops", 1.3)
+    ratio("reads beside writes: walrus writers' SET vs always (≥ 1.2x)", GET_BESIDE, WALRUS, GET_BESIDE, ALWAYS,
+          "w_ops", 1.2)
+    one = "SET 1 KiB, 1 client"
+    if regime == "local":
+        # On a slow disk no durable write beats the sync it waits for: 50 clients one request
+        # each at 5 ms cannot pass 10k/s, whatever durability off does.
+        for w in ("SET 1 KiB, 50 clients", "SET:GET 1:3, 1 KiB, 50 clients"):
+            ratio("%s: walrus durable vs durability off (≥ 0.85x)" % w, w, WALRUS, w, WALRUS_OFF, "ops", 0.85)
+        ratio("%s: walrus p50 vs always (≤ 1x)" % one, one, WALRUS, one, ALWAYS, "p50", 1.0, above=False)
+    p50 = med([r["p50"] for r in results.get((one, WALRUS), [])])
+    if p50 is not None:
+        rows.append(("%s: walrus p50 minus the device's 4 KiB O_DSYNC p50 (%.3f ms) (≤ 0.1 ms)" % (one, floor),
+                     "%.3f ms" % (p50 - floor), "met" if p50 - floor <= 0.1 else "**not met**"))
+    return rows
+
+
+def regime_report(opts, regime, started, results, floor):
+    """The markdown of one disk regime: a table per workload, the targets, the ratios and the
+    journal's bytes."""
+    latency, regime_scale = DISK_REGIMES[regime]
     med = lambda rows, key: statistics.median(r[key] for r in rows) if rows and key in rows[0] else None
     fmt = lambda v, f: "-" if v is None else f % v
-    # Headings from level 3: the README embeds the report under its "## Benchmarks".
-    lines = ["### Comparison: `deploy/bench.py --suite compare`", "",
-             "`%s`, %s: %d round(s) of every workload against every setup in turn; figures are medians "
-             "over the rounds, a ratio is the median of the per-round ratios. The suite took %.1f minutes."
-             % (" ".join(["deploy/bench.py"] + sys.argv[1:]), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                opts.rounds, seconds / 60), ""]
-    lines += ["- machine: %s; the temp dir (Valkey AOFs, walrus data dirs) on %s" % (header["machine"], header["disk"]),
-              "- walrus: commit %s (target/release/walrus)" % header["commit"],
-              "- others: %s" % header["software"]]
-    lines += ["", "Setups, each with its own valkey-server on loopback, started once for the whole run:", ""]
-    lines += ["- **%s**: %s" % (s.name, s.about) for s in started]
-    lines += ["", "Workloads: redis-benchmark for single commands (-r: random keys), examples/loadgen.rs for the "
-              "SET:GET mix (one connection a client, random keys in the ratio). The GETs read %d keys of 1 KiB "
-              "preloaded once into each setup through its port; the SETs write other keys. Requests per run: %s."
-              % (PRELOAD_KEYS, "; ".join("%s %d" % (w, max(1, int(n * opts.scale))) for w, _, _, n in COMPARE_WORKLOADS)),
-              "",
-              "- p99.9: exact from loadgen's histogram; for redis-benchmark an upper bound, the first latency its "
-              "printed distributions show covering 99.9% of requests. The two tools time requests alike (from "
-              "the write to the reply), but redis-benchmark sends a client's next request one event-loop turn "
-              "after reading its reply, loadgen at once: loadgen keeps more requests in flight and shows higher "
-              "latencies at the same throughput. Compare latencies within a workload, not across the tools.",
-              "- CPU µs/req: user + system time of the process (all threads) over the run, from /proc/PID/stat, "
-              "divided by the run's requests: the proxy (walrus, nutcracker, haproxy) and the valkey-server "
-              "behind it, or for Valkey alone valkey-server itself. One clock tick (%g ms) is %s µs/req at "
-              "these request counts: figures of that size are noise." % (1000 / CLK_TCK, ", ".join(
-                  "%.2g (%s)" % (1e6 / CLK_TCK / max(1, int(n * opts.scale)), w) for w, _, _, n in COMPARE_WORKLOADS)),
-              "- peak RSS: the proxy's VmHWM during the run (reset before it); the largest over the rounds.", ""]
-    for wname, _, _, _ in COMPARE_WORKLOADS:
-        lines += ["#### %s" % wname, "",
-                  "| setup | ops/s | p50 ms | p99 ms | p99.9 ms | proxy CPU µs/req | Valkey CPU µs/req | proxy peak RSS MiB |",
-                  "|---|---|---|---|---|---|---|---|"]
+    title = "the local disk" if latency is None else \
+        "a slow disk: faultfs, %g ms per synchronous write" % (latency / 1000)
+    lines = ["### %s: %s" % (regime, title), "",
+             "The device's own 4 KiB O_DIRECT|O_DSYNC write p50 here: %.3f ms. Runs: %s." % (floor, "; ".join(
+                 "%s %d%s" % (w, runs(n, opts.scale, regime_scale, t), " s" if t in ("pair", "loadgen-timed") else "")
+                 for w, t, _, n in COMPARE_WORKLOADS)), ""]
+    lines += ["#### Targets", "", "| target | measured | |", "|---|---|---|"]
+    lines += ["| %s | %s | %s |" % row for row in targets(regime, results, floor)]
+    lines.append("")
+    for wname, tool, _, _ in COMPARE_WORKLOADS:
+        pair = tool == "pair"
+        lines += ["#### %s" % wname, ""]
+        head = "| setup | ops/s | p50 ms | p99 ms | p99.9 ms | %sproxy CPU µs/req | Valkey CPU µs/req | proxy peak RSS MiB |"
+        lines += [head % ("writers' SET/s | writers' p99 ms | " if pair else ""),
+                  "|---|---|---|---|---|---|---|---|" + ("---|---|" if pair else "")]
         for s in started:
             rows = results[(wname, s.name)]
             rss = max(r["rss"] for r in rows) if s.proxy else None
-            lines.append("| %s | %s | %.3f | %.3f | %.3f | %s | %.1f | %s |" % (
+            writers = "%s | %.3f | " % (format(med(rows, "w_ops"), ",.0f"), med(rows, "w_p99")) if pair else ""
+            lines.append("| %s | %s | %.3f | %.3f | %.3f | %s%s | %.1f | %s |" % (
                 s.name, format(med(rows, "ops"), ",.0f"), med(rows, "p50"), med(rows, "p99"), med(rows, "p999"),
-                fmt(med(rows, "proxy_cpu"), "%.1f"), med(rows, "valkey_cpu"), fmt(rss, "%.0f")))
+                writers, fmt(med(rows, "proxy_cpu"), "%.1f"), med(rows, "valkey_cpu"), fmt(rss, "%.0f")))
         lines.append("")
 
+    names = [s.name for s in started]
     durable = [s.name for s in started if s.durable]
     lines += ["#### walrus durable against Valkey's own persistence", "",
               "| workload | setup | ops/s vs always | p99 vs always | ops/s vs no persistence | p99 vs no persistence |",
@@ -896,23 +1063,27 @@ def compare_report(opts, started, results, header, seconds):
                 median_ratio(results, wname, name, NO_PERSISTENCE, "ops"),
                 median_ratio(results, wname, name, NO_PERSISTENCE, "p99")))
     proxies = [s.name for s in started if s.proxy and s.name != TWEMPROXY]
-    lines += ["", "#### Proxies against twemproxy", "",
-              "CPU: the proxy process's own, per request (lower is better).", "",
-              "| workload | setup | ops/s vs twemproxy | proxy CPU/req vs twemproxy |", "|---|---|---|---|"]
-    for wname, _, _, _ in COMPARE_WORKLOADS:
-        for name in proxies:
-            lines.append("| %s | %s | %s | %s |" % (
-                wname, name, median_ratio(results, wname, name, TWEMPROXY, "ops"),
-                median_ratio(results, wname, name, TWEMPROXY, "proxy_cpu")))
-    lines += ["", "#### walrus's journal per entry", "",
+    if TWEMPROXY in names:
+        lines += ["", "#### Proxies against twemproxy", "",
+                  "CPU: the proxy process's own, per request (lower is better).", "",
+                  "| workload | setup | ops/s vs twemproxy | proxy CPU/req vs twemproxy |", "|---|---|---|---|"]
+        for wname, _, _, _ in COMPARE_WORKLOADS:
+            for name in proxies:
+                lines.append("| %s | %s | %s | %s |" % (
+                    wname, name, median_ratio(results, wname, name, TWEMPROXY, "ops"),
+                    median_ratio(results, wname, name, TWEMPROXY, "proxy_cpu")))
+    lines += ["", "#### walrus's journal per entry, and the write amplification", "",
               "Deltas over each run of walrus's /metrics counters, divided by the entries appended "
               "(`walrus_journal_entries_total`): bytes written to the segments (whole 4 KiB blocks, "
               "`walrus_journal_written_bytes_total`), ring space advanced, padding included "
-              "(`walrus_journal_ring_bytes_total`), and payload appended (`walrus_journal_entry_bytes_total`); "
-              "n/a where this build has no such counter. Medians over the rounds.", "",
-              "| workload | setup | entries | written B/entry | ring B/entry | payload B/entry |", "|---|---|---|---|---|---|"]
+              "(`walrus_journal_ring_bytes_total`), and payload appended (`walrus_journal_entry_bytes_total`). "
+              "Write amplification: the journal's bytes written plus the checkpoints' RDB bytes "
+              "(`walrus_checkpoint_written_bytes_total`), over the payload. n/a where this build has no such "
+              "counter. Medians over the rounds.", "",
+              "| workload | setup | entries | written B/entry | ring B/entry | payload B/entry | checkpoint MB | "
+              "write amplification |", "|---|---|---|---|---|---|---|---|"]
     for wname, _, _, _ in COMPARE_WORKLOADS:
-        if not wname.startswith("SET"):
+        if "SET" not in wname:
             continue  # reads append nothing but Valkey's replication PINGs
         for name in durable:
             journals = [r["journal"] for r in results[(wname, name)]]
@@ -925,70 +1096,151 @@ def compare_report(opts, started, results, header, seconds):
 
             entries = "n/a" if any(j["entries"] is None for j in journals) else \
                 "%.0f" % statistics.median(j["entries"] for j in journals)
-            lines.append("| %s | %s | %s | %s | %s | %s |" % (
-                wname, name, entries, per_entry("written"), per_entry("ring"), per_entry("payload")))
+            amps = [a for a in map(amplification, journals) if a is not None]
+            checkpoint = "n/a" if any(j["checkpoint"] is None for j in journals) else \
+                "%.0f" % statistics.median(j["checkpoint"] / 1e6 for j in journals)
+            lines.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                wname, name, entries, per_entry("written"), per_entry("ring"), per_entry("payload"), checkpoint,
+                "%.2f" % statistics.median(amps) if amps else "n/a"))
     return "\n".join(lines) + "\n"
 
 
-def compare_plot(path, started, results, caption):
-    """One panel per workload: ops/s bars per setup, each labelled with its ops/s and p99."""
+EMULATION = ("What the slow-disk emulation models, and what it does not: faultfs (examples/faultfs, "
+             "docs/faultfs.md) passes every file operation to the temp dir's file system and answers each "
+             "synchronous write (O_DSYNC, O_SYNC, RWF_DSYNC) and each fsync/fdatasync a fixed time later, from "
+             "a timer thread, so concurrent synchronous writes overlap as on a network volume (EBS, Longhorn, "
+             "Hyperdisk), while appends and syncs of one file serialize on its inode lock as in the kernel. It "
+             "does not model a volume's throughput or IOPS limits, latency that varies or has a tail, or the "
+             "network's own CPU cost; and it adds its own: every operation on the mount, plain ones too, crosses "
+             "FUSE into a user-space process that shares the two cores with the rest (the same for every setup "
+             "on the mount).")
+
+
+def compare_report(opts, header, sections, seconds):
+    # Headings from level 3: the README embeds the report under its "## Benchmarks".
+    lines = ["### Comparison: `deploy/bench.py --suite compare`", "",
+             "`%s`, %s: %d round(s) of every workload against every setup in turn, one disk regime after the "
+             "other; figures are medians over the rounds, a ratio is the median of the per-round ratios. The "
+             "suite took %.1f minutes." % (" ".join(["deploy/bench.py"] + sys.argv[1:]),
+                                           time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), opts.rounds,
+                                           seconds / 60), ""]
+    lines += ["- machine: %s; the temp dir (Valkey AOFs, walrus data dirs) on %s" % (header["machine"], header["disk"]),
+              "- walrus: commit %s (target/release/walrus)" % header["commit"],
+              "- others: %s" % header["software"]]
+    lines += ["", "Setups, each with its own valkey-server on loopback, started once per disk regime:", ""]
+    setups_seen = {}
+    for _, started, _, _ in sections:
+        for s in started:
+            setups_seen.setdefault(s.name, s.about)
+    lines += ["- **%s**: %s" % item for item in setups_seen.items()]
+    lines += ["", "Disk regimes: %s. On a slow disk only %s run (the rest do not sync). %s" % (
+        ", ".join("**%s**" % r for r, _, _, _ in sections), ", ".join(SLOW_DISK_SETUPS), EMULATION), ""]
+    lines += ["Workloads: redis-benchmark for single commands (-r: random keys), examples/loadgen.rs for the "
+              "SET:GET mix (one connection a client, random keys in the ratio) and the timed ones. The GETs read "
+              "%d keys of 1 KiB preloaded once into each setup through its port; the SETs write other keys. "
+              "Readers beside writers: 50 loadgen GET clients on the preloaded keys and 8 SET clients on keys of "
+              "their own (`w:`), started together for the same seconds; beside it the 50 readers alone over as "
+              "many seconds." % PRELOAD_KEYS,
+              "",
+              "- p99.9: exact from loadgen's histogram; for redis-benchmark an upper bound, the first latency its "
+              "printed distributions show covering 99.9% of requests. The two tools time requests alike (from "
+              "the write to the reply), but redis-benchmark sends a client's next request one event-loop turn "
+              "after reading its reply, loadgen at once: loadgen keeps more requests in flight and shows higher "
+              "latencies at the same throughput. Compare latencies within a workload, not across the tools.",
+              "- CPU µs/req: user + system time of the process (all threads) over the run, from /proc/PID/stat, "
+              "divided by the run's requests: the proxy (walrus, nutcracker, haproxy) and the valkey-server "
+              "behind it, or for Valkey alone valkey-server itself (its fork children, which write RDBs for "
+              "checkpoints and AOF rewrites, not counted). One clock tick is %g ms: at the smaller request "
+              "counts a figure of a few µs is noise." % (1000 / CLK_TCK),
+              "- peak RSS: the proxy's VmHWM during the run (reset before it); the largest over the rounds.", ""]
+    for _, _, _, text in sections:
+        lines.append(text)
+    return "\n".join(lines) + "\n"
+
+
+def compare_plot(path, sections, caption):
+    """A column per disk regime, a panel per workload: ops/s bars per setup, each labelled with
+    its ops/s and p99."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     # Blues: Valkey alone; oranges: walrus (darker: durable); greens: the other proxies.
-    colours = {NO_PERSISTENCE: "#9ecae1", "Valkey appendfsync everysec": "#6baed6", ALWAYS: "#2171b5",
-               "walrus durable (io_uring, O_DIRECT)": "#e6550d", "walrus durable (sync backend)": "#a63603",
-               "walrus, durability off": "#fdae6b", TWEMPROXY: "#74c476", "HAProxy (TCP mode)": "#31a354"}
-    names = [s.name for s in started]
-    cols = 2
-    rows = -(-len(COMPARE_WORKLOADS) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(12, 2.9 * rows), sharey=True)
-    axes = axes.flatten()
-    for ax, (wname, _, _, _) in zip(axes, COMPARE_WORKLOADS):
-        ops = [statistics.median(r["ops"] for r in results[(wname, n)]) for n in names]
-        p99 = [statistics.median(r["p99"] for r in results[(wname, n)]) for n in names]
-        ax.barh(range(len(names)), ops, color=[colours.get(n, "#fd8d3c") for n in names])
-        for i, (o, p) in enumerate(zip(ops, p99)):
-            ax.text(o, i, " %s · p99 %s ms" % (format(o, ",.0f"), format(p, ".3g")), va="center", fontsize=8)
-        ax.set_title(wname, fontsize=10)
-        ax.set_xlim(0, max(ops) * 1.6)  # room for the labels
-        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: "%gk" % (x / 1000)))
-        ax.tick_params(labelsize=8)
-        ax.grid(axis="x", alpha=0.3)
-    axes[0].set_yticks(range(len(names)), names)
-    axes[0].invert_yaxis()
-    for ax in axes[len(COMPARE_WORKLOADS):]:
-        ax.axis("off")
+    colours = {NO_PERSISTENCE: "#9ecae1", EVERYSEC: "#6baed6", ALWAYS: "#2171b5", WALRUS: "#e6550d",
+               WALRUS_SYNC: "#a63603", WALRUS_OFF: "#fdae6b", TWEMPROXY: "#74c476", HAPROXY: "#31a354"}
+    cols, rows = len(sections), len(COMPARE_WORKLOADS)
+    fig, axes = plt.subplots(rows, cols, figsize=(7 * cols, 2.4 * rows), squeeze=False)
+    for c, (regime, started, results, _) in enumerate(sections):
+        names = [s.name for s in started]
+        for r, (wname, _, _, _) in enumerate(COMPARE_WORKLOADS):
+            ax = axes[r][c]
+            ops = [statistics.median(x["ops"] for x in results[(wname, n)]) for n in names]
+            p99 = [statistics.median(x["p99"] for x in results[(wname, n)]) for n in names]
+            ax.barh(range(len(names)), ops, color=[colours.get(n, "#fd8d3c") for n in names])
+            for i, (o, p) in enumerate(zip(ops, p99)):
+                ax.text(o, i, " %s · p99 %s ms" % (format(o, ",.0f"), format(p, ".3g")), va="center", fontsize=7)
+            ax.set_title("%s · %s" % (regime, wname), fontsize=9)
+            ax.set_xlim(0, max(ops) * 1.7)  # room for the labels
+            ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: "%gk" % (x / 1000)))
+            ax.set_yticks(range(len(names)), names)
+            ax.invert_yaxis()
+            ax.tick_params(labelsize=7)
+            ax.grid(axis="x", alpha=0.3)
     fig.suptitle(caption, fontsize=9)
-    fig.supxlabel("ops/s (median over rounds); label: ops/s and p99 latency", fontsize=9)
+    fig.supxlabel("ops/s (median over rounds; readers beside writers: the readers'); label: ops/s and p99 latency",
+                  fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=80)
+
+
+def compare_regime(opts, tmp, regime):
+    """Starts the regime's setups (on a faultfs mount for a slow disk), preloads them and runs
+    every round: (started, results, the device's floor)."""
+    latency, regime_scale = DISK_REGIMES[regime]
+    disk = SlowDisk(tmp, latency) if latency is not None else None
+    root = disk.root if disk else tmp
+    started = []
+    try:
+        floor = sync_write_floor(root)
+        started = compare_setups(root, opts.baseline, SLOW_DISK_SETUPS if disk else None)
+        for s in started:
+            if s.metrics:  # which journal backend walrus really runs
+                info_ = [k for k in scrape(s.metrics) if k.startswith("walrus_journal_info{")]
+                s.about += "; /metrics: " + (info_[0].split("{", 1)[1].rstrip("}") if info_ else "no journal")
+            subprocess.run([LOADGEN, "--port", str(s.port), "--preload", "--keys", str(PRELOAD_KEYS),
+                            "--data-size", "1024", "--key-prefix", "data:", "--clients", "4", "--pipeline", "64"],
+                           check=True, stdout=subprocess.DEVNULL)
+        results = {(w, s.name): [] for w, _, _, _ in COMPARE_WORKLOADS for s in started}
+        began = time.monotonic()
+        for r in range(opts.rounds):
+            for wname, tool, args, n in COMPARE_WORKLOADS:
+                for s in started:
+                    results[(wname, s.name)].append(measure(s, tool, args, runs(n, opts.scale, regime_scale, tool)))
+                print("%s, round %d/%d: %s done (%.0fs so far)" % (regime, r + 1, opts.rounds, wname,
+                                                                   time.monotonic() - began), file=sys.stderr)
+        return started, results, floor
+    finally:
+        for s in started:
+            s.stop()
+        if disk:
+            disk.stop()
 
 
 def compare_suite(opts, tmp):
     began = time.monotonic()
-    if not os.path.exists(LOADGEN):
-        sys.exit("%s missing: cargo build --release --example loadgen" % LOADGEN)
+    for path, build in ((LOADGEN, "loadgen"), (FAULTFS, "faultfs")):
+        if not os.path.exists(path):
+            sys.exit("%s missing: cargo build --release --example %s" % (path, build))
+    regimes = opts.disks.split(",")
+    unknown = [r for r in regimes if r not in DISK_REGIMES]
+    if unknown:
+        sys.exit("--disks: unknown regime %s (known: %s)" % (", ".join(unknown), ", ".join(DISK_REGIMES)))
     header = machine_description(tmp)
-    started = compare_setups(tmp, opts.baseline)
-    for s in started:
-        if s.metrics:  # which journal backend walrus really runs
-            info_ = [k for k in scrape(s.metrics) if k.startswith("walrus_journal_info{")]
-            s.about += "; /metrics: " + (info_[0].split("{", 1)[1].rstrip("}") if info_ else "no journal")
-        t = time.monotonic()
-        subprocess.run([LOADGEN, "--port", str(s.port), "--preload", "--keys", str(PRELOAD_KEYS), "--data-size", "1024",
-                        "--key-prefix", "data:", "--clients", "4", "--pipeline", "64"],
-                       check=True, stdout=subprocess.DEVNULL)
-        print("%s: preloaded in %.1fs" % (s.name, time.monotonic() - t), file=sys.stderr)
-    results = {(w, s.name): [] for w, _, _, _ in COMPARE_WORKLOADS for s in started}
-    for r in range(opts.rounds):
-        for wname, tool, args, n in COMPARE_WORKLOADS:
-            for s in started:
-                results[(wname, s.name)].append(measure(s, tool, args, max(1, int(n * opts.scale))))
-            print("round %d/%d: %s done (%.0fs so far)" % (r + 1, opts.rounds, wname, time.monotonic() - began),
-                  file=sys.stderr)
-    report = compare_report(opts, started, results, header, time.monotonic() - began)
+    sections = []
+    for regime in regimes:
+        started, results, floor = compare_regime(opts, tmp, regime)
+        sections.append((regime, started, results, regime_report(opts, regime, started, results, floor)))
+    report = compare_report(opts, header, sections, time.monotonic() - began)
     if opts.out:
         with open(opts.out, "w") as f:
             f.write(report)
@@ -996,9 +1248,8 @@ def compare_suite(opts, tmp):
     else:
         print(report)
     if opts.plot:
-        compare_plot(opts.plot, started, results, "deploy/bench.py --suite compare: %d round(s), --scale %g, "
-                     "walrus %s\n%s" % (opts.rounds, opts.scale, header["commit"], header["machine"]))
-        print("plot: %s" % opts.plot, file=sys.stderr)
+        compare_plot(opts.plot, sections, "deploy/bench.py --suite compare: %d round(s), --scale %g, walrus %s\n%s"
+                     % (opts.rounds, opts.scale, header["commit"], header["machine"]))
 
 
 # --- role suite -------------------------------------------------------------------------------
@@ -1115,6 +1366,9 @@ def main():
     ap.add_argument("--idle", type=int, default=10000, help="hostile: idle connections beside the load")
     ap.add_argument("--out", metavar="FILE", help="compare: write the markdown report there instead of stdout")
     ap.add_argument("--plot", metavar="PNG", help="compare: also draw the results (matplotlib), e.g. docs/benchmark.png")
+    ap.add_argument("--disks", default="local,1ms,5ms",
+                    help="compare: the disk regimes, in order: local (the temp dir's disk), 1ms and 5ms (faultfs "
+                         "in latency mode on it); default all three")
     opts = ap.parse_args()
     if opts.rounds is None:
         opts.rounds = 3 if opts.suite in ("restore", "compare") else 5
@@ -1123,8 +1377,9 @@ def main():
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not opts.no_build:
-        # compare: also examples/loadgen.rs, its load generator for the SET:GET mix.
-        targets = ["--bin", "walrus", "--example", "loadgen"] if opts.suite == "compare" else []
+        # compare: also examples/loadgen.rs, its load generator for the SET:GET mix and the
+        # timed workloads, and examples/faultfs, the slow disks.
+        targets = ["--bin", "walrus", "--example", "loadgen", "--example", "faultfs"] if opts.suite == "compare" else []
         subprocess.run(["cargo", "build", "--release", "--quiet", *targets], cwd=ROOT, check=True)
     if opts.suite in ("restore", "scripts", "compare", "role", "hostile"):
         tmp = tempfile.mkdtemp(prefix="walrus-bench-")

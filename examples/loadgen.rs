@@ -12,7 +12,9 @@
 //! batch's write to its own reply; everything runs on one thread (redis-benchmark's default,
 //! so both take the same share of a small machine). Keys are `<prefix><12-digit number>`, as
 //! redis-benchmark's `__rand_int__` with `-r`, values are `--data-size` bytes of "x".
-//! `--preload` writes every key once, in order, instead (SETs only).
+//! `--preload` writes every key once, in order, instead (SETs only). `--seconds S` stops
+//! sending after S seconds (or `--requests`, whichever comes first): two loadgens started
+//! together then load the server over the same window (readers beside writers).
 //!
 //! Prints one line: `loadgen ops_per_sec=.. p50_ms=.. p99_ms=.. p999_ms=.. requests=..
 //! errors=.. seconds=..`; exits non-zero when a connection fails or a reply is an error.
@@ -38,6 +40,8 @@ struct Opts {
     key_prefix: String,
     preload: bool,
     seed: u64,
+    /// Stop claiming batches after this long (None: run all `requests`).
+    seconds: Option<f64>,
 }
 
 fn parse_opts() -> Result<Opts, String> {
@@ -54,6 +58,7 @@ fn parse_opts() -> Result<Opts, String> {
         key_prefix: "key:".into(),
         preload: false,
         seed: 1,
+        seconds: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -79,6 +84,15 @@ fn parse_opts() -> Result<Opts, String> {
             "--pipeline" => o.pipeline = num()?,
             "--key-prefix" => o.key_prefix = value.clone(),
             "--seed" => o.seed = num()?,
+            "--seconds" => {
+                o.seconds = Some(
+                    value
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|s| *s > 0.0)
+                        .ok_or(format!("--seconds {value}: not a positive number"))?,
+                )
+            }
             _ => return Err(format!("unknown flag {flag}")),
         }
     }
@@ -162,6 +176,8 @@ fn reply_len(buf: &[u8], errors: &mut u64) -> Result<Option<usize>, String> {
 
 struct Shared {
     next: u64,
+    /// When to stop claiming batches (`--seconds`).
+    deadline: Option<Instant>,
     histogram: Histogram<u64>,
     errors: u64,
 }
@@ -181,7 +197,7 @@ async fn client(o: Rc<Opts>, shared: Rc<RefCell<Shared>>, id: u64) -> Result<(),
         // Claim the next batch of requests (the last one may be short).
         let (first, count) = {
             let mut s = shared.borrow_mut();
-            if s.next >= o.requests {
+            if s.next >= o.requests || s.deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(());
             }
             let first = s.next;
@@ -258,8 +274,12 @@ fn main() {
             std::process::exit(2);
         }
     };
+    let started = Instant::now();
     let shared = Rc::new(RefCell::new(Shared {
         next: 0,
+        deadline: o
+            .seconds
+            .map(|s| started + std::time::Duration::from_secs_f64(s)),
         // Microseconds, 1 µs to 10 minutes, 3 significant digits (as redis-benchmark's).
         histogram: Histogram::new_with_bounds(1, 600_000_000, 3).expect("histogram bounds"),
         errors: 0,
@@ -269,7 +289,6 @@ fn main() {
         .build()
         .expect("runtime");
     let local = tokio::task::LocalSet::new();
-    let started = Instant::now();
     let result: Result<(), String> = local.block_on(&rt, async {
         let tasks: Vec<_> = (0..o.clients as u64)
             .map(|id| tokio::task::spawn_local(client(o.clone(), shared.clone(), id)))
