@@ -60,8 +60,11 @@ class Walrus:
         self.dir = os.path.join(tmp, name)
         os.makedirs(self.dir)
         self.conf = os.path.join(self.dir, "walrus.toml")
+        # The trigger is pinned at half the ring, which the ring is sized for (step 2): the
+        # default, later one would space the checkpoints by more than --checkpoint-every.
         with open(self.conf, "w") as f:
             f.write("[upstream]\nvalkey_server = %r\n[journal]\nsegment_size_bytes = %d\nsegments = %d\n"
+                    "[checkpoint]\nring_fill_trigger = 0.5\n"
                     % (valkey_binary(), segment_bytes, SEGMENTS))
         self.port, self.metrics = free_port(), "127.0.0.1:%d" % free_port()
         self.lives = []

@@ -117,7 +117,7 @@ fn metrics_move_as_the_workload_implies() {
     assert_eq!(get(&after, "walrus_held_bytes"), 0.0);
     assert!(get(&after, "walrus_journal_free_segments") > 0.0);
 
-    // A checkpoint asked for is counted, with its size and time.
+    // A checkpoint asked for is counted, with its size, time and reason.
     let out = std::process::Command::new(walrus_bin())
         .args(["checkpoint", "--metrics", &metrics])
         .output()
@@ -133,6 +133,13 @@ fn metrics_move_as_the_workload_implies() {
         get(&after, "walrus_checkpoints_total") + 1.0
     );
     assert!(get(&cp, "walrus_checkpoint_last_size_bytes") > 0.0);
+    let request = "walrus_checkpoint_started_total{reason=\"request\"}";
+    assert_eq!(get(&cp, request), get(&after, request) + 1.0);
+    assert!(
+        get(&cp, "walrus_checkpoint_written_bytes_total")
+            >= get(&after, "walrus_checkpoint_written_bytes_total")
+                + get(&cp, "walrus_checkpoint_last_size_bytes")
+    );
     assert!(get(&cp, "walrus_checkpoint_last_success_timestamp_seconds") > 1.7e9);
 }
 
@@ -188,6 +195,13 @@ fn readiness_tells_the_truth_during_a_restore() {
     let addr = listening_addr(&proc);
     let mut c = Raw::connect(&addr);
     assert_eq!(c.cmd(&["STRLEN", "big:199"]), b":1048576\r\n");
+    // The restore's RDB phase (about 200 MB) replaced the default load rate the
+    // checkpoints' restore estimate starts from.
+    let rate = get(
+        &scrape(&metrics),
+        "walrus_restore_rdb_load_bytes_per_second",
+    );
+    assert!(rate > 0.0 && rate != 50e6, "{rate}");
 }
 
 /// `log.format = "json"`: one JSON object per line, state changes included.

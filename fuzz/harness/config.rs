@@ -3,8 +3,8 @@
 //!
 //! Input: the file's bytes. Checked: no panic; a configuration that validates has a valid
 //! `[journal]`, and the figures derived from it make sense: the ring's own watermarks
-//! within 0 < low < high < 1 and no higher than the disk's, room above the high mark, a
-//! bound on pending bytes, a largest entry that the ring holds with its record headers,
+//! within 0 < low < high < 1 and no higher than the disk's, a checkpoint trigger below the
+//! low mark, room above the high mark, a bound on pending bytes, a largest entry that the ring holds with its record headers,
 //! and a number of worker threads.
 
 use walrus::config::Config;
@@ -37,6 +37,12 @@ pub fn check(c: &Config) {
         c.journal.segments
     );
     assert!(high <= c.disk.high_watermark && low <= c.disk.low_watermark);
+    let trigger = c.ring_fill_trigger();
+    assert!(
+        0.0 < trigger && trigger < c.disk.low_watermark,
+        "checkpoint trigger {trigger} for {:?}",
+        c.disk
+    );
     assert!(
         c.ring_headroom_bytes() > 0,
         "no room above the ring's high mark"

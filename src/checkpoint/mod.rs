@@ -1,7 +1,8 @@
 //! Checkpoints: an RDB of the whole dataset, taken by a fresh full synchronization and stored
 //! durably, covers every journal entry before it, so the ring can recycle those segments.
 //!
-//! When the ring is half full (or `walrus checkpoint` asks), walrus opens a second replica
+//! When the ring's room or the restore budget requires one, or the ring reaches its fill
+//! trigger, or `walrus checkpoint` asks ([`trigger`]), walrus opens a second replica
 //! connection, asks for a full resynchronization (`PSYNC ? -1`), stores the RDB under
 //! `<data>/checkpoints/` (temp file, fsync, rename, directory fsync), records it in the
 //! checkpoint manifest ([`store`]), and only then releases the journal through the last
@@ -16,7 +17,10 @@
 //! entry, or that arrived after Valkey was lost, is discarded.
 
 pub mod attached;
+mod plan;
+pub mod rates;
 pub mod store;
+pub mod trigger;
 
 use crate::durability::{Durability, Status};
 use crate::journal::Journal;
@@ -35,8 +39,10 @@ const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
 pub struct CheckpointConfig {
     pub store: Store,
     pub max_rdb_bytes: u64,
-    /// Take a checkpoint once this fraction of the ring's segments is in use.
-    pub ring_fill_trigger: f64,
+    /// When checkpoints are due ([`trigger`]).
+    pub policy: trigger::Policy,
+    /// What this process's restores measured, for the restore estimate.
+    pub rates: Arc<rates::LearnedRates>,
     /// The room a new RDB needs on disk.
     pub room: crate::disk::Room,
     /// Set from a failed checkpoint until one succeeds: a full ring then refuses writes
@@ -88,9 +94,9 @@ impl CheckpointError {
     }
 }
 
-/// Takes checkpoints whenever the ring fills past the trigger or one is requested, and
-/// releases the journal entries no restore can need any more; `released` is notified after
-/// each release (the replica link waits on it when the ring is full).
+/// Takes checkpoints whenever one is due ([`trigger`]) or requested, and releases the
+/// journal entries no restore can need any more; `released` is notified after each release
+/// (the replica link waits on it when the ring is full).
 pub async fn run(
     up: Upstream,
     journal: Arc<Journal>,
@@ -106,22 +112,30 @@ pub async fn run(
     // Valkey's used memory when the last RDB was taken here: the next one's size is
     // estimated from it.
     let mut last_sizes: Option<Sizes> = None;
+    let mut planner = plan::Planner::new(cfg.policy, cfg.rates.clone());
     loop {
         if release_unneeded(&journal, &cfg.store).await {
             released.notify_waiters();
         }
-        let status = journal.status();
-        let full = status.used_segments as f64 >= cfg.ring_fill_trigger * status.segments as f64;
-        let asked = if full {
-            None
-        } else {
-            tokio::select! {
+        let now = std::time::Instant::now();
+        if planner.wants_used_memory(now) && durability.status() == Status::Attached {
+            let memory = match Conn::control(&up).await {
+                Ok(mut conn) => used_memory(&mut conn).await.ok(),
+                Err(_) => None,
+            };
+            planner.used_memory(now, memory);
+        }
+        let (reason, asked) = match planner.due(&journal, &cfg.store, now) {
+            // A request waiting meanwhile is answered by this checkpoint, which starts
+            // after it was made.
+            Some(reason) => (reason, requests.try_recv().ok()),
+            None => tokio::select! {
                 r = durable.changed() => if r.is_err() { return } else { continue },
                 r = requests.recv() => match r {
-                    Some(tx) => Some(tx),
+                    Some(tx) => (trigger::Reason::Request, Some(tx)),
                     None => std::future::pending().await,
                 },
-            }
+            },
         };
         let (epoch, before) = match possible(&journal, &durability) {
             Ok(p) => p,
@@ -134,6 +148,11 @@ pub async fn run(
                 continue;
             }
         };
+        reason.kind().count();
+        // A retry after a failure is not logged again: the failure was.
+        if last_failure.is_empty() {
+            tracing::info!("checkpoint started: {reason}");
+        }
         let started = std::time::Instant::now();
         let result = take(
             &up,
@@ -149,7 +168,9 @@ pub async fn run(
             Ok(summary) => {
                 tracing::info!("{summary}");
                 crate::metrics::CHECKPOINTS.inc();
-                crate::metrics::CHECKPOINT_LAST_DURATION.set(started.elapsed().as_secs_f64());
+                let seconds = started.elapsed().as_secs_f64();
+                planner.took(seconds);
+                crate::metrics::CHECKPOINT_LAST_DURATION.set(seconds);
                 crate::metrics::CHECKPOINT_LAST_SUCCESS.set(
                     std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)

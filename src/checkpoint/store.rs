@@ -51,6 +51,14 @@ pub struct Checkpoint {
     pub newest_server: Option<String>,
 }
 
+/// A checkpoint's figures: its RDB's size, the offset it covers, its first journal entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    pub size: u64,
+    pub offset: u64,
+    pub from_lsn: u64,
+}
+
 impl Checkpoint {
     /// The servers whose writes this checkpoint and the journal after it hold.
     pub fn servers(&self) -> impl Iterator<Item = ServerVersion> + '_ {
@@ -208,6 +216,9 @@ impl Store {
         from_lsn: u64,
     ) -> Result<Checkpoint, StoreError> {
         let recorded = self.record(stored, written_by, replid, offset, from_lsn);
+        if let Ok(c) = &recorded {
+            crate::metrics::CHECKPOINT_WRITTEN_BYTES.inc_by(c.size);
+        }
         if recorded.is_err() {
             let named = self.current().ok().flatten().map(|c| c.file);
             if named.as_deref() != stored.path.file_name().and_then(|n| n.to_str()) {
@@ -229,14 +240,23 @@ impl Store {
             .clone()
     }
 
-    /// The recorded checkpoint's `from_lsn`, from memory: asked after every durable
-    /// advance, so it copies no strings.
+    /// The recorded checkpoint's `from_lsn`.
     pub fn recorded_from_lsn(&self) -> Option<u64> {
+        self.recorded_extent().map(|e| e.from_lsn)
+    }
+
+    /// The recorded checkpoint's figures, from memory: asked after every durable advance,
+    /// so it copies no strings.
+    pub fn recorded_extent(&self) -> Option<Extent> {
         self.recorded
             .lock()
             .expect("checkpoint record lock")
             .as_ref()
-            .map(|c| c.from_lsn)
+            .map(|c| Extent {
+                size: c.size,
+                offset: c.offset,
+                from_lsn: c.from_lsn,
+            })
     }
 
     /// The recorded checkpoint, read from the manifest.

@@ -131,6 +131,8 @@ pub(super) async fn start_durability(
     let (checkpoint_requests, requests) = tokio::sync::mpsc::channel(4);
     let checkpoint_failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let attached = Arc::new(checkpoint::attached::Attached::default());
+    // Measured by restores (the link's), planned with by checkpoints.
+    let rates = Arc::new(checkpoint::rates::LearnedRates::new());
     let checkpointer = tokio::spawn(checkpoint::run(
         up.clone(),
         journal.clone(),
@@ -138,7 +140,11 @@ pub(super) async fn start_durability(
         CheckpointConfig {
             store: store.clone(),
             max_rdb_bytes: config.durability.max_rdb_bytes,
-            ring_fill_trigger: config.checkpoint.ring_fill_trigger,
+            policy: checkpoint::trigger::Policy {
+                ring_fill_trigger: config.ring_fill_trigger(),
+                max_restore_seconds: config.checkpoint.max_restore_seconds,
+            },
+            rates: rates.clone(),
             room: crate::disk::Room {
                 dir: checkpoint_dir.clone(),
                 high_watermark: config.disk.high_watermark,
@@ -170,6 +176,7 @@ pub(super) async fn start_durability(
         store,
         released,
         attached,
+        rates,
         max_rdb_bytes: config.durability.max_rdb_bytes,
         // Half a write buffer: a busy stream becomes entries that fill group commits whole,
         // two to a write, rather than one entry fragmented across writes; at least 64 KiB

@@ -28,20 +28,37 @@ pub struct Config {
     pub journal: JournalConfig,
 }
 
+/// When checkpoints are taken ([`crate::checkpoint`]): only when needed, since each costs
+/// Valkey a fork and its whole dataset through its main thread.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct CheckpointSettings {
-    /// Take a checkpoint once this fraction of the ring's segments is in use.
-    pub ring_fill_trigger: f64,
+    /// The latest point: a checkpoint starts once this fraction of the ring's segments is in
+    /// use, whatever the estimates say. Unset: a little below the ring's low mark
+    /// ([`Config::ring_fill_trigger`]).
+    pub ring_fill_trigger: Option<f64>,
+    /// The budget for a restore after a restart: a checkpoint starts when the journal a
+    /// restore would replay after the checkpoint's RDB would take it past this.
+    pub max_restore_seconds: f64,
 }
 
 impl Default for CheckpointSettings {
     fn default() -> Self {
         CheckpointSettings {
-            ring_fill_trigger: 0.5,
+            ring_fill_trigger: None,
+            // A minute of downtime per restart: 1.2 GB of journal at the default replay rate
+            // (20 MB/s), more than the default ring (1 GiB) holds, so on small datasets the
+            // ring decides; on large ones, whose RDB takes much of the minute, the budget.
+            max_restore_seconds: 60.0,
         }
     }
 }
+
+/// How far below the ring's low mark an unset `checkpoint.ring_fill_trigger` sits. A trigger
+/// must be below that mark (the validation says why); this is the step the default marks
+/// keep between them (0.85 and 0.90), so that the latest checkpoint starts one such step
+/// below where writes resume, as writes resume one step below where they are refused.
+const RING_FILL_MARGIN: f64 = 0.05;
 
 /// Why a configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -377,6 +394,16 @@ impl Config {
         self.durability
             .max_pending_bytes
             .unwrap_or_else(|| (64 << 20).min(self.ring_headroom_bytes()).max(1))
+    }
+
+    /// `checkpoint.ring_fill_trigger`, or unset [`RING_FILL_MARGIN`] below the ring's own low
+    /// mark (0.8 with the default marks), and never below half of it: the latest point
+    /// follows the marks it must stay under.
+    pub fn ring_fill_trigger(&self) -> f64 {
+        self.checkpoint.ring_fill_trigger.unwrap_or_else(|| {
+            let low = self.ring_watermarks().1;
+            (low - RING_FILL_MARGIN).max(low / 2.0)
+        })
     }
 
     /// The part of the ring above its high mark ([`Config::ring_watermarks`]).

@@ -39,7 +39,7 @@ fn ring_marks_that_cannot_work_are_refused() {
     c.journal.max_entry_bytes = None;
     c.disk.high_watermark = 0.1;
     c.disk.low_watermark = 0.05;
-    c.checkpoint.ring_fill_trigger = 0.01;
+    c.checkpoint.ring_fill_trigger = Some(0.01);
     let err = c.validate().unwrap_err().to_string();
     assert!(err.contains("journal.segments = 3"), "{err}");
     // Above half a segment (1/6 of a 3-segment ring) the marks work.
@@ -109,10 +109,55 @@ fn watermarks_and_the_checkpoint_trigger_must_be_ordered() {
         );
     }
     let mut c = Config::default();
-    c.checkpoint.ring_fill_trigger = 0.85;
+    c.checkpoint.ring_fill_trigger = Some(0.85);
     let err = c.validate().unwrap_err().to_string();
     assert!(
         err.contains("checkpoint.ring_fill_trigger") && err.contains("0.85"),
         "{err}"
     );
+}
+
+/// Unset, the checkpoint trigger follows the ring's low mark, so that lowering the marks
+/// (or a ring of few segments, which gets marks of its own) needs no other setting.
+#[test]
+fn the_ring_fill_trigger_follows_the_marks_unless_set() {
+    let mut c = Config::default();
+    assert!(
+        (c.ring_fill_trigger() - 0.80).abs() < 1e-9,
+        "{}",
+        c.ring_fill_trigger()
+    );
+    c.disk.low_watermark = 0.6;
+    c.validate().unwrap();
+    assert!((c.ring_fill_trigger() - 0.55).abs() < 1e-9);
+    c.disk.low_watermark = 0.06;
+    c.validate().unwrap();
+    assert!(
+        (c.ring_fill_trigger() - 0.03).abs() < 1e-9,
+        "half the mark at least"
+    );
+    let mut c = Config::default();
+    c.journal.segments = 3;
+    c.journal.max_entry_bytes = None;
+    c.validate().unwrap();
+    // The ring's own low mark is 0.5: a checkpoint at 2 of 3 segments, not a full ring.
+    assert!((c.ring_fill_trigger() - 0.45).abs() < 1e-9);
+    c.checkpoint.ring_fill_trigger = Some(0.3);
+    assert_eq!(c.ring_fill_trigger(), 0.3);
+}
+
+#[test]
+fn a_restore_budget_must_be_some_seconds() {
+    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        let mut c = Config::default();
+        c.checkpoint.max_restore_seconds = bad;
+        let err = c.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("checkpoint.max_restore_seconds") && err.contains(&bad.to_string()),
+            "{err}"
+        );
+    }
+    let c = Config::parse("[checkpoint]\nmax_restore_seconds = 0.5\n").unwrap();
+    c.validate().unwrap();
+    assert_eq!(c.checkpoint.max_restore_seconds, 0.5);
 }

@@ -94,10 +94,17 @@ impl Config {
             ));
         }
         at_least("disk.check_interval_ms", self.disk.check_interval_ms, 10)?;
-        let trigger = self.checkpoint.ring_fill_trigger;
-        if !(trigger > 0.0 && trigger < low) {
+        if let Some(trigger) = self.checkpoint.ring_fill_trigger {
+            if !(trigger > 0.0 && trigger < low) {
+                return Err(format!(
+                    "invalid value for checkpoint.ring_fill_trigger: {trigger} (must be above 0 and below disk.low_watermark, {low}, so that a checkpoint frees the ring before writes are refused; unset, it follows the marks)"
+                ));
+            }
+        }
+        let budget = self.checkpoint.max_restore_seconds;
+        if !(budget.is_finite() && budget > 0.0) {
             return Err(format!(
-                "invalid value for checkpoint.ring_fill_trigger: {trigger} (must be above 0 and below disk.low_watermark, {low}, so that a checkpoint frees the ring before writes are refused)"
+                "invalid value for checkpoint.max_restore_seconds: {budget} (must be a number of seconds above 0)"
             ));
         }
         if self.data.dir.as_os_str().is_empty() {

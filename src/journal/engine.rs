@@ -101,6 +101,10 @@ pub struct JournalStatus {
     /// Segments between the head and the write position (inclusive).
     pub used_segments: u64,
     pub segments: u32,
+    pub segment_bytes: u64,
+    /// Bytes that may still be appended before the ring is full (up to the head's segment,
+    /// one lap on).
+    pub free_bytes: u64,
     /// Writes submitted since open, and those done as a direct blocking call (queue depth 1).
     pub writes_total: u64,
     pub writes_inline: u64,
@@ -195,6 +199,11 @@ impl Journal {
             head_pos: b.head_pos(),
             used_segments: self.geo.seg_seq(b.write_pos()) - self.geo.seg_seq(b.head_pos()) + 1,
             segments: self.geo.segments,
+            segment_bytes: self.geo.segment_size_bytes,
+            free_bytes: self
+                .geo
+                .write_limit(b.head_pos())
+                .saturating_sub(b.write_pos()),
             writes_total: self.shared.writes_total.load(Ordering::Relaxed),
             writes_inline: self.shared.writes_inline.load(Ordering::Relaxed),
         }

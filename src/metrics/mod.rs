@@ -12,6 +12,9 @@ use prometheus::{
 };
 use std::sync::{LazyLock, Mutex};
 
+mod recovery;
+pub use recovery::*;
+
 pub static REGISTRY: LazyLock<Registry> =
     LazyLock::new(|| Registry::new_custom(Some("walrus".into()), None).expect("registry"));
 
@@ -318,64 +321,6 @@ pub static WATERMARK_REACHED: LazyLock<IntGauge> = LazyLock::new(|| {
     )
 });
 
-// --- checkpoints -------------------------------------------------------------------------
-
-pub static CHECKPOINTS: LazyLock<IntCounter> =
-    LazyLock::new(|| counter("checkpoints_total", "Checkpoints taken."));
-pub static CHECKPOINT_FAILURES: LazyLock<IntCounter> = LazyLock::new(|| {
-    counter(
-        "checkpoint_failures_total",
-        "Checkpoints that failed (no room on disk, an I/O error, Valkey unreachable, ...).",
-    )
-});
-pub static CHECKPOINT_LAST_SUCCESS: LazyLock<Gauge> = LazyLock::new(|| {
-    float_gauge(
-        "checkpoint_last_success_timestamp_seconds",
-        "Unix time of the last checkpoint taken (0: none since walrus started).",
-    )
-});
-pub static CHECKPOINT_LAST_DURATION: LazyLock<Gauge> = LazyLock::new(|| {
-    float_gauge(
-        "checkpoint_last_duration_seconds",
-        "How long the last checkpoint took.",
-    )
-});
-pub static CHECKPOINT_LAST_SIZE: LazyLock<IntGauge> = LazyLock::new(|| {
-    gauge(
-        "checkpoint_last_size_bytes",
-        "Size of the last checkpoint's RDB.",
-    )
-});
-
-// --- restore -----------------------------------------------------------------------------
-
-pub static RESTORE_IN_PROGRESS: LazyLock<IntGauge> = LazyLock::new(|| {
-    gauge(
-        "restore_in_progress",
-        "1 while walrus loads Valkey from its checkpoint and journal.",
-    )
-});
-pub static RESTORE_TOTAL_BYTES: LazyLock<IntGauge> = LazyLock::new(|| {
-    gauge(
-        "restore_total_bytes",
-        "Bytes the current (or last) restore sends: checkpoint RDB plus journal stream.",
-    )
-});
-pub static RESTORE_SENT_BYTES: LazyLock<IntGauge> = LazyLock::new(|| {
-    gauge(
-        "restore_sent_bytes",
-        "Bytes the current (or last) restore has sent to Valkey.",
-    )
-});
-pub static RESTORES: LazyLock<IntCounter> =
-    LazyLock::new(|| counter("restores_total", "Restores completed."));
-pub static RESTORE_LAST_DURATION: LazyLock<Gauge> = LazyLock::new(|| {
-    float_gauge(
-        "restore_last_duration_seconds",
-        "How long the last restore took, verification included.",
-    )
-});
-
 // --- upstream ----------------------------------------------------------------------------
 
 pub static UPSTREAM_CONNECTED: LazyLock<IntGauge> = LazyLock::new(|| {
@@ -465,16 +410,7 @@ pub fn register_all() {
     LazyLock::force(&JOURNAL_FAILED);
     LazyLock::force(&DISK_USED);
     LazyLock::force(&WATERMARK_REACHED);
-    LazyLock::force(&CHECKPOINTS);
-    LazyLock::force(&CHECKPOINT_FAILURES);
-    LazyLock::force(&CHECKPOINT_LAST_SUCCESS);
-    LazyLock::force(&CHECKPOINT_LAST_DURATION);
-    LazyLock::force(&CHECKPOINT_LAST_SIZE);
-    LazyLock::force(&RESTORE_IN_PROGRESS);
-    LazyLock::force(&RESTORE_TOTAL_BYTES);
-    LazyLock::force(&RESTORE_SENT_BYTES);
-    LazyLock::force(&RESTORES);
-    LazyLock::force(&RESTORE_LAST_DURATION);
+    recovery::register();
     LazyLock::force(&UPSTREAM_CONNECTED);
     LazyLock::force(&UPSTREAM_ERRORS);
     LazyLock::force(&UPSTREAM_RECONNECTS);

@@ -26,6 +26,7 @@ use super::ack::acknowledge;
 use super::follow::{follow, Covered};
 use super::stream::StreamFramer;
 use crate::checkpoint::attached::{Attached, HistoryStart};
+use crate::checkpoint::rates::LearnedRates;
 use crate::checkpoint::store::Store;
 use crate::config::OnConflict;
 use crate::durability::Durability;
@@ -67,6 +68,8 @@ pub struct LinkConfig {
     pub released: Arc<Notify>,
     /// Told where each attachment's history began, for the checkpointer.
     pub attached: Arc<Attached>,
+    /// Told how fast each restore loaded, for the checkpointer's restore estimate.
+    pub rates: Arc<LearnedRates>,
     pub on_conflict: OnConflict,
     /// How long Valkey may take for each step of a restore.
     pub restore_timeout: Duration,
@@ -305,6 +308,7 @@ async fn synchronize(
                 journal,
                 cfg.restore_timeout,
                 state.verified.take(),
+                &cfg.rates,
             )
             .await
             {

@@ -9,6 +9,14 @@
 //! previous id (`replid2`), so the replica link continues with `PSYNC <id> <end+1>` and a
 //! partial resynchronization: nothing is loaded twice.
 //!
+//! The load is timed in two phases, for the rates a checkpoint plans with
+//! ([`crate::checkpoint::rates`]): Valkey acknowledges nothing while it loads the RDB (it
+//! creates its primary client only once the load is done, and from Valkey 8.0 sends a
+//! `REPLCONF ACK` of the checkpoint's offset at once; older servers at their next
+//! once-a-second replication cron). So the first acknowledgement at or past the checkpoint's
+//! offset ends the RDB phase (at most a second late, which makes that rate look slower,
+//! never faster), and the journal phase is the stream after the offset it acknowledged.
+//!
 //! If anything fails before `REPLICAOF NO ONE`, Valkey stays a replica of a primary that is
 //! gone: it refuses writes and the next attempt starts over (the decision table treats a
 //! replica of walrus's history as one to restore).
@@ -23,10 +31,10 @@ use crate::upstream::Upstream;
 use crate::valkey::task::AbortOnDrop;
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 /// File and stream bytes are sent in pieces of this size.
 const CHUNK_BYTES: usize = 1 << 20;
@@ -47,6 +55,16 @@ pub enum LoadError {
     Protocol(String),
 }
 
+/// How long each phase of a load took.
+#[derive(Debug, Clone, Copy)]
+pub struct Phases {
+    /// From the RDB's first byte sent until Valkey acknowledged the checkpoint's offset.
+    pub rdb: Duration,
+    /// Stream bytes Valkey applied after that acknowledgement, and how long they took.
+    pub journal_bytes: u64,
+    pub journal: Duration,
+}
+
 /// Loads Valkey with `cp` and the journal after it, up to `end` (verified beforehand).
 pub async fn load(
     up: &Upstream,
@@ -56,7 +74,7 @@ pub async fn load(
     end: &ChainEnd,
     timeout: Duration,
     progress: &Progress,
-) -> Result<(), LoadError> {
+) -> Result<Option<Phases>, LoadError> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
     control(up, &["REPLICAOF", "127.0.0.1", &port.to_string()]).await?;
@@ -72,9 +90,11 @@ pub async fn load(
 
     // From here Valkey only sends REPLCONF ACK <offset> [FACK <offset>].
     let (ack_tx, mut acked) = watch::channel(0u64);
-    let reader = tokio::spawn(read_acks(rd, buf, ack_tx));
+    let (loaded_tx, mut loaded) = oneshot::channel();
+    let reader = tokio::spawn(read_acks(rd, buf, ack_tx, (cp.offset, loaded_tx)));
     let _stop_reader = AbortOnDrop(reader);
 
+    let started = Instant::now();
     wr.write_all(
         format!(
             "+FULLRESYNC {} {}\r\n${}\r\n",
@@ -110,8 +130,15 @@ pub async fn load(
             Ok(Ok(())) => {}
         }
     }
+    let done = Instant::now();
     control(up, &["REPLICAOF", "NO", "ONE"]).await?;
-    Ok(())
+    // Sent before the acknowledgement that ended the wait, which is at or past it: always
+    // there, but a timing is no reason to fail a restore.
+    Ok(loaded.try_recv().ok().map(|(offset, at)| Phases {
+        rdb: at - started,
+        journal_bytes: end.offset.saturating_sub(offset),
+        journal: done - at,
+    }))
 }
 
 /// Sends one command on a fresh control connection: none is held open across the restore,
@@ -183,11 +210,17 @@ async fn read_command(
     }
 }
 
+/// Passes Valkey's acknowledged offsets on to `acked`; the first one at or past
+/// `loaded.0` (the checkpoint's offset: the RDB is loaded) also to `loaded.1`, with when it
+/// arrived.
 async fn read_acks(
     mut rd: tokio::net::tcp::OwnedReadHalf,
     mut buf: BytesMut,
     acked: watch::Sender<u64>,
+    loaded: (u64, oneshot::Sender<(u64, Instant)>),
 ) {
+    let (rdb_end, loaded) = loaded;
+    let mut loaded = Some(loaded);
     while let Ok(args) = read_command(&mut rd, &mut buf).await {
         let is_ack = args.len() >= 3
             && args[0].eq_ignore_ascii_case(b"REPLCONF")
@@ -196,6 +229,11 @@ async fn read_acks(
             .then(|| std::str::from_utf8(&args[2]).ok()?.parse::<u64>().ok())
             .flatten()
         {
+            if o >= rdb_end {
+                if let Some(tx) = loaded.take() {
+                    let _ = tx.send((o, Instant::now()));
+                }
+            }
             acked.send_if_modified(|a| {
                 let advanced = o > *a;
                 *a = (*a).max(o);

@@ -205,6 +205,12 @@ impl Valkey {
 pub const TEST_JOURNAL: &str =
     "[journal]\nsegment_size = 1048576\nsegments = 16\nmax_entry_bytes = 8388608\n";
 
+/// The checkpoint trigger every test walrus uses: the suites that write until a checkpoint
+/// are sized for one at half the test ring (8 MiB), the default before checkpoints waited
+/// for the ring's room or the restore budget (0.8 of the ring at the latest now). A test
+/// adds keys of its own to this table with [`WalrusBuilder::checkpoint`].
+pub const TEST_CHECKPOINT: &str = "[checkpoint]\nring_fill_trigger = 0.5\n";
+
 /// A walrus in external mode in front of `upstream`, listening on a free port (which, with
 /// durability on, it does once its journal is attached to Valkey's replication stream).
 pub struct Walrus {
@@ -221,6 +227,7 @@ pub struct Walrus {
 pub struct WalrusBuilder<'a> {
     upstream: Option<&'a str>,
     config: String,
+    checkpoint: String,
     args: Vec<&'a str>,
     data: Option<&'a std::path::Path>,
     env: Vec<(&'a str, &'a str)>,
@@ -237,6 +244,12 @@ impl<'a> WalrusBuilder<'a> {
     /// TOML added to the test journal settings (no `[journal]` table).
     pub fn config(mut self, toml: &str) -> Self {
         self.config.push_str(toml);
+        self
+    }
+
+    /// Keys added to the test's `[checkpoint]` table ([`TEST_CHECKPOINT`]).
+    pub fn checkpoint(mut self, toml: &str) -> Self {
+        self.checkpoint.push_str(toml);
         self
     }
 
@@ -289,6 +302,7 @@ impl<'a> WalrusBuilder<'a> {
         let WalrusBuilder {
             upstream,
             config,
+            checkpoint,
             args: extra,
             data,
             env,
@@ -298,7 +312,7 @@ impl<'a> WalrusBuilder<'a> {
         let data_dir = data
             .map(|d| d.to_path_buf())
             .unwrap_or_else(|| dir.path().join("data"));
-        let mut text = format!("{TEST_JOURNAL}{config}\n");
+        let mut text = format!("{TEST_CHECKPOINT}{checkpoint}\n{TEST_JOURNAL}{config}\n");
         // A `--config FILE` among the flags is merged into the test configuration.
         let mut args: Vec<&str> = Vec::new();
         let mut it = extra.iter();

@@ -1,0 +1,201 @@
+//! The checkpointer's side of [`super::trigger`]: gathers the figures the decision needs
+//! from the journal, the checkpoint store and what it measured, publishes the restore
+//! estimate, and warns once when the budget cannot be met.
+
+use super::rates::LearnedRates;
+use super::store::{Extent, Store};
+use super::trigger::{self, Figures, Policy, Reason};
+use crate::journal::{Durable, Journal};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bytes of Valkey's used memory a checkpoint gets through per second, for the duration of
+/// one before any was taken here: a fork, the dataset serialized by the child and written
+/// and fsynced by walrus. Conservative, as the rates of a restore are: the RDB is usually
+/// smaller than the memory, and a fast box does several times this.
+const CHECKPOINT_BYTES_PER_SECOND: f64 = 50e6;
+/// How often Valkey's used memory is read again while no checkpoint here gave a duration.
+const USED_MEMORY_REFRESH: Duration = Duration::from_secs(10);
+
+pub(super) struct Planner {
+    policy: Policy,
+    rates: Arc<LearnedRates>,
+    write_rate: WriteRate,
+    /// How long the last checkpoint here took.
+    last_duration: Option<f64>,
+    /// Valkey's used memory, as last read.
+    used_memory: Option<u64>,
+    /// When it was last asked for.
+    asked_memory: Option<Instant>,
+    /// The budget cannot be met and the log said so: once, until it can again.
+    warned: bool,
+}
+
+impl Planner {
+    pub(super) fn new(policy: Policy, rates: Arc<LearnedRates>) -> Planner {
+        Planner {
+            policy,
+            rates,
+            write_rate: WriteRate::default(),
+            last_duration: None,
+            used_memory: None,
+            asked_memory: None,
+            warned: false,
+        }
+    }
+
+    /// Whether Valkey's used memory should be read now: only while no checkpoint here
+    /// measured a duration, and not more often than [`USED_MEMORY_REFRESH`].
+    pub(super) fn wants_used_memory(&self, now: Instant) -> bool {
+        self.last_duration.is_none()
+            && self
+                .asked_memory
+                .is_none_or(|t| now.duration_since(t) >= USED_MEMORY_REFRESH)
+    }
+
+    /// Valkey's used memory as read at `now` (`None`: it could not be read).
+    pub(super) fn used_memory(&mut self, now: Instant, bytes: Option<u64>) {
+        self.asked_memory = Some(now);
+        self.used_memory = bytes.or(self.used_memory);
+    }
+
+    /// A checkpoint here took `seconds`: the next one is expected to take as long.
+    pub(super) fn took(&mut self, seconds: f64) {
+        self.last_duration = Some(seconds);
+    }
+
+    /// Whether a checkpoint must start now, and why.
+    pub(super) fn due(&mut self, journal: &Journal, store: &Store, now: Instant) -> Option<Reason> {
+        let f = self.figures(journal, store, now);
+        let estimate = trigger::estimate(&f, &self.policy);
+        crate::metrics::RESTORE_ESTIMATE.set(estimate.seconds());
+        if estimate.floored && !self.warned {
+            tracing::warn!(
+                "checkpoint.max_restore_seconds = {} cannot be met with this dataset: the \
+                 checkpoint's RDB of {} bytes alone takes about {:.3} s to load at {:.1} MB/s, \
+                 and a checkpoint cannot make it smaller; checkpoints keep the journal to a \
+                 quarter of the budget ({:.3} s) instead",
+                self.policy.max_restore_seconds,
+                f.rdb_bytes,
+                estimate.rdb_seconds,
+                f.rates.rdb_load / 1e6,
+                estimate.allowance
+            );
+        }
+        self.warned = estimate.floored;
+        trigger::decide(&f, &self.policy)
+    }
+
+    fn figures(&mut self, journal: &Journal, store: &Store, now: Instant) -> Figures {
+        let status = journal.status();
+        let recorded = store.recorded_extent();
+        let journal_bytes = replayed(recorded, status.durable);
+        let rdb_bytes = recorded.map_or(0, |c| c.size);
+        let checkpoint_seconds = self.last_duration.unwrap_or_else(|| {
+            self.used_memory.unwrap_or(rdb_bytes).max(rdb_bytes) as f64
+                / CHECKPOINT_BYTES_PER_SECOND
+        });
+        Figures {
+            ring_bytes: u64::from(status.segments) * status.segment_bytes,
+            used_bytes: status.used_segments * status.segment_bytes,
+            free_bytes: status.free_bytes,
+            write_rate: self.write_rate.sample(now, status.write_pos),
+            checkpoint_seconds,
+            rdb_bytes,
+            journal_bytes,
+            rates: self.rates.current(),
+        }
+    }
+}
+
+/// The journal a restore from `recorded` replays after its RDB: from the checkpoint's offset
+/// to the durable end, in replication offsets, which run on through the chain's histories
+/// (`crate::restore::chain`), so no file is read. A durable end before the checkpoint's
+/// first entry is another history's offset: nothing of the journal to replay yet.
+fn replayed(recorded: Option<Extent>, durable: Durable) -> u64 {
+    recorded
+        .filter(|c| durable.lsn >= c.from_lsn)
+        .map_or(0, |c| durable.repl_offset.saturating_sub(c.offset))
+}
+
+/// The journal's write rate: an exponentially weighted average of the ring position's
+/// advance, weighted by time, so that samples taken at irregular moments (each durable
+/// advance) count for the time they cover, and a long idle span brings it down.
+#[derive(Debug, Default)]
+pub struct WriteRate {
+    last: Option<(std::time::Instant, u64)>,
+    rate: f64,
+}
+
+/// How long the write rate remembers: long enough to see through the pauses between
+/// bursts, short enough to follow a load that changed within the time of a checkpoint.
+const WRITE_RATE_WINDOW_SECONDS: f64 = 10.0;
+/// Samples closer together than this are folded into the next one: a rate over a few
+/// microseconds is noise.
+const WRITE_RATE_MIN_SAMPLE_SECONDS: f64 = 0.1;
+
+impl WriteRate {
+    /// Takes the ring position `pos` (it only grows) at `now`; returns the rate.
+    pub fn sample(&mut self, now: std::time::Instant, pos: u64) -> f64 {
+        let Some((then, before)) = self.last else {
+            self.last = Some((now, pos));
+            return self.rate;
+        };
+        let dt = now.saturating_duration_since(then).as_secs_f64();
+        if dt < WRITE_RATE_MIN_SAMPLE_SECONDS {
+            return self.rate;
+        }
+        let instant = pos.saturating_sub(before) as f64 / dt;
+        let weight = 1.0 - (-dt / WRITE_RATE_WINDOW_SECONDS).exp();
+        self.rate += weight * (instant - self.rate);
+        self.last = Some((now, pos));
+        self.rate
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MB: u64 = 1_000_000;
+
+    #[test]
+    fn a_restore_replays_the_stream_after_the_checkpoint_of_its_history() {
+        let cp = Extent {
+            size: 10,
+            offset: 1000,
+            from_lsn: 5,
+        };
+        let durable = |lsn, repl_offset| Durable {
+            lsn,
+            repl_offset,
+            failed: false,
+        };
+        assert_eq!(replayed(None, durable(9, 5000)), 0, "no checkpoint");
+        assert_eq!(replayed(Some(cp), durable(9, 5000)), 4000);
+        // Entries before from_lsn are another history's (or covered): their offsets,
+        // larger or smaller, say nothing about this one.
+        assert_eq!(replayed(Some(cp), durable(4, 900_000)), 0);
+        // The RDB was cut after the last durable entry.
+        assert_eq!(replayed(Some(cp), durable(5, 990)), 0);
+    }
+
+    #[test]
+    fn the_write_rate_follows_the_ring_and_decays_when_idle() {
+        let mut w = WriteRate::default();
+        let t0 = Instant::now();
+        assert_eq!(w.sample(t0, 0), 0.0);
+        // 10 MB/s for a minute, six windows: the average gets within 0.5% of it.
+        let mut rate = 0.0;
+        for s in 1..=60 {
+            rate = w.sample(t0 + Duration::from_secs(s), s * 10 * MB);
+        }
+        assert!((rate - 10e6).abs() < 0.05e6, "{rate}");
+        // Samples closer than the minimum change nothing.
+        let close = w.sample(t0 + Duration::from_millis(60_050), 600 * MB + 5);
+        assert_eq!(close, rate);
+        // A minute without writes, seen at the next write: nearly nothing.
+        let idle = w.sample(t0 + Duration::from_secs(120), 600 * MB + 10);
+        assert!(idle < 0.03e6, "{idle}");
+    }
+}

@@ -1,0 +1,66 @@
+//! When walrus takes checkpoints (src/checkpoint/trigger.rs): only when a rule requires
+//! one, and each start counted by its rule. The rules themselves, with their figures, are
+//! unit tests there; here a real walrus shows that the restore budget, not the ring's fill,
+//! starts them when the budget is what runs out first.
+mod common;
+use common::*;
+
+/// The value of the sample `key` (`name{labels}` as Prometheus prints it) on `/metrics`.
+fn sample(metrics: &str, key: &str) -> f64 {
+    let (code, body) = http_get(metrics, "/metrics");
+    assert_eq!(code, 200);
+    body.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no sample {key} in:\n{body}"))
+}
+
+/// A budget of 10 ms leaves the journal about 200 KB at the default replay rate: half a
+/// megabyte of writes, 3% of the test ring, far below its fill trigger, starts a checkpoint
+/// for the budget.
+#[test]
+fn a_small_restore_budget_checkpoints_long_before_the_ring_fills() {
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let w = Walrus::build()
+        .checkpoint("max_restore_seconds = 0.01\n")
+        .args(&["--metrics-listen", &metrics])
+        .start();
+    let started = |reason: &str| {
+        sample(
+            &metrics,
+            &format!("walrus_checkpoint_started_total{{reason=\"{reason}\"}}"),
+        )
+    };
+    assert_eq!(started("restore_budget"), 0.0, "nothing written yet");
+
+    let mut c = Raw::connect(&w.addr);
+    let value = "v".repeat(8 << 10);
+    let mut batch = Vec::new();
+    for i in 0..64 {
+        batch.extend_from_slice(&walrus::resp::write::command([
+            "SET",
+            &format!("k{i}"),
+            &value,
+        ]));
+    }
+    c.send_raw(&batch);
+    for _ in 0..64 {
+        assert_eq!(c.read_frame(), b"+OK\r\n");
+    }
+
+    let line = w
+        .proc
+        .wait_line("checkpoint started: restore_budget", START_TIMEOUT);
+    assert!(
+        line.contains("checkpoint.max_restore_seconds = 0.01"),
+        "the log gives the figures: {line}"
+    );
+    w.proc.wait_line("checkpoint taken", START_TIMEOUT);
+    assert!(started("restore_budget") >= 1.0);
+    assert_eq!(started("ring_fill"), 0.0);
+    assert_eq!(started("ring_room"), 0.0);
+    let fill = sample(&metrics, "walrus_journal_ring_fill_ratio");
+    assert!(fill < 0.5, "the ring is {fill} full");
+    assert!(sample(&metrics, "walrus_checkpoint_written_bytes_total") > 0.0);
+    // The data is all there after those checkpoints.
+    assert_eq!(c.cmd(&["STRLEN", "k63"]), b":8192\r\n");
+}
