@@ -655,8 +655,8 @@ COMPARE_WORKLOADS = [
     ("GET 1 KiB, 50 clients", "redis-benchmark", ["-c", "50", "-r", str(PRELOAD_KEYS), "GET", "data:__rand_int__"], 200000),
     ("GET 1 KiB, 50 clients, -P 16", "redis-benchmark",
      ["-c", "50", "-P", "16", "-r", str(PRELOAD_KEYS), "GET", "data:__rand_int__"], 800000),
-    (GET_ALONE, "loadgen-timed", GET_READERS, 10),
-    (GET_BESIDE, "pair", (GET_READERS, SET_WRITERS), 10),
+    (GET_ALONE, "loadgen-timed", GET_READERS, 6),
+    (GET_BESIDE, "pair", (GET_READERS, SET_WRITERS), 6),
 ]
 NO_PERSISTENCE, EVERYSEC, ALWAYS = "Valkey, no persistence", "Valkey appendfsync everysec", "Valkey appendfsync always"
 WALRUS, WALRUS_SYNC, WALRUS_OFF = ("walrus durable (io_uring, O_DIRECT)", "walrus durable (sync backend)",
