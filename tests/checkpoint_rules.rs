@@ -64,3 +64,37 @@ fn a_small_restore_budget_checkpoints_long_before_the_ring_fills() {
     // The data is all there after those checkpoints.
     assert_eq!(c.cmd(&["STRLEN", "k63"]), b":8192\r\n");
 }
+
+/// Found by review: with the latest trigger at 13 of the test ring's 16 segments, a value
+/// larger than the room left below it met a full ring; no rule started a checkpoint, and
+/// the replica link waited for a release that never came (every write after it stalled).
+/// An append refused for room now starts one (`ring_full`).
+#[test]
+fn a_value_larger_than_the_room_below_the_trigger_is_journaled_not_stalled() {
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let w = Walrus::build()
+        .checkpoint("ring_fill_trigger = 0.8\n")
+        .args(&["--metrics-listen", &metrics])
+        .start();
+    let mut c = Raw::connect(&w.addr);
+    let small = "v".repeat(256 << 10);
+    let mut i = 0;
+    while sample(&metrics, "walrus_journal_ring_fill_ratio") < 10.0 / 16.0 {
+        assert_eq!(c.cmd(&["SET", &format!("k{i}"), &small]), b"+OK\r\n");
+        i += 1;
+    }
+    let fill = sample(&metrics, "walrus_journal_ring_fill_ratio");
+    assert!(fill < 13.0 / 16.0, "the ring reached its trigger: {fill}");
+    // At 10 to 12 of 16 segments in use, at most 6 MiB is free: 7 MiB meets a full ring.
+    let big = "b".repeat(7 << 20);
+    assert_eq!(c.cmd(&["SET", "big", &big]), b"+OK\r\n");
+    w.proc
+        .wait_line("checkpoint started: ring_full", START_TIMEOUT);
+    assert!(
+        sample(
+            &metrics,
+            "walrus_checkpoint_started_total{reason=\"ring_full\"}"
+        ) >= 1.0
+    );
+    assert_eq!(c.cmd(&["STRLEN", "big"]), b":7340032\r\n");
+}

@@ -155,6 +155,12 @@ async fn ring_full_then_release_recycles() {
         lsn > 60,
         "a 256 KiB ring holds more than 60 entries of 3 KiB, got {lsn}"
     );
+    // The refusal is remembered and announced, for the checkpointer to make room whatever
+    // the ring's fill (a large entry meets a full ring below any fill trigger).
+    assert!(j.status().room_wanted);
+    tokio::time::timeout(std::time::Duration::from_secs(10), j.room_wanted())
+        .await
+        .expect("an append refused for room was not announced");
     // Releasing beyond the durable point is refused.
     assert!(j.release_through(lsn + 1).await.is_err());
     let cp = j.release_through(lsn / 2).await.unwrap();
@@ -172,6 +178,10 @@ async fn ring_full_then_release_recycles() {
             .unwrap();
         lsn = t.lsn();
         t.wait().await.unwrap();
+        assert!(
+            !j.status().room_wanted,
+            "an append that fit left the flag set"
+        );
     }
     let j = Arc::into_inner(j).unwrap();
     j.close().unwrap();

@@ -306,6 +306,44 @@ fn previous_lap_entries_after_the_end_are_never_replayed() {
     assert_eq!(r.end.last_lsn(), lsn);
 }
 
+/// After a crash: recovery ends at a clean end (never reports corruption), keeps every
+/// durable entry, and replays exactly a prefix of what was appended.
+fn recovers_a_prefix(
+    log: &MemLog,
+    durable: u64,
+    appended: &[(u64, u64, Vec<u8>)],
+) -> Result<(), TestCaseError> {
+    let r = log.scan(LOOKAHEAD);
+    prop_assert!(
+        matches!(r.tail, Tail::End { .. }),
+        "crash reported as corruption: {:?}",
+        r.tail
+    );
+    let last = r.end.last_lsn();
+    prop_assert!(
+        last >= durable,
+        "lost durable entries: recovered {} < durable {}",
+        last,
+        durable
+    );
+    prop_assert!(last <= appended.len() as u64);
+    let ring = MemRing {
+        segments: log.ring.segments.clone(),
+    };
+    let sc = Scanner::new(ring, log.geo, log.start, log.limits(0));
+    let got: Vec<_> =
+        walrus::journal::reader::EntryIter::new(sc, walrus::journal::ReplayFrom::Lsn(1), u64::MAX)
+            .map(|e| e.unwrap())
+            .collect();
+    prop_assert_eq!(got.len() as u64, last);
+    for (e, (lsn, off, p)) in got.iter().zip(appended.iter()) {
+        prop_assert_eq!(e.lsn, *lsn);
+        prop_assert_eq!(e.repl_offset_end, *off);
+        prop_assert_eq!(&e.payload[..], &p[..]);
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
 
@@ -360,20 +398,65 @@ proptest! {
                 }
             }
         }
-        let r = log.scan(LOOKAHEAD);
-        prop_assert!(matches!(r.tail, Tail::End { .. }), "crash reported as corruption: {:?}", r.tail);
-        let last = r.end.last_lsn();
-        prop_assert!(last >= durable, "lost durable entries: recovered {} < durable {}", last, durable);
-        let ring = MemRing { segments: log.ring.segments.clone() };
-        let sc = Scanner::new(ring, log.geo, log.start, log.limits(0));
-        let got: Vec<_> = walrus::journal::reader::EntryIter::new(sc, walrus::journal::ReplayFrom::Lsn(1), u64::MAX)
-            .map(|e| e.unwrap()).collect();
-        prop_assert_eq!(got.len() as u64, last);
-        for (e, (lsn, off, p)) in got.iter().zip(appended.iter()) {
-            prop_assert_eq!(e.lsn, *lsn);
-            prop_assert_eq!(e.repl_offset_end, *off);
-            prop_assert_eq!(&e.payload[..], &p[..]);
+        recovers_a_prefix(&log, durable, &appended)?;
+    }
+
+    /// As above, with writes completing in any order (the newest first frees its block for
+    /// a continuation while older ones are still in flight); the durable position is the
+    /// contiguous prefix of completed writes, as the writer publishes it.
+    #[test]
+    fn crash_with_group_commits_completing_out_of_order(
+        sizes in prop::collection::vec(0usize..3000, 1..80),
+        take_mask in any::<u64>(),
+        land_mask in any::<u64>(),
+        pick in prop::collection::vec(any::<prop::sample::Index>(), 80),
+        applied_mask in any::<u16>(),
+        tear_mask in any::<u64>(),
+    ) {
+        use walrus::journal::sim::{PendingWrite, Sector};
+        let mut log = MemLog::new(geo(6), 8192);
+        let mut off = 0u64;
+        let mut appended = Vec::new();
+        // In submission order, each with whether it landed.
+        let mut flight: Vec<(PendingWrite, bool)> = Vec::new();
+        for (i, &len) in sizes.iter().enumerate() {
+            off += len as u64;
+            let p = payload(i as u64 + 1, len);
+            let Some(lsn) = log.append(off, &p) else { break };
+            appended.push((lsn, off, p));
+            if take_mask >> (i % 64) & 1 == 1 {
+                flight.extend(log.take_writes().into_iter().map(|w| (w, false)));
+            }
+            if land_mask >> (i % 64) & 1 == 1 {
+                let open: Vec<usize> = (0..flight.len()).filter(|&k| !flight[k].1).collect();
+                if !open.is_empty() {
+                    let k = open[pick[i].index(open.len())];
+                    log.landed(&flight[k].0);
+                    flight[k].1 = true;
+                    while flight.first().is_some_and(|w| w.1) {
+                        let (w, _) = flight.remove(0);
+                        if let Some((lsn, _)) = w.last_complete {
+                            log.set_durable(lsn);
+                        }
+                    }
+                }
+            }
         }
+        flight.extend(log.take_writes().into_iter().map(|w| (w, false)));
+        let durable = log.durable_lsn;
+        let mut first = true;
+        for (k, (w, landed)) in flight.iter().enumerate() {
+            if *landed {
+                continue;
+            }
+            if first {
+                first = false;
+                log.apply_sectors(w, |s| if tear_mask >> (s % 64) & 1 == 1 { Sector::New } else { Sector::Old });
+            } else if applied_mask >> (k % 16) & 1 == 1 {
+                log.apply(w);
+            }
+        }
+        recovers_a_prefix(&log, durable, &appended)?;
     }
 
     /// Crash with a random set of in-flight writes applied, some torn: recovery returns a
@@ -422,22 +505,7 @@ proptest! {
                 }
             }
         }
-        let r = log.scan(LOOKAHEAD);
-        prop_assert!(matches!(r.tail, Tail::End { .. }), "crash reported as corruption: {:?}", r.tail);
-        let last = r.end.last_lsn();
-        prop_assert!(last >= durable, "lost durable entries: recovered {} < durable {}", last, durable);
-        prop_assert!(last <= appended.len() as u64);
-        // Replay equals exactly the appended prefix.
-        let ring = MemRing { segments: log.ring.segments.clone() };
-        let sc = Scanner::new(ring, log.geo, log.start, log.limits(0));
-        let got: Vec<_> = walrus::journal::reader::EntryIter::new(sc, walrus::journal::ReplayFrom::Lsn(1), u64::MAX)
-            .map(|e| e.unwrap()).collect();
-        prop_assert_eq!(got.len() as u64, last);
-        for (e, (lsn, off, p)) in got.iter().zip(appended.iter()) {
-            prop_assert_eq!(e.lsn, *lsn);
-            prop_assert_eq!(e.repl_offset_end, *off);
-            prop_assert_eq!(&e.payload[..], &p[..]);
-        }
+        recovers_a_prefix(&log, durable, &appended)?;
     }
 }
 

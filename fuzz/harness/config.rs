@@ -38,10 +38,14 @@ pub fn check(c: &Config) {
     );
     assert!(high <= c.disk.high_watermark && low <= c.disk.low_watermark);
     let trigger = c.ring_fill_trigger();
+    let (at, refuse) = (c.ring_segments_at(trigger), c.ring_segments_at(high));
     assert!(
-        0.0 < trigger && trigger < c.disk.low_watermark,
-        "checkpoint trigger {trigger} for {:?}",
-        c.disk
+        0.0 < trigger
+            && trigger < high
+            && (c.journal.segments <= 3 || (2..refuse).contains(&at)),
+        "checkpoint trigger {trigger} (at {at} segments, refused at {refuse}) for {:?} and {} segments",
+        c.disk,
+        c.journal.segments
     );
     assert!(
         c.ring_headroom_bytes() > 0,

@@ -131,6 +131,8 @@ pub async fn run(
             Some(reason) => (reason, requests.try_recv().ok()),
             None => tokio::select! {
                 r = durable.changed() => if r.is_err() { return } else { continue },
+                // The link waits for room: `due` sees it next time round.
+                _ = journal.room_wanted() => continue,
                 r = requests.recv() => match r {
                     Some(tx) => (trigger::Reason::Request, Some(tx)),
                     None => std::future::pending().await,

@@ -5,17 +5,24 @@
 //! much as possible without infringing the SLA for recovery time and without reaching the
 //! disk space limit"). The rules, in order:
 //!
-//! 1. **ring_fill**: the ring's segments in use reached `checkpoint.ring_fill_trigger`, the
+//! 1. **ring_full**: an append was refused because the ring is full. Only a checkpoint makes
+//!    room, and a large entry (a value of hundreds of MB) can meet a full ring well below the
+//!    fill trigger; without this rule the replica link would wait for a release no other
+//!    rule starts.
+//! 2. **ring_fill**: the ring's segments in use reached `checkpoint.ring_fill_trigger`, the
 //!    latest point, whatever the estimates say.
-//! 2. **ring_room**: the ring's free room is below what the journal will need while the next
+//! 3. **ring_room**: the ring's free room is below what the journal will need while the next
 //!    checkpoint runs, twice over: `2 × write rate × expected checkpoint duration`. A
 //!    checkpoint releases only what was durable when it started, so the writes made while it
 //!    runs must fit the room left.
-//! 3. **restore_budget**: a restore now would take `rdb_bytes / rdb_load_rate +
+//! 4. **restore_budget**: a restore now would take `rdb_bytes / rdb_load_rate +
 //!    journal_bytes / journal_replay_rate`; a checkpoint starts when the journal part exceeds
 //!    what the budget leaves after the RDB part. A checkpoint cannot shrink the RDB part: when
 //!    the RDB alone takes more than three quarters of the budget, the journal still gets a
-//!    quarter of it, rather than checkpointing constantly for nothing.
+//!    quarter of it, rather than checkpointing constantly for nothing. Nor can it shrink the
+//!    journal below what is written while it runs: when that alone exceeds the allowance,
+//!    the rule stands aside (the ring's rules still apply) rather than run checkpoints back
+//!    to back.
 //!
 //! [`decide`] is the whole decision, a pure function of [`Figures`] and [`Policy`].
 
@@ -54,6 +61,8 @@ pub struct Figures {
     /// The journal a restore from it would replay.
     pub journal_bytes: u64,
     pub rates: Rates,
+    /// The last append was refused because the ring is full.
+    pub room_wanted: bool,
 }
 
 /// What a restore would take now, and what the budget allows the journal.
@@ -65,9 +74,17 @@ pub struct Estimate {
     pub allowance: f64,
     /// The RDB leaves less than the floor: the budget cannot be met with this dataset.
     pub floored: bool,
+    /// The journal written while one checkpoint runs, in seconds of replay: what even a
+    /// checkpoint just taken leaves.
+    pub during_checkpoint_seconds: f64,
 }
 
 impl Estimate {
+    /// Whether a checkpoint now would bring the journal within its allowance.
+    pub fn checkpoint_helps(&self) -> bool {
+        self.during_checkpoint_seconds < self.allowance
+    }
+
     pub fn seconds(&self) -> f64 {
         self.rdb_seconds + self.journal_seconds
     }
@@ -76,6 +93,8 @@ impl Estimate {
 /// Why a checkpoint starts, with the figures that decided it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Reason {
+    /// An append was refused because the ring is full.
+    RingFull,
     RingFill {
         fill: f64,
         trigger: f64,
@@ -100,6 +119,7 @@ impl Reason {
     pub fn kind(&self) -> crate::metrics::CheckpointStart {
         use crate::metrics::CheckpointStart as S;
         match self {
+            Reason::RingFull => S::RingFull,
             Reason::RingFill { .. } => S::RingFill,
             Reason::RingRoom { .. } => S::RingRoom,
             Reason::RestoreBudget { .. } => S::RestoreBudget,
@@ -111,6 +131,10 @@ impl Reason {
 impl std::fmt::Display for Reason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match *self {
+            Reason::RingFull => write!(
+                f,
+                "ring_full: the journal refused an entry for want of room in the ring"
+            ),
             Reason::RingFill { fill, trigger } => write!(
                 f,
                 "ring_fill: {:.0}% of the ring's segments in use, checkpoint.ring_fill_trigger is {:.0}%",
@@ -159,11 +183,15 @@ pub fn estimate(f: &Figures, p: &Policy) -> Estimate {
         journal_seconds,
         allowance: left.max(floor),
         floored: left < floor,
+        during_checkpoint_seconds: f.write_rate * f.checkpoint_seconds / f.rates.journal_replay,
     }
 }
 
 /// Whether a checkpoint must start now, and why.
 pub fn decide(f: &Figures, p: &Policy) -> Option<Reason> {
+    if f.room_wanted {
+        return Some(Reason::RingFull);
+    }
     let fill = f.used_bytes as f64 / f.ring_bytes.max(1) as f64;
     if fill >= p.ring_fill_trigger {
         return Some(Reason::RingFill {
@@ -181,7 +209,8 @@ pub fn decide(f: &Figures, p: &Policy) -> Option<Reason> {
         });
     }
     let estimate = estimate(f, p);
-    (estimate.journal_seconds > estimate.allowance).then_some(Reason::RestoreBudget {
+    let due = estimate.journal_seconds > estimate.allowance && estimate.checkpoint_helps();
+    due.then_some(Reason::RestoreBudget {
         estimate,
         rdb_bytes: f.rdb_bytes,
         journal_bytes: f.journal_bytes,
@@ -208,6 +237,7 @@ mod tests {
                 rdb_bytes: 100 * MB,
                 journal_bytes: 100 * MB,
                 rates: Rates::default(),
+                room_wanted: false,
             },
             Policy {
                 ring_fill_trigger: 0.8,
@@ -320,5 +350,38 @@ mod tests {
             decide(&f, &p).unwrap().kind(),
             crate::metrics::CheckpointStart::RestoreBudget
         );
+    }
+
+    /// Found by review: a value larger than the room left below the fill trigger met a
+    /// full ring, and no rule started the checkpoint the replica link waited for.
+    #[test]
+    fn an_append_refused_for_room_starts_a_checkpoint_below_the_fill_trigger() {
+        let (mut f, p) = quiet();
+        f.used_bytes = 750 * MB;
+        f.free_bytes = 250 * MB;
+        assert_eq!(decide(&f, &p), None);
+        f.room_wanted = true;
+        assert_eq!(decide(&f, &p), Some(Reason::RingFull));
+    }
+
+    /// Found by review: when what one checkpoint's own duration writes exceeds the journal's
+    /// allowance, checkpointing cannot meet the budget, and the rule would run them back to
+    /// back.
+    #[test]
+    fn a_budget_no_checkpoint_can_meet_does_not_start_them_back_to_back() {
+        let (mut f, p) = quiet();
+        f.ring_bytes = 4000 * MB;
+        f.used_bytes = 500 * MB;
+        f.free_bytes = 3500 * MB;
+        f.rdb_bytes = 10_000 * MB; // 200 s: floored, the journal gets 15 s, 300 MB
+        f.checkpoint_seconds = 100.0;
+        f.write_rate = 5e6; // 500 MB written during one checkpoint: 25 s of replay
+        f.journal_bytes = 500 * MB;
+        let e = estimate(&f, &p);
+        assert!(e.floored && !e.checkpoint_helps(), "{e:?}");
+        assert_eq!(decide(&f, &p), None);
+        // At 1 MB/s one checkpoint leaves 100 MB (5 s): it helps, and the rule fires.
+        f.write_rate = 1e6;
+        assert!(matches!(decide(&f, &p), Some(Reason::RestoreBudget { .. })));
     }
 }

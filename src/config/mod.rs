@@ -397,13 +397,27 @@ impl Config {
     }
 
     /// `checkpoint.ring_fill_trigger`, or unset [`RING_FILL_MARGIN`] below the ring's own low
-    /// mark (0.8 with the default marks), and never below half of it: the latest point
-    /// follows the marks it must stay under.
+    /// mark (0.8 with the default marks: 13 of 16 segments), counted in whole segments as the
+    /// ring's figure moves: at least 2 (one is always in use, and a trigger there would
+    /// checkpoint an idle ring without end), and at least one segment below where the ring
+    /// refuses writes ([`Config::ring_segments_at`]), so that a checkpoint that fails once
+    /// still has a segment of room. The value sits half a segment below its count, clear of
+    /// rounding. A ring of 3 segments has room for neither: it checkpoints at 2.
     pub fn ring_fill_trigger(&self) -> f64 {
         self.checkpoint.ring_fill_trigger.unwrap_or_else(|| {
-            let low = self.ring_watermarks().1;
-            (low - RING_FILL_MARGIN).max(low / 2.0)
+            let (high, low) = self.ring_watermarks();
+            let want = self.ring_segments_at(low - RING_FILL_MARGIN);
+            let at = want.min(self.ring_segments_at(high) - 1).max(2);
+            (f64::from(at) - 0.5) / f64::from(self.journal.segments.max(1))
         })
+    }
+
+    /// How many of the ring's segments are in use when its fill first reaches `fraction`
+    /// (the figure is segments in use over segments, so it moves a segment at a time).
+    pub fn ring_segments_at(&self, fraction: f64) -> u32 {
+        let n = f64::from(self.journal.segments.max(1));
+        // A fraction computed as k/n may land a hair above k/n: not a segment more.
+        (fraction * n - 1e-9).ceil().max(0.0) as u32
     }
 
     /// The part of the ring above its high mark ([`Config::ring_watermarks`]).
@@ -417,8 +431,12 @@ impl Config {
     /// full ring; and its low mark half a step below that, so that it is ever reached:
     /// `disk.high_watermark` and `disk.low_watermark`, lowered for a ring of few segments.
     pub fn ring_watermarks(&self) -> (f64, f64) {
-        let step = 1.0 / f64::from(self.journal.segments.max(1));
-        let high = self.disk.high_watermark.min(1.0 - step);
+        let n = f64::from(self.journal.segments.max(1));
+        let step = 1.0 / n;
+        // (n - 1) / n, computed as the ring's figure is (segments in use / segments): as
+        // 1 - 1/n it can round above the figure at n - 1 segments (3 segments: 0.66..67
+        // against 0.66..63), and the mark then came only with the ring full.
+        let high = self.disk.high_watermark.min((n - 1.0) / n);
         (high, self.disk.low_watermark.min(high - step / 2.0))
     }
 

@@ -117,31 +117,26 @@ fn watermarks_and_the_checkpoint_trigger_must_be_ordered() {
     );
 }
 
-/// Unset, the checkpoint trigger follows the ring's low mark, so that lowering the marks
-/// (or a ring of few segments, which gets marks of its own) needs no other setting.
+/// Unset, the checkpoint trigger follows the ring's low mark, in whole segments, so that
+/// lowering the marks (or a ring of few segments, which gets marks of its own) needs no
+/// other setting.
 #[test]
 fn the_ring_fill_trigger_follows_the_marks_unless_set() {
+    let at = |c: &Config| c.ring_segments_at(c.ring_fill_trigger());
     let mut c = Config::default();
-    assert!(
-        (c.ring_fill_trigger() - 0.80).abs() < 1e-9,
-        "{}",
-        c.ring_fill_trigger()
-    );
+    assert_eq!(at(&c), 13, "0.8 of 16 segments: {}", c.ring_fill_trigger());
     c.disk.low_watermark = 0.6;
     c.validate().unwrap();
-    assert!((c.ring_fill_trigger() - 0.55).abs() < 1e-9);
+    assert_eq!(at(&c), 9, "0.55 of 16");
     c.disk.low_watermark = 0.06;
     c.validate().unwrap();
-    assert!(
-        (c.ring_fill_trigger() - 0.03).abs() < 1e-9,
-        "half the mark at least"
-    );
+    assert_eq!(at(&c), 2, "2 segments at least");
     let mut c = Config::default();
     c.journal.segments = 3;
     c.journal.max_entry_bytes = None;
     c.validate().unwrap();
     // The ring's own low mark is 0.5: a checkpoint at 2 of 3 segments, not a full ring.
-    assert!((c.ring_fill_trigger() - 0.45).abs() < 1e-9);
+    assert_eq!(at(&c), 2);
     c.checkpoint.ring_fill_trigger = Some(0.3);
     assert_eq!(c.ring_fill_trigger(), 0.3);
 }
@@ -160,4 +155,54 @@ fn a_restore_budget_must_be_some_seconds() {
     let c = Config::parse("[checkpoint]\nmax_restore_seconds = 0.5\n").unwrap();
     c.validate().unwrap();
     assert_eq!(c.checkpoint.max_restore_seconds, 0.5);
+}
+
+/// Found by review: on rings of 4 to 9 segments the default trigger came at the segment
+/// where the ring refuses writes, so the first failed checkpoint refused them; and an
+/// explicit trigger past the ring's own high mark, or at one segment (always in use), was
+/// accepted.
+#[test]
+fn the_checkpoint_trigger_fires_at_two_segments_or_more_before_the_ring_refuses_writes() {
+    for n in 4..=64u32 {
+        let mut c = Config::default();
+        c.journal.segments = n;
+        c.journal.max_entry_bytes = None;
+        c.validate().unwrap();
+        let (high, _) = c.ring_watermarks();
+        let (at, refuse) = (
+            c.ring_segments_at(c.ring_fill_trigger()),
+            c.ring_segments_at(high),
+        );
+        assert!(
+            at >= 2 && at < refuse,
+            "{n} segments: fires at {at}, refuses at {refuse}"
+        );
+    }
+    let mut c = Config::default();
+    assert_eq!(c.ring_segments_at(c.ring_fill_trigger()), 13, "16 segments");
+    for bad in [0.05, 0.84] {
+        c.journal.segments = 6;
+        c.journal.max_entry_bytes = None;
+        c.checkpoint.ring_fill_trigger = Some(bad);
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("invalid checkpoint trigger"), "{bad}: {err}");
+    }
+}
+
+/// Found by review: on 3 segments the ring's high mark, computed as 1 - 1/3, rounded above
+/// the figure at 2 of 3 segments in use (2/3), so it was reached only with the ring full.
+#[test]
+fn the_rings_high_mark_is_reached_one_segment_before_it_is_full() {
+    for n in 3..=64u32 {
+        let mut c = Config::default();
+        c.journal.segments = n;
+        c.disk.high_watermark = 0.999;
+        c.disk.low_watermark = 0.99;
+        let (high, _) = c.ring_watermarks();
+        let figure = f64::from(n - 1) / f64::from(n);
+        assert!(
+            figure >= high,
+            "{n} segments: {figure} below the high mark {high}"
+        );
+    }
 }

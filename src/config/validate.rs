@@ -120,6 +120,22 @@ impl Config {
                 self.journal.segments
             ));
         }
+        // In whole segments (see `ring_fill_trigger`): a trigger below 2 checkpoints an idle
+        // ring without end, and one at or past the segment where the ring refuses writes
+        // leaves a failed checkpoint no room. A ring of 3 segments cannot have both.
+        let trigger = self.ring_fill_trigger();
+        let (at, refuse) = (
+            self.ring_segments_at(trigger),
+            self.ring_segments_at(ring_high),
+        );
+        if self.journal.segments > crate::journal::config::MIN_SEGMENTS
+            && !(2..refuse).contains(&at)
+        {
+            return Err(format!(
+                "invalid checkpoint trigger for journal.segments = {}: checkpoint.ring_fill_trigger {trigger:.4} starts checkpoints at {at} segments in use, and the ring refuses writes at {refuse} (its high mark, {ring_high:.4}); the trigger must come at 2 segments or more and before the high mark: leave it unset, change it, raise the marks or use more segments",
+                self.journal.segments
+            ));
+        }
         Ok(())
     }
 }

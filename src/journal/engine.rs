@@ -108,6 +108,8 @@ pub struct JournalStatus {
     /// Writes submitted since open, and those done as a direct blocking call (queue depth 1).
     pub writes_total: u64,
     pub writes_inline: u64,
+    /// The last append was refused because the ring is full.
+    pub room_wanted: bool,
 }
 
 /// A journal open for writing.
@@ -132,12 +134,15 @@ impl Journal {
     /// Busy (every write buffer is queued), EntryTooLarge, Failed or Closed.
     pub fn try_append(&self, entry: &Entry) -> Result<Ticket, JournalError> {
         let hint = self.shared.durable_lsn.load(Ordering::Acquire);
-        let placed = self.shared.lock().append(
-            &entry.repl_id,
-            entry.repl_offset_end,
-            &entry.payload,
-            hint,
-        )?;
+        let placed =
+            self.shared
+                .lock()
+                .append(&entry.repl_id, entry.repl_offset_end, &entry.payload, hint);
+        let full = matches!(placed, Err(JournalError::RingFull { .. }));
+        if self.shared.room_wanted.swap(full, Ordering::AcqRel) != full && full {
+            self.shared.room_wanted_notify.notify_one();
+        }
+        let placed = placed?;
         self.shared.wake_writer.notify_one();
         Ok(Ticket {
             lsn: placed.lsn,
@@ -184,6 +189,12 @@ impl Journal {
             .collect()
     }
 
+    /// Resolves once an append is refused because the ring is full (or was, since the last
+    /// call): a checkpoint must make room, whatever the ring's fill.
+    pub async fn room_wanted(&self) {
+        self.shared.room_wanted_notify.notified().await
+    }
+
     /// The durable position; changes as writes complete.
     pub fn durable(&self) -> watch::Receiver<Durable> {
         self.shared.durable_tx.subscribe()
@@ -206,6 +217,7 @@ impl Journal {
                 .saturating_sub(b.write_pos()),
             writes_total: self.shared.writes_total.load(Ordering::Relaxed),
             writes_inline: self.shared.writes_inline.load(Ordering::Relaxed),
+            room_wanted: self.shared.room_wanted.load(Ordering::Acquire),
         }
     }
 

@@ -320,6 +320,8 @@ impl Journal {
             durable_lsn: AtomicU64::new(durable.lsn),
             writes_total: AtomicU64::new(0),
             writes_inline: AtomicU64::new(0),
+            room_wanted: std::sync::atomic::AtomicBool::new(false),
+            room_wanted_notify: Notify::new(),
         });
         let (backend, thread) = start_writer(dir, geo, cfg, shared.clone())?;
         tracing::info!(

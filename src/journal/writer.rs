@@ -54,6 +54,12 @@ pub struct WriterState {
     /// Writes submitted, and those done as a direct blocking call at queue depth 1.
     pub writes_total: AtomicU64,
     pub writes_inline: AtomicU64,
+    /// The last append was refused because the ring is full (cleared by the next one that
+    /// fits): only a release makes room, so whoever releases must know, whatever the ring's
+    /// fill says (a large entry can meet a full ring well below any fill trigger).
+    pub room_wanted: std::sync::atomic::AtomicBool,
+    /// Notified when an append is refused for room (one permit: one releaser listens).
+    pub room_wanted_notify: Notify,
 }
 
 impl WriterState {

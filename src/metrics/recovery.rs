@@ -51,6 +51,7 @@ static CHECKPOINT_STARTED_VEC: LazyLock<IntCounterVec> = LazyLock::new(|| {
 /// The rule that started a checkpoint ([`crate::checkpoint`]'s trigger).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CheckpointStart {
+    RingFull,
     RingRoom,
     RingFill,
     RestoreBudget,
@@ -58,7 +59,8 @@ pub enum CheckpointStart {
 }
 
 impl CheckpointStart {
-    const ALL: [CheckpointStart; 4] = [
+    const ALL: [CheckpointStart; 5] = [
+        CheckpointStart::RingFull,
         CheckpointStart::RingRoom,
         CheckpointStart::RingFill,
         CheckpointStart::RestoreBudget,
@@ -67,6 +69,7 @@ impl CheckpointStart {
 
     pub fn label(self) -> &'static str {
         match self {
+            CheckpointStart::RingFull => "ring_full",
             CheckpointStart::RingRoom => "ring_room",
             CheckpointStart::RingFill => "ring_fill",
             CheckpointStart::RestoreBudget => "restore_budget",

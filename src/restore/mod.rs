@@ -263,7 +263,7 @@ pub async fn run(
     };
     crate::metrics::RESTORE_IN_PROGRESS.set(0);
     if let Some(p) = result? {
-        learn(rates, cp.size, &p);
+        learn(rates, cp.size, &p, acks_when_loaded(&version));
     }
     let secs = started.elapsed().as_secs_f64();
     crate::metrics::RESTORES.inc();
@@ -282,13 +282,24 @@ pub async fn run(
     Ok((position, holding))
 }
 
+/// Whether the server sends a `REPLCONF ACK` right after loading its primary's RDB, which
+/// ends the RDB phase of a restore: Valkey from 8.0 (`replicationSendAck` at the end of the
+/// load became unconditional then).
+fn acks_when_loaded(v: &ServerVersion) -> bool {
+    v.valkey && v.major >= 8
+}
+
 /// Records a load's phases as restore rates. Only the load is timed, not the verification
 /// before it (a checksummed read of the same bytes on two threads, at start-up outside this
 /// function: 0.69 s of a 6.83 s restart of 1 GB here, README "Restore"), so an estimate
 /// from learned rates leaves out about a tenth of a restart; the slowest of the recent
 /// restores counts, which covers some of it.
-fn learn(rates: &LearnedRates, rdb_bytes: u64, p: &primary::Phases) {
-    let rdb = rates.learn_rdb(rdb_bytes, p.rdb.as_secs_f64());
+///
+/// `rdb_timed`: the server acknowledges as soon as its RDB is loaded ([`acks_when_loaded`]);
+/// an older one only at its next once-a-second cron, which for a small RDB would teach a
+/// rate many times too slow, kept for the process's life as the slowest.
+fn learn(rates: &LearnedRates, rdb_bytes: u64, p: &primary::Phases, rdb_timed: bool) {
+    let rdb = rdb_timed && rates.learn_rdb(rdb_bytes, p.rdb.as_secs_f64());
     let journal = rates.learn_journal(p.journal_bytes, p.journal.as_secs_f64());
     tracing::info!(
         rdb_seconds = format!("{:.3}", p.rdb.as_secs_f64()),

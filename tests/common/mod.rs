@@ -208,7 +208,8 @@ pub const TEST_JOURNAL: &str =
 /// The checkpoint trigger every test walrus uses: the suites that write until a checkpoint
 /// are sized for one at half the test ring (8 MiB), the default before checkpoints waited
 /// for the ring's room or the restore budget (0.8 of the ring at the latest now). A test
-/// adds keys of its own to this table with [`WalrusBuilder::checkpoint`].
+/// adds keys of its own to this table with [`WalrusBuilder::checkpoint`] (its own trigger
+/// replaces this one).
 pub const TEST_CHECKPOINT: &str = "[checkpoint]\nring_fill_trigger = 0.5\n";
 
 /// A walrus in external mode in front of `upstream`, listening on a free port (which, with
@@ -312,7 +313,13 @@ impl<'a> WalrusBuilder<'a> {
         let data_dir = data
             .map(|d| d.to_path_buf())
             .unwrap_or_else(|| dir.path().join("data"));
-        let mut text = format!("{TEST_CHECKPOINT}{checkpoint}\n{TEST_JOURNAL}{config}\n");
+        // A test that sets its own trigger replaces the pinned one.
+        let pinned = if checkpoint.contains("ring_fill_trigger") {
+            "[checkpoint]\n"
+        } else {
+            TEST_CHECKPOINT
+        };
+        let mut text = format!("{pinned}{checkpoint}\n{TEST_JOURNAL}{config}\n");
         // A `--config FILE` among the flags is merged into the test configuration.
         let mut args: Vec<&str> = Vec::new();
         let mut it = extra.iter();
