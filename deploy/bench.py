@@ -1189,7 +1189,7 @@ def compare_plot(path, sections, caption):
     fig.suptitle(caption, fontsize=9)
     fig.supxlabel("ops/s (median over rounds; readers beside writers: the readers'); label: ops/s and p99 latency",
                   fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.975))  # room for the two-line title
     fig.savefig(path, dpi=80)
 
 

@@ -306,6 +306,48 @@ fn previous_lap_entries_after_the_end_are_never_replayed() {
     assert_eq!(r.end.last_lsn(), lsn);
 }
 
+/// Appends entry `i + 1` (`len` bytes, its stream ending `len` after `off`) and records it;
+/// false when the ring is full.
+fn append_next(
+    log: &mut MemLog,
+    off: &mut u64,
+    i: usize,
+    len: usize,
+    appended: &mut Vec<(u64, u64, Vec<u8>)>,
+) -> bool {
+    *off += len as u64;
+    let p = payload(i as u64 + 1, len);
+    let Some(lsn) = log.append(*off, &p) else {
+        return false;
+    };
+    appended.push((lsn, *off, p));
+    true
+}
+
+/// The crash: of the writes in flight, those `applied` picks reach the disk, the first of
+/// them torn (only the 512-byte sectors `tear_mask` picks are new).
+fn crash(
+    log: &mut MemLog,
+    in_flight: &[&walrus::journal::sim::PendingWrite],
+    applied: impl Fn(usize) -> bool,
+    tear_mask: u64,
+) {
+    use walrus::journal::sim::Sector;
+    for (k, w) in in_flight.iter().enumerate().filter(|(k, _)| applied(*k)) {
+        if k == 0 {
+            log.apply_sectors(w, |s| {
+                if tear_mask >> (s % 64) & 1 == 1 {
+                    Sector::New
+                } else {
+                    Sector::Old
+                }
+            });
+        } else {
+            log.apply(w);
+        }
+    }
+}
+
 /// After a crash: recovery ends at a clean end (never reports corruption), keeps every
 /// durable entry, and replays exactly a prefix of what was appended.
 fn recovers_a_prefix(
@@ -364,10 +406,9 @@ proptest! {
         let mut appended = Vec::new();
         let mut pending = std::collections::VecDeque::new();
         for (i, &len) in sizes.iter().enumerate() {
-            off += len as u64;
-            let p = payload(i as u64 + 1, len);
-            let Some(lsn) = log.append(off, &p) else { break };
-            appended.push((lsn, off, p));
+            if !append_next(&mut log, &mut off, i, len, &mut appended) {
+                break;
+            }
             if take_mask >> (i % 64) & 1 == 1 {
                 pending.extend(log.take_writes());
             }
@@ -380,24 +421,8 @@ proptest! {
         }
         pending.extend(log.take_writes());
         let durable = log.durable_lsn;
-        for (k, w) in pending.iter().enumerate() {
-            if applied_mask >> (k % 16) & 1 == 0 {
-                continue;
-            }
-            if k > 0 {
-                log.apply(w);
-                continue;
-            }
-            for (s, sector) in w.bytes.chunks(512).enumerate() {
-                if tear_mask >> (s % 64) & 1 == 1 {
-                    log.apply(&walrus::journal::sim::PendingWrite {
-                        start_pos: w.start_pos + (s * 512) as u64,
-                        bytes: sector.to_vec(),
-                        last_complete: None,
-                    });
-                }
-            }
-        }
+        let pending: Vec<_> = pending.iter().collect();
+        crash(&mut log, &pending, |k| applied_mask >> (k % 16) & 1 == 1, tear_mask);
         recovers_a_prefix(&log, durable, &appended)?;
     }
 
@@ -413,17 +438,16 @@ proptest! {
         applied_mask in any::<u16>(),
         tear_mask in any::<u64>(),
     ) {
-        use walrus::journal::sim::{PendingWrite, Sector};
+        use walrus::journal::sim::PendingWrite;
         let mut log = MemLog::new(geo(6), 8192);
         let mut off = 0u64;
         let mut appended = Vec::new();
         // In submission order, each with whether it landed.
         let mut flight: Vec<(PendingWrite, bool)> = Vec::new();
         for (i, &len) in sizes.iter().enumerate() {
-            off += len as u64;
-            let p = payload(i as u64 + 1, len);
-            let Some(lsn) = log.append(off, &p) else { break };
-            appended.push((lsn, off, p));
+            if !append_next(&mut log, &mut off, i, len, &mut appended) {
+                break;
+            }
             if take_mask >> (i % 64) & 1 == 1 {
                 flight.extend(log.take_writes().into_iter().map(|w| (w, false)));
             }
@@ -444,18 +468,8 @@ proptest! {
         }
         flight.extend(log.take_writes().into_iter().map(|w| (w, false)));
         let durable = log.durable_lsn;
-        let mut first = true;
-        for (k, (w, landed)) in flight.iter().enumerate() {
-            if *landed {
-                continue;
-            }
-            if first {
-                first = false;
-                log.apply_sectors(w, |s| if tear_mask >> (s % 64) & 1 == 1 { Sector::New } else { Sector::Old });
-            } else if applied_mask >> (k % 16) & 1 == 1 {
-                log.apply(w);
-            }
-        }
+        let unlanded: Vec<_> = flight.iter().filter(|(_, landed)| !landed).map(|(w, _)| w).collect();
+        crash(&mut log, &unlanded, |k| k == 0 || applied_mask >> (k % 16) & 1 == 1, tear_mask);
         recovers_a_prefix(&log, durable, &appended)?;
     }
 
@@ -483,28 +497,10 @@ proptest! {
         }
         let durable = log.durable_lsn;
         let writes = log.take_writes();
-        let n = writes.len().min(inflight);
-        for (k, w) in writes.iter().take(n).enumerate() {
-            if applied_mask & (1 << k) == 0 {
-                continue;
-            }
-            if k > 0 {
-                log.apply(w);
-                continue;
-            }
-            // The first in-flight write is torn: any subset of its 512-byte sectors reaches
-            // the disk. After a flush it is the rewrite of the last durable block, whose
-            // acknowledged bytes must survive any such mix.
-            for (s, sector) in w.bytes.chunks(512).enumerate() {
-                if tear_mask >> (s % 64) & 1 == 1 {
-                    log.apply(&walrus::journal::sim::PendingWrite {
-                        start_pos: w.start_pos + (s * 512) as u64,
-                        bytes: sector.to_vec(),
-                        last_complete: None,
-                    });
-                }
-            }
-        }
+        // The first in-flight write is torn: after a flush it is the rewrite of the last
+        // durable block, whose acknowledged bytes must survive any mix of its sectors.
+        let in_flight: Vec<_> = writes.iter().take(inflight).collect();
+        crash(&mut log, &in_flight, |k| applied_mask & (1 << k) != 0, tear_mask);
         recovers_a_prefix(&log, durable, &appended)?;
     }
 }
