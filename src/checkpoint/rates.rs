@@ -8,12 +8,12 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
-/// Bytes of RDB Valkey loads per second before any restore here measured it. This machine
-/// (local NVMe, a fast core) loads about 250 MB/s (README, "Restore"); network disks and
-/// small CPUs load several times slower, and an estimate that is too low breaks the budget.
+/// Bytes of RDB Valkey loads per second before any restore here measured it. The benchmark
+/// machine (a local virtual disk) loads about 240 MB/s (README, "Restore"); network disks
+/// and small CPUs load several times slower, and a rate that is too high breaks the budget.
 pub const DEFAULT_RDB_LOAD_BYTES_PER_SECOND: f64 = 50e6;
 /// Bytes of journal stream Valkey applies per second before any restore here measured it.
-/// Slower than an RDB: every command is parsed and executed again (about 120 MB/s here).
+/// Slower than an RDB: every command is parsed and executed again (about 150 MB/s there).
 pub const DEFAULT_JOURNAL_REPLAY_BYTES_PER_SECOND: f64 = 20e6;
 /// A phase shorter than this says little about a rate: fixed costs (the handshake, the
 /// acknowledgement's round trip, a second of Valkey's replication cron) dominate it.
