@@ -78,7 +78,7 @@ fn load(args: &ServeArgs) -> Result<Config, Fatal> {
 
 fn init_tracing(log: &crate::config::LogConfig) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&log.level))
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(log.filter().unwrap_or_default()))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()

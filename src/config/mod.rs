@@ -349,6 +349,49 @@ pub enum LogFormat {
     Json,
 }
 
+impl LogConfig {
+    /// `level` as a tracing filter: each comma-separated directive is a level, or
+    /// `target=level`. A level is tracing's (`trace`, `debug`, `info`, `warn`, `error`,
+    /// `off`) or Valkey's `loglevel` name (`verbose` is debug, `notice` info, `warning`
+    /// warn), so a valkey.conf habit works. Anything else is an error: tracing would read a
+    /// bare unknown word (`notice`) as a target name and log nothing else.
+    pub fn filter(&self) -> Result<String, String> {
+        let level = |word: &str| -> Option<&'static str> {
+            Some(match word.trim().to_ascii_lowercase().as_str() {
+                "trace" => "trace",
+                "debug" | "verbose" => "debug",
+                "info" | "notice" => "info",
+                "warn" | "warning" => "warn",
+                "error" => "error",
+                "off" => "off",
+                _ => return None,
+            })
+        };
+        let directive = |d: &str| -> Option<String> {
+            match d.split_once('=') {
+                None => level(d).map(str::to_string),
+                Some((target, l)) if !target.trim().is_empty() => {
+                    level(l).map(|l| format!("{}={l}", target.trim()))
+                }
+                Some(_) => None,
+            }
+        };
+        self.level
+            .split(',')
+            .map(|d| {
+                directive(d).ok_or_else(|| {
+                    format!(
+                        "invalid value for log.level: {:?} ({:?} is not a level: use trace, debug, info, warn, error or off, Valkey's verbose, notice or warning, or target=level, as in \"info,walrus::proxy=debug\")",
+                        self.level,
+                        d.trim()
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(|v| v.join(","))
+    }
+}
+
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {

@@ -206,3 +206,36 @@ fn the_rings_high_mark_is_reached_one_segment_before_it_is_full() {
         );
     }
 }
+
+/// Found by the operator's-day review: `[log] level = "notice"` (Valkey's name) was taken
+/// by tracing as a target and logged nothing. Valkey's names map to tracing's; an unknown
+/// word is refused with the accepted ones.
+#[test]
+fn log_levels_take_valkeys_names_and_refuse_unknown_words() {
+    let filter = |level: &str| {
+        LogConfig {
+            level: level.into(),
+            ..LogConfig::default()
+        }
+        .filter()
+    };
+    assert_eq!(filter("notice").unwrap(), "info");
+    assert_eq!(filter("warning").unwrap(), "warn");
+    assert_eq!(filter("Verbose").unwrap(), "debug");
+    assert_eq!(
+        filter("info, walrus::proxy = debug").unwrap(),
+        "info,walrus::proxy=debug"
+    );
+    assert_eq!(filter("walrus=warning").unwrap(), "walrus=warn");
+    for bad in ["loud", "info,walrus=loud", "=debug", ""] {
+        let err = filter(bad).unwrap_err();
+        assert!(
+            err.contains("log.level") && err.contains("notice"),
+            "{bad}: {err}"
+        );
+    }
+    let mut c = Config::default();
+    c.log.level = "notice2".into();
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.contains("\"notice2\" is not a level"), "{err}");
+}

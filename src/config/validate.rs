@@ -14,6 +14,7 @@ impl Config {
             }
             Ok(())
         }
+        self.log.filter()?;
         let p = &self.proxy;
         at_least("proxy.max_clients", p.max_clients as u64, 1)?;
         at_least("proxy.max_bulk_bytes", p.max_bulk_bytes as u64, 1)?;
