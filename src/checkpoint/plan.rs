@@ -85,8 +85,7 @@ impl Planner {
                 estimate.allowance
             );
         }
-        let out_of_reach =
-            estimate.journal_seconds > estimate.allowance && !estimate.checkpoint_helps();
+        let out_of_reach = estimate.over_budget() && !estimate.checkpoint_helps();
         if out_of_reach && !self.warned_rate {
             tracing::warn!(
                 "checkpoint.max_restore_seconds = {} cannot be met at this write rate: the \

@@ -80,6 +80,11 @@ pub struct Estimate {
 }
 
 impl Estimate {
+    /// Whether the journal takes more than the budget leaves it.
+    pub fn over_budget(&self) -> bool {
+        self.journal_seconds > self.allowance
+    }
+
     /// Whether a checkpoint now would bring the journal within its allowance.
     pub fn checkpoint_helps(&self) -> bool {
         self.during_checkpoint_seconds < self.allowance
@@ -209,7 +214,7 @@ pub fn decide(f: &Figures, p: &Policy) -> Option<Reason> {
         });
     }
     let estimate = estimate(f, p);
-    let due = estimate.journal_seconds > estimate.allowance && estimate.checkpoint_helps();
+    let due = estimate.over_budget() && estimate.checkpoint_helps();
     due.then_some(Reason::RestoreBudget {
         estimate,
         rdb_bytes: f.rdb_bytes,

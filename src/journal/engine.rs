@@ -138,9 +138,13 @@ impl Journal {
             self.shared
                 .lock()
                 .append(&entry.repl_id, entry.repl_offset_end, &entry.payload, hint);
+        // Written only when it changes: no read-modify-write on every append.
         let full = matches!(placed, Err(JournalError::RingFull { .. }));
-        if self.shared.room_wanted.swap(full, Ordering::AcqRel) != full && full {
-            self.shared.room_wanted_notify.notify_one();
+        if self.shared.room_wanted.load(Ordering::Acquire) != full {
+            self.shared.room_wanted.store(full, Ordering::Release);
+            if full {
+                self.shared.room_wanted_notify.notify_one();
+            }
         }
         let placed = placed?;
         self.shared.wake_writer.notify_one();

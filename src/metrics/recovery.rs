@@ -43,7 +43,7 @@ pub static CHECKPOINT_WRITTEN_BYTES: LazyLock<IntCounter> = LazyLock::new(|| {
 static CHECKPOINT_STARTED_VEC: LazyLock<IntCounterVec> = LazyLock::new(|| {
     counter_vec(
         "checkpoint_started_total",
-        "Checkpoints started (retries after a failure included), by the rule that started them: ring_room (the ring would not hold the writes of the next checkpoint), ring_fill (checkpoint.ring_fill_trigger), restore_budget (checkpoint.max_restore_seconds), request (walrus checkpoint).",
+        "Checkpoints started (retries after a failure included), by the rule that started them: ring_full (an entry met a full ring), ring_room (the ring would not hold the writes of the next checkpoint), ring_fill (checkpoint.ring_fill_trigger), restore_budget (checkpoint.max_restore_seconds), request (walrus checkpoint).",
         &["reason"],
     )
 });
