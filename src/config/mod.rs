@@ -325,7 +325,7 @@ pub struct MetricsConfig {
 impl Default for MetricsConfig {
     fn default() -> Self {
         MetricsConfig {
-            listen: "127.0.0.1:9121".into(),
+            listen: "127.0.0.1:8379".into(),
             admin_allow_remote: false,
         }
     }
