@@ -4,8 +4,9 @@
 //! imports only from the layers above it in this list (`.ci/layers.py` checks it, and
 //! `tests/layers.rs` runs that check):
 //!
-//! - [`fault`] (fault injection for tests) and [`supervisor`] (systemd's notify protocol):
-//!   leaves that import nothing of walrus.
+//! - [`fault`] (fault injection for tests), [`supervisor`] (systemd's notify protocol and
+//!   watchdog) and [`units`] (sizes and durations as written in configuration): leaves
+//!   that import nothing of walrus.
 //! - [`resp`]: requests parsed and replies delimited, bounded and resumable.
 //! - [`metrics`]: Prometheus families, registered once; the hot path touches atomics only.
 //! - [`journal`]: the recycled ring of log segments that makes writes durable.
@@ -68,5 +69,6 @@ pub mod replication;
 pub mod resp;
 pub mod restore;
 pub mod supervisor;
+pub mod units;
 pub mod upstream;
 pub mod valkey;

@@ -50,7 +50,8 @@ async fn init_inspect_verify_corruption_repair() {
         "--segments",
         "5",
     ]);
-    assert_eq!(code, 1);
+    // Another geometry over an existing journal: a mistake to fix (exit 2), not a retry.
+    assert_eq!(code, 2);
     assert!(err.contains("segments = 4"), "{err}");
 
     let cfg = JournalConfig {

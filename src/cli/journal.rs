@@ -1,6 +1,8 @@
 //! `walrus journal ...` subcommands: init, inspect, verify, repair, export-aof.
 //!
-//! Exit codes: 0 success / clean; 1 usage, configuration or I/O error; 2 mid-log corruption.
+//! Exit codes follow the command's one rule (`cli`'s module doc): 0 success or clean; 1 an
+//! error that may pass (I/O, a busy lock); 2 one a person must fix: mid-log corruption, a
+//! configuration or geometry mismatch.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -8,6 +10,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
+use crate::config::{Config, ConfigError};
 use crate::journal::config::JournalConfig;
 use crate::journal::engine::{Journal, OpenOptions};
 use crate::journal::error::JournalError;
@@ -17,25 +20,31 @@ use crate::journal::open::{initialize, scan_dir};
 use crate::journal::recovery::{ScanReport, Tail};
 use crate::journal::ring::{segment_path, Geometry};
 
-/// Exit code for mid-log corruption (distinct from ordinary errors).
-pub const EXIT_CORRUPT: u8 = 2;
-
+/// The ring's geometry on the command line; each overrides the configuration's.
 #[derive(Debug, Args)]
 pub struct GeometryArgs {
-    /// Segment size in bytes (multiple of 4096, at least 65536).
-    #[arg(long, default_value_t = JournalConfig::default().segment_size_bytes)]
-    pub segment_size_bytes: u64,
-    /// Number of segments in the ring (at least 3).
-    #[arg(long, default_value_t = JournalConfig::default().segments)]
-    pub segments: u32,
+    /// Segment size (a multiple of 4096, at least 64 KiB), in bytes or with a unit (64mb)
+    /// [default: journal.segment_size_bytes, 64 MiB].
+    #[arg(long, value_parser = crate::units::parse_size)]
+    pub segment_size_bytes: Option<u64>,
+    /// Number of segments in the ring [default: journal.segments, 16].
+    #[arg(long)]
+    pub segments: Option<u32>,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum JournalCommand {
     /// Create the manifest and pre-initialize (zero-fill) all segments ahead of time.
+    ///
+    /// Give it the configuration file `walrus serve` will run with: the ring then has that
+    /// file's geometry, and is refused for what `serve` would refuse.
     Init {
+        /// The journal directory [default: the configuration's data.dir, plus /journal].
         #[arg(long)]
-        dir: PathBuf,
+        dir: Option<PathBuf>,
+        /// Configuration file (TOML) `walrus serve` will use.
+        #[arg(long, short = 'c', value_name = "FILE")]
+        config: Option<PathBuf>,
         #[command(flatten)]
         geometry: GeometryArgs,
         /// No progress bar.
@@ -91,9 +100,10 @@ pub fn run(cmd: JournalCommand) -> ExitCode {
     match cmd {
         JournalCommand::Init {
             dir,
+            config,
             geometry,
             quiet,
-        } => init(&dir, geometry, quiet),
+        } => init(dir, config, geometry, quiet),
         JournalCommand::Inspect {
             dir,
             recovery_lookahead_bytes,
@@ -113,10 +123,7 @@ pub fn run(cmd: JournalCommand) -> ExitCode {
 
 fn fail(e: JournalError) -> ExitCode {
     eprintln!("error: {e}");
-    match e {
-        JournalError::Corrupt(_) => ExitCode::from(EXIT_CORRUPT),
-        _ => ExitCode::FAILURE,
-    }
+    super::exit_code(&e)
 }
 
 /// Renders a text progress bar on stderr.
@@ -147,9 +154,40 @@ fn progress_bar(quiet: bool) -> impl FnMut(u64, u64) {
     }
 }
 
-fn init(dir: &Path, g: GeometryArgs, quiet: bool) -> ExitCode {
-    let cfg = JournalConfig::for_geometry(g.segment_size_bytes, g.segments);
-    match initialize(dir, &cfg, &mut progress_bar(quiet)) {
+/// The configuration the ring is made for: the file's (or the defaults), with the flags'
+/// geometry over it, validated as `serve` validates it, so that what `init` accepts `serve`
+/// accepts.
+fn init_config(file: Option<&Path>, g: &GeometryArgs) -> Result<Config, ConfigError> {
+    let mut config = match file {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    if g.segment_size_bytes.is_some() || g.segments.is_some() {
+        let j = &config.journal;
+        let sized = JournalConfig::for_geometry(
+            g.segment_size_bytes.unwrap_or(j.segment_size_bytes),
+            g.segments.unwrap_or(j.segments),
+        );
+        config.journal = JournalConfig {
+            max_write_bytes: j.max_write_bytes.min(sized.max_write_bytes),
+            ..sized
+        };
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+fn init(dir: Option<PathBuf>, file: Option<PathBuf>, g: GeometryArgs, quiet: bool) -> ExitCode {
+    let config = match init_config(file.as_deref(), &g) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return super::exit_code(&e);
+        }
+    };
+    let dir = dir.unwrap_or_else(|| config.data.dir.join("journal"));
+    let (dir, cfg) = (dir.as_path(), &config.journal);
+    match initialize(dir, cfg, &mut progress_bar(quiet)) {
         Ok((_, created)) => {
             println!(
                 "journal in {}: {} segments of {} bytes ({created} created now)",
@@ -272,7 +310,7 @@ fn verify(dir: &Path, lookahead: Option<u64>) -> ExitCode {
                     r.end.last_lsn(),
                     dir.display()
                 );
-                ExitCode::from(EXIT_CORRUPT)
+                ExitCode::from(super::EXIT_FIX)
             }
             Tail::End { .. } => {
                 let range = if r.entries == 0 {

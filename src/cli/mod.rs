@@ -1,15 +1,59 @@
 //! The `walrus` command: `serve` runs the proxy; `checkpoint` asks a running walrus for a
-//! checkpoint; `journal` maintains the journal.
+//! checkpoint; `journal` maintains the journal; `config` checks a configuration file;
+//! `completions` and `man` document the command itself.
+//!
+//! Exit codes, one rule for every command: 0 done; 1 failed, and the same command may
+//! succeed later (Valkey not reachable yet, an I/O error, a busy lock); 2 nothing will
+//! change until a person acts: a usage or configuration error, a journal whose geometry is
+//! not the configuration's, a corrupted journal. (clap exits 2 on usage errors too.) The
+//! systemd unit restarts on 1 and not on 2 (`RestartPreventExitStatus=2`), so a mistake is
+//! reported once instead of retried forever.
 
 mod admin;
+mod config;
 mod durable;
 mod fds;
 pub mod journal;
+mod manual;
 mod serve;
 
+use crate::config::ConfigError;
+use crate::journal::JournalError;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+/// Exit code: trying again may succeed.
+pub const EXIT_RETRY: u8 = 1;
+/// Exit code: a person must act first (see the module's doc).
+pub const EXIT_FIX: u8 = 2;
+
+/// The version `--version` prints and the log's first line names: the package's, and the
+/// commit it was built from (build.rs; "unknown" outside a git checkout).
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("WALRUS_COMMIT"), ")");
+
+/// The exit code for an error that reached the top: [`EXIT_FIX`] when it, or any error it
+/// wraps, is one a person must fix; otherwise [`EXIT_RETRY`].
+fn exit_code(e: &(dyn std::error::Error + 'static)) -> ExitCode {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        let must_fix = e.is::<ConfigError>()
+            || e.downcast_ref::<JournalError>().is_some_and(|j| {
+                matches!(
+                    j,
+                    JournalError::Config(_)
+                        | JournalError::Layout(_)
+                        | JournalError::Manifest(_)
+                        | JournalError::Corrupt(_)
+                )
+            });
+        if must_fix {
+            return ExitCode::from(EXIT_FIX);
+        }
+        next = e.source();
+    }
+    ExitCode::from(EXIT_RETRY)
+}
 
 /// The CLI's error: why walrus cannot start or go on. Every layer below has its own type
 /// (`JournalError`, `UpstreamError`, `Refusal`, ...); here they meet, are printed for the
@@ -21,7 +65,7 @@ type Fatal = Box<dyn std::error::Error + Send + Sync>;
 /// Clients connect to walrus instead of Valkey. walrus forwards every command, journals
 /// every write to local disk, and acknowledges a write only once it is durable.
 #[derive(Debug, Parser)]
-#[command(name = "walrus", version, about, long_about)]
+#[command(name = "walrus", version = VERSION, about, long_about)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -37,6 +81,13 @@ pub enum Command {
     /// Journal maintenance: init, inspect, verify, repair, export-aof.
     #[command(subcommand)]
     Journal(journal::JournalCommand),
+    /// Check a configuration file, or print the JSON Schema of one.
+    #[command(subcommand)]
+    Config(config::ConfigCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(manual::CompletionsArgs),
+    /// Print walrus's man page (roff), or write one page per command into a directory.
+    Man(manual::ManArgs),
 }
 
 /// Flags override the configuration file, which overrides the built-in defaults
@@ -55,7 +106,8 @@ pub struct ServeArgs {
     /// Data directory: journal, checkpoints, managed Valkey's working dir [default: walrus-data].
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Prometheus, health and readiness endpoint, host:port; "" disables it [default: 127.0.0.1:8379].
+    /// Prometheus, health, readiness and admin endpoint, host:port; "" disables it
+    /// [default: 127.0.0.1:8379].
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<String>,
 }
@@ -66,5 +118,8 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Checkpoint(args) => admin::checkpoint(args),
         Command::Journal(cmd) => journal::run(cmd),
+        Command::Config(cmd) => config::run(cmd),
+        Command::Completions(args) => manual::completions(args),
+        Command::Man(args) => manual::man(args),
     }
 }

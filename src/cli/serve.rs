@@ -29,7 +29,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             eprintln!("walrus: {e}");
-            return ExitCode::from(2);
+            return super::exit_code(e.as_ref());
         }
     };
     init_tracing(&config.log);
@@ -49,7 +49,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         Err(e) => {
             tracing::error!("{e}");
             eprintln!("walrus: {e}");
-            ExitCode::FAILURE
+            super::exit_code(e.as_ref())
         }
     }
 }
@@ -93,9 +93,12 @@ fn init_tracing(log: &crate::config::LogConfig) {
 }
 
 async fn serve(config: Config) -> Result<(), Fatal> {
-    tracing::info!(version = env!("CARGO_PKG_VERSION"), "walrus starting");
+    tracing::info!(version = super::VERSION, "walrus starting");
     let (stop_tx, stop) = watch::channel(false);
     spawn_signal_handler(stop_tx)?;
+    // Both ports are claimed before anything slow (Valkey's start, the ring's allocation, a
+    // restore): a port in use is reported at once, not after minutes of work.
+    let ports = Ports::claim(&config).await?;
 
     let managed = match config.upstream.mode {
         UpstreamMode::Managed => {
@@ -122,7 +125,7 @@ async fn serve(config: Config) -> Result<(), Fatal> {
         connect_timeout: Duration::from_millis(config.upstream.connect_timeout_ms),
         limits: config.proxy.limits(),
     };
-    let result = run_proxy(&config, up, stop, managed.as_ref()).await;
+    let result = run_proxy(&config, up, ports, stop, managed.as_ref()).await;
     if let Some(m) = managed {
         tracing::info!("stopping managed valkey-server");
         m.stop().await;
@@ -130,9 +133,42 @@ async fn serve(config: Config) -> Result<(), Fatal> {
     result
 }
 
+/// The client port and the metrics port, claimed at start. The client socket is bound but
+/// not listening: until walrus serves, a client is refused at once instead of waiting in the
+/// backlog for a restore to end.
+struct Ports {
+    clients: tokio::net::TcpSocket,
+    metrics: Option<TcpListener>,
+}
+
+impl Ports {
+    async fn claim(config: &Config) -> Result<Ports, Fatal> {
+        let addr = config.proxy.listen;
+        let clients = match addr {
+            std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+            std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+        }
+        .and_then(|s| {
+            // As TcpListener::bind does: a restart may bind while old connections linger.
+            s.set_reuseaddr(true)?;
+            s.bind(addr)?;
+            Ok(s)
+        })
+        .map_err(|e| format!("cannot listen on proxy.listen {addr}: {e}"))?;
+        let metrics = match config.metrics.listen.as_str() {
+            "" => None,
+            listen => Some(TcpListener::bind(listen).await.map_err(|e| {
+                format!("cannot listen on metrics.listen {listen}: {e}")
+            })?),
+        };
+        Ok(Ports { clients, metrics })
+    }
+}
+
 async fn run_proxy(
     config: &Config,
     up: Upstream,
+    ports: Ports,
     mut stop: watch::Receiver<bool>,
     managed: Option<&ManagedValkey>,
 ) -> Result<(), Fatal> {
@@ -143,15 +179,7 @@ async fn run_proxy(
         ..Readiness::default()
     });
     let admin = Arc::new(OnceLock::new());
-    if !config.metrics.listen.is_empty() {
-        let m = TcpListener::bind(&config.metrics.listen)
-            .await
-            .map_err(|e| {
-                format!(
-                    "cannot listen on metrics.listen {}: {e}",
-                    config.metrics.listen
-                )
-            })?;
+    if let Some(m) = ports.metrics {
         tracing::info!("metrics on http://{}/metrics", m.local_addr()?);
         let r = readiness.clone();
         tokio::spawn(crate::http::serve(
@@ -270,9 +298,10 @@ async fn run_proxy(
             usize::MAX
         },
     });
-    let listener = TcpListener::bind(config.proxy.listen)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", config.proxy.listen))?;
+    let listener = ports
+        .clients
+        .listen(LISTEN_BACKLOG)
+        .map_err(|e| format!("cannot listen on proxy.listen {}: {e}", config.proxy.listen))?;
     let addr = listener.local_addr()?;
     let _ = readiness.pool.set(default_pool.clone());
     let pool = default_pool.clone();
@@ -332,6 +361,10 @@ impl Readiness {
         }
     }
 }
+
+/// The client socket's accept queue, as tokio's `TcpListener::bind` sets it (the kernel caps
+/// it at net.core.somaxconn).
+const LISTEN_BACKLOG: u32 = 1024;
 
 /// What Valkey's replication stream may add around a client's write (SELECT, MULTI/EXEC).
 const WRAPPING_BYTES: usize = 4096;

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 pub use crate::journal::JournalConfig;
 
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub proxy: ProxyConfig,
@@ -30,7 +30,7 @@ pub struct Config {
 
 /// When checkpoints are taken ([`crate::checkpoint`]): only when needed, since each costs
 /// Valkey a fork and its whole dataset through its main thread.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct CheckpointSettings {
     /// The latest point: a checkpoint starts once this fraction of the ring's segments is in
@@ -87,7 +87,7 @@ pub enum ConfigError {
 }
 
 /// Disk watermarks ([`crate::disk`]).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct DiskConfig {
     /// Fraction of a file system (the journal's, the checkpoints'), or of the ring, in use
@@ -96,6 +96,8 @@ pub struct DiskConfig {
     /// Writes resume once every figure is below this fraction again.
     pub low_watermark: f64,
     /// How often the figures are read (also after every checkpoint).
+    #[serde(deserialize_with = "crate::units::millis")]
+    #[schemars(with = "crate::units::Millis")]
     pub check_interval_ms: u64,
 }
 
@@ -109,7 +111,7 @@ impl Default for DiskConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RestoreConfig {
     /// What to do when Valkey holds data of another history than walrus's journal
@@ -117,6 +119,8 @@ pub struct RestoreConfig {
     pub on_conflict: OnConflict,
     /// How long Valkey may take for each step of a restore: connecting to walrus, the
     /// handshake, and between two signs of progress while it loads.
+    #[serde(deserialize_with = "crate::units::millis")]
+    #[schemars(with = "crate::units::Millis")]
     pub timeout_ms: u64,
 }
 
@@ -129,7 +133,7 @@ impl Default for RestoreConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct DurabilityConfig {
     /// Off: walrus is a plain proxy (no journal, no held replies). For measuring the proxy.
@@ -137,12 +141,20 @@ pub struct DurabilityConfig {
     /// Bytes Valkey may have executed that the journal does not cover yet; past it, new
     /// writes wait before they are sent. Unset: 64 MiB, or less on a ring whose room above
     /// `disk.high_watermark` is smaller ([`Config::max_pending_bytes`]).
+    #[serde(deserialize_with = "crate::units::size_opt")]
+    #[schemars(with = "crate::units::Size")]
     pub max_pending_bytes: Option<u64>,
     /// Memory of replies held for durability; past it, new writes wait.
+    #[serde(deserialize_with = "crate::units::size")]
+    #[schemars(with = "crate::units::Size")]
     pub max_held_bytes: u64,
     /// Largest RDB a full resynchronization may send.
+    #[serde(deserialize_with = "crate::units::size")]
+    #[schemars(with = "crate::units::Size")]
     pub max_rdb_bytes: u64,
     /// Longest a reply waits for the journal, or a write for room, before it gets an error.
+    #[serde(deserialize_with = "crate::units::millis")]
+    #[schemars(with = "crate::units::Millis")]
     pub max_hold_ms: u64,
 }
 
@@ -158,26 +170,40 @@ impl Default for DurabilityConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProxyConfig {
     pub listen: SocketAddr,
     pub max_clients: usize,
+    #[serde(deserialize_with = "crate::units::size")]
+    #[schemars(with = "crate::units::Size")]
     pub max_query_buffer_bytes: usize,
+    #[serde(deserialize_with = "crate::units::size")]
+    #[schemars(with = "crate::units::Size")]
     pub max_bulk_bytes: usize,
     pub max_array_len: usize,
+    #[serde(deserialize_with = "crate::units::size")]
+    #[schemars(with = "crate::units::Size")]
     pub max_inline_bytes: usize,
     pub max_reply_depth: usize,
+    #[serde(deserialize_with = "crate::units::size")]
+    #[schemars(with = "crate::units::Size")]
     pub max_reply_bytes: usize,
     pub max_pipeline_requests: usize,
     /// RESP3 pushes (Pub/Sub messages, tracking invalidations) queued for a client that does
     /// not read them; past it the client is disconnected.
+    #[serde(deserialize_with = "crate::units::size")]
+    #[schemars(with = "crate::units::Size")]
     pub max_push_bytes: usize,
     /// Reply bytes a client has not read (walrus could not write them to its socket) before
     /// it is disconnected, as Valkey's `client-output-buffer-limit` does; unset: one reply of
     /// the largest size walrus passes on (`max_reply_bytes`), so that no reply is too large
     /// for a client that reads slowly.
+    #[serde(deserialize_with = "crate::units::size_opt")]
+    #[schemars(with = "crate::units::Size")]
     pub max_output_bytes: Option<usize>,
+    #[serde(deserialize_with = "crate::units::millis")]
+    #[schemars(with = "crate::units::Millis")]
     pub shutdown_timeout_ms: u64,
     /// Threads serving clients; 0: half the CPUs walrus may use, at least one.
     pub worker_threads: usize,
@@ -236,7 +262,7 @@ impl ProxyConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum UpstreamMode {
     /// walrus runs its own valkey-server child.
@@ -245,7 +271,7 @@ pub enum UpstreamMode {
     External,
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct UpstreamConfig {
     pub mode: UpstreamMode,
@@ -254,12 +280,18 @@ pub struct UpstreamConfig {
     pub password: String,
     pub password_file: String,
     pub pool_size: usize,
+    #[serde(deserialize_with = "crate::units::millis")]
+    #[schemars(with = "crate::units::Millis")]
     pub connect_timeout_ms: u64,
     /// How long a pooled connection may owe replies with no byte from Valkey before it is
     /// given up, failing the requests on it.
+    #[serde(deserialize_with = "crate::units::millis")]
+    #[schemars(with = "crate::units::Millis")]
     pub reply_timeout_ms: u64,
     /// Requests one connection to Valkey may owe replies for before it waits for one.
     pub max_in_flight_requests: usize,
+    #[serde(deserialize_with = "crate::units::millis")]
+    #[schemars(with = "crate::units::Millis")]
     pub reconnect_backoff_max_ms: u64,
     pub valkey_server: String,
     pub port: u16,
@@ -299,7 +331,7 @@ impl Default for UpstreamConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct DataConfig {
     pub dir: PathBuf,
@@ -313,7 +345,7 @@ impl Default for DataConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsConfig {
     /// Empty disables the HTTP endpoint.
@@ -331,7 +363,7 @@ impl Default for MetricsConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogConfig {
     /// A tracing filter: `info`, `walrus=debug`, ...; `RUST_LOG` overrides it.
@@ -340,7 +372,7 @@ pub struct LogConfig {
 }
 
 /// How log lines are written to stderr.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// One human-readable line per event.
@@ -506,7 +538,7 @@ impl Config {
 }
 
 /// What `restore.on_conflict` says to do in case (c).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum OnConflict {
     Refuse,

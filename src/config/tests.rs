@@ -239,3 +239,66 @@ fn log_levels_take_valkeys_names_and_refuse_unknown_words() {
     let err = c.validate().unwrap_err().to_string();
     assert!(err.contains("\"notice2\" is not a level"), "{err}");
 }
+
+/// Every size and duration takes a unit, as valkey.conf's sizes do: the same configuration
+/// written with units and in plain bytes and milliseconds is one configuration.
+#[test]
+fn sizes_and_durations_take_units() {
+    let with_units = Config::parse(
+        r#"
+        [proxy]
+        max_bulk_bytes = "512mb"
+        max_output_bytes = "1gb"
+        shutdown_timeout_ms = "10s"
+        [upstream]
+        connect_timeout_ms = "2s"
+        reply_timeout_ms = "0.5m"
+        [durability]
+        max_pending_bytes = "64mb"
+        max_held_bytes = "256MB"
+        max_rdb_bytes = "64gb"
+        max_hold_ms = "30s"
+        [restore]
+        timeout_ms = "1m"
+        [disk]
+        check_interval_ms = "1000ms"
+        [journal]
+        segment_size_bytes = "64Mi"
+        max_write_bytes = "1mb"
+        recovery_lookahead_bytes = "64mb"
+        "#,
+    )
+    .unwrap();
+    let plain = Config::parse(
+        r#"
+        [proxy]
+        max_bulk_bytes = 536870912
+        max_output_bytes = 1073741824
+        shutdown_timeout_ms = 10000
+        [upstream]
+        connect_timeout_ms = 2000
+        reply_timeout_ms = 30000
+        [durability]
+        max_pending_bytes = 67108864
+        max_held_bytes = 268435456
+        max_rdb_bytes = 68719476736
+        max_hold_ms = 30000
+        [restore]
+        timeout_ms = 60000
+        [disk]
+        check_interval_ms = 1000
+        [journal]
+        segment_size_bytes = 67108864
+        max_write_bytes = 1048576
+        recovery_lookahead_bytes = 67108864
+        "#,
+    )
+    .unwrap();
+    assert_eq!(with_units, plain);
+    assert_eq!(plain.durability.max_pending_bytes, Some(64 << 20));
+    // The valkey.conf convention: k is 1000, kb 1024.
+    let k = Config::parse("[journal]\nmax_write_bytes = \"64k\"\n").unwrap();
+    assert_eq!(k.journal.max_write_bytes, 64_000);
+    let e = Config::parse("[durability]\nmax_hold_ms = \"soon\"\n").unwrap_err();
+    assert!(e.to_string().contains("\"soon\" is not a duration"), "{e}");
+}

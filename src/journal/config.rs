@@ -18,7 +18,7 @@ pub const MIN_SEGMENT_SIZE_BYTES: u64 = 64 * 1024;
 pub const MIN_SEGMENTS: u32 = 3;
 
 /// Which I/O backend writes the segments.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum IoBackendChoice {
     /// io_uring when the kernel and seccomp allow it, else the sync fallback.
@@ -30,7 +30,7 @@ pub enum IoBackendChoice {
 }
 
 /// Whether segment files are opened with O_DIRECT.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DirectIo {
     /// O_DIRECT when a startup probe shows the file system supports it (tmpfs does not).
@@ -42,11 +42,13 @@ pub enum DirectIo {
 }
 
 /// `[journal]` section of the configuration file.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct JournalConfig {
-    /// Size of one segment file in bytes (multiple of 4096). Issue name: `segment_size`.
+    /// Size of one segment file in bytes (a multiple of 4096).
     #[serde(alias = "segment_size")]
+    #[serde(deserialize_with = "crate::units::size")]
+    #[schemars(with = "crate::units::Size")]
     pub segment_size_bytes: u64,
     /// Number of segment files in the ring.
     pub segments: u32,
@@ -55,6 +57,8 @@ pub struct JournalConfig {
     /// O_DIRECT on, off, or probed.
     pub direct_io: DirectIo,
     /// Largest single write (one group commit) in bytes; also the size of each pooled buffer.
+    #[serde(deserialize_with = "crate::units::size")]
+    #[schemars(with = "crate::units::Size")]
     pub max_write_bytes: u64,
     /// Writes submitted concurrently at increasing offsets (io_uring depth, sync thread count).
     pub max_in_flight_writes: u32,
@@ -64,11 +68,15 @@ pub struct JournalConfig {
     /// Entries larger than a write buffer or a segment are split into fragments. Unset:
     /// [`DEFAULT_MAX_ENTRY_BYTES`], or the largest entry the ring is sure to hold if that is
     /// less ([`JournalConfig::max_entry`]).
+    #[serde(deserialize_with = "crate::units::size_opt")]
+    #[schemars(with = "crate::units::Size")]
     pub max_entry_bytes: Option<u64>,
     /// How far past the first bad record recovery looks for proof (a later record whose
     /// durable hint covers the bad one) that the damage is mid-log corruption, not a torn tail.
     /// Unset: the whole ring. A shorter look-ahead opens faster, but damage whose first
     /// vouching record lies beyond it is cut like a torn tail.
+    #[serde(deserialize_with = "crate::units::size_opt")]
+    #[schemars(with = "crate::units::Size")]
     pub recovery_lookahead_bytes: Option<u64>,
 }
 

@@ -60,8 +60,9 @@ pub fn load_manifest(dir: &Path, cfg: &JournalConfig) -> Result<Option<Manifest>
     };
     if m.segment_size_bytes != cfg.segment_size_bytes || m.segments != cfg.segments {
         return Err(JournalError::Layout(format!(
-            "journal in {} has segment_size_bytes = {} and segments = {}, but the configuration says {} and {}; \
-             resizing an existing journal is not supported",
+            "journal in {} has segment_size_bytes = {} and segments = {}, but the configuration says {} and {}: \
+             set journal.segment_size_bytes and journal.segments to the journal's, or resize the ring as \
+             docs/operations.md says (\"Resizing the ring\"); an existing ring is never resized in place",
             dir.display(),
             m.segment_size_bytes,
             m.segments,
