@@ -81,6 +81,8 @@ fn metrics_move_as_the_workload_implies() {
         assert!(c.cmd(&["INCR", "k1"]).starts_with(b"-ERR"));
     }
     assert!(c.cmd(&["NOSUCHCOMMAND"]).starts_with(b"-ERR"));
+    // A blocking command waits as long as its client asks: its latency is kept apart.
+    assert_eq!(c.cmd(&["BLPOP", "empty-list", "0.05"]), b"*-1\r\n");
     let after = scrape(&metrics);
     let moved = |key: &str| get(&after, key) - before.get(key).copied().unwrap_or(0.0);
     assert_eq!(
@@ -99,7 +101,16 @@ fn metrics_move_as_the_workload_implies() {
         moved("walrus_commands_total{cmd=\"other\",result=\"error\"}"),
         1.0
     );
-    assert_eq!(moved("walrus_command_duration_seconds_count"), 306.0);
+    let class = |c: &str| moved(&format!("walrus_command_duration_seconds_count{{class=\"{c}\"}}"));
+    assert_eq!(class("write"), 205.0);
+    assert_eq!(class("read"), 100.0);
+    assert_eq!(class("other"), 1.0);
+    assert_eq!(class("blocking"), 1.0);
+    // 30 s, durability.max_hold_ms's default, is a bucket: a stalled disk shows as such.
+    assert!(after.contains_key("walrus_journal_fsync_duration_seconds_bucket{le=\"30\"}"));
+    // The process's own figures, under their standard names.
+    assert!(get(&after, "process_resident_memory_bytes") > 0.0);
+    assert!(get(&after, "process_open_fds") > 0.0);
     assert!(moved("walrus_ack_hold_seconds_count") >= 200.0);
     assert!(moved("walrus_journal_entries_total") >= 200.0);
     assert!(moved("walrus_journal_written_bytes_total") >= 4096.0);

@@ -59,6 +59,14 @@ const METRICS: &[(&str, &str)] = &[
     ("walrus_protocol_errors_total", "counter"),
     ("walrus_pinned_sessions_total", "counter"),
     ("walrus_upstream_errors_total", "counter"),
+    // The process collector's, under the standard names (no walrus_ prefix).
+    ("process_cpu_seconds_total", "counter"),
+    ("process_max_fds", "gauge"),
+    ("process_open_fds", "gauge"),
+    ("process_resident_memory_bytes", "gauge"),
+    ("process_start_time_seconds", "gauge"),
+    ("process_threads", "gauge"),
+    ("process_virtual_memory_bytes", "gauge"),
 ];
 
 const RULES: &str = "deploy/prometheus/walrus-alerts.yml";

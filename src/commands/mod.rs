@@ -36,6 +36,13 @@ pub struct Flags {
     pub scripting: bool,
 }
 
+impl Flags {
+    /// A write, or a script or function that is not declared read-only.
+    pub fn may_write(&self) -> bool {
+        self.write || (self.scripting && !self.readonly)
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct CommandInfo {
     /// Lower-case name; `container|sub` for subcommands.
@@ -52,7 +59,7 @@ pub struct CommandInfo {
 impl CommandInfo {
     /// Whether this command can change the dataset.
     pub fn may_write(&self) -> bool {
-        self.flags.write || (self.flags.scripting && !self.flags.readonly)
+        self.flags.may_write()
     }
 }
 
@@ -202,13 +209,27 @@ fn parse_info(e: &OwnedFrame) -> Result<CommandInfo, String> {
         }
     }
     Ok(CommandInfo {
-        counters: crate::metrics::CommandCounters::new(&name),
+        counters: crate::metrics::CommandCounters::new(&name, latency_class(&flags)),
         name,
         arity,
         flags,
         key_specs,
         subcommands,
     })
+}
+
+/// Which `walrus_command_duration_seconds` class a command's latency counts in.
+fn latency_class(flags: &Flags) -> crate::metrics::CommandClass {
+    use crate::metrics::CommandClass;
+    if flags.blocking {
+        CommandClass::Blocking
+    } else if flags.may_write() {
+        CommandClass::Write
+    } else if flags.readonly {
+        CommandClass::Read
+    } else {
+        CommandClass::Other
+    }
 }
 
 /// Looks `name` up lower-cased. Command names are short ASCII: lower-cased on the stack,

@@ -7,8 +7,8 @@
 //! registered with [`on_scrape`].
 
 use prometheus::{
-    Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
-    Opts, Registry,
+    Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry,
 };
 use std::sync::{LazyLock, Mutex};
 
@@ -41,11 +41,13 @@ fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     register(IntCounterVec::new(Opts::new(name, help), labels).expect("metric"))
 }
 
-/// Latency buckets from 25 µs to 1 s: commands, held replies and journal writes all live
-/// in the sub-millisecond range on a local SSD.
+/// Latency buckets from 25 µs to 30 s: commands, held replies and journal writes live in the
+/// sub-millisecond range on a local SSD, and in milliseconds on a network volume; the tail
+/// goes past etcd's 8 s for a disk that stalls, up to `durability.max_hold_ms`'s default
+/// (30 s), where a held reply gives up. A tail cut at 1 s would show a stalled disk as 1 s.
 const LATENCY_BUCKETS: &[f64] = &[
     0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
-    0.25, 0.5, 1.0,
+    0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
 fn latency(name: &str, help: &str) -> Histogram {
@@ -114,26 +116,69 @@ static COMMANDS_VEC: LazyLock<IntCounterVec> = LazyLock::new(|| {
         &["cmd", "result"],
     )
 });
-pub static COMMAND_DURATION: LazyLock<Histogram> = LazyLock::new(|| {
-    latency(
-        "command_duration_seconds",
-        "Time from a command's arrival to its reply being ready for the client, durability wait included.",
+static COMMAND_DURATION: LazyLock<HistogramVec> = LazyLock::new(|| {
+    register(
+        HistogramVec::new(
+            HistogramOpts::new(
+                "command_duration_seconds",
+                "Time from a command's arrival to its reply being ready for the client, durability wait included, by class: read, write, blocking (commands Valkey flags blocking, BLPOP, XREAD, WAIT, ..., whose wait is the client's choice), other.",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+            &["class"],
+        )
+        .expect("metric"),
     )
 });
 
-/// One command's counters, resolved when the command table is learned.
+/// What a command's latency is counted as: blocking commands wait as long as their client
+/// asks, so they are kept apart from the reads and writes whose tail is walrus's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandClass {
+    Read,
+    Write,
+    Blocking,
+    /// Connection, administration, Pub/Sub, and commands not in Valkey's table.
+    Other,
+}
+
+impl CommandClass {
+    const ALL: [CommandClass; 4] = [
+        CommandClass::Read,
+        CommandClass::Write,
+        CommandClass::Blocking,
+        CommandClass::Other,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            CommandClass::Read => "read",
+            CommandClass::Write => "write",
+            CommandClass::Blocking => "blocking",
+            CommandClass::Other => "other",
+        }
+    }
+}
+
+/// One command's counters and latency histogram, resolved when the command table is learned.
 #[derive(Debug, Clone)]
 pub struct CommandCounters {
     ok: IntCounter,
     error: IntCounter,
+    duration: Histogram,
 }
 
 impl CommandCounters {
-    pub fn new(cmd: &str) -> CommandCounters {
+    pub fn new(cmd: &str, class: CommandClass) -> CommandCounters {
         CommandCounters {
             ok: COMMANDS_VEC.with_label_values(&[cmd, "ok"]),
             error: COMMANDS_VEC.with_label_values(&[cmd, "error"]),
+            duration: COMMAND_DURATION.with_label_values(&[class.label()]),
         }
+    }
+
+    /// Records the time from the command's arrival to its reply.
+    pub fn observe(&self, seconds: f64) {
+        self.duration.observe(seconds)
     }
 
     /// Counts a command relayed without pairing its reply (Pub/Sub and MONITOR relays).
@@ -153,7 +198,7 @@ impl CommandCounters {
 
 /// Commands that are not in Valkey's table.
 pub static OTHER_COMMANDS: LazyLock<CommandCounters> =
-    LazyLock::new(|| CommandCounters::new("other"));
+    LazyLock::new(|| CommandCounters::new("other", CommandClass::Other));
 
 // --- durability --------------------------------------------------------------------------
 
@@ -376,8 +421,22 @@ pub fn gather() -> Vec<prometheus::proto::MetricFamily> {
     for hook in HOOKS.lock().expect("scrape hooks").iter() {
         hook();
     }
-    REGISTRY.gather()
+    let mut families = REGISTRY.gather();
+    families.extend(PROCESS.gather());
+    families
 }
+
+/// The process's own figures under their standard names (`process_cpu_seconds_total`,
+/// `process_resident_memory_bytes`, `process_open_fds`, ...), which dashboards and alerts
+/// written for any exporter read: a registry of their own, without the `walrus_` prefix.
+static PROCESS: LazyLock<Registry> = LazyLock::new(|| {
+    let r = Registry::new();
+    r.register(Box::new(
+        prometheus::process_collector::ProcessCollector::for_self(),
+    ))
+    .expect("register the process collector");
+    r
+});
 
 /// Registers every family, so that a scrape shows each one before its first event.
 pub fn register_all() {
@@ -388,7 +447,9 @@ pub fn register_all() {
     LazyLock::force(&PROTOCOL_ERRORS);
     LazyLock::force(&PINNED_SESSIONS);
     LazyLock::force(&OTHER_COMMANDS);
-    LazyLock::force(&COMMAND_DURATION);
+    for class in CommandClass::ALL {
+        let _ = COMMAND_DURATION.with_label_values(&[class.label()]);
+    }
     LazyLock::force(&ACK_HOLD);
     LazyLock::force(&HELD_REPLIES);
     LazyLock::force(&HELD_BYTES);

@@ -36,11 +36,12 @@ impl Meter {
         if reply.is_empty() {
             return; // dropped past the client's output limit: the client is closed unanswered
         }
-        match &self.command {
-            Some(info) => info.counters.count(reply),
-            None => metrics::OTHER_COMMANDS.count(reply),
-        }
-        metrics::COMMAND_DURATION.observe(self.arrived.elapsed().as_secs_f64());
+        let counters = match &self.command {
+            Some(info) => &info.counters,
+            None => &*metrics::OTHER_COMMANDS,
+        };
+        counters.count(reply);
+        counters.observe(self.arrived.elapsed().as_secs_f64());
     }
 }
 
