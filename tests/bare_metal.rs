@@ -19,13 +19,19 @@ fn repo(path: &str) -> PathBuf {
 }
 
 /// The unit's ExecStart, split into words (it has no quoting).
-fn exec_start() -> Vec<String> {
+fn unit_setting(key: &str) -> String {
     let unit = std::fs::read_to_string(repo(UNIT)).unwrap();
-    let line = unit
-        .lines()
-        .find_map(|l| l.strip_prefix("ExecStart="))
-        .expect("the unit has an ExecStart");
-    line.split_whitespace().map(str::to_string).collect()
+    unit.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("the unit sets {key}"))
+        .to_string()
+}
+
+fn exec_start() -> Vec<String> {
+    unit_setting("ExecStart")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
 }
 
 /// The bare-metal config with the data directory and ports moved into the test's.
@@ -100,7 +106,11 @@ fn start(args: &[String], config: &Path, notify: &Notify) -> Proc {
             cmd.arg(a);
         }
     }
+    // systemd's watchdog as the unit asks for it (WatchdogSec=), at a tenth of a second so
+    // that the test hears it at once.
+    assert!(!unit_setting("WatchdogSec").is_empty());
     cmd.env("NOTIFY_SOCKET", &notify.path)
+        .env("WATCHDOG_USEC", "100000")
         .env("RUST_LOG", "info");
     Proc::spawn(cmd, true)
 }
@@ -118,6 +128,9 @@ fn the_units_command_line_restores_and_reports_ready_only_after() {
     let mut notify = Notify::new(dir.path(), "notify-1");
     let mut w = start(&args, &config, &notify);
     notify.until("READY=1");
+    // The watchdog is fed from the event loop while walrus serves.
+    notify.until("WATCHDOG=1");
+    notify.until("WATCHDOG=1");
     let mut c = Raw::connect(&addr);
     let value = "v".repeat(64 << 10);
     for i in 0..200 {

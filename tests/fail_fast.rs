@@ -118,7 +118,11 @@ fn journal_init_takes_the_serve_configuration_and_refuses_what_serve_refuses() {
         "2",
     ]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("journal.segments = 2"), "{}", text(&out));
+    assert!(
+        text(&out).contains("journal.segments = 2"),
+        "{}",
+        text(&out)
+    );
     assert!(!fresh.exists());
 
     // Another geometry over the existing journal: a mistake to fix, named with its keys.

@@ -101,7 +101,11 @@ fn metrics_move_as_the_workload_implies() {
         moved("walrus_commands_total{cmd=\"other\",result=\"error\"}"),
         1.0
     );
-    let class = |c: &str| moved(&format!("walrus_command_duration_seconds_count{{class=\"{c}\"}}"));
+    let class = |c: &str| {
+        moved(&format!(
+            "walrus_command_duration_seconds_count{{class=\"{c}\"}}"
+        ))
+    };
     assert_eq!(class("write"), 205.0);
     assert_eq!(class("read"), 100.0);
     assert_eq!(class("other"), 1.0);

@@ -96,6 +96,7 @@ async fn serve(config: Config) -> Result<(), Fatal> {
     tracing::info!(version = super::VERSION, "walrus starting");
     let (stop_tx, stop) = watch::channel(false);
     spawn_signal_handler(stop_tx)?;
+    spawn_watchdog();
     // Both ports are claimed before anything slow (Valkey's start, the ring's allocation, a
     // restore): a port in use is reported at once, not after minutes of work.
     let ports = Ports::claim(&config).await?;
@@ -157,9 +158,11 @@ impl Ports {
         .map_err(|e| format!("cannot listen on proxy.listen {addr}: {e}"))?;
         let metrics = match config.metrics.listen.as_str() {
             "" => None,
-            listen => Some(TcpListener::bind(listen).await.map_err(|e| {
-                format!("cannot listen on metrics.listen {listen}: {e}")
-            })?),
+            listen => Some(
+                TcpListener::bind(listen)
+                    .await
+                    .map_err(|e| format!("cannot listen on metrics.listen {listen}: {e}"))?,
+            ),
         };
         Ok(Ports { clients, metrics })
     }
@@ -441,6 +444,21 @@ async fn try_learn(up: &Upstream) -> Result<(CommandTable, u32, ServerVersion), 
         UpstreamError::Decode(format!("unexpected CONFIG GET databases reply: {reply:?}"))
     })?;
     Ok((table, databases as u32, server))
+}
+
+/// Feeds systemd's watchdog from a task on the event loop, twice per interval as sd_notify(3)
+/// advises: it is fed while the loop turns, during a restore too, and not once it stops.
+fn spawn_watchdog() {
+    if let Some(every) = crate::supervisor::watchdog_interval() {
+        tracing::info!(?every, "feeding the service manager's watchdog");
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every / 2);
+            loop {
+                tick.tick().await;
+                crate::supervisor::watchdog();
+            }
+        });
+    }
 }
 
 fn spawn_signal_handler(stop: watch::Sender<bool>) -> Result<(), Fatal> {

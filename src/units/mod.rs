@@ -49,7 +49,11 @@ pub fn parse_millis(text: &str) -> Result<u64, String> {
         "s" => 1_000,
         "m" | "min" => 60_000,
         "h" => 3_600_000,
-        _ => return Err(format!("{text:?} is not a duration: expected {DURATION_HELP}")),
+        _ => {
+            return Err(format!(
+                "{text:?} is not a duration: expected {DURATION_HELP}"
+            ))
+        }
     };
     scaled(number, scale)
         .ok_or_else(|| format!("{text:?} is not a duration: expected {DURATION_HELP}"))
@@ -173,7 +177,10 @@ mod tests {
     fn a_size_that_is_no_size_is_refused_with_the_forms_it_takes() {
         for text in ["", "mb", "5 parsecs", "-1", "1.1b", "99999999999tb", "1e3"] {
             let e = parse_size(text).unwrap_err();
-            assert!(e.contains("is not a size") && e.contains("64mb"), "{text}: {e}");
+            assert!(
+                e.contains("is not a size") && e.contains("64mb"),
+                "{text}: {e}"
+            );
         }
     }
 

@@ -117,6 +117,8 @@ impl ChildSpec {
             .args(&self.extra_args)
             // walrus alone speaks to systemd for the unit (`crate::supervisor`).
             .env_remove("NOTIFY_SOCKET")
+            .env_remove("WATCHDOG_USEC")
+            .env_remove("WATCHDOG_PID")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -147,7 +149,11 @@ async fn forward_log(
     let mut lines = BufReader::new(out).lines();
     let mut last = String::new();
     while let Ok(Some(line)) = lines.next_line().await {
-        tracing::info!(target: "valkey", "{line}");
+        match valkey_level(&line) {
+            tracing::Level::WARN => tracing::warn!(target: "valkey", "{line}"),
+            tracing::Level::DEBUG => tracing::debug!(target: "valkey", "{line}"),
+            _ => tracing::info!(target: "valkey", "{line}"),
+        }
         if line.contains("Ready to accept connections") {
             if let Some(tx) = ready.take() {
                 let _ = tx.send(Ok(()));
@@ -157,6 +163,19 @@ async fn forward_log(
     }
     if let Some(tx) = ready.take() {
         let _ = tx.send(Err(format!("it exited; its last log line: {last:?}")));
+    }
+}
+
+/// The level of one of Valkey's log lines, from the mark after its timestamp
+/// (`1234:M 25 Nov 2026 04:51:34.916 # ...`): `#` warning, `*` notice, `-` verbose and `.`
+/// debug, read as `log.level` reads Valkey's names. Valkey's warnings (memory overcommit, a
+/// failed fork, a full disk) then reach an operator who filters on WARN. A line of another
+/// form (a crash report's body) keeps INFO.
+fn valkey_level(line: &str) -> tracing::Level {
+    match line.split_whitespace().nth(5) {
+        Some("#") => tracing::Level::WARN,
+        Some("-" | ".") => tracing::Level::DEBUG,
+        _ => tracing::Level::INFO,
     }
 }
 
@@ -229,4 +248,39 @@ pub fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::valkey_level;
+    use tracing::Level;
+
+    #[test]
+    fn valkeys_warnings_are_logged_as_warnings() {
+        for (line, level) in [
+            (
+                "123:M 25 Nov 2026 04:51:34.916 # WARNING Memory overcommit must be enabled!",
+                Level::WARN,
+            ),
+            (
+                "123:C 25 Nov 2026 04:51:34.916 * oO0OoO0OoO0Oo Valkey is starting oO0OoO0OoO0Oo",
+                Level::INFO,
+            ),
+            (
+                "123:M 25 Nov 2026 04:51:34.916 - Accepted 127.0.0.1:5000",
+                Level::DEBUG,
+            ),
+            (
+                "123:S 25 Nov 2026 04:51:34.916 . Client closed connection",
+                Level::DEBUG,
+            ),
+            (
+                "=== VALKEY BUG REPORT START: Cut & paste starting from here ===",
+                Level::INFO,
+            ),
+            ("", Level::INFO),
+        ] {
+            assert_eq!(valkey_level(line), level, "{line}");
+        }
+    }
 }
