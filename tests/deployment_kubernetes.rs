@@ -865,6 +865,20 @@ fn check_deployment(what: &str, docs: &[J]) -> Deployment {
             }
         }
     }
+    for pr in of_kind("PrometheusRule") {
+        assert_eq!(
+            pr["apiVersion"].s(),
+            "monitoring.coreos.com/v1",
+            "{what}: PrometheusRule apiVersion"
+        );
+        assert!(
+            pr["spec"]["groups"].arr().iter().any(|g| g["rules"]
+                .arr()
+                .iter()
+                .any(|r| r["alert"].s() == "WalrusDown")),
+            "{what}: the PrometheusRule lacks walrus's alerts"
+        );
+    }
     let ann = &pod["metadata"]["annotations"];
     if ann["prometheus.io/scrape"].s() == "true" {
         assert_eq!(
@@ -1056,12 +1070,22 @@ fn chart_lints_and_renders_valid_consistent_manifests_for_every_value_set() {
                         && d.seccomp_localhost.is_none()
                         && d.storage_class.is_none()
                 );
-                assert!(has("PodDisruptionBudget") && !has("PodMonitor") && !has("ServiceMonitor"));
+                assert!(
+                    has("PodDisruptionBudget")
+                        && !has("PodMonitor")
+                        && !has("ServiceMonitor")
+                        && !has("PrometheusRule")
+                );
                 assert_eq!(d.config.journal.io_backend, IoBackendChoice::Sync);
             }
             "local-storage-monitoring-values.yaml" => {
                 assert_eq!(d.storage_class.as_deref(), Some("local-path"));
-                assert!(has("PodMonitor") && has("ServiceMonitor") && !has("PodDisruptionBudget"));
+                assert!(
+                    has("PodMonitor")
+                        && has("ServiceMonitor")
+                        && has("PrometheusRule")
+                        && !has("PodDisruptionBudget")
+                );
                 // config: settings beyond the chart's own reach walrus.toml, and win.
                 assert_eq!(d.config.proxy.max_clients, 20000);
                 assert_eq!(d.config.log.level, "walrus=debug,info");
@@ -1214,6 +1238,112 @@ fn every_chart_value_is_in_the_schema_and_documented() {
         values["seccomp"]["localhostProfile"].s(),
         "profiles/walrus-io-uring.json",
         "the chart's default Localhost profile is deploy/kubernetes/seccomp/walrus-io-uring.json"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// The chart's alert rules
+
+/// promtool (Debian's prometheus package, from deploy/setup.sh), run in `dir`.
+fn promtool(dir: &Path, args: &[&str]) {
+    let (ok, out) = run(Command::new("promtool").args(args).current_dir(dir));
+    assert!(ok, "promtool {args:?} failed:\n{out}");
+}
+
+/// Renders the chart with the PrometheusRule on (and `extra`), and returns the documents
+/// and the PrometheusRule's spec written to `dir`/walrus-alerts.yml as a rule file.
+fn rendered_rules(dir: &Path, extra: &[&str]) -> (Vec<J>, PathBuf) {
+    let mut args = vec!["--set", "metrics.prometheusRule.enabled=true"];
+    args.extend_from_slice(extra);
+    let (ok, out) = template(&args);
+    assert!(ok, "helm template {args:?}:\n{out}");
+    let rendered = dir.join("rendered.yaml");
+    std::fs::write(&rendered, &out).unwrap();
+    let rules = dir.join("walrus-alerts.yml");
+    let (ok, out) = run(Command::new("python3")
+        .args([
+            "-c",
+            "import sys, yaml\n\
+             docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d['kind'] == 'PrometheusRule']\n\
+             assert len(docs) == 1, docs\n\
+             yaml.safe_dump(docs[0]['spec'], open(sys.argv[2], 'w'))",
+        ])
+        .arg(&rendered)
+        .arg(&rules));
+    assert!(ok, "extracting the PrometheusRule's rules:\n{out}");
+    (load(&[&rendered]), rules)
+}
+
+/// The rules the chart ships, as it renders them, pass promtool's check and the same unit
+/// tests as deploy/prometheus/walrus-alerts.yml: what is tested is what is installed.
+#[test]
+fn chart_prometheus_rule_passes_the_alert_unit_tests() {
+    let dir = tempfile::tempdir().unwrap();
+    let (docs, rules) = rendered_rules(dir.path(), &[]);
+    let rule = docs
+        .iter()
+        .find(|d| d["kind"].s() == "PrometheusRule")
+        .expect("a PrometheusRule");
+    assert_eq!(rule["apiVersion"].s(), "monitoring.coreos.com/v1");
+    promtool(dir.path(), &["check", "rules", rules.to_str().unwrap()]);
+    // The unit tests name their rule file walrus-alerts.yml, next to them.
+    let tests = dir.path().join("walrus-alerts.test.yml");
+    std::fs::copy(
+        root().join("deploy/prometheus/walrus-alerts.test.yml"),
+        &tests,
+    )
+    .unwrap();
+    promtool(dir.path(), &["test", "rules", tests.to_str().unwrap()]);
+}
+
+/// The PrometheusRule's values reach every alert: runbook base, added labels (the rule's own
+/// severity winning), extra rules in their own group.
+#[test]
+fn chart_prometheus_rule_values_apply_to_every_alert() {
+    let dir = tempfile::tempdir().unwrap();
+    let (docs, rules) = rendered_rules(
+        dir.path(),
+        &[
+            "--set",
+            "metrics.prometheusRule.runbookBaseUrl=https://wiki.example.com/walrus",
+            "--set-json",
+            r#"metrics.prometheusRule.additionalRuleLabels={"team":"storage","severity":"none"}"#,
+            "--set-json",
+            r#"metrics.prometheusRule.additionalRules=[{"alert":"WalrusManyClients","expr":"walrus_clients_connected > 5000","labels":{"severity":"ticket"}}]"#,
+            "--set-json",
+            r#"metrics.prometheusRule.labels={"release":"kube-prometheus-stack"}"#,
+        ],
+    );
+    promtool(dir.path(), &["check", "rules", rules.to_str().unwrap()]);
+    let rule = docs
+        .iter()
+        .find(|d| d["kind"].s() == "PrometheusRule")
+        .expect("a PrometheusRule");
+    assert_eq!(
+        rule["metadata"]["labels"]["release"].s(),
+        "kube-prometheus-stack"
+    );
+    let groups = rule["spec"]["groups"].arr();
+    let names: Vec<&str> = groups.iter().map(|g| g["name"].s()).collect();
+    assert_eq!(names, ["walrus", "walrus-additional"]);
+    let alerts = groups[0]["rules"].arr();
+    assert!(alerts.len() >= 14, "{alerts:?}");
+    for a in alerts {
+        let name = a["alert"].s();
+        assert_eq!(
+            a["annotations"]["runbook_url"].s(),
+            format!("https://wiki.example.com/walrus#{}", name.to_lowercase()),
+            "{name}"
+        );
+        assert_eq!(a["labels"]["team"].s(), "storage", "{name}");
+        assert!(
+            ["page", "ticket"].contains(&a["labels"]["severity"].s()),
+            "{name}: its own severity must win"
+        );
+    }
+    assert_eq!(
+        groups[1]["rules"].arr()[0]["alert"].s(),
+        "WalrusManyClients"
     );
 }
 

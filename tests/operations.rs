@@ -1,5 +1,6 @@
-//! Operator artefacts in deploy/: the Prometheus alert rules, their promtool unit tests and
-//! the Grafana dashboard. promtool comes from Debian's prometheus package, which
+//! Operator artefacts: the Prometheus alert rules (helm/walrus/files/, copied to
+//! deploy/prometheus/), their promtool unit tests, their runbook (docs/operations-alerts.md)
+//! and the Grafana dashboard. promtool comes from Debian's prometheus package, which
 //! deploy/setup.sh installs (CI runs it before `cargo test`); python3 reads the dashboard's
 //! JSON, as the crate has no JSON dev-dependency.
 
@@ -61,7 +62,10 @@ const METRICS: &[(&str, &str)] = &[
     ("walrus_upstream_errors_total", "counter"),
 ];
 
-const RULES: &str = "deploy/prometheus/walrus-alerts.yml";
+/// The alert rules: the chart's file is the source, deploy/prometheus/ has a copy for a
+/// Prometheus without the Operator.
+const RULES: &str = "helm/walrus/files/walrus-alerts.yml";
+const RULES_COPY: &str = "deploy/prometheus/walrus-alerts.yml";
 const RULE_TESTS: &str = "deploy/prometheus/walrus-alerts.test.yml";
 const DASHBOARD: &str = "deploy/grafana/walrus-dashboard.json";
 
@@ -116,6 +120,21 @@ fn python3(args: &[&str]) -> Output {
     )
 }
 
+/// Where every runbook_url in the rules points (the chart's runbookBaseUrl default).
+const RUNBOOK_BASE: &str = "https://github.com/walrus-db/walrus/blob/main/docs/operations.md";
+/// The runbook's section, which is appended to docs/operations.md.
+const RUNBOOK: &str = "docs/operations-alerts.md";
+
+#[test]
+fn deploy_copies_are_the_charts_files() {
+    for (source, copy) in [(RULES, RULES_COPY)] {
+        assert!(
+            read(source) == read(copy),
+            "{copy} must be a copy of {source} (edit the chart's file, then `cp {source} {copy}`)"
+        );
+    }
+}
+
 #[test]
 fn alert_rules_pass_promtool_check() {
     promtool(&["check", "rules", RULES]);
@@ -138,7 +157,7 @@ fn alerts() -> Vec<(String, String)> {
             body.push('\n');
         }
     }
-    assert!(alerts.len() >= 9, "{RULES}: found only {alerts:?}");
+    assert!(alerts.len() >= 14, "{RULES}: found only {alerts:?}");
     alerts
 }
 
@@ -160,6 +179,44 @@ fn every_alert_has_a_severity_and_says_what_it_means() {
                 "{name}: no {annotation} annotation"
             );
         }
+    }
+}
+
+/// Each alert links its runbook section: docs/operations.md#<alert in lower case>, the
+/// GitHub anchor of the `### <alert>` heading in the runbook's "Alerts" section.
+#[test]
+fn every_alert_has_a_runbook_section() {
+    let runbook = read(RUNBOOK);
+    assert!(
+        runbook.starts_with("## Alerts\n"),
+        "{RUNBOOK} must be the section \"## Alerts\" of docs/operations.md"
+    );
+    let headings: Vec<&str> = runbook
+        .lines()
+        .filter_map(|l| l.strip_prefix("### "))
+        .collect();
+    let alerts = alerts();
+    for (name, body) in &alerts {
+        let urls: Vec<&str> = body
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("runbook_url:"))
+            .map(str::trim)
+            .collect();
+        assert_eq!(
+            urls,
+            [format!("{RUNBOOK_BASE}#{}", name.to_lowercase())],
+            "{name}: runbook_url"
+        );
+        assert!(
+            headings.contains(&name.as_str()),
+            "{RUNBOOK} has no \"### {name}\" section"
+        );
+    }
+    for h in headings {
+        assert!(
+            alerts.iter().any(|(a, _)| a == h),
+            "{RUNBOOK} describes {h}, which {RULES} does not define"
+        );
     }
 }
 
