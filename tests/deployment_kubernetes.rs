@@ -1,5 +1,5 @@
 //! Kubernetes deployment: the plain manifests in deploy/kubernetes/ and the Helm chart in
-//! helm/walrus.
+//! helm/walrus, with the alert rules and dashboard it ships.
 //!
 //! - helm lints the chart and renders it for its default values and for every value set in
 //!   helm/walrus/ci/; the schema refuses bad values and the templates refuse values that
@@ -1345,6 +1345,28 @@ fn chart_prometheus_rule_values_apply_to_every_alert() {
         groups[1]["rules"].arr()[0]["alert"].s(),
         "WalrusManyClients"
     );
+}
+
+/// The dashboard's ConfigMap carries the one dashboard file, with the sidecar's label.
+#[test]
+fn chart_dashboard_configmap_is_the_dashboard_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, out) = template(&["--set", "metrics.grafanaDashboard.enabled=true"]);
+    assert!(ok, "helm template:\n{out}");
+    let rendered = dir.path().join("rendered.yaml");
+    std::fs::write(&rendered, &out).unwrap();
+    let docs = load(&[&rendered]);
+    let cm = docs
+        .iter()
+        .find(|d| {
+            d["kind"].s() == "ConfigMap" && d["metadata"]["name"].s() == "demo-walrus-dashboard"
+        })
+        .expect("the dashboard's ConfigMap");
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"].s(), "1");
+    let json = dir.path().join("walrus-dashboard.json");
+    std::fs::write(&json, cm["data"]["walrus-dashboard.json"].s()).unwrap();
+    let file = chart().join("files/walrus-dashboard.json");
+    assert_eq!(load(&[&json]), load(&[&file]));
 }
 
 // ---------------------------------------------------------------------------------------

@@ -67,7 +67,9 @@ const METRICS: &[(&str, &str)] = &[
 const RULES: &str = "helm/walrus/files/walrus-alerts.yml";
 const RULES_COPY: &str = "deploy/prometheus/walrus-alerts.yml";
 const RULE_TESTS: &str = "deploy/prometheus/walrus-alerts.test.yml";
-const DASHBOARD: &str = "deploy/grafana/walrus-dashboard.json";
+/// The dashboard: the chart's file (its ConfigMap's), with a copy in deploy/grafana/.
+const DASHBOARD: &str = "helm/walrus/files/walrus-dashboard.json";
+const DASHBOARD_COPY: &str = "deploy/grafana/walrus-dashboard.json";
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -127,7 +129,7 @@ const RUNBOOK: &str = "docs/operations-alerts.md";
 
 #[test]
 fn deploy_copies_are_the_charts_files() {
-    for (source, copy) in [(RULES, RULES_COPY)] {
+    for (source, copy) in [(RULES, RULES_COPY), (DASHBOARD, DASHBOARD_COPY)] {
         assert!(
             read(source) == read(copy),
             "{copy} must be a copy of {source} (edit the chart's file, then `cp {source} {copy}`)"
@@ -262,7 +264,7 @@ fn dashboard_is_valid_json() {
 /// Checks the dashboard's structure and writes each query, with Grafana's variables
 /// replaced, as a recording rule into the file argv[2], for promtool to parse.
 const DASHBOARD_CHECK: &str = r#"
-import json, sys
+import json, re, sys
 d = json.load(open(sys.argv[1]))
 errors = []
 if d.get("schemaVersion") != 39:
@@ -271,9 +273,16 @@ variables = {v.get("name"): v for v in d.get("templating", {}).get("list", [])}
 ds = variables.get("DS_PROMETHEUS")
 if not ds or ds.get("type") != "datasource" or ds.get("query") != "prometheus":
     errors.append("no datasource variable DS_PROMETHEUS of type prometheus")
-inst = variables.get("instance")
-if not inst or "label_values(walrus_build_info, instance)" not in json.dumps(inst.get("query")):
-    errors.append("no instance variable from label_values(walrus_build_info, instance)")
+# namespace and pod for Kubernetes, instance for any scrape; each query filters on all three.
+# Their "All" is ".*", which also matches a series without the label (a static scrape has no
+# namespace or pod).
+FILTERS = ["namespace", "pod", "instance"]
+for name in FILTERS:
+    v = variables.get(name)
+    if not v or "label_values(walrus_build_info" not in json.dumps(v.get("query")) or (", %s)" % name) not in json.dumps(v.get("query")):
+        errors.append("no %s variable from label_values(walrus_build_info..., %s)" % (name, name))
+    elif v.get("allValue") != ".*":
+        errors.append("variable %s: allValue must be .* (series without the label match it)" % name)
 ids, exprs = [], []
 def walk(panels):
     for p in panels:
@@ -288,8 +297,14 @@ def walk(panels):
                 if t.get("datasource", {}).get("uid") != "${DS_PROMETHEUS}":
                     errors.append("panel %r: a query's datasource is not ${DS_PROMETHEUS}" % title)
                 e = t.get("expr", "")
-                if '$instance' not in e:
-                    errors.append("panel %r: query ignores $instance: %s" % (title, e))
+                for name in FILTERS:
+                    if ('%s=~"$%s"' % (name, name)) not in e:
+                        errors.append("panel %r: query ignores $%s: %s" % (title, name, e))
+                if 'job=' in e:
+                    errors.append("panel %r: a job name differs per scrape setup: %s" % (title, e))
+                # The timestamp is 0 until the first checkpoint: an age from it is ~56 years.
+                if re.search(r"time\(\)\s*-\s*walrus_checkpoint_last_success_timestamp_seconds", e):
+                    errors.append("panel %r: age of a 0 timestamp: filter it with > 0: %s" % (title, e))
                 exprs.append(e)
         walk(p.get("panels", []))
 walk(d.get("panels", []))
@@ -298,7 +313,9 @@ if len(ids) != len(set(ids)):
 with open(sys.argv[2], "w") as f:
     f.write("groups:\n  - name: dashboard\n    rules:\n")
     for i, e in enumerate(exprs):
-        e = e.replace("$__rate_interval", "5m").replace("$instance", ".+")
+        e = e.replace("$__rate_interval", "5m")
+        for name in FILTERS:
+            e = e.replace("$" + name, ".*")
         f.write("      - record: dashboard:query_%d\n        expr: %s\n" % (i, json.dumps(e)))
 if errors:
     sys.exit("\n".join(errors))
