@@ -1114,6 +1114,29 @@ fn chart_refuses_values_that_cannot_work() {
     for (args, named) in [
         (&["--set", "journal.ioBackend=fast"][..], "ioBackend"),
         (&["--set", "journalz.segments=3"][..], "journalz"),
+        // walrus takes 3 segments, but then a checkpoint starts only when writes are refused.
+        (&["--set-json", "journal.segments=3"][..], "segments"),
+        // A 1 GiB ring on a 1Gi volume: walrus would refuse to start, in a crash loop.
+        (
+            &[
+                "--set",
+                "persistence.size=1Gi",
+                "--set",
+                "valkey.maxmemory=",
+            ][..],
+            "persistence.size to at least 1205Mi",
+        ),
+        // The ring fits, but not with two checkpoints of a 2 GB dataset.
+        (
+            &[
+                "--set",
+                "persistence.size=5Gi",
+                "--set",
+                "valkey.maxmemory=2gb",
+            ][..],
+            "persistence.size to at least",
+        ),
+        (&["--set", "persistence.size=10GB"][..], "persistence"),
         (
             &["--set-json", "journal.segmentSizeBytes=1000"][..],
             "segmentSizeBytes",
