@@ -411,6 +411,8 @@ struct Deployment {
     /// The walrus container's Localhost seccomp profile.
     seccomp_localhost: Option<String>,
     storage_class: Option<String>,
+    existing_claim: Option<String>,
+    docs: Vec<J>,
 }
 
 /// Checks everything that ties the documents of one deployment together.
@@ -536,29 +538,44 @@ fn check_deployment(what: &str, docs: &[J]) -> Deployment {
         data_dir,
         "{what}: --data-dir must be the mount of the volume claim \"data\""
     );
+    // A claim template named data, or (persistence.existingClaim) a pod volume data on an
+    // existing claim; never both, which would shadow the template.
     let claim = spec["volumeClaimTemplates"]
         .arr()
         .iter()
-        .find(|c| c["metadata"]["name"].s() == "data")
-        .unwrap_or_else(|| panic!("{what}: the journal needs a volumeClaimTemplate named data"));
-    assert!(
-        claim["spec"]["accessModes"]
-            .strings()
-            .iter()
-            .any(|m| m == "ReadWriteOnce"),
-        "{what}: the journal's volume must be ReadWriteOnce"
-    );
-    assert!(
-        !claim["spec"]["resources"]["requests"]["storage"].is_null(),
-        "{what}: the journal's volume needs a size"
-    );
-    assert!(
-        ps["volumes"].named("data").is_none(),
-        "{what}: a pod volume named data would shadow the claim"
-    );
-    let storage_class = match &claim["spec"]["storageClassName"] {
-        J::Str(s) => Some(s.clone()),
-        _ => None,
+        .find(|c| c["metadata"]["name"].s() == "data");
+    let existing_claim = ps["volumes"]
+        .named("data")
+        .map(|v| v["persistentVolumeClaim"]["claimName"].s().to_string());
+    let storage_class = match (claim, &existing_claim) {
+        (Some(claim), None) => {
+            assert!(
+                claim["spec"]["accessModes"]
+                    .strings()
+                    .iter()
+                    .any(|m| m == "ReadWriteOnce"),
+                "{what}: the journal's volume must be ReadWriteOnce"
+            );
+            assert!(
+                !claim["spec"]["resources"]["requests"]["storage"].is_null(),
+                "{what}: the journal's volume needs a size"
+            );
+            match &claim["spec"]["storageClassName"] {
+                J::Str(s) => Some(s.clone()),
+                _ => None,
+            }
+        }
+        (None, Some(name)) => {
+            assert!(
+                !name.is_empty(),
+                "{what}: the pod volume data must be an existing claim"
+            );
+            None
+        }
+        (Some(_), Some(_)) => panic!("{what}: a pod volume named data would shadow the claim"),
+        (None, None) => {
+            panic!("{what}: the journal needs a volumeClaimTemplate or a pod volume named data")
+        }
     };
 
     // walrus.toml, from the ConfigMap mounted where --config points.
@@ -807,6 +824,32 @@ fn check_deployment(what: &str, docs: &[J]) -> Deployment {
                 .any(|p| p["targetPort"].s() == "resp")),
         "{what}: a client Service must target walrus's resp port"
     );
+    for np in of_kind("NetworkPolicy") {
+        assert!(
+            selects(&np["spec"]["podSelector"]["matchLabels"], labels),
+            "{what}: the NetworkPolicy does not select the pod"
+        );
+        // Ports by name must be the container's; the probes need none (the node is allowed).
+        for rule in np["spec"]["ingress"].arr() {
+            for p in rule["ports"].arr() {
+                let port = &p["port"];
+                assert!(
+                    ["resp", "metrics"].contains(&port.s())
+                        || port.num().is_some_and(
+                            |n| n == f64::from(resp_port) || n == f64::from(metrics_port)
+                        ),
+                    "{what}: the NetworkPolicy opens {port:?}, not a walrus port"
+                );
+            }
+        }
+    }
+    if let J::Str(sa) = &ps["serviceAccountName"] {
+        let created: Vec<&J> = of_kind("ServiceAccount").collect();
+        assert!(
+            created.is_empty() || created.iter().any(|a| a["metadata"]["name"].s() == sa),
+            "{what}: the pod's ServiceAccount {sa} is not the one rendered"
+        );
+    }
     for pdb in of_kind("PodDisruptionBudget") {
         assert!(
             selects(&pdb["spec"]["selector"]["matchLabels"], labels),
@@ -902,6 +945,8 @@ fn check_deployment(what: &str, docs: &[J]) -> Deployment {
         secret,
         seccomp_localhost,
         storage_class,
+        existing_claim,
+        docs: docs.to_vec(),
     }
 }
 
@@ -1051,6 +1096,8 @@ fn chart_lints_and_renders_valid_consistent_manifests_for_every_value_set() {
     let sets = value_sets();
     let names: Vec<&str> = sets.iter().map(|(n, _)| n.as_str()).collect();
     for wanted in [
+        "everything-values.yaml",
+        "existing-claim-values.yaml",
         "local-storage-monitoring-values.yaml",
         "auth-values.yaml",
         "io-uring-values.yaml",
@@ -1069,7 +1116,11 @@ fn chart_lints_and_renders_valid_consistent_manifests_for_every_value_set() {
                     d.secret.is_none()
                         && d.seccomp_localhost.is_none()
                         && d.storage_class.is_none()
+                        && d.existing_claim.is_none()
                 );
+                for kind in ["NetworkPolicy", "ServiceAccount", "PrometheusRule"] {
+                    assert!(!has(kind), "the defaults render a {kind}");
+                }
                 assert!(
                     has("PodDisruptionBudget")
                         && !has("PodMonitor")
@@ -1096,6 +1147,67 @@ fn chart_lints_and_renders_valid_consistent_manifests_for_every_value_set() {
             }
             "auth-values.yaml" => {
                 assert_eq!(d.secret, Some(("walrus-valkey".into(), "password".into())));
+            }
+            "everything-values.yaml" => {
+                for kind in [
+                    "NetworkPolicy",
+                    "ServiceAccount",
+                    "PodMonitor",
+                    "ServiceMonitor",
+                    "PrometheusRule",
+                ] {
+                    assert!(has(kind), "everything-values.yaml renders no {kind}");
+                }
+                let doc = |kind: &str| d.docs.iter().find(|x| x["kind"].s() == kind).unwrap();
+                let pod = &doc("StatefulSet")["spec"]["template"]["spec"];
+                let walrus = pod["containers"].named("walrus").unwrap();
+                assert_eq!(
+                    walrus["image"].s(),
+                    "registry.example.com/walrus@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                    "a digest wins over the tag"
+                );
+                assert_eq!(pod["serviceAccountName"].s(), "demo-walrus");
+                assert_eq!(pod["automountServiceAccountToken"], J::Bool(false));
+                assert_eq!(
+                    walrus["env"].named("RUST_BACKTRACE").unwrap()["value"].s(),
+                    "1"
+                );
+                assert!(walrus["volumeMounts"].named("ca-bundle").is_some());
+                assert_eq!(walrus["securityContext"]["runAsUser"].num(), Some(10001.0));
+                let valkey = pod["initContainers"].named("valkey").unwrap();
+                assert_eq!(valkey["securityContext"]["runAsUser"].num(), Some(10002.0));
+                let claim = &doc("StatefulSet")["spec"]["volumeClaimTemplates"].arr()[0];
+                assert_eq!(claim["spec"]["dataSource"]["kind"].s(), "VolumeSnapshot");
+                for monitor in ["ServiceMonitor", "PodMonitor"] {
+                    let m = doc(monitor);
+                    let ep = if monitor == "ServiceMonitor" {
+                        &m["spec"]["endpoints"].arr()[0]
+                    } else {
+                        &m["spec"]["podMetricsEndpoints"].arr()[0]
+                    };
+                    assert_eq!(ep["relabelings"].arr()[0]["targetLabel"].s(), "cluster");
+                    assert_eq!(ep["metricRelabelings"].arr()[0]["action"].s(), "drop");
+                }
+                let np = &doc("NetworkPolicy")["spec"]["ingress"].arr()[0];
+                assert_eq!(
+                    np["from"].arr()[0]["podSelector"]["matchLabels"]["demo-walrus-client"].s(),
+                    "true",
+                    "only labelled clients reach the client port"
+                );
+            }
+            "existing-claim-values.yaml" => {
+                assert_eq!(d.existing_claim.as_deref(), Some("walrus-data-restored"));
+                let sts = d
+                    .docs
+                    .iter()
+                    .find(|x| x["kind"].s() == "StatefulSet")
+                    .unwrap();
+                assert!(sts["spec"]["volumeClaimTemplates"].is_null());
+                assert_eq!(
+                    sts["spec"]["template"]["spec"]["serviceAccountName"].s(),
+                    "valkey-workloads"
+                );
+                assert!(!d.kinds.iter().any(|k| k == "ServiceAccount"));
             }
             "io-uring-values.yaml" => {
                 assert_eq!(

@@ -29,6 +29,26 @@ app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | qu
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
+{{/* An image reference: repository@digest when a digest is set (the tag is then ignored), else
+repository:tag. Takes (list image defaultTag). */}}
+{{- define "walrus.image" -}}
+{{- $img := index . 0 -}}
+{{- if $img.digest -}}
+{{- printf "%s@%s" $img.repository $img.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $img.repository (toString ($img.tag | default (index . 1))) -}}
+{{- end -}}
+{{- end }}
+
+{{/* The pod's ServiceAccount: the created one, a named one, or none (the default). */}}
+{{- define "walrus.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- .Values.serviceAccount.name | default (include "walrus.fullname" .) -}}
+{{- else -}}
+{{- .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end }}
+
 {{/* Where the auth Secret is mounted in the walrus container, and the file walrus reads. */}}
 {{- define "walrus.passwordDir" -}}/etc/walrus-secret{{- end }}
 {{- define "walrus.passwordFile" -}}{{ include "walrus.passwordDir" . }}/password{{- end }}
