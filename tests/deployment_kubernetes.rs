@@ -6,8 +6,9 @@
 //!   cannot work together.
 //! - kubernetes-validate checks every rendered document and every plain manifest offline,
 //!   strictly (an unknown field is an error), against the API schemas of Kubernetes
-//!   `KUBERNETES`. PodMonitor and ServiceMonitor are Prometheus Operator resources it has no
-//!   schema for: they are checked here instead, against the pod and Service they scrape.
+//!   `KUBERNETES`. PodMonitor, ServiceMonitor and PrometheusRule are Prometheus Operator
+//!   resources it has no schema for: they are checked here instead, the monitors against the
+//!   pod and Service they scrape, the rule by promtool (its check and the alerts' unit tests).
 //! - What ties the pieces together is checked for every deployment: walrus.toml parses and
 //!   validates as walrus's own configuration and agrees with the container's flags, ports,
 //!   mounts and Valkey's address; Valkey gets every setting walrus needs
