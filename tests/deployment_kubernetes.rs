@@ -1,13 +1,14 @@
 //! Kubernetes deployment: the plain manifests in deploy/kubernetes/ and the Helm chart in
-//! helm/walrus.
+//! helm/walrus, with the alert rules and dashboard it ships.
 //!
 //! - helm lints the chart and renders it for its default values and for every value set in
 //!   helm/walrus/ci/; the schema refuses bad values and the templates refuse values that
 //!   cannot work together.
 //! - kubernetes-validate checks every rendered document and every plain manifest offline,
 //!   strictly (an unknown field is an error), against the API schemas of Kubernetes
-//!   `KUBERNETES`. PodMonitor and ServiceMonitor are Prometheus Operator resources it has no
-//!   schema for: they are checked here instead, against the pod and Service they scrape.
+//!   `KUBERNETES`. PodMonitor, ServiceMonitor and PrometheusRule are Prometheus Operator
+//!   resources it has no schema for: they are checked here instead, the monitors against the
+//!   pod and Service they scrape, the rule by promtool (its check and the alerts' unit tests).
 //! - What ties the pieces together is checked for every deployment: walrus.toml parses and
 //!   validates as walrus's own configuration and agrees with the container's flags, ports,
 //!   mounts and Valkey's address; Valkey gets every setting walrus needs
@@ -411,6 +412,8 @@ struct Deployment {
     /// The walrus container's Localhost seccomp profile.
     seccomp_localhost: Option<String>,
     storage_class: Option<String>,
+    existing_claim: Option<String>,
+    docs: Vec<J>,
 }
 
 /// Checks everything that ties the documents of one deployment together.
@@ -536,29 +539,44 @@ fn check_deployment(what: &str, docs: &[J]) -> Deployment {
         data_dir,
         "{what}: --data-dir must be the mount of the volume claim \"data\""
     );
+    // A claim template named data, or (persistence.existingClaim) a pod volume data on an
+    // existing claim; never both, which would shadow the template.
     let claim = spec["volumeClaimTemplates"]
         .arr()
         .iter()
-        .find(|c| c["metadata"]["name"].s() == "data")
-        .unwrap_or_else(|| panic!("{what}: the journal needs a volumeClaimTemplate named data"));
-    assert!(
-        claim["spec"]["accessModes"]
-            .strings()
-            .iter()
-            .any(|m| m == "ReadWriteOnce"),
-        "{what}: the journal's volume must be ReadWriteOnce"
-    );
-    assert!(
-        !claim["spec"]["resources"]["requests"]["storage"].is_null(),
-        "{what}: the journal's volume needs a size"
-    );
-    assert!(
-        ps["volumes"].named("data").is_none(),
-        "{what}: a pod volume named data would shadow the claim"
-    );
-    let storage_class = match &claim["spec"]["storageClassName"] {
-        J::Str(s) => Some(s.clone()),
-        _ => None,
+        .find(|c| c["metadata"]["name"].s() == "data");
+    let existing_claim = ps["volumes"]
+        .named("data")
+        .map(|v| v["persistentVolumeClaim"]["claimName"].s().to_string());
+    let storage_class = match (claim, &existing_claim) {
+        (Some(claim), None) => {
+            assert!(
+                claim["spec"]["accessModes"]
+                    .strings()
+                    .iter()
+                    .any(|m| m == "ReadWriteOnce"),
+                "{what}: the journal's volume must be ReadWriteOnce"
+            );
+            assert!(
+                !claim["spec"]["resources"]["requests"]["storage"].is_null(),
+                "{what}: the journal's volume needs a size"
+            );
+            match &claim["spec"]["storageClassName"] {
+                J::Str(s) => Some(s.clone()),
+                _ => None,
+            }
+        }
+        (None, Some(name)) => {
+            assert!(
+                !name.is_empty(),
+                "{what}: the pod volume data must be an existing claim"
+            );
+            None
+        }
+        (Some(_), Some(_)) => panic!("{what}: a pod volume named data would shadow the claim"),
+        (None, None) => {
+            panic!("{what}: the journal needs a volumeClaimTemplate or a pod volume named data")
+        }
     };
 
     // walrus.toml, from the ConfigMap mounted where --config points.
@@ -807,6 +825,32 @@ fn check_deployment(what: &str, docs: &[J]) -> Deployment {
                 .any(|p| p["targetPort"].s() == "resp")),
         "{what}: a client Service must target walrus's resp port"
     );
+    for np in of_kind("NetworkPolicy") {
+        assert!(
+            selects(&np["spec"]["podSelector"]["matchLabels"], labels),
+            "{what}: the NetworkPolicy does not select the pod"
+        );
+        // Ports by name must be the container's; the probes need none (the node is allowed).
+        for rule in np["spec"]["ingress"].arr() {
+            for p in rule["ports"].arr() {
+                let port = &p["port"];
+                assert!(
+                    ["resp", "metrics"].contains(&port.s())
+                        || port.num().is_some_and(
+                            |n| n == f64::from(resp_port) || n == f64::from(metrics_port)
+                        ),
+                    "{what}: the NetworkPolicy opens {port:?}, not a walrus port"
+                );
+            }
+        }
+    }
+    if let J::Str(sa) = &ps["serviceAccountName"] {
+        let created: Vec<&J> = of_kind("ServiceAccount").collect();
+        assert!(
+            created.is_empty() || created.iter().any(|a| a["metadata"]["name"].s() == sa),
+            "{what}: the pod's ServiceAccount {sa} is not the one rendered"
+        );
+    }
     for pdb in of_kind("PodDisruptionBudget") {
         assert!(
             selects(&pdb["spec"]["selector"]["matchLabels"], labels),
@@ -865,6 +909,20 @@ fn check_deployment(what: &str, docs: &[J]) -> Deployment {
             }
         }
     }
+    for pr in of_kind("PrometheusRule") {
+        assert_eq!(
+            pr["apiVersion"].s(),
+            "monitoring.coreos.com/v1",
+            "{what}: PrometheusRule apiVersion"
+        );
+        assert!(
+            pr["spec"]["groups"].arr().iter().any(|g| g["rules"]
+                .arr()
+                .iter()
+                .any(|r| r["alert"].s() == "WalrusDown")),
+            "{what}: the PrometheusRule lacks walrus's alerts"
+        );
+    }
     let ann = &pod["metadata"]["annotations"];
     if ann["prometheus.io/scrape"].s() == "true" {
         assert_eq!(
@@ -888,6 +946,8 @@ fn check_deployment(what: &str, docs: &[J]) -> Deployment {
         secret,
         seccomp_localhost,
         storage_class,
+        existing_claim,
+        docs: docs.to_vec(),
     }
 }
 
@@ -1037,6 +1097,8 @@ fn chart_lints_and_renders_valid_consistent_manifests_for_every_value_set() {
     let sets = value_sets();
     let names: Vec<&str> = sets.iter().map(|(n, _)| n.as_str()).collect();
     for wanted in [
+        "everything-values.yaml",
+        "existing-claim-values.yaml",
         "local-storage-monitoring-values.yaml",
         "auth-values.yaml",
         "io-uring-values.yaml",
@@ -1055,13 +1117,27 @@ fn chart_lints_and_renders_valid_consistent_manifests_for_every_value_set() {
                     d.secret.is_none()
                         && d.seccomp_localhost.is_none()
                         && d.storage_class.is_none()
+                        && d.existing_claim.is_none()
                 );
-                assert!(has("PodDisruptionBudget") && !has("PodMonitor") && !has("ServiceMonitor"));
+                for kind in ["NetworkPolicy", "ServiceAccount", "PrometheusRule"] {
+                    assert!(!has(kind), "the defaults render a {kind}");
+                }
+                assert!(
+                    has("PodDisruptionBudget")
+                        && !has("PodMonitor")
+                        && !has("ServiceMonitor")
+                        && !has("PrometheusRule")
+                );
                 assert_eq!(d.config.journal.io_backend, IoBackendChoice::Sync);
             }
             "local-storage-monitoring-values.yaml" => {
                 assert_eq!(d.storage_class.as_deref(), Some("local-path"));
-                assert!(has("PodMonitor") && has("ServiceMonitor") && !has("PodDisruptionBudget"));
+                assert!(
+                    has("PodMonitor")
+                        && has("ServiceMonitor")
+                        && has("PrometheusRule")
+                        && !has("PodDisruptionBudget")
+                );
                 // config: settings beyond the chart's own reach walrus.toml, and win.
                 assert_eq!(d.config.proxy.max_clients, 20000);
                 assert_eq!(d.config.log.level, "walrus=debug,info");
@@ -1072,6 +1148,67 @@ fn chart_lints_and_renders_valid_consistent_manifests_for_every_value_set() {
             }
             "auth-values.yaml" => {
                 assert_eq!(d.secret, Some(("walrus-valkey".into(), "password".into())));
+            }
+            "everything-values.yaml" => {
+                for kind in [
+                    "NetworkPolicy",
+                    "ServiceAccount",
+                    "PodMonitor",
+                    "ServiceMonitor",
+                    "PrometheusRule",
+                ] {
+                    assert!(has(kind), "everything-values.yaml renders no {kind}");
+                }
+                let doc = |kind: &str| d.docs.iter().find(|x| x["kind"].s() == kind).unwrap();
+                let pod = &doc("StatefulSet")["spec"]["template"]["spec"];
+                let walrus = pod["containers"].named("walrus").unwrap();
+                assert_eq!(
+                    walrus["image"].s(),
+                    "registry.example.com/walrus@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                    "a digest wins over the tag"
+                );
+                assert_eq!(pod["serviceAccountName"].s(), "demo-walrus");
+                assert_eq!(pod["automountServiceAccountToken"], J::Bool(false));
+                assert_eq!(
+                    walrus["env"].named("RUST_BACKTRACE").unwrap()["value"].s(),
+                    "1"
+                );
+                assert!(walrus["volumeMounts"].named("ca-bundle").is_some());
+                assert_eq!(walrus["securityContext"]["runAsUser"].num(), Some(10001.0));
+                let valkey = pod["initContainers"].named("valkey").unwrap();
+                assert_eq!(valkey["securityContext"]["runAsUser"].num(), Some(10002.0));
+                let claim = &doc("StatefulSet")["spec"]["volumeClaimTemplates"].arr()[0];
+                assert_eq!(claim["spec"]["dataSource"]["kind"].s(), "VolumeSnapshot");
+                for monitor in ["ServiceMonitor", "PodMonitor"] {
+                    let m = doc(monitor);
+                    let ep = if monitor == "ServiceMonitor" {
+                        &m["spec"]["endpoints"].arr()[0]
+                    } else {
+                        &m["spec"]["podMetricsEndpoints"].arr()[0]
+                    };
+                    assert_eq!(ep["relabelings"].arr()[0]["targetLabel"].s(), "cluster");
+                    assert_eq!(ep["metricRelabelings"].arr()[0]["action"].s(), "drop");
+                }
+                let np = &doc("NetworkPolicy")["spec"]["ingress"].arr()[0];
+                assert_eq!(
+                    np["from"].arr()[0]["podSelector"]["matchLabels"]["demo-walrus-client"].s(),
+                    "true",
+                    "only labelled clients reach the client port"
+                );
+            }
+            "existing-claim-values.yaml" => {
+                assert_eq!(d.existing_claim.as_deref(), Some("walrus-data-restored"));
+                let sts = d
+                    .docs
+                    .iter()
+                    .find(|x| x["kind"].s() == "StatefulSet")
+                    .unwrap();
+                assert!(sts["spec"]["volumeClaimTemplates"].is_null());
+                assert_eq!(
+                    sts["spec"]["template"]["spec"]["serviceAccountName"].s(),
+                    "valkey-workloads"
+                );
+                assert!(!d.kinds.iter().any(|k| k == "ServiceAccount"));
             }
             "io-uring-values.yaml" => {
                 assert_eq!(
@@ -1090,6 +1227,29 @@ fn chart_refuses_values_that_cannot_work() {
     for (args, named) in [
         (&["--set", "journal.ioBackend=fast"][..], "ioBackend"),
         (&["--set", "journalz.segments=3"][..], "journalz"),
+        // walrus takes 3 segments, but then a checkpoint starts only when writes are refused.
+        (&["--set-json", "journal.segments=3"][..], "segments"),
+        // A 1 GiB ring on a 1Gi volume: walrus would refuse to start, in a crash loop.
+        (
+            &[
+                "--set",
+                "persistence.size=1Gi",
+                "--set",
+                "valkey.maxmemory=",
+            ][..],
+            "persistence.size to at least 1205Mi",
+        ),
+        // The ring fits, but not with two checkpoints of a 2 GB dataset.
+        (
+            &[
+                "--set",
+                "persistence.size=5Gi",
+                "--set",
+                "valkey.maxmemory=2gb",
+            ][..],
+            "persistence.size to at least",
+        ),
+        (&["--set", "persistence.size=10GB"][..], "persistence"),
         (
             &["--set-json", "journal.segmentSizeBytes=1000"][..],
             "segmentSizeBytes",
@@ -1215,6 +1375,134 @@ fn every_chart_value_is_in_the_schema_and_documented() {
         "profiles/walrus-io-uring.json",
         "the chart's default Localhost profile is deploy/kubernetes/seccomp/walrus-io-uring.json"
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// The chart's alert rules
+
+/// promtool (Debian's prometheus package, from deploy/setup.sh), run in `dir`.
+fn promtool(dir: &Path, args: &[&str]) {
+    let (ok, out) = run(Command::new("promtool").args(args).current_dir(dir));
+    assert!(ok, "promtool {args:?} failed:\n{out}");
+}
+
+/// Renders the chart with the PrometheusRule on (and `extra`), and returns the documents
+/// and the PrometheusRule's spec written to `dir`/walrus-alerts.yml as a rule file.
+fn rendered_rules(dir: &Path, extra: &[&str]) -> (Vec<J>, PathBuf) {
+    let mut args = vec!["--set", "metrics.prometheusRule.enabled=true"];
+    args.extend_from_slice(extra);
+    let (ok, out) = template(&args);
+    assert!(ok, "helm template {args:?}:\n{out}");
+    let rendered = dir.join("rendered.yaml");
+    std::fs::write(&rendered, &out).unwrap();
+    let rules = dir.join("walrus-alerts.yml");
+    let (ok, out) = run(Command::new("python3")
+        .args([
+            "-c",
+            "import sys, yaml\n\
+             docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d['kind'] == 'PrometheusRule']\n\
+             assert len(docs) == 1, docs\n\
+             yaml.safe_dump(docs[0]['spec'], open(sys.argv[2], 'w'))",
+        ])
+        .arg(&rendered)
+        .arg(&rules));
+    assert!(ok, "extracting the PrometheusRule's rules:\n{out}");
+    (load(&[&rendered]), rules)
+}
+
+/// The rules the chart ships, as it renders them, pass promtool's check and the same unit
+/// tests as deploy/prometheus/walrus-alerts.yml: what is tested is what is installed.
+#[test]
+fn chart_prometheus_rule_passes_the_alert_unit_tests() {
+    let dir = tempfile::tempdir().unwrap();
+    let (docs, rules) = rendered_rules(dir.path(), &[]);
+    let rule = docs
+        .iter()
+        .find(|d| d["kind"].s() == "PrometheusRule")
+        .expect("a PrometheusRule");
+    assert_eq!(rule["apiVersion"].s(), "monitoring.coreos.com/v1");
+    promtool(dir.path(), &["check", "rules", rules.to_str().unwrap()]);
+    // The unit tests name their rule file walrus-alerts.yml, next to them.
+    let tests = dir.path().join("walrus-alerts.test.yml");
+    std::fs::copy(
+        root().join("deploy/prometheus/walrus-alerts.test.yml"),
+        &tests,
+    )
+    .unwrap();
+    promtool(dir.path(), &["test", "rules", tests.to_str().unwrap()]);
+}
+
+/// The PrometheusRule's values reach every alert: runbook base, added labels (the rule's own
+/// severity winning), extra rules in their own group.
+#[test]
+fn chart_prometheus_rule_values_apply_to_every_alert() {
+    let dir = tempfile::tempdir().unwrap();
+    let (docs, rules) = rendered_rules(
+        dir.path(),
+        &[
+            "--set",
+            "metrics.prometheusRule.runbookBaseUrl=https://wiki.example.com/walrus",
+            "--set-json",
+            r#"metrics.prometheusRule.additionalRuleLabels={"team":"storage","severity":"none"}"#,
+            "--set-json",
+            r#"metrics.prometheusRule.additionalRules=[{"alert":"WalrusManyClients","expr":"walrus_clients_connected > 5000","labels":{"severity":"ticket"}}]"#,
+            "--set-json",
+            r#"metrics.prometheusRule.labels={"release":"kube-prometheus-stack"}"#,
+        ],
+    );
+    promtool(dir.path(), &["check", "rules", rules.to_str().unwrap()]);
+    let rule = docs
+        .iter()
+        .find(|d| d["kind"].s() == "PrometheusRule")
+        .expect("a PrometheusRule");
+    assert_eq!(
+        rule["metadata"]["labels"]["release"].s(),
+        "kube-prometheus-stack"
+    );
+    let groups = rule["spec"]["groups"].arr();
+    let names: Vec<&str> = groups.iter().map(|g| g["name"].s()).collect();
+    assert_eq!(names, ["walrus", "walrus-additional"]);
+    let alerts = groups[0]["rules"].arr();
+    assert!(alerts.len() >= 14, "{alerts:?}");
+    for a in alerts {
+        let name = a["alert"].s();
+        assert_eq!(
+            a["annotations"]["runbook_url"].s(),
+            format!("https://wiki.example.com/walrus#{}", name.to_lowercase()),
+            "{name}"
+        );
+        assert_eq!(a["labels"]["team"].s(), "storage", "{name}");
+        assert!(
+            ["page", "ticket"].contains(&a["labels"]["severity"].s()),
+            "{name}: its own severity must win"
+        );
+    }
+    assert_eq!(
+        groups[1]["rules"].arr()[0]["alert"].s(),
+        "WalrusManyClients"
+    );
+}
+
+/// The dashboard's ConfigMap carries the one dashboard file, with the sidecar's label.
+#[test]
+fn chart_dashboard_configmap_is_the_dashboard_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, out) = template(&["--set", "metrics.grafanaDashboard.enabled=true"]);
+    assert!(ok, "helm template:\n{out}");
+    let rendered = dir.path().join("rendered.yaml");
+    std::fs::write(&rendered, &out).unwrap();
+    let docs = load(&[&rendered]);
+    let cm = docs
+        .iter()
+        .find(|d| {
+            d["kind"].s() == "ConfigMap" && d["metadata"]["name"].s() == "demo-walrus-dashboard"
+        })
+        .expect("the dashboard's ConfigMap");
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"].s(), "1");
+    let json = dir.path().join("walrus-dashboard.json");
+    std::fs::write(&json, cm["data"]["walrus-dashboard.json"].s()).unwrap();
+    let file = chart().join("files/walrus-dashboard.json");
+    assert_eq!(load(&[&json]), load(&[&file]));
 }
 
 // ---------------------------------------------------------------------------------------

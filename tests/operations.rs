@@ -1,5 +1,6 @@
-//! Operator artefacts in deploy/: the Prometheus alert rules, their promtool unit tests and
-//! the Grafana dashboard. promtool comes from Debian's prometheus package, which
+//! Operator artefacts: the Prometheus alert rules (helm/walrus/files/, copied to
+//! deploy/prometheus/), their promtool unit tests, their runbook (docs/operations-alerts.md)
+//! and the Grafana dashboard. promtool comes from Debian's prometheus package, which
 //! deploy/setup.sh installs (CI runs it before `cargo test`); python3 reads the dashboard's
 //! JSON, as the crate has no JSON dev-dependency.
 
@@ -69,9 +70,14 @@ const METRICS: &[(&str, &str)] = &[
     ("process_virtual_memory_bytes", "gauge"),
 ];
 
-const RULES: &str = "deploy/prometheus/walrus-alerts.yml";
+/// The alert rules: the chart's file is the source, deploy/prometheus/ has a copy for a
+/// Prometheus without the Operator.
+const RULES: &str = "helm/walrus/files/walrus-alerts.yml";
+const RULES_COPY: &str = "deploy/prometheus/walrus-alerts.yml";
 const RULE_TESTS: &str = "deploy/prometheus/walrus-alerts.test.yml";
-const DASHBOARD: &str = "deploy/grafana/walrus-dashboard.json";
+/// The dashboard: the chart's file (its ConfigMap's), with a copy in deploy/grafana/.
+const DASHBOARD: &str = "helm/walrus/files/walrus-dashboard.json";
+const DASHBOARD_COPY: &str = "deploy/grafana/walrus-dashboard.json";
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -124,6 +130,21 @@ fn python3(args: &[&str]) -> Output {
     )
 }
 
+/// Where every runbook_url in the rules points (the chart's runbookBaseUrl default).
+const RUNBOOK_BASE: &str = "https://github.com/walrus-db/walrus/blob/main/docs/operations.md";
+/// The runbook's section, which is appended to docs/operations.md.
+const RUNBOOK: &str = "docs/operations-alerts.md";
+
+#[test]
+fn deploy_copies_are_the_charts_files() {
+    for (source, copy) in [(RULES, RULES_COPY), (DASHBOARD, DASHBOARD_COPY)] {
+        assert!(
+            read(source) == read(copy),
+            "{copy} must be a copy of {source} (edit the chart's file, then `cp {source} {copy}`)"
+        );
+    }
+}
+
 #[test]
 fn alert_rules_pass_promtool_check() {
     promtool(&["check", "rules", RULES]);
@@ -146,7 +167,7 @@ fn alerts() -> Vec<(String, String)> {
             body.push('\n');
         }
     }
-    assert!(alerts.len() >= 9, "{RULES}: found only {alerts:?}");
+    assert!(alerts.len() >= 14, "{RULES}: found only {alerts:?}");
     alerts
 }
 
@@ -168,6 +189,44 @@ fn every_alert_has_a_severity_and_says_what_it_means() {
                 "{name}: no {annotation} annotation"
             );
         }
+    }
+}
+
+/// Each alert links its runbook section: docs/operations.md#<alert in lower case>, the
+/// GitHub anchor of the `### <alert>` heading in the runbook's "Alerts" section.
+#[test]
+fn every_alert_has_a_runbook_section() {
+    let runbook = read(RUNBOOK);
+    assert!(
+        runbook.starts_with("## Alerts\n"),
+        "{RUNBOOK} must be the section \"## Alerts\" of docs/operations.md"
+    );
+    let headings: Vec<&str> = runbook
+        .lines()
+        .filter_map(|l| l.strip_prefix("### "))
+        .collect();
+    let alerts = alerts();
+    for (name, body) in &alerts {
+        let urls: Vec<&str> = body
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("runbook_url:"))
+            .map(str::trim)
+            .collect();
+        assert_eq!(
+            urls,
+            [format!("{RUNBOOK_BASE}#{}", name.to_lowercase())],
+            "{name}: runbook_url"
+        );
+        assert!(
+            headings.contains(&name.as_str()),
+            "{RUNBOOK} has no \"### {name}\" section"
+        );
+    }
+    for h in headings {
+        assert!(
+            alerts.iter().any(|(a, _)| a == h),
+            "{RUNBOOK} describes {h}, which {RULES} does not define"
+        );
     }
 }
 
@@ -213,7 +272,7 @@ fn dashboard_is_valid_json() {
 /// Checks the dashboard's structure and writes each query, with Grafana's variables
 /// replaced, as a recording rule into the file argv[2], for promtool to parse.
 const DASHBOARD_CHECK: &str = r#"
-import json, sys
+import json, re, sys
 d = json.load(open(sys.argv[1]))
 errors = []
 if d.get("schemaVersion") != 39:
@@ -222,9 +281,16 @@ variables = {v.get("name"): v for v in d.get("templating", {}).get("list", [])}
 ds = variables.get("DS_PROMETHEUS")
 if not ds or ds.get("type") != "datasource" or ds.get("query") != "prometheus":
     errors.append("no datasource variable DS_PROMETHEUS of type prometheus")
-inst = variables.get("instance")
-if not inst or "label_values(walrus_build_info, instance)" not in json.dumps(inst.get("query")):
-    errors.append("no instance variable from label_values(walrus_build_info, instance)")
+# namespace and pod for Kubernetes, instance for any scrape; each query filters on all three.
+# Their "All" is ".*", which also matches a series without the label (a static scrape has no
+# namespace or pod).
+FILTERS = ["namespace", "pod", "instance"]
+for name in FILTERS:
+    v = variables.get(name)
+    if not v or "label_values(walrus_build_info" not in json.dumps(v.get("query")) or (", %s)" % name) not in json.dumps(v.get("query")):
+        errors.append("no %s variable from label_values(walrus_build_info..., %s)" % (name, name))
+    elif v.get("allValue") != ".*":
+        errors.append("variable %s: allValue must be .* (series without the label match it)" % name)
 ids, exprs = [], []
 def walk(panels):
     for p in panels:
@@ -239,8 +305,14 @@ def walk(panels):
                 if t.get("datasource", {}).get("uid") != "${DS_PROMETHEUS}":
                     errors.append("panel %r: a query's datasource is not ${DS_PROMETHEUS}" % title)
                 e = t.get("expr", "")
-                if '$instance' not in e:
-                    errors.append("panel %r: query ignores $instance: %s" % (title, e))
+                for name in FILTERS:
+                    if ('%s=~"$%s"' % (name, name)) not in e:
+                        errors.append("panel %r: query ignores $%s: %s" % (title, name, e))
+                if 'job=' in e:
+                    errors.append("panel %r: a job name differs per scrape setup: %s" % (title, e))
+                # The timestamp is 0 until the first checkpoint: an age from it is ~56 years.
+                if re.search(r"time\(\)\s*-\s*walrus_checkpoint_last_success_timestamp_seconds", e):
+                    errors.append("panel %r: age of a 0 timestamp: filter it with > 0: %s" % (title, e))
                 exprs.append(e)
         walk(p.get("panels", []))
 walk(d.get("panels", []))
@@ -249,7 +321,9 @@ if len(ids) != len(set(ids)):
 with open(sys.argv[2], "w") as f:
     f.write("groups:\n  - name: dashboard\n    rules:\n")
     for i, e in enumerate(exprs):
-        e = e.replace("$__rate_interval", "5m").replace("$instance", ".+")
+        e = e.replace("$__rate_interval", "5m")
+        for name in FILTERS:
+            e = e.replace("$" + name, ".*")
         f.write("      - record: dashboard:query_%d\n        expr: %s\n" % (i, json.dumps(e)))
 if errors:
     sys.exit("\n".join(errors))

@@ -29,6 +29,26 @@ app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | qu
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
+{{/* An image reference: repository@digest when a digest is set (the tag is then ignored), else
+repository:tag. Takes (list image defaultTag). */}}
+{{- define "walrus.image" -}}
+{{- $img := index . 0 -}}
+{{- if $img.digest -}}
+{{- printf "%s@%s" $img.repository $img.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $img.repository (toString ($img.tag | default (index . 1))) -}}
+{{- end -}}
+{{- end }}
+
+{{/* The pod's ServiceAccount: the created one, a named one, or none (the default). */}}
+{{- define "walrus.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- .Values.serviceAccount.name | default (include "walrus.fullname" .) -}}
+{{- else -}}
+{{- .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end }}
+
 {{/* Where the auth Secret is mounted in the walrus container, and the file walrus reads. */}}
 {{- define "walrus.passwordDir" -}}/etc/walrus-secret{{- end }}
 {{- define "walrus.passwordFile" -}}{{ include "walrus.passwordDir" . }}/password{{- end }}
@@ -101,6 +121,29 @@ TOML.
 {{- end }}
 {{- end }}
 
+{{/*
+Bytes of a Kubernetes quantity ("10Gi", "500M", 1073741824), as a float. The schema lets
+only these forms through; anything else fails here rather than being guessed at.
+*/}}
+{{- define "walrus.quantityBytes" -}}
+{{- $q := toString . -}}
+{{- $num := regexFind "^[0-9]+([.][0-9]+)?" $q -}}
+{{- $units := dict "" 1.0 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "E" 1e18 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 "Ei" 1152921504606846976.0 -}}
+{{- $unit := trimPrefix $num $q -}}
+{{- if or (not $num) (not (hasKey $units $unit)) -}}
+{{- fail (printf "persistence.size %q is not a quantity the chart understands (e.g. 10Gi, 500Mi, 20G)" $q) -}}
+{{- end -}}
+{{- mulf (float64 $num) (index $units $unit) -}}
+{{- end }}
+
+{{/* Bytes of a Valkey memory size ("768mb", "4gb", "1g", "1000000"), as a float. */}}
+{{- define "walrus.valkeyBytes" -}}
+{{- $q := lower (toString .) -}}
+{{- $num := regexFind "^[0-9]+" $q -}}
+{{- $units := dict "" 1.0 "k" 1e3 "kb" 1024.0 "m" 1e6 "mb" 1048576.0 "g" 1e9 "gb" 1073741824.0 -}}
+{{- mulf (float64 $num) (index $units (trimPrefix $num $q)) -}}
+{{- end }}
+
 {{/* Refuses values that cannot work together. */}}
 {{- define "walrus.checks" -}}
 {{- $v := .Values -}}
@@ -120,5 +163,31 @@ TOML.
 {{- end -}}
 {{- if eq (int $v.metrics.port) (int $v.valkey.port) -}}
 {{- fail "metrics.port and valkey.port must differ: both listen in the same pod" -}}
+{{- end -}}
+{{- /*
+The journal's volume holds the ring and the checkpoints (two while a new one is written),
+and all of it must stay below disk.low_watermark: walrus refuses to start when the ring alone
+reaches it (a crash loop), and refuses writes when a checkpoint takes the rest. A checkpoint
+is an RDB of the dataset, at most about valkey.maxmemory. An existing claim's size is not
+known here.
+*/ -}}
+{{- if not $v.persistence.existingClaim -}}
+{{- $mib := 1048576.0 -}}
+{{- $size := include "walrus.quantityBytes" $v.persistence.size | float64 -}}
+{{- $ring := mulf (int64 $v.journal.segments) (int64 $v.journal.segmentSizeBytes) -}}
+{{- $checkpoints := 0.0 -}}
+{{- if $v.valkey.maxmemory -}}
+{{- $checkpoints = mulf 2 (include "walrus.valkeyBytes" $v.valkey.maxmemory | float64) -}}
+{{- end -}}
+{{- $need := addf $ring $checkpoints -}}
+{{- $low := float64 $v.disk.lowWatermark -}}
+{{- if gt $need (mulf $size $low) -}}
+{{- $minimum := divf $need (mulf $low $mib) | ceil | int64 -}}
+{{- $what := printf "the journal ring (journal.segments %v x journal.segmentSizeBytes %d = %d MiB)" $v.journal.segments (int64 $v.journal.segmentSizeBytes) (divf $ring $mib | int64) -}}
+{{- if $v.valkey.maxmemory -}}
+{{- $what = printf "%s plus two checkpoints of up to valkey.maxmemory (%s each)" $what $v.valkey.maxmemory -}}
+{{- end -}}
+{{- fail (printf "persistence.size (%v) is too small: %s need %d MiB, below disk.lowWatermark (%v) of the volume. Set persistence.size to at least %dMi, or shrink the ring (journal.segments, journal.segmentSizeBytes) or valkey.maxmemory" $v.persistence.size $what (divf $need $mib | int64) $v.disk.lowWatermark $minimum) -}}
+{{- end -}}
 {{- end -}}
 {{- end }}
