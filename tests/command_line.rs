@@ -36,7 +36,14 @@ fn version_names_the_commit_it_was_built_from() {
 #[test]
 fn completions_cover_every_command_and_parse() {
     let bash = stdout(&walrus(&["completions", "bash"]));
-    for word in ["serve", "checkpoint", "journal", "config", "export-aof", "--data-dir"] {
+    for word in [
+        "serve",
+        "checkpoint",
+        "journal",
+        "config",
+        "export-aof",
+        "--data-dir",
+    ] {
         assert!(bash.contains(word), "bash completion lacks {word}");
     }
     let check = Command::new("bash")
@@ -58,7 +65,12 @@ fn man_pages_document_every_command() {
     assert!(page.contains("serve") && page.contains("journal"));
     let dir = tempfile::tempdir().unwrap();
     stdout(&walrus(&["man", "--dir", dir.path().to_str().unwrap()]));
-    for page in ["walrus.1", "walrus-serve.1", "walrus-journal-init.1", "walrus-config-check.1"] {
+    for page in [
+        "walrus.1",
+        "walrus-serve.1",
+        "walrus-journal-init.1",
+        "walrus-config-check.1",
+    ] {
         let text = std::fs::read_to_string(dir.path().join(page))
             .unwrap_or_else(|e| panic!("{page}: {e}"));
         assert!(text.contains(".TH"), "{page}");

@@ -1273,6 +1273,16 @@ fn chart_refuses_values_that_cannot_work() {
             "lowWatermark",
         ),
         (&["--set-json", "valkey.port=6379"][..], "valkey.port"),
+        // `config:` is checked against walrus's own configuration schema.
+        (
+            &["--set-json", "config.proxy.max_clientz=1"][..],
+            "max_clientz",
+        ),
+        (
+            &["--set-string", "config.durability.max_held_bytes=5parsecs"][..],
+            "max_held_bytes",
+        ),
+        (&["--set-json", "config.log.format=\"xml\""][..], "format"),
     ] {
         let (ok, out) = template(args);
         assert!(!ok, "helm template {args:?} must fail:\n{out}");
@@ -1281,6 +1291,38 @@ fn chart_refuses_values_that_cannot_work() {
             "helm template {args:?} must name {named}:\n{out}"
         );
     }
+}
+
+/// The chart's `config:` value is validated by walrus's own configuration schema, as
+/// `walrus config schema` prints it, so a key walrus would refuse fails `helm install`.
+#[test]
+fn the_charts_config_schema_is_walruss_own() {
+    let out = Command::new(env!("CARGO_BIN_EXE_walrus"))
+        .args(["config", "schema"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let mut generated: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(chart().join("values.schema.json")).unwrap())
+            .unwrap();
+    let mut embedded = schema["properties"]["config"].clone();
+    for s in [&mut generated, &mut embedded] {
+        s.as_object_mut().unwrap().remove("description");
+    }
+    assert!(
+        generated == embedded,
+        "helm/walrus/values.schema.json's config is not walrus's configuration schema; update it with\n  cargo run -q -- config schema | python3 .ci/chart_config_schema.py"
+    );
+    // Sizes with units pass, as walrus takes them.
+    let (ok, out) = template(&[
+        "--set-string",
+        "config.durability.max_held_bytes=512mb",
+        "--set-string",
+        "config.durability.max_hold_ms=10s",
+    ]);
+    assert!(ok, "{out}");
+    assert!(out.contains("max_held_bytes = \"512mb\""), "{out}");
 }
 
 /// The value paths README.md must list: descends into objects whose schema closes them
@@ -1302,7 +1344,10 @@ fn value_paths(values: &J, schema: &J, prefix: &str, out: &mut Vec<String>) {
             !s["type"].is_null() || !s["const"].is_null(),
             "values.schema.json: {path} has no type"
         );
-        if matches!(v, J::Obj(_)) && s["additionalProperties"] == J::Bool(false) {
+        // `config` is walrus's own settings (its schema is walrus's, documented in
+        // config.toml), none set by default: one value.
+        if matches!(v, J::Obj(_)) && s["additionalProperties"] == J::Bool(false) && path != "config"
+        {
             value_paths(v, s, &path, out);
         } else {
             out.push(path);
