@@ -50,7 +50,15 @@ pub struct CheckpointConfig {
     pub failing: Arc<std::sync::atomic::AtomicBool>,
     /// Where the history the link follows began ([`attached`]).
     pub attached: Arc<attached::Attached>,
+    /// Backups in progress ([`Pin`]).
+    pub pin: Pin,
 }
+
+/// Held (read) by a backup while it copies the journal: no entry is released meanwhile, so
+/// no segment it reads is recycled. The checkpointer takes it (write) around each release;
+/// a release waits for the copy to finish, and the ring may fill meanwhile (writes then wait,
+/// as for any checkpoint; docs/operations.md).
+pub type Pin = Arc<tokio::sync::RwLock<()>>;
 
 /// A request for a checkpoint now (`walrus checkpoint`); answered with a summary or why not.
 pub type Request = oneshot::Sender<Result<String, CheckpointError>>;
@@ -114,7 +122,7 @@ pub async fn run(
     let mut last_sizes: Option<Sizes> = None;
     let mut planner = plan::Planner::new(cfg.policy, cfg.rates.clone());
     loop {
-        if release_unneeded(&journal, &cfg.store).await {
+        if release_unneeded(&journal, &cfg.store, &cfg.pin).await {
             released.notify_waiters();
         }
         let now = std::time::Instant::now();
@@ -219,7 +227,8 @@ pub async fn run(
 /// Releases journal entries before the current checkpoint's `from_lsn`: a restore starts
 /// there, so nothing before it is needed (they are in its RDB, or belong to a history it
 /// replaced). Returns whether anything was released.
-async fn release_unneeded(journal: &Arc<Journal>, store: &Store) -> bool {
+async fn release_unneeded(journal: &Arc<Journal>, store: &Store, pin: &Pin) -> bool {
+    let _no_backup_copying = pin.write().await;
     let Some(from_lsn) = store.recorded_from_lsn() else {
         return false;
     };
@@ -357,7 +366,7 @@ async fn take(
         rdb_bytes: recorded.size,
         used_memory: memory,
     });
-    release_unneeded(journal, &cfg.store).await;
+    release_unneeded(journal, &cfg.store, &cfg.pin).await;
     Ok(format!(
         "checkpoint taken: {} ({} bytes, offset {}); journal released through LSN {}",
         recorded.file,

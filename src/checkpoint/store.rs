@@ -22,7 +22,8 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-const CHECKPOINT_FILE: &str = "CHECKPOINT";
+/// The manifest's file name in the checkpoint directory.
+pub const CHECKPOINT_FILE: &str = "CHECKPOINT";
 
 /// The current checkpoint, as the manifest records it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -164,6 +165,19 @@ impl Store {
                 std::fs::remove_file(&p).map_err(io)?;
             }
         }
+        Ok(store)
+    }
+
+    /// The store in `dir` as it is, for reading only: nothing is created or removed
+    /// (`walrus verify` reads a stopped walrus's directory, or a backup, without changing
+    /// it; `open` would delete what it takes for a crash's leftovers).
+    pub fn read_only(dir: &Path) -> Result<Store, StoreError> {
+        let store = Store {
+            dir: dir.to_path_buf(),
+            recorded: Arc::default(),
+            writer: Arc::default(),
+        };
+        *store.recorded.lock().expect("checkpoint record lock") = store.current()?;
         Ok(store)
     }
 

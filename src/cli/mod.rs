@@ -1,11 +1,15 @@
-//! The `walrus` command: `serve` runs the proxy; `checkpoint` asks a running walrus for a
-//! checkpoint; `journal` maintains the journal.
+//! The `walrus` command: `serve` runs the proxy; `status`, `checkpoint` and `backup` ask a
+//! running walrus (over its metrics endpoint, [`http_client`]); `verify` checks a data
+//! directory offline; `journal` maintains the journal.
 
 mod admin;
 mod durable;
 mod fds;
+mod http_client;
 pub mod journal;
 mod serve;
+mod status;
+mod verify;
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -31,9 +35,18 @@ pub struct Cli {
 pub enum Command {
     /// Run the proxy (and, in managed mode, its valkey-server).
     Serve(ServeArgs),
+    /// Show a running walrus's status (over its metrics endpoint).
+    Status(status::StatusArgs),
     /// Ask a running walrus to take a checkpoint now (over its metrics endpoint, from
     /// loopback), and wait for it.
     Checkpoint(admin::CheckpointArgs),
+    /// Copy a running walrus's checkpoint and journal into a new data directory on its host
+    /// (over its metrics endpoint, from loopback); with --data-dir, a stopped walrus's,
+    /// optionally into a ring of another size.
+    Backup(admin::BackupArgs),
+    /// Check a data directory offline (walrus stopped, or a backup): would a restore from
+    /// it succeed, and what would it load? Exit 0 yes, 1 no, 2 usage errors.
+    Verify(verify::VerifyArgs),
     /// Journal maintenance: init, inspect, verify, repair, export-aof.
     #[command(subcommand)]
     Journal(journal::JournalCommand),
@@ -64,7 +77,10 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Status(args) => status::run(args),
         Command::Checkpoint(args) => admin::checkpoint(args),
+        Command::Backup(args) => admin::backup(args),
+        Command::Verify(args) => verify::verify(args),
         Command::Journal(cmd) => journal::run(cmd),
     }
 }
