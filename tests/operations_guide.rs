@@ -96,6 +96,17 @@ fn a_backup_taken_while_writing_restores_every_write_acknowledged_before_it() {
     let backups = tempfile::tempdir().unwrap();
     let to = backups.path().join("b1");
     let before = acked.load(Ordering::Acquire);
+    // Checkpoints asked for meanwhile: each records a new RDB (deleting the old one's name)
+    // and would release the journal, which the backup's pin defers until its copy is done.
+    let checkpoints = {
+        let (stop, metrics) = (stop.clone(), metrics.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let out = walrus(&["checkpoint", "--metrics", &metrics]);
+                assert!(out.status.success(), "{}", text(&out));
+            }
+        })
+    };
     let out = walrus(&[
         "backup",
         "--metrics",
@@ -105,6 +116,7 @@ fn a_backup_taken_while_writing_restores_every_write_acknowledged_before_it() {
     ]);
     stop.store(true, Ordering::Relaxed);
     writer.join().unwrap();
+    checkpoints.join().unwrap();
     assert!(out.status.success(), "{}", text(&out));
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("backup written to"),
@@ -318,14 +330,33 @@ fn an_upgrade_is_a_checkpoint_a_sigterm_and_a_start_on_the_same_data() {
     for i in 0..100 {
         assert_eq!(c.cmd(&["SET", &format!("k{i}"), "v"]), OK);
     }
+    let status = |metrics: &str| {
+        let out = walrus(&["status", "--metrics", metrics, "-o", "json"]);
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let first = field(&status(&metrics), "checkpoint_offset");
     let out = walrus(&["checkpoint", "--metrics", &metrics]);
     assert!(out.status.success(), "{}", text(&out));
+    // The checkpoint covers the writes: the restart's restore replays no journal of them.
+    let taken = status(&metrics);
+    assert!(
+        field(&taken, "checkpoint_offset").parse::<u64>().unwrap() > first.parse().unwrap(),
+        "{first} then {taken}"
+    );
     w.proc.signal(libc::SIGTERM);
     assert!(w.proc.wait_exit(START_TIMEOUT).unwrap().success());
     let data = w.data.path().join("data");
-    let (w2, _) = with_metrics(Some(&data));
+    let (w2, metrics) = with_metrics(Some(&data));
     let mut c = Raw::connect(&w2.addr);
     assert_eq!(c.cmd(&["GET", "k99"]), bulk("v"));
+    let after = status(&metrics);
+    assert_eq!(field(&after, "ready"), "true", "{after}");
+    assert_eq!(
+        field(&after, "checkpoint_offset"),
+        field(&taken, "checkpoint_offset"),
+        "{after}"
+    );
 }
 
 /// The guide's "Leaving walrus": `walrus journal export-aof`, then a stock valkey-server
@@ -339,6 +370,9 @@ fn leaving_walrus_through_export_aof() {
     }
     w.proc.signal(libc::SIGTERM);
     assert!(w.proc.wait_exit(START_TIMEOUT).unwrap().success());
+    let data = w.data.path().join("data");
+    let out = walrus(&["verify", "--data-dir", data.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
     let aof_dir = tempfile::tempdir().unwrap();
     let out = export_aof(
         &w.data.path().join("data"),

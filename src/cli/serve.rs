@@ -144,9 +144,10 @@ async fn run_proxy(
     });
     let admin = Arc::new(OnceLock::new());
     let r = readiness.clone();
-    let status = Arc::new(crate::http::status::Sources::new(Arc::new(move || {
-        r.check()
-    })));
+    let status = Arc::new(crate::http::status::Sources::new(
+        Arc::new(move || r.check()),
+        config.durability.enabled,
+    ));
     if !config.metrics.listen.is_empty() {
         let m = TcpListener::bind(&config.metrics.listen)
             .await

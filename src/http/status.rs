@@ -18,6 +18,8 @@ use std::time::Instant;
 pub struct Sources {
     pub ready: Ready,
     pub started: Instant,
+    /// `durability.enabled`: without it there is no link, journal or checkpoint to show.
+    pub durability: bool,
     pub durable: OnceLock<DurableSources>,
 }
 
@@ -39,7 +41,8 @@ pub struct Status {
     pub ready_reason: String,
     /// `durability.enabled`.
     pub durability: bool,
-    /// The replica link: "attached", "detached", "restoring", "failed", "starting".
+    /// The replica link: "attached", "detached", "restoring", "failed", "starting" (the
+    /// journal is not open yet), "off" (durability off).
     pub link: String,
     pub attached: bool,
     /// Valkey's replication offset after the writes walrus sent.
@@ -66,10 +69,11 @@ pub struct Status {
 }
 
 impl Sources {
-    pub fn new(ready: Ready) -> Sources {
+    pub fn new(ready: Ready, durability: bool) -> Sources {
         Sources {
             ready,
             started: Instant::now(),
+            durability,
             durable: OnceLock::new(),
         }
     }
@@ -84,7 +88,8 @@ impl Sources {
             uptime_seconds: self.started.elapsed().as_secs(),
             ready: ready.is_ok(),
             ready_reason: ready.err().unwrap_or_default(),
-            link: "starting".into(),
+            durability: self.durability,
+            link: if self.durability { "starting" } else { "off" }.into(),
             restore_in_progress: m::RESTORE_IN_PROGRESS.get() != 0,
             restore_sent_bytes: m::RESTORE_SENT_BYTES.get().max(0) as u64,
             restore_total_bytes: m::RESTORE_TOTAL_BYTES.get().max(0) as u64,
@@ -95,7 +100,6 @@ impl Sources {
         let Some(d) = self.durable.get() else {
             return s;
         };
-        s.durability = true;
         let link = d.gate.status();
         s.attached = link == Link::Attached;
         s.link = match link {
@@ -152,7 +156,10 @@ impl Status {
             },
         );
         if !self.durability {
-            line("durability", "off (or the journal is not open yet)".into());
+            line(
+                "durability",
+                "off: writes are not journaled, acknowledged writes can be lost".into(),
+            );
         } else {
             line("link", self.link.clone());
             line(
