@@ -425,10 +425,10 @@ impl Store {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn rdb_bytes(body: &[u8]) -> Vec<u8> {
+    pub(crate) fn rdb_bytes(body: &[u8]) -> Vec<u8> {
         let mut d = rdb::RdbDigest::default();
         d.update(body);
         d.update(&[0; 8]);
@@ -438,7 +438,9 @@ mod tests {
         v
     }
 
-    fn stored(store: &Store, replid: &str, offset: u64, body: &[u8]) -> StoredRdb {
+    /// An RDB of `body` stored as the checkpointer stores one (also for the checkpointer's
+    /// own tests).
+    pub(crate) fn stored(store: &Store, replid: &str, offset: u64, body: &[u8]) -> StoredRdb {
         let path = store.path_for(replid, offset).unwrap();
         let bytes = rdb_bytes(body);
         // As `rdb::receive` does: the reserved temporary file becomes the RDB.
