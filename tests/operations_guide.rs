@@ -123,6 +123,16 @@ fn a_backup_taken_while_writing_restores_every_write_acknowledged_before_it() {
         "{}",
         text(&out)
     );
+    // Inside walrus's own directories: refused.
+    let inside = w.data.path().join("data/checkpoints/b");
+    let out = walrus(&[
+        "backup",
+        "--metrics",
+        &metrics,
+        "--to",
+        inside.to_str().unwrap(),
+    ]);
+    assert!(text(&out).contains("inside walrus's own"), "{}", text(&out));
     // A second backup into the same directory is refused: it is not empty.
     let out = walrus(&[
         "backup",

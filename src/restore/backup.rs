@@ -81,6 +81,24 @@ impl Backups {
                 to.display()
             ));
         }
+        // Inside the live directories the copy would be taken for walrus's own files (an
+        // RDB the store deletes, a journal inside the journal).
+        let journal_dir = self
+            .journal
+            .upgrade()
+            .and_then(|j| j.segment_paths().first()?.parent().map(Path::to_path_buf));
+        if let Some(live) = [Some(self.store.dir().to_path_buf()), journal_dir]
+            .into_iter()
+            .flatten()
+            .find(|live| to.starts_with(live))
+        {
+            return Err(format!(
+                "{} is inside walrus's own {}: back up elsewhere (e.g. a backups/ directory \
+                 beside journal/ and checkpoints/)",
+                to.display(),
+                live.display()
+            ));
+        }
         prepare(&to)?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.checkpoint
