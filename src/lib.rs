@@ -26,7 +26,8 @@
 //! - [`replication`] (the replica link: Valkey's stream into the journal, the durable
 //!   offset into the gate) and [`proxy`] (client sessions, the shared pool, pinned
 //!   connections, the accept loop).
-//! - [`http`]: `/metrics`, `/healthz`, `/readyz` and `POST /checkpoint`.
+//! - [`http`]: `/metrics`, `/healthz`, `/readyz`, `/status`, `POST /checkpoint` and
+//!   `POST /backup`.
 //! - [`cli`]: the `walrus` command.
 //!
 //! Errors: each layer has one type, and a layer's public functions return only it; private

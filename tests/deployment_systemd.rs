@@ -410,6 +410,11 @@ fn docker_config_is_accepted_by_walrus() {
         assert!(dockerfile.contains(&label), "the Dockerfile lacks {label}");
     }
     assert!(dockerfile.contains("RUN WALRUS_COMMIT=\"$COMMIT\" cargo build"));
+    // Docker's health check asks walrus itself, at the image's metrics port.
+    assert!(dockerfile.contains(&format!(
+        "CMD [\"walrus\", \"status\", \"--metrics\", \"127.0.0.1:{}\"]",
+        config.metrics.listen.rsplit(':').next().unwrap()
+    )));
     assert_eq!(config.proxy.listen.port(), 6379);
     assert!(config.metrics.listen.ends_with(":8379"));
 }

@@ -38,6 +38,17 @@ impl Default for Rates {
     }
 }
 
+impl Rates {
+    /// How long a restore of `rdb_bytes` of RDB and `journal_bytes` of journal stream takes
+    /// at these rates, per phase (seconds): the checkpointer's estimate and `walrus verify`'s.
+    pub fn restore_seconds(&self, rdb_bytes: u64, journal_bytes: u64) -> (f64, f64) {
+        (
+            rdb_bytes as f64 / self.rdb_load,
+            journal_bytes as f64 / self.journal_replay,
+        )
+    }
+}
+
 /// The rates learned from this process's restores, shared by the restorer (which records)
 /// and the checkpointer (which reads).
 #[derive(Debug)]

@@ -22,7 +22,8 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-const CHECKPOINT_FILE: &str = "CHECKPOINT";
+/// The manifest's file name in the checkpoint directory.
+pub const CHECKPOINT_FILE: &str = "CHECKPOINT";
 
 /// The current checkpoint, as the manifest records it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -164,6 +165,19 @@ impl Store {
                 std::fs::remove_file(&p).map_err(io)?;
             }
         }
+        Ok(store)
+    }
+
+    /// The store in `dir` as it is, for reading only: nothing is created or removed
+    /// (`walrus verify` reads a stopped walrus's directory, or a backup, without changing
+    /// it; `open` would delete what it takes for a crash's leftovers).
+    pub fn read_only(dir: &Path) -> Result<Store, StoreError> {
+        let store = Store {
+            dir: dir.to_path_buf(),
+            recorded: Arc::default(),
+            writer: Arc::default(),
+        };
+        *store.recorded.lock().expect("checkpoint record lock") = store.current()?;
         Ok(store)
     }
 
@@ -411,10 +425,10 @@ impl Store {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn rdb_bytes(body: &[u8]) -> Vec<u8> {
+    pub(crate) fn rdb_bytes(body: &[u8]) -> Vec<u8> {
         let mut d = rdb::RdbDigest::default();
         d.update(body);
         d.update(&[0; 8]);
@@ -424,7 +438,9 @@ mod tests {
         v
     }
 
-    fn stored(store: &Store, replid: &str, offset: u64, body: &[u8]) -> StoredRdb {
+    /// An RDB of `body` stored as the checkpointer stores one (also for the checkpointer's
+    /// own tests).
+    pub(crate) fn stored(store: &Store, replid: &str, offset: u64, body: &[u8]) -> StoredRdb {
         let path = store.path_for(replid, offset).unwrap();
         let bytes = rdb_bytes(body);
         // As `rdb::receive` does: the reserved temporary file becomes the RDB.

@@ -179,8 +179,7 @@ impl std::fmt::Display for Reason {
 
 /// What a restore from the recorded checkpoint and the journal after it would take now.
 pub fn estimate(f: &Figures, p: &Policy) -> Estimate {
-    let rdb_seconds = f.rdb_bytes as f64 / f.rates.rdb_load;
-    let journal_seconds = f.journal_bytes as f64 / f.rates.journal_replay;
+    let (rdb_seconds, journal_seconds) = f.rates.restore_seconds(f.rdb_bytes, f.journal_bytes);
     let left = p.max_restore_seconds - rdb_seconds;
     let floor = p.max_restore_seconds * JOURNAL_FLOOR_SHARE;
     Estimate {

@@ -1,58 +1,114 @@
-//! Admin commands against a running walrus, over its metrics endpoint (`metrics.listen`).
+//! Admin commands against a running walrus, over its metrics endpoint (`metrics.listen`):
+//! `walrus checkpoint` and `walrus backup` (which, given `--data-dir`, copies a stopped
+//! walrus's directory itself instead). `walrus status` is in `status.rs`.
 
+use super::http_client::request;
 use clap::Args;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+/// walrus's metrics endpoint, as every admin command takes it.
 #[derive(Debug, Args)]
-pub struct CheckpointArgs {
+pub struct Endpoint {
     /// walrus's metrics endpoint, host:port (its `metrics.listen`).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8379")]
     pub metrics: String,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckpointArgs {
+    #[command(flatten)]
+    pub endpoint: Endpoint,
     /// How long to wait for the checkpoint, in seconds.
     #[arg(long, default_value_t = 600)]
     pub timeout_secs: u64,
 }
 
+#[derive(Debug, Args)]
+pub struct BackupArgs {
+    #[command(flatten)]
+    pub endpoint: Endpoint,
+    /// Where the backup goes: an absolute path on walrus's host (in its container), a new
+    /// or empty directory. It is a data directory: `walrus serve --data-dir` restores from
+    /// it, `walrus verify --data-dir` checks it.
+    #[arg(long, value_name = "DIR")]
+    pub to: PathBuf,
+    /// How long to wait for the backup, in seconds.
+    #[arg(long, default_value_t = 3600)]
+    pub timeout_secs: u64,
+    /// Offline: copy this stopped walrus's data directory instead of asking a running one
+    /// (its journal's lock is taken: a running walrus is refused).
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Offline only: the copy's ring has this many segments (resizing) [default: the
+    /// original's].
+    #[arg(long, requires = "data_dir")]
+    pub segments: Option<u32>,
+    /// Offline only: the copy's segment size in bytes [default: the original's].
+    #[arg(long, requires = "data_dir")]
+    pub segment_size_bytes: Option<u64>,
+}
+
 /// `walrus checkpoint`: POST /checkpoint, print walrus's answer.
 pub fn checkpoint(args: CheckpointArgs) -> ExitCode {
-    match post(
-        &args.metrics,
+    post(
+        &args.endpoint.metrics,
         "/checkpoint",
-        Duration::from_secs(args.timeout_secs),
-    ) {
-        Ok((true, body)) => {
-            print!("{body}");
+        "",
+        args.timeout_secs,
+        "checkpoint",
+    )
+}
+
+/// `walrus backup`: POST /backup with the directory, print what walrus copied.
+pub fn backup(args: BackupArgs) -> ExitCode {
+    let Some(to) = args.to.to_str().filter(|t| !t.contains(['\r', '\n'])) else {
+        eprintln!(
+            "walrus: --to {} must be a UTF-8 path without line breaks",
+            args.to.display()
+        );
+        return ExitCode::from(super::EXIT_FIX);
+    };
+    if let Some(from) = &args.data_dir {
+        let geometry = (args.segment_size_bytes, args.segments);
+        return match crate::restore::backup::offline(from, &args.to, geometry) {
+            Ok(summary) => {
+                print!("{summary}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("walrus: backup failed: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if !args.to.is_absolute() {
+        eprintln!("walrus: --to {to} must be absolute: walrus, not this command, writes it, from its own working directory");
+        return ExitCode::from(super::EXIT_FIX);
+    }
+    post(
+        &args.endpoint.metrics,
+        "/backup",
+        to,
+        args.timeout_secs,
+        "backup",
+    )
+}
+
+fn post(addr: &str, path: &str, body: &str, timeout_secs: u64, what: &str) -> ExitCode {
+    match request(addr, "POST", path, body, Duration::from_secs(timeout_secs)) {
+        Ok(a) if a.ok() => {
+            print!("{}", a.body);
             ExitCode::SUCCESS
         }
-        Ok((false, body)) => {
-            eprint!("walrus: checkpoint refused: {body}");
+        Ok(a) => {
+            eprint!("walrus: {what} refused ({}): {}", a.code, a.body);
             ExitCode::FAILURE
         }
         Err(e) => {
-            eprintln!("walrus: cannot reach walrus at {}: {e}", args.metrics);
+            eprintln!("walrus: {e}");
             ExitCode::FAILURE
         }
     }
-}
-
-/// A bodiless HTTP/1.1 POST; returns (2xx, body).
-fn post(addr: &str, path: &str, timeout: Duration) -> std::io::Result<(bool, String)> {
-    let mut s = TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(timeout))?;
-    // One write: the endpoint reads the request once and answers.
-    let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    );
-    s.write_all(request.as_bytes())?;
-    let mut text = String::new();
-    s.read_to_string(&mut text)?;
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let ok = head
-        .split_whitespace()
-        .nth(1)
-        .is_some_and(|code| code.starts_with('2'));
-    Ok((ok, body.to_string()))
 }

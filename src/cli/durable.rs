@@ -23,6 +23,9 @@ pub(super) struct Durable {
     checkpointer: tokio::task::JoinHandle<()>,
     watcher: tokio::task::JoinHandle<()>,
     pub(super) checkpoint_requests: tokio::sync::mpsc::Sender<checkpoint::Request>,
+    pub(super) store: Store,
+    /// Held by a backup while it copies ([`checkpoint::Pin`]).
+    pub(super) pin: checkpoint::Pin,
 }
 
 impl Durable {
@@ -133,6 +136,7 @@ pub(super) async fn start_durability(
     let attached = Arc::new(checkpoint::attached::Attached::default());
     // Measured by restores (the link's), planned with by checkpoints.
     let rates = Arc::new(checkpoint::rates::LearnedRates::new());
+    let pin = checkpoint::Pin::default();
     let checkpointer = tokio::spawn(checkpoint::run(
         up.clone(),
         journal.clone(),
@@ -151,6 +155,7 @@ pub(super) async fn start_durability(
             },
             failing: checkpoint_failing.clone(),
             attached: attached.clone(),
+            pin: pin.clone(),
         },
         released.clone(),
         requests,
@@ -173,7 +178,7 @@ pub(super) async fn start_durability(
         stop.clone(),
     ));
     let link_cfg = LinkConfig {
-        store,
+        store: store.clone(),
         released,
         attached,
         rates,
@@ -204,5 +209,7 @@ pub(super) async fn start_durability(
         checkpointer,
         watcher,
         checkpoint_requests,
+        store,
+        pin,
     })
 }

@@ -302,31 +302,24 @@ fn inspect(dir: &Path, lookahead: Option<u64>) -> ExitCode {
 
 fn verify(dir: &Path, lookahead: Option<u64>) -> ExitCode {
     match scan_dir(dir, &scan_cfg(lookahead)) {
-        Ok((_, r)) => match &r.tail {
-            Tail::Corrupt(c) => {
-                eprintln!("CORRUPT: {c}");
-                eprintln!(
-                    "entries after LSN {} are unreachable; `walrus journal repair --dir {} --accept-data-loss` cuts the log there",
-                    r.end.last_lsn(),
-                    dir.display()
-                );
-                ExitCode::from(super::EXIT_FIX)
+        Ok((_, r)) => {
+            if let Some(corrupt) = r.corruption(dir) {
+                eprintln!("{corrupt}");
+                return ExitCode::from(super::EXIT_FIX);
             }
-            Tail::End { .. } => {
-                let range = if r.entries == 0 {
-                    "no entries".to_string()
-                } else {
-                    format!(
-                        "{} entries, LSN {}..={}",
-                        r.entries,
-                        r.start.lsn,
-                        r.end.last_lsn()
-                    )
-                };
-                println!("OK: {range}, {}", describe_tail(&r.tail));
-                ExitCode::SUCCESS
-            }
-        },
+            let range = if r.entries == 0 {
+                "no entries".to_string()
+            } else {
+                format!(
+                    "{} entries, LSN {}..={}",
+                    r.entries,
+                    r.start.lsn,
+                    r.end.last_lsn()
+                )
+            };
+            println!("OK: {range}, {}", describe_tail(&r.tail));
+            ExitCode::SUCCESS
+        }
         Err(e) => fail(e),
     }
 }

@@ -1,6 +1,7 @@
-//! The `walrus` command: `serve` runs the proxy; `checkpoint` asks a running walrus for a
-//! checkpoint; `journal` maintains the journal; `config` checks a configuration file;
-//! `completions` and `man` document the command itself.
+//! The `walrus` command: `serve` runs the proxy; `status`, `checkpoint` and `backup` ask a
+//! running walrus (over its metrics endpoint, [`http_client`]); `verify` checks a data
+//! directory offline; `journal` maintains the journal; `config` checks a configuration
+//! file; `completions` and `man` document the command itself.
 //!
 //! Exit codes, one rule for every command: 0 done; 1 failed, and the same command may
 //! succeed later (Valkey not reachable yet, an I/O error, a busy lock); 2 nothing will
@@ -13,9 +14,12 @@ mod admin;
 mod config;
 mod durable;
 mod fds;
+mod http_client;
 pub mod journal;
 mod manual;
 mod serve;
+mod status;
+mod verify;
 
 use crate::config::ConfigError;
 use crate::journal::JournalError;
@@ -75,9 +79,18 @@ pub struct Cli {
 pub enum Command {
     /// Run the proxy (and, in managed mode, its valkey-server).
     Serve(ServeArgs),
+    /// Show a running walrus's status (over its metrics endpoint).
+    Status(status::StatusArgs),
     /// Ask a running walrus to take a checkpoint now (over its metrics endpoint, from
     /// loopback), and wait for it.
     Checkpoint(admin::CheckpointArgs),
+    /// Copy a running walrus's checkpoint and journal into a new data directory on its host
+    /// (over its metrics endpoint, from loopback); with --data-dir, a stopped walrus's,
+    /// optionally into a ring of another size.
+    Backup(admin::BackupArgs),
+    /// Check a data directory offline (walrus stopped, or a backup): would a restore from
+    /// it succeed, and what would it load? Exit 0 yes, 1 no, 2 usage errors.
+    Verify(verify::VerifyArgs),
     /// Journal maintenance: init, inspect, verify, repair, export-aof.
     #[command(subcommand)]
     Journal(journal::JournalCommand),
@@ -116,7 +129,10 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Status(args) => status::run(args),
         Command::Checkpoint(args) => admin::checkpoint(args),
+        Command::Backup(args) => admin::backup(args),
+        Command::Verify(args) => verify::verify(args),
         Command::Journal(cmd) => journal::run(cmd),
         Command::Config(cmd) => config::run(cmd),
         Command::Completions(args) => manual::completions(args),

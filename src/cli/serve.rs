@@ -182,14 +182,14 @@ async fn run_proxy(
         ..Readiness::default()
     });
     let admin = Arc::new(OnceLock::new());
+    let r = readiness.clone();
+    let status = Arc::new(crate::http::status::Sources::new(
+        Arc::new(move || r.check()),
+        config.durability.enabled,
+    ));
     if let Some(m) = ports.metrics {
         tracing::info!("metrics on http://{}/metrics", m.local_addr()?);
-        let r = readiness.clone();
-        tokio::spawn(crate::http::serve(
-            m,
-            Arc::new(move || r.check()),
-            admin.clone(),
-        ));
+        tokio::spawn(crate::http::serve(m, status.clone(), admin.clone()));
     }
     crate::supervisor::status("starting: connecting to Valkey");
     let (table, databases, server) = tokio::select! {
@@ -212,8 +212,20 @@ async fn run_proxy(
     let mut durable = if config.durability.enabled {
         let d = start_durability(config, &up, link_stop, managed).await?;
         let _ = readiness.gate.set(d.durability.clone());
+        let _ = status.durable.set(crate::http::status::DurableSources {
+            gate: d.durability.clone(),
+            journal: Arc::downgrade(&d.journal),
+            store: d.store.clone(),
+        });
         let _ = admin.set(crate::http::Admin {
             checkpoint: d.checkpoint_requests.clone(),
+            backups: Arc::new(crate::restore::backup::Backups {
+                journal: Arc::downgrade(&d.journal),
+                store: d.store.clone(),
+                checkpoint: d.checkpoint_requests.clone(),
+                pin: d.pin.clone(),
+                running: Default::default(),
+            }),
             allow_remote: config.metrics.admin_allow_remote,
         });
         // Weak: the hook lives as long as the process, the journal must close at shutdown.

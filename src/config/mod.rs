@@ -350,7 +350,8 @@ impl Default for DataConfig {
 pub struct MetricsConfig {
     /// Empty disables the HTTP endpoint.
     pub listen: String,
-    /// Accept admin requests (`POST /checkpoint`) from other hosts than loopback.
+    /// Accept admin requests (`POST /checkpoint`, `POST /backup`) from other hosts than
+    /// loopback.
     pub admin_allow_remote: bool,
 }
 

@@ -1,7 +1,11 @@
 //! The HTTP endpoint: `/metrics` (Prometheus text format), `/healthz` (200 while the
 //! process and its runtime answer), `/readyz` (200 only when walrus serves data durably;
-//! otherwise 503 with a one-line reason), and `POST /checkpoint` (loopback callers only,
-//! unless `metrics.admin_allow_remote`), which `walrus checkpoint` calls.
+//! otherwise 503 with a one-line reason), `/status` (JSON, [`status`]: `walrus status`), and
+//! the admin requests `POST /checkpoint` (`walrus checkpoint`) and `POST /backup` (the body
+//! is the directory: `walrus backup`), from loopback callers only unless
+//! `metrics.admin_allow_remote`.
+
+pub mod status;
 
 use prometheus::{Encoder, TextEncoder};
 use std::sync::Arc;
@@ -11,36 +15,42 @@ use tokio::net::TcpListener;
 /// Readiness as reported on `/readyz`: `Err` says why not, in one line.
 pub type Ready = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
-/// Admin requests the endpoint accepts: `POST /checkpoint` takes a checkpoint now.
+/// Admin requests the endpoint accepts: `POST /checkpoint` takes a checkpoint now,
+/// `POST /backup` copies one and the journal after it.
 #[derive(Clone)]
 pub struct Admin {
     pub checkpoint: tokio::sync::mpsc::Sender<crate::checkpoint::Request>,
+    pub backups: Arc<crate::restore::backup::Backups>,
     /// Accept admin requests from hosts other than loopback.
     pub allow_remote: bool,
 }
 
+/// How long a caller may take to send its request: a request is a few hundred bytes.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// The largest request read (head and body: a backup's directory is one path).
+const MAX_REQUEST_BYTES: usize = 8192;
+
 /// Serves the endpoint until the process exits.
 /// `admin` is set once the checkpointer runs.
-pub async fn serve(listener: TcpListener, ready: Ready, admin: Arc<std::sync::OnceLock<Admin>>) {
+pub async fn serve(
+    listener: TcpListener,
+    sources: Arc<status::Sources>,
+    admin: Arc<std::sync::OnceLock<Admin>>,
+) {
     crate::metrics::register_all();
     loop {
         let Ok((mut sock, peer)) = listener.accept().await else {
             continue;
         };
-        let ready = ready.clone();
+        let sources = sources.clone();
         let admin = admin.get().cloned();
         tokio::spawn(async move {
-            // Requests are tiny; one bounded read is enough to see the request line.
-            let mut buf = vec![0u8; 4096];
-            let n =
-                match tokio::time::timeout(std::time::Duration::from_secs(5), sock.read(&mut buf))
-                    .await
-                {
-                    Ok(Ok(n)) => n,
-                    _ => return,
-                };
-            let line = String::from_utf8_lossy(&buf[..n]);
-            let mut words = line.split_whitespace();
+            let Ok(Some((head, body))) =
+                tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut sock)).await
+            else {
+                return;
+            };
+            let mut words = head.split_whitespace();
             let method = words.next().unwrap_or("GET");
             let path = words.next().unwrap_or("/");
             let (status, body) = match (method, path) {
@@ -51,37 +61,124 @@ pub async fn serve(listener: TcpListener, ready: Ready, admin: Arc<std::sync::On
                 }
                 // Answering at all is the health signal: the process and its runtime are alive.
                 (_, "/healthz") => ("200 OK", b"ok\n".to_vec()),
-                (_, "/readyz") => match ready() {
+                (_, "/readyz") => match (sources.ready)() {
                     Ok(()) => ("200 OK", b"ready\n".to_vec()),
                     Err(why) => (
                         "503 Service Unavailable",
                         format!("not ready: {why}\n").into_bytes(),
                     ),
                 },
+                ("GET", "/status") => match serde_json::to_vec(&sources.read()) {
+                    Ok(json) => ("200 OK", json),
+                    Err(e) => ("500 Internal Server Error", format!("{e}\n").into_bytes()),
+                },
                 ("POST", "/checkpoint") => checkpoint(admin.as_ref(), peer).await,
+                ("POST", "/backup") => backup(admin.as_ref(), peer, body).await,
                 _ => ("404 Not Found", b"not found\n".to_vec()),
             };
-            let head = format!("HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+            let kind = if path == "/status" {
+                "application/json"
+            } else {
+                "text/plain; version=0.0.4"
+            };
+            let head = format!("HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
             let _ = sock.write_all(head.as_bytes()).await;
             let _ = sock.write_all(&body).await;
         });
     }
 }
 
-async fn checkpoint(admin: Option<&Admin>, peer: std::net::SocketAddr) -> (&'static str, Vec<u8>) {
+/// Reads a request's head and its body (as long as its Content-Length says, within
+/// [`MAX_REQUEST_BYTES`]). `None`: the caller went away, or sent more than that.
+async fn read_request(sock: &mut tokio::net::TcpStream) -> Option<(String, String)> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..at]).into_owned();
+            let want = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.trim()
+                        .eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            let body = &buf[at + 4..];
+            if body.len() >= want || at + 4 + want > MAX_REQUEST_BYTES {
+                let body = String::from_utf8_lossy(&body[..want.min(body.len())]).into_owned();
+                return Some((head, body));
+            }
+        } else if buf.len() >= MAX_REQUEST_BYTES {
+            // No blank line within the limit: answer by the request line alone, as before.
+            return Some((String::from_utf8_lossy(&buf).into_owned(), String::new()));
+        }
+        let n = sock.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            // A caller that closed its side after a request without a blank line (a bare
+            // `GET /metrics`) is still answered.
+            return (!buf.is_empty())
+                .then(|| (String::from_utf8_lossy(&buf).into_owned(), String::new()));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Why an admin request is refused before it is looked at, if it is.
+fn admin_refusal(
+    admin: Option<&Admin>,
+    peer: std::net::SocketAddr,
+) -> Option<(&'static str, Vec<u8>)> {
     let Some(admin) = admin else {
-        return (
+        return Some((
             "404 Not Found",
             b"durability is off: no checkpoints\n".to_vec(),
-        );
+        ));
     };
     if !admin.allow_remote && !peer.ip().is_loopback() {
-        return (
+        return Some((
             "403 Forbidden",
             b"admin requests are accepted from loopback only (metrics.admin_allow_remote)\n"
                 .to_vec(),
+        ));
+    }
+    None
+}
+
+async fn backup(
+    admin: Option<&Admin>,
+    peer: std::net::SocketAddr,
+    body: String,
+) -> (&'static str, Vec<u8>) {
+    if let Some(refused) = admin_refusal(admin, peer) {
+        return refused;
+    }
+    let admin = admin.expect("checked by admin_refusal");
+    let to = body.trim();
+    if to.is_empty() {
+        return (
+            "400 Bad Request",
+            b"the request's body must be the backup's directory (an absolute path)\n".to_vec(),
         );
     }
+    match admin.backups.take(to.into()).await {
+        Ok(summary) => {
+            tracing::info!("{}", summary.to_string().trim_end().replace('\n', "; "));
+            ("200 OK", summary.to_string().into_bytes())
+        }
+        Err(why) => {
+            tracing::warn!("backup to {to} failed: {why}");
+            ("500 Internal Server Error", format!("{why}\n").into_bytes())
+        }
+    }
+}
+
+async fn checkpoint(admin: Option<&Admin>, peer: std::net::SocketAddr) -> (&'static str, Vec<u8>) {
+    if let Some(refused) = admin_refusal(admin, peer) {
+        return refused;
+    }
+    let admin = admin.expect("checked by admin_refusal");
     let (tx, rx) = tokio::sync::oneshot::channel();
     if admin.checkpoint.send(tx).await.is_err() {
         return (

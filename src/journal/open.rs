@@ -171,6 +171,32 @@ pub fn scan_dir(dir: &Path, cfg: &JournalConfig) -> Result<(Manifest, ScanReport
     Ok((m, report))
 }
 
+/// Iterates a journal's entries from `from` to the end of its log, without opening it for
+/// writing (no lock, no epoch bump: `walrus verify` reads a backup copy as it is). The same
+/// scanner as recovery and [`Journal::replay`], so the same validity rules.
+pub fn replay_dir(
+    dir: &Path,
+    cfg: &JournalConfig,
+    from: super::reader::ReplayFrom,
+) -> Result<super::reader::EntryIter<FileRing>, JournalError> {
+    let (m, report) = scan_dir(dir, cfg)?;
+    let geo = Geometry {
+        segment_size_bytes: m.segment_size_bytes,
+        segments: m.segments,
+    };
+    let scanner = super::recovery::Scanner::new(
+        FileRing::open(dir, geo)?,
+        geo,
+        ScanStart::at(&m.checkpoint)?,
+        ScanLimits::of(&m, cfg.lookahead_bytes()),
+    );
+    Ok(super::reader::EntryIter::new(
+        scanner,
+        from,
+        report.end.last_lsn(),
+    ))
+}
+
 /// Overwrites `[from, to)` with zeros and syncs, so that records left after a cut can
 /// never be taken as evidence or continuation later.
 fn zero_range(dir: &Path, geo: Geometry, from: u64, to: u64) -> Result<(), JournalError> {

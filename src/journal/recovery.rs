@@ -156,6 +156,21 @@ pub struct ScanReport {
 }
 
 impl ScanReport {
+    /// Mid-log corruption, as `walrus journal verify` and `walrus verify` report it: what
+    /// is wrong, what is lost, and the command that cuts the log there. `None`: the log is
+    /// clean (a torn tail is a normal end). `dir` is the journal's directory.
+    pub fn corruption(&self, dir: &std::path::Path) -> Option<String> {
+        let Tail::Corrupt(c) = &self.tail else {
+            return None;
+        };
+        Some(format!(
+            "CORRUPT: {c}; entries after LSN {} are unreachable; \
+             `walrus journal repair --dir {} --accept-data-loss` cuts the log there",
+            self.end.last_lsn(),
+            dir.display()
+        ))
+    }
+
     /// What cutting the log at its end overwrites (`journal repair`): from the end to the
     /// end of the ring. What an older run wrote past a cut is valid, of the current lap,
     /// with durable hints beyond the cut: left in place, any later open whose look-ahead

@@ -16,6 +16,7 @@
 //! the walk with an error naming its LSN.
 
 use crate::checkpoint::store::Checkpoint;
+use crate::journal::reader::ReplayEntry;
 use crate::journal::{Journal, JournalError, ReplayFrom};
 use bytes::Bytes;
 
@@ -23,6 +24,8 @@ use bytes::Bytes;
 #[derive(Debug, Clone)]
 pub struct Slice {
     pub lsn: u64,
+    /// The history the entry belongs to (a backup journals the slice again under it).
+    pub repl_id: [u8; crate::journal::format::REPL_ID_BYTES],
     pub bytes: Bytes,
     /// Replication offset after these bytes.
     pub end: u64,
@@ -59,6 +62,17 @@ pub struct ChainEnd {
 pub fn walk(
     journal: &Journal,
     cp: &Checkpoint,
+    f: impl FnMut(Slice) -> Result<(), ChainError>,
+) -> Result<ChainEnd, ChainError> {
+    walk_entries(journal.replay(ReplayFrom::Lsn(cp.from_lsn))?, cp, f)
+}
+
+/// [`walk`] over entries read some other way: `walrus verify` reads a journal that is not
+/// open for writing ([`crate::journal::open::replay_dir`]). The entries must start at the
+/// checkpoint's `from_lsn` or before it.
+pub fn walk_entries(
+    entries: impl Iterator<Item = Result<ReplayEntry, JournalError>>,
+    cp: &Checkpoint,
     mut f: impl FnMut(Slice) -> Result<(), ChainError>,
 ) -> Result<ChainEnd, ChainError> {
     let mut end = ChainEnd {
@@ -67,8 +81,11 @@ pub fn walk(
         entries: 0,
         bytes: 0,
     };
-    for e in journal.replay(ReplayFrom::Lsn(cp.from_lsn))? {
+    for e in entries {
         let e = e?;
+        if e.lsn < cp.from_lsn {
+            continue;
+        }
         let replid = String::from_utf8_lossy(&e.repl_id).into_owned();
         let start = e.repl_offset_end - e.payload.len() as u64;
         let known = end.ids.contains(&replid);
@@ -93,6 +110,7 @@ pub fn walk(
         end.bytes += bytes.len() as u64;
         f(Slice {
             lsn: e.lsn,
+            repl_id: e.repl_id,
             bytes,
             end: e.repl_offset_end,
         })?;

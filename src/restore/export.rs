@@ -66,16 +66,7 @@ pub fn export_aof(data_dir: &Path, out: &Path) -> Result<ExportSummary, super::R
 }
 
 fn export(data_dir: &Path, out: &Path) -> Result<ExportSummary, String> {
-    let (data, journal_dir) = if data_dir.join(MANIFEST_FILE).is_file() {
-        let parent = data_dir
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        (parent.to_path_buf(), data_dir.to_path_buf())
-    } else {
-        (data_dir.to_path_buf(), data_dir.join("journal"))
-    };
-    let cp_dir = data.join("checkpoints");
+    let (journal_dir, cp_dir) = super::verify::data_dirs(data_dir);
     let manifest = Manifest::load(&journal_dir)
         .map_err(|e| e.to_string())?
         .ok_or_else(|| {

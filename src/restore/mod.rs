@@ -5,6 +5,9 @@
 //! - [`chain`]: the checkpoint plus the journal after it, checked, as a byte stream.
 //! - [`primary`]: walrus as Valkey's primary for the length of a restore.
 //! - [`messages`]: what a restore leaves out of the stream it replays (published messages).
+//! - [`verify`]: `walrus verify`, the checks of a restore made offline; [`backup`]: the
+//!   checkpoint and the chain after it copied into a new data directory; [`export`]: the
+//!   same as one AOF.
 //!
 //! A restore verifies everything before it touches Valkey: the checkpoint's size and CRC-64
 //! against the manifest, the whole chain of journal entries (CRCs, offsets with no hole),
@@ -13,11 +16,13 @@
 //! failure names the file, the entry or both versions, and leaves Valkey as it was. While a
 //! restore runs, clients get `-LOADING` (see [`crate::durability`]).
 
+pub mod backup;
 pub mod chain;
 pub mod decide;
 pub mod export;
 pub mod messages;
 pub mod primary;
+pub mod verify;
 
 use crate::checkpoint::rates::LearnedRates;
 use crate::checkpoint::store::{Checkpoint, Store, StoreError};

@@ -233,6 +233,7 @@ pub struct WalrusBuilder<'a> {
     data: Option<&'a std::path::Path>,
     env: Vec<(&'a str, &'a str)>,
     open_files: Option<u64>,
+    journal: Option<String>,
 }
 
 impl<'a> WalrusBuilder<'a> {
@@ -245,6 +246,12 @@ impl<'a> WalrusBuilder<'a> {
     /// TOML added to the test journal settings (no `[journal]` table).
     pub fn config(mut self, toml: &str) -> Self {
         self.config.push_str(toml);
+        self
+    }
+
+    /// A `[journal]` table replacing [`TEST_JOURNAL`] (another ring geometry).
+    pub fn journal(mut self, toml: &str) -> Self {
+        self.journal = Some(toml.to_string());
         self
     }
 
@@ -308,6 +315,7 @@ impl<'a> WalrusBuilder<'a> {
             data,
             env,
             open_files,
+            journal,
         } = self;
         let dir = tempfile::tempdir().unwrap();
         let data_dir = data
@@ -319,7 +327,8 @@ impl<'a> WalrusBuilder<'a> {
         } else {
             TEST_CHECKPOINT
         };
-        let mut text = format!("{pinned}{checkpoint}\n{TEST_JOURNAL}{config}\n");
+        let journal = journal.as_deref().unwrap_or(TEST_JOURNAL);
+        let mut text = format!("{pinned}{checkpoint}\n{journal}{config}\n");
         // A `--config FILE` among the flags is merged into the test configuration.
         let mut args: Vec<&str> = Vec::new();
         let mut it = extra.iter();

@@ -1,0 +1,232 @@
+//! `GET /status`: what `walrus status` shows, as one flat JSON object.
+//!
+//! Read at request time from what walrus keeps anyway: the gate's offsets (one lock, as a
+//! scrape takes it), the journal's positions, the checkpoint store's record (memory), the
+//! restore and watermark gauges, and the readiness function `/readyz` answers with. Nothing
+//! is maintained for it on the hot path. The fields are documented in docs/operations.md;
+//! a field that does not apply (no checkpoint yet, durability off) is `null`.
+
+use super::Ready;
+use crate::checkpoint::store::Store;
+use crate::durability::{Durability, Status as Link};
+use crate::journal::Journal;
+use serde::{Deserialize, Serialize};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Instant;
+
+/// Where the status is read from; the durable half is set once the journal is open.
+pub struct Sources {
+    pub ready: Ready,
+    pub started: Instant,
+    /// `durability.enabled`: without it there is no link, journal or checkpoint to show.
+    pub durability: bool,
+    pub durable: OnceLock<DurableSources>,
+}
+
+pub struct DurableSources {
+    pub gate: Arc<Durability>,
+    /// Weak: the journal must close at shutdown while the endpoint still answers.
+    pub journal: Weak<Journal>,
+    pub store: Store,
+}
+
+/// The status, flat: one key per figure (docs/operations.md lists them).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    pub version: String,
+    pub commit: String,
+    pub uptime_seconds: u64,
+    pub ready: bool,
+    /// Why not ready ("" when ready): `/readyz`'s reason.
+    pub ready_reason: String,
+    /// `durability.enabled`.
+    pub durability: bool,
+    /// The replica link: "attached", "detached", "restoring", "failed", "starting" (the
+    /// journal is not open yet), "off" (durability off).
+    pub link: String,
+    pub attached: bool,
+    /// Valkey's replication offset after the writes walrus sent.
+    pub valkey_offset: Option<u64>,
+    /// The offset the journal holds durably.
+    pub durable_offset: Option<u64>,
+    pub lag_bytes: Option<u64>,
+    pub ring_segments_used: Option<u64>,
+    pub ring_segments_total: Option<u64>,
+    pub ring_bytes_used: Option<u64>,
+    pub ring_bytes_total: Option<u64>,
+    /// The recorded checkpoint (null: none).
+    pub checkpoint_file: Option<String>,
+    pub checkpoint_offset: Option<u64>,
+    pub checkpoint_size_bytes: Option<u64>,
+    /// Since its RDB was written (its file's modification time).
+    pub checkpoint_age_seconds: Option<u64>,
+    pub restore_in_progress: bool,
+    pub restore_sent_bytes: u64,
+    pub restore_total_bytes: u64,
+    /// How long a restore would take now (the checkpointer's estimate).
+    pub restore_estimate_seconds: f64,
+    pub disk_watermark_reached: bool,
+}
+
+impl Sources {
+    pub fn new(ready: Ready, durability: bool) -> Sources {
+        Sources {
+            ready,
+            started: Instant::now(),
+            durability,
+            durable: OnceLock::new(),
+        }
+    }
+
+    /// The status now.
+    pub fn read(&self) -> Status {
+        use crate::metrics as m;
+        let ready = (self.ready)();
+        let mut s = Status {
+            version: env!("CARGO_PKG_VERSION").into(),
+            commit: option_env!("WALRUS_COMMIT").unwrap_or("unknown").into(),
+            uptime_seconds: self.started.elapsed().as_secs(),
+            ready: ready.is_ok(),
+            ready_reason: ready.err().unwrap_or_default(),
+            durability: self.durability,
+            link: if self.durability { "starting" } else { "off" }.into(),
+            restore_in_progress: m::RESTORE_IN_PROGRESS.get() != 0,
+            restore_sent_bytes: m::RESTORE_SENT_BYTES.get().max(0) as u64,
+            restore_total_bytes: m::RESTORE_TOTAL_BYTES.get().max(0) as u64,
+            restore_estimate_seconds: m::RESTORE_ESTIMATE.get(),
+            disk_watermark_reached: m::WATERMARK_REACHED.get() != 0,
+            ..Status::default()
+        };
+        let Some(d) = self.durable.get() else {
+            return s;
+        };
+        let link = d.gate.status();
+        s.attached = link == Link::Attached;
+        s.link = match link {
+            Link::Attached => "attached",
+            Link::Detached => "detached",
+            Link::Restoring => "restoring",
+            Link::Failed(_) => "failed",
+        }
+        .into();
+        let (durable, executed, _, _) = d.gate.snapshot();
+        s.valkey_offset = Some(executed);
+        s.durable_offset = Some(durable);
+        s.lag_bytes = Some(executed.saturating_sub(durable));
+        if let Some(j) = d.journal.upgrade().map(|j| j.status()) {
+            s.ring_segments_used = Some(j.used_segments);
+            s.ring_segments_total = Some(u64::from(j.segments));
+            s.ring_bytes_used = Some(j.write_pos - j.head_pos);
+            s.ring_bytes_total = Some(u64::from(j.segments) * j.segment_bytes);
+        }
+        if let Some(c) = d.store.recorded() {
+            s.checkpoint_age_seconds = std::fs::metadata(d.store.path_of(&c))
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .map(|a| a.as_secs());
+            s.checkpoint_offset = Some(c.offset);
+            s.checkpoint_size_bytes = Some(c.size);
+            s.checkpoint_file = Some(c.file);
+        }
+        s
+    }
+}
+
+impl Status {
+    /// The human-readable form `walrus status` prints.
+    pub fn human(&self) -> String {
+        let mut out = String::new();
+        let mut line = |k: &str, v: String| out.push_str(&format!("{k:<12} {v}\n"));
+        line(
+            "walrus",
+            format!(
+                "{} (commit {}), up {}",
+                self.version,
+                self.commit,
+                duration(self.uptime_seconds)
+            ),
+        );
+        line(
+            "ready",
+            if self.ready {
+                "yes".into()
+            } else {
+                format!("no: {}", self.ready_reason)
+            },
+        );
+        if !self.durability {
+            line(
+                "durability",
+                "off: writes are not journaled, acknowledged writes can be lost".into(),
+            );
+        } else {
+            line("link", self.link.clone());
+            line(
+                "offsets",
+                format!(
+                    "valkey {}, durable {}, lag {} bytes",
+                    opt(self.valkey_offset),
+                    opt(self.durable_offset),
+                    opt(self.lag_bytes)
+                ),
+            );
+            line(
+                "ring",
+                format!(
+                    "{} of {} segments, {} of {} bytes",
+                    opt(self.ring_segments_used),
+                    opt(self.ring_segments_total),
+                    opt(self.ring_bytes_used),
+                    opt(self.ring_bytes_total)
+                ),
+            );
+            line(
+                "checkpoint",
+                match (&self.checkpoint_file, self.checkpoint_offset) {
+                    (Some(f), Some(o)) => format!(
+                        "{f}: offset {o}, {} bytes, {} old",
+                        opt(self.checkpoint_size_bytes),
+                        self.checkpoint_age_seconds.map_or("?".into(), duration)
+                    ),
+                    _ => "none".into(),
+                },
+            );
+        }
+        line(
+            "restore",
+            if self.restore_in_progress {
+                format!(
+                    "in progress: {} of {} bytes sent",
+                    self.restore_sent_bytes, self.restore_total_bytes
+                )
+            } else {
+                format!(
+                    "none running; one would take about {:.1} s",
+                    self.restore_estimate_seconds
+                )
+            },
+        );
+        line(
+            "disk",
+            if self.disk_watermark_reached {
+                "high watermark reached: new writes are refused".into()
+            } else {
+                "below the high watermark".into()
+            },
+        );
+        out
+    }
+}
+
+fn opt(v: Option<u64>) -> String {
+    v.map_or("-".into(), |v| v.to_string())
+}
+
+fn duration(s: u64) -> String {
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{}s", s / 60, s % 60),
+        _ => format!("{}h{}m", s / 3600, s % 3600 / 60),
+    }
+}
