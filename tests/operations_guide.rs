@@ -38,6 +38,19 @@ fn with_metrics(data: Option<&Path>) -> (Walrus, String) {
 }
 
 /// A JSON field of `walrus status -o json`, as text.
+/// Acknowledged writes k0..kn = v0..vn.
+fn set_keys(c: &mut Raw, n: usize) {
+    for i in 0..n {
+        assert_eq!(c.cmd(&["SET", &format!("k{i}"), &format!("v{i}")]), OK);
+    }
+}
+
+/// Stops walrus as the guide does, with SIGTERM, and awaits its clean exit.
+fn stop(w: &mut Walrus) {
+    w.proc.signal(libc::SIGTERM);
+    assert!(w.proc.wait_exit(START_TIMEOUT).unwrap().success());
+}
+
 fn field(json: &str, key: &str) -> String {
     let at = json
         .find(&format!("\"{key}\":"))
@@ -260,12 +273,8 @@ fn verify_names_what_a_restore_would_fail_on() {
 fn the_ring_is_resized_through_an_offline_backup_and_back() {
     let (mut w, _) = with_metrics(None);
     let mut c = Raw::connect(&w.addr);
-    for i in 0..300 {
-        assert_eq!(c.cmd(&["SET", &format!("k{i}"), &format!("v{i}")]), OK);
-    }
-    // SIGTERM: the guide stops walrus this way.
-    w.proc.signal(libc::SIGTERM);
-    assert!(w.proc.wait_exit(START_TIMEOUT).unwrap().success());
+    set_keys(&mut c, 300);
+    stop(&mut w);
     let data = w.data.path().join("data");
     let bigger = "[journal]\nsegment_size = 1048576\nsegments = 24\nmax_entry_bytes = 8388608\n";
     let line = refuses_to_start_with_journal(&data, bigger);
@@ -303,8 +312,7 @@ fn the_ring_is_resized_through_an_offline_backup_and_back() {
         assert_eq!(c.cmd(&["GET", &format!("k{i}")]), bulk(format!("v{i}")));
     }
     assert_eq!(c.cmd(&["SET", "in-the-bigger-ring", "1"]), OK);
-    w.proc.signal(libc::SIGTERM);
-    assert!(w.proc.wait_exit(START_TIMEOUT).unwrap().success());
+    stop(&mut w);
     // Coming back: the same, into the original geometry.
     let back = dirs.path().join("back");
     let out = walrus(&[
@@ -356,8 +364,7 @@ fn an_upgrade_is_a_checkpoint_a_sigterm_and_a_start_on_the_same_data() {
         field(&taken, "checkpoint_offset").parse::<u64>().unwrap() > first.parse().unwrap(),
         "{first} then {taken}"
     );
-    w.proc.signal(libc::SIGTERM);
-    assert!(w.proc.wait_exit(START_TIMEOUT).unwrap().success());
+    stop(&mut w);
     let data = w.data.path().join("data");
     let (w2, metrics) = with_metrics(Some(&data));
     let mut c = Raw::connect(&w2.addr);
@@ -377,11 +384,8 @@ fn an_upgrade_is_a_checkpoint_a_sigterm_and_a_start_on_the_same_data() {
 fn leaving_walrus_through_export_aof() {
     let (mut w, _) = with_metrics(None);
     let mut c = Raw::connect(&w.addr);
-    for i in 0..100 {
-        assert_eq!(c.cmd(&["SET", &format!("k{i}"), &format!("v{i}")]), OK);
-    }
-    w.proc.signal(libc::SIGTERM);
-    assert!(w.proc.wait_exit(START_TIMEOUT).unwrap().success());
+    set_keys(&mut c, 100);
+    stop(&mut w);
     let data = w.data.path().join("data");
     let out = walrus(&["verify", "--data-dir", data.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out));
