@@ -65,9 +65,9 @@ pub fn stopping(text: &str) {
     notify_or_warn(&format!("STOPPING=1\nSTATUS={text}\n"));
 }
 
-/// How often the service manager wants to hear `WATCHDOG=1` (`WatchdogSec=`), if at all: as
-/// sd_watchdog_enabled(3) reads it, `WATCHDOG_USEC`, for this process when `WATCHDOG_PID`
-/// is set and names another (a supervisor that is not systemd may leave it out).
+/// How often the service manager wants to hear `WATCHDOG=1` (`WatchdogSec=`), if at all, read
+/// as sd_watchdog_enabled(3) reads it: `WATCHDOG_USEC`, unless `WATCHDOG_PID` names another
+/// process (a supervisor that is not systemd may leave `WATCHDOG_PID` out).
 pub fn watchdog_interval() -> Option<Duration> {
     let var = |name| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
     if var("WATCHDOG_PID").is_some_and(|pid| pid != u64::from(std::process::id())) {
