@@ -249,7 +249,11 @@ fn unit_carries_the_documented_settings() {
         Path::new(&state_dir),
         "data.dir in walrus.toml"
     );
-    assert_eq!(one(&d, "ReadWritePaths"), state_dir);
+    // The data, and the optional backup directory docs/operations.md names.
+    assert_eq!(
+        one(&d, "ReadWritePaths"),
+        format!("{state_dir} -/var/backups/walrus")
+    );
     assert_eq!(config.upstream.mode, UpstreamMode::Managed);
     assert_eq!(
         config.upstream.valkey_server,

@@ -254,7 +254,7 @@ fn geometry_change_is_refused() {
     let other = JournalConfig { segments: 5, ..cfg };
     let err = Journal::open(dir.path(), &other).err().unwrap().to_string();
     assert!(
-        err.contains("segments = 4") && err.contains("not supported"),
+        err.contains("segments = 4") && err.contains("never resized in place"),
         "{err}"
     );
 }

@@ -37,7 +37,6 @@ fn with_metrics(data: Option<&Path>) -> (Walrus, String) {
     (w, metrics)
 }
 
-/// A JSON field of `walrus status -o json`, as text.
 /// Acknowledged writes k0..kn = v0..vn.
 fn set_keys(c: &mut Raw, n: usize) {
     for i in 0..n {
@@ -51,6 +50,7 @@ fn stop(w: &mut Walrus) {
     assert!(w.proc.wait_exit(START_TIMEOUT).unwrap().success());
 }
 
+/// A JSON field of `walrus status -o json`, as text.
 fn field(json: &str, key: &str) -> String {
     let at = json
         .find(&format!("\"{key}\":"))
@@ -146,6 +146,26 @@ fn a_backup_taken_while_writing_restores_every_write_acknowledged_before_it() {
         inside.to_str().unwrap(),
     ]);
     assert!(text(&out).contains("inside walrus's own"), "{}", text(&out));
+    // Refused as asked: a person must act (2), a retry would not help.
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    // A web page on walrus's host cannot post to it: a request with Origin is refused.
+    let from_page = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&metrics).unwrap();
+        let body = backups.path().join("from-a-page");
+        let body = body.to_str().unwrap();
+        write!(
+            s,
+            "POST /backup HTTP/1.1\r\nHost: x\r\nOrigin: http://evil.example\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        answer
+    };
+    assert!(from_page.starts_with("HTTP/1.1 403"), "{from_page}");
+    assert!(!backups.path().join("from-a-page").exists());
     // A second backup into the same directory is refused: it is not empty.
     let out = walrus(&[
         "backup",
@@ -154,7 +174,7 @@ fn a_backup_taken_while_writing_restores_every_write_acknowledged_before_it() {
         "--to",
         to.to_str().unwrap(),
     ]);
-    assert!(!out.status.success(), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("is not empty"), "{}", text(&out));
 
     // Offline check of the copy.
@@ -376,6 +396,15 @@ fn an_upgrade_is_a_checkpoint_a_sigterm_and_a_start_on_the_same_data() {
         field(&taken, "checkpoint_offset"),
         "{after}"
     );
+    // After the restart the last checkpoint is the one taken before it, not "none": the
+    // checkpoint alerts and the dashboard's age read this gauge.
+    let (_, scrape) = common::http_get(&metrics, "/metrics");
+    let last = scrape
+        .lines()
+        .find_map(|l| l.strip_prefix("walrus_checkpoint_last_success_timestamp_seconds "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .expect("the gauge is exported");
+    assert!(last > 1.7e9, "{last}");
 }
 
 /// The guide's "Leaving walrus": `walrus journal export-aof`, then a stock valkey-server

@@ -158,8 +158,10 @@ impl Store {
         for e in std::fs::read_dir(dir).map_err(io)? {
             let p = e.map_err(io)?.path();
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-            let stale = name.ends_with(".tmp")
-                || (name.ends_with(".rdb") && current.as_ref().is_none_or(|c| c.file != name));
+            // Only files are walrus's leftovers: a directory here is someone else's, kept.
+            let stale = p.is_file()
+                && (name.ends_with(".tmp")
+                    || (name.ends_with(".rdb") && current.as_ref().is_none_or(|c| c.file != name)));
             if stale {
                 tracing::info!(path = %p.display(), "removing a stale checkpoint file");
                 std::fs::remove_file(&p).map_err(io)?;

@@ -79,7 +79,10 @@ pub fn backup(args: BackupArgs) -> ExitCode {
             }
             Err(e) => {
                 eprintln!("walrus: backup failed: {e}");
-                ExitCode::FAILURE
+                ExitCode::from(match e {
+                    crate::restore::backup::BackupError::Refused(_) => super::EXIT_FIX,
+                    crate::restore::backup::BackupError::Failed(_) => super::EXIT_RETRY,
+                })
             }
         };
     }
@@ -102,13 +105,18 @@ fn post(addr: &str, path: &str, body: &str, timeout_secs: u64, what: &str) -> Ex
             print!("{}", a.body);
             ExitCode::SUCCESS
         }
+        // 4xx: refused as asked (a person must act); 5xx: failed, or not now (retry).
         Ok(a) => {
             eprint!("walrus: {what} refused ({}): {}", a.code, a.body);
-            ExitCode::FAILURE
+            ExitCode::from(if (400..500).contains(&a.code) {
+                super::EXIT_FIX
+            } else {
+                super::EXIT_RETRY
+            })
         }
         Err(e) => {
             eprintln!("walrus: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(super::EXIT_RETRY)
         }
     }
 }

@@ -77,6 +77,19 @@ pub(super) async fn start_durability(
         Ok::<_, Fatal>((journal, recovered, store, holding))
     })
     .await??;
+    // The checkpoint recorded before this start is the last one taken until the next: the
+    // gauge, and the alert and the dashboard's age read from it, must not say "none" (or
+    // "failing") just because walrus restarted.
+    if let Some(cp) = store.recorded() {
+        let written = std::fs::metadata(store.path_of(&cp))
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+        if let Some(t) = written {
+            crate::metrics::CHECKPOINT_LAST_SUCCESS.set(t.as_secs_f64());
+            crate::metrics::CHECKPOINT_LAST_SIZE.set(cp.size as i64);
+        }
+    }
     crate::metrics::JOURNAL_INFO
         .with_label_values(&[
             match recovered.backend.kind {

@@ -125,6 +125,12 @@ fn send(
     s.take(MAX_ANSWER_BYTES)
         .read_to_end(&mut raw)
         .map_err(|e| io("reading the answer of", e))?;
+    if raw.is_empty() {
+        // What a walrus that stops (or is killed) during a long request leaves the caller.
+        return Err(format!(
+            "{addr} closed the connection without an answer: walrus may be stopping or have died (see its log)"
+        ));
+    }
     let text = String::from_utf8_lossy(&raw);
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let code = head

@@ -6,7 +6,9 @@
 //! Exit codes, one rule for every command: 0 done; 1 failed, and the same command may
 //! succeed later (Valkey not reachable yet, an I/O error, a busy lock); 2 nothing will
 //! change until a person acts: a usage or configuration error, a journal whose geometry is
-//! not the configuration's, a corrupted journal. (clap exits 2 on usage errors too.) The
+//! not the configuration's, a corrupted journal, a request walrus refuses as given (an admin
+//! request answered 4xx). (clap exits 2 on usage errors too; a configuration file that
+//! cannot be read at all is 1, as it may yet be written.) The
 //! systemd unit restarts on 1 and not on 2 (`RestartPreventExitStatus=2`), so a mistake is
 //! reported once instead of retried forever.
 
@@ -37,20 +39,27 @@ pub const EXIT_FIX: u8 = 2;
 pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("WALRUS_COMMIT"), ")");
 
 /// The exit code for an error that reached the top: [`EXIT_FIX`] when it, or any error it
-/// wraps, is one a person must fix; otherwise [`EXIT_RETRY`].
+/// wraps, is one a person must fix; otherwise [`EXIT_RETRY`]. A configuration or password
+/// file that cannot be read is worth a retry: it may be written by an agent that starts
+/// alongside walrus (a secret rendered at boot).
 fn exit_code(e: &(dyn std::error::Error + 'static)) -> ExitCode {
     let mut next = Some(e);
     while let Some(e) = next {
-        let must_fix = e.is::<ConfigError>()
-            || e.downcast_ref::<JournalError>().is_some_and(|j| {
-                matches!(
-                    j,
-                    JournalError::Config(_)
-                        | JournalError::Layout(_)
-                        | JournalError::Manifest(_)
-                        | JournalError::Corrupt(_)
-                )
+        if let Some(c) = e.downcast_ref::<ConfigError>() {
+            return ExitCode::from(match c {
+                ConfigError::Read { .. } | ConfigError::PasswordFile { .. } => EXIT_RETRY,
+                _ => EXIT_FIX,
             });
+        }
+        let must_fix = e.downcast_ref::<JournalError>().is_some_and(|j| {
+            matches!(
+                j,
+                JournalError::Config(_)
+                    | JournalError::Layout(_)
+                    | JournalError::Manifest(_)
+                    | JournalError::Corrupt(_)
+            )
+        });
         if must_fix {
             return ExitCode::from(EXIT_FIX);
         }
@@ -61,7 +70,7 @@ fn exit_code(e: &(dyn std::error::Error + 'static)) -> ExitCode {
 
 /// The CLI's error: why walrus cannot start or go on. Every layer below has its own type
 /// (`JournalError`, `UpstreamError`, `Refusal`, ...); here they meet, are printed for the
-/// operator, and the process exits non-zero.
+/// operator, and the process exits with [`exit_code`]'s code.
 type Fatal = Box<dyn std::error::Error + Send + Sync>;
 
 /// walrus: a durability proxy for in-memory Valkey.
@@ -89,7 +98,7 @@ pub enum Command {
     /// optionally into a ring of another size.
     Backup(admin::BackupArgs),
     /// Check a data directory offline (walrus stopped, or a backup): would a restore from
-    /// it succeed, and what would it load? Exit 0 yes, 1 no, 2 usage errors.
+    /// it succeed, and what would it load? Exit 0 yes, 2 no (the problem is named).
     Verify(verify::VerifyArgs),
     /// Journal maintenance: init, inspect, verify, repair, export-aof.
     #[command(subcommand)]

@@ -136,7 +136,9 @@ async fn serve(config: Config) -> Result<(), Fatal> {
 
 /// The client port and the metrics port, claimed at start. The client socket is bound but
 /// not listening: until walrus serves, a client is refused at once instead of waiting in the
-/// backlog for a restore to end.
+/// backlog for a restore to end. The claim finds a server already listening on the port
+/// (the mistake this is for); one that binds it with SO_REUSEADDR while walrus starts can
+/// still take it first, and walrus then fails when it listens, as it did before the claim.
 struct Ports {
     clients: tokio::net::TcpSocket,
     metrics: Option<TcpListener>,
@@ -225,6 +227,8 @@ async fn run_proxy(
                 checkpoint: d.checkpoint_requests.clone(),
                 pin: d.pin.clone(),
                 running: Default::default(),
+                stop: stop.clone(),
+                high_watermark: config.disk.high_watermark,
             }),
             allow_remote: config.metrics.admin_allow_remote,
         });

@@ -3,7 +3,10 @@
 //! otherwise 503 with a one-line reason), `/status` (JSON, [`status`]: `walrus status`), and
 //! the admin requests `POST /checkpoint` (`walrus checkpoint`) and `POST /backup` (the body
 //! is the directory: `walrus backup`), from loopback callers only unless
-//! `metrics.admin_allow_remote`.
+//! `metrics.admin_allow_remote`, and never from a web browser (a request carrying `Origin`:
+//! a page open on walrus's host could otherwise post to it). An admin request refused as
+//! given gets a 4xx (`walrus` exits 2: a person must act), one that failed or cannot run now
+//! a 5xx (exit 1: it may succeed later).
 
 pub mod status;
 
@@ -72,8 +75,20 @@ pub async fn serve(
                     Ok(json) => ("200 OK", json),
                     Err(e) => ("500 Internal Server Error", format!("{e}\n").into_bytes()),
                 },
-                ("POST", "/checkpoint") => checkpoint(admin.as_ref(), peer).await,
-                ("POST", "/backup") => backup(admin.as_ref(), peer, body).await,
+                ("POST", "/checkpoint" | "/backup") => {
+                    match admin_refusal(admin.as_ref(), sources.durability, peer, &head) {
+                        Some(refused) => refused,
+                        None => {
+                            let admin = admin.as_ref().expect("checked by admin_refusal");
+                            tracing::info!(%peer, path, "admin request");
+                            if path == "/checkpoint" {
+                                checkpoint(admin).await
+                            } else {
+                                backup(admin, body).await
+                            }
+                        }
+                    }
+                }
                 _ => ("404 Not Found", b"not found\n".to_vec()),
             };
             let kind = if path == "/status" {
@@ -128,13 +143,23 @@ async fn read_request(sock: &mut tokio::net::TcpStream) -> Option<(String, Strin
 /// Why an admin request is refused before it is looked at, if it is.
 fn admin_refusal(
     admin: Option<&Admin>,
+    durability: bool,
     peer: std::net::SocketAddr,
+    head: &str,
 ) -> Option<(&'static str, Vec<u8>)> {
     let Some(admin) = admin else {
-        return Some((
-            "404 Not Found",
-            b"durability is off: no checkpoints\n".to_vec(),
-        ));
+        return Some(if durability {
+            (
+                "503 Service Unavailable",
+                b"walrus is starting: its journal is not open yet; retry once it is ready\n"
+                    .to_vec(),
+            )
+        } else {
+            (
+                "404 Not Found",
+                b"durability is off: no checkpoints or backups\n".to_vec(),
+            )
+        });
     };
     if !admin.allow_remote && !peer.ip().is_loopback() {
         return Some((
@@ -143,18 +168,22 @@ fn admin_refusal(
                 .to_vec(),
         ));
     }
+    let from_browser = head.lines().skip(1).any(|l| {
+        l.split_once(':')
+            .is_some_and(|(k, _)| k.trim().eq_ignore_ascii_case("origin"))
+    });
+    if from_browser {
+        tracing::warn!(%peer, "admin request from a web page refused");
+        return Some((
+            "403 Forbidden",
+            b"admin requests from a web page are refused (the request carried Origin)\n".to_vec(),
+        ));
+    }
     None
 }
 
-async fn backup(
-    admin: Option<&Admin>,
-    peer: std::net::SocketAddr,
-    body: String,
-) -> (&'static str, Vec<u8>) {
-    if let Some(refused) = admin_refusal(admin, peer) {
-        return refused;
-    }
-    let admin = admin.expect("checked by admin_refusal");
+async fn backup(admin: &Admin, body: String) -> (&'static str, Vec<u8>) {
+    use crate::restore::backup::BackupError;
     let to = body.trim();
     if to.is_empty() {
         return (
@@ -169,16 +198,16 @@ async fn backup(
         }
         Err(why) => {
             tracing::warn!("backup to {to} failed: {why}");
-            ("500 Internal Server Error", format!("{why}\n").into_bytes())
+            let status = match why {
+                BackupError::Refused(_) => "409 Conflict",
+                BackupError::Failed(_) => "500 Internal Server Error",
+            };
+            (status, format!("{why}\n").into_bytes())
         }
     }
 }
 
-async fn checkpoint(admin: Option<&Admin>, peer: std::net::SocketAddr) -> (&'static str, Vec<u8>) {
-    if let Some(refused) = admin_refusal(admin, peer) {
-        return refused;
-    }
-    let admin = admin.expect("checked by admin_refusal");
+async fn checkpoint(admin: &Admin) -> (&'static str, Vec<u8>) {
     let (tx, rx) = tokio::sync::oneshot::channel();
     if admin.checkpoint.send(tx).await.is_err() {
         return (

@@ -18,7 +18,7 @@ pub static CHECKPOINT_FAILURES: LazyLock<IntCounter> = LazyLock::new(|| {
 pub static CHECKPOINT_LAST_SUCCESS: LazyLock<Gauge> = LazyLock::new(|| {
     float_gauge(
         "checkpoint_last_success_timestamp_seconds",
-        "Unix time of the last checkpoint taken (0: none since walrus started).",
+        "Unix time of the last checkpoint taken (at start, the recorded one's; 0: none yet).",
     )
 });
 pub static CHECKPOINT_LAST_DURATION: LazyLock<Gauge> = LazyLock::new(|| {

@@ -15,6 +15,13 @@
 //! meanwhile records its RDB but releases nothing until the copy is done. The RDB is opened
 //! before anything else is read: a checkpoint recorded meanwhile deletes its name, and the
 //! open file stays readable.
+//!
+//! A backup is written into a staging directory beside its target (`.NAME.partial`) and
+//! renamed into place once complete and synced: a backup cut short (walrus killed, the
+//! disk full) is never found under the name asked for, so neither `walrus verify` nor
+//! `walrus serve` can take half a backup for a whole one. It gives up, releasing the pin,
+//! when walrus stops or when the ring wants room (an append was refused for it): a backup
+//! must not hold back the checkpoint that frees the ring, or writes would wait on it.
 
 use super::chain::{self, ChainError};
 use crate::checkpoint::store::{Checkpoint, Store, CHECKPOINT_FILE};
@@ -22,6 +29,21 @@ use crate::checkpoint::{CheckpointError, Pin, Request};
 use crate::journal::manifest::{fsync_dir, replace_file, Manifest};
 use crate::journal::{Entry, IoBackendChoice, Journal, JournalConfig, JournalError};
 use std::path::{Path, PathBuf};
+
+/// Why a backup did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    /// The request cannot work as given (a target that is not empty, inside walrus's own
+    /// directories, on a file system without room): a person must change it.
+    #[error("{0}")]
+    Refused(String),
+    /// It failed or gave up (an I/O error, walrus stopping, the ring wanting room, another
+    /// backup running); the same request may succeed later.
+    #[error("{0}")]
+    Failed(String),
+}
+
+use BackupError::{Failed, Refused};
 
 /// What a backup copied.
 #[derive(Debug, Clone)]
@@ -66,87 +88,242 @@ pub struct Backups {
     pub pin: Pin,
     /// One backup at a time: a second one would only double the reads and the pin's time.
     pub running: tokio::sync::Mutex<()>,
+    /// Set when walrus stops: a backup gives up rather than hold the shutdown.
+    pub stop: tokio::sync::watch::Receiver<bool>,
+    /// `disk.high_watermark`: a backup on the journal's or checkpoints' file system must
+    /// leave it below, or walrus would refuse writes because of its own backup.
+    pub high_watermark: f64,
 }
 
 impl Backups {
     /// Takes a checkpoint, then copies it and the journal after it into `to` (absolute, new
     /// or empty).
-    pub async fn take(&self, to: PathBuf) -> Result<Summary, String> {
+    pub async fn take(&self, to: PathBuf) -> Result<Summary, BackupError> {
         let _one = self.running.try_lock().map_err(|_| {
-            "another backup is running; wait for it to finish (one at a time)".to_string()
+            Failed("another backup is running; wait for it to finish (one at a time)".into())
         })?;
         if !to.is_absolute() {
-            return Err(format!(
+            return Err(Refused(format!(
                 "{} is not an absolute path (walrus resolves nothing against its working directory)",
                 to.display()
-            ));
+            )));
         }
-        // Inside the live directories the copy would be taken for walrus's own files (an
-        // RDB the store deletes, a journal inside the journal).
-        let journal_dir = self
-            .journal
-            .upgrade()
-            .and_then(|j| j.segment_paths().first()?.parent().map(Path::to_path_buf));
-        if let Some(live) = [Some(self.store.dir().to_path_buf()), journal_dir]
+        let journal = self.journal.upgrade().ok_or(Failed(
+            "walrus is shutting down: the journal is closed".into(),
+        ))?;
+        let journal_dir = journal
+            .segment_paths()
+            .first()
+            .and_then(|p| p.parent().map(Path::to_path_buf));
+        let live: Vec<PathBuf> = [Some(self.store.dir().to_path_buf()), journal_dir]
             .into_iter()
             .flatten()
-            .find(|live| to.starts_with(live))
-        {
-            return Err(format!(
-                "{} is inside walrus's own {}: back up elsewhere (e.g. a backups/ directory \
-                 beside journal/ and checkpoints/)",
-                to.display(),
-                live.display()
-            ));
-        }
-        prepare(&to)?;
+            .collect();
+        let geometry = (journal.status().segment_bytes, journal.status().segments);
+        drop(journal);
+        let target = Target::prepare(&to, &live)?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.checkpoint
             .send(tx)
             .await
-            .map_err(|_| "the checkpointer is not running".to_string())?;
+            .map_err(|_| Failed("the checkpointer is not running".into()))?;
         match rx.await {
             Ok(Ok(_)) => {}
             // Nothing written since the recorded checkpoint: it is the fresh one.
             Ok(Err(CheckpointError::NotNow(why))) => {
                 tracing::info!("backup: no new checkpoint ({why}); copying the recorded one")
             }
-            Ok(Err(e)) => return Err(format!("the checkpoint before the backup failed: {e}")),
-            Err(_) => return Err("the checkpointer stopped".into()),
+            Ok(Err(e)) => {
+                return Err(target.abandon(Failed(format!(
+                    "the checkpoint before the backup failed: {e}"
+                ))))
+            }
+            Err(_) => return Err(target.abandon(Failed("the checkpointer stopped".into()))),
+        }
+        let rdb = self.store.recorded().map_or(0, |cp| cp.size);
+        let need = rdb + geometry.0 * u64::from(geometry.1);
+        if let Err(e) = target.check_room(need, &live, Some(self.high_watermark)) {
+            return Err(target.abandon(e));
         }
         let pinned = self.pin.clone().read_owned().await;
-        let journal = self
-            .journal
-            .upgrade()
-            .ok_or("walrus is shutting down: the journal is closed")?;
+        let Some(journal) = self.journal.upgrade() else {
+            return Err(target.abandon(Failed(
+                "walrus is shutting down: the journal is closed".into(),
+            )));
+        };
         let store = self.store.clone();
         let runtime = tokio::runtime::Handle::current();
-        let geometry = (journal.status().segment_bytes, journal.status().segments);
-        let copied =
-            tokio::task::spawn_blocking(move || copy(&journal, &store, &to, geometry, &runtime))
-                .await
-                .map_err(|e| format!("the backup task failed: {e}"))?;
+        let stop = self.stop.clone();
+        let copied = tokio::task::spawn_blocking(move || {
+            let give_up = || {
+                if *stop.borrow() {
+                    Some("walrus is stopping".to_string())
+                } else if journal.status().room_wanted {
+                    Some("the journal's ring wants room, which only a checkpoint can free, and the backup held it back; retry when writes are quieter, or give the ring more segments".to_string())
+                } else {
+                    None
+                }
+            };
+            target.write(&journal, &store, geometry, &runtime, &give_up)
+        })
+        .await
+        .map_err(|e| Failed(format!("the backup task failed: {e}")))?;
         drop(pinned);
         copied
     }
 }
 
-/// Refuses a `to` that holds anything; creates it if missing.
-fn prepare(to: &Path) -> Result<(), String> {
-    match std::fs::read_dir(to) {
-        Ok(mut entries) => {
-            if entries.next().is_some() {
-                return Err(format!(
-                    "{} is not empty: a backup goes into a new or empty directory",
-                    to.display()
-                ));
+/// Where a backup goes: its directory, and the staging directory beside it that is renamed
+/// to it once the copy is complete.
+struct Target {
+    to: PathBuf,
+    staging: PathBuf,
+}
+
+impl Target {
+    /// Checks `to` (new or empty, not inside one of walrus's `live` directories, compared
+    /// after symlinks and `..` are resolved) and makes its staging directory.
+    fn prepare(to: &Path, live: &[PathBuf]) -> Result<Target, BackupError> {
+        let io = |what: &str, p: &Path, e: std::io::Error| {
+            Failed(format!("cannot {what} {}: {e}", p.display()))
+        };
+        let name = to
+            .file_name()
+            .ok_or_else(|| Refused(format!("{} names no directory", to.display())))?;
+        match std::fs::read_dir(to) {
+            Ok(mut entries) => {
+                if entries.next().is_some() {
+                    return Err(Refused(format!(
+                        "{} is not empty: a backup goes into a new or empty directory",
+                        to.display()
+                    )));
+                }
             }
-            Ok(())
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io("read", to, e)),
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(to).map_err(|e| format!("cannot create {}: {e}", to.display()))
+        let parent = to
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        std::fs::create_dir_all(parent).map_err(|e| io("create", parent, e))?;
+        let parent = parent
+            .canonicalize()
+            .map_err(|e| io("resolve", parent, e))?;
+        let resolved = match to.canonicalize() {
+            Ok(p) => p,
+            Err(_) => parent.join(name),
+        };
+        for dir in live {
+            let Ok(live) = dir.canonicalize() else {
+                continue;
+            };
+            if resolved.starts_with(&live) || parent.starts_with(&live) {
+                return Err(Refused(format!(
+                    "{} is inside walrus's own {}: back up elsewhere (e.g. a backups/ directory \
+                     beside journal/ and checkpoints/, better on another volume)",
+                    to.display(),
+                    live.display()
+                )));
+            }
         }
-        Err(e) => Err(format!("cannot read {}: {e}", to.display())),
+        let mut staging_name = std::ffi::OsString::from(".");
+        staging_name.push(name);
+        staging_name.push(".partial");
+        let staging = parent.join(staging_name);
+        // Left by a backup cut short: named for this target, it is nobody else's.
+        if staging.exists() {
+            std::fs::remove_dir_all(&staging).map_err(|e| io("remove", &staging, e))?;
+        }
+        std::fs::create_dir(&staging).map_err(|e| io("create", &staging, e))?;
+        Ok(Target {
+            to: to.to_path_buf(),
+            staging,
+        })
+    }
+
+    /// Refuses a backup of `need` bytes that its file system cannot hold, or, when that is
+    /// also the file system of one of walrus's `live` directories, one that would take it
+    /// past `high_watermark` (walrus would then refuse writes because of its own backup).
+    fn check_room(
+        &self,
+        need: u64,
+        live: &[PathBuf],
+        high_watermark: Option<f64>,
+    ) -> Result<(), BackupError> {
+        use std::os::unix::fs::MetadataExt;
+        let usage = crate::disk::Usage::of(&self.staging).map_err(|e| {
+            Failed(format!(
+                "cannot read {}'s file system: {e}",
+                self.staging.display()
+            ))
+        })?;
+        let mib = |b: u64| format!("{} MiB", b >> 20);
+        if usage.avail_bytes < need {
+            return Err(Refused(format!(
+                "the backup needs {} (the checkpoint's RDB and a ring of the journal's size) and {}'s file system has {} free: back up to a larger volume",
+                mib(need),
+                self.to.display(),
+                mib(usage.avail_bytes)
+            )));
+        }
+        let dev = |p: &Path| std::fs::metadata(p).ok().map(|m| m.dev());
+        let shared = live
+            .iter()
+            .any(|d| dev(d).is_some() && dev(d) == dev(&self.staging));
+        if let (true, Some(high)) = (shared, high_watermark) {
+            let total = (usage.used_bytes + usage.avail_bytes).max(1);
+            let after = (usage.used_bytes + need) as f64 / total as f64;
+            if after >= high {
+                return Err(Refused(format!(
+                    "the backup needs {} on the file system walrus's data is on, which would then be {:.0}% full, past disk.high_watermark ({:.0}%): walrus would refuse writes. Back up to another volume",
+                    mib(need),
+                    after * 100.0,
+                    high * 100.0
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes what was written, and returns `why`.
+    fn abandon(&self, why: BackupError) -> BackupError {
+        let _ = std::fs::remove_dir_all(&self.staging);
+        why
+    }
+
+    /// The copy, into the staging directory, then renamed to the target (blocking). On
+    /// failure what it wrote is removed.
+    fn write(
+        self,
+        journal: &Journal,
+        store: &Store,
+        geometry: (u64, u32),
+        runtime: &tokio::runtime::Handle,
+        give_up: &dyn Fn() -> Option<String>,
+    ) -> Result<Summary, BackupError> {
+        let copied = copy_into(journal, store, &self.staging, geometry, runtime, give_up).and_then(
+            |summary| {
+                // rename(2) replaces an empty directory, as `prepare` allows the target to be.
+                std::fs::rename(&self.staging, &self.to).map_err(|e| {
+                    Failed(format!(
+                        "cannot rename {} to {}: {e}",
+                        self.staging.display(),
+                        self.to.display()
+                    ))
+                })?;
+                let parent = self.staging.parent().unwrap_or(Path::new("."));
+                fsync_dir(parent).map_err(|e| Failed(e.to_string()))?;
+                Ok(Summary {
+                    to: self.to.clone(),
+                    ..summary
+                })
+            },
+        );
+        match copied {
+            Ok(s) => Ok(s),
+            Err(e) => Err(self.abandon(e)),
+        }
     }
 }
 
@@ -157,84 +334,105 @@ pub fn offline(
     from: &Path,
     to: &Path,
     geometry: (Option<u64>, Option<u32>),
-) -> Result<Summary, String> {
+) -> Result<Summary, BackupError> {
     let (journal_dir, cp_dir) = super::verify::data_dirs(from);
     let m = Manifest::load(&journal_dir)
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("no journal in {}", journal_dir.display()))?;
-    prepare(to)?;
-    let cfg = JournalConfig {
-        io_backend: IoBackendChoice::Sync,
-        ..JournalConfig::for_geometry(m.segment_size_bytes, m.segments)
-    };
-    let (journal, _) = Journal::open(&journal_dir, &cfg)
-        .map_err(|e| format!("cannot open the journal (is walrus still running?): {e}"))?;
-    let store = Store::read_only(&cp_dir).map_err(|e| e.to_string())?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start a runtime: {e}"))?;
+        .map_err(|e| Refused(e.to_string()))?
+        .ok_or_else(|| Refused(format!("no journal in {}", journal_dir.display())))?;
     let geometry = (
         geometry.0.unwrap_or(m.segment_size_bytes),
         geometry.1.unwrap_or(m.segments),
     );
-    let copied = copy(&journal, &store, to, geometry, runtime.handle());
+    let live = [journal_dir.clone(), cp_dir.clone()];
+    let target = Target::prepare(to, &live)?;
+    let cfg = JournalConfig {
+        io_backend: IoBackendChoice::Sync,
+        ..JournalConfig::for_geometry(m.segment_size_bytes, m.segments)
+    };
+    let (journal, _) = match Journal::open(&journal_dir, &cfg) {
+        Ok(j) => j,
+        Err(e) => {
+            return Err(target.abandon(Failed(format!(
+                "cannot open the journal (is walrus still running?): {e}"
+            ))))
+        }
+    };
+    let opened = Store::read_only(&cp_dir)
+        .map_err(|e| Failed(e.to_string()))
+        .and_then(|store| {
+            let rdb = store.recorded().map_or(0, |cp| cp.size);
+            // walrus is stopped: the file system only has to hold the copy.
+            target.check_room(rdb + geometry.0 * u64::from(geometry.1), &live, None)?;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| Failed(format!("cannot start a runtime: {e}")))?;
+            Ok((store, runtime))
+        });
+    let copied = match opened {
+        Ok((store, runtime)) => {
+            target.write(&journal, &store, geometry, runtime.handle(), &|| None)
+        }
+        Err(e) => Err(target.abandon(e)),
+    };
     journal
         .close()
-        .map_err(|e| format!("closing the journal: {e}"))?;
-    copied
-}
-
-/// The copy (blocking). On failure what it wrote is removed: a half-written backup must
-/// not be taken for one (its checkpoint manifest, written last, would be missing, and a
-/// directory without one is what a walrus that never attached leaves).
-fn copy(
-    journal: &Journal,
-    store: &Store,
-    to: &Path,
-    geometry: (u64, u32),
-    runtime: &tokio::runtime::Handle,
-) -> Result<Summary, String> {
-    let copied = copy_into(journal, store, to, geometry, runtime);
-    if copied.is_err() {
-        for part in ["journal", "checkpoints"] {
-            let _ = std::fs::remove_dir_all(to.join(part));
-        }
-    }
+        .map_err(|e| Failed(format!("closing the journal: {e}")))?;
     copied
 }
 
 /// RDB, then the chain into a new journal, then the manifest that names the RDB, each
-/// synced.
+/// synced, into `dir`. `give_up` is asked between entries and between blocks of the RDB.
 fn copy_into(
     journal: &Journal,
     store: &Store,
-    to: &Path,
+    dir: &Path,
     (segment_size_bytes, segments): (u64, u32),
     runtime: &tokio::runtime::Handle,
-) -> Result<Summary, String> {
-    let (cp, mut rdb) = open_recorded(store)?;
-    let cp_dir = to.join("checkpoints");
+    give_up: &dyn Fn() -> Option<String>,
+) -> Result<Summary, BackupError> {
+    let gave_up = |why: String| Failed(format!("the backup gave up: {why}"));
+    let (cp, mut rdb) = open_recorded(store).map_err(Failed)?;
+    let cp_dir = dir.join("checkpoints");
     std::fs::create_dir_all(&cp_dir)
-        .map_err(|e| format!("cannot create {}: {e}", cp_dir.display()))?;
+        .map_err(|e| Failed(format!("cannot create {}: {e}", cp_dir.display())))?;
     let copy_path = cp_dir.join(&cp.file);
-    let io = |what: &str, e: std::io::Error| format!("{what} {}: {e}", copy_path.display());
+    let io = |what: &str, e: std::io::Error| Failed(format!("{what} {}: {e}", copy_path.display()));
     let mut out = std::fs::File::create(&copy_path).map_err(|e| io("creating", e))?;
-    std::io::copy(&mut rdb, &mut out).map_err(|e| io("writing", e))?;
+    let mut block = vec![0u8; RDB_BLOCK_BYTES];
+    loop {
+        if let Some(why) = give_up() {
+            return Err(gave_up(why));
+        }
+        let n =
+            std::io::Read::read(&mut rdb, &mut block).map_err(|e| io("reading the RDB for", e))?;
+        if n == 0 {
+            break;
+        }
+        std::io::Write::write_all(&mut out, &block[..n]).map_err(|e| io("writing", e))?;
+    }
     out.sync_all().map_err(|e| io("fsync of", e))?;
     // The copy is checked as a restore checks it: size, CRC-64, format.
-    let copied_store = Store::read_only(&cp_dir).map_err(|e| e.to_string())?;
-    copied_store.verify(&cp).map_err(|e| e.to_string())?;
+    let copied_store = Store::read_only(&cp_dir).map_err(|e| Failed(e.to_string()))?;
+    copied_store
+        .verify(&cp)
+        .map_err(|e| Failed(e.to_string()))?;
 
     let cfg = JournalConfig {
         io_backend: IoBackendChoice::Sync,
         ..JournalConfig::for_geometry(segment_size_bytes, segments)
     };
-    cfg.validate().map_err(|e| e.to_string())?;
-    let (copy, _) = Journal::open(&to.join("journal"), &cfg)
-        .map_err(|e| format!("cannot create the backup's journal: {e}"))?;
+    cfg.validate().map_err(|e| Refused(e.to_string()))?;
+    let (copy, _) = Journal::open(&dir.join("journal"), &cfg)
+        .map_err(|e| Failed(format!("cannot create the backup's journal: {e}")))?;
     let mut failure = None;
     let walked = chain::walk(journal, &cp, |slice| {
+        if let Some(why) = give_up() {
+            failure = Some(gave_up(why));
+            return Err(ChainError::Journal(JournalError::InvalidArgument(
+                "the backup gave up".into(),
+            )));
+        }
         let entry = Entry {
             repl_id: slice.repl_id,
             repl_offset_end: slice.end,
@@ -242,38 +440,38 @@ fn copy_into(
         };
         runtime.block_on(copy.append(entry)).map(drop).map_err(|e| {
             let why = match e {
-                JournalError::RingFull { .. } => format!(
+                JournalError::RingFull { .. } => Refused(format!(
                     "the backup's ring ({segments} segments of {segment_size_bytes} bytes) \
-                         cannot hold the journal after the checkpoint: give it a larger ring \
-                         ({e})"
-                ),
-                e => format!("writing the backup's journal: {e}"),
+                     cannot hold the journal after the checkpoint: give it a larger ring ({e})"
+                )),
+                e => Failed(format!("writing the backup's journal: {e}")),
             };
-            failure = Some(why.clone());
-            ChainError::Journal(JournalError::InvalidArgument(why))
+            let text = why.to_string();
+            failure = Some(why);
+            ChainError::Journal(JournalError::InvalidArgument(text))
         })
     });
     let closed = copy.close();
     if let Some(why) = failure {
         return Err(why);
     }
-    let end = walked.map_err(|e| e.to_string())?;
-    let durable = closed.map_err(|e| format!("closing the backup's journal: {e}"))?;
+    let end = walked.map_err(|e| Failed(e.to_string()))?;
+    let durable = closed.map_err(|e| Failed(format!("closing the backup's journal: {e}")))?;
     if durable.lsn != end.entries {
-        return Err(format!(
+        return Err(Failed(format!(
             "the backup's journal holds {} entries durably, {} were written",
             durable.lsn, end.entries
-        ));
+        )));
     }
     let record = Checkpoint {
         from_lsn: 1,
         ..cp.clone()
     };
     replace_file(&cp_dir, CHECKPOINT_FILE, record.render().as_bytes())
-        .map_err(|e| e.to_string())?;
-    fsync_dir(to).map_err(|e| e.to_string())?;
+        .map_err(|e| Failed(e.to_string()))?;
+    fsync_dir(dir).map_err(|e| Failed(e.to_string()))?;
     Ok(Summary {
-        to: to.to_path_buf(),
+        to: dir.to_path_buf(),
         checkpoint: record,
         entries: end.entries,
         stream_bytes: end.bytes,
@@ -282,6 +480,9 @@ fn copy_into(
         segment_size_bytes,
     })
 }
+
+/// How much of the RDB is copied between two checks of whether to give up.
+const RDB_BLOCK_BYTES: usize = 1 << 20;
 
 /// The recorded checkpoint and its RDB, open. A checkpoint recorded between reading the
 /// record and opening its file deletes the file: then the newer record is read again.
@@ -304,4 +505,125 @@ fn open_recorded(store: &Store) -> Result<(Checkpoint, std::fs::File), String> {
     Err(format!(
         "the checkpoint changed {ATTEMPTS} times while the backup opened it ({last})"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::store::tests::stored;
+
+    /// A journal of five entries after a checkpoint at offset 30, as a running walrus has.
+    fn data(dir: &Path) -> (Journal, Store) {
+        let cfg = JournalConfig::small_for_tests(64 * 1024, 4);
+        let (journal, _) = Journal::open(&dir.join("journal"), &cfg).unwrap();
+        let a = "a".repeat(40);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let mut last = None;
+            for i in 1..=5u64 {
+                let entry = Entry {
+                    repl_id: a.as_bytes().try_into().unwrap(),
+                    repl_offset_end: 20 + i * 10,
+                    payload: bytes::Bytes::from(vec![b'x'; 10]),
+                };
+                last = Some(journal.append(entry).await.unwrap());
+            }
+            last.unwrap().wait().await.unwrap();
+        });
+        let store = Store::open(&dir.join("checkpoints")).unwrap();
+        let rdb = stored(&store, &a, 30, b"REDIS0011body");
+        store
+            .record_or_discard(&rdb, "Valkey 9.1.2", &a, 30, 2)
+            .unwrap();
+        (journal, store)
+    }
+
+    fn write(
+        journal: &Journal,
+        store: &Store,
+        to: &Path,
+        give_up: &dyn Fn() -> Option<String>,
+    ) -> Result<Summary, BackupError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let target = Target::prepare(to, &[])?;
+        target.write(journal, store, (64 * 1024, 4), runtime.handle(), give_up)
+    }
+
+    #[test]
+    fn a_backup_appears_under_its_name_only_complete() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (journal, store) = data(&tmp.path().join("data"));
+        let to = tmp.path().join("backups/b1");
+        // Given up half way (walrus stopping, the ring wanting room): nothing is left, under
+        // its name or beside it.
+        let asked = std::cell::Cell::new(0);
+        let give_up = || {
+            asked.set(asked.get() + 1);
+            (asked.get() > 2).then(|| "walrus is stopping".to_string())
+        };
+        let e = write(&journal, &store, &to, &give_up).unwrap_err();
+        assert!(matches!(e, BackupError::Failed(_)), "{e}");
+        assert!(e.to_string().contains("walrus is stopping"), "{e}");
+        assert!(!to.exists());
+        let parent = tmp.path().join("backups");
+        assert_eq!(std::fs::read_dir(&parent).unwrap().count(), 0);
+        // A staging directory left by a crash is not a backup, and the next one replaces it.
+        std::fs::create_dir_all(parent.join(".b1.partial/checkpoints")).unwrap();
+        let done = write(&journal, &store, &to, &|| None).unwrap();
+        assert_eq!(done.to, to);
+        assert_eq!(done.entries, 4, "the entries after the checkpoint's offset");
+        assert!(to.join("checkpoints").join(CHECKPOINT_FILE).is_file());
+        assert!(!parent.join(".b1.partial").exists());
+        let v = crate::restore::verify::verify_data_dir(&to, None).unwrap();
+        assert_eq!(v.restore.unwrap().chain.entries, 4);
+    }
+
+    #[test]
+    fn a_backup_into_walruss_own_directories_is_refused_however_it_is_named() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("data");
+        let live = [data.join("journal"), data.join("checkpoints")];
+        for d in &live {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::os::unix::fs::symlink(data.join("journal"), tmp.path().join("link")).unwrap();
+        for to in [
+            data.join("checkpoints/nightly.rdb"),
+            data.join("backups/../checkpoints/nightly"),
+            tmp.path().join("link/b1"),
+        ] {
+            let e = Target::prepare(&to, &live).err().expect("refused");
+            assert!(
+                matches!(e, BackupError::Refused(_))
+                    && e.to_string().contains("inside walrus's own"),
+                "{}: {e}",
+                to.display()
+            );
+        }
+        // Beside them is fine.
+        assert!(Target::prepare(&data.join("backups/b1"), &live).is_ok());
+    }
+
+    #[test]
+    fn a_backup_its_file_system_cannot_hold_or_that_would_pass_the_watermark_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let live = [tmp.path().join("data")];
+        std::fs::create_dir_all(&live[0]).unwrap();
+        let target = Target::prepare(&tmp.path().join("b1"), &live).unwrap();
+        let e = target.check_room(u64::MAX / 2, &live, None).unwrap_err();
+        assert!(e.to_string().contains("free"), "{e}");
+        // On the data's own file system, any figure past the high watermark refuses writes.
+        let e = target.check_room(1, &live, Some(1e-12)).unwrap_err();
+        assert!(e.to_string().contains("disk.high_watermark"), "{e}");
+        // On another file system (none of walrus's directories there), the watermark is not
+        // walrus's concern.
+        assert!(target.check_room(1, &[], Some(1e-12)).is_ok());
+        assert!(target.check_room(1, &live, Some(0.999_999)).is_ok());
+    }
 }
