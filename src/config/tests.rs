@@ -185,7 +185,7 @@ fn the_checkpoint_trigger_fires_at_two_segments_or_more_before_the_ring_refuses_
         c.journal.max_entry_bytes = None;
         c.checkpoint.ring_fill_trigger = Some(bad);
         let err = c.validate().unwrap_err().to_string();
-        assert!(err.contains("invalid checkpoint trigger"), "{bad}: {err}");
+        assert!(err.contains("checkpoint.ring_fill_trigger"), "{bad}: {err}");
     }
 }
 
@@ -301,4 +301,19 @@ fn sizes_and_durations_take_units() {
     assert_eq!(k.journal.max_write_bytes, 64_000);
     let e = Config::parse("[durability]\nmax_hold_ms = \"soon\"\n").unwrap_err();
     assert!(e.to_string().contains("\"soon\" is not a duration"), "{e}");
+}
+
+/// Found by the config property test: on 3 segments (where the whole-segment rule does not
+/// apply) an explicit trigger between the ring's high mark (2/3) and the disk's low mark
+/// validated, and came only once writes were refused.
+#[test]
+fn an_explicit_trigger_past_the_rings_own_high_mark_is_refused() {
+    let mut c = Config::default();
+    c.journal.segments = 3;
+    c.journal.max_entry_bytes = None;
+    c.checkpoint.ring_fill_trigger = Some(0.75);
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.contains("the ring's own high mark"), "{err}");
+    c.checkpoint.ring_fill_trigger = Some(0.6);
+    c.validate().unwrap();
 }

@@ -96,9 +96,13 @@ impl Config {
         }
         at_least("disk.check_interval_ms", self.disk.check_interval_ms, 10)?;
         if let Some(trigger) = self.checkpoint.ring_fill_trigger {
-            if !(trigger > 0.0 && trigger < low) {
+            // Below the ring's own high mark too: on a ring of few segments it is lower than
+            // the disk's (3 segments: 2/3), and a trigger past it never comes before writes
+            // are refused.
+            let ring_high = self.ring_watermarks().0;
+            if !(trigger > 0.0 && trigger < low && trigger < ring_high) {
                 return Err(format!(
-                    "invalid value for checkpoint.ring_fill_trigger: {trigger} (must be above 0 and below disk.low_watermark, {low}, so that a checkpoint frees the ring before writes are refused; unset, it follows the marks)"
+                    "invalid value for checkpoint.ring_fill_trigger: {trigger} (must be above 0 and below disk.low_watermark, {low}, and the ring's own high mark, {ring_high:.4}, so that a checkpoint frees the ring before writes are refused; unset, it follows the marks)"
                 ));
             }
         }
