@@ -181,4 +181,29 @@ fn configuration_errors_exit_2_from_every_command_that_reads_one() {
     let good = config(tmp.path(), SMALL_RING);
     let out = walrus(&["config", "check", good.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // A file that is not there yet may be written by an agent starting beside walrus (a
+    // secret rendered at boot): worth a retry. One that is there but unreadable is not.
+    let missing = tmp.path().join("not-yet.toml");
+    let out = walrus(&["serve", "-c", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let out = walrus(&["serve", "-c", tmp.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "a directory: {}", text(&out));
+    let secret = tmp.path().join("secret.toml");
+    std::fs::write(
+        &secret,
+        format!(
+            "[upstream]\npassword_file = {:?}\n",
+            tmp.path().join("password-not-yet")
+        ),
+    )
+    .unwrap();
+    let out = walrus(&[
+        "serve",
+        "-c",
+        secret.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("password_file"), "{}", text(&out));
 }

@@ -7,10 +7,9 @@
 //! succeed later (Valkey not reachable yet, an I/O error, a busy lock); 2 nothing will
 //! change until a person acts: a usage or configuration error, a journal whose geometry is
 //! not the configuration's, a corrupted journal, a request walrus refuses as given (an admin
-//! request answered 4xx). (clap exits 2 on usage errors too; a configuration file that
-//! cannot be read at all is 1, as it may yet be written.) The
-//! systemd unit restarts on 1 and not on 2 (`RestartPreventExitStatus=2`), so a mistake is
-//! reported once instead of retried forever.
+//! request answered 4xx). clap exits 2 on usage errors too; a configuration file that does
+//! not exist yet is 1, as it may yet be written. The systemd unit restarts on 1 and not on
+//! 2 (`RestartPreventExitStatus=2`), so a mistake is reported once, not retried forever.
 
 mod admin;
 mod config;
@@ -40,14 +39,20 @@ pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("WALRUS_
 
 /// The exit code for an error that reached the top: [`EXIT_FIX`] when it, or any error it
 /// wraps, is one a person must fix; otherwise [`EXIT_RETRY`]. A configuration or password
-/// file that cannot be read is worth a retry: it may be written by an agent that starts
-/// alongside walrus (a secret rendered at boot).
+/// file that does not exist yet is worth a retry: it may be written by an agent that starts
+/// alongside walrus (a secret rendered at boot); one that cannot be read otherwise (not
+/// UTF-8, a directory, no permission) is a mistake.
 fn exit_code(e: &(dyn std::error::Error + 'static)) -> ExitCode {
     let mut next = Some(e);
     while let Some(e) = next {
         if let Some(c) = e.downcast_ref::<ConfigError>() {
+            let missing = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
             return ExitCode::from(match c {
-                ConfigError::Read { .. } | ConfigError::PasswordFile { .. } => EXIT_RETRY,
+                ConfigError::Read { source, .. } | ConfigError::PasswordFile { source, .. }
+                    if missing(source) =>
+                {
+                    EXIT_RETRY
+                }
                 _ => EXIT_FIX,
             });
         }

@@ -199,6 +199,12 @@ impl Journal {
         self.shared.room_wanted_notify.notified().await
     }
 
+    /// Whether the last append was refused for room (cleared by the next that fits): an
+    /// atomic, for a caller that asks often (a backup, between entries).
+    pub fn wants_room(&self) -> bool {
+        self.shared.room_wanted.load(Ordering::Acquire)
+    }
+
     /// The durable position; changes as writes complete.
     pub fn durable(&self) -> watch::Receiver<Durable> {
         self.shared.durable_tx.subscribe()

@@ -142,8 +142,22 @@ impl Backups {
         }
         let rdb = self.store.recorded().map_or(0, |cp| cp.size);
         let need = rdb + geometry.0 * u64::from(geometry.1);
-        if let Err(e) = target.check_room(need, &live, Some(self.high_watermark)) {
+        // On the data's file system the next checkpoint must still fit below the mark.
+        if let Err(e) = target.check_room(need, &live, Some((self.high_watermark, rdb))) {
             return Err(target.abandon(e));
+        }
+        // The copy's ring is allocated (zero-filled) before the pin: that takes as long as
+        // writing the ring, and checkpoints need not wait for it.
+        let staging = target.staging.clone();
+        let copy = match tokio::task::spawn_blocking(move || new_journal(&staging, geometry)).await
+        {
+            Ok(Ok(copy)) => copy,
+            Ok(Err(e)) => return Err(target.abandon(e)),
+            Err(e) => return Err(target.abandon(Failed(format!("the backup task failed: {e}")))),
+        };
+        if *self.stop.borrow() {
+            let _ = copy.close();
+            return Err(target.abandon(Failed("the backup gave up: walrus is stopping".into())));
         }
         let pinned = self.pin.clone().read_owned().await;
         let Some(journal) = self.journal.upgrade() else {
@@ -158,18 +172,37 @@ impl Backups {
             let give_up = || {
                 if *stop.borrow() {
                     Some("walrus is stopping".to_string())
-                } else if journal.status().room_wanted {
+                } else if journal.wants_room() {
                     Some("the journal's ring wants room, which only a checkpoint can free, and the backup held it back; retry when writes are quieter, or give the ring more segments".to_string())
                 } else {
                     None
                 }
             };
-            target.write(&journal, &store, geometry, &runtime, &give_up)
+            target.write(&journal, &store, copy, geometry, &runtime, &give_up)
         })
         .await
         .map_err(|e| Failed(format!("the backup task failed: {e}")))?;
         drop(pinned);
         copied
+    }
+}
+
+/// `path` with symlinks resolved as far as it exists, the rest appended as written.
+fn resolve(path: &Path) -> std::io::Result<PathBuf> {
+    let mut existing = path;
+    let mut rest = Vec::new();
+    loop {
+        match existing.canonicalize() {
+            Ok(p) => return Ok(rest.iter().rev().fold(p, |p, part| p.join(part))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                rest.push(existing.file_name().ok_or(e)?.to_os_string());
+                existing = existing.parent().unwrap_or(Path::new("."));
+                if existing.as_os_str().is_empty() {
+                    existing = Path::new(".");
+                }
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 
@@ -181,44 +214,37 @@ struct Target {
 }
 
 impl Target {
-    /// Checks `to` (new or empty, not inside one of walrus's `live` directories, compared
-    /// after symlinks and `..` are resolved) and makes its staging directory.
+    /// Checks `to` and makes its staging directory. `to` must name a new or empty directory
+    /// that is neither a symlink nor a mount point (the staging directory beside it must
+    /// rename onto it, on one file system), without `.` or `..`, and not inside one of
+    /// walrus's `live` directories once symlinks above it are resolved. Nothing is created
+    /// before these checks pass.
     fn prepare(to: &Path, live: &[PathBuf]) -> Result<Target, BackupError> {
-        let io = |what: &str, p: &Path, e: std::io::Error| {
-            Failed(format!("cannot {what} {}: {e}", p.display()))
-        };
+        use std::os::unix::fs::MetadataExt;
+        let refused = |why: &str| Refused(format!("{}: {why}", to.display()));
+        let dotted = to
+            .as_os_str()
+            .to_string_lossy()
+            .split('/')
+            .any(|part| part == "." || part == "..");
+        if dotted {
+            return Err(refused("name the directory without . or .. in its path"));
+        }
         let name = to
             .file_name()
-            .ok_or_else(|| Refused(format!("{} names no directory", to.display())))?;
-        match std::fs::read_dir(to) {
-            Ok(mut entries) => {
-                if entries.next().is_some() {
-                    return Err(Refused(format!(
-                        "{} is not empty: a backup goes into a new or empty directory",
-                        to.display()
-                    )));
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io("read", to, e)),
-        }
+            .ok_or_else(|| refused("names no directory"))?;
         let parent = to
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
-        std::fs::create_dir_all(parent).map_err(|e| io("create", parent, e))?;
-        let parent = parent
-            .canonicalize()
-            .map_err(|e| io("resolve", parent, e))?;
-        let resolved = match to.canonicalize() {
-            Ok(p) => p,
-            Err(_) => parent.join(name),
-        };
+        let resolved = resolve(parent)
+            .map_err(|e| Failed(format!("cannot resolve {}: {e}", parent.display())))?
+            .join(name);
         for dir in live {
             let Ok(live) = dir.canonicalize() else {
                 continue;
             };
-            if resolved.starts_with(&live) || parent.starts_with(&live) {
+            if resolved.starts_with(&live) {
                 return Err(Refused(format!(
                     "{} is inside walrus's own {}: back up elsewhere (e.g. a backups/ directory \
                      beside journal/ and checkpoints/, better on another volume)",
@@ -227,15 +253,46 @@ impl Target {
                 )));
             }
         }
+        match std::fs::symlink_metadata(to) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Refused(format!("cannot read {}: {e}", to.display()))),
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(refused("is a symlink: name the directory it points to"))
+            }
+            Ok(m) if !m.is_dir() => return Err(refused("is not a directory")),
+            Ok(m) => {
+                let mut entries = std::fs::read_dir(to)
+                    .map_err(|e| Refused(format!("cannot read {}: {e}", to.display())))?;
+                if entries.next().is_some() {
+                    return Err(refused(
+                        "is not empty: a backup goes into a new or empty directory",
+                    ));
+                }
+                let parent_dev = std::fs::metadata(parent).map(|p| p.dev()).ok();
+                if parent_dev != Some(m.dev()) {
+                    return Err(refused(
+                        "is a mount point: back up into a new directory inside it",
+                    ));
+                }
+            }
+        }
+        // The parent is a person's to make writable: a failure here is theirs to fix.
+        std::fs::create_dir_all(parent)
+            .map_err(|e| Refused(format!("cannot create {}: {e}", parent.display())))?;
         let mut staging_name = std::ffi::OsString::from(".");
         staging_name.push(name);
         staging_name.push(".partial");
         let staging = parent.join(staging_name);
-        // Left by a backup cut short: named for this target, it is nobody else's.
-        if staging.exists() {
-            std::fs::remove_dir_all(&staging).map_err(|e| io("remove", &staging, e))?;
+        // Left by a backup cut short: named for this target, it is nobody else's. A symlink
+        // there is removed, not followed.
+        match std::fs::symlink_metadata(&staging) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&staging),
+            Ok(_) => std::fs::remove_file(&staging),
+            Err(_) => Ok(()),
         }
-        std::fs::create_dir(&staging).map_err(|e| io("create", &staging, e))?;
+        .map_err(|e| Failed(format!("cannot remove {}: {e}", staging.display())))?;
+        std::fs::create_dir(&staging)
+            .map_err(|e| Refused(format!("cannot create {}: {e}", staging.display())))?;
         Ok(Target {
             to: to.to_path_buf(),
             staging,
@@ -243,13 +300,14 @@ impl Target {
     }
 
     /// Refuses a backup of `need` bytes that its file system cannot hold, or, when that is
-    /// also the file system of one of walrus's `live` directories, one that would take it
-    /// past `high_watermark` (walrus would then refuse writes because of its own backup).
+    /// also the file system of one of walrus's `live` directories, one that would leave no
+    /// room below the high watermark for the next checkpoint (`(mark, its size)`): walrus
+    /// would then refuse writes because of its own backup.
     fn check_room(
         &self,
         need: u64,
         live: &[PathBuf],
-        high_watermark: Option<f64>,
+        high_watermark: Option<(f64, u64)>,
     ) -> Result<(), BackupError> {
         use std::os::unix::fs::MetadataExt;
         let usage = crate::disk::Usage::of(&self.staging).map_err(|e| {
@@ -271,12 +329,12 @@ impl Target {
         let shared = live
             .iter()
             .any(|d| dev(d).is_some() && dev(d) == dev(&self.staging));
-        if let (true, Some(high)) = (shared, high_watermark) {
+        if let (true, Some((high, next_checkpoint))) = (shared, high_watermark) {
             let total = (usage.used_bytes + usage.avail_bytes).max(1);
-            let after = (usage.used_bytes + need) as f64 / total as f64;
+            let after = (usage.used_bytes + need + next_checkpoint) as f64 / total as f64;
             if after >= high {
                 return Err(Refused(format!(
-                    "the backup needs {} on the file system walrus's data is on, which would then be {:.0}% full, past disk.high_watermark ({:.0}%): walrus would refuse writes. Back up to another volume",
+                    "the backup needs {} on the file system walrus's data is on, which would then be {:.0}% full with room for the next checkpoint, past disk.high_watermark ({:.0}%): walrus would refuse writes. Back up to another volume",
                     mib(need),
                     after * 100.0,
                     high * 100.0
@@ -298,28 +356,39 @@ impl Target {
         self,
         journal: &Journal,
         store: &Store,
+        copy: Journal,
         geometry: (u64, u32),
         runtime: &tokio::runtime::Handle,
         give_up: &dyn Fn() -> Option<String>,
     ) -> Result<Summary, BackupError> {
-        let copied = copy_into(journal, store, &self.staging, geometry, runtime, give_up).and_then(
-            |summary| {
-                // rename(2) replaces an empty directory, as `prepare` allows the target to be.
-                std::fs::rename(&self.staging, &self.to).map_err(|e| {
-                    Failed(format!(
-                        "cannot rename {} to {}: {e}",
-                        self.staging.display(),
-                        self.to.display()
-                    ))
-                })?;
-                let parent = self.staging.parent().unwrap_or(Path::new("."));
-                fsync_dir(parent).map_err(|e| Failed(e.to_string()))?;
-                Ok(Summary {
-                    to: self.to.clone(),
-                    ..summary
-                })
-            },
-        );
+        let copied = copy_into(
+            journal,
+            store,
+            copy,
+            &self.staging,
+            geometry,
+            runtime,
+            give_up,
+        )
+        .and_then(|summary| {
+            if let Some(why) = give_up() {
+                return Err(Failed(format!("the backup gave up: {why}")));
+            }
+            // rename(2) replaces an empty directory, as `prepare` allows the target to be.
+            std::fs::rename(&self.staging, &self.to).map_err(|e| {
+                Failed(format!(
+                    "cannot rename {} to {}: {e}",
+                    self.staging.display(),
+                    self.to.display()
+                ))
+            })?;
+            let parent = self.staging.parent().unwrap_or(Path::new("."));
+            fsync_dir(parent).map_err(|e| Failed(e.to_string()))?;
+            Ok(Summary {
+                to: self.to.clone(),
+                ..summary
+            })
+        });
         match copied {
             Ok(s) => Ok(s),
             Err(e) => Err(self.abandon(e)),
@@ -344,37 +413,38 @@ pub fn offline(
         geometry.1.unwrap_or(m.segments),
     );
     let live = [journal_dir.clone(), cp_dir.clone()];
-    let target = Target::prepare(to, &live)?;
+    // The journal's lock first: against a running walrus nothing is touched, not even a
+    // staging directory its own backup may be writing.
     let cfg = JournalConfig {
         io_backend: IoBackendChoice::Sync,
         ..JournalConfig::for_geometry(m.segment_size_bytes, m.segments)
     };
-    let (journal, _) = match Journal::open(&journal_dir, &cfg) {
-        Ok(j) => j,
-        Err(e) => {
-            return Err(target.abandon(Failed(format!(
-                "cannot open the journal (is walrus still running?): {e}"
-            ))))
+    let (journal, _) = Journal::open(&journal_dir, &cfg).map_err(|e| {
+        Failed(format!(
+            "cannot open the journal (is walrus still running?): {e}"
+        ))
+    })?;
+    let copied = Target::prepare(to, &live).and_then(|target| {
+        let opened = Store::read_only(&cp_dir)
+            .map_err(|e| Failed(e.to_string()))
+            .and_then(|store| {
+                let rdb = store.recorded().map_or(0, |cp| cp.size);
+                // walrus is stopped: the file system only has to hold the copy.
+                target.check_room(rdb + geometry.0 * u64::from(geometry.1), &live, None)?;
+                let copy = new_journal(&target.staging, geometry)?;
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| Failed(format!("cannot start a runtime: {e}")))?;
+                Ok((store, copy, runtime))
+            });
+        match opened {
+            Ok((store, copy, runtime)) => {
+                target.write(&journal, &store, copy, geometry, runtime.handle(), &|| None)
+            }
+            Err(e) => Err(target.abandon(e)),
         }
-    };
-    let opened = Store::read_only(&cp_dir)
-        .map_err(|e| Failed(e.to_string()))
-        .and_then(|store| {
-            let rdb = store.recorded().map_or(0, |cp| cp.size);
-            // walrus is stopped: the file system only has to hold the copy.
-            target.check_room(rdb + geometry.0 * u64::from(geometry.1), &live, None)?;
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| Failed(format!("cannot start a runtime: {e}")))?;
-            Ok((store, runtime))
-        });
-    let copied = match opened {
-        Ok((store, runtime)) => {
-            target.write(&journal, &store, geometry, runtime.handle(), &|| None)
-        }
-        Err(e) => Err(target.abandon(e)),
-    };
+    });
     journal
         .close()
         .map_err(|e| Failed(format!("closing the journal: {e}")))?;
@@ -386,6 +456,7 @@ pub fn offline(
 fn copy_into(
     journal: &Journal,
     store: &Store,
+    copy: Journal,
     dir: &Path,
     (segment_size_bytes, segments): (u64, u32),
     runtime: &tokio::runtime::Handle,
@@ -418,13 +489,6 @@ fn copy_into(
         .verify(&cp)
         .map_err(|e| Failed(e.to_string()))?;
 
-    let cfg = JournalConfig {
-        io_backend: IoBackendChoice::Sync,
-        ..JournalConfig::for_geometry(segment_size_bytes, segments)
-    };
-    cfg.validate().map_err(|e| Refused(e.to_string()))?;
-    let (copy, _) = Journal::open(&dir.join("journal"), &cfg)
-        .map_err(|e| Failed(format!("cannot create the backup's journal: {e}")))?;
     let mut failure = None;
     let walked = chain::walk(journal, &cp, |slice| {
         if let Some(why) = give_up() {
@@ -479,6 +543,22 @@ fn copy_into(
         segments,
         segment_size_bytes,
     })
+}
+
+/// The backup's journal in `dir`/journal, its ring allocated: a ring of `(segment size,
+/// segments)`.
+fn new_journal(
+    dir: &Path,
+    (segment_size_bytes, segments): (u64, u32),
+) -> Result<Journal, BackupError> {
+    let cfg = JournalConfig {
+        io_backend: IoBackendChoice::Sync,
+        ..JournalConfig::for_geometry(segment_size_bytes, segments)
+    };
+    cfg.validate().map_err(|e| Refused(e.to_string()))?;
+    Journal::open(&dir.join("journal"), &cfg)
+        .map(|(j, _)| j)
+        .map_err(|e| Failed(format!("cannot create the backup's journal: {e}")))
 }
 
 /// How much of the RDB is copied between two checks of whether to give up.
@@ -552,7 +632,15 @@ mod tests {
             .build()
             .unwrap();
         let target = Target::prepare(to, &[])?;
-        target.write(journal, store, (64 * 1024, 4), runtime.handle(), give_up)
+        let copy = new_journal(&target.staging, (64 * 1024, 4))?;
+        target.write(
+            journal,
+            store,
+            copy,
+            (64 * 1024, 4),
+            runtime.handle(),
+            give_up,
+        )
     }
 
     #[test]
@@ -595,8 +683,8 @@ mod tests {
         std::os::unix::fs::symlink(data.join("journal"), tmp.path().join("link")).unwrap();
         for to in [
             data.join("checkpoints/nightly.rdb"),
-            data.join("backups/../checkpoints/nightly"),
             tmp.path().join("link/b1"),
+            tmp.path().join("link/x/y/b1"),
         ] {
             let e = Target::prepare(&to, &live).err().expect("refused");
             assert!(
@@ -606,8 +694,31 @@ mod tests {
                 to.display()
             );
         }
-        // Beside them is fine.
+        // Nothing was created inside them on the way to the refusal.
+        assert!(!data.join("journal/x").exists());
+        // Names that are not a plain new or empty directory are refused as such.
+        std::fs::create_dir_all(tmp.path().join("empty")).unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("empty"), tmp.path().join("to-empty")).unwrap();
+        std::fs::write(tmp.path().join("a-file"), b"x").unwrap();
+        for (to, why) in [
+            (
+                data.join("backups/../checkpoints/nightly"),
+                "without . or ..",
+            ),
+            (tmp.path().join("empty/."), "without . or .."),
+            (tmp.path().join("to-empty"), "is a symlink"),
+            (tmp.path().join("a-file"), "is not a directory"),
+        ] {
+            let e = Target::prepare(&to, &live).err().expect("refused");
+            assert!(
+                matches!(e, BackupError::Refused(_)) && e.to_string().contains(why),
+                "{}: {e}",
+                to.display()
+            );
+        }
+        // Beside them is fine, and so is an empty directory.
         assert!(Target::prepare(&data.join("backups/b1"), &live).is_ok());
+        assert!(Target::prepare(&tmp.path().join("empty"), &live).is_ok());
     }
 
     #[test]
@@ -619,11 +730,17 @@ mod tests {
         let e = target.check_room(u64::MAX / 2, &live, None).unwrap_err();
         assert!(e.to_string().contains("free"), "{e}");
         // On the data's own file system, any figure past the high watermark refuses writes.
-        let e = target.check_room(1, &live, Some(1e-12)).unwrap_err();
+        let e = target.check_room(1, &live, Some((1e-12, 0))).unwrap_err();
         assert!(e.to_string().contains("disk.high_watermark"), "{e}");
         // On another file system (none of walrus's directories there), the watermark is not
         // walrus's concern.
-        assert!(target.check_room(1, &[], Some(1e-12)).is_ok());
-        assert!(target.check_room(1, &live, Some(0.999_999)).is_ok());
+        assert!(target.check_room(1, &[], Some((1e-12, 0))).is_ok());
+        assert!(target.check_room(1, &live, Some((0.999_999, 0))).is_ok());
+        // ... unless the next checkpoint would then not fit below it.
+        let avail = crate::disk::Usage::of(tmp.path()).unwrap().avail_bytes;
+        let e = target
+            .check_room(1, &live, Some((0.999_999, avail)))
+            .unwrap_err();
+        assert!(e.to_string().contains("the next checkpoint"), "{e}");
     }
 }

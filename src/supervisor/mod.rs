@@ -11,7 +11,8 @@
 //! The datagram is sent without blocking, by hand rather than with the sd-notify crate, whose
 //! send blocks: walrus notifies from tasks on its event loop, and a manager that does not
 //! read its socket (busy, re-executing) would fill the socket's queue and stall the loop,
-//! every client with it. A notification lost that way costs at most a watchdog period.
+//! every client with it. A watchdog feed lost that way costs at most a watchdog period; a
+//! state change (READY=1 is sent once) is handed to a thread that waits for room instead.
 
 use std::ffi::OsStr;
 use std::io;
@@ -20,19 +21,23 @@ use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// Sends `message` (`KEY=value` lines) to the socket at `path` (a file, or `@name` in the
-/// abstract namespace) without blocking.
-fn send(path: &OsStr, message: &str) -> io::Result<()> {
-    let addr = match path.as_bytes().strip_prefix(b"@") {
+/// The manager's socket: a file, or `@name` in the abstract namespace.
+fn address(path: &OsStr) -> io::Result<SocketAddr> {
+    match path.as_bytes().strip_prefix(b"@") {
         Some(name) => {
             use std::os::linux::net::SocketAddrExt;
-            SocketAddr::from_abstract_name(name)?
+            SocketAddr::from_abstract_name(name)
         }
-        None => SocketAddr::from_pathname(path)?,
-    };
+        None => SocketAddr::from_pathname(path),
+    }
+}
+
+/// Sends `message` (`KEY=value` lines) to the socket at `path` without blocking.
+fn send(path: &OsStr, message: &str) -> io::Result<()> {
     let sock = UnixDatagram::unbound()?;
     sock.set_nonblocking(true)?;
-    sock.send_to_addr(message.as_bytes(), &addr).map(drop)
+    sock.send_to_addr(message.as_bytes(), &address(path)?)
+        .map(drop)
 }
 
 /// Sends to `NOTIFY_SOCKET`, if set. (The managed valkey-server child does not inherit it:
@@ -44,25 +49,44 @@ fn notify(message: &str) -> io::Result<()> {
     }
 }
 
-fn notify_or_warn(message: &str) {
-    if let Err(e) = notify(message) {
-        tracing::warn!("cannot notify the service manager: {e}");
+/// A state change that must arrive (READY=1 is sent once, and the unit waits for it): sent
+/// at once when the manager's queue has room, else by a thread that waits for room, so that
+/// the event loop never does.
+fn deliver(message: String) {
+    if let Some(path) = std::env::var_os("NOTIFY_SOCKET") {
+        deliver_to(path, message);
+    }
+}
+
+fn deliver_to(path: std::ffi::OsString, message: String) {
+    match send(&path, &message) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            std::thread::spawn(move || {
+                let sent = UnixDatagram::unbound()
+                    .and_then(|s| s.send_to_addr(message.as_bytes(), &address(&path)?));
+                if let Err(e) = sent {
+                    tracing::warn!("cannot notify the service manager: {e}");
+                }
+            });
+        }
+        Err(e) => tracing::warn!("cannot notify the service manager: {e}"),
     }
 }
 
 /// A free-form status line (`STATUS=`).
 pub fn status(text: &str) {
-    notify_or_warn(&format!("STATUS={text}\n"));
+    deliver(format!("STATUS={text}\n"));
 }
 
 /// Start-up is over: walrus serves clients.
 pub fn ready(text: &str) {
-    notify_or_warn(&format!("READY=1\nSTATUS={text}\n"));
+    deliver(format!("READY=1\nSTATUS={text}\n"));
 }
 
 /// Shutting down (drain, then exit).
 pub fn stopping(text: &str) {
-    notify_or_warn(&format!("STOPPING=1\nSTATUS={text}\n"));
+    deliver(format!("STOPPING=1\nSTATUS={text}\n"));
 }
 
 /// How often the service manager wants to hear `WATCHDOG=1` (`WatchdogSec=`), if at all, read
@@ -128,5 +152,25 @@ mod tests {
         send(std::ffi::OsStr::new(&format!("@{name}")), "READY=1\n").unwrap();
         let n = abstract_manager.recv(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"READY=1\n");
+    }
+
+    /// READY=1 goes once: to a manager whose queue is full it arrives when the manager reads.
+    #[test]
+    fn a_state_change_to_a_full_queue_arrives_once_the_manager_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notify");
+        let manager = UnixDatagram::bind(&path).unwrap();
+        while send(path.as_os_str(), "WATCHDOG=1\n").is_ok() {}
+        super::deliver_to(path.clone().into_os_string(), "READY=1\n".into());
+        let mut buf = [0u8; 64];
+        manager
+            .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        loop {
+            let n = manager.recv(&mut buf).expect("READY=1 never arrived");
+            if &buf[..n] == b"READY=1\n" {
+                break;
+            }
+        }
     }
 }
