@@ -50,6 +50,21 @@ fn stop(w: &mut Walrus) {
     assert!(w.proc.wait_exit(START_TIMEOUT).unwrap().success());
 }
 
+/// The guide's resize: an offline backup of `from` into a ring of `segments` at `to`.
+fn resize(from: &Path, to: &Path, segments: u32) -> Output {
+    let out = walrus(&[
+        "backup",
+        "--data-dir",
+        from.to_str().unwrap(),
+        "--to",
+        to.to_str().unwrap(),
+        "--segments",
+        &segments.to_string(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    out
+}
+
 /// A JSON field of `walrus status -o json`, as text.
 fn field(json: &str, key: &str) -> String {
     let at = json
@@ -306,16 +321,7 @@ fn the_ring_is_resized_through_an_offline_backup_and_back() {
 
     let dirs = tempfile::tempdir().unwrap();
     let resized = dirs.path().join("resized");
-    let out = walrus(&[
-        "backup",
-        "--data-dir",
-        data.to_str().unwrap(),
-        "--to",
-        resized.to_str().unwrap(),
-        "--segments",
-        "24",
-    ]);
-    assert!(out.status.success(), "{}", text(&out));
+    let out = resize(&data, &resized, 24);
     // The writes are in the journal after the first checkpoint (empty, at offset 0): the
     // copy must carry them (a copy without its journal fails the GETs below).
     assert!(
@@ -335,16 +341,7 @@ fn the_ring_is_resized_through_an_offline_backup_and_back() {
     stop(&mut w);
     // Coming back: the same, into the original geometry.
     let back = dirs.path().join("back");
-    let out = walrus(&[
-        "backup",
-        "--data-dir",
-        resized.to_str().unwrap(),
-        "--to",
-        back.to_str().unwrap(),
-        "--segments",
-        "16",
-    ]);
-    assert!(out.status.success(), "{}", text(&out));
+    resize(&resized, &back, 16);
     let w = Walrus::build().data(&back).start();
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["GET", "in-the-bigger-ring"]), bulk("1"));
