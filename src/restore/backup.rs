@@ -670,6 +670,14 @@ mod tests {
         assert!(!parent.join(".b1.partial").exists());
         let v = crate::restore::verify::verify_data_dir(&to, None).unwrap();
         assert_eq!(v.restore.unwrap().chain.entries, 4);
+        // A copy whose manifest is missing (a copy by hand, cut short) is no backup.
+        std::fs::remove_file(to.join("checkpoints").join(CHECKPOINT_FILE)).unwrap();
+        std::fs::remove_dir_all(to.join("journal")).unwrap();
+        drop(journal.close());
+        let cfg = JournalConfig::small_for_tests(64 * 1024, 4);
+        drop(Journal::open(&to.join("journal"), &cfg).unwrap());
+        let e = crate::restore::verify::verify_data_dir(&to, None).unwrap_err();
+        assert!(e.to_string().contains("an incomplete copy"), "{e}");
     }
 
     #[test]

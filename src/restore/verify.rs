@@ -106,6 +106,21 @@ pub fn verify_data_dir(dir: &Path, lookahead: Option<u64>) -> Result<Verified, V
                 cp_dir.join(CHECKPOINT_FILE).display()
             )));
         }
+        // An RDB that no manifest names is what a copy cut short leaves (its manifest is
+        // written last): `serve` would remove it as stale and start empty.
+        let unnamed = std::fs::read_dir(&cp_dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find(|e| e.path().is_file() && e.file_name().to_string_lossy().ends_with(".rdb"));
+        if let Some(rdb) = unnamed {
+            return Err(VerifyError::Fails(format!(
+                "{} holds {} but no {CHECKPOINT_FILE} names it: an incomplete copy, which \
+                 walrus would start empty from",
+                cp_dir.display(),
+                rdb.file_name().to_string_lossy()
+            )));
+        }
         return Ok(Verified {
             journal_dir,
             manifest,
