@@ -8,7 +8,7 @@ mod common;
 use common::{valkey_server_bin, walrus_bin};
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 /// A managed-mode configuration (the default users run) with a small ring.
 fn config(dir: &Path, journal: &str) -> std::path::PathBuf {
@@ -24,21 +24,24 @@ fn config(dir: &Path, journal: &str) -> std::path::PathBuf {
 
 const SMALL_RING: &str = "segments = 4\nsegment_size_bytes = \"1mb\"\nmax_write_bytes = \"64kb\"\n";
 
-/// Runs walrus to its exit. Every run here ends by itself, at once when the fix works.
-fn walrus(args: &[&str]) -> Output {
-    Command::new(walrus_bin())
+/// Runs walrus to its exit (every run here ends by itself, at once when the fix works),
+/// checks its exit code and that its output names each of `named`; returns the output.
+fn exits(args: &[&str], code: i32, named: &[&str]) -> String {
+    let out = Command::new(walrus_bin())
         .args(args)
         .env("RUST_LOG", "info")
         .output()
-        .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
+        .unwrap();
+    let text = format!(
         "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {text}");
+    for n in named {
+        assert!(text.contains(n), "{args:?} does not say {n:?}: {text}");
+    }
+    text
 }
 
 #[test]
@@ -47,17 +50,14 @@ fn a_busy_client_port_is_reported_before_valkey_starts_or_the_ring_is_allocated(
     let cfg = config(tmp.path(), SMALL_RING);
     let busy = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = busy.local_addr().unwrap().to_string();
-    let out = walrus(&["serve", "-c", cfg.to_str().unwrap(), "--listen", &addr]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(
-        text(&out).contains(&format!("cannot listen on proxy.listen {addr}")),
-        "{}",
-        text(&out)
+    let out = exits(
+        &["serve", "-c", cfg.to_str().unwrap(), "--listen", &addr],
+        1,
+        &[&format!("cannot listen on proxy.listen {addr}")],
     );
     assert!(
-        !text(&out).contains("valkey-server"),
-        "Valkey was started first: {}",
-        text(&out)
+        !out.contains("valkey-server"),
+        "Valkey was started first: {out}"
     );
     assert!(
         !tmp.path().join("data").exists(),
@@ -71,20 +71,18 @@ fn a_busy_metrics_port_is_reported_before_valkey_starts() {
     let cfg = config(tmp.path(), SMALL_RING);
     let busy = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = busy.local_addr().unwrap().to_string();
-    let out = walrus(&[
-        "serve",
-        "-c",
-        cfg.to_str().unwrap(),
-        "--listen",
-        "127.0.0.1:0",
-        "--metrics-listen",
-        &addr,
-    ]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(
-        text(&out).contains(&format!("cannot listen on metrics.listen {addr}")),
-        "{}",
-        text(&out)
+    exits(
+        &[
+            "serve",
+            "-c",
+            cfg.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            &addr,
+        ],
+        1,
+        &[&format!("cannot listen on metrics.listen {addr}")],
     );
     assert!(!tmp.path().join("data").exists());
 }
@@ -96,42 +94,37 @@ fn journal_init_takes_the_serve_configuration_and_refuses_what_serve_refuses() {
     let cfg = cfg.to_str().unwrap();
 
     // The configuration's geometry and data directory.
-    let out = walrus(&["journal", "init", "-c", cfg, "--quiet"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(
-        text(&out).contains("4 segments of 1048576 bytes"),
-        "{}",
-        text(&out)
+    exits(
+        &["journal", "init", "-c", cfg, "--quiet"],
+        0,
+        &["4 segments of 1048576 bytes"],
     );
     assert!(tmp.path().join("data/journal/MANIFEST").exists());
 
     // A ring serve would refuse is refused by init too, before anything is written.
     let fresh = tmp.path().join("fresh");
-    let out = walrus(&[
-        "journal",
-        "init",
-        "-c",
-        cfg,
-        "--dir",
-        fresh.to_str().unwrap(),
-        "--segments",
-        "2",
-    ]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(
-        text(&out).contains("journal.segments = 2"),
-        "{}",
-        text(&out)
+    let dir = fresh.to_str().unwrap();
+    exits(
+        &[
+            "journal",
+            "init",
+            "-c",
+            cfg,
+            "--dir",
+            dir,
+            "--segments",
+            "2",
+        ],
+        2,
+        &["journal.segments = 2"],
     );
     assert!(!fresh.exists());
 
     // Another geometry over the existing journal: a mistake to fix, named with its keys.
-    let out = walrus(&["journal", "init", "-c", cfg, "--segments", "5"]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(
-        text(&out).contains("segments = 4") && text(&out).contains("journal.segments"),
-        "{}",
-        text(&out)
+    exits(
+        &["journal", "init", "-c", cfg, "--segments", "5"],
+        2,
+        &["segments = 4", "journal.segments"],
     );
 }
 
@@ -139,24 +132,25 @@ fn journal_init_takes_the_serve_configuration_and_refuses_what_serve_refuses() {
 fn serve_exits_2_on_a_journal_of_another_geometry() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = config(tmp.path(), SMALL_RING);
-    let out = walrus(&["journal", "init", "-c", cfg.to_str().unwrap(), "--quiet"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    exits(
+        &["journal", "init", "-c", cfg.to_str().unwrap(), "--quiet"],
+        0,
+        &[],
+    );
     let other = config(
         tmp.path(),
         "segments = 5\nsegment_size_bytes = \"1mb\"\nmax_write_bytes = \"64kb\"\n",
     );
-    let out = walrus(&[
-        "serve",
-        "-c",
-        other.to_str().unwrap(),
-        "--listen",
-        "127.0.0.1:0",
-    ]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(
-        text(&out).contains("set journal.segment_size_bytes and journal.segments to the journal's"),
-        "{}",
-        text(&out)
+    exits(
+        &[
+            "serve",
+            "-c",
+            other.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        2,
+        &["set journal.segment_size_bytes and journal.segments to the journal's"],
     );
 }
 
@@ -170,24 +164,15 @@ fn configuration_errors_exit_2_from_every_command_that_reads_one() {
         &["config", "check", cfg][..],
         &["journal", "init", "-c", cfg][..],
     ] {
-        let out = walrus(args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
-        assert!(
-            text(&out).contains("\"64 parsecs\" is not a size") && text(&out).contains("64mb"),
-            "{args:?}: {}",
-            text(&out)
-        );
+        exits(args, 2, &["\"64 parsecs\" is not a size", "64mb"]);
     }
     let good = config(tmp.path(), SMALL_RING);
-    let out = walrus(&["config", "check", good.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    exits(&["config", "check", good.to_str().unwrap()], 0, &[]);
     // A file that is not there yet may be written by an agent starting beside walrus (a
     // secret rendered at boot): worth a retry. One that is there but unreadable is not.
     let missing = tmp.path().join("not-yet.toml");
-    let out = walrus(&["serve", "-c", missing.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    let out = walrus(&["serve", "-c", tmp.path().to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(2), "a directory: {}", text(&out));
+    exits(&["serve", "-c", missing.to_str().unwrap()], 1, &[]);
+    exits(&["serve", "-c", tmp.path().to_str().unwrap()], 2, &[]);
     let secret = tmp.path().join("secret.toml");
     std::fs::write(
         &secret,
@@ -197,13 +182,15 @@ fn configuration_errors_exit_2_from_every_command_that_reads_one() {
         ),
     )
     .unwrap();
-    let out = walrus(&[
-        "serve",
-        "-c",
-        secret.to_str().unwrap(),
-        "--listen",
-        "127.0.0.1:0",
-    ]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(text(&out).contains("password_file"), "{}", text(&out));
+    exits(
+        &[
+            "serve",
+            "-c",
+            secret.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        1,
+        &["password_file"],
+    );
 }

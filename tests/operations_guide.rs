@@ -44,6 +44,17 @@ fn set_keys(c: &mut Raw, n: usize) {
     }
 }
 
+/// A managed walrus that acknowledged k0..kn, then stopped as the guide stops it; and its
+/// data directory (which lives as long as the walrus value).
+fn written_then_stopped(n: usize) -> (Walrus, std::path::PathBuf) {
+    let (mut w, _) = with_metrics(None);
+    let mut c = Raw::connect(&w.addr);
+    set_keys(&mut c, n);
+    stop(&mut w);
+    let data = w.data.path().join("data");
+    (w, data)
+}
+
 /// Stops walrus as the guide does, with SIGTERM, and awaits its clean exit.
 fn stop(w: &mut Walrus) {
     w.proc.signal(libc::SIGTERM);
@@ -306,11 +317,7 @@ fn verify_names_what_a_restore_would_fail_on() {
 /// write; and back again.
 #[test]
 fn the_ring_is_resized_through_an_offline_backup_and_back() {
-    let (mut w, _) = with_metrics(None);
-    let mut c = Raw::connect(&w.addr);
-    set_keys(&mut c, 300);
-    stop(&mut w);
-    let data = w.data.path().join("data");
+    let (_stopped, data) = written_then_stopped(300);
     let bigger = "[journal]\nsegment_size = 1048576\nsegments = 24\nmax_entry_bytes = 8388608\n";
     let line = refuses_to_start_with_journal(&data, bigger);
     assert!(
@@ -408,18 +415,11 @@ fn an_upgrade_is_a_checkpoint_a_sigterm_and_a_start_on_the_same_data() {
 /// with appendonly loads every write.
 #[test]
 fn leaving_walrus_through_export_aof() {
-    let (mut w, _) = with_metrics(None);
-    let mut c = Raw::connect(&w.addr);
-    set_keys(&mut c, 100);
-    stop(&mut w);
-    let data = w.data.path().join("data");
+    let (_stopped, data) = written_then_stopped(100);
     let out = walrus(&["verify", "--data-dir", data.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out));
     let aof_dir = tempfile::tempdir().unwrap();
-    let out = export_aof(
-        &w.data.path().join("data"),
-        &aof_dir.path().join("appendonly.aof"),
-    );
+    let out = export_aof(&data, &aof_dir.path().join("appendonly.aof"));
     assert!(out.status.success(), "{}", text(&out));
     let v = Valkey::start_with(&[
         "--appendonly",

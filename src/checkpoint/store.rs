@@ -248,6 +248,13 @@ impl Store {
         self.dir.join(&c.file)
     }
 
+    /// When `c`'s RDB was written (its file's modification time), if it can be read.
+    pub fn written_at(&self, c: &Checkpoint) -> Option<std::time::SystemTime> {
+        std::fs::metadata(self.path_of(c))
+            .and_then(|m| m.modified())
+            .ok()
+    }
+
     /// The recorded checkpoint, from memory (no I/O).
     pub fn recorded(&self) -> Option<Checkpoint> {
         self.recorded

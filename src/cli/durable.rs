@@ -81,9 +81,8 @@ pub(super) async fn start_durability(
     // gauge, and the alert and the dashboard's age read from it, must not say "none" (or
     // "failing") just because walrus restarted.
     if let Some(cp) = store.recorded() {
-        let written = std::fs::metadata(store.path_of(&cp))
-            .and_then(|m| m.modified())
-            .ok()
+        let written = store
+            .written_at(&cp)
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
         if let Some(t) = written {
             crate::metrics::CHECKPOINT_LAST_SUCCESS.set(t.as_secs_f64());

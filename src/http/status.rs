@@ -83,8 +83,8 @@ impl Sources {
         use crate::metrics as m;
         let ready = (self.ready)();
         let mut s = Status {
-            version: env!("CARGO_PKG_VERSION").into(),
-            commit: option_env!("WALRUS_COMMIT").unwrap_or("unknown").into(),
+            version: m::VERSION.into(),
+            commit: m::COMMIT.into(),
             uptime_seconds: self.started.elapsed().as_secs(),
             ready: ready.is_ok(),
             ready_reason: ready.err().unwrap_or_default(),
@@ -120,9 +120,9 @@ impl Sources {
             s.ring_bytes_total = Some(u64::from(j.segments) * j.segment_bytes);
         }
         if let Some(c) = d.store.recorded() {
-            s.checkpoint_age_seconds = std::fs::metadata(d.store.path_of(&c))
-                .and_then(|m| m.modified())
-                .ok()
+            s.checkpoint_age_seconds = d
+                .store
+                .written_at(&c)
                 .and_then(|t| t.elapsed().ok())
                 .map(|a| a.as_secs());
             s.checkpoint_offset = Some(c.offset);

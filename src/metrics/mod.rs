@@ -59,6 +59,11 @@ fn latency(name: &str, help: &str) -> Histogram {
 
 // --- build -------------------------------------------------------------------------------
 
+/// walrus's version, and the commit it was built from (build.rs: `WALRUS_COMMIT` given to
+/// the build, else git's HEAD, else "unknown"), as `walrus_build_info` and `/status` say them.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub const COMMIT: &str = env!("WALRUS_COMMIT");
+
 pub static BUILD_INFO: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     let g = register(
         IntGaugeVec::new(
@@ -70,11 +75,7 @@ pub static BUILD_INFO: LazyLock<IntGaugeVec> = LazyLock::new(|| {
         )
         .expect("metric"),
     );
-    g.with_label_values(&[
-        env!("CARGO_PKG_VERSION"),
-        option_env!("WALRUS_COMMIT").unwrap_or("unknown"),
-    ])
-    .set(1);
+    g.with_label_values(&[VERSION, COMMIT]).set(1);
     g
 });
 

@@ -119,7 +119,8 @@ impl Backups {
             .into_iter()
             .flatten()
             .collect();
-        let geometry = (journal.status().segment_bytes, journal.status().segments);
+        let status = journal.status();
+        let geometry = (status.segment_bytes, status.segments);
         drop(journal);
         let target = Target::prepare(&to, &live)?;
         let (tx, rx) = tokio::sync::oneshot::channel();
