@@ -44,6 +44,11 @@ fn set_keys(c: &mut Raw, n: usize) {
     }
 }
 
+/// `walrus backup --to` against the running walrus at `metrics`.
+fn backup_to(metrics: &str, to: &Path) -> Output {
+    walrus(&["backup", "--metrics", metrics, "--to", to.to_str().unwrap()])
+}
+
 /// A managed walrus that acknowledged k0..kn, then stopped as the guide stops it; and its
 /// data directory (which lives as long as the walrus value).
 fn written_then_stopped(n: usize) -> (Walrus, std::path::PathBuf) {
@@ -146,13 +151,7 @@ fn a_backup_taken_while_writing_restores_every_write_acknowledged_before_it() {
             }
         })
     };
-    let out = walrus(&[
-        "backup",
-        "--metrics",
-        &metrics,
-        "--to",
-        to.to_str().unwrap(),
-    ]);
+    let out = backup_to(&metrics, &to);
     stop.store(true, Ordering::Relaxed);
     writer.join().unwrap();
     checkpoints.join().unwrap();
@@ -164,13 +163,7 @@ fn a_backup_taken_while_writing_restores_every_write_acknowledged_before_it() {
     );
     // Inside walrus's own directories: refused.
     let inside = w.data.path().join("data/checkpoints/b");
-    let out = walrus(&[
-        "backup",
-        "--metrics",
-        &metrics,
-        "--to",
-        inside.to_str().unwrap(),
-    ]);
+    let out = backup_to(&metrics, &inside);
     assert!(text(&out).contains("inside walrus's own"), "{}", text(&out));
     // Refused as asked: a person must act (2), a retry would not help.
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
@@ -193,13 +186,7 @@ fn a_backup_taken_while_writing_restores_every_write_acknowledged_before_it() {
     assert!(from_page.starts_with("HTTP/1.1 403"), "{from_page}");
     assert!(!backups.path().join("from-a-page").exists());
     // A second backup into the same directory is refused: it is not empty.
-    let out = walrus(&[
-        "backup",
-        "--metrics",
-        &metrics,
-        "--to",
-        to.to_str().unwrap(),
-    ]);
+    let out = backup_to(&metrics, &to);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("is not empty"), "{}", text(&out));
 
