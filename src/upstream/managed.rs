@@ -45,37 +45,55 @@ impl ManagedValkey {
         port: u16,
         extra_args: Vec<String>,
     ) -> Result<ManagedValkey, UpstreamError> {
-        Self::spawn_ready(binary, data_dir, port, extra_args)
+        Self::spawn_ready(binary, data_dir, port, extra_args, free_port)
             .await
             .map_err(UpstreamError::Start)
     }
 
+    /// Starts the child on `port`, or on one `pick` finds free when it is 0. A port picked
+    /// free is free only until someone else binds it (another process starting beside walrus
+    /// binds port 0 too): when Valkey then cannot listen on it, walrus picks another, a few
+    /// times.
     async fn spawn_ready(
         binary: PathBuf,
         data_dir: &Path,
         port: u16,
         extra_args: Vec<String>,
+        mut pick: impl FnMut() -> std::io::Result<u16>,
     ) -> Result<ManagedValkey, String> {
+        /// Tries with ports walrus picked; each failure is another process's race, and a few
+        /// in a row mean something else.
+        const PICKS: usize = 5;
         let dir = data_dir.join("valkey");
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let port = if port == 0 {
-            free_port().map_err(|e| format!("cannot pick a free port: {e}"))?
-        } else {
-            port
+        let picked = port == 0;
+        let mut attempt = 0;
+        let (spec, child) = loop {
+            attempt += 1;
+            let port = if picked {
+                pick().map_err(|e| format!("cannot pick a free port: {e}"))?
+            } else {
+                port
+            };
+            let spec = ChildSpec {
+                binary: binary.clone(),
+                dir: dir.clone(),
+                port,
+                extra_args: extra_args.clone(),
+            };
+            let (child, ready) = spec
+                .spawn()
+                .map_err(|e| format!("cannot start {}: {e}", spec.binary.display()))?;
+            match wait_ready(ready).await {
+                Ok(()) => break (spec, child),
+                Err(e) if picked && attempt < PICKS && e.contains("Failed listening on port") => {
+                    tracing::warn!(port, "valkey-server could not listen on the port walrus picked (taken meanwhile); picking another");
+                }
+                Err(e) => return Err(format!("valkey-server did not start: {e}")),
+            }
         };
-        let spec = ChildSpec {
-            binary,
-            dir,
-            port,
-            extra_args,
-        };
-        let (child, ready) = spec
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", spec.binary.display()))?;
-        wait_ready(ready)
-            .await
-            .map_err(|e| format!("valkey-server did not start: {e}"))?;
+        let port = spec.port;
         tracing::info!(port, binary = %spec.binary.display(), "managed valkey-server is ready");
         let (stop, stop_rx) = watch::channel(false);
         let on_death = Arc::new(Mutex::new(None));
@@ -254,6 +272,27 @@ pub fn free_port() -> std::io::Result<u16> {
 mod tests {
     use super::valkey_level;
     use tracing::Level;
+
+    /// The port walrus picked is taken before Valkey binds it: walrus picks another.
+    #[tokio::test]
+    async fn a_picked_port_taken_meanwhile_is_picked_again() {
+        let Ok(binary) = crate::upstream::binary::find("") else {
+            return; // no valkey-server here: deploy/setup.sh installs it
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut picks = vec![
+            super::free_port().unwrap(),
+            taken.local_addr().unwrap().port(),
+        ];
+        let valkey = super::ManagedValkey::spawn_ready(binary, tmp.path(), 0, Vec::new(), || {
+            Ok(picks.pop().expect("two picks at most"))
+        })
+        .await
+        .unwrap();
+        assert_ne!(valkey.address, taken.local_addr().unwrap().to_string());
+        valkey.stop().await;
+    }
 
     #[test]
     fn valkeys_warnings_are_logged_as_warnings() {
