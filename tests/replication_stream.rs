@@ -20,6 +20,7 @@ fn upstream(addr: String) -> Upstream {
         credentials: None,
         connect_timeout: Duration::from_secs(5),
         limits: Limits::default(),
+        process: None,
     }
 }
 

@@ -9,6 +9,7 @@ use crate::config::Config;
 use crate::durability::Durability;
 use crate::journal::Journal;
 use crate::replication::link::{self, LinkConfig};
+use crate::restore::in_place::{InPlace, Route};
 use crate::upstream::managed::ManagedValkey;
 use crate::upstream::Upstream;
 use std::sync::Arc;
@@ -205,6 +206,7 @@ pub(super) async fn start_durability(
         limits: crate::resp::Limits::default(),
         on_conflict: config.restore.on_conflict,
         restore_timeout: Duration::from_millis(config.restore.timeout_ms),
+        restore_route: restore_route(config, managed)?,
     };
     let link = tokio::spawn(link::run(
         up.clone(),
@@ -223,5 +225,25 @@ pub(super) async fn start_durability(
         checkpoint_requests,
         store,
         pin,
+    })
+}
+
+/// How a restore reaches Valkey: as walrus's replica, unless Valkey is a cluster node, which
+/// refuses to be one ([`crate::restore::in_place`]).
+fn restore_route(config: &Config, managed: Option<&ManagedValkey>) -> Result<Route, Fatal> {
+    if !config.cluster.enabled {
+        return Ok(Route::Replica);
+    }
+    Ok(match managed {
+        Some(m) => Route::InPlace(InPlace {
+            binary: crate::upstream::binary::find(&config.upstream.valkey_server)?,
+            extra_args: config.upstream.extra_args.clone(),
+            dir: config.data.dir.join("valkey-restore"),
+            reloader: m.reloader(),
+        }),
+        None => Route::Refuse(format!(
+            "Valkey is an external cluster node, which refuses REPLICAOF, and walrus cannot restart it from a restored RDB as it does a managed one: stop walrus, write walrus's data out with `walrus journal export-aof --data-dir {}`, start Valkey from that AOF with its nodes.conf, and start walrus with restore.on_conflict = \"valkey-wins\" once (README, \"Valkey Cluster\")",
+            config.data.dir.display()
+        )),
     })
 }

@@ -12,6 +12,7 @@ use crate::proxy::pool::{PoolKey, Pools};
 use crate::proxy::{server, Shared};
 use crate::upstream::backoff::Backoff;
 use crate::upstream::client::{frame_int, Conn, UpstreamError};
+use crate::upstream::cluster::{self, ClusterNode};
 use crate::upstream::managed::ManagedValkey;
 use crate::upstream::server::ServerVersion;
 use crate::upstream::{binary, settings, Upstream};
@@ -100,6 +101,7 @@ async fn serve(config: Config) -> Result<(), Fatal> {
     // Both ports are claimed before anything slow (Valkey's start, the ring's allocation, a
     // restore): a port in use is reported at once, not after minutes of work.
     let ports = Ports::claim(&config).await?;
+    let cluster = cluster_node(&config, ports.clients.local_addr()?)?;
 
     let managed = match config.upstream.mode {
         UpstreamMode::Managed => {
@@ -107,9 +109,10 @@ async fn serve(config: Config) -> Result<(), Fatal> {
             Some(
                 ManagedValkey::start(
                     bin,
-                    &config.data.dir,
+                    &config.data.dir.join("valkey"),
                     config.upstream.port,
                     config.upstream.extra_args.clone(),
+                    cluster.clone(),
                 )
                 .await?,
             )
@@ -125,13 +128,51 @@ async fn serve(config: Config) -> Result<(), Fatal> {
         credentials: config.credentials()?,
         connect_timeout: Duration::from_millis(config.upstream.connect_timeout_ms),
         limits: config.proxy.limits(),
+        process: managed.as_ref().map(|m| m.process()),
     };
-    let result = run_proxy(&config, up, ports, stop, managed.as_ref()).await;
+    let result = run_proxy(&config, up, ports, stop, managed.as_ref(), cluster.as_ref()).await;
     if let Some(m) = managed {
         tracing::info!("stopping managed valkey-server");
         m.stop().await;
     }
     result
+}
+
+/// Valkey as a cluster node announcing this walrus, listening on `listen` (its port as
+/// bound, which `--listen :0` leaves to the kernel), when `cluster.enabled`.
+fn cluster_node(
+    config: &Config,
+    listen: std::net::SocketAddr,
+) -> Result<Option<ClusterNode>, Fatal> {
+    if !config.cluster.enabled {
+        return Ok(None);
+    }
+    Ok(Some(ClusterNode {
+        announce: config.cluster.announce(listen)?,
+        bus_port: config.cluster.bus_port,
+    }))
+}
+
+/// A cluster node must announce walrus to clients, and a Valkey in cluster mode must not
+/// be run without `cluster.enabled`: its clients would be sent to Valkey's own address.
+async fn check_cluster(
+    node: Option<&ClusterNode>,
+    up: &Upstream,
+    server: &ServerVersion,
+) -> Result<(), Fatal> {
+    let mut conn = Conn::control(up).await?;
+    match node {
+        Some(node) => node.check(&mut conn, server).await?,
+        None if cluster::enabled(&mut conn).await? => {
+            return Err(format!(
+                "Valkey at {} runs in cluster mode, and cluster.enabled is off: CLUSTER SLOTS, MOVED and ASK would send cluster clients to Valkey's own address, around walrus; set cluster.enabled (README, \"Valkey Cluster\")",
+                up.address
+            )
+            .into())
+        }
+        None => {}
+    }
+    Ok(())
 }
 
 /// The client port and the metrics port, claimed at start. The client socket is bound but
@@ -176,6 +217,7 @@ async fn run_proxy(
     ports: Ports,
     mut stop: watch::Receiver<bool>,
     managed: Option<&ManagedValkey>,
+    cluster: Option<&ClusterNode>,
 ) -> Result<(), Fatal> {
     // Health and readiness are served from the start: a restore may take minutes, and a
     // liveness probe must not kill walrus meanwhile.
@@ -207,6 +249,7 @@ async fn run_proxy(
     if config.upstream.mode == UpstreamMode::External {
         check_settings(&up, config.upstream.strict_settings).await?;
     }
+    check_cluster(cluster, &up, &server).await?;
     // The link must outlive the client sessions: on SIGTERM they drain replies that are held
     // until the journal covers them, so it is stopped (by `Durable::stop`) only after they are
     // done. Its stop signal never fires; the sender lives until this function returns.

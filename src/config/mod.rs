@@ -4,6 +4,7 @@
 //! Unknown keys are errors that name the key (serde's `deny_unknown_fields`); values that
 //! parse but make no sense are rejected by [`Config::validate`], naming key and value.
 
+mod cluster;
 mod validate;
 
 use crate::resp::Limits;
@@ -12,6 +13,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 pub use crate::journal::JournalConfig;
+pub use cluster::{Announce, ClusterConfig};
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -26,6 +28,7 @@ pub struct Config {
     pub checkpoint: CheckpointSettings,
     pub disk: DiskConfig,
     pub journal: JournalConfig,
+    pub cluster: ClusterConfig,
 }
 
 /// When checkpoints are taken ([`crate::checkpoint`]): only when needed, since each costs

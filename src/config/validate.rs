@@ -116,6 +116,9 @@ impl Config {
             return Err("invalid value for data.dir: \"\"".into());
         }
         self.journal.check()?;
+        if self.cluster.enabled {
+            self.cluster.announce(self.proxy.listen)?;
+        }
         // The ring's own low mark is half a segment below its high one: low disk marks on a
         // ring of few segments would put it at or below 0, where the ring's figure never is.
         let (ring_high, ring_low) = self.ring_watermarks();

@@ -86,6 +86,18 @@ pub fn refusal(name: &str, req: &Request) -> Option<Refusal> {
                 "writes it keeps out of the replication stream are never journaled, and a crash loses them",
             )
         }
+        "cluster|replicate" => refuse(
+            "CLUSTER REPLICATE",
+            "this node would become a replica and load another node's dataset, and walrus journals only a primary's stream (README, \"Valkey Cluster\": primaries only)",
+        ),
+        "cluster|failover" => refuse(
+            "CLUSTER FAILOVER",
+            "a replica promoted by it may lack writes walrus acknowledged (README, \"Valkey Cluster\": primaries only, each restored in place by its walrus)",
+        ),
+        "cluster|migrateslots" => refuse(
+            "CLUSTER MIGRATESLOTS",
+            "the target node takes the slots before walrus in front of it has journaled them (Valkey does not wait for its replicas, valkey-io/valkey#2723), and the source then deletes them: a crash of the target in that moment loses acknowledged writes; reshard with MIGRATE through the walruses' addresses (`redis-cli --cluster reshard`, README \"Valkey Cluster\")",
+        ),
         "config|set" => config_set(req),
         _ => None,
     }
@@ -126,6 +138,18 @@ fn config_set(req: &Request) -> Option<Refusal> {
             .iter()
             .find(|(old, _)| *old == name)
             .map_or(name.as_str(), |(_, new)| new);
+        if name.starts_with("cluster-announce-client-") {
+            return Some(Refusal {
+                what: "cluster-announce-client-*",
+                why: "cluster clients would be told another address than this walrus's, and go around it (set cluster.announce_ip and cluster.announce_port instead)",
+            });
+        }
+        if name == "cluster-allow-replica-migration" && !value.eq_ignore_ascii_case(b"no") {
+            return Some(Refusal {
+                what: "cluster-allow-replica-migration",
+                why: "a primary that gives away its last slot would become another node's replica and load that node's dataset, and walrus journals only a primary's stream",
+            });
+        }
         if name == "requirepass" {
             return Some(Refusal {
                 what: "requirepass",
@@ -225,5 +249,52 @@ mod tests {
         assert!(!refused(&["CLIENT", "KILL", "TYPE", "normal"]));
         assert!(!refused(&["CLIENT", "KILL", "127.0.0.1:5000"]));
         assert!(!refused(&["CLIENT", "KILL", "ADDR", "type"]));
+    }
+
+    #[test]
+    fn cluster_commands_that_would_send_clients_or_data_elsewhere_are_refused() {
+        let refused = |name: &str, args: &[&str]| refusal(name, &req(args)).is_some();
+        assert!(refused(
+            "cluster|replicate",
+            &["CLUSTER", "REPLICATE", "abc"]
+        ));
+        assert!(refused("cluster|failover", &["CLUSTER", "FAILOVER"]));
+        assert!(refused(
+            "config|set",
+            &["CONFIG", "SET", "cluster-announce-client-port", "1"]
+        ));
+        assert!(refused(
+            "config|set",
+            &["config", "set", "CLUSTER-ANNOUNCE-CLIENT-IPV4", "10.0.0.1"]
+        ));
+        assert!(refused(
+            "cluster|migrateslots",
+            &[
+                "CLUSTER",
+                "MIGRATESLOTS",
+                "SLOTSRANGE",
+                "0",
+                "10",
+                "NODE",
+                "abc"
+            ]
+        ));
+        assert!(refused(
+            "config|set",
+            &["CONFIG", "SET", "cluster-allow-replica-migration", "yes"]
+        ));
+        assert!(!refused(
+            "config|set",
+            &["CONFIG", "SET", "cluster-allow-replica-migration", "no"]
+        ));
+        assert!(!refused("cluster|slots", &["CLUSTER", "SLOTS"]));
+        assert!(!refused(
+            "cluster|setslot",
+            &["CLUSTER", "SETSLOT", "1", "STABLE"]
+        ));
+        assert!(!refused(
+            "config|set",
+            &["CONFIG", "SET", "cluster-node-timeout", "5000"]
+        ));
     }
 }

@@ -43,12 +43,14 @@ pub struct PoolKey {
 /// Where a slot stands.
 #[derive(Clone)]
 enum SlotState {
-    /// The live connection's queue.
-    Live(mpsc::Sender<PipelinedRequest>),
+    /// The live connection's queue, and the managed child it reaches
+    /// ([`Upstream::process`]).
+    Live(mpsc::Sender<PipelinedRequest>, u64),
     /// Connecting: requests wait for the outcome.
     Connecting,
     /// The last attempt failed, for this reason; the next one is under way with backoff.
-    Down(String),
+    /// With the managed child the attempt was made for: a later child is tried at once.
+    Down(String, u64),
 }
 
 struct Slot {
@@ -62,6 +64,8 @@ pub struct Pool {
     next: AtomicUsize,
     /// Set by each slot's supervisor after its first connection attempt.
     first_attempts: Vec<watch::Receiver<bool>>,
+    /// Which managed child serves Valkey's address ([`Upstream::process`]).
+    process: Option<watch::Receiver<u64>>,
 }
 
 impl Default for Slot {
@@ -94,6 +98,7 @@ impl Pool {
             connect_timeout: ctx.upstream.connect_timeout,
             next: AtomicUsize::new(0),
             first_attempts,
+            process: ctx.upstream.process.clone(),
         });
         for (i, tx) in senders.into_iter().enumerate() {
             tokio::spawn(supervise(
@@ -127,20 +132,23 @@ impl Pool {
     /// connects.
     pub async fn sender(&self, slot: usize) -> Result<mpsc::Sender<PipelinedRequest>, String> {
         let mut rx = self.slots[slot].state.subscribe();
-        // A live queue whose receiver is gone belongs to a connection that just broke: its
-        // supervisor is settling it and will connect again.
+        let process = self.process.clone();
+        let current = |p: u64| process.as_ref().is_none_or(|c| *c.borrow() == p);
+        // A live queue whose receiver is gone belongs to a connection that just broke, and one
+        // to an earlier child than the current one is about to be dropped: the supervisor is
+        // settling it and will connect again.
         let settled = async {
             rx.wait_for(|s| match s {
-                SlotState::Live(tx) => !tx.is_closed(),
+                SlotState::Live(tx, p) => !tx.is_closed() && current(*p),
                 SlotState::Connecting => false,
-                SlotState::Down(_) => true,
+                SlotState::Down(_, p) => current(*p),
             })
             .await
             .map(|s| s.clone())
         };
         match tokio::time::timeout(self.connect_timeout, settled).await {
-            Ok(Ok(SlotState::Live(tx))) => Ok(tx),
-            Ok(Ok(SlotState::Down(why))) => Err(why),
+            Ok(Ok(SlotState::Live(tx, _))) => Ok(tx),
+            Ok(Ok(SlotState::Down(why, _))) => Err(why),
             Ok(_) => Err("the connection pool is closed".into()),
             Err(_) => Err(format!(
                 "no connection to Valkey within upstream.connect_timeout_ms ({} ms)",
@@ -153,7 +161,7 @@ impl Pool {
     pub fn is_connected(&self) -> bool {
         self.slots
             .iter()
-            .any(|s| matches!(*s.state.borrow(), SlotState::Live(_)))
+            .any(|s| matches!(*s.state.borrow(), SlotState::Live(..)))
     }
 }
 
@@ -170,6 +178,8 @@ async fn supervise(
     loop {
         // Bounded as a whole (AUTH and HELLO too): requests wait while the slot connects.
         let up = &ctx.upstream;
+        let mut process = up.process.clone();
+        let reached = process.as_mut().map_or(0, |p| *p.borrow_and_update());
         let conn = tokio::time::timeout(
             up.connect_timeout,
             Conn::for_client(up, creds.as_ref(), key.resp3),
@@ -187,17 +197,20 @@ async fn supervise(
                     crate::metrics::UPSTREAM_RECONNECTS.inc();
                 }
                 let (tx, rx) = mpsc::channel(QUEUE_REQUESTS_MAX);
-                p.slots[slot].set(SlotState::Live(tx));
+                p.slots[slot].set(SlotState::Live(tx, reached));
                 drop(p);
                 let _ = first_attempt.send(true);
-                let result = pipeline::run(conn, rx, ctx.clone(), None).await;
+                let result = tokio::select! {
+                    r = pipeline::run(conn, rx, ctx.clone(), None) => r,
+                    () = replaced(process) => Ok(()),
+                };
                 let Some(p) = pool.upgrade() else { return };
                 let reason = match result {
                     Ok(()) => "connection closed".to_string(),
                     Err(e @ crate::upstream::client::UpstreamError::Unverified) => {
                         // It connected but cannot serve: as a failed connect, with backoff.
                         tracing::warn!(user = ?key.user, slot, "{e}; retrying in {:?}", backoff.delay());
-                        p.slots[slot].set(SlotState::Down(e.to_string()));
+                        p.slots[slot].set(SlotState::Down(e.to_string(), reached));
                         drop(p);
                         tokio::time::sleep(backoff.advance()).await;
                         continue;
@@ -210,12 +223,30 @@ async fn supervise(
             }
             Err(e) => {
                 tracing::warn!(user = ?key.user, slot, "cannot connect to Valkey: {e}; retrying in {:?}", backoff.delay());
-                p.slots[slot].set(SlotState::Down(e.to_string()));
+                p.slots[slot].set(SlotState::Down(e.to_string(), reached));
                 drop(p);
                 let _ = first_attempt.send(true);
-                tokio::time::sleep(backoff.advance()).await;
+                // A new child is tried at once: requests for it wait rather than fail.
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff.advance()) => {}
+                    () = replaced(process) => backoff.reset(),
+                }
             }
         }
+    }
+}
+
+/// Returns once another child than the one `process` showed serves the address; never
+/// without one (external mode).
+async fn replaced(process: Option<watch::Receiver<u64>>) {
+    match process {
+        Some(mut p) => {
+            // A closed channel means walrus is stopping: nothing to replace.
+            if p.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
     }
 }
 
@@ -292,6 +323,7 @@ mod tests {
                 credentials: None,
                 connect_timeout: Duration::from_secs(5),
                 limits: crate::resp::Limits::default(),
+                process: None,
             },
             durability: None,
             oracle: OffsetOracle::new(),

@@ -33,6 +33,8 @@ use crate::durability::Durability;
 use crate::journal::{Entry, Journal, JournalError};
 use crate::resp::{write, Limits};
 use crate::restore::decide::{decide, Decision, HeldHistory};
+use crate::restore::in_place::{self, Route};
+use crate::restore::primary::Finish;
 use crate::restore::{self, Holding, RestoreError};
 use crate::upstream::backoff::Backoff;
 use crate::upstream::client::{Conn, UpstreamError};
@@ -73,6 +75,8 @@ pub struct LinkConfig {
     pub on_conflict: OnConflict,
     /// How long Valkey may take for each step of a restore.
     pub restore_timeout: Duration,
+    /// How a restore reaches Valkey (a cluster node refuses to be a replica).
+    pub restore_route: Route,
 }
 
 /// What the link knows between attachments.
@@ -281,7 +285,7 @@ async fn synchronize(
     state: &mut LinkState,
 ) -> Result<Synced, LinkError> {
     let mut conn = Conn::control(up).await?;
-    let view = ValkeyView::query(&mut conn).await?;
+    let mut view = ValkeyView::query(&mut conn).await?;
     let decision = decide(&view, state.held.as_ref(), cfg.on_conflict);
     tracing::info!(
         ?decision,
@@ -302,22 +306,37 @@ async fn synchronize(
         Decision::Restore => {
             durability.begin_restore();
             drop(conn);
-            let (position, holding) = match restore::run(
-                up,
-                &cfg.store,
-                journal,
-                cfg.restore_timeout,
-                state.verified.take(),
-                &cfg.rates,
-            )
-            .await
-            {
+            let (store, timeout, verified) =
+                (&cfg.store, cfg.restore_timeout, state.verified.take());
+            let result = match &cfg.restore_route {
+                Route::Replica => {
+                    restore::run(
+                        up,
+                        store,
+                        journal,
+                        timeout,
+                        verified,
+                        &cfg.rates,
+                        Finish::Promote,
+                    )
+                    .await
+                }
+                Route::InPlace(how) => {
+                    in_place::run(how, up, store, journal, timeout, verified, &cfg.rates).await
+                }
+                Route::Refuse(why) => return Err(LinkError::Conflict(why.clone())),
+            };
+            let (position, holding) = match result {
                 // A downgrade: like a conflict, nothing to retry until someone acts.
                 Err(RestoreError::Unloadable(why)) => return Err(LinkError::Conflict(why)),
                 r => r?,
             };
             state.held = Some(holding.held());
             conn = Conn::control(up).await?;
+            if matches!(cfg.restore_route, Route::InPlace(_)) {
+                // Another process now: the one the link must watch for a restart.
+                view = ValkeyView::query(&mut conn).await?;
+            }
             restored = true;
             Some(position)
         }

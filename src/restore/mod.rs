@@ -20,6 +20,7 @@ pub mod backup;
 pub mod chain;
 pub mod decide;
 pub mod export;
+pub mod in_place;
 pub mod messages;
 pub mod primary;
 pub mod verify;
@@ -186,6 +187,7 @@ pub async fn run(
     timeout: Duration,
     verified: Option<Holding>,
     rates: &LearnedRates,
+    finish: primary::Finish,
 ) -> Result<(Position, Holding), RestoreError> {
     let started = Instant::now();
     // Entries appended before Valkey was lost must be on disk before they are read back.
@@ -242,6 +244,7 @@ pub async fn run(
             &holding.end,
             timeout,
             &progress,
+            finish,
         );
         tokio::pin!(loading);
         let mut tick = tokio::time::interval(PROGRESS_EVERY);

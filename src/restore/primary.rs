@@ -65,7 +65,20 @@ pub struct Phases {
     pub journal: Duration,
 }
 
+/// What Valkey does once it acknowledged the journal's end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// `REPLICAOF NO ONE`: a primary again, keeping the checkpoint's id as `replid2`, where
+    /// walrus's link continues.
+    Promote,
+    /// `SAVE` while still walrus's replica: its RDB records the checkpoint's id at the
+    /// journal's end, which a primary started from it keeps as `replid2` (how a cluster
+    /// node, which refuses REPLICAOF, is restored: [`super::in_place`]).
+    Save,
+}
+
 /// Loads Valkey with `cp` and the journal after it, up to `end` (verified beforehand).
+#[allow(clippy::too_many_arguments)]
 pub async fn load(
     up: &Upstream,
     store: &Store,
@@ -74,6 +87,7 @@ pub async fn load(
     end: &ChainEnd,
     timeout: Duration,
     progress: &Progress,
+    finish: Finish,
 ) -> Result<Option<Phases>, LoadError> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
@@ -111,8 +125,14 @@ pub async fn load(
             streamed.offset, end.offset
         )));
     }
-    wr.write_all(&write::command(["REPLCONF", "GETACK", "*"]))
-        .await?;
+    // GETACK has Valkey report its offset now rather than at its next once-a-second ACK,
+    // but it counts in that offset: a server saved for a reload ([`Finish::Save`]) would
+    // then record an offset past the journal's end, where no PSYNC from the journal can
+    // continue (a promoted one keeps the bytes in its backlog and sends them back).
+    if finish == Finish::Promote {
+        wr.write_all(&write::command(["REPLCONF", "GETACK", "*"]))
+            .await?;
+    }
     // Loading a large RDB keeps Valkey from acknowledging for a while: the time limit runs
     // from the last sign of progress, not from the start.
     loop {
@@ -131,7 +151,10 @@ pub async fn load(
         }
     }
     let done = Instant::now();
-    control(up, &["REPLICAOF", "NO", "ONE"]).await?;
+    match finish {
+        Finish::Promote => control(up, &["REPLICAOF", "NO", "ONE"]).await?,
+        Finish::Save => control(up, &["SAVE"]).await?,
+    }
     // Sent before the acknowledgement that ended the wait, which is at or past it: always
     // there, but a timing is no reason to fail a restore.
     Ok(loaded.try_recv().ok().map(|(offset, at)| Phases {

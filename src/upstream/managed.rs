@@ -10,13 +10,14 @@
 
 use super::backoff::Backoff;
 use super::client::UpstreamError;
+use super::cluster::ClusterNode;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 /// How long a fresh valkey-server may take to say it is ready.
@@ -35,17 +36,51 @@ pub struct ManagedValkey {
     on_death: Arc<Mutex<Option<OnDeath>>>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
+    reload: mpsc::Sender<Reload>,
+    process: watch::Receiver<u64>,
+}
+
+/// A restart of the child that loads an RDB file ([`Reloader::reload`]).
+struct Reload {
+    rdb: PathBuf,
+    /// How long the load may take.
+    timeout: Duration,
+    done: oneshot::Sender<Result<(), String>>,
+}
+
+/// Restarts the managed child from an RDB file: how a restore reaches a cluster node, which
+/// refuses to be anyone's replica ([`crate::restore`]). Cheap to clone.
+#[derive(Clone)]
+pub struct Reloader(mpsc::Sender<Reload>);
+
+impl Reloader {
+    /// Stops the child, moves `rdb` into its directory as the file it loads at start
+    /// (`dump.rdb`), starts it again on the same port and returns once it is ready, having
+    /// loaded it; the file is then removed, so that no later start loads it again. The
+    /// child's death hook does not run: the stop is walrus's own.
+    pub async fn reload(&self, rdb: PathBuf, timeout: Duration) -> Result<(), String> {
+        let (done, result) = oneshot::channel();
+        self.0
+            .send(Reload { rdb, timeout, done })
+            .await
+            .map_err(|_| "the managed valkey-server is stopping".to_string())?;
+        result
+            .await
+            .map_err(|_| "the managed valkey-server is stopping".to_string())?
+    }
 }
 
 impl ManagedValkey {
-    /// Starts valkey-server and returns once it accepts connections.
+    /// Starts valkey-server, working in `dir`, and returns once it accepts connections.
+    /// `cluster`: as a cluster node announcing walrus.
     pub async fn start(
         binary: PathBuf,
-        data_dir: &Path,
+        dir: &Path,
         port: u16,
         extra_args: Vec<String>,
+        cluster: Option<ClusterNode>,
     ) -> Result<ManagedValkey, UpstreamError> {
-        Self::spawn_ready(binary, data_dir, port, extra_args, free_port)
+        Self::spawn_ready(binary, dir, port, extra_args, cluster, free_port)
             .await
             .map_err(UpstreamError::Start)
     }
@@ -56,17 +91,22 @@ impl ManagedValkey {
     /// times.
     async fn spawn_ready(
         binary: PathBuf,
-        data_dir: &Path,
+        dir: &Path,
         port: u16,
         extra_args: Vec<String>,
+        cluster: Option<ClusterNode>,
         mut pick: impl FnMut() -> std::io::Result<u16>,
     ) -> Result<ManagedValkey, String> {
         /// Tries with ports walrus picked; each failure is another process's race, and a few
         /// in a row mean something else.
         const PICKS: usize = 5;
-        let dir = data_dir.join("valkey");
+        let dir = dir.to_path_buf();
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        // A reload that walrus did not see through leaves its RDB behind; walrus holds
+        // everything in it and restores Valkey itself, which an old file would only get in
+        // the way of (Valkey would come back with data behind the journal's end).
+        let _ = std::fs::remove_file(dir.join(RELOAD_FILE));
         let picked = port == 0;
         let mut attempt = 0;
         let (spec, child) = loop {
@@ -76,16 +116,23 @@ impl ManagedValkey {
             } else {
                 port
             };
+            let mut extra_args = extra_args.clone();
+            if let Some(c) = &cluster {
+                let bus = c
+                    .bus_port_for(port, free_port)
+                    .map_err(|e| format!("cannot pick a free port: {e}"))?;
+                extra_args.extend(c.args(bus));
+            }
             let spec = ChildSpec {
                 binary: binary.clone(),
                 dir: dir.clone(),
                 port,
-                extra_args: extra_args.clone(),
+                extra_args,
             };
             let (child, ready) = spec
                 .spawn()
                 .map_err(|e| format!("cannot start {}: {e}", spec.binary.display()))?;
-            match wait_ready(ready).await {
+            match wait_ready(ready, START_TIMEOUT).await {
                 Ok(()) => break (spec, child),
                 Err(e) if picked && attempt < PICKS && e.contains("Failed listening on port") => {
                     tracing::warn!(port, "valkey-server could not listen on the port walrus picked (taken meanwhile); picking another");
@@ -96,14 +143,38 @@ impl ManagedValkey {
         let port = spec.port;
         tracing::info!(port, binary = %spec.binary.display(), "managed valkey-server is ready");
         let (stop, stop_rx) = watch::channel(false);
+        let (reload, reload_rx) = mpsc::channel(1);
+        let (started, process) = watch::channel(0);
         let on_death = Arc::new(Mutex::new(None));
-        let task = tokio::spawn(supervise(spec, child, stop_rx, on_death.clone()));
+        let task = tokio::spawn(supervise(
+            spec,
+            child,
+            Control {
+                stop: stop_rx,
+                reload: reload_rx,
+                started,
+            },
+            on_death.clone(),
+        ));
         Ok(ManagedValkey {
             address: format!("127.0.0.1:{port}"),
             on_death,
             stop,
             task,
+            reload,
+            process,
         })
+    }
+
+    /// Which child serves the address: counted up each time another one is ready (after a
+    /// death, or a reload).
+    pub fn process(&self) -> watch::Receiver<u64> {
+        self.process.clone()
+    }
+
+    /// What restarts the child from an RDB file.
+    pub fn reloader(&self) -> Reloader {
+        Reloader(self.reload.clone())
     }
 
     /// Sets what to run when the child dies (before it is restarted).
@@ -125,7 +196,39 @@ struct ChildSpec {
     extra_args: Vec<String>,
 }
 
+/// The file Valkey loads at start (its default `dbfilename`), where a reload puts its RDB.
+const RELOAD_FILE: &str = "dump.rdb";
+
 impl ChildSpec {
+    /// Starts the (stopped) child again loading `rdb`, which is moved into its directory
+    /// and removed once loaded. On failure, the child started, if any.
+    async fn reload(
+        &self,
+        rdb: &Path,
+        timeout: Duration,
+    ) -> Result<Child, (Option<Child>, String)> {
+        let file = self.dir.join(RELOAD_FILE);
+        std::fs::rename(rdb, &file).map_err(|e| {
+            (
+                None,
+                format!("cannot move {} to {}: {e}", rdb.display(), file.display()),
+            )
+        })?;
+        let started = match self.spawn() {
+            Ok((child, ready)) => match wait_ready(ready, timeout).await {
+                Ok(()) => Ok(child),
+                Err(e) => Err((
+                    Some(child),
+                    format!("valkey-server did not load {}: {e}", file.display()),
+                )),
+            },
+            Err(e) => Err((None, format!("cannot start {}: {e}", self.binary.display()))),
+        };
+        // Loaded or not, the file must not be loaded by a later start.
+        let _ = std::fs::remove_file(&file);
+        started
+    }
+
     fn spawn(&self) -> std::io::Result<(Child, oneshot::Receiver<Result<(), String>>)> {
         let mut cmd = Command::new(&self.binary);
         cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
@@ -197,23 +300,59 @@ fn valkey_level(line: &str) -> tracing::Level {
     }
 }
 
-async fn wait_ready(ready: oneshot::Receiver<Result<(), String>>) -> Result<(), String> {
-    match tokio::time::timeout(START_TIMEOUT, ready).await {
-        Err(_) => Err(format!("not ready after {START_TIMEOUT:?}")),
+async fn wait_ready(
+    ready: oneshot::Receiver<Result<(), String>>,
+    timeout: Duration,
+) -> Result<(), String> {
+    match tokio::time::timeout(timeout, ready).await {
+        Err(_) => Err(format!("not ready after {timeout:?}")),
         Ok(Err(_)) => Err("its log closed".into()),
         Ok(Ok(r)) => r,
     }
 }
 
+/// What the supervisor is told, and tells.
+struct Control {
+    stop: watch::Receiver<bool>,
+    reload: mpsc::Receiver<Reload>,
+    /// Counted up once each child after the first is ready: connections opened before
+    /// reached an earlier one, or found none.
+    started: watch::Sender<u64>,
+}
+
 async fn supervise(
     spec: ChildSpec,
     mut child: Child,
-    mut stop: watch::Receiver<bool>,
+    control: Control,
     on_death: Arc<Mutex<Option<OnDeath>>>,
 ) {
+    let Control {
+        mut stop,
+        mut reload,
+        started,
+    } = control;
     let mut backoff = Backoff::new(Duration::from_millis(100), RESTART_BACKOFF_MAX);
     loop {
         tokio::select! {
+            Some(r) = reload.recv() => {
+                terminate(&mut child).await;
+                // On failure the child started, if any, is kept (a dead one is restarted
+                // below as after any death); the restore fails and is retried.
+                let result = match spec.reload(&r.rdb, r.timeout).await {
+                    Ok(c) => {
+                        child = c;
+                        Ok(())
+                    }
+                    Err((c, e)) => {
+                        if let Some(c) = c {
+                            child = c;
+                        }
+                        Err(e)
+                    }
+                };
+                started.send_modify(|n| *n += 1);
+                let _ = r.done.send(result);
+            }
             status = child.wait() => {
                 let hook = on_death.lock().expect("on_death lock").clone();
                 if let Some(f) = hook {
@@ -227,9 +366,10 @@ async fn supervise(
                 match spec.spawn() {
                     Ok((c, ready)) => {
                         child = c;
-                        match wait_ready(ready).await {
+                        match wait_ready(ready, START_TIMEOUT).await {
                             Ok(()) => {
                                 tracing::info!(port = spec.port, "managed valkey-server restarted");
+                                started.send_modify(|n| *n += 1);
                                 backoff.reset();
                             }
                             Err(e) => tracing::error!("restarted valkey-server is not ready: {e}"),
@@ -285,11 +425,12 @@ mod tests {
             super::free_port().unwrap(),
             taken.local_addr().unwrap().port(),
         ];
-        let valkey = super::ManagedValkey::spawn_ready(binary, tmp.path(), 0, Vec::new(), || {
-            Ok(picks.pop().expect("two picks at most"))
-        })
-        .await
-        .unwrap();
+        let valkey =
+            super::ManagedValkey::spawn_ready(binary, tmp.path(), 0, Vec::new(), None, || {
+                Ok(picks.pop().expect("two picks at most"))
+            })
+            .await
+            .unwrap();
         assert_ne!(valkey.address, taken.local_addr().unwrap().to_string());
         valkey.stop().await;
     }

@@ -5,6 +5,7 @@
 pub mod backoff;
 pub mod binary;
 pub mod client;
+pub mod cluster;
 pub mod managed;
 pub mod server;
 pub mod settings;
@@ -22,4 +23,9 @@ pub struct Upstream {
     pub credentials: Option<Credentials>,
     pub connect_timeout: Duration,
     pub limits: crate::resp::Limits,
+    /// Managed mode: which child process serves the address, counted up at each start
+    /// ([`managed::ManagedValkey::process`]). A connection opened to an earlier one is
+    /// dropped, not used: a child restarted from an RDB ([`managed::Reloader`]) replaces
+    /// one that pooled connections reached moments before.
+    pub process: Option<tokio::sync::watch::Receiver<u64>>,
 }

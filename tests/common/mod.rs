@@ -234,6 +234,7 @@ pub struct WalrusBuilder<'a> {
     env: Vec<(&'a str, &'a str)>,
     open_files: Option<u64>,
     journal: Option<String>,
+    listen: Option<String>,
 }
 
 impl<'a> WalrusBuilder<'a> {
@@ -279,6 +280,13 @@ impl<'a> WalrusBuilder<'a> {
         self
     }
 
+    /// The client address to listen on (a restart that must keep its port); otherwise a
+    /// free port.
+    pub fn listen(mut self, addr: &str) -> Self {
+        self.listen = Some(addr.to_string());
+        self
+    }
+
     /// Starts walrus with this open-files limit (soft and hard).
     pub fn open_files(mut self, n: u64) -> Self {
         self.open_files = Some(n);
@@ -316,6 +324,7 @@ impl<'a> WalrusBuilder<'a> {
             env,
             open_files,
             journal,
+            listen,
         } = self;
         let dir = tempfile::tempdir().unwrap();
         let data_dir = data
@@ -348,7 +357,11 @@ impl<'a> WalrusBuilder<'a> {
         std::fs::write(&path, text).unwrap();
         let mut cmd = Command::new(walrus_bin());
         cmd.args(["serve", "--config", path.to_str().unwrap()])
-            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .args([
+                "--listen",
+                listen.as_deref().unwrap_or("127.0.0.1:0"),
+                "--data-dir",
+            ])
             .arg(&data_dir)
             .args(&args)
             .envs(env.iter().copied())

@@ -1,0 +1,129 @@
+//! Valkey as one primary of a Valkey Cluster behind walrus ([`crate::config::ClusterConfig`]):
+//! the settings that make every address a client is given a walrus's, started with in
+//! managed mode ([`ClusterNode::args`]) and checked in external mode ([`ClusterNode::check`]).
+//!
+//! A Valkey without `cluster-announce-client-port` (before 9.0) is refused rather than
+//! worked around by rewriting its replies: CLUSTER SLOTS, SHARDS and NODES, MOVED and ASK
+//! errors, and the replies of scripts and transactions that carry them would all need
+//! rewriting, and one missed form sends a client around walrus for good.
+
+use super::client::{frame_str, Conn, UpstreamError};
+use super::server::ServerVersion;
+use crate::config::Announce;
+use redis_protocol::resp2::types::OwnedFrame;
+
+#[derive(Debug, Clone)]
+pub struct ClusterNode {
+    /// Where clients are sent for this shard: walrus.
+    pub announce: Announce,
+    /// Managed mode: Valkey's cluster bus port (0: its port plus 10000, or a free one).
+    pub bus_port: u16,
+}
+
+impl ClusterNode {
+    /// valkey-server's arguments for a node whose bus is on `bus_port`. Valkey
+    /// listens on loopback (walrus's connections) and on the announced address (the bus,
+    /// which other nodes reach there).
+    pub fn args(&self, bus_port: u16) -> Vec<String> {
+        let ip = self.announce.ip.to_string();
+        let mut bind = "127.0.0.1".to_string();
+        if !self.announce.ip.is_loopback() {
+            bind = format!("{bind} {ip}");
+        }
+        let pairs = [
+            ("--bind".to_string(), bind),
+            ("--cluster-enabled".into(), "yes".into()),
+            ("--cluster-config-file".into(), "nodes.conf".into()),
+            ("--cluster-port".into(), bus_port.to_string()),
+            // A primary that gives its last slot away must not become the taker's replica.
+            ("--cluster-allow-replica-migration".into(), "no".into()),
+            ("--cluster-announce-ip".into(), ip.clone()),
+            (format!("--{}", self.announce.ip_setting()), ip),
+            (
+                "--cluster-announce-client-port".into(),
+                self.announce.port.to_string(),
+            ),
+        ];
+        pairs.into_iter().flat_map(|(k, v)| [k, v]).collect()
+    }
+
+    /// The bus port for a Valkey on `port`: as configured, else Valkey's default (`port` +
+    /// 10000) when that is a port, else one `pick` finds free.
+    pub fn bus_port_for(
+        &self,
+        port: u16,
+        pick: impl FnOnce() -> std::io::Result<u16>,
+    ) -> std::io::Result<u16> {
+        match self.bus_port {
+            0 => match port.checked_add(10000) {
+                Some(p) => Ok(p),
+                None => pick(),
+            },
+            p => Ok(p),
+        }
+    }
+
+    /// External mode: the Valkey walrus connects to must be a cluster node of a version
+    /// that announces client addresses, announcing this walrus. The error says what to
+    /// change, with the commands.
+    pub async fn check(&self, conn: &mut Conn, version: &ServerVersion) -> Result<(), String> {
+        supports_client_announce(version)?;
+        let enabled = config_get(conn, "cluster-enabled").await?;
+        if enabled != "yes" {
+            return Err(
+                "cluster.enabled is set, but Valkey does not run in cluster mode (cluster-enabled no)".into(),
+            );
+        }
+        if config_get(conn, "cluster-allow-replica-migration").await? != "no" {
+            return Err(
+                "Valkey has cluster-allow-replica-migration yes: once it gives its last slot away it becomes another node's replica, loads that node's dataset and stops being the primary walrus journals; run CONFIG SET cluster-allow-replica-migration no on Valkey (and CONFIG REWRITE)".into(),
+            );
+        }
+        let ip = config_get(conn, self.announce.ip_setting()).await?;
+        let port = config_get(conn, "cluster-announce-client-port").await?;
+        let (want_ip, want_port) = (self.announce.ip.to_string(), self.announce.port.to_string());
+        if ip != want_ip || port != want_port {
+            return Err(format!(
+                "Valkey tells cluster clients {} (its {}: {:?}, cluster-announce-client-port: {port}), not this walrus ({want_ip}:{want_port}), so clients would go around walrus: run CONFIG SET {} {want_ip} cluster-announce-client-port {want_port} on Valkey (and CONFIG REWRITE), or correct cluster.announce_ip and cluster.announce_port",
+                if ip.is_empty() { "its own address".to_string() } else { format!("{ip}:{port}") },
+                self.announce.ip_setting(),
+                ip,
+                self.announce.ip_setting(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Valkey 9.0 added `cluster-announce-client-port`, without which clients are told
+/// Valkey's own port.
+pub fn supports_client_announce(version: &ServerVersion) -> Result<(), String> {
+    if version.valkey && version.major >= 9 {
+        return Ok(());
+    }
+    Err(format!(
+        "{version} cannot announce walrus's port to cluster clients (cluster-announce-client-port came in Valkey 9.0), so every cluster-aware client would be sent around walrus: cluster mode needs Valkey 9.0 or later"
+    ))
+}
+
+/// Whether the Valkey behind `conn` runs in cluster mode.
+pub async fn enabled(conn: &mut Conn) -> Result<bool, String> {
+    Ok(config_get(conn, "cluster-enabled").await? == "yes")
+}
+
+async fn config_get(conn: &mut Conn, name: &str) -> Result<String, String> {
+    let reply = conn
+        .call(["CONFIG", "GET", name])
+        .await
+        .map_err(|e: UpstreamError| format!("cannot read Valkey's {name}: {e}"))?;
+    match reply {
+        OwnedFrame::Array(items) if items.len() == 2 => {
+            Ok(frame_str(&items[1]).unwrap_or_default())
+        }
+        // Not a setting of this server (older Valkey): as if unset.
+        OwnedFrame::Array(_) => Ok(String::new()),
+        other => Err(format!(
+            "cannot read Valkey's {name}: unexpected reply {other:?}"
+        )),
+    }
+}

@@ -1,0 +1,441 @@
+//! Valkey Cluster through walrus (README, "Valkey Cluster"): three primaries on loopback,
+//! each a managed Valkey in cluster mode behind its own walrus. The cluster is created the
+//! way a user creates one (`redis-cli --cluster create` with the walruses' addresses), a
+//! cluster-aware client (the `redis` crate's) reaches it through walrus, every address a
+//! client is given is a walrus's, and a shard whose Valkey or walrus is killed comes back in
+//! place: the same node, its slots, and every acknowledged write.
+
+mod common;
+use common::*;
+use redis::cluster::ClusterClient;
+use redis::Commands;
+use std::collections::BTreeSet;
+use std::process::Command;
+
+const CLUSTER: &str = "[cluster]\nenabled = true\n";
+
+/// One shard: its walrus (managed Valkey in cluster mode) and the client port, kept across
+/// restarts since the cluster knows the shard by it.
+struct Shard {
+    walrus: Walrus,
+    port: u16,
+    metrics: String,
+}
+
+impl Shard {
+    fn start(port: u16, metrics: &str, data: Option<&std::path::Path>) -> Walrus {
+        let listen = format!("127.0.0.1:{port}");
+        let mut b = Walrus::build()
+            .config(CLUSTER)
+            .listen(&listen)
+            .args(&["--metrics-listen", metrics]);
+        if let Some(d) = data {
+            b = b.data(d);
+        }
+        b.start()
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn cmd(&self, args: &[&str]) -> Vec<u8> {
+        Raw::connect(&self.addr()).cmd(args)
+    }
+
+    fn id(&self) -> String {
+        let r = self.cmd(&["CLUSTER", "MYID"]);
+        String::from_utf8_lossy(&r)
+            .lines()
+            .nth(1)
+            .unwrap()
+            .to_string()
+    }
+
+    /// How many `cmd` commands this walrus forwarded, from its metrics.
+    fn forwarded(&self, cmd: &str) -> u64 {
+        let (_, text) = http_get(&self.metrics, "/metrics");
+        let prefix = format!("walrus_commands_total{{cmd=\"{cmd}\",result=\"ok\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map_or(0, |n| n.trim().parse().unwrap())
+    }
+}
+
+/// Three shards, made one cluster by `redis-cli --cluster create` given only walrus
+/// addresses; returns once every node says the cluster is ok.
+fn cluster() -> Vec<Shard> {
+    let shards: Vec<Shard> = (0..3)
+        .map(|_| {
+            let port = free_port();
+            let metrics = format!("127.0.0.1:{}", free_port());
+            Shard {
+                walrus: Shard::start(port, &metrics, None),
+                port,
+                metrics,
+            }
+        })
+        .collect();
+    let out = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(shards.iter().map(Shard::addr))
+        .args(["--cluster-yes"])
+        .output()
+        .expect("redis-cli (deploy/setup.sh installs redis-tools)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("All 16384 slots covered"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for s in &shards {
+        s.walrus
+            .proc
+            .wait_line("Cluster state changed: ok", START_TIMEOUT);
+    }
+    shards
+}
+
+fn client(shards: &[Shard]) -> redis::cluster::ClusterConnection {
+    let nodes: Vec<String> = shards
+        .iter()
+        .map(|s| format!("redis://{}", s.addr()))
+        .collect();
+    ClusterClient::new(nodes).unwrap().get_connection().unwrap()
+}
+
+/// Every port number in a reply (integers, and `ip:port` / `port@busport` in text).
+fn ports_in(reply: &[u8]) -> BTreeSet<u16> {
+    let text = String::from_utf8_lossy(reply);
+    let mut ports = BTreeSet::new();
+    for line in text.split("\r\n") {
+        // `:12345` integers and `ip:port@bus` in CLUSTER NODES.
+        if let Some(n) = line.strip_prefix(':').and_then(|n| n.parse().ok()) {
+            ports.insert(n);
+        }
+        for word in line.split_whitespace() {
+            if let Some((_, rest)) = word.rsplit_once(':') {
+                if let Some(p) = rest.split('@').next().and_then(|p| p.parse().ok()) {
+                    ports.insert(p);
+                }
+            }
+        }
+    }
+    ports
+}
+
+#[test]
+fn cluster_clients_are_given_only_walrus_addresses() {
+    let shards = cluster();
+    let walruses: BTreeSet<u16> = shards.iter().map(|s| s.port).collect();
+    for s in &shards {
+        // CLUSTER SLOTS: [start, end, [ip, port, id, {}], ...]; the integers are slots and
+        // ports: every port must be a walrus's.
+        let slots = s.cmd(&["CLUSTER", "SLOTS"]);
+        let ports: BTreeSet<u16> = ports_in(&slots)
+            .into_iter()
+            .filter(|p| *p > 16383)
+            .collect();
+        assert_eq!(ports, walruses, "{}", show(&slots));
+        // CLUSTER SHARDS: each node's map has `port` (and `tls-port` with TLS): walruses.
+        let shards_reply = s.cmd(&["CLUSTER", "SHARDS"]);
+        let text = String::from_utf8_lossy(&shards_reply).to_string();
+        let lines: Vec<&str> = text.split("\r\n").collect();
+        let ports: BTreeSet<u16> = lines
+            .windows(2)
+            .filter(|w| w[0] == "port" || w[0] == "tls-port")
+            .map(|w| w[1].trim_start_matches(':').parse().unwrap())
+            .collect();
+        assert_eq!(ports, walruses, "{text}");
+        // CLUSTER NODES names each node `ip:port@bus`: the port is a walrus's.
+        let nodes = String::from_utf8_lossy(&s.cmd(&["CLUSTER", "NODES"])).to_string();
+        let named: BTreeSet<u16> = nodes
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .filter_map(|a| a.split('@').next()?.rsplit_once(':')?.1.parse().ok())
+            .collect();
+        assert_eq!(named, walruses, "{nodes}");
+    }
+    // A key of another shard: MOVED names that shard's walrus.
+    let mut moved = 0;
+    for i in 0..20 {
+        let r = shards[0].cmd(&["SET", &format!("key{i}"), "v"]);
+        if r.starts_with(b"-MOVED") {
+            let text = String::from_utf8_lossy(&r).to_string();
+            let port: u16 = text.trim().rsplit(':').next().unwrap().parse().unwrap();
+            assert!(walruses.contains(&port) && port != shards[0].port, "{text}");
+            moved += 1;
+        } else {
+            assert_eq!(r, b"+OK\r\n", "{}", show(&r));
+        }
+    }
+    assert!(moved > 0, "no key of another shard among 20");
+    // A cluster-aware client learns the topology from walrus and writes everywhere.
+    let mut c = client(&shards);
+    for i in 0..300 {
+        let _: () = c.set(format!("k{i}"), i).unwrap();
+    }
+    for i in 0..300 {
+        assert_eq!(c.get::<_, i64>(format!("k{i}")).unwrap(), i);
+    }
+    let sizes: Vec<i64> = shards
+        .iter()
+        .map(|s| {
+            let r = s.cmd(&["DBSIZE"]);
+            String::from_utf8_lossy(&r[1..r.len() - 2]).parse().unwrap()
+        })
+        .collect();
+    assert!(sizes.iter().all(|n| *n > 50), "{sizes:?}");
+    // Cross-slot and redirect answers are Valkey's own.
+    let r = shards[0].cmd(&["MSET", "a", "1", "b", "2"]);
+    assert!(r.starts_with(b"-CROSSSLOT"), "{}", show(&r));
+}
+
+/// Returns once `shard` answers CLUSTER SLOTS with `slots` again. A restarted node's first
+/// gossip can carry Valkey's own port for a moment (README, "Valkey Cluster", limits); the
+/// other nodes show no sign when the announced one replaces it, so this asks again, a
+/// bounded number of times.
+fn await_topology(shard: &Shard, slots: &[u8]) {
+    for _ in 0..200 {
+        if shard.cmd(&["CLUSTER", "SLOTS"]) == slots {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(show(&shard.cmd(&["CLUSTER", "SLOTS"])), show(slots));
+}
+
+#[test]
+fn a_shard_is_restored_in_place_after_its_valkey_or_its_walrus_dies() {
+    let mut shards = cluster();
+    let mut c = client(&shards);
+    for i in 0..300 {
+        let _: () = c.set(format!("k{i}"), i).unwrap();
+    }
+    let id = |s: &Shard| s.cmd(&["CLUSTER", "MYID"]);
+    let before: Vec<Vec<u8>> = shards.iter().map(id).collect();
+    let slots = shards[0].cmd(&["CLUSTER", "SLOTS"]);
+
+    // Valkey dies: walrus restarts it empty, restores a second server, and restarts the
+    // node from that server's RDB, as the same node; the link continues with PSYNC.
+    shards[1].walrus.kill_valkey_and_await_restore();
+    let got = id(&shards[1]);
+    assert_eq!(
+        got,
+        before[1],
+        "{}\n{}",
+        show(&got),
+        shards[1].walrus.proc.log_text()
+    );
+    let log = shards[1].walrus.proc.log_text();
+    assert!(
+        log.contains("restarting the cluster node from the restored RDB")
+            && !log.contains("Valkey restarted (process"),
+        "{log}"
+    );
+    assert_eq!(id(&shards[1]), before[1]);
+    await_topology(&shards[0], &slots);
+    for i in 0..300 {
+        assert_eq!(c.get::<_, i64>(format!("k{i}")).unwrap(), i, "k{i}");
+    }
+
+    // walrus dies (its Valkey with it) and starts again on the same port and data.
+    for i in 300..400 {
+        let _: () = c.set(format!("k{i}"), i).unwrap();
+    }
+    let data = shards[2].walrus.data.path().join("data");
+    shards[2].walrus.kill_with_valkey();
+    let port = shards[2].port;
+    let metrics = shards[2].metrics.clone();
+    let old = std::mem::replace(
+        &mut shards[2].walrus,
+        Shard::start(port, &metrics, Some(&data)),
+    );
+    let _data = old.data; // the data directory the new walrus runs on
+    let w = &shards[2].walrus;
+    // Both may come before walrus listens, which `start` waited for.
+    for line in [
+        "Valkey continued with a partial resync",
+        "Cluster state changed: ok",
+    ] {
+        if !w.proc.log_text().contains(line) {
+            w.proc.wait_line(line, START_TIMEOUT);
+        }
+    }
+    assert_eq!(id(&shards[2]), before[2]);
+    await_topology(&shards[0], &slots);
+    for i in 0..400 {
+        assert_eq!(c.get::<_, i64>(format!("k{i}")).unwrap(), i, "k{i}");
+    }
+    for s in &shards {
+        let info = String::from_utf8_lossy(&s.cmd(&["CLUSTER", "INFO"])).to_string();
+        assert!(info.contains("cluster_state:ok"), "{info}");
+    }
+}
+
+#[test]
+fn an_external_cluster_node_must_announce_walrus() {
+    let v = Valkey::start_with(&["--cluster-enabled", "yes"]);
+    let tmp = tempfile::tempdir().unwrap();
+    // Without cluster.enabled: clients would be sent to Valkey's own address.
+    let line = refuses_to_start(Some(&v.addr()), "", tmp.path(), "runs in cluster mode");
+    assert!(line.contains("set cluster.enabled"), "{line}");
+    // With it, but Valkey would turn replica once it gave its last slot away.
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let config = format!("{CLUSTER}announce_port = {port}\n");
+    let line = refuses_to_start(
+        Some(&v.addr()),
+        &config,
+        tmp.path(),
+        "cluster-allow-replica-migration yes",
+    );
+    assert!(
+        line.contains("CONFIG SET cluster-allow-replica-migration no"),
+        "{line}"
+    );
+    let mut c = Raw::connect(&v.addr());
+    let r = c.cmd(&["CONFIG", "SET", "cluster-allow-replica-migration", "no"]);
+    assert_eq!(r, b"+OK\r\n");
+    // Valkey announces itself: the error gives the commands.
+    let line = refuses_to_start(Some(&v.addr()), &config, tmp.path(), "not this walrus");
+    assert!(
+        line.contains(&format!("cluster-announce-client-port {port}")),
+        "{line}"
+    );
+    // Announcing walrus: it starts.
+    let r = c.cmd(&[
+        "CONFIG",
+        "SET",
+        "cluster-announce-client-ipv4",
+        "127.0.0.1",
+        "cluster-announce-client-port",
+        &port.to_string(),
+    ]);
+    assert_eq!(r, b"+OK\r\n");
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .config(CLUSTER)
+        .listen(&listen)
+        .start();
+    let r = Raw::connect(&w.addr).cmd(&["CLUSTER", "MYID"]);
+    assert!(r.starts_with(b"$40\r\n"), "{}", show(&r));
+    // ... and refuses to let a client point the announcement elsewhere.
+    let r = Raw::connect(&w.addr).cmd(&["CONFIG", "SET", "cluster-announce-client-port", "1"]);
+    assert!(
+        r.starts_with(b"-ERR walrus: cluster-announce-client-* is refused"),
+        "{}",
+        show(&r)
+    );
+}
+
+#[test]
+fn cluster_mode_refuses_a_valkey_that_cannot_announce_walrus() {
+    // Valkey 8 has cluster-announce-client-ipv4 but not -port: clients would be told
+    // Valkey's own port.
+    let (_, bin) = common::server::matrix()
+        .into_iter()
+        .find(|(v, _)| v.valkey && v.v.0 == 8)
+        .expect("deploy/setup.sh installs Valkey 8.1.8");
+    let v = Valkey::start_bin(&bin, &["--cluster-enabled", "yes"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let line = refuses_to_start(
+        Some(&v.addr()),
+        CLUSTER,
+        tmp.path(),
+        "cluster mode needs Valkey 9.0",
+    );
+    assert!(line.contains("cluster-announce-client-port"), "{line}");
+}
+
+/// Resharding with MIGRATE (the path `redis-cli --cluster reshard` takes) under a writer,
+/// every slot of one shard moved to another: the source's Valkey connects to the address
+/// the cluster announces for the target, its walrus, so each `RESTORE-ASKING` is answered
+/// only once the target's journal holds it, and only then does the source delete the key
+/// (README, "Valkey Cluster", "Resharding"). Killing the target's Valkey right after loses
+/// nothing; the source, left without slots, stays a primary that its walrus journals.
+#[test]
+fn resharding_moves_keys_through_the_target_walrus_and_loses_no_acknowledged_write() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let shards = cluster();
+    let mut c = client(&shards);
+    for i in 0..500 {
+        let _: () = c.set(format!("k{i}"), i).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let nodes: Vec<String> = shards
+        .iter()
+        .map(|s| format!("redis://{}", s.addr()))
+        .collect();
+    let writer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut c = ClusterClient::new(nodes).unwrap().get_connection().unwrap();
+            let mut acked = Vec::new();
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                if c.set::<_, _, ()>(format!("w{i}"), i).is_ok() {
+                    acked.push(i);
+                }
+                i += 1;
+            }
+            acked
+        })
+    };
+    let (from, to) = (&shards[2], &shards[1]);
+    let out = Command::new("redis-cli")
+        .args(["--cluster", "reshard", &from.addr()])
+        .args(["--cluster-from", &from.id(), "--cluster-to", &to.id()])
+        .args(["--cluster-slots", "16384", "--cluster-yes"])
+        .output()
+        .unwrap();
+    stop.store(true, Ordering::Relaxed);
+    let acked = writer.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!acked.is_empty());
+    // The keys reached the target through its walrus's gate, not around it.
+    assert!(
+        to.forwarded("restore-asking") > 0,
+        "no RESTORE-ASKING went through the target's walrus"
+    );
+    // The source kept no slot and is still the primary its walrus journals.
+    let role = from.cmd(&["ROLE"]);
+    assert!(role.starts_with(b"*3\r\n$6\r\nmaster"), "{}", show(&role));
+    let log = from.walrus.proc.log_text();
+    assert_eq!(log.matches("replica link attached").count(), 1, "{log}");
+    to.walrus.kill_valkey_and_await_restore();
+    let mut c = client(&shards);
+    for i in 0..500 {
+        assert_eq!(c.get::<_, i64>(format!("k{i}")).unwrap(), i, "k{i}");
+    }
+    for i in acked {
+        assert_eq!(c.get::<_, u64>(format!("w{i}")).unwrap(), i, "w{i}");
+    }
+    let moved = String::from_utf8_lossy(&from.cmd(&["DBSIZE"])).to_string();
+    assert_eq!(moved, ":0\r\n");
+}
+
+#[test]
+fn atomic_slot_migration_is_refused_through_walrus() {
+    let shards = cluster();
+    let r = shards[0].cmd(&[
+        "CLUSTER",
+        "MIGRATESLOTS",
+        "SLOTSRANGE",
+        "0",
+        "10",
+        "NODE",
+        &shards[1].id(),
+    ]);
+    let text = show(&r);
+    assert!(
+        r.starts_with(b"-ERR walrus: CLUSTER MIGRATESLOTS is refused") && text.contains("2723"),
+        "{text}"
+    );
+}
