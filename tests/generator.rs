@@ -21,8 +21,11 @@
 //!   failure. Thread scheduling is not replayed, but every random choice is, and the fault
 //!   loop's sequence of faults is the same.
 //! - `WALRUS_GEN_SECONDS`: how long faults are injected, in total (default 40).
-//! - `WALRUS_GEN_MODE`: `managed`, `external` or `both` (default: managed, then external,
-//!   each half the time).
+//! - `WALRUS_GEN_MODE`: `managed`, `external`, `cluster` or `both` (default: managed, then
+//!   external, each half the time). `cluster`: walrus's Valkey is one primary of a Valkey
+//!   Cluster of three, each behind its walrus, and owns the slot of every key the clients
+//!   use (they all carry the hash tag `{gen}`); the faults hit that shard, whose restores
+//!   are in place. The second test runs cluster mode alone.
 //! - `WALRUS_GEN_DISK`: `tmp` (default) or `faultfs`: walrus's data directory on a faultfs
 //!   mount (docs/faultfs.md), and power losses among the faults (`generator/power.rs`).
 //!   `tests/power_loss.rs` runs mostly power losses on faultfs.
@@ -36,6 +39,7 @@ include!("generator/modules.rs");
 
 use faults::Plan;
 use runner::{Disk, Settings};
+use system::Mode;
 
 /// Every fault, at a pace that leaves the clients time to work in between; power losses
 /// only with `WALRUS_GEN_DISK=faultfs` (then as often as a SIGKILL of walrus).
@@ -48,4 +52,13 @@ const EVERY_FAULT: Plan = Plan {
 #[test]
 fn generated_histories_keep_walruss_promises() {
     runner::run_all(Settings::from_env(40, Disk::Tmp, EVERY_FAULT));
+}
+
+/// The same in cluster mode: one shard of a three-primary Valkey Cluster under every fault
+/// of managed mode, restored in place (README, "Valkey Cluster").
+#[test]
+fn generated_histories_keep_walruss_promises_on_a_cluster_shard() {
+    let mut s = Settings::from_env(20, Disk::Tmp, EVERY_FAULT);
+    s.modes = vec![Mode::Cluster];
+    runner::run_all(s);
 }

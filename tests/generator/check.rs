@@ -82,7 +82,7 @@ pub fn read_final(ctx: &Ctx, addr: &str, big_keys: &[String]) -> Result<Final, S
     let mut keys = BTreeSet::new();
     let mut cursor = "0".to_string();
     loop {
-        let page = ask(&["SCAN", &cursor, "MATCH", "gen:*", "COUNT", "1000"])?;
+        let page = ask(&["SCAN", &cursor, "MATCH", "{gen}:*", "COUNT", "1000"])?;
         let OwnedFrame::Array(mut page) = page else {
             return Err(format!("SCAN: {page:?}"));
         };
@@ -363,7 +363,7 @@ impl History {
         }
         // Queues come and go, and so may the keys written around walrus; every other key,
         // once there, stays.
-        let stays = f.keys.iter().filter(|k| !k.starts_with("gen:q")).count();
+        let stays = f.keys.iter().filter(|k| !k.starts_with("{gen}:q")).count();
         if self.max_dbsize > stays + QUEUES + AROUND_KEYS {
             self.violation(format!(
                 "dirty read: DBSIZE showed {}, but only {stays} keys, {QUEUES} queues and \

@@ -12,7 +12,7 @@ use redis_protocol::resp2::types::OwnedFrame;
 pub const COUNTERS: usize = 3;
 
 pub fn counter_key(i: usize) -> String {
-    format!("gen:c{i}")
+    format!("{{gen}}:c{i}")
 }
 
 /// What clients did to one counter, and saw of it.

@@ -86,7 +86,7 @@ pub fn run(
     deadline: Instant,
 ) -> Result<(), String> {
     let mut table = match sys.mode {
-        Mode::Managed => MANAGED,
+        Mode::Managed | Mode::Cluster => MANAGED,
         Mode::External => EXTERNAL,
     }
     .to_vec();

@@ -20,20 +20,20 @@ pub const LISTS: usize = 6;
 pub const QUEUES: usize = 3;
 /// Large values per worker, each written only by its worker (so versions run in order).
 pub const BIG_SLOTS: usize = 2;
-pub const CHANNEL: &str = "gen:chan";
+pub const CHANNEL: &str = "{gen}:chan";
 /// The timestamp of what never happened (an acknowledgement that never came).
 pub const NEVER: u64 = u64::MAX;
 
 pub fn list_key(i: usize) -> String {
-    format!("gen:l{i}")
+    format!("{{gen}}:l{i}")
 }
 
 pub fn queue_key(i: usize) -> String {
-    format!("gen:q{i}")
+    format!("{{gen}}:q{i}")
 }
 
 pub fn big_key(worker: usize, slot: usize) -> String {
-    format!("gen:big:{worker}:{slot}")
+    format!("{{gen}}:big:{worker}:{slot}")
 }
 
 /// The element, job or message written as `<prefix><index>`; its index if it is one.
@@ -191,6 +191,9 @@ impl History {
             "MASTERDOWN",
             "READONLY",
             "ERR walrus:",
+            // Cluster mode: a node restarted in place says so until it has rejoined
+            // (Valkey's rejoin delay, up to 5 s).
+            "CLUSTERDOWN",
         ];
         if EXPECTED.iter().any(|p| msg.starts_with(p)) {
             // Counted by kind: the text up to its first clause.

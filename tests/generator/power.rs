@@ -60,7 +60,7 @@ const EXTERNAL: &[(Victims, u64)] = &[
 /// A power loss with random victims; returns what it did.
 pub fn power_loss(sys: &mut System, ctx: &Ctx, rng: &mut Rng) -> Result<String, String> {
     let victims = match sys.mode {
-        Mode::Managed => Victims::Walrus,
+        Mode::Managed | Mode::Cluster => Victims::Walrus,
         Mode::External => pick(rng, EXTERNAL),
     };
     cut(sys, ctx, rng, victims)
@@ -84,7 +84,7 @@ pub fn cut(sys: &mut System, ctx: &Ctx, rng: &mut Rng, victims: Victims) -> Resu
     }
     let outcome = fields(&sys.power(crash));
     let walrus_dies = victims != Victims::Valkey;
-    let valkey_dies = victims != Victims::Walrus || sys.mode == Mode::Managed;
+    let valkey_dies = victims != Victims::Walrus || sys.mode.managed();
     if valkey_dies {
         sys.stop_external_valkey();
     }

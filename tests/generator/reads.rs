@@ -60,7 +60,7 @@ impl ReadOp {
             ReadOp::InfoKeyspace => cmd(&["INFO", "keyspace"]),
             ReadOp::RandomKey => cmd(&["RANDOMKEY"]),
             ReadOp::Exists(key) => cmd(&["EXISTS", key]),
-            ReadOp::Scan => cmd(&["SCAN", "0", "MATCH", "gen:*", "COUNT", "1000"]),
+            ReadOp::Scan => cmd(&["SCAN", "0", "MATCH", "{gen}:*", "COUNT", "1000"]),
             ReadOp::Large(key) => cmd(&["GETRANGE", key, "0", "63"]),
             ReadOp::Counter(c) => cmd(&["GET", &counter_key(*c)]),
         }

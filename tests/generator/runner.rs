@@ -55,8 +55,9 @@ impl Settings {
         let modes = match var("WALRUS_GEN_MODE").as_deref().unwrap_or("both") {
             "managed" => vec![Mode::Managed],
             "external" => vec![Mode::External],
+            "cluster" => vec![Mode::Cluster],
             "both" => vec![Mode::Managed, Mode::External],
-            other => panic!("WALRUS_GEN_MODE: managed, external or both, not {other:?}"),
+            other => panic!("WALRUS_GEN_MODE: managed, external, cluster or both, not {other:?}"),
         };
         let disk = match var("WALRUS_GEN_DISK").as_deref() {
             None => disk,

@@ -16,6 +16,10 @@ use std::time::{Duration, Instant};
 pub enum Mode {
     Managed,
     External,
+    /// Managed, the Valkey one primary of a three-primary Valkey Cluster (the other two
+    /// each behind a walrus of their own, untouched by faults), owning the slot of every
+    /// key the clients use (`{gen}`): restores are in place (README, "Valkey Cluster").
+    Cluster,
 }
 
 impl Mode {
@@ -23,9 +27,17 @@ impl Mode {
         match self {
             Mode::Managed => "managed",
             Mode::External => "external",
+            Mode::Cluster => "cluster",
         }
     }
+
+    /// Walrus runs its own Valkey.
+    pub fn managed(self) -> bool {
+        self != Mode::External
+    }
 }
+
+const CLUSTER: &str = "[cluster]\nenabled = true\n";
 
 /// A fast disk watcher, so that a ring that a failing checkpoint lets fill refuses writes,
 /// and accepts them again, promptly. The harness's test journal is small (16 x 1 MiB): a
@@ -64,7 +76,7 @@ const FAULTFS_BACKENDS: &[&str] = &["auto", "sync"];
 /// How long walrus may take to serve reads again after a fault.
 pub const RECOVERY: Duration = Duration::from_secs(90);
 
-/// Keys the writes around walrus use (outside the clients' `gen:*`).
+/// Keys the writes around walrus use (outside the clients' `{gen}:*`).
 pub const AROUND_KEYS: usize = 16;
 
 pub struct System {
@@ -89,6 +101,10 @@ pub struct System {
     /// The delay faultfs gives each synchronous write and sync, as this walrus's start
     /// chose (a power loss changes it for a moment).
     latency_us: u64,
+    /// Cluster mode: walrus's client port, which the cluster knows the shard by, the same
+    /// across restarts; and the other two shards.
+    listen: Option<u16>,
+    peers: Vec<Walrus>,
     /// Holds the data directory (unless on faultfs) and the flag files.
     _dir: tempfile::TempDir,
 }
@@ -118,10 +134,12 @@ impl System {
             rng: Rng(seed),
             fs,
             latency_us: 0,
+            listen: (mode == Mode::Cluster).then(free_port),
+            peers: Vec::new(),
             _dir: dir,
         };
         match mode {
-            Mode::Managed => sys.valkey_port = free_port(),
+            Mode::Managed | Mode::Cluster => sys.valkey_port = free_port(),
             Mode::External => {
                 let v = Valkey::start_with(sys.external_valkey_args());
                 sys.valkey_port = v.port;
@@ -131,7 +149,36 @@ impl System {
         if let Err(e) = sys.launch() {
             panic!("{e}");
         }
+        if mode == Mode::Cluster {
+            sys.form_cluster();
+        }
         sys
+    }
+
+    /// Starts the two other shards and makes the three one cluster, as a user does
+    /// (`redis-cli --cluster create` with walrus addresses). `redis-cli` gives each node a
+    /// third of the slots in the order named: this walrus second, for the slot of `{gen}`
+    /// (10060).
+    fn form_cluster(&mut self) {
+        let peer = || {
+            Walrus::build()
+                .config(CLUSTER)
+                .listen(&format!("127.0.0.1:{}", free_port()))
+                .start()
+        };
+        self.peers = vec![peer(), peer()];
+        let nodes = [&self.peers[0].addr, &self.addr(), &self.peers[1].addr];
+        let out = std::process::Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(nodes)
+            .arg("--cluster-yes")
+            .output()
+            .expect("redis-cli (deploy/setup.sh installs redis-tools)");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+        let w = self.walrus.as_ref().expect("walrus runs");
+        w.proc.wait_line("Cluster state changed: ok", START_TIMEOUT);
+        let owned = Raw::connect(&w.addr).cmd(&["EXISTS", "{gen}:l0"]);
+        assert_eq!(owned, b":0\r\n", "this shard must own the clients' slot");
     }
 
     pub fn addr(&self) -> String {
@@ -172,16 +219,24 @@ impl System {
             }
         };
         let config = format!("io_backend = \"{backend}\"\n{CONFIG}");
+        let listen = self.listen.map(|p| format!("127.0.0.1:{p}"));
         let build = match self.mode {
-            Mode::Managed => {
+            Mode::Managed | Mode::Cluster => {
                 let mut config = format!("{config}[upstream]\nport = {}\n", self.valkey_port);
                 if !self.durable {
                     // Without a journal walrus is no replica: Valkey would refuse all writes.
                     config.push_str("extra_args = [\"--min-replicas-to-write\", \"0\"]\n");
                 }
+                if self.mode == Mode::Cluster {
+                    config.push_str(CLUSTER);
+                }
                 Walrus::build().config(&config)
             }
             Mode::External => Walrus::build().upstream(&upstream).config(&config),
+        };
+        let build = match &listen {
+            Some(l) => build.listen(l),
+            None => build,
         };
         let (proc, config_dir) = build.data(&self.data).env(&env).spawn();
         let Some(line) = proc.try_wait_line(LISTENING, START_TIMEOUT) else {
@@ -242,7 +297,7 @@ impl System {
         let w = self
             .walrus
             .as_ref()
-            .filter(|_| self.mode == Mode::Managed)?;
+            .filter(|_| self.mode.managed())?;
         let tasks = format!("/proc/{}/task", w.proc.child.id());
         std::fs::read_dir(tasks)
             .ok()?
@@ -274,7 +329,7 @@ impl System {
     /// False when there was none to kill (walrus was restarting it).
     pub fn kill_valkey(&mut self) -> bool {
         match self.mode {
-            Mode::Managed => {
+            Mode::Managed | Mode::Cluster => {
                 let Some(pid) = self.managed_valkey() else {
                     return false;
                 };
@@ -341,7 +396,7 @@ impl System {
         let mut last = String::from("no connection");
         while Instant::now() < deadline {
             if let Ok(mut c) = Raw::try_connect(&addr) {
-                let probe = walrus::resp::write::command(["LLEN", "gen:l0"]);
+                let probe = walrus::resp::write::command(["LLEN", "{gen}:l0"]);
                 if c.stream.write_all(&probe).is_ok() {
                     match c.try_read_frame() {
                         Ok(r) if r.starts_with(b":") => return Ok(()),

@@ -98,7 +98,7 @@ impl History {
         self.count("check: keyspace read");
         for k in keys {
             let k = String::from_utf8_lossy(k);
-            if k.starts_with("gen:") && !k.starts_with("gen:q") {
+            if k.starts_with("{gen}:") && !k.starts_with("{gen}:q") {
                 self.seen_keys.insert(k.into_owned());
             }
         }
