@@ -98,6 +98,14 @@ pub fn refusal(name: &str, req: &Request) -> Option<Refusal> {
             "CLUSTER MIGRATESLOTS",
             "the target node takes the slots before walrus in front of it has journaled them (Valkey does not wait for its replicas, valkey-io/valkey#2723), and the source then deletes them: a crash of the target in that moment loses acknowledged writes; reshard with MIGRATE through the walruses' addresses (`redis-cli --cluster reshard`, README \"Valkey Cluster\")",
         ),
+        "cluster|flushslot" => refuse(
+            "CLUSTER FLUSHSLOT",
+            "its deletions reach the replication stream as the command itself, which the plain valkey-server a restore in place replays the journal into refuses: the keys would come back (delete them with DEL or UNLINK)",
+        ),
+        "cluster|syncslots" => refuse(
+            "CLUSTER SYNCSLOTS",
+            "it drives an atomic slot migration, which walrus cannot make durable (see CLUSTER MIGRATESLOTS)",
+        ),
         "config|set" => config_set(req),
         _ => None,
     }
@@ -138,9 +146,9 @@ fn config_set(req: &Request) -> Option<Refusal> {
             .iter()
             .find(|(old, _)| *old == name)
             .map_or(name.as_str(), |(_, new)| new);
-        if name.starts_with("cluster-announce-client-") {
+        if name.starts_with("cluster-announce-client-") || name == "cluster-announce-port" {
             return Some(Refusal {
-                what: "cluster-announce-client-*",
+                what: "cluster-announce-client-* (or cluster-announce-port)",
                 why: "cluster clients would be told another address than this walrus's, and go around it (set cluster.announce_ip and cluster.announce_port instead)",
             });
         }
@@ -278,6 +286,15 @@ mod tests {
                 "NODE",
                 "abc"
             ]
+        ));
+        assert!(refused("cluster|flushslot", &["CLUSTER", "FLUSHSLOT", "1"]));
+        assert!(refused(
+            "config|set",
+            &["CONFIG", "SET", "cluster-announce-port", "7000"]
+        ));
+        assert!(refused(
+            "cluster|syncslots",
+            &["CLUSTER", "SYNCSLOTS", "CAPA"]
         ));
         assert!(refused(
             "config|set",

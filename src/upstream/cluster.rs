@@ -23,7 +23,7 @@ pub struct ClusterNode {
 impl ClusterNode {
     /// valkey-server's arguments for a node whose bus is on `bus_port`. Valkey
     /// listens on loopback (walrus's connections) and on the announced address (the bus,
-    /// which other nodes reach there).
+    /// which other nodes reach there; Valkey's `bind` serves its client port there too).
     pub fn args(&self, bus_port: u16) -> Vec<String> {
         let ip = self.announce.ip.to_string();
         let mut bind = "127.0.0.1".to_string();
@@ -43,6 +43,17 @@ impl ClusterNode {
                 "--cluster-announce-client-port".into(),
                 self.announce.port.to_string(),
             ),
+            // Walrus's port as the node's own too: a node that restarted sends its first
+            // PINGs without the extension that carries the client port, and its peers then
+            // fall back to the node's own port for a moment (tests/cluster.rs,
+            // `a_shard_is_restored_in_place_...`), which would send clients to Valkey.
+            // Nothing but clients uses it: the bus has its own port, and walrus's link
+            // connects to Valkey on loopback.
+            (
+                "--cluster-announce-port".into(),
+                self.announce.port.to_string(),
+            ),
+            ("--cluster-announce-bus-port".into(), bus_port.to_string()),
         ];
         pairs.into_iter().flat_map(|(k, v)| [k, v]).collect()
     }
@@ -81,10 +92,13 @@ impl ClusterNode {
         }
         let ip = config_get(conn, self.announce.ip_setting()).await?;
         let port = config_get(conn, "cluster-announce-client-port").await?;
+        // The node's own announced port too: peers fall back to it for a moment after the
+        // node restarts ([`ClusterNode::args`]).
+        let own = config_get(conn, "cluster-announce-port").await?;
         let (want_ip, want_port) = (self.announce.ip.to_string(), self.announce.port.to_string());
-        if ip != want_ip || port != want_port {
+        if ip != want_ip || port != want_port || own != want_port {
             return Err(format!(
-                "Valkey tells cluster clients {} (its {}: {:?}, cluster-announce-client-port: {port}), not this walrus ({want_ip}:{want_port}), so clients would go around walrus: run CONFIG SET {} {want_ip} cluster-announce-client-port {want_port} on Valkey (and CONFIG REWRITE), or correct cluster.announce_ip and cluster.announce_port",
+                "Valkey tells cluster clients {} (its {}: {:?}, cluster-announce-client-port: {port}, cluster-announce-port: {own}), not this walrus ({want_ip}:{want_port}), so clients would go around walrus: run CONFIG SET {} {want_ip} cluster-announce-client-port {want_port} cluster-announce-port {want_port} on Valkey (and CONFIG REWRITE), or correct cluster.announce_ip and cluster.announce_port",
                 if ip.is_empty() { "its own address".to_string() } else { format!("{ip}:{port}") },
                 self.announce.ip_setting(),
                 ip,
