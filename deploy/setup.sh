@@ -4,7 +4,8 @@
 # redis-benchmark), and for the checks of deploy/: Debian's prometheus package for promtool
 # (its server is not started), helm (built with Go into a cache kept between runs),
 # kubernetes-validate (PyPI, pinned), systemd-analyze (Debian's systemd package; it does
-# not become the init system) and fuse3 (fusermount3, for faultfs). Rust is expected to be
+# not become the init system), fuse3 (fusermount3, for faultfs) and the Python cluster
+# clients redis and valkey-glide (PyPI, pinned). Rust is expected to be
 # there already. Safe to run again: it only installs what is missing.
 #
 #   deploy/setup.sh --bench   # also the extras of deploy/bench.py --suite compare only:
@@ -157,6 +158,10 @@ fi
 
 pip_pin kubernetes-validate 1.31.0
 echo "setup: kubernetes-validate $(python3 -m kubernetes_validate --version)"
+
+# The cluster-aware Python clients tests/cluster.rs runs through walrus (PyPI, pinned).
+pip_pin redis 8.1.0
+pip_pin valkey-glide 2.6.0
 
 # systemd-analyze (tests/deployment_systemd.rs verifies deploy/systemd/walrus.service and rates
 # its sandbox with it). It comes with Debian's systemd package; installing the package starts

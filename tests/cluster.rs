@@ -470,3 +470,39 @@ fn atomic_slot_migration_and_flushslot_are_refused_through_walrus() {
         show(&r)
     );
 }
+
+/// The Python clients users run, redis-py's RedisCluster and valkey-glide, given one
+/// walrus: every node they learn is a walrus, and every command they send goes through
+/// one (the walruses counted them all).
+#[test]
+fn python_cluster_clients_reach_every_shard_through_walrus() {
+    const KEYS: u64 = 200;
+    let shards = cluster();
+    let counted = |cmd: &str| shards.iter().map(|s| s.forwarded(cmd)).sum::<u64>();
+    let (sets, gets) = (counted("set"), counted("get"));
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/cluster_clients.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(shards[0].addr())
+        .arg(KEYS.to_string())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}\n{} (deploy/setup.sh installs redis and valkey-glide)",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let learned: BTreeSet<String> = text
+        .lines()
+        .find_map(|l| l.strip_prefix("redis-py "))
+        .unwrap()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let walruses: BTreeSet<String> = shards.iter().map(Shard::addr).collect();
+    assert_eq!(learned, walruses);
+    assert!(text.lines().any(|l| l == "glide"), "{text}");
+    assert!(counted("set") - sets >= 2 * KEYS, "some SETs went around walrus");
+    assert!(counted("get") - gets >= 2 * KEYS, "some GETs went around walrus");
+}
