@@ -12,7 +12,9 @@ use redis::Commands;
 use std::collections::BTreeSet;
 use std::process::Command;
 
-const CLUSTER: &str = "[cluster]\nenabled = true\n";
+/// Cluster mode; the metrics of the node's state read from Valkey every 100 ms, for the test
+/// that waits for them.
+const CLUSTER: &str = "[cluster]\nenabled = true\npoll_interval_ms = 100\n";
 
 /// One shard: its walrus (managed Valkey in cluster mode) and the client port, kept across
 /// restarts since the cluster knows the shard by it.
@@ -50,6 +52,19 @@ impl Shard {
             .nth(1)
             .unwrap()
             .to_string()
+    }
+
+    /// Returns this walrus's metrics once `pred` holds for them (they are refreshed every
+    /// `poll_interval_ms`), within a bound.
+    fn metrics_when(&self, pred: impl Fn(&str) -> bool) -> String {
+        for _ in 0..100 {
+            let (_, text) = http_get(&self.metrics, "/metrics");
+            if pred(&text) {
+                return text;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        http_get(&self.metrics, "/metrics").1
     }
 
     /// How many `cmd` commands this walrus forwarded, from its metrics.
@@ -186,6 +201,33 @@ fn cluster_clients_are_given_only_walrus_addresses() {
         })
         .collect();
     assert!(sizes.iter().all(|n| *n > 50), "{sizes:?}");
+    // Each walrus's metrics name its node and shard, its slots and the cluster's state.
+    let mut total = 0;
+    for s in &shards {
+        let shard_id = String::from_utf8_lossy(&s.cmd(&["CLUSTER", "MYSHARDID"]))
+            .lines()
+            .nth(1)
+            .unwrap()
+            .to_string();
+        let info = format!(
+            "walrus_cluster_node_info{{node_id=\"{}\",shard_id=\"{shard_id}\"}} 1",
+            s.id()
+        );
+        let text = s.metrics_when(|t| t.contains(&info) && t.contains("walrus_cluster_state_ok 1"));
+        assert!(
+            text.contains(&info) && text.contains("walrus_cluster_state_ok 1"),
+            "{info}\n{text}"
+        );
+        let slots: i64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("walrus_cluster_slots "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((5461..=5462).contains(&slots), "{slots}");
+        total += slots;
+    }
+    assert_eq!(total, 16384);
     // Cross-slot and redirect answers are Valkey's own.
     let r = shards[0].cmd(&["MSET", "a", "1", "b", "2"]);
     assert!(r.starts_with(b"-CROSSSLOT"), "{}", show(&r));
@@ -480,7 +522,10 @@ fn python_cluster_clients_reach_every_shard_through_walrus() {
     let shards = cluster();
     let counted = |cmd: &str| shards.iter().map(|s| s.forwarded(cmd)).sum::<u64>();
     let (sets, gets) = (counted("set"), counted("get"));
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/cluster_clients.py");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/cluster_clients.py"
+    );
     let out = Command::new("python3")
         .arg(script)
         .arg(shards[0].addr())
@@ -503,6 +548,12 @@ fn python_cluster_clients_reach_every_shard_through_walrus() {
     let walruses: BTreeSet<String> = shards.iter().map(Shard::addr).collect();
     assert_eq!(learned, walruses);
     assert!(text.lines().any(|l| l == "glide"), "{text}");
-    assert!(counted("set") - sets >= 2 * KEYS, "some SETs went around walrus");
-    assert!(counted("get") - gets >= 2 * KEYS, "some GETs went around walrus");
+    assert!(
+        counted("set") - sets >= 2 * KEYS,
+        "some SETs went around walrus"
+    );
+    assert!(
+        counted("get") - gets >= 2 * KEYS,
+        "some GETs went around walrus"
+    );
 }

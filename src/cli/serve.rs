@@ -250,6 +250,10 @@ async fn run_proxy(
         check_settings(&up, config.upstream.strict_settings).await?;
     }
     check_cluster(cluster, &up, &server).await?;
+    if cluster.is_some() {
+        let interval = Duration::from_millis(config.cluster.poll_interval_ms);
+        tokio::spawn(cluster::watch(up.clone(), interval));
+    }
     // The link must outlive the client sessions: on SIGTERM they drain replies that are held
     // until the journal covers them, so it is stopped (by `Durable::stop`) only after they are
     // done. Its stop signal never fires; the sender lives until this function returns.

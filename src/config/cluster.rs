@@ -7,7 +7,7 @@
 use serde::Deserialize;
 use std::net::{IpAddr, SocketAddr};
 
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, schemars::JsonSchema)]
+#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterConfig {
     /// Valkey is a cluster node: managed mode starts it with cluster mode on; external
@@ -23,6 +23,21 @@ pub struct ClusterConfig {
     /// Managed mode: the cluster bus port of Valkey (other nodes connect to it, on
     /// `announce_ip`). 0: Valkey's port plus 10000, as Valkey's own default.
     pub bus_port: u16,
+    /// How often walrus reads the node's id, shard, slots and cluster state from Valkey for
+    /// its metrics (`walrus_cluster_*`), in milliseconds.
+    pub poll_interval_ms: u64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            enabled: false,
+            announce_ip: String::new(),
+            announce_port: 0,
+            bus_port: 0,
+            poll_interval_ms: 5000,
+        }
+    }
 }
 
 /// Where clients are sent for this shard.
@@ -43,6 +58,16 @@ impl Announce {
 }
 
 impl ClusterConfig {
+    /// What is wrong with the settings, naming the key; `listen`: `proxy.listen`.
+    pub fn check(&self, listen: SocketAddr) -> Result<(), String> {
+        if self.poll_interval_ms == 0 {
+            return Err(
+                "invalid value for cluster.poll_interval_ms: 0 (expected at least 1)".into(),
+            );
+        }
+        self.announce(listen).map(drop)
+    }
+
     /// The address clients are told, from `announce_*` or `proxy.listen`; the error names
     /// the key to set.
     pub fn announce(&self, listen: SocketAddr) -> Result<Announce, String> {

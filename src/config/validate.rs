@@ -117,7 +117,7 @@ impl Config {
         }
         self.journal.check()?;
         if self.cluster.enabled {
-            self.cluster.announce(self.proxy.listen)?;
+            self.cluster.check(self.proxy.listen)?;
         }
         // The ring's own low mark is half a segment below its high one: low disk marks on a
         // ring of few segments would put it at or below 0, where the ring's figure never is.

@@ -79,6 +79,36 @@ pub static BUILD_INFO: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     g
 });
 
+// --- cluster -----------------------------------------------------------------------------
+// Registered only in cluster mode: first touched by `upstream::cluster::watch`.
+
+/// Which node and shard of a Valkey Cluster this walrus fronts (always 1): the labels a
+/// dashboard groups every other family of the same target by.
+pub static CLUSTER_NODE_INFO: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register(
+        IntGaugeVec::new(
+            Opts::new(
+                "cluster_node_info",
+                "The Valkey Cluster node and shard this walrus fronts (always 1).",
+            ),
+            &["node_id", "shard_id"],
+        )
+        .expect("metric"),
+    )
+});
+pub static CLUSTER_SLOTS: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "cluster_slots",
+        "Hash slots the Valkey behind this walrus owns.",
+    )
+});
+pub static CLUSTER_STATE_OK: LazyLock<IntGauge> = LazyLock::new(|| {
+    gauge(
+        "cluster_state_ok",
+        "1 while the Valkey behind this walrus says cluster_state:ok, else 0 (or unreachable).",
+    )
+});
+
 // --- clients -----------------------------------------------------------------------------
 
 pub static CLIENTS: LazyLock<IntGauge> =
