@@ -361,7 +361,7 @@ fn an_external_cluster_node_must_announce_walrus() {
     let line = refuses_to_start(Some(&v.addr()), &config, tmp.path(), "not this walrus");
     assert!(
         line.contains(&format!(
-            "cluster-announce-client-port {port} cluster-announce-port {port}"
+            "cluster-announce-client-port {port} cluster-announce-ip 127.0.0.1 cluster-announce-port {port}"
         )),
         "{line}"
     );
@@ -373,6 +373,8 @@ fn an_external_cluster_node_must_announce_walrus() {
         "127.0.0.1",
         "cluster-announce-client-port",
         &port.to_string(),
+        "cluster-announce-ip",
+        "127.0.0.1",
         "cluster-announce-port",
         &port.to_string(),
     ]);
@@ -388,7 +390,7 @@ fn an_external_cluster_node_must_announce_walrus() {
     let r = Raw::connect(&w.addr).cmd(&["CONFIG", "SET", "cluster-announce-client-port", "1"]);
     assert!(
         r.starts_with(
-            b"-ERR walrus: cluster-announce-client-* (or cluster-announce-port) is refused"
+            b"-ERR walrus: cluster-announce-* (or cluster-preferred-endpoint-type) is refused"
         ),
         "{}",
         show(&r)

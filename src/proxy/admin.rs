@@ -146,10 +146,10 @@ fn config_set(req: &Request) -> Option<Refusal> {
             .iter()
             .find(|(old, _)| *old == name)
             .map_or(name.as_str(), |(_, new)| new);
-        if name.starts_with("cluster-announce-client-") || name == "cluster-announce-port" {
+        if name.starts_with("cluster-announce-") || name == "cluster-preferred-endpoint-type" {
             return Some(Refusal {
-                what: "cluster-announce-client-* (or cluster-announce-port)",
-                why: "cluster clients would be told another address than this walrus's, and go around it (set cluster.announce_ip and cluster.announce_port instead)",
+                what: "cluster-announce-* (or cluster-preferred-endpoint-type)",
+                why: "cluster clients would be told another address than this walrus's, and go around it, or the other nodes would lose this one (set cluster.announce_ip and cluster.announce_port instead)",
             });
         }
         if name == "cluster-allow-replica-migration" && !value.eq_ignore_ascii_case(b"no") {
@@ -291,6 +291,19 @@ mod tests {
         assert!(refused(
             "config|set",
             &["CONFIG", "SET", "cluster-announce-port", "7000"]
+        ));
+        assert!(refused(
+            "config|set",
+            &["CONFIG", "SET", "cluster-announce-ip", "10.0.0.2"]
+        ));
+        assert!(refused(
+            "config|set",
+            &[
+                "CONFIG",
+                "SET",
+                "cluster-preferred-endpoint-type",
+                "hostname"
+            ]
         ));
         assert!(refused(
             "cluster|syncslots",

@@ -50,8 +50,9 @@ impl ClusterNode {
             // PINGs without the extension that carries the client port, and its peers then
             // fall back to the node's own port for a moment (tests/cluster.rs,
             // `a_shard_is_restored_in_place_...`), which would send clients to Valkey.
-            // Nothing but clients uses it: the bus has its own port, and walrus's link
-            // connects to Valkey on loopback.
+            // Besides clients, only a replica of this node and the source of an atomic slot
+            // migration into it connect there, and walrus refuses both (README, "Valkey
+            // Cluster"); the bus has its own port, and walrus connects on loopback.
             (
                 "--cluster-announce-port".into(),
                 self.announce.port.to_string(),
@@ -98,14 +99,24 @@ impl ClusterNode {
         // The node's own announced port too: peers fall back to it for a moment after the
         // node restarts ([`ClusterNode::args`]).
         let own = config_get(conn, "cluster-announce-port").await?;
+        // Valkey answers walrus's IPv4 connections with the node's own IP when the client
+        // one is IPv6, and peers fall back to it as to the port.
+        let own_ip = config_get(conn, "cluster-announce-ip").await?;
         let (want_ip, want_port) = (self.announce.ip.to_string(), self.announce.port.to_string());
-        if ip != want_ip || port != want_port || own != want_port {
+        if ip != want_ip || port != want_port || own != want_port || own_ip != want_ip {
             return Err(format!(
-                "Valkey tells cluster clients {} (its {}: {:?}, cluster-announce-client-port: {port}, cluster-announce-port: {own}), not this walrus ({want_ip}:{want_port}), so clients would go around walrus: run CONFIG SET {} {want_ip} cluster-announce-client-port {want_port} cluster-announce-port {want_port} on Valkey (and CONFIG REWRITE), or correct cluster.announce_ip and cluster.announce_port",
+                "Valkey tells cluster clients {} (its {}: {:?}, cluster-announce-client-port: {port}, cluster-announce-ip: {own_ip:?}, cluster-announce-port: {own}), not this walrus ({want_ip}:{want_port}), so clients would go around walrus: run CONFIG SET {} {want_ip} cluster-announce-client-port {want_port} cluster-announce-ip {want_ip} cluster-announce-port {want_port} on Valkey (and CONFIG REWRITE), or correct cluster.announce_ip and cluster.announce_port",
                 if ip.is_empty() { "its own address".to_string() } else { format!("{ip}:{port}") },
                 self.announce.ip_setting(),
                 ip,
                 self.announce.ip_setting(),
+            ));
+        }
+        // Host names in place of IPs would send clients to hosts walrus never checked.
+        let endpoint = config_get(conn, "cluster-preferred-endpoint-type").await?;
+        if endpoint != "ip" {
+            return Err(format!(
+                "Valkey has cluster-preferred-endpoint-type {endpoint}: cluster clients would be told another address than this walrus's; run CONFIG SET cluster-preferred-endpoint-type ip on Valkey (and CONFIG REWRITE)"
             ));
         }
         Ok(())
@@ -209,7 +220,11 @@ pub async fn watch(up: Upstream, interval: Duration) {
     let mut labels: Option<(String, String)> = None;
     loop {
         tick.tick().await;
-        match NodeStatus::query(&up).await {
+        // Bounded: a Valkey that accepts but never answers must read as not ok.
+        let status = tokio::time::timeout(up.connect_timeout, NodeStatus::query(&up))
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {:?}", up.connect_timeout)));
+        match status {
             Ok(s) => {
                 let now = (s.id, s.shard);
                 if labels.as_ref() != Some(&now) {
@@ -226,7 +241,7 @@ pub async fn watch(up: Upstream, interval: Duration) {
             }
             Err(e) => {
                 CLUSTER_STATE_OK.set(0);
-                tracing::debug!("cannot read the cluster node's state from Valkey: {e}");
+                tracing::warn!("cannot read the cluster node's state from Valkey: {e}");
             }
         }
     }
