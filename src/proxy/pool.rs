@@ -132,8 +132,7 @@ impl Pool {
     /// connects.
     pub async fn sender(&self, slot: usize) -> Result<mpsc::Sender<PipelinedRequest>, String> {
         let mut rx = self.slots[slot].state.subscribe();
-        let process = self.process.clone();
-        let current = |p: u64| process.as_ref().is_none_or(|c| *c.borrow() == p);
+        let current = |p: u64| self.process.as_ref().is_none_or(|c| *c.borrow() == p);
         // A live queue whose receiver is gone belongs to a connection that just broke, and one
         // to an earlier child than the current one is about to be dropped: the supervisor is
         // settling it and will connect again.
