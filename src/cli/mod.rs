@@ -137,6 +137,10 @@ pub struct ServeArgs {
     /// [default: 127.0.0.1:8379].
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<String>,
+    /// cluster.announce_ip: the address cluster clients are told for this shard (in
+    /// Kubernetes, the pod's IP: `--cluster-announce-ip $(POD_IP)`).
+    #[arg(long, value_name = "IP")]
+    pub cluster_announce_ip: Option<std::net::IpAddr>,
 }
 
 pub fn main() -> ExitCode {

@@ -73,6 +73,9 @@ fn load(args: &ServeArgs) -> Result<Config, Fatal> {
     if let Some(m) = &args.metrics_listen {
         config.metrics.listen = m.clone();
     }
+    if let Some(ip) = args.cluster_announce_ip {
+        config.cluster.announce_ip = ip.to_string();
+    }
     config.validate()?;
     Ok(config)
 }
@@ -250,9 +253,15 @@ async fn run_proxy(
         check_settings(&up, config.upstream.strict_settings).await?;
     }
     check_cluster(cluster, &up, &server).await?;
-    if cluster.is_some() {
-        let interval = Duration::from_millis(config.cluster.poll_interval_ms);
-        tokio::spawn(cluster::watch(up.clone(), interval));
+    if let Some(node) = cluster {
+        tokio::spawn(cluster::watch(cluster::Watch {
+            up: up.clone(),
+            interval: Duration::from_millis(config.cluster.poll_interval_ms),
+            node: node.clone(),
+            server: server.clone(),
+            peers: config.cluster.peers()?,
+            problem: readiness.cluster.clone(),
+        }));
     }
     // The link must outlive the client sessions: on SIGTERM they drain replies that are held
     // until the journal covers them, so it is stopped (by `Durable::stop`) only after they are
@@ -401,6 +410,8 @@ struct Readiness {
     durable: bool,
     gate: OnceLock<Arc<Durability>>,
     pool: OnceLock<Arc<crate::proxy::pool::Pool>>,
+    /// Cluster mode: why Valkey does not announce this walrus ([`cluster::Watch`]).
+    cluster: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl Readiness {
@@ -419,6 +430,9 @@ impl Readiness {
                     return Err(format!("the journal failed: {why}"));
                 }
             }
+        }
+        if let Some(why) = &*self.cluster.lock().unwrap_or_else(|p| p.into_inner()) {
+            return Err(why.clone());
         }
         match self.pool.get() {
             None => Err("starting: connecting to Valkey".into()),

@@ -24,8 +24,16 @@ pub struct ClusterConfig {
     /// `announce_ip`). 0: Valkey's port plus 10000, as Valkey's own default.
     pub bus_port: u16,
     /// How often walrus reads the node's id, shard, slots and cluster state from Valkey for
-    /// its metrics (`walrus_cluster_*`), in milliseconds.
+    /// its metrics (`walrus_cluster_*`), in milliseconds; it also reintroduces `peers` then.
     pub poll_interval_ms: u64,
+    /// The other primaries' walruses, `host:port` or `host:port@busport` (bus port default:
+    /// this node's), by names that always resolve to their current address (a StatefulSet's
+    /// pod names). While Valkey sees a peer failed, or the cluster not ok, walrus resolves
+    /// each name and sends Valkey `CLUSTER MEET` for any not known there at that address: a
+    /// cluster whose every node came back at a new IP (all pods restarted) cannot find its
+    /// peers from nodes.conf alone. A node that never joined a cluster is left alone: forming
+    /// one is `valkey-cli --cluster create`'s job.
+    pub peers: Vec<String>,
 }
 
 impl Default for ClusterConfig {
@@ -36,6 +44,7 @@ impl Default for ClusterConfig {
             announce_port: 0,
             bus_port: 0,
             poll_interval_ms: 5000,
+            peers: Vec::new(),
         }
     }
 }
@@ -57,6 +66,58 @@ impl Announce {
     }
 }
 
+/// Another primary's walrus, as `cluster.peers` names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    pub host: String,
+    /// The port its walrus listens on: the one its node announces.
+    pub port: u16,
+    /// Its Valkey's cluster bus port; `None`: the same as this node's.
+    pub bus_port: Option<u16>,
+}
+
+impl std::str::FromStr for Peer {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Peer, String> {
+        let bad = |why: &str| {
+            format!("invalid entry in cluster.peers: {s:?} ({why}; expected host:port or host:port@busport)")
+        };
+        let (addr, bus) = match s.split_once('@') {
+            Some((a, b)) => (a, Some(b)),
+            None => (s, None),
+        };
+        let (host, port) = addr.rsplit_once(':').ok_or_else(|| bad("no port"))?;
+        // An IPv6 literal in brackets, as in a URL.
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        if host.is_empty() {
+            return Err(bad("no host"));
+        }
+        let port_of = |p: &str| match p.parse::<u16>() {
+            Ok(0) | Err(_) => Err(bad(&format!("{p:?} is not a port"))),
+            Ok(p) => Ok(p),
+        };
+        Ok(Peer {
+            host: host.to_string(),
+            port: port_of(port)?,
+            bus_port: bus.map(port_of).transpose()?,
+        })
+    }
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)?;
+        match self.bus_port {
+            Some(b) => write!(f, "@{b}"),
+            None => Ok(()),
+        }
+    }
+}
+
 impl ClusterConfig {
     /// What is wrong with the settings, naming the key; `listen`: `proxy.listen`.
     pub fn check(&self, listen: SocketAddr) -> Result<(), String> {
@@ -65,7 +126,13 @@ impl ClusterConfig {
                 "invalid value for cluster.poll_interval_ms: 0 (expected at least 1)".into(),
             );
         }
+        self.peers()?;
         self.announce(listen).map(drop)
+    }
+
+    /// `peers`, parsed; the error names the entry.
+    pub fn peers(&self) -> Result<Vec<Peer>, String> {
+        self.peers.iter().map(|p| p.parse()).collect()
     }
 
     /// The address clients are told, from `announce_*` or `proxy.listen`; the error names

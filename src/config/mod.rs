@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 pub use crate::journal::JournalConfig;
-pub use cluster::{Announce, ClusterConfig};
+pub use cluster::{Announce, ClusterConfig, Peer};
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]

@@ -317,3 +317,34 @@ fn an_explicit_trigger_past_the_rings_own_high_mark_is_refused() {
     c.checkpoint.ring_fill_trigger = Some(0.6);
     c.validate().unwrap();
 }
+
+#[test]
+fn cluster_peers_are_host_port_and_an_optional_bus_port() {
+    let c = Config::parse(
+        "[cluster]\nenabled = true\nannounce_ip = \"10.0.0.1\"\npeers = [\"w-1.w-headless:6379@16379\", \"[::1]:7000\"]\n",
+    )
+    .unwrap();
+    let peers = c.cluster.peers().unwrap();
+    assert_eq!(peers[0].host, "w-1.w-headless");
+    assert_eq!((peers[0].port, peers[0].bus_port), (6379, Some(16379)));
+    assert_eq!((peers[1].host.as_str(), peers[1].bus_port), ("::1", None));
+    assert_eq!(peers[0].to_string(), "w-1.w-headless:6379@16379");
+    for (bad, why) in [
+        ("w-1", "no port"),
+        (":6379", "no host"),
+        ("w-1:0", "\"0\" is not a port"),
+        ("w-1:6379@x", "\"x\" is not a port"),
+    ] {
+        let text =
+            format!("[cluster]\nenabled = true\nannounce_ip = \"10.0.0.1\"\npeers = [\"{bad}\"]\n");
+        let e = Config::parse(&text)
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("invalid entry in cluster.peers: {bad:?} ({why}")),
+            "{e}"
+        );
+    }
+}

@@ -7,13 +7,16 @@
 //! errors, and the replies of scripts and transactions that carry them would all need
 //! rewriting, and one missed form sends a client around walrus for good.
 
-use super::client::{frame_str, Conn, UpstreamError};
+mod nodes;
+mod peers;
+mod watch;
+
+pub use watch::{watch, Watch};
+
+use super::client::{self, frame_str, Conn, UpstreamError};
 use super::server::ServerVersion;
-use super::Upstream;
 use crate::config::Announce;
-use crate::metrics::{CLUSTER_NODE_INFO, CLUSTER_SLOTS, CLUSTER_STATE_OK};
 use redis_protocol::resp2::types::OwnedFrame;
-use std::time::Duration;
 
 #[derive(Debug, Clone)]
 pub struct ClusterNode {
@@ -30,7 +33,7 @@ impl ClusterNode {
     pub fn args(&self, bus_port: u16) -> Vec<String> {
         let ip = self.announce.ip.to_string();
         let mut bind = "127.0.0.1".to_string();
-        if !self.announce.ip.is_loopback() {
+        if self.announce.ip != std::net::Ipv4Addr::LOCALHOST {
             bind = format!("{bind} {ip}");
         }
         let pairs = [
@@ -153,112 +156,5 @@ async fn config_get(conn: &mut Conn, name: &str) -> Result<String, String> {
         other => Err(format!(
             "cannot read Valkey's {name}: unexpected reply {other:?}"
         )),
-    }
-}
-
-/// What Valkey says of its own node.
-#[derive(Debug, PartialEq, Eq)]
-struct NodeStatus {
-    id: String,
-    shard: String,
-    slots: i64,
-    ok: bool,
-}
-
-impl NodeStatus {
-    async fn query(up: &Upstream) -> Result<NodeStatus, String> {
-        let mut conn = Conn::control(up).await.map_err(|e| e.to_string())?;
-        let mut text = async |args: &[&str]| -> Result<String, String> {
-            let reply = conn.call(args).await.map_err(|e| e.to_string())?;
-            frame_str(&reply).ok_or_else(|| format!("{args:?}: unexpected reply {reply:?}"))
-        };
-        let id = text(&["CLUSTER", "MYID"]).await?;
-        let shard = text(&["CLUSTER", "MYSHARDID"]).await?;
-        let ok = text(&["CLUSTER", "INFO"])
-            .await?
-            .lines()
-            .any(|l| l.trim_end() == "cluster_state:ok");
-        let slots = own_slots(&text(&["CLUSTER", "NODES"]).await?);
-        Ok(NodeStatus {
-            id,
-            shard,
-            slots,
-            ok,
-        })
-    }
-}
-
-/// The slots of the `myself` line of CLUSTER NODES: `0-5460`, `7000`; the `[slot->-node]`
-/// entries of a migration are not owned slots.
-fn own_slots(nodes: &str) -> i64 {
-    let Some(me) = nodes.lines().find(|l| {
-        l.split_whitespace()
-            .nth(2)
-            .is_some_and(|flags| flags.split(',').any(|f| f == "myself"))
-    }) else {
-        return 0;
-    };
-    me.split_whitespace()
-        .skip(8)
-        .filter(|r| !r.starts_with('['))
-        .map(|r| match r.split_once('-') {
-            Some((a, b)) => match (a.parse::<i64>(), b.parse::<i64>()) {
-                (Ok(a), Ok(b)) => b - a + 1,
-                _ => 0,
-            },
-            None => i64::from(r.parse::<u16>().is_ok()),
-        })
-        .sum()
-}
-
-/// Keeps `walrus_cluster_*` current: every `interval`, what Valkey says of its node. A
-/// Valkey that cannot be asked counts as a cluster not ok; the node's labels stay as last
-/// seen.
-pub async fn watch(up: Upstream, interval: Duration) {
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut labels: Option<(String, String)> = None;
-    loop {
-        tick.tick().await;
-        // Bounded: a Valkey that accepts but never answers must read as not ok.
-        let status = tokio::time::timeout(up.connect_timeout, NodeStatus::query(&up))
-            .await
-            .unwrap_or_else(|_| Err(format!("no answer within {:?}", up.connect_timeout)));
-        match status {
-            Ok(s) => {
-                let now = (s.id, s.shard);
-                if labels.as_ref() != Some(&now) {
-                    if let Some((id, shard)) = labels.take() {
-                        let _ = CLUSTER_NODE_INFO.remove_label_values(&[&id, &shard]);
-                    }
-                    CLUSTER_NODE_INFO
-                        .with_label_values(&[&now.0, &now.1])
-                        .set(1);
-                    labels = Some(now);
-                }
-                CLUSTER_SLOTS.set(s.slots);
-                CLUSTER_STATE_OK.set(i64::from(s.ok));
-            }
-            Err(e) => {
-                CLUSTER_STATE_OK.set(0);
-                tracing::warn!("cannot read the cluster node's state from Valkey: {e}");
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn own_slots_counts_the_myself_line_only() {
-        let nodes = "a 127.0.0.1:7001@17001 master - 0 0 1 connected 0-5460\n\
-                     b 127.0.0.1:7002@17002 myself,master - 0 0 2 connected 5461-10922 12000 [13000->-c] [14000-<-c]\n\
-                     c 127.0.0.1:7003@17003 master - 0 0 3 connected 10923-11999 12001-16383\n";
-        assert_eq!(super::own_slots(nodes), 5462 + 1);
-        assert_eq!(
-            super::own_slots("x 1:2@3 myself,master - 0 0 1 connected\n"),
-            0
-        );
-        assert_eq!(super::own_slots(""), 0);
     }
 }

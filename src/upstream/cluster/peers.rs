@@ -1,0 +1,115 @@
+//! Reintroducing the other primaries to a node that lost them (`cluster.peers`).
+//!
+//! A node finds its peers at the addresses in its nodes.conf. A peer that comes back at a
+//! new address is found again through the others' gossip, but when every node came back
+//! at a new one (all pods of a StatefulSet restarted) none can reach another and the
+//! cluster stays down. walrus knows its peers by names that follow them, and a `CLUSTER
+//! MEET` of a node already known under another address only updates that address (Valkey
+//! drops the handshake node once the peer's answer names a known node id), so meeting
+//! each peer that is not known at its current address is safe to repeat.
+
+use super::client::{frame_str, Conn};
+use super::nodes::Node;
+use crate::config::Peer;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+/// Whether Valkey lost peers: it was part of a cluster (it knows other nodes) and either
+/// cannot reach one or sees the cluster not ok. (Nodes that reach nobody still say ok:
+/// only a majority of primaries can mark a slot's owner failed.) A node alone has never joined one, and a
+/// MEET would make it non-empty for `valkey-cli --cluster create`.
+pub fn lost(nodes: &[Node], ok: bool) -> bool {
+    nodes.iter().any(|n| !n.myself()) && (!ok || nodes.iter().any(Node::unreachable))
+}
+
+/// Sends `CLUSTER MEET` for each peer not known, reachable, at the address its name
+/// resolves to now. Returns how many it introduced; a name that does not resolve (its pod
+/// not yet scheduled) is skipped with a warning and tried at the next poll.
+pub async fn reintroduce(
+    conn: &mut Conn,
+    peers: &[Peer],
+    nodes: &[Node<'_>],
+    resolve_timeout: Duration,
+) -> Result<usize, String> {
+    let Some(me) = nodes.iter().find(|n| n.myself()) else {
+        return Err("CLUSTER NODES has no myself line".into());
+    };
+    let mut introduced = 0;
+    for peer in peers {
+        let ip = match resolve(peer, me.ip, resolve_timeout).await {
+            Ok(ip) => ip,
+            Err(e) => {
+                tracing::warn!("cluster.peers: cannot resolve {peer}: {e}");
+                continue;
+            }
+        };
+        let bus = peer.bus_port.unwrap_or(me.bus_port);
+        let known = |n: &&Node| n.ip == Some(ip) && n.port == peer.port && n.bus_port == bus;
+        if nodes.iter().filter(|n| !n.unreachable()).any(|n| known(&n)) {
+            continue;
+        }
+        let (ip_text, port, bus) = (ip.to_string(), peer.port.to_string(), bus.to_string());
+        let reply = conn
+            .call([
+                "CLUSTER",
+                "MEET",
+                ip_text.as_str(),
+                port.as_str(),
+                bus.as_str(),
+            ])
+            .await
+            .map_err(|e| format!("CLUSTER MEET {ip_text} {port} {bus}: {e}"))?;
+        match frame_str(&reply) {
+            Some(ok) if ok == "OK" => {
+                tracing::info!(
+                    "cluster.peers: Valkey lost peers; introduced {peer} at {ip_text}:{port}@{bus}"
+                );
+                introduced += 1;
+            }
+            _ => tracing::warn!("cluster.peers: CLUSTER MEET {ip_text} {port} {bus}: {reply:?}"),
+        }
+    }
+    Ok(introduced)
+}
+
+/// The peer's current address, of the family this node announces when it has one.
+async fn resolve(peer: &Peer, mine: Option<IpAddr>, timeout: Duration) -> Result<IpAddr, String> {
+    let found: Vec<SocketAddr> = tokio::time::timeout(
+        timeout,
+        tokio::net::lookup_host((peer.host.as_str(), peer.port)),
+    )
+    .await
+    .map_err(|_| format!("no answer within {timeout:?}"))?
+    .map_err(|e| e.to_string())?
+    .collect();
+    let same_family = |a: &&SocketAddr| mine.is_none_or(|m| a.is_ipv4() == m.is_ipv4());
+    found
+        .iter()
+        .find(same_family)
+        .or(found.first())
+        .map(SocketAddr::ip)
+        .ok_or_else(|| "no address".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::nodes::parse;
+    use super::lost;
+
+    #[test]
+    fn a_node_alone_never_lost_peers() {
+        let alone = "a 127.0.0.1:7001@17001 myself,master - 0 0 1 connected\n";
+        assert!(!lost(&parse(alone), false));
+        let healthy = "a 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-8000\n\
+                       b 127.0.0.2:7001@17001 master - 0 0 2 connected 8001-16383\n";
+        assert!(!lost(&parse(healthy), true));
+        assert!(lost(&parse(healthy), false), "the cluster is not ok");
+        let failed = healthy.replace("master - 0 0 2", "master,fail? - 0 0 2");
+        assert!(lost(&parse(&failed), true));
+        let cut = healthy.replace("2 connected", "2 disconnected");
+        assert!(
+            lost(&parse(&cut), true),
+            "no link: the only sign after a restart"
+        );
+    }
+}
