@@ -50,6 +50,17 @@ repository:tag. Takes (list image defaultTag). */}}
 {{- end }}
 
 {{/* Where the auth Secret is mounted in the walrus container, and the file walrus reads. */}}
+{{/*
+Cluster mode: the DNS name of pod i, (list $ i) -> <fullname>-<i>.<fullname>-headless.<namespace>.svc.<domain>;
+with i "$i", the shell loop's. The headless Service publishes it from the pod's start
+(publishNotReadyAddresses), so peers find a node that is still restoring.
+*/}}
+{{- define "walrus.podHost" -}}
+{{- $ := index . 0 -}}
+{{- $fullname := include "walrus.fullname" $ -}}
+{{- printf "%s-%v.%s-headless.%s.svc.%s" $fullname (index . 1) $fullname $.Release.Namespace $.Values.cluster.clusterDomain -}}
+{{- end }}
+
 {{- define "walrus.passwordDir" -}}/etc/walrus-secret{{- end }}
 {{- define "walrus.passwordFile" -}}{{ include "walrus.passwordDir" . }}/password{{- end }}
 
@@ -90,6 +101,14 @@ TOML.
 {{- define "walrus.toml" -}}
 {{- $v := .Values -}}
 {{- $upstream := dict "mode" "external" "address" (printf "127.0.0.1:%d" (int $v.valkey.port)) "strict_settings" $v.upstream.strictSettings -}}
+{{- if $v.cluster.enabled -}}
+{{- /* Managed: walrus restarts the node from an RDB to restore it in place. */ -}}
+{{- $args := list "--cluster-node-timeout" (toString (int64 $v.cluster.nodeTimeoutMs)) -}}
+{{- with $v.valkey.maxmemory -}}
+{{- $args = concat $args (list "--maxmemory" .) -}}
+{{- end -}}
+{{- $upstream = dict "mode" "managed" "port" (int $v.valkey.port) "valkey_server" "/usr/local/bin/valkey-server" "extra_args" (concat $args $v.valkey.args) -}}
+{{- end -}}
 {{- if $v.auth.existingSecret -}}
 {{- $_ := set $upstream "password_file" (include "walrus.passwordFile" .) -}}
 {{- end -}}
@@ -102,6 +121,14 @@ TOML.
   "journal" (dict "segment_size_bytes" (int64 $v.journal.segmentSizeBytes) "segments" (int64 $v.journal.segments) "io_backend" $v.journal.ioBackend "direct_io" $v.journal.directIo)
   "disk" (dict "high_watermark" $v.disk.highWatermark "low_watermark" $v.disk.lowWatermark)
 -}}
+{{- if $v.cluster.enabled -}}
+{{- $peers := list -}}
+{{- range $i := until (int $v.cluster.shards) -}}
+{{- $peers = append $peers (printf "%s:%d@%d" (include "walrus.podHost" (list $ $i)) (int $v.proxy.port) (int $v.cluster.busPort)) -}}
+{{- end -}}
+{{- /* cluster.announce_ip comes from --cluster-announce-ip $(POD_IP). */ -}}
+{{- $_ := set $cfg "cluster" (dict "enabled" true "bus_port" (int $v.cluster.busPort) "peers" $peers) -}}
+{{- end -}}
 {{- range $section, $keys := $v.config -}}
 {{- if not (hasKey $cfg $section) -}}
 {{- $_ := set $cfg $section dict -}}
@@ -155,6 +182,16 @@ only these forms through; anything else fails here rather than being guessed at.
 {{- if lt (int64 $v.terminationGracePeriodSeconds) $need -}}
 {{- fail (printf "terminationGracePeriodSeconds (%v) must be at least %d: preStopSleepSeconds (%v) + proxy.shutdownTimeoutMs (%v ms, rounded up to seconds) + 5 s to close the journal and stop Valkey" $v.terminationGracePeriodSeconds $need $v.preStopSleepSeconds $v.proxy.shutdownTimeoutMs) -}}
 {{- end -}}
+{{- if $v.cluster.enabled -}}
+{{- if $v.auth.existingSecret -}}
+{{- fail "cluster.enabled with auth.existingSecret: walrus's managed Valkey runs without a password; drop auth.existingSecret, and keep Valkey's port (valkey.port, on the pod's IP in cluster mode) closed with networkPolicy.enabled" -}}
+{{- end -}}
+{{- range $p := list (int $v.proxy.port) (int $v.metrics.port) (int $v.valkey.port) -}}
+{{- if eq $p (int $v.cluster.busPort) -}}
+{{- fail (printf "cluster.busPort (%d) must differ from proxy.port, metrics.port and valkey.port: all listen in the same pod" (int $v.cluster.busPort)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- if eq (int $v.valkey.port) (int $v.proxy.port) -}}
 {{- fail "valkey.port and proxy.port must differ: both listen in the same pod" -}}
 {{- end -}}
@@ -176,8 +213,9 @@ known here.
 {{- $size := include "walrus.quantityBytes" $v.persistence.size | float64 -}}
 {{- $ring := mulf (int64 $v.journal.segments) (int64 $v.journal.segmentSizeBytes) -}}
 {{- $checkpoints := 0.0 -}}
+{{- $rdbs := ternary 3 2 $v.cluster.enabled -}}
 {{- if $v.valkey.maxmemory -}}
-{{- $checkpoints = mulf 2 (include "walrus.valkeyBytes" $v.valkey.maxmemory | float64) -}}
+{{- $checkpoints = mulf $rdbs (include "walrus.valkeyBytes" $v.valkey.maxmemory | float64) -}}
 {{- end -}}
 {{- $need := addf $ring $checkpoints -}}
 {{- $low := float64 $v.disk.lowWatermark -}}
@@ -185,7 +223,7 @@ known here.
 {{- $minimum := divf $need (mulf $low $mib) | ceil | int64 -}}
 {{- $what := printf "the journal ring (journal.segments %v x journal.segmentSizeBytes %d = %d MiB)" $v.journal.segments (int64 $v.journal.segmentSizeBytes) (divf $ring $mib | int64) -}}
 {{- if $v.valkey.maxmemory -}}
-{{- $what = printf "%s plus two checkpoints of up to valkey.maxmemory (%s each)" $what $v.valkey.maxmemory -}}
+{{- $what = printf "%s plus %s of up to valkey.maxmemory (%s each)" $what (ternary "two checkpoints and a restore in place's RDB" "two checkpoints" $v.cluster.enabled) $v.valkey.maxmemory -}}
 {{- end -}}
 {{- fail (printf "persistence.size (%v) is too small: %s need %d MiB, below disk.lowWatermark (%v) of the volume. Set persistence.size to at least %dMi, or shrink the ring (journal.segments, journal.segmentSizeBytes) or valkey.maxmemory" $v.persistence.size $what (divf $need $mib | int64) $v.disk.lowWatermark $minimum) -}}
 {{- end -}}
