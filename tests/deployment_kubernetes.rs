@@ -871,15 +871,30 @@ fn chart_refuses_values_that_cannot_work() {
         // A cluster: at least three primaries, a bus port of its own, no password (yet), and
         // a volume for a restore in place's RDB besides the two checkpoints.
         (
-            &["--set", "cluster.enabled=true", "--set-json", "cluster.shards=2"][..],
+            &[
+                "--set",
+                "cluster.enabled=true",
+                "--set-json",
+                "cluster.shards=2",
+            ][..],
             "shards",
         ),
         (
-            &["--set", "cluster.enabled=true", "--set-json", "cluster.busPort=8379"][..],
+            &[
+                "--set",
+                "cluster.enabled=true",
+                "--set-json",
+                "cluster.busPort=8379",
+            ][..],
             "cluster.busPort",
         ),
         (
-            &["--set", "cluster.enabled=true", "--set", "auth.existingSecret=pw"][..],
+            &[
+                "--set",
+                "cluster.enabled=true",
+                "--set",
+                "auth.existingSecret=pw",
+            ][..],
             "auth.existingSecret",
         ),
         (
