@@ -34,9 +34,17 @@ fn random_text(len: usize) -> String {
     s
 }
 
-/// The journal's durable end and the first position it may not write (the head's segment,
-/// one lap on), from `walrus journal inspect`.
-fn end_and_limit(journal: &Path) -> (u64, u64) {
+/// Where the journal stands, from `walrus journal inspect`.
+struct Ring {
+    /// The durable end's position in the ring.
+    end: u64,
+    /// The first position it may not write (the head's segment, one lap on).
+    limit: u64,
+    /// The durable end's replication offset.
+    offset: u64,
+}
+
+fn inspect(journal: &Path) -> Ring {
     let out = Command::new(walrus_bin())
         .args(["journal", "inspect", "--dir"])
         .arg(journal)
@@ -52,15 +60,43 @@ fn end_and_limit(journal: &Path) -> (u64, u64) {
             .parse()
             .unwrap()
     };
-    let end = number_after("durable end:", "at position ");
     let start = number_after("checkpoint:", "log starts at position ");
-    (end, (start / SEGMENT + SEGMENTS) * SEGMENT)
+    Ring {
+        end: number_after("durable end:", "at position "),
+        limit: (start / SEGMENT + SEGMENTS) * SEGMENT,
+        offset: number_after("durable end:", "repl offset "),
+    }
+}
+
+/// The journal once it holds all of Valkey's stream, `direct` a connection to Valkey. Not
+/// WAIT: walrus acknowledges what it received, and WAIT's REPLCONF GETACK would be in the
+/// stream too, joining the next write's record when walrus reads both at once.
+fn settled(journal: &Path, direct: &mut Raw) -> Ring {
+    let info = String::from_utf8(direct.cmd(&["INFO", "replication"])).unwrap();
+    let offset: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("master_repl_offset:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    for _ in 0..1000 {
+        let ring = inspect(journal);
+        if ring.offset >= offset {
+            return ring;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let ring = inspect(journal);
+    panic!(
+        "the journal did not reach Valkey's offset {offset}: durable end at offset {}, position {} of limit {}",
+        ring.offset, ring.end, ring.limit
+    );
 }
 
 /// `SET key <value>` straight into Valkey, whose replicated form, journaled alone, is a
-/// record of exactly `record` bytes; returns once walrus has journaled it (WAIT: walrus
-/// acknowledges what is durable).
-fn set_record(direct: &mut Raw, key: &str, record: u64) {
+/// record of exactly `record` bytes; returns the journal once it holds it.
+fn set_record(direct: &mut Raw, journal: &Path, key: &str, record: u64) -> Ring {
     let payload = |v: u64| {
         let k = key.len() as u64;
         13 + format!("${k}\r\n").len() as u64 + k + 2 + format!("${v}\r\n").len() as u64 + v + 2
@@ -76,7 +112,7 @@ fn set_record(direct: &mut Raw, key: &str, record: u64) {
     );
     let value = random_text(v as usize);
     assert_eq!(direct.cmd(&["SET", key, &value]), OK);
-    assert_eq!(direct.cmd(&["WAIT", "1", "10000"]), b":1\r\n");
+    settled(journal, direct)
 }
 
 #[test]
@@ -108,8 +144,8 @@ fn a_ring_full_to_its_last_byte_then_a_restore_frees_it_once_checkpoints_work() 
     let large = random_text(64 << 10);
     for i in 0.. {
         if i % 16 == 0 {
-            let (end, limit) = end_and_limit(&journal);
-            if limit - end <= 2 * SEGMENT {
+            let ring = settled(&journal, &mut direct);
+            if ring.limit - ring.end <= 2 * SEGMENT {
                 break;
             }
         }
@@ -117,23 +153,43 @@ fn a_ring_full_to_its_last_byte_then_a_restore_frees_it_once_checkpoints_work() 
             direct.cmd(&["SET", &format!("around:{}", i % 16), &large]),
             OK
         );
+        // One segment at most between checks: the ring never overflows.
         assert_eq!(direct.cmd(&["WAIT", "1", "10000"]), b":1\r\n");
     }
-    // Then records to the limit: the rest of this segment, then whole segments, each one
-    // record (a write buffer and a segment are both 1 MiB).
-    loop {
-        let (end, limit) = end_and_limit(&journal);
-        if end == limit {
+    // Then records to the limit, each SET sent once the journal holds all before it (so
+    // that its write continues the last one's block): in each segment a large one that
+    // leaves `TAIL` bytes or so, then a small one sized to the byte. Valkey puts a SELECT
+    // before a write now and then (after a replica attaches, as a checkpoint's does); a large
+    // value reaches walrus in several reads, so that SELECT can be journaled in a write of its
+    // own, which the SET's then follows at the next block. So every SET goes to the other
+    // database than the one before: the SELECT is always there, and the small one's, in the
+    // same read as its SET, is in the same record.
+    const TAIL: u64 = 8192;
+    let select = "*2\r\n$6\r\nSELECT\r\n$1\r\n0\r\n".len() as u64;
+    let mut ring = settled(&journal, &mut direct);
+    for db in [1, 0].into_iter().cycle() {
+        if ring.end == ring.limit {
             break;
         }
-        let record = SEGMENT - end % SEGMENT;
+        let room = SEGMENT - ring.end % SEGMENT;
         assert!(
-            record > HEADER + 64,
-            "{record} bytes left in the segment: too few"
+            room > HEADER + select + 64,
+            "{room} bytes left in the segment: too few"
         );
-        set_record(&mut direct, &format!("fill:{end}"), record);
+        assert_eq!(direct.cmd(&["SELECT", db.to_string().as_str()]), OK);
+        if room > 2 * TAIL {
+            ring = set_record(&mut direct, &journal, "fill", room - TAIL);
+        } else {
+            let end = ring.end + room;
+            ring = set_record(&mut direct, &journal, "fill", room - select);
+            assert_eq!(
+                ring.end, end,
+                "the SELECT and the SET, in one record, end the segment"
+            );
+        }
     }
-    // Full: the last WAIT's REPLCONF GETACK, in the stream too, waits for room.
+    // Full: the next write waits for room (never acknowledged: Valkey dies with it).
+    assert_eq!(direct.cmd(&["SET", "unjournaled", "1"]), OK);
     w.proc.wait_line("journal ring full", START_TIMEOUT);
 
     // Valkey dies: walrus restores a new one (a new history), and the checkpoint fault is
