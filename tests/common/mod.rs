@@ -86,11 +86,6 @@ impl Proc {
         }
     }
 
-    /// Forgets the lines not yet waited for: the next `wait_line` sees only newer ones.
-    pub fn skip_pending(&self) {
-        while self.lines.try_recv().is_ok() {}
-    }
-
     pub fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }
