@@ -14,6 +14,21 @@ pub struct Endpoint {
     /// walrus's metrics endpoint, host:port (its `metrics.listen`).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8379")]
     pub metrics: String,
+    /// The admin token, from this file (walrus's `metrics.admin_token_file`).
+    #[arg(long, value_name = "FILE", env = "WALRUS_ADMIN_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+}
+
+impl Endpoint {
+    /// The token to send, if a file is given: its content without trailing line ends.
+    fn token(&self) -> Result<Option<String>, String> {
+        let Some(file) = &self.token_file else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| format!("cannot read --token-file {}: {e}", file.display()))?;
+        Ok(Some(text.trim_end_matches(['\r', '\n']).to_string()))
+    }
 }
 
 #[derive(Debug, Args)]
@@ -53,7 +68,7 @@ pub struct BackupArgs {
 /// `walrus checkpoint`: POST /checkpoint, print walrus's answer.
 pub fn checkpoint(args: CheckpointArgs) -> ExitCode {
     post(
-        &args.endpoint.metrics,
+        &args.endpoint,
         "/checkpoint",
         "",
         args.timeout_secs,
@@ -90,17 +105,26 @@ pub fn backup(args: BackupArgs) -> ExitCode {
         eprintln!("walrus: --to {to} must be absolute: walrus, not this command, writes it, from its own working directory");
         return ExitCode::from(super::EXIT_FIX);
     }
-    post(
-        &args.endpoint.metrics,
-        "/backup",
-        to,
-        args.timeout_secs,
-        "backup",
-    )
+    post(&args.endpoint, "/backup", to, args.timeout_secs, "backup")
 }
 
-fn post(addr: &str, path: &str, body: &str, timeout_secs: u64, what: &str) -> ExitCode {
-    match request(addr, "POST", path, body, Duration::from_secs(timeout_secs)) {
+fn post(endpoint: &Endpoint, path: &str, body: &str, timeout_secs: u64, what: &str) -> ExitCode {
+    let token = match endpoint.token() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("walrus: {e}");
+            return ExitCode::from(super::EXIT_FIX);
+        }
+    };
+    let timeout = Duration::from_secs(timeout_secs);
+    match request(
+        &endpoint.metrics,
+        "POST",
+        path,
+        body,
+        token.as_deref(),
+        timeout,
+    ) {
         Ok(a) if a.ok() => {
             print!("{}", a.body);
             ExitCode::SUCCESS

@@ -50,10 +50,11 @@ pub fn request(
     method: &str,
     path: &str,
     body: &str,
+    token: Option<&str>,
     answer_timeout: Duration,
 ) -> Result<Answer, String> {
     if answer_timeout > PROBE_TIMEOUT {
-        let probe = send(addr, "GET", "/healthz", "", PROBE_TIMEOUT)?;
+        let probe = send(addr, "GET", "/healthz", "", None, PROBE_TIMEOUT)?;
         if probe.code != 200 || probe.body.trim() != "ok" {
             return Err(format!(
                 "{addr} answered GET /healthz with {} {:?}, not walrus's \"ok\"; {}",
@@ -63,7 +64,7 @@ pub fn request(
             ));
         }
     }
-    send(addr, method, path, body, answer_timeout)
+    send(addr, method, path, body, token, answer_timeout)
 }
 
 fn send(
@@ -71,6 +72,7 @@ fn send(
     method: &str,
     path: &str,
     body: &str,
+    token: Option<&str>,
     answer_timeout: Duration,
 ) -> Result<Answer, String> {
     let targets: Vec<SocketAddr> = addr
@@ -115,8 +117,9 @@ fn send(
         .and_then(|()| s.set_write_timeout(Some(CONNECT_TIMEOUT)))
         .map_err(|e| io("configuring the connection to", e))?;
     // One write: the endpoint reads the request as it arrives, bounded.
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     s.write_all(request.as_bytes())

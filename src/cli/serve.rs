@@ -234,9 +234,17 @@ async fn run_proxy(
         Arc::new(move || r.check()),
         config.durability.enabled,
     ));
+    // A token file that cannot be read is a configuration error, metrics endpoint or not.
+    let access = crate::http::AdminAccess {
+        allow_remote: config.metrics.admin_allow_remote,
+        token: match config.metrics.admin_token_file.as_str() {
+            "" => None,
+            file => Some(crate::http::token::AdminToken::load(file.as_ref())?),
+        },
+    };
     if let Some(m) = ports.metrics {
         tracing::info!("metrics on http://{}/metrics", m.local_addr()?);
-        tokio::spawn(crate::http::serve(m, status.clone(), admin.clone()));
+        tokio::spawn(crate::http::serve(m, status.clone(), admin.clone(), access));
     }
     crate::supervisor::status("starting: connecting to Valkey");
     let (table, databases, server) = tokio::select! {
@@ -286,7 +294,6 @@ async fn run_proxy(
                 stop: stop.clone(),
                 high_watermark: config.disk.high_watermark,
             }),
-            allow_remote: config.metrics.admin_allow_remote,
         });
         // Weak: the hook lives as long as the process, the journal must close at shutdown.
         let (gate, journal) = (d.durability.clone(), Arc::downgrade(&d.journal));

@@ -31,7 +31,7 @@ pub struct StatusArgs {
 /// asked.
 pub fn run(args: StatusArgs) -> ExitCode {
     let addr = &args.endpoint.metrics;
-    let answer = match request(addr, "GET", "/status", "", ANSWER_TIMEOUT) {
+    let answer = match request(addr, "GET", "/status", "", None, ANSWER_TIMEOUT) {
         Ok(a) if a.ok() => a,
         Ok(a) => {
             eprintln!(

@@ -76,8 +76,10 @@ pub enum ConfigError {
         path: PathBuf,
         source: Box<ConfigError>,
     },
-    #[error("cannot read upstream.password_file {}: {source}", .path.display())]
-    PasswordFile {
+    /// A file of a secret (`upstream.password_file`, `metrics.admin_token_file`).
+    #[error("cannot read {key} {}: {source}", .path.display())]
+    SecretFile {
+        key: &'static str,
         path: PathBuf,
         source: std::io::Error,
     },
@@ -354,8 +356,12 @@ pub struct MetricsConfig {
     /// Empty disables the HTTP endpoint.
     pub listen: String,
     /// Accept admin requests (`POST /checkpoint`, `POST /backup`) from other hosts than
-    /// loopback.
+    /// loopback; needs `admin_token_file`.
     pub admin_allow_remote: bool,
+    /// A file holding the token admin requests must carry (`Authorization: Bearer`), from
+    /// loopback too; read at each request, so replacing it rotates the token. Empty: none
+    /// (loopback callers only).
+    pub admin_token_file: String,
 }
 
 impl Default for MetricsConfig {
@@ -363,6 +369,7 @@ impl Default for MetricsConfig {
         MetricsConfig {
             listen: "127.0.0.1:8379".into(),
             admin_allow_remote: false,
+            admin_token_file: String::new(),
         }
     }
 }
@@ -524,7 +531,8 @@ impl Config {
         let u = &self.upstream;
         let password = if !u.password_file.is_empty() {
             let text = std::fs::read_to_string(&u.password_file).map_err(|source| {
-                ConfigError::PasswordFile {
+                ConfigError::SecretFile {
+                    key: "upstream.password_file",
                     path: u.password_file.clone().into(),
                     source,
                 }

@@ -78,6 +78,11 @@ impl Config {
                 self.metrics.listen
             ));
         }
+        if self.metrics.admin_allow_remote && self.metrics.admin_token_file.is_empty() {
+            return Err(
+                "metrics.admin_allow_remote needs metrics.admin_token_file: without a token, anyone who reaches the metrics port could take checkpoints and write backups".into(),
+            );
+        }
         if let Some(bytes) = self.durability.max_pending_bytes {
             at_least("durability.max_pending_bytes", bytes, 1 << 20)?;
         }

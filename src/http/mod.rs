@@ -3,12 +3,15 @@
 //! otherwise 503 with a one-line reason), `/status` (JSON, [`status`]: `walrus status`), and
 //! the admin requests `POST /checkpoint` (`walrus checkpoint`) and `POST /backup` (the body
 //! is the directory: `walrus backup`), from loopback callers only unless
-//! `metrics.admin_allow_remote`, and never from a web browser (a request carrying `Origin`:
-//! a page open on walrus's host could otherwise post to it). An admin request refused as
+//! `metrics.admin_allow_remote`, with the bearer token of `metrics.admin_token_file` when
+//! one is set ([`token`]; remote callers always need it), and never from a web browser (a
+//! request carrying `Origin`: a page open on walrus's host could otherwise post to it). Every
+//! admin request is logged with its caller, accepted or refused. An admin request refused as
 //! given gets a 4xx (`walrus` exits 2: a person must act), one that failed or cannot run now
 //! a 5xx (exit 1: it may succeed later).
 
 pub mod status;
+pub mod token;
 
 use prometheus::{Encoder, TextEncoder};
 use std::sync::Arc;
@@ -24,8 +27,16 @@ pub type Ready = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 pub struct Admin {
     pub checkpoint: tokio::sync::mpsc::Sender<crate::checkpoint::Request>,
     pub backups: Arc<crate::restore::backup::Backups>,
-    /// Accept admin requests from hosts other than loopback.
+}
+
+/// Who may make admin requests, known from the start.
+#[derive(Debug, Clone, Default)]
+pub struct AdminAccess {
+    /// Accept them from hosts other than loopback (`metrics.admin_allow_remote`, which
+    /// needs a token).
     pub allow_remote: bool,
+    /// The bearer token they must carry (`metrics.admin_token_file`).
+    pub token: Option<token::AdminToken>,
 }
 
 /// How long a caller may take to send its request: a request is a few hundred bytes.
@@ -39,6 +50,7 @@ pub async fn serve(
     listener: TcpListener,
     sources: Arc<status::Sources>,
     admin: Arc<std::sync::OnceLock<Admin>>,
+    access: AdminAccess,
 ) {
     crate::metrics::register_all();
     loop {
@@ -47,6 +59,7 @@ pub async fn serve(
         };
         let sources = sources.clone();
         let admin = admin.get().cloned();
+        let access = access.clone();
         tokio::spawn(async move {
             let Ok(Some((head, body))) =
                 tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut sock)).await
@@ -76,8 +89,15 @@ pub async fn serve(
                     Err(e) => ("500 Internal Server Error", format!("{e}\n").into_bytes()),
                 },
                 ("POST", "/checkpoint" | "/backup") => {
-                    match admin_refusal(admin.as_ref(), sources.durability, peer, &head) {
-                        Some(refused) => refused,
+                    let refused = access
+                        .refusal(peer, &head)
+                        .or_else(|| not_running(admin.as_ref(), sources.durability));
+                    match refused {
+                        Some(refused) => {
+                            let why = String::from_utf8_lossy(&refused.1);
+                            tracing::warn!(%peer, path, "admin request refused: {}", why.trim_end());
+                            refused
+                        }
                         None => {
                             let admin = admin.as_ref().expect("checked by admin_refusal");
                             tracing::info!(%peer, path, "admin request");
@@ -140,46 +160,58 @@ async fn read_request(sock: &mut tokio::net::TcpStream) -> Option<(String, Strin
     }
 }
 
-/// Why an admin request is refused before it is looked at, if it is.
-fn admin_refusal(
-    admin: Option<&Admin>,
-    durability: bool,
-    peer: std::net::SocketAddr,
-    head: &str,
-) -> Option<(&'static str, Vec<u8>)> {
-    let Some(admin) = admin else {
-        return Some(if durability {
-            (
-                "503 Service Unavailable",
-                b"walrus is starting: its journal is not open yet; retry once it is ready\n"
+impl AdminAccess {
+    /// Why this caller's admin request is refused, if it is: from another host without
+    /// `allow_remote`, from a web page, or without the token.
+    fn refusal(&self, peer: std::net::SocketAddr, head: &str) -> Option<(&'static str, Vec<u8>)> {
+        if !self.allow_remote && !peer.ip().is_loopback() {
+            return Some((
+                "403 Forbidden",
+                b"admin requests are accepted from loopback only (metrics.admin_allow_remote)\n"
                     .to_vec(),
-            )
-        } else {
-            (
-                "404 Not Found",
-                b"durability is off: no checkpoints or backups\n".to_vec(),
-            )
+            ));
+        }
+        let from_browser = head.lines().skip(1).any(|l| {
+            l.split_once(':')
+                .is_some_and(|(k, _)| k.trim().eq_ignore_ascii_case("origin"))
         });
-    };
-    if !admin.allow_remote && !peer.ip().is_loopback() {
-        return Some((
-            "403 Forbidden",
-            b"admin requests are accepted from loopback only (metrics.admin_allow_remote)\n"
-                .to_vec(),
-        ));
+        if from_browser {
+            return Some((
+                "403 Forbidden",
+                b"admin requests from a web page are refused (the request carried Origin)\n"
+                    .to_vec(),
+            ));
+        }
+        match self.token.as_ref().map(|t| t.check(head)) {
+            None | Some(Ok(())) => None,
+            Some(Err(token::Refused::Unauthorized(why))) => {
+                Some(("401 Unauthorized", format!("{why}\n").into_bytes()))
+            }
+            Some(Err(token::Refused::Unreadable(why))) => {
+                tracing::error!("{why}");
+                Some(("500 Internal Server Error", format!("{why}\n").into_bytes()))
+            }
+        }
     }
-    let from_browser = head.lines().skip(1).any(|l| {
-        l.split_once(':')
-            .is_some_and(|(k, _)| k.trim().eq_ignore_ascii_case("origin"))
-    });
-    if from_browser {
-        tracing::warn!(%peer, "admin request from a web page refused");
-        return Some((
-            "403 Forbidden",
-            b"admin requests from a web page are refused (the request carried Origin)\n".to_vec(),
-        ));
+}
+
+/// Why an admin request cannot run yet (the journal is not open) or at all (durability
+/// off), if so.
+fn not_running(admin: Option<&Admin>, durability: bool) -> Option<(&'static str, Vec<u8>)> {
+    if admin.is_some() {
+        return None;
     }
-    None
+    Some(if durability {
+        (
+            "503 Service Unavailable",
+            b"walrus is starting: its journal is not open yet; retry once it is ready\n".to_vec(),
+        )
+    } else {
+        (
+            "404 Not Found",
+            b"durability is off: no checkpoints or backups\n".to_vec(),
+        )
+    })
 }
 
 async fn backup(admin: &Admin, body: String) -> (&'static str, Vec<u8>) {
@@ -222,5 +254,38 @@ async fn checkpoint(admin: &Admin) -> (&'static str, Vec<u8>) {
             "503 Service Unavailable",
             b"the checkpointer stopped\n".to_vec(),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Remote callers: refused without `allow_remote`; with it (which needs a token), only
+    /// with the token.
+    #[test]
+    fn a_remote_admin_request_needs_allow_remote_and_the_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "t").unwrap();
+        let remote: std::net::SocketAddr = "10.0.0.7:40000".parse().unwrap();
+        let head = |auth: &str| format!("POST /checkpoint HTTP/1.1\r\n{auth}Host: x");
+        let closed = AdminAccess {
+            allow_remote: false,
+            token: Some(token::AdminToken::load(&file).unwrap()),
+        };
+        let code = |a: &AdminAccess, h: &str| a.refusal(remote, h).map(|r| r.0);
+        assert_eq!(
+            code(&closed, &head("Authorization: Bearer t\r\n")),
+            Some("403 Forbidden")
+        );
+        let open = AdminAccess {
+            allow_remote: true,
+            ..closed
+        };
+        assert_eq!(code(&open, &head("")), Some("401 Unauthorized"));
+        assert_eq!(code(&open, &head("Authorization: Bearer t\r\n")), None);
+        let page = "Origin: http://evil.example\r\nAuthorization: Bearer t\r\n";
+        assert_eq!(code(&open, &head(page)), Some("403 Forbidden"));
     }
 }
