@@ -12,20 +12,6 @@ use std::time::Duration;
 
 const OK: &[u8] = b"+OK\r\n";
 
-/// `walrus ARGS...`, run to its end.
-fn walrus(args: &[&str]) -> Output {
-    Command::new(walrus_bin()).args(args).output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 /// A walrus (managed) with its metrics endpoint on a free port: (walrus, endpoint).
 fn with_metrics(data: Option<&Path>) -> (Walrus, String) {
     let metrics = format!("127.0.0.1:{}", free_port());
@@ -46,7 +32,7 @@ fn set_keys(c: &mut Raw, n: usize) {
 
 /// `walrus backup --to` against the running walrus at `metrics`.
 fn backup_to(metrics: &str, to: &Path) -> Output {
-    walrus(&["backup", "--metrics", metrics, "--to", to.to_str().unwrap()])
+    run_walrus(&["backup", "--metrics", metrics, "--to", to.to_str().unwrap()])
 }
 
 /// A managed walrus that acknowledged k0..kn, then stopped as the guide stops it; and its
@@ -68,7 +54,7 @@ fn stop(w: &mut Walrus) {
 
 /// The guide's resize: an offline backup of `from` into a ring of `segments` at `to`.
 fn resize(from: &Path, to: &Path, segments: u32) -> Output {
-    let out = walrus(&[
+    let out = run_walrus(&[
         "backup",
         "--data-dir",
         from.to_str().unwrap(),
@@ -77,7 +63,7 @@ fn resize(from: &Path, to: &Path, segments: u32) -> Output {
         "--segments",
         &segments.to_string(),
     ]);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", output_text(&out));
     out
 }
 
@@ -99,8 +85,8 @@ fn field(json: &str, key: &str) -> String {
 fn a_backup_taken_while_writing_restores_every_write_acknowledged_before_it() {
     let (mut w, metrics) = with_metrics(None);
     // Status, both forms.
-    let out = walrus(&["status", "--metrics", &metrics]);
-    assert!(out.status.success(), "{}", text(&out));
+    let out = run_walrus(&["status", "--metrics", &metrics]);
+    assert!(out.status.success(), "{}", output_text(&out));
     let human = String::from_utf8_lossy(&out.stdout).to_string();
     for want in [
         "ready        yes",
@@ -109,8 +95,8 @@ fn a_backup_taken_while_writing_restores_every_write_acknowledged_before_it() {
     ] {
         assert!(human.contains(want), "{want:?} in\n{human}");
     }
-    let out = walrus(&["status", "--metrics", &metrics, "-o", "json"]);
-    assert!(out.status.success(), "{}", text(&out));
+    let out = run_walrus(&["status", "--metrics", &metrics, "-o", "json"]);
+    assert!(out.status.success(), "{}", output_text(&out));
     let json = String::from_utf8_lossy(&out.stdout).to_string();
     assert_eq!(field(&json, "attached"), "true", "{json}");
     assert_eq!(field(&json, "ready"), "true", "{json}");
@@ -146,8 +132,8 @@ fn a_backup_taken_while_writing_restores_every_write_acknowledged_before_it() {
         let (stop, metrics) = (stop.clone(), metrics.clone());
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                let out = walrus(&["checkpoint", "--metrics", &metrics]);
-                assert!(out.status.success(), "{}", text(&out));
+                let out = run_walrus(&["checkpoint", "--metrics", &metrics]);
+                assert!(out.status.success(), "{}", output_text(&out));
             }
         })
     };
@@ -155,18 +141,22 @@ fn a_backup_taken_while_writing_restores_every_write_acknowledged_before_it() {
     stop.store(true, Ordering::Relaxed);
     writer.join().unwrap();
     checkpoints.join().unwrap();
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", output_text(&out));
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("backup written to"),
         "{}",
-        text(&out)
+        output_text(&out)
     );
     // Inside walrus's own directories: refused.
     let inside = w.data.path().join("data/checkpoints/b");
     let out = backup_to(&metrics, &inside);
-    assert!(text(&out).contains("inside walrus's own"), "{}", text(&out));
+    assert!(
+        output_text(&out).contains("inside walrus's own"),
+        "{}",
+        output_text(&out)
+    );
     // Refused as asked: a person must act (2), a retry would not help.
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", output_text(&out));
     // A web page on walrus's host cannot post to it: a request with Origin is refused.
     let from_page = {
         use std::io::{Read, Write};
@@ -187,13 +177,21 @@ fn a_backup_taken_while_writing_restores_every_write_acknowledged_before_it() {
     assert!(!backups.path().join("from-a-page").exists());
     // A second backup into the same directory is refused: it is not empty.
     let out = backup_to(&metrics, &to);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("is not empty"), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", output_text(&out));
+    assert!(
+        output_text(&out).contains("is not empty"),
+        "{}",
+        output_text(&out)
+    );
 
     // Offline check of the copy.
-    let out = walrus(&["verify", "--data-dir", to.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("OK: a restore from"), "{}", text(&out));
+    let out = run_walrus(&["verify", "--data-dir", to.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    assert!(
+        output_text(&out).contains("OK: a restore from"),
+        "{}",
+        output_text(&out)
+    );
 
     // Lose walrus and its Valkey; restore from the backup into a fresh walrus.
     w.kill_with_valkey();
@@ -263,22 +261,22 @@ fn verify_names_what_a_restore_would_fail_on() {
     for i in 0..50 {
         assert_eq!(c.cmd(&["SET", &format!("k{i}"), "v"]), OK);
     }
-    let out = walrus(&["checkpoint", "--metrics", &metrics]);
-    assert!(out.status.success(), "{}", text(&out));
+    let out = run_walrus(&["checkpoint", "--metrics", &metrics]);
+    assert!(out.status.success(), "{}", output_text(&out));
     assert_eq!(c.cmd(&["SET", "after", "1"]), OK);
     w.kill_with_valkey();
     let data = w.data.path().join("data");
-    let out = walrus(&["verify", "--data-dir", data.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let t = text(&out);
+    let out = run_walrus(&["verify", "--data-dir", data.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", output_text(&out));
+    let t = output_text(&out);
     assert!(
         t.contains("with no gap") && t.contains("default rates"),
         "{t}"
     );
     // Not a data directory: a usage error.
     let empty = tempfile::tempdir().unwrap();
-    let out = walrus(&["verify", "--data-dir", empty.path().to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let out = run_walrus(&["verify", "--data-dir", empty.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", output_text(&out));
     // A flipped byte in the checkpoint: named, exit 1.
     let cp = std::fs::read_dir(data.join("checkpoints"))
         .unwrap()
@@ -289,9 +287,9 @@ fn verify_names_what_a_restore_would_fail_on() {
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0x40;
     std::fs::write(&cp, &bytes).unwrap();
-    let out = walrus(&["verify", "--data-dir", data.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    let t = text(&out);
+    let out = run_walrus(&["verify", "--data-dir", data.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", output_text(&out));
+    let t = output_text(&out);
     let name = cp.file_name().unwrap().to_str().unwrap();
     assert!(
         t.contains("FAILED") && t.contains(name) && t.contains("checksum mismatch"),
@@ -319,13 +317,17 @@ fn the_ring_is_resized_through_an_offline_backup_and_back() {
     // The writes are in the journal after the first checkpoint (empty, at offset 0): the
     // copy must carry them (a copy without its journal fails the GETs below).
     assert!(
-        text(&out).contains("journal: 301 entries"),
+        output_text(&out).contains("journal: 301 entries"),
         "{}",
-        text(&out)
+        output_text(&out)
     );
-    let out = walrus(&["verify", "--data-dir", resized.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("24 segments"), "{}", text(&out));
+    let out = run_walrus(&["verify", "--data-dir", resized.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    assert!(
+        output_text(&out).contains("24 segments"),
+        "{}",
+        output_text(&out)
+    );
     let mut w = Walrus::build().journal(bigger).data(&resized).start();
     let mut c = Raw::connect(&w.addr);
     for i in 0..300 {
@@ -362,13 +364,13 @@ fn an_upgrade_is_a_checkpoint_a_sigterm_and_a_start_on_the_same_data() {
         assert_eq!(c.cmd(&["SET", &format!("k{i}"), "v"]), OK);
     }
     let status = |metrics: &str| {
-        let out = walrus(&["status", "--metrics", metrics, "-o", "json"]);
-        assert!(out.status.success(), "{}", text(&out));
+        let out = run_walrus(&["status", "--metrics", metrics, "-o", "json"]);
+        assert!(out.status.success(), "{}", output_text(&out));
         String::from_utf8_lossy(&out.stdout).to_string()
     };
     let first = field(&status(&metrics), "checkpoint_offset");
-    let out = walrus(&["checkpoint", "--metrics", &metrics]);
-    assert!(out.status.success(), "{}", text(&out));
+    let out = run_walrus(&["checkpoint", "--metrics", &metrics]);
+    assert!(out.status.success(), "{}", output_text(&out));
     // The checkpoint covers the writes: the restart's restore replays no journal of them.
     let taken = status(&metrics);
     assert!(
@@ -403,11 +405,11 @@ fn an_upgrade_is_a_checkpoint_a_sigterm_and_a_start_on_the_same_data() {
 #[test]
 fn leaving_walrus_through_export_aof() {
     let (_stopped, data) = written_then_stopped(100);
-    let out = walrus(&["verify", "--data-dir", data.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", text(&out));
+    let out = run_walrus(&["verify", "--data-dir", data.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", output_text(&out));
     let aof_dir = tempfile::tempdir().unwrap();
     let out = export_aof(&data, &aof_dir.path().join("appendonly.aof"));
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", output_text(&out));
     let v = Valkey::start_with(&[
         "--appendonly",
         "yes",

@@ -2,20 +2,6 @@
 
 mod common;
 use common::*;
-use std::process::{Command, Output};
-
-fn walrus(args: &[&str]) -> Output {
-    Command::new(walrus_bin()).args(args).output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 /// With `metrics.admin_token_file`, `POST /checkpoint` and `/backup` need the token, from
 /// loopback too; replacing the file rotates it; metrics, health, readiness and status stay
@@ -43,21 +29,30 @@ fn the_admin_endpoint_refuses_anyone_without_its_token() {
         if let Some(f) = token_file {
             args.extend(["--token-file", f.to_str().unwrap()]);
         }
-        walrus(&args)
+        run_walrus(&args)
     };
     let out = checkpoint(None);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", output_text(&out));
     assert!(
-        text(&out).contains("(401)") && text(&out).contains("metrics.admin_token_file"),
+        output_text(&out).contains("(401)")
+            && output_text(&out).contains("metrics.admin_token_file"),
         "{}",
-        text(&out)
+        output_text(&out)
     );
     let out = checkpoint(Some(&wrong));
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("wrong admin token"), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", output_text(&out));
+    assert!(
+        output_text(&out).contains("wrong admin token"),
+        "{}",
+        output_text(&out)
+    );
     let out = checkpoint(Some(&token));
-    assert!(out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("checkpoint taken"), "{}", text(&out));
+    assert!(out.status.success(), "{}", output_text(&out));
+    assert!(
+        output_text(&out).contains("checkpoint taken"),
+        "{}",
+        output_text(&out)
+    );
 
     // Rotated: the old token is refused, the new one accepted, without a restart.
     let old = dir.path().join("old-token");

@@ -116,6 +116,21 @@ impl Drop for Proc {
     }
 }
 
+/// `walrus ARGS...`, run to its end.
+pub fn run_walrus(args: &[&str]) -> std::process::Output {
+    Command::new(walrus_bin()).args(args).output().unwrap()
+}
+
+/// A finished command's exit code and output, for assertion messages.
+pub fn output_text(o: &std::process::Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
 /// Waits for walrus's "listening on" log line and returns the address in it.
 pub fn listening_addr(walrus: &Proc) -> String {
     addr_in(&walrus.wait_line(LISTENING, START_TIMEOUT))
