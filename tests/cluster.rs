@@ -368,8 +368,9 @@ fn a_cluster_whose_every_node_moved_to_a_new_ip_reforms_from_its_peers_names() {
                     .filter(|&j| j != i)
                     .map(|j| format!("\"127.0.0.{}:{}@{}\"", first + j as u8, ports[j], buses[j]))
                     .collect();
+                // Peers are lost once not heard from for cluster-node-timeout: shortened.
                 let config = format!(
-                    "{CLUSTER}bus_port = {}\npeers = [{}]\n",
+                    "{CLUSTER}bus_port = {}\npeers = [{}]\n[upstream]\nextra_args = [\"--cluster-node-timeout\", \"3000\"]\n",
                     buses[i],
                     peers.join(", ")
                 );
@@ -427,15 +428,13 @@ fn a_cluster_whose_every_node_moved_to_a_new_ip_reforms_from_its_peers_names() {
             String::from_utf8_lossy(&s.cmd(&["CLUSTER", "NODES"])),
             s.walrus.proc.log_text()
         );
-        assert!(
-            s.walrus
-                .proc
-                .log_text()
-                .contains("cluster.peers: Valkey lost peers; introduced"),
-            "{}",
-            s.walrus.proc.log_text()
-        );
     }
+    // One reintroduction is enough: the others learn the new addresses by gossip.
+    let introduced = |s: &Shard| {
+        let log = s.walrus.proc.log_text();
+        log.contains("cluster.peers: Valkey lost peers; introduced")
+    };
+    assert!(shards.iter().any(introduced));
     let now: Vec<Vec<u8>> = shards.iter().map(|s| s.cmd(&["CLUSTER", "MYID"])).collect();
     assert_eq!(now, ids, "the same nodes");
     let mut c = client(&shards);

@@ -28,11 +28,11 @@ pub struct ClusterConfig {
     pub poll_interval_ms: u64,
     /// The other primaries' walruses, `host:port` or `host:port@busport` (bus port default:
     /// this node's), by names that always resolve to their current address (a StatefulSet's
-    /// pod names). While Valkey sees a peer failed, or the cluster not ok, walrus resolves
-    /// each name and sends Valkey `CLUSTER MEET` for any not known there at that address: a
-    /// cluster whose every node came back at a new IP (all pods restarted) cannot find its
-    /// peers from nodes.conf alone. A node that never joined a cluster is left alone: forming
-    /// one is `valkey-cli --cluster create`'s job.
+    /// pod names). Once Valkey has not heard from a peer for `cluster-node-timeout` (`fail?`),
+    /// walrus resolves each name and sends Valkey `CLUSTER MEET` for any whose address Valkey
+    /// knows no node at: a cluster whose every node came back at a new IP (all pods
+    /// restarted) cannot find its peers from nodes.conf alone. Forming a cluster is left to
+    /// `valkey-cli --cluster create`.
     pub peers: Vec<String>,
 }
 

@@ -12,7 +12,6 @@ pub struct Node<'a> {
     pub port: u16,
     pub bus_port: u16,
     flags: Vec<&'a str>,
-    connected: bool,
     slots: Vec<&'a str>,
 }
 
@@ -22,9 +21,8 @@ impl<'a> Node<'a> {
         let _id = fields.next()?;
         let addr = fields.next()?;
         let flags = fields.next()?.split(',').collect();
-        // primary, ping sent, pong received, epoch.
-        let connected = fields.nth(4)? == "connected";
-        let slots = fields.collect();
+        // primary, ping sent, pong received, epoch, link state.
+        let slots = fields.skip(5).collect();
         let addr = addr.split(',').next()?;
         let (ip_port, bus) = addr.split_once('@')?;
         let (ip, port) = ip_port.rsplit_once(':')?;
@@ -33,7 +31,6 @@ impl<'a> Node<'a> {
             port: port.parse().ok()?,
             bus_port: bus.parse().ok()?,
             flags,
-            connected,
             slots,
         })
     }
@@ -46,12 +43,11 @@ impl<'a> Node<'a> {
         self.flagged("myself")
     }
 
-    /// Not reached: no bus link to it now (the only sign for `cluster-node-timeout` after
-    /// a restart: nodes.conf's peers start unflagged), failed or suspected failed, or with
-    /// no address at all. Never the node itself.
+    /// Not heard from for `cluster-node-timeout` (suspected failed, `fail?`), failed, or
+    /// with no address at all. A link down for a moment, as while nodes are being met, is
+    /// not that.
     pub fn unreachable(&self) -> bool {
-        !self.myself()
-            && (!self.connected || ["fail", "fail?", "noaddr"].iter().any(|f| self.flagged(f)))
+        ["fail", "fail?", "noaddr"].iter().any(|f| self.flagged(f))
     }
 
     /// The slots it owns: `0-5460`, `7000`; the `[slot->-node]` entries of a migration are
@@ -98,7 +94,7 @@ mod tests {
         assert_eq!(nodes[2].ip, Some("::1".parse().unwrap()));
         assert_eq!(nodes[2].port, 7003);
         let unreachable: Vec<_> = nodes.iter().map(Node::unreachable).collect();
-        assert_eq!(unreachable, [false, false, true, true, true]);
+        assert_eq!(unreachable, [false, false, true, true, false]);
         assert_eq!(nodes[4].owned_slots(), 1);
         assert_eq!(nodes[3].ip, None);
         assert_eq!(nodes[3].owned_slots(), 0);

@@ -14,16 +14,16 @@ use crate::config::Peer;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-/// Whether Valkey lost peers: it was part of a cluster (it knows other nodes) and either
-/// cannot reach one or sees the cluster not ok. (Nodes that reach nobody still say ok:
-/// only a majority of primaries can mark a slot's owner failed.) A node alone has never joined one, and a
-/// MEET would make it non-empty for `valkey-cli --cluster create`.
-pub fn lost(nodes: &[Node], ok: bool) -> bool {
-    nodes.iter().any(|n| !n.myself()) && (!ok || nodes.iter().any(Node::unreachable))
+/// Whether Valkey lost peers: it has not heard from one for `cluster-node-timeout` (a
+/// node whose every peer moved marks them all so). While nodes are being met (the cluster
+/// is being created, or one joins) none is: forming a cluster is `valkey-cli --cluster
+/// create`'s job, and a MEET then would only add a handshake beside its own.
+pub fn lost(nodes: &[Node]) -> bool {
+    nodes.iter().any(Node::unreachable)
 }
 
-/// Sends `CLUSTER MEET` for each peer not known, reachable, at the address its name
-/// resolves to now. Returns how many it introduced; a name that does not resolve (its pod
+/// Sends `CLUSTER MEET` for each peer whose name resolves to an address where Valkey knows
+/// no node. Returns how many it introduced; a name that does not resolve (its pod
 /// not yet scheduled) is skipped with a warning and tried at the next poll.
 pub async fn reintroduce(
     conn: &mut Conn,
@@ -44,8 +44,13 @@ pub async fn reintroduce(
             }
         };
         let bus = peer.bus_port.unwrap_or(me.bus_port);
-        let known = |n: &&Node| n.ip == Some(ip) && n.port == peer.port && n.bus_port == bus;
-        if nodes.iter().filter(|n| !n.unreachable()).any(|n| known(&n)) {
+        // Any node at that address, reachable or not, handshake included: the peer is
+        // known there (or being met), so a MEET could only add a handshake beside it.
+        // Only an address Valkey has never heard of means the peer moved.
+        if nodes
+            .iter()
+            .any(|n| n.ip == Some(ip) && n.port == peer.port && n.bus_port == bus)
+        {
             continue;
         }
         let (ip_text, port, bus) = (ip.to_string(), peer.port.to_string(), bus.to_string());
@@ -97,19 +102,13 @@ mod tests {
     use super::lost;
 
     #[test]
-    fn a_node_alone_never_lost_peers() {
-        let alone = "a 127.0.0.1:7001@17001 myself,master - 0 0 1 connected\n";
-        assert!(!lost(&parse(alone), false));
+    fn only_a_peer_not_heard_from_is_lost() {
         let healthy = "a 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-8000\n\
                        b 127.0.0.2:7001@17001 master - 0 0 2 connected 8001-16383\n";
-        assert!(!lost(&parse(healthy), true));
-        assert!(lost(&parse(healthy), false), "the cluster is not ok");
+        assert!(!lost(&parse(healthy)));
+        let meeting = healthy.replace("2 connected", "2 disconnected");
+        assert!(!lost(&parse(&meeting)), "a link down for a moment");
         let failed = healthy.replace("master - 0 0 2", "master,fail? - 0 0 2");
-        assert!(lost(&parse(&failed), true));
-        let cut = healthy.replace("2 connected", "2 disconnected");
-        assert!(
-            lost(&parse(&cut), true),
-            "no link: the only sign after a restart"
-        );
+        assert!(lost(&parse(&failed)));
     }
 }

@@ -94,7 +94,7 @@ async fn poll(w: &Watch, labels: &mut Option<(String, String)>) -> Result<(), St
             .sum(),
     );
     CLUSTER_STATE_OK.set(i64::from(s.ok));
-    if !w.peers.is_empty() && peers::lost(&nodes, s.ok) {
+    if !w.peers.is_empty() && peers::lost(&nodes) {
         peers::reintroduce(&mut conn, &w.peers, &nodes, w.up.connect_timeout).await?;
     }
     let problem = w.node.check(&mut conn, &w.server).await.err();
