@@ -21,11 +21,20 @@
 //!   failure. Thread scheduling is not replayed, but every random choice is, and the fault
 //!   loop's sequence of faults is the same.
 //! - `WALRUS_GEN_SECONDS`: how long faults are injected, in total (default 40).
-//! - `WALRUS_GEN_MODE`: `managed`, `external`, `cluster` or `both` (default: managed, then
-//!   external, each half the time). `cluster`: walrus's Valkey is one primary of a Valkey
-//!   Cluster of three, each behind its walrus, and owns the slot of every key the clients
-//!   use (they all carry the hash tag `{gen}`); the faults hit that shard, whose restores
-//!   are in place. The second test runs cluster mode alone.
+//! - `WALRUS_GEN_MODE`: `managed`, `external`, `cluster`, `shards` or `both` (default:
+//!   managed, then external, each half the time). `cluster`: walrus's Valkey is one primary
+//!   of a Valkey Cluster of three, each behind its walrus; the clients' keys carry the hash
+//!   tag `{gen}` (that shard's slot) or `{gen2}` (another shard's: `generator/keys.rs`), and
+//!   the clients follow MOVED and ASK, which must name walruses only (`generator/route.rs`);
+//!   the faults hit that shard, whose restores are in place. `shards`: the same cluster,
+//!   and among the faults kills of two or three shards at once and slot moves with MIGRATE,
+//!   some cut short by a kill on either side (`generator/cluster.rs`,
+//!   `generator/reshard.rs`). The second and third tests run these modes alone.
+//! - `WALRUS_GEN_FAULTS`: a comma-separated list of fault names (`KillShards,MoveSlot`,
+//!   ...): only those of the mode's table, to look at one kind at a time.
+//! - `WALRUS_GEN_FIX=redis-cli`: a cut slot move is finished with `redis-cli --cluster fix`
+//!   rather than by running the rest of the move (`generator/reshard.rs` says why that loses
+//!   acknowledged writes, walrus or not).
 //! - `WALRUS_GEN_DISK`: `tmp` (default) or `faultfs`: walrus's data directory on a faultfs
 //!   mount (docs/faultfs.md), and power losses among the faults (`generator/power.rs`).
 //!   `tests/power_loss.rs` runs mostly power losses on faultfs.
@@ -55,10 +64,21 @@ fn generated_histories_keep_walruss_promises() {
 }
 
 /// The same in cluster mode: one shard of a three-primary Valkey Cluster under every fault
-/// of managed mode, restored in place (README, "Valkey Cluster").
+/// of managed mode, restored in place (README, "Valkey Cluster"); the clients' keys on it
+/// and on another shard.
 #[test]
 fn generated_histories_keep_walruss_promises_on_a_cluster_shard() {
     let mut s = Settings::from_env(20, Disk::Tmp, EVERY_FAULT);
     s.modes = vec![Mode::Cluster];
+    runner::run_all(s);
+}
+
+/// The cluster with faults on several shards at once and slot moves with MIGRATE, some cut
+/// short by a kill on either side, then finished; the clients' keys on every shard a move
+/// takes them to.
+#[test]
+fn generated_histories_keep_walruss_promises_across_cluster_shards() {
+    let mut s = Settings::from_env(20, Disk::Tmp, EVERY_FAULT);
+    s.modes = vec![Mode::Shards];
     runner::run_all(s);
 }

@@ -1,15 +1,18 @@
 //! The final read of every key, once the last fault has settled and walrus serves again,
 //! and the checks of the whole history against it.
 
-use crate::conn::{cmd, describe, Conn, Reply};
-use crate::counters::{counter_key, COUNTERS};
-use crate::history::{list_key, queue_key, Fate, History, LISTS, NEVER, QUEUES};
+use crate::conn::{cmd, describe, Reply};
+use crate::counters::COUNTERS;
+use crate::history::{Fate, History, LISTS, NEVER, QUEUES};
+use crate::keys::{counter_key, is_queue, list_key, queue_key, PATTERN};
+use crate::route::{Batch, Router};
 use crate::shared::Ctx;
 use crate::system::AROUND_KEYS;
 use crate::values::big_version;
 use crate::workers::bulks;
 use redis_protocol::resp2::types::OwnedFrame;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What walrus holds at the end.
@@ -22,26 +25,41 @@ pub struct Final {
     pub keys: BTreeSet<String>,
 }
 
-/// Reads everything through walrus at `addr`, retrying each command while walrus answers
-/// an error (it may still be finishing a restore: -LOADING).
-pub fn read_final(ctx: &Ctx, addr: &str, big_keys: &[String]) -> Result<Final, String> {
-    let mut conn =
-        Conn::connect(addr).ok_or_else(|| format!("cannot connect to walrus at {addr}"))?;
-    let mut ask = |args: &[&str]| -> Result<OwnedFrame, String> {
-        let c = cmd(args);
+/// Reads everything through walrus (in cluster mode, each key where it lives, and the
+/// keyspace of every walrus), retrying each command while walrus answers an error (it may
+/// still be finishing a restore: -LOADING).
+pub fn read_final(ctx: &Arc<Ctx>, big_keys: &[String]) -> Result<Final, String> {
+    let mut router = Router::new(ctx.clone(), 1);
+    // `at`: the walrus to ask, whatever the command's keys.
+    let mut ask_at = |args: &[&str], at: Option<&str>| -> Result<OwnedFrame, String> {
+        let c = vec![cmd(args)];
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            match conn.call(ctx, std::slice::from_ref(&c)).remove(0) {
-                Reply::Frame(f) => return Ok(f),
-                Reply::Lost => return Err(format!("the final `{}` got no reply", describe(&c))),
-                Reply::Error(e) if Instant::now() > deadline => {
-                    return Err(format!("the final `{}` keeps failing: -{e}", describe(&c)))
+            let reply = match at {
+                Some(addr) => router.exchange_at(addr, &c),
+                None => router.exchange(&c, Batch::Pipeline),
+            };
+            match reply.map(|mut r| r.remove(0)) {
+                Some(Reply::Frame(f)) => return Ok(f),
+                None | Some(Reply::Lost) => {
+                    return Err(format!("the final `{}` got no reply", describe(&c[0])))
+                }
+                Some(Reply::Error(e)) if Instant::now() > deadline => {
+                    return Err(format!(
+                        "the final `{}` keeps failing: -{e}",
+                        describe(&c[0])
+                    ))
                 }
                 // Retry pacing while walrus finishes a restore.
-                Reply::Error(_) => std::thread::sleep(Duration::from_millis(50)),
+                Some(Reply::Error(_)) => std::thread::sleep(Duration::from_millis(50)),
             }
         }
     };
+    let mut keys = BTreeSet::new();
+    for node in ctx.nodes() {
+        keys.append(&mut scan(|args| ask_at(args, Some(&node)))?);
+    }
+    let mut ask = |args: &[&str]| ask_at(args, None);
     let mut range = |key: &str| -> Result<Vec<Vec<u8>>, String> {
         match ask(&["LRANGE", key, "0", "-1"])? {
             OwnedFrame::Array(items) => {
@@ -79,10 +97,23 @@ pub fn read_final(ctx: &Ctx, addr: &str, big_keys: &[String]) -> Result<Final, S
             f => return Err(format!("GET {key}: {f:?}")),
         });
     }
+    Ok(Final {
+        lists,
+        queues,
+        bigs,
+        counters,
+        keys,
+    })
+}
+
+/// Every client key of one walrus's keyspace, asked with `ask`.
+fn scan(
+    mut ask: impl FnMut(&[&str]) -> Result<OwnedFrame, String>,
+) -> Result<BTreeSet<String>, String> {
     let mut keys = BTreeSet::new();
     let mut cursor = "0".to_string();
     loop {
-        let page = ask(&["SCAN", &cursor, "MATCH", "{gen}:*", "COUNT", "1000"])?;
+        let page = ask(&["SCAN", &cursor, "MATCH", PATTERN, "COUNT", "1000"])?;
         let OwnedFrame::Array(mut page) = page else {
             return Err(format!("SCAN: {page:?}"));
         };
@@ -107,13 +138,7 @@ pub fn read_final(ctx: &Ctx, addr: &str, big_keys: &[String]) -> Result<Final, S
         }
         cursor = next;
     }
-    Ok(Final {
-        lists,
-        queues,
-        bigs,
-        counters,
-        keys,
-    })
+    Ok(keys)
 }
 
 /// A counter's value, as GET returns it.
@@ -363,7 +388,7 @@ impl History {
         }
         // Queues come and go, and so may the keys written around walrus; every other key,
         // once there, stays.
-        let stays = f.keys.iter().filter(|k| !k.starts_with("{gen}:q")).count();
+        let stays = f.keys.iter().filter(|k| !is_queue(k)).count();
         if self.max_dbsize > stays + QUEUES + AROUND_KEYS {
             self.violation(format!(
                 "dirty read: DBSIZE showed {}, but only {stays} keys, {QUEUES} queues and \

@@ -137,6 +137,27 @@ impl Conn {
         out.resize_with(cmds.len(), || Reply::Lost);
         out
     }
+
+    /// The same for commands that may wait as long as they like (`BLPOP ... 0`): no hang
+    /// bound applies. Replies stop (the rest are lost) when the connection breaks or the run
+    /// stops.
+    pub fn call_until_stop(&mut self, ctx: &Ctx, cmds: &[Cmd]) -> Vec<Reply> {
+        let mut out = Vec::with_capacity(cmds.len());
+        if self.send(cmds).is_ok() {
+            'replies: while out.len() < cmds.len() {
+                // Waits in short slices, so that it notices the end of the run.
+                loop {
+                    match self.read(Instant::now() + Duration::from_millis(250)) {
+                        Ok(bytes) => break out.push(parse(&bytes)),
+                        Err(Wait::TimedOut) if !ctx.stopping() => {}
+                        Err(_) => break 'replies,
+                    }
+                }
+            }
+        }
+        out.resize_with(cmds.len(), || Reply::Lost);
+        out
+    }
 }
 
 pub fn parse(bytes: &[u8]) -> Reply {

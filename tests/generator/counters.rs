@@ -6,14 +6,11 @@
 
 use crate::conn::{describe, Cmd, Reply};
 use crate::history::History;
+use crate::keys::counter_key;
 use redis_protocol::resp2::types::OwnedFrame;
 
 /// Counters the workers share.
 pub const COUNTERS: usize = 3;
-
-pub fn counter_key(i: usize) -> String {
-    format!("{{gen}}:c{i}")
-}
 
 /// What clients did to one counter, and saw of it.
 #[derive(Default)]

@@ -1,11 +1,14 @@
 //! The fault loop: at random moments, one random fault, then (for the ones that take walrus
 //! or Valkey away) a wait until walrus serves again: reads retried while it answers
-//! -LOADING, and, for a kill in the middle of a restore, the log line of the restore.
+//! -LOADING, and, for a kill in the middle of a restore, the log line of the restore. In
+//! the cluster's `shards` mode, kills of several shards at once (`cluster.rs`) and slot
+//! moves (`reshard.rs`) too.
 
+use crate::cluster::{kill_shards, revive_with, Kill};
 use crate::common::Rng;
-use crate::power;
 use crate::shared::{pick, Ctx};
 use crate::system::{Flag, Mode, System, RECOVERY};
+use crate::{power, reshard};
 use std::time::{Duration, Instant};
 
 /// Logged when a restore starts loading Valkey.
@@ -38,6 +41,11 @@ enum Fault {
     /// faultfs only: the disk loses what was not synced, and walrus, Valkey or both die
     /// (`power.rs`).
     PowerLoss,
+    /// Cluster: the shard under test and one or both others killed at once (`cluster.rs`).
+    KillShards,
+    /// Cluster: a slot of the clients' keys moved with MIGRATE, perhaps cut short by a kill
+    /// and then fixed (`reshard.rs`).
+    MoveSlot,
 }
 
 /// What the fault loop injects, and how often.
@@ -74,6 +82,22 @@ const EXTERNAL: &[(Fault, u64)] = &[
     (Fault::WriteAround, 8),
 ];
 
+/// Every fault of managed mode on the shard under test, and the faults of several shards,
+/// about half of all (few faults fit in a run: each takes seconds, restores in place and a
+/// cluster that settles).
+const SHARDS: &[(Fault, u64)] = &[
+    (Fault::KillWalrus, 10),
+    (Fault::KillValkey, 10),
+    (Fault::KillDuringRestore, 4),
+    (Fault::FailingCheckpoints, 8),
+    (Fault::FailingManifests, 3),
+    (Fault::DropConnections, 5),
+    (Fault::DropReplicaLink, 3),
+    (Fault::WriteAround, 4),
+    (Fault::KillShards, 25),
+    (Fault::MoveSlot, 28),
+];
+
 /// Stop injecting once this many violations are known: the run has said enough.
 const ENOUGH: usize = 200;
 
@@ -88,10 +112,22 @@ pub fn run(
     let mut table = match sys.mode {
         Mode::Managed | Mode::Cluster => MANAGED,
         Mode::External => EXTERNAL,
+        Mode::Shards => SHARDS,
     }
     .to_vec();
     if sys.on_faultfs() && plan.power_loss > 0 {
         table.push((Fault::PowerLoss, plan.power_loss));
+    }
+    // `WALRUS_GEN_FAULTS=KillShards,MoveSlot`: those faults of the mode's table only.
+    if let Some(only) = std::env::var("WALRUS_GEN_FAULTS")
+        .ok()
+        .filter(|v| !v.is_empty())
+    {
+        table.retain(|(f, _)| only.split(',').any(|o| o.trim() == format!("{f:?}")));
+        assert!(
+            !table.is_empty(),
+            "WALRUS_GEN_FAULTS: none of {only:?} in this mode"
+        );
     }
     loop {
         // Fault pacing: the random moment of the next fault (workload, not synchronization).
@@ -165,6 +201,8 @@ fn inject(sys: &mut System, ctx: &Ctx, rng: &mut Rng, fault: Fault) -> Result<St
             }
         }
         Fault::PowerLoss => return power::power_loss(sys, ctx, rng),
+        Fault::KillShards => return kill_shards(sys, ctx, rng),
+        Fault::MoveSlot => return reshard::move_slot(sys, ctx, rng),
         Fault::DropConnections | Fault::DropReplicaLink => {
             let kind = match fault {
                 Fault::DropConnections => "normal",
@@ -195,7 +233,7 @@ pub fn relaunch(sys: &mut System, ctx: &Ctx) -> Result<(), String> {
 
 /// Returns once walrus serves reads again. While checkpoints fail it gets `PATIENCE`, then
 /// the fault is cleared (counted): with a full ring, it may need a checkpoint to recover.
-fn recover(sys: &mut System, ctx: &Ctx) -> Result<(), String> {
+pub fn recover(sys: &mut System, ctx: &Ctx) -> Result<(), String> {
     if sys.flag(Flag::Checkpoint) {
         if sys.await_serving(PATIENCE).is_ok() {
             return Ok(());
@@ -207,23 +245,30 @@ fn recover(sys: &mut System, ctx: &Ctx) -> Result<(), String> {
     sys.await_serving(RECOVERY)
 }
 
-/// The last fault of a run, after its clients stopped: everything dies (walrus and Valkey)
-/// and comes back from disk, so that the final read checks what the journal holds. On
-/// faultfs, in a power loss.
+/// The last fault of a run, after its clients stopped: everything dies (walrus and Valkey;
+/// in cluster mode, on every shard at once) and comes back from disk, so that the final
+/// read checks what the journals hold. On faultfs, in a power loss.
 pub fn final_restart(sys: &mut System, ctx: &Ctx, rng: &mut Rng) -> Result<(), String> {
     sys.set_flag(Flag::Checkpoint, false);
     sys.set_flag(Flag::Manifest, false);
-    if sys.on_faultfs() {
-        let what = power::cut(sys, ctx, rng, power::Victims::All)?;
-        ctx.h().count(&format!("fault: final {what}"));
-        return Ok(());
+    let mut others = Vec::new();
+    for i in 1..=sys.peers.len() {
+        sys.kill_shard(i, Kill::Walrus);
+        others.push((i, Kill::Walrus));
     }
-    if sys.mode == Mode::External {
-        sys.stop_external_valkey();
-        sys.kill_walrus();
-        sys.start_external_valkey();
-    } else {
-        sys.kill_walrus();
-    }
-    relaunch(sys, ctx)
+    revive_with(sys, &others, |sys| {
+        if sys.on_faultfs() {
+            let what = power::cut(sys, ctx, rng, power::Victims::All)?;
+            ctx.h().count(&format!("fault: final {what}"));
+            return Ok(());
+        }
+        if sys.mode == Mode::External {
+            sys.stop_external_valkey();
+            sys.kill_walrus();
+            sys.start_external_valkey();
+        } else {
+            sys.kill_walrus();
+        }
+        relaunch(sys, ctx)
+    })
 }

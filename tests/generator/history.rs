@@ -9,6 +9,7 @@
 //! then is as complete as one made at the end.
 
 use crate::counters::{Counter, COUNTERS};
+use crate::keys::list_key;
 use crate::pubsub::Msg;
 use crate::queues::Job;
 use crate::values::Big;
@@ -16,25 +17,12 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 /// Append-only lists: appends, transactions and scripts write them, readers read them.
 pub const LISTS: usize = 6;
-/// Queue lists: producers push jobs, consumers pop them.
-pub const QUEUES: usize = 3;
+/// Queue lists: producers push jobs, consumers pop them (two of each tag).
+pub const QUEUES: usize = 4;
 /// Large values per worker, each written only by its worker (so versions run in order).
 pub const BIG_SLOTS: usize = 2;
-pub const CHANNEL: &str = "{gen}:chan";
 /// The timestamp of what never happened (an acknowledgement that never came).
 pub const NEVER: u64 = u64::MAX;
-
-pub fn list_key(i: usize) -> String {
-    format!("{{gen}}:l{i}")
-}
-
-pub fn queue_key(i: usize) -> String {
-    format!("{{gen}}:q{i}")
-}
-
-pub fn big_key(worker: usize, slot: usize) -> String {
-    format!("{{gen}}:big:{worker}:{slot}")
-}
 
 /// The element, job or message written as `<prefix><index>`; its index if it is one.
 pub fn parse_id(item: &[u8], prefix: u8) -> Option<usize> {
@@ -194,11 +182,19 @@ impl History {
             // Cluster mode: a node restarted in place says so until it has rejoined
             // (Valkey's rejoin delay, up to 5 s).
             "CLUSTERDOWN",
+            // A redirect no longer followed (`route.rs`: too many hops, or in a transaction
+            // whose EXEC ran), and a command of several keys of a slot being moved, split
+            // between its two nodes: refused, or of unknown outcome.
+            "MOVED ",
+            "ASK ",
+            "TRYAGAIN",
         ];
         if EXPECTED.iter().any(|p| msg.starts_with(p)) {
-            // Counted by kind: the text up to its first clause.
+            // Counted by kind: the text up to its first clause (a redirect's first word).
+            let redirect = msg.starts_with("MOVED ") || msg.starts_with("ASK ");
+            let ends: &[char] = if redirect { &[' '] } else { &[';', '(', ','] };
             let kind: String = msg
-                .split([';', '(', ','])
+                .split(ends)
                 .next()
                 .unwrap_or(msg)
                 .chars()

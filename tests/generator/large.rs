@@ -4,7 +4,8 @@
 
 use crate::common::Rng;
 use crate::conn::{cmd, describe, Cmd, Reply};
-use crate::history::{big_key, Fate, History, BIG_SLOTS};
+use crate::history::{Fate, History, BIG_SLOTS};
+use crate::keys::big_key;
 use crate::values::big_value;
 use redis_protocol::resp2::types::OwnedFrame;
 

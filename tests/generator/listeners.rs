@@ -3,7 +3,9 @@
 
 use crate::common::Rng;
 use crate::conn::{cmd, parse, Conn, Reply, Wait, HANG_BOUND};
-use crate::history::{queue_key, CHANNEL, QUEUES};
+use crate::history::QUEUES;
+use crate::keys::{queue_key, same_tag, CHANNEL, TAGS};
+use crate::route::{Batch, Router};
 use crate::shared::Ctx;
 use crate::workers::settle_pop;
 use redis_protocol::resp2::types::OwnedFrame;
@@ -81,38 +83,29 @@ fn subscribe(ctx: &Ctx, conn: &mut Conn, session: Duration) -> Option<(Vec<Vec<u
     }
 }
 
-/// Pops with `BLPOP <every queue> 0`, which may wait for as long as the queues stay empty:
-/// no hang bound applies. When the run stops, its connection is dropped while it waits,
-/// and that pop's outcome is unknown.
-pub fn blocked_consumer(ctx: Arc<Ctx>) {
-    let mut c = cmd(&["BLPOP"]);
-    c.extend((0..QUEUES).map(|q| queue_key(q).into_bytes()));
-    c.push(b"0".to_vec());
-    let mut conn = None;
-    while !ctx.stopping() {
-        let Some(open) = conn.as_mut() else {
-            conn = Conn::open(&ctx);
-            continue;
-        };
-        ctx.h().count("op: queue pop, blocking");
-        if open.send(std::slice::from_ref(&c)).is_err() {
-            ctx.h().pop_unknown();
-            conn = None;
-            continue;
+/// Pops with `BLPOP <every queue of one tag> 0`, the tags in turn, which may wait for as long
+/// as those queues stay empty: no hang bound applies. A queue whose slot moves away redirects
+/// it (`route.rs`). When the run stops, its connection is dropped while it waits, and that
+/// pop's outcome is unknown.
+pub fn blocked_consumer(ctx: Arc<Ctx>, seed: u64) {
+    let mut router = Router::new(ctx.clone(), seed);
+    for tag in (0..TAGS.len()).cycle() {
+        if ctx.stopping() {
+            break;
         }
-        // Waits in short slices, so that it notices the end of the run.
-        let reply = loop {
-            match open.read(Instant::now() + Duration::from_millis(250)) {
-                Ok(bytes) => break parse(&bytes),
-                Err(Wait::TimedOut) if !ctx.stopping() => {}
-                Err(_) => break Reply::Lost,
-            }
-        };
+        let mut c = cmd(&["BLPOP"]);
+        c.extend(
+            same_tag(tag, QUEUES)
+                .iter()
+                .map(|&q| queue_key(q).into_bytes()),
+        );
+        c.push(b"0".to_vec());
+        ctx.h().count("op: queue pop, blocking");
+        let reply = router
+            .exchange(std::slice::from_ref(&c), Batch::Blocking)
+            .map_or(Reply::Lost, |mut r| r.remove(0));
         let lost = matches!(reply, Reply::Lost);
-        let clean = settle_pop(&mut ctx.h(), &c, reply);
-        if lost {
-            conn = None;
-        } else if !clean {
+        if !settle_pop(&mut ctx.h(), &c, reply) && !lost {
             // Paces retries while walrus restores (workload, not synchronization).
             std::thread::sleep(Duration::from_millis(50));
         }

@@ -2,6 +2,8 @@
 // tests/power_loss.rs): `include!`d at the binary's root, where they expect each other.
 #[path = "check.rs"]
 mod check;
+#[path = "cluster.rs"]
+mod cluster;
 #[path = "conn.rs"]
 mod conn;
 #[path = "counters.rs"]
@@ -10,10 +12,14 @@ mod counters;
 mod faults;
 #[path = "history.rs"]
 mod history;
+#[path = "keys.rs"]
+mod keys;
 #[path = "large.rs"]
 mod large;
 #[path = "listeners.rs"]
 mod listeners;
+#[path = "node.rs"]
+mod node;
 #[path = "power.rs"]
 mod power;
 #[path = "pubsub.rs"]
@@ -22,6 +28,10 @@ mod pubsub;
 mod queues;
 #[path = "reads.rs"]
 mod reads;
+#[path = "reshard.rs"]
+mod reshard;
+#[path = "route.rs"]
+mod route;
 #[path = "runner.rs"]
 mod runner;
 #[path = "shared.rs"]

@@ -60,7 +60,7 @@ const EXTERNAL: &[(Victims, u64)] = &[
 /// A power loss with random victims; returns what it did.
 pub fn power_loss(sys: &mut System, ctx: &Ctx, rng: &mut Rng) -> Result<String, String> {
     let victims = match sys.mode {
-        Mode::Managed | Mode::Cluster => Victims::Walrus,
+        Mode::Managed | Mode::Cluster | Mode::Shards => Victims::Walrus,
         Mode::External => pick(rng, EXTERNAL),
     };
     cut(sys, ctx, rng, victims)

@@ -2,7 +2,8 @@
 //! saw. A job popped with an acknowledged reply never comes back; every acknowledged job is
 //! queued or popped (the final check, in `check.rs`).
 
-use crate::history::{parse_id, queue_key, Fate, History, NEVER, QUEUES};
+use crate::history::{parse_id, Fate, History, NEVER, QUEUES};
+use crate::keys::queue_key;
 use std::collections::{HashMap, HashSet};
 
 pub struct Job {

@@ -5,8 +5,9 @@
 use crate::check::parse_int;
 use crate::common::Rng;
 use crate::conn::{cmd, describe, Cmd};
-use crate::counters::{counter_key, COUNTERS};
-use crate::history::{big_key, list_key, queue_key, History, BIG_SLOTS, LISTS, QUEUES};
+use crate::counters::COUNTERS;
+use crate::history::{History, BIG_SLOTS, LISTS, QUEUES};
+use crate::keys::{big_key, counter_key, list_key, queue_key, PATTERN};
 use crate::workers::{bulks, WORKERS};
 use redis_protocol::resp2::types::OwnedFrame;
 
@@ -60,7 +61,7 @@ impl ReadOp {
             ReadOp::InfoKeyspace => cmd(&["INFO", "keyspace"]),
             ReadOp::RandomKey => cmd(&["RANDOMKEY"]),
             ReadOp::Exists(key) => cmd(&["EXISTS", key]),
-            ReadOp::Scan => cmd(&["SCAN", "0", "MATCH", "{gen}:*", "COUNT", "1000"]),
+            ReadOp::Scan => cmd(&["SCAN", "0", "MATCH", PATTERN, "COUNT", "1000"]),
             ReadOp::Large(key) => cmd(&["GETRANGE", key, "0", "63"]),
             ReadOp::Counter(c) => cmd(&["GET", &counter_key(*c)]),
         }

@@ -5,7 +5,8 @@
 use crate::common::faultfs::FaultFs;
 use crate::common::Rng;
 use crate::faults::Plan;
-use crate::history::{big_key, History, BIG_SLOTS};
+use crate::history::{History, BIG_SLOTS};
+use crate::keys::big_key;
 use crate::shared::{mix, Ctx};
 use crate::system::{Mode, System};
 use crate::{check, faults, listeners, workers};
@@ -56,8 +57,11 @@ impl Settings {
             "managed" => vec![Mode::Managed],
             "external" => vec![Mode::External],
             "cluster" => vec![Mode::Cluster],
+            "shards" => vec![Mode::Shards],
             "both" => vec![Mode::Managed, Mode::External],
-            other => panic!("WALRUS_GEN_MODE: managed, external, cluster or both, not {other:?}"),
+            other => {
+                panic!("WALRUS_GEN_MODE: managed, external, cluster, shards or both, not {other:?}")
+            }
         };
         let disk = match var("WALRUS_GEN_DISK").as_deref() {
             None => disk,
@@ -103,7 +107,12 @@ fn run(mode: Mode, s: &Settings, fs: Option<FaultFs>, duration: Duration) -> Rep
     let seed = mix(s.seed, 10 + mode as u64);
     let mut rng = Rng(mix(seed, 1));
     let mut sys = System::start(mode, mix(seed, 2), fs);
-    let ctx = Arc::new(Ctx::new(History::new(tag), &sys.addr()));
+    let walruses = if mode.cluster() {
+        sys.shards()
+    } else {
+        Vec::new()
+    };
+    let ctx = Arc::new(Ctx::new(History::new(tag), &sys.addr(), walruses));
     let mut threads = Vec::new();
     for id in 0..workers::WORKERS {
         let w = workers::Worker::new(id, ctx.clone(), mix(seed, 100 + id as u64));
@@ -114,10 +123,10 @@ fn run(mode: Mode, s: &Settings, fs: Option<FaultFs>, duration: Duration) -> Rep
         let t = std::thread::spawn(move || listeners::subscriber(c, sub_seed));
         threads.push(("subscriber", t));
     }
-    let c = ctx.clone();
+    let (c, consumer_seed) = (ctx.clone(), mix(seed, 9));
     threads.push((
         "blocked consumer",
-        std::thread::spawn(move || listeners::blocked_consumer(c)),
+        std::thread::spawn(move || listeners::blocked_consumer(c, consumer_seed)),
     ));
 
     let deadline = Instant::now() + duration;
@@ -146,7 +155,7 @@ fn run(mode: Mode, s: &Settings, fs: Option<FaultFs>, duration: Duration) -> Rep
             .collect();
         let fin = catch_unwind(AssertUnwindSafe(|| {
             faults::final_restart(&mut sys, &ctx, &mut rng)?;
-            check::read_final(&ctx, &sys.addr(), &big_keys)
+            check::read_final(&ctx, &big_keys)
         }));
         match fin {
             Ok(Ok(f)) => ctx.h().check_final(&f),

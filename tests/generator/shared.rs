@@ -35,19 +35,36 @@ impl Target {
 pub struct Ctx {
     hist: Mutex<History>,
     pub target: Target,
+    /// Cluster mode: every walrus's address (each keeps its own across restarts), the only
+    /// addresses a client may ever be redirected to. Empty otherwise.
+    walruses: Vec<String>,
     stop: AtomicBool,
 }
 
 impl Ctx {
-    pub fn new(hist: History, addr: &str) -> Ctx {
+    pub fn new(hist: History, addr: &str, walruses: Vec<String>) -> Ctx {
         Ctx {
             hist: Mutex::new(hist),
             target: Target {
                 addr: Mutex::new(addr.to_string()),
                 changed: Condvar::new(),
             },
+            walruses,
             stop: AtomicBool::new(false),
         }
+    }
+
+    /// Where keyless commands may go: any walrus of the cluster, else the one walrus.
+    pub fn nodes(&self) -> Vec<String> {
+        if self.walruses.is_empty() {
+            vec![self.target.get()]
+        } else {
+            self.walruses.clone()
+        }
+    }
+
+    pub fn is_walrus(&self, addr: &str) -> bool {
+        self.walruses.iter().any(|w| w == addr)
     }
 
     /// The history; still usable after a client thread panicked while holding it.

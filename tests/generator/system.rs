@@ -2,12 +2,13 @@
 //! front of a Valkey this test runs), on one data directory that every restart reuses (on
 //! a faultfs mount, for power losses), with the fault switches a run flips: SIGKILLs, a
 //! failing checkpoint or manifest (flag files), a slow journal (chosen per walrus start),
-//! dropped upstream connections.
+//! dropped upstream connections. In cluster mode, the shard under test; the other primaries
+//! are in `cluster.rs`.
 
+use crate::cluster::Peer;
 use crate::common::faultfs::FaultFs;
-use crate::common::{
-    addr_in, free_port, wait_dead, Raw, Rng, Valkey, Walrus, LISTENING, START_TIMEOUT,
-};
+use crate::common::{free_port, Raw, Rng, Valkey, Walrus};
+use crate::node;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -17,9 +18,13 @@ pub enum Mode {
     Managed,
     External,
     /// Managed, the Valkey one primary of a three-primary Valkey Cluster (the other two
-    /// each behind a walrus of their own, untouched by faults), owning the slot of every
-    /// key the clients use (`{gen}`): restores are in place (README, "Valkey Cluster").
+    /// each behind a walrus of their own, untouched by faults until the final restart),
+    /// owning the slot of half the clients' keys (`{gen}`; the other half, `{gen2}`, is
+    /// another primary's): restores are in place (README, "Valkey Cluster").
     Cluster,
+    /// The same cluster, with faults on several shards at once (`cluster.rs`) and slot moves
+    /// with MIGRATE, some cut short by a kill (`reshard.rs`), among the faults.
+    Shards,
 }
 
 impl Mode {
@@ -28,6 +33,7 @@ impl Mode {
             Mode::Managed => "managed",
             Mode::External => "external",
             Mode::Cluster => "cluster",
+            Mode::Shards => "shards",
         }
     }
 
@@ -35,9 +41,12 @@ impl Mode {
     pub fn managed(self) -> bool {
         self != Mode::External
     }
-}
 
-const CLUSTER: &str = "[cluster]\nenabled = true\n";
+    /// Walrus fronts one primary of a Valkey Cluster.
+    pub fn cluster(self) -> bool {
+        matches!(self, Mode::Cluster | Mode::Shards)
+    }
+}
 
 /// A fast disk watcher, so that a ring that a failing checkpoint lets fill refuses writes,
 /// and accepts them again, promptly. The harness's test journal is small (16 x 1 MiB): a
@@ -102,9 +111,10 @@ pub struct System {
     /// chose (a power loss changes it for a moment).
     latency_us: u64,
     /// Cluster mode: walrus's client port, which the cluster knows the shard by, the same
-    /// across restarts; and the other two shards.
+    /// across restarts; the other two shards; the node ids, this shard's first.
     listen: Option<u16>,
-    peers: Vec<Walrus>,
+    pub peers: Vec<Peer>,
+    pub ids: Vec<String>,
     /// Holds the data directory (unless on faultfs) and the flag files.
     _dir: tempfile::TempDir,
 }
@@ -134,12 +144,13 @@ impl System {
             rng: Rng(seed),
             fs,
             latency_us: 0,
-            listen: (mode == Mode::Cluster).then(free_port),
+            listen: mode.cluster().then(free_port),
             peers: Vec::new(),
+            ids: Vec::new(),
             _dir: dir,
         };
         match mode {
-            Mode::Managed | Mode::Cluster => sys.valkey_port = free_port(),
+            Mode::Managed | Mode::Cluster | Mode::Shards => sys.valkey_port = free_port(),
             Mode::External => {
                 let v = Valkey::start_with(sys.external_valkey_args());
                 sys.valkey_port = v.port;
@@ -149,36 +160,15 @@ impl System {
         if let Err(e) = sys.launch() {
             panic!("{e}");
         }
-        if mode == Mode::Cluster {
+        if mode.cluster() {
             sys.form_cluster();
         }
         sys
     }
 
-    /// Starts the two other shards and makes the three one cluster, as a user does
-    /// (`redis-cli --cluster create` with walrus addresses). `redis-cli` gives each node a
-    /// third of the slots in the order named: this walrus second, for the slot of `{gen}`
-    /// (10060).
-    fn form_cluster(&mut self) {
-        let peer = || {
-            Walrus::build()
-                .config(CLUSTER)
-                .listen(&format!("127.0.0.1:{}", free_port()))
-                .start()
-        };
-        self.peers = vec![peer(), peer()];
-        let nodes = [&self.peers[0].addr, &self.addr(), &self.peers[1].addr];
-        let out = std::process::Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(nodes)
-            .arg("--cluster-yes")
-            .output()
-            .expect("redis-cli (deploy/setup.sh installs redis-tools)");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
-        let w = self.walrus.as_ref().expect("walrus runs");
-        w.proc.wait_line("Cluster state changed: ok", START_TIMEOUT);
-        let owned = Raw::connect(&w.addr).cmd(&["EXISTS", "{gen}:l0"]);
-        assert_eq!(owned, b":0\r\n", "this shard must own the clients' slot");
+    /// The current walrus, unless it is away (killed, restarting).
+    pub fn walrus(&self) -> Option<&Walrus> {
+        self.walrus.as_ref()
     }
 
     pub fn addr(&self) -> String {
@@ -221,41 +211,25 @@ impl System {
         let config = format!("io_backend = \"{backend}\"\n{CONFIG}");
         let listen = self.listen.map(|p| format!("127.0.0.1:{p}"));
         let build = match self.mode {
-            Mode::Managed | Mode::Cluster => {
-                let mut config = format!("{config}[upstream]\nport = {}\n", self.valkey_port);
-                if !self.durable {
-                    // Without a journal walrus is no replica: Valkey would refuse all writes.
-                    config.push_str("extra_args = [\"--min-replicas-to-write\", \"0\"]\n");
-                }
-                if self.mode == Mode::Cluster {
-                    config.push_str(CLUSTER);
-                }
-                Walrus::build().config(&config)
-            }
             Mode::External => Walrus::build().upstream(&upstream).config(&config),
+            mode => {
+                let managed = node::managed_config(self.valkey_port, self.durable, mode.cluster());
+                Walrus::build().config(&format!("{config}{managed}"))
+            }
         };
         let build = match &listen {
             Some(l) => build.listen(l),
             None => build,
         };
         let (proc, config_dir) = build.data(&self.data).env(&env).spawn();
-        let Some(line) = proc.try_wait_line(LISTENING, START_TIMEOUT) else {
-            // Refused to start (what a power loss left may be what it refuses): its log is
-            // kept for the report, and its errors say why.
-            let log = proc.log_text();
-            self.logs.push(("walrus".into(), log.clone()));
-            let why: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).collect();
-            return Err(format!(
-                "walrus did not start (it exited, or did not listen within {START_TIMEOUT:?}); \
-                 its errors: {}",
-                why.join(" | ")
-            ));
-        };
-        self.walrus = Some(Walrus {
-            addr: addr_in(&line),
-            proc,
-            data: config_dir,
-        });
+        match node::listening(proc, config_dir) {
+            Ok(w) => self.walrus = Some(w),
+            Err((log, why)) => {
+                // Kept for the report.
+                self.logs.push(("walrus".into(), log));
+                return Err(why);
+            }
+        }
         Ok((delay, backend))
     }
 
@@ -292,55 +266,23 @@ impl System {
         self.fs.is_some()
     }
 
-    /// The managed Valkey's pid: walrus's child, if it has one now.
-    fn managed_valkey(&self) -> Option<i32> {
-        let w = self
-            .walrus
-            .as_ref()
-            .filter(|_| self.mode.managed())?;
-        let tasks = format!("/proc/{}/task", w.proc.child.id());
-        std::fs::read_dir(tasks)
-            .ok()?
-            .flatten()
-            .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-            .flat_map(|c| c.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
-            .find_map(|pid| pid.parse().ok())
-    }
-
     /// SIGKILLs walrus and returns once it is gone (in managed mode, its Valkey too, which
     /// PDEATHSIG kills with it).
     pub fn kill_walrus(&mut self) {
-        let valkey = self.managed_valkey();
-        let Some(mut w) = self.walrus.take() else {
-            return;
-        };
-        w.proc.signal(libc::SIGKILL);
-        w.proc
-            .wait_exit(Duration::from_secs(10))
-            .expect("SIGKILLed walrus exits");
-        if let Some(pid) = valkey {
-            wait_dead(pid);
+        if let Some(w) = self.walrus.take() {
+            self.logs.push(("walrus".into(), node::kill(w)));
         }
-        self.logs.push(("walrus".into(), w.proc.log_text()));
     }
 
     /// SIGKILLs Valkey only. Managed: walrus restores the one it restarts by itself.
     /// External: a new, empty one is started on the same port, behind walrus's back.
     /// False when there was none to kill (walrus was restarting it).
     pub fn kill_valkey(&mut self) -> bool {
-        match self.mode {
-            Mode::Managed | Mode::Cluster => {
-                let Some(pid) = self.managed_valkey() else {
-                    return false;
-                };
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-                wait_dead(pid);
-            }
-            Mode::External => {
-                self.stop_external_valkey();
-                self.start_external_valkey();
-            }
+        if self.mode.managed() {
+            return self.walrus.as_ref().is_some_and(node::kill_valkey);
         }
+        self.stop_external_valkey();
+        self.start_external_valkey();
         true
     }
 
@@ -388,29 +330,9 @@ impl System {
         }
     }
 
-    /// Returns once walrus serves a read (retried while it answers -LOADING or is away),
-    /// within `bound`.
+    /// Returns once walrus serves a read (`node::await_serving`), within `bound`.
     pub fn await_serving(&self, bound: Duration) -> Result<(), String> {
-        let addr = self.addr();
-        let deadline = Instant::now() + bound;
-        let mut last = String::from("no connection");
-        while Instant::now() < deadline {
-            if let Ok(mut c) = Raw::try_connect(&addr) {
-                let probe = walrus::resp::write::command(["LLEN", "{gen}:l0"]);
-                if c.stream.write_all(&probe).is_ok() {
-                    match c.try_read_frame() {
-                        Ok(r) if r.starts_with(b":") => return Ok(()),
-                        Ok(r) => last = String::from_utf8_lossy(&r).trim_end().to_string(),
-                        Err(e) => last = e,
-                    }
-                }
-            }
-            // Retry pacing while walrus restores.
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Err(format!(
-            "walrus at {addr} did not serve a read within {bound:?}; last: {last}"
-        ))
+        node::await_serving(&self.addr(), bound)
     }
 
     /// Sets a key outside the clients' histories (one of the keys written around walrus)
@@ -475,7 +397,12 @@ impl System {
         true
     }
 
-    /// Every process log of the run, the current ones last.
+    /// Keeps `text` among the run's logs (what a tool the faults ran said).
+    pub fn keep_log(&mut self, name: &str, text: String) {
+        self.logs.push((name.to_string(), text));
+    }
+
+    /// Every process log of the run, the current ones last; then the other shards'.
     pub fn logs(&self) -> Vec<(String, String)> {
         let mut logs = self.logs.clone();
         if let Some(w) = &self.walrus {
@@ -483,6 +410,9 @@ impl System {
         }
         if let Some(v) = &self.valkey {
             logs.push(("valkey".into(), v.proc.log_text()));
+        }
+        for p in &self.peers {
+            logs.extend(p.logs());
         }
         logs
     }
@@ -498,7 +428,8 @@ impl Drop for System {
     /// Walrus and the external Valkey die with their `Proc`s; the managed Valkey is killed
     /// first rather than left to PDEATHSIG.
     fn drop(&mut self) {
-        if let Some(pid) = self.managed_valkey() {
+        let managed = self.walrus.as_ref().filter(|_| self.mode.managed());
+        if let Some(pid) = managed.and_then(node::managed_valkey) {
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     }

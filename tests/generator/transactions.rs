@@ -6,8 +6,8 @@
 //! list between its pushes: a read released with the transaction's replies.
 
 use crate::conn::{cmd, describe, Cmd, Reply};
-use crate::history::list_key;
 use crate::history::History;
+use crate::keys::list_key;
 use crate::workers::{bulks, settle_push};
 use redis_protocol::resp2::types::OwnedFrame;
 

@@ -2,6 +2,7 @@
 //! what keyless reads and EXISTS saw of the keyspace.
 
 use crate::history::{Fate, History};
+use crate::keys::{is_client_key, is_queue};
 
 /// The first bytes of a large value: which key and which version of it.
 pub fn big_header(key: &str, version: usize) -> String {
@@ -98,7 +99,7 @@ impl History {
         self.count("check: keyspace read");
         for k in keys {
             let k = String::from_utf8_lossy(k);
-            if k.starts_with("{gen}:") && !k.starts_with("{gen}:q") {
+            if is_client_key(&k) && !is_queue(&k) {
                 self.seen_keys.insert(k.into_owned());
             }
         }

@@ -3,12 +3,14 @@
 //! large value, an INCR) and records what it sent and what came back in the history.
 
 use crate::common::Rng;
-use crate::conn::{cmd, describe, Cmd, Conn, Reply};
-use crate::counters::{counter_key, COUNTERS};
-use crate::history::{list_key, queue_key, History, CHANNEL, LISTS, QUEUES};
+use crate::conn::{cmd, describe, Cmd, Reply};
+use crate::counters::COUNTERS;
+use crate::history::{History, LISTS, QUEUES};
+use crate::keys::{counter_key, list_key, queue_key, same_tag, CHANNEL};
 use crate::large::LargeWrite;
 use crate::reads::ReadOp;
-use crate::shared::{pick, Ctx};
+use crate::route::{Batch, Router};
+use crate::shared::{mix, pick, Ctx};
 use crate::transactions::{Tx, TxKind};
 use redis_protocol::resp2::types::OwnedFrame;
 use std::sync::Arc;
@@ -53,7 +55,7 @@ pub struct Worker {
     id: usize,
     ctx: Arc<Ctx>,
     rng: Rng,
-    conn: Option<Conn>,
+    router: Router,
     /// Steps in a row that met an error.
     failing: u32,
 }
@@ -62,9 +64,9 @@ impl Worker {
     pub fn new(id: usize, ctx: Arc<Ctx>, seed: u64) -> Worker {
         Worker {
             id,
+            router: Router::new(ctx.clone(), mix(seed, 1)),
             ctx,
             rng: Rng(seed),
-            conn: None,
             failing: 0,
         }
     }
@@ -94,7 +96,7 @@ impl Worker {
             self.failing += 1;
             // A session that keeps failing starts afresh, as a client library would.
             if self.failing >= 3 {
-                self.conn = None;
+                self.router.reset();
             }
             // Paces retries while walrus restores or refuses writes (workload, not sync).
             std::thread::sleep(Duration::from_millis(10 + self.rng.below(40)));
@@ -105,24 +107,10 @@ impl Worker {
         self.rng.below(n as u64) as usize
     }
 
-    /// Sends `cmds` as one pipeline on this worker's connection (opened if needed); `None`
-    /// once the run stops. A lost reply drops the connection.
+    /// Sends `cmds` as one pipeline, each where its key lives (`route.rs`); `None` once the
+    /// run stops.
     fn exchange(&mut self, cmds: &[Cmd]) -> Option<Vec<Reply>> {
-        if self.conn.is_none() {
-            self.conn = Some(Conn::open(&self.ctx)?);
-        }
-        let replies = self.conn.as_mut().expect("opened").call(&self.ctx, cmds);
-        // A lost reply, or a session whose dedicated upstream connection is gone (it
-        // answers errors until RESET): start a new connection, as a client would.
-        let broken = |r: &Reply| match r {
-            Reply::Lost => true,
-            Reply::Error(e) => e.contains("dedicated connection was lost"),
-            Reply::Frame(_) => false,
-        };
-        if replies.iter().any(broken) {
-            self.conn = None;
-        }
-        Some(replies)
+        self.router.exchange(cmds, Batch::Pipeline)
     }
 
     /// `n` RPUSHes of 1 to 3 elements each, registered: their elements, and the commands.
@@ -164,12 +152,7 @@ impl Worker {
         let n = 1 + self.below(4);
         let (pushes, cmds) = self.pushes(n);
         self.ctx.h().count("op: pipeline abandoned");
-        if self.conn.is_none() {
-            self.conn = Conn::open(&self.ctx);
-        }
-        if let Some(mut conn) = self.conn.take() {
-            let _sent = conn.send(&cmds);
-        }
+        self.router.abandon(&cmds);
         let mut h = self.ctx.h();
         pushes.iter().for_each(|p| h.unknown(p));
         true
@@ -202,9 +185,11 @@ impl Worker {
             2 => TxKind::WithRead,
             _ => TxKind::Plain,
         };
-        let pipelined = self.below(2) == 0;
+        let stepwise = self.below(2) == 0;
+        // Two lists of one tag: a cluster runs a transaction on one slot only.
         let k1 = self.below(LISTS);
-        let k2 = (k1 + 1 + self.below(LISTS - 1)) % LISTS;
+        let others = &same_tag(k1, LISTS)[1..];
+        let k2 = others[self.below(others.len())];
         let (elems, send_ts) = {
             let mut h = self.ctx.h();
             h.count(kind.name());
@@ -213,11 +198,7 @@ impl Worker {
             (elems, send_ts)
         };
         let (tx, cmds) = Tx::new(kind, [elems[0], elems[1]], [k1, k2], send_ts);
-        let replies = if pipelined {
-            self.exchange(&cmds)
-        } else {
-            self.one_by_one(&cmds)
-        };
+        let replies = self.router.exchange(&cmds, Batch::Transaction { stepwise });
         let Some(replies) = replies else {
             self.ctx.h().unknown(&elems);
             return true;
@@ -225,24 +206,9 @@ impl Worker {
         let clean = tx.settle(&mut self.ctx.h(), &cmds, replies);
         if !clean {
             // The connection may still be inside MULTI, or WATCHing.
-            self.conn = None;
+            self.router.reset();
         }
         clean
-    }
-
-    /// Each command after the previous one's reply, all on one connection: once it is
-    /// dropped (a lost reply, a session broken under it) the rest count as lost, since a
-    /// new connection would run them outside the transaction.
-    fn one_by_one(&mut self, cmds: &[Cmd]) -> Option<Vec<Reply>> {
-        let mut out = Vec::with_capacity(cmds.len());
-        for c in cmds {
-            out.push(self.exchange(std::slice::from_ref(c))?.remove(0));
-            if self.conn.is_none() {
-                break;
-            }
-        }
-        out.resize_with(cmds.len(), || Reply::Lost);
-        Some(out)
     }
 
     /// One to four reads, pipelined, each checked against the history.
@@ -308,12 +274,12 @@ impl Worker {
         false
     }
 
-    /// BLPOP of one to three queues with a short timeout.
+    /// BLPOP of one or more queues of one tag (one slot) with a short timeout.
     fn pop(&mut self) -> bool {
-        let n = 1 + self.below(QUEUES);
-        let start = self.below(QUEUES);
+        let queues = same_tag(self.below(QUEUES), QUEUES);
+        let n = 1 + self.below(queues.len());
         let mut c = cmd(&["BLPOP"]);
-        c.extend((0..n).map(|i| queue_key((start + i) % QUEUES).into_bytes()));
+        c.extend(queues[..n].iter().map(|&q| queue_key(q).into_bytes()));
         c.push(b"0.5".to_vec());
         self.ctx.h().count("op: queue pop");
         let Some(mut replies) = self.exchange(std::slice::from_ref(&c)) else {
@@ -372,14 +338,19 @@ impl Worker {
                 _ => LargeWrite::single(&mut h, self.id, &mut self.rng),
             }
         };
+        let batch = match write.cmds.len() {
+            1 => Batch::Pipeline,
+            _ => Batch::Transaction { stepwise: false },
+        };
         // Never sent (the run stopped): as good as lost.
         let replies = self
-            .exchange(&write.cmds)
+            .router
+            .exchange(&write.cmds, batch)
             .unwrap_or_else(|| write.cmds.iter().map(|_| Reply::Lost).collect());
         let clean = write.settle(&mut self.ctx.h(), replies);
         if !clean && write.cmds.len() > 1 {
             // The connection may still be inside MULTI.
-            self.conn = None;
+            self.router.reset();
         }
         clean
     }
