@@ -111,10 +111,17 @@ fn keyless_commands_that_show_data_wait_and_the_others_do_not() {
         &["CLIENT", "ID"],
         &["PUBLISH", "ch", "m"],
         &["SLOWLOG", "LEN"],
+        &["CLUSTER", "INFO"],
+        &["CLUSTER", "KEYSLOT", "k"],
     ] {
         send(&mut free, cmd);
         assert!(replied_within(&free, Duration::from_secs(10)), "{cmd:?}");
         free.read_frame();
+        // Answered while the write still waits: not held behind it.
+        assert!(
+            !replied_within(&writer, Duration::from_millis(1)),
+            "{cmd:?} waited for the write to be durable"
+        );
     }
     // COMMANDLOG (Valkey 8.1) shows a large write's arguments; MEMORY STATS counts keys.
     let mut shows: Vec<&[&str]> = vec![
@@ -123,6 +130,8 @@ fn keyless_commands_that_show_data_wait_and_the_others_do_not() {
         &["SLOWLOG", "GET"],
         &["DEBUG", "DIGEST"],
         &["MEMORY", "STATS"],
+        &["CLUSTER", "COUNTKEYSINSLOT", "7629"],
+        &["CLUSTER", "GETKEYSINSLOT", "7629", "1"],
     ];
     if server::under_test().since((8, 1), None) {
         shows.push(&["COMMANDLOG", "GET", "10", "large-request"]);
