@@ -133,6 +133,9 @@ fn keyless_commands_that_show_data_wait_and_the_others_do_not() {
         &["CLUSTER", "COUNTKEYSINSLOT", "7629"],
         &["CLUSTER", "GETKEYSINSLOT", "7629", "1"],
     ];
+    if server::under_test().since((8, 0), None) {
+        shows.push(&["CLUSTER", "SLOT-STATS", "SLOTSRANGE", "7629", "7629"]);
+    }
     if server::under_test().since((8, 1), None) {
         shows.push(&["COMMANDLOG", "GET", "10", "large-request"]);
     }

@@ -122,8 +122,12 @@ fn reveals_nothing(info: &crate::commands::CommandInfo, args: &[Bytes]) -> bool 
         "object" => name == "object|help",
         // The cluster's topology and state, which lives in nodes.conf, not in the journal:
         // cluster clients refresh it while a shard's writes wait (a full ring), and must
-        // not wait with them. Counting or listing a slot's keys shows data.
-        "cluster" => !matches!(name, "cluster|countkeysinslot" | "cluster|getkeysinslot"),
+        // not wait with them. Counting or listing a slot's keys shows data (SLOT-STATS
+        // counts them too).
+        "cluster" => !matches!(
+            name,
+            "cluster|countkeysinslot" | "cluster|getkeysinslot" | "cluster|slot-stats"
+        ),
         _ => false,
     }
 }
