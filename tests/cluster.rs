@@ -445,6 +445,35 @@ fn a_cluster_whose_every_node_moved_to_a_new_ip_reforms_from_its_peers_names() {
         let info = String::from_utf8_lossy(&s.cmd(&["CLUSTER", "INFO"])).to_string();
         assert!(info.contains("cluster_state:ok"), "{info}");
     }
+
+    // Again, but shard 2 lost its volume: it comes back as a new, empty node. The others
+    // meet each other again, not it: it would join as an empty primary beside the lost
+    // one (or, were it another cluster's node on a recycled IP, merge the two clusters).
+    drop(c);
+    let mut shards = shards;
+    for s in &mut shards {
+        s.walrus.kill_with_valkey();
+    }
+    drop(shards);
+    std::fs::remove_dir_all(dirs[2].path()).unwrap();
+    std::fs::create_dir(dirs[2].path()).unwrap();
+    let shards = start(8);
+    let fresh = String::from_utf8_lossy(&shards[2].cmd(&["CLUSTER", "MYID"]))
+        .lines()
+        .nth(1)
+        .unwrap()
+        .to_string();
+    assert!(
+        !ids[2].ends_with(format!("{fresh}\r\n").as_bytes()),
+        "a new node"
+    );
+    let refused = "not one this node lost: not introduced";
+    let w = &shards[0].walrus.proc;
+    if !w.log_text().contains(refused) {
+        w.wait_line(refused, START_TIMEOUT);
+    }
+    let nodes = String::from_utf8_lossy(&shards[0].cmd(&["CLUSTER", "NODES"])).to_string();
+    assert!(!nodes.contains(&fresh), "{nodes}");
 }
 
 #[test]

@@ -819,6 +819,16 @@ fn chart_lints_and_renders_valid_consistent_manifests_for_every_value_set() {
 
 #[test]
 fn chart_refuses_values_that_cannot_work() {
+    // A cluster's own checks come after the NetworkPolicy it needs.
+    let cluster = |more: &[&'static str]| -> Vec<&'static str> {
+        let base = [
+            "--set",
+            "cluster.enabled=true",
+            "--set",
+            "networkPolicy.enabled=true",
+        ];
+        [&base[..], more].concat()
+    };
     for (args, named) in [
         (&["--set", "journal.ioBackend=fast"][..], "ioBackend"),
         (&["--set", "journalz.segments=3"][..], "journalz"),
@@ -868,44 +878,34 @@ fn chart_refuses_values_that_cannot_work() {
             "lowWatermark",
         ),
         (&["--set-json", "valkey.port=6379"][..], "valkey.port"),
-        // A cluster: at least three primaries, a bus port of its own, no password (yet), and
-        // a volume for a restore in place's RDB besides the two checkpoints.
+        // A cluster: at least three primaries, a NetworkPolicy (without it, a node of another
+        // cluster on a recycled pod IP merges the two), a claim per shard, a bus port of its
+        // own, no password (yet), and a volume for a restore in place's RDB besides the two
+        // checkpoints.
+        (&cluster(&["--set-json", "cluster.shards=2"])[..], "shards"),
         (
-            &[
-                "--set",
-                "cluster.enabled=true",
-                "--set-json",
-                "cluster.shards=2",
-            ][..],
-            "shards",
+            &["--set", "cluster.enabled=true"][..],
+            "needs networkPolicy.enabled",
         ),
         (
-            &[
-                "--set",
-                "cluster.enabled=true",
-                "--set-json",
-                "cluster.busPort=8379",
-            ][..],
+            &cluster(&["--set", "persistence.existingClaim=one"])[..],
+            "existingClaim",
+        ),
+        (
+            &cluster(&["--set-json", "cluster.busPort=8379"])[..],
             "cluster.busPort",
         ),
         (
-            &[
-                "--set",
-                "cluster.enabled=true",
-                "--set",
-                "auth.existingSecret=pw",
-            ][..],
+            &cluster(&["--set", "auth.existingSecret=pw"])[..],
             "auth.existingSecret",
         ),
         (
-            &[
-                "--set",
-                "cluster.enabled=true",
+            &cluster(&[
                 "--set",
                 "persistence.size=4Gi",
                 "--set",
                 "valkey.maxmemory=1gb",
-            ][..],
+            ])[..],
             "a restore in place's RDB",
         ),
         // `config:` is checked against walrus's own configuration schema.

@@ -136,6 +136,18 @@ fn check(docs: &[J]) -> Rendered {
         &from[0]["podSelector"]["matchLabels"],
         &spec["selector"]["matchLabels"]
     );
+    // The resp port from the other shards too: a MIGRATE goes to the target's walrus.
+    let resp_rule = rules
+        .iter()
+        .find(|r| r["ports"].arr().iter().any(|p| p["port"].s() == "resp"))
+        .expect("a rule for the client port");
+    assert!(
+        resp_rule["from"]
+            .arr()
+            .iter()
+            .any(|f| f["podSelector"]["matchLabels"] == spec["selector"]["matchLabels"]),
+        "{resp_rule:?}"
+    );
     for r in rules {
         for p in r["ports"].arr() {
             assert!(
@@ -155,6 +167,22 @@ fn check(docs: &[J]) -> Rendered {
     assert_eq!(
         pod["metadata"]["labels"][&format!("{sts}-client")].s(),
         "true"
+    );
+    assert!(
+        !selects(&spec["selector"]["matchLabels"], &pod["metadata"]["labels"]),
+        "the StatefulSet's selector must not select the Job's pod"
+    );
+    let min_ready = spec["minReadySeconds"].num().unwrap_or(0.0);
+    let timeout_ms: f64 = config
+        .upstream
+        .extra_args
+        .windows(2)
+        .find(|w| w[0] == "--cluster-node-timeout")
+        .map(|w| w[1].parse().unwrap())
+        .unwrap();
+    assert!(
+        min_ready >= 2.0 * timeout_ms / 1000.0,
+        "a rolling update must wait out twice cluster-node-timeout: {min_ready}"
     );
     let command = pod["spec"]["containers"].arr()[0]["command"].strings();
     assert_eq!(command[..2], ["sh", "-c"]);
@@ -261,11 +289,11 @@ fn run_job(r: &Rendered, root: &Path, port: u16) -> (bool, String) {
     let hosts: String = (0..r.shards)
         .map(|i| {
             let host = r.pod_host.replace("{i}", &i.to_string());
-            format!("  {host}) echo \"127.0.0.{}  $2\" ;;\n", 10 + i)
+            format!("  {host}) echo \"127.0.0.{}  STREAM $2\" ;;\n", 10 + i)
         })
         .collect();
     let getent = format!(
-        "#!/bin/sh\n[ \"$1\" = hosts ] || exit 2\ncase \"$2\" in\n{hosts}  *) exit 2 ;;\nesac\n"
+        "#!/bin/sh\n[ \"$1\" = ahostsv4 ] || exit 2\ncase \"$2\" in\n{hosts}  *) exit 2 ;;\nesac\n"
     );
     std::fs::write(bin.join("getent"), getent).unwrap();
     use std::os::unix::fs::PermissionsExt;

@@ -158,6 +158,12 @@ fn config_set(req: &Request) -> Option<Refusal> {
                 why: "a primary that gives away its last slot would become another node's replica and load that node's dataset, and walrus journals only a primary's stream",
             });
         }
+        if matches!(name, "protected-mode" | "bind" | "port" | "tls-port") {
+            return Some(Refusal {
+                what: "protected-mode, bind, port and tls-port",
+                why: "they decide who can reach Valkey other than through walrus: a client that opened them could read writes before they are durable and write around the journal (set them on Valkey's command line or in walrus.toml)",
+            });
+        }
         if name == "requirepass" {
             return Some(Refusal {
                 what: "requirepass",
@@ -296,6 +302,18 @@ mod tests {
             "config|set",
             &["CONFIG", "SET", "cluster-announce-ip", "10.0.0.2"]
         ));
+        // What would open Valkey to clients around walrus.
+        for (name, value) in [
+            ("protected-mode", "no"),
+            ("bind", "* -::*"),
+            ("port", "6390"),
+            ("tls-port", "6391"),
+        ] {
+            assert!(
+                refused("config|set", &["CONFIG", "SET", name, value]),
+                "{name}"
+            );
+        }
         assert!(refused(
             "config|set",
             &[

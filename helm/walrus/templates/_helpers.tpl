@@ -31,6 +31,14 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* An image reference: repository@digest when a digest is set (the tag is then ignored), else
 repository:tag. Takes (list image defaultTag). */}}
+{{/* The cluster-forming Job's labels: the chart's, without the pods' selector labels. */}}
+{{- define "walrus.jobLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/part-of: {{ include "walrus.name" . }}
+app.kubernetes.io/component: create-cluster
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
 {{- define "walrus.image" -}}
 {{- $img := index . 0 -}}
 {{- if $img.digest -}}
@@ -183,6 +191,12 @@ only these forms through; anything else fails here rather than being guessed at.
 {{- fail (printf "terminationGracePeriodSeconds (%v) must be at least %d: preStopSleepSeconds (%v) + proxy.shutdownTimeoutMs (%v ms, rounded up to seconds) + 5 s to close the journal and stop Valkey" $v.terminationGracePeriodSeconds $need $v.preStopSleepSeconds $v.proxy.shutdownTimeoutMs) -}}
 {{- end -}}
 {{- if $v.cluster.enabled -}}
+{{- if not $v.networkPolicy.enabled -}}
+{{- fail "cluster.enabled needs networkPolicy.enabled (and a CNI that enforces NetworkPolicies): Valkey's cluster bus and client port listen on the pod's IP, and without the policy a node of another cluster that gets a recycled pod IP is met by this one's nodes, merging the two clusters and deleting the keys of the slots one side loses" -}}
+{{- end -}}
+{{- if $v.persistence.existingClaim -}}
+{{- fail "cluster.enabled with persistence.existingClaim: every shard would use the one claim; each needs its own (the StatefulSet's claim template)" -}}
+{{- end -}}
 {{- if $v.auth.existingSecret -}}
 {{- fail "cluster.enabled with auth.existingSecret: walrus's managed Valkey runs without a password; drop auth.existingSecret, and keep Valkey's port (valkey.port, on the pod's IP in cluster mode) closed with networkPolicy.enabled" -}}
 {{- end -}}

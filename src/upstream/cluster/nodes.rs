@@ -6,6 +6,7 @@ use std::net::IpAddr;
 /// One node as the Valkey asked sees it.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Node<'a> {
+    pub id: &'a str,
     /// The address its clients are told (a walrus's), `None` while Valkey knows none
     /// (`noaddr`, or `:0`).
     pub ip: Option<IpAddr>,
@@ -18,7 +19,7 @@ pub struct Node<'a> {
 impl<'a> Node<'a> {
     fn parse(line: &'a str) -> Option<Node<'a>> {
         let mut fields = line.split_whitespace();
-        let _id = fields.next()?;
+        let id = fields.next()?;
         let addr = fields.next()?;
         let flags = fields.next()?.split(',').collect();
         // primary, ping sent, pong received, epoch, link state.
@@ -27,6 +28,7 @@ impl<'a> Node<'a> {
         let (ip_port, bus) = addr.split_once('@')?;
         let (ip, port) = ip_port.rsplit_once(':')?;
         Some(Node {
+            id,
             ip: ip.parse().ok(),
             port: port.parse().ok()?,
             bus_port: bus.parse().ok()?,
@@ -89,6 +91,7 @@ mod tests {
         let me: Vec<_> = nodes.iter().filter(|n| n.myself()).collect();
         assert_eq!(me.len(), 1);
         assert_eq!(me[0].ip, Some("127.0.0.1".parse().unwrap()));
+        assert_eq!(me[0].id, "b");
         assert_eq!((me[0].port, me[0].bus_port), (7002, 17002));
         assert_eq!(me[0].owned_slots(), 5462 + 1);
         assert_eq!(nodes[2].ip, Some("::1".parse().unwrap()));

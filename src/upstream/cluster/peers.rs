@@ -6,11 +6,13 @@
 //! cluster stays down. walrus knows its peers by names that follow them, and a `CLUSTER
 //! MEET` of a node already known under another address only updates that address (Valkey
 //! drops the handshake node once the peer's answer names a known node id), so meeting
-//! each peer that is not known at its current address is safe to repeat.
+//! each peer that is not known at its current address is safe to repeat. Only a peer that
+//! answers as a node this one lost is met: see [`reintroduce`].
 
 use super::client::{frame_str, Conn};
 use super::nodes::Node;
 use crate::config::Peer;
+use crate::upstream::Upstream;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -26,17 +28,18 @@ pub fn lost(nodes: &[Node]) -> bool {
 /// no node. Returns how many it introduced; a name that does not resolve (its pod
 /// not yet scheduled) is skipped with a warning and tried at the next poll.
 pub async fn reintroduce(
-    conn: &mut Conn,
+    up: &Upstream,
     peers: &[Peer],
     nodes: &[Node<'_>],
-    resolve_timeout: Duration,
 ) -> Result<usize, String> {
+    let timeout = up.connect_timeout;
+    let mut conn = Conn::control(up).await.map_err(|e| e.to_string())?;
     let Some(me) = nodes.iter().find(|n| n.myself()) else {
         return Err("CLUSTER NODES has no myself line".into());
     };
     let mut introduced = 0;
     for peer in peers {
-        let ip = match resolve(peer, me.ip, resolve_timeout).await {
+        let ip = match resolve(peer, me.ip, timeout).await {
             Ok(ip) => ip,
             Err(e) => {
                 tracing::warn!("cluster.peers: cannot resolve {peer}: {e}");
@@ -51,6 +54,23 @@ pub async fn reintroduce(
             .iter()
             .any(|n| n.ip == Some(ip) && n.port == peer.port && n.bus_port == bus)
         {
+            continue;
+        }
+        // Only a node this one knows and has lost: a walrus that answers there as another
+        // node (a pod whose volume was lost starts a new one; another cluster's pod may
+        // have the IP now) is not introduced, it would join as an empty primary or merge
+        // two clusters.
+        let id = match peer_id(up, SocketAddr::new(ip, peer.port)).await {
+            Ok(id) => id,
+            Err(e) => {
+                tracing::warn!("cluster.peers: {peer} at {ip}: {e}");
+                continue;
+            }
+        };
+        if !nodes.iter().any(|n| n.id == id && n.unreachable()) {
+            tracing::warn!(
+                "cluster.peers: {peer} at {ip} answers as node {id}, not one this node lost: not introduced (a new node joins with valkey-cli --cluster add-node)"
+            );
             continue;
         }
         let (ip_text, port, bus) = (ip.to_string(), peer.port.to_string(), bus.to_string());
@@ -75,6 +95,22 @@ pub async fn reintroduce(
         }
     }
     Ok(introduced)
+}
+
+/// The node id of the Valkey behind the walrus at `addr` (`CLUSTER MYID` through it, with
+/// this walrus's own credentials).
+async fn peer_id(up: &Upstream, addr: SocketAddr) -> Result<String, String> {
+    let peer = Upstream {
+        address: addr.to_string(),
+        process: None,
+        ..up.clone()
+    };
+    let mut conn = Conn::control(&peer).await.map_err(|e| e.to_string())?;
+    let reply = conn
+        .call(["CLUSTER", "MYID"])
+        .await
+        .map_err(|e| format!("CLUSTER MYID: {e}"))?;
+    frame_str(&reply).ok_or_else(|| format!("CLUSTER MYID: unexpected reply {reply:?}"))
 }
 
 /// The peer's current address, of the family this node announces when it has one.

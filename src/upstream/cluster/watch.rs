@@ -65,14 +65,31 @@ pub async fn watch(w: Watch) {
         let polled = tokio::time::timeout(timeout, poll(&w, &mut labels))
             .await
             .unwrap_or_else(|_| Err(format!("no answer within {timeout:?}")));
-        if let Err(e) = polled {
-            CLUSTER_STATE_OK.set(0);
-            tracing::warn!("cannot read the cluster node's state from Valkey: {e}");
+        let text = match polled {
+            Ok(text) => text,
+            Err(e) => {
+                CLUSTER_STATE_OK.set(0);
+                tracing::warn!("cannot read the cluster node's state from Valkey: {e}");
+                continue;
+            }
+        };
+        // After the checks, with a bound of its own: a peer's name that takes long to
+        // resolve must not hold up the next poll's checks.
+        let nodes = nodes::parse(&text);
+        if !w.peers.is_empty() && peers::lost(&nodes) {
+            let bound = timeout * (2 * w.peers.len() as u32 + 1);
+            let met = tokio::time::timeout(bound, peers::reintroduce(&w.up, &w.peers, &nodes));
+            match met.await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::warn!("cluster.peers: {e}"),
+                Err(_) => tracing::warn!("cluster.peers: not done within {bound:?}"),
+            }
         }
     }
 }
 
-async fn poll(w: &Watch, labels: &mut Option<(String, String)>) -> Result<(), String> {
+/// Updates the metrics and the announce check; returns CLUSTER NODES.
+async fn poll(w: &Watch, labels: &mut Option<(String, String)>) -> Result<String, String> {
     let mut conn = Conn::control(&w.up).await.map_err(|e| e.to_string())?;
     let s = NodeStatus::query(&mut conn).await?;
     let now = (s.id, s.shard);
@@ -94,9 +111,6 @@ async fn poll(w: &Watch, labels: &mut Option<(String, String)>) -> Result<(), St
             .sum(),
     );
     CLUSTER_STATE_OK.set(i64::from(s.ok));
-    if !w.peers.is_empty() && peers::lost(&nodes) {
-        peers::reintroduce(&mut conn, &w.peers, &nodes, w.up.connect_timeout).await?;
-    }
     let problem = w.node.check(&mut conn, &w.server).await.err();
     let mut last = w.problem.lock().unwrap_or_else(|p| p.into_inner());
     if *last != problem {
@@ -106,5 +120,5 @@ async fn poll(w: &Watch, labels: &mut Option<(String, String)>) -> Result<(), St
         }
         *last = problem;
     }
-    Ok(())
+    Ok(s.nodes)
 }
