@@ -20,14 +20,14 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// The token to send, if a file is given: its content without trailing line ends.
+    /// The token to send, if a file is given: read as walrus reads its own.
     fn token(&self) -> Result<Option<String>, String> {
         let Some(file) = &self.token_file else {
             return Ok(None);
         };
-        let text = std::fs::read_to_string(file)
-            .map_err(|e| format!("cannot read --token-file {}: {e}", file.display()))?;
-        Ok(Some(text.trim_end_matches(['\r', '\n']).to_string()))
+        crate::config::read_secret("--token-file", file)
+            .map(Some)
+            .map_err(|e| e.to_string())
     }
 }
 

@@ -40,9 +40,8 @@ pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("WALRUS_
 /// The exit code for an error that reached the top: [`EXIT_FIX`] when it, or any error it
 /// wraps, is one a person must fix; otherwise [`EXIT_RETRY`]. A configuration or password
 /// file that does not exist yet is worth a retry: it may be written by an agent that starts
-/// alongside walrus (a secret rendered at boot); one that cannot be read otherwise, or an
-/// empty token file, (not
-/// UTF-8, a directory, no permission) is a mistake.
+/// alongside walrus (a secret rendered at boot); one that cannot be read otherwise (not
+/// UTF-8, a directory, no permission), or an empty token file, is a mistake.
 fn exit_code(e: &(dyn std::error::Error + 'static)) -> ExitCode {
     let mut next = Some(e);
     while let Some(e) = next {

@@ -530,14 +530,7 @@ impl Config {
     pub fn credentials(&self) -> Result<Option<Credentials>, ConfigError> {
         let u = &self.upstream;
         let password = if !u.password_file.is_empty() {
-            let text = std::fs::read_to_string(&u.password_file).map_err(|source| {
-                ConfigError::SecretFile {
-                    key: "upstream.password_file",
-                    path: u.password_file.clone().into(),
-                    source,
-                }
-            })?;
-            text.trim_end_matches(['\r', '\n']).to_string()
+            read_secret("upstream.password_file", u.password_file.as_ref())?
         } else {
             u.password.clone()
         };
@@ -560,3 +553,15 @@ pub enum OnConflict {
 
 #[cfg(test)]
 mod tests;
+
+/// A secret from the file `path` (the setting `key` names it), without trailing line ends:
+/// a Secret created from a file, or `echo`, often leaves one, and both sides of a password
+/// or token must read the same.
+pub fn read_secret(key: &'static str, path: &std::path::Path) -> Result<String, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::SecretFile {
+        key,
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(text.trim_end_matches(['\r', '\n']).to_string())
+}

@@ -31,25 +31,16 @@ impl AdminToken {
         Ok(token)
     }
 
-    /// The token: the file's content without trailing line ends (as a Secret or `echo`
-    /// leaves them).
-    fn read(&self) -> Result<Vec<u8>, ConfigError> {
-        let text = std::fs::read(&self.file).map_err(|source| ConfigError::SecretFile {
-            key: "metrics.admin_token_file",
-            path: self.file.clone(),
-            source,
-        })?;
-        let end = text
-            .iter()
-            .rposition(|b| !matches!(b, b'\r' | b'\n'))
-            .map_or(0, |i| i + 1);
-        if end == 0 {
+    /// The token: the file's content without trailing line ends.
+    fn read(&self) -> Result<String, ConfigError> {
+        let token = crate::config::read_secret("metrics.admin_token_file", &self.file)?;
+        if token.is_empty() {
             return Err(ConfigError::Invalid(format!(
                 "metrics.admin_token_file {} is empty: it must hold the admin token",
                 self.file.display()
             )));
         }
-        Ok(text[..end].to_vec())
+        Ok(token)
     }
 
     /// Whether the request whose head is `head` carries the token.
@@ -60,7 +51,7 @@ impl AdminToken {
         let given = bearer(head).ok_or(Refused::Unauthorized(
             "admin requests need the token of metrics.admin_token_file (Authorization: Bearer <token>; walrus checkpoint --token-file FILE)",
         ))?;
-        if bool::from(given.as_bytes().ct_eq(&want)) {
+        if bool::from(given.as_bytes().ct_eq(want.as_bytes())) {
             Ok(())
         } else {
             Err(Refused::Unauthorized("wrong admin token"))
