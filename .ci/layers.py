@@ -27,6 +27,7 @@ LAYERS = [
     ["metrics"],
     ["journal"],
     ["config"],
+    ["net"],
     ["upstream"],
     ["valkey"],
     ["commands"],

@@ -11,6 +11,8 @@
 //! - [`metrics`]: Prometheus families, registered once; the hot path touches atomics only.
 //! - [`journal`]: the recycled ring of log segments that makes writes durable.
 //! - [`config`]: every setting and limit, one place each.
+//! - [`net`]: one stream type for TCP, Unix sockets and TLS; TLS configurations and their
+//!   reloading.
 //! - [`upstream`]: where Valkey is, authenticated connections to it, and the managed
 //!   valkey-server child.
 //! - [`valkey`]: speaking to Valkey about replication and state: the replica handshake, the
@@ -65,6 +67,7 @@ pub mod fault;
 pub mod http;
 pub mod journal;
 pub mod metrics;
+pub mod net;
 pub mod proxy;
 pub mod replication;
 pub mod resp;

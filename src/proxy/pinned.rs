@@ -15,7 +15,7 @@ use crate::upstream::client::Conn;
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use crate::net::{ReadHalf, WriteHalf};
 use tokio::sync::watch;
 
 const READ_CHUNK_BYTES: usize = 16 << 10;
@@ -54,10 +54,10 @@ pub async fn relay(
     shared: Arc<Shared>,
     conn: Conn,
     first: Request,
-    mut rd: OwnedReadHalf,
+    mut rd: ReadHalf,
     mut rbuf: BytesMut,
     mut parser: RequestParser,
-    mut wr: OwnedWriteHalf,
+    mut wr: WriteHalf,
     mut shutdown: watch::Receiver<bool>,
 ) {
     crate::metrics::PINNED_SESSIONS.inc();
@@ -78,13 +78,13 @@ pub async fn relay(
                 }
                 Ok(Some(req)) => {
                     let name = String::from_utf8_lossy(req.name()).replace(['\r', '\n'], " ");
-                    let _ = up_wr.write_all(&out).await;
-                    let _ = wr.write_all(&up_buf).await;
+                    let _ = up_wr.send_all(&out).await;
+                    let _ = wr.send_all(&up_buf).await;
                     let msg = format!(
                         "ERR walrus: '{name}' is not allowed on a connection in Pub/Sub, MONITOR or replica mode; \
                          use a separate connection"
                     );
-                    let _ = wr.write_all(&write::error(&msg)).await;
+                    let _ = wr.send_all(&write::error(&msg)).await;
                     return;
                 }
                 Ok(None) => break,
@@ -92,20 +92,20 @@ pub async fn relay(
                     // Replies to earlier commands may still be on their way; a client that
                     // breaks the protocol on a pinned connection loses them, as it is closed.
                     crate::metrics::PROTOCOL_ERRORS.inc();
-                    let _ = wr.write_all(&up_buf).await;
-                    let _ = wr.write_all(&e.reply()).await;
+                    let _ = wr.send_all(&up_buf).await;
+                    let _ = wr.send_all(&e.reply()).await;
                     return;
                 }
             }
         }
         if !out.is_empty() {
-            if up_wr.write_all(&out).await.is_err() {
+            if up_wr.send_all(&out).await.is_err() {
                 break;
             }
             out.clear();
         }
         if !up_buf.is_empty() {
-            if wr.write_all(&up_buf).await.is_err() {
+            if wr.send_all(&up_buf).await.is_err() {
                 return;
             }
             up_buf.clear();
@@ -140,7 +140,7 @@ pub async fn relay(
         }
     }
     // Valkey closed the dedicated connection (QUIT, or it went away): write what it sent.
-    let _ = wr.write_all(&up_buf).await;
+    let _ = wr.send_all(&up_buf).await;
     let _ = wr.shutdown().await;
 }
 

@@ -55,7 +55,7 @@ pub async fn serve(
         metrics::CLIENTS_ACCEPTED.inc();
         tokio::spawn(async move {
             metrics::CLIENTS.inc();
-            session::run(shared, sock, stop).await;
+            session::run(shared, crate::net::Stream::Tcp(sock), stop).await;
             metrics::CLIENTS.dec();
             drop(permit);
         });

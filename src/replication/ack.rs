@@ -5,7 +5,6 @@ use crate::journal::Journal;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
 
 /// Valkey drops a replica silent for `repl-timeout` (60 s by default): ack well within it.
@@ -19,7 +18,7 @@ const ACK_INTERVAL: Duration = Duration::from_secs(1);
 /// send and Valkey a command (about 5% of walrus's CPU under 50 writing clients), for no
 /// one. The gate follows the durable position on its own ([`super::follow`]).
 pub async fn acknowledge(
-    mut wr: tokio::net::tcp::OwnedWriteHalf,
+    mut wr: crate::net::WriteHalf,
     // Weak: an aborted acker may be dropped a moment after the link, and the journal must
     // close at shutdown.
     journal: std::sync::Weak<Journal>,
@@ -67,11 +66,11 @@ pub async fn acknowledge(
 }
 
 async fn send_ack(
-    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    wr: &mut crate::net::WriteHalf,
     ack: u64,
     fack: u64,
 ) -> std::io::Result<()> {
-    wr.write_all(&crate::resp::write::command([
+    wr.send_all(&crate::resp::write::command([
         b"REPLCONF".as_slice(),
         b"ACK",
         ack.to_string().as_bytes(),

@@ -25,6 +25,7 @@ use super::chain::{self, ChainEnd, ChainError};
 use super::Progress;
 use crate::checkpoint::store::{Checkpoint, Store};
 use crate::journal::Journal;
+use crate::net::{ReadHalf, Stream, WriteHalf};
 use crate::resp::{write, Limits, ReplyScanner};
 use crate::upstream::client::{Conn, UpstreamError};
 use crate::upstream::Upstream;
@@ -32,7 +33,7 @@ use crate::valkey::task::AbortOnDrop;
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -96,7 +97,7 @@ pub async fn load(
         .await
         .map_err(|_| LoadError::Timeout("connect to walrus as a replica", timeout))??;
     sock.set_nodelay(true)?;
-    let (mut rd, mut wr) = sock.into_split();
+    let (mut rd, mut wr) = Stream::Tcp(sock).into_split();
     let mut buf = BytesMut::with_capacity(4096);
     tokio::time::timeout(timeout, answer_handshake(&mut rd, &mut wr, &mut buf))
         .await
@@ -109,7 +110,7 @@ pub async fn load(
     let _stop_reader = AbortOnDrop(reader);
 
     let started = Instant::now();
-    wr.write_all(
+    wr.send_all(
         format!(
             "+FULLRESYNC {} {}\r\n${}\r\n",
             cp.replid, cp.offset, cp.size
@@ -130,7 +131,7 @@ pub async fn load(
     // then record an offset past the journal's end, where no PSYNC from the journal can
     // continue (a promoted one keeps the bytes in its backlog and sends them back).
     if finish == Finish::Promote {
-        wr.write_all(&write::command(["REPLCONF", "GETACK", "*"]))
+        wr.send_all(&write::command(["REPLCONF", "GETACK", "*"]))
             .await?;
     }
     // Loading a large RDB keeps Valkey from acknowledging for a while: the time limit runs
@@ -175,8 +176,8 @@ async fn control(up: &Upstream, cmd: &[&str]) -> Result<(), UpstreamError> {
 
 /// Answers Valkey's replica handshake until its PSYNC (or SYNC).
 async fn answer_handshake(
-    rd: &mut tokio::net::tcp::OwnedReadHalf,
-    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    rd: &mut ReadHalf,
+    wr: &mut WriteHalf,
     buf: &mut BytesMut,
 ) -> Result<(), LoadError> {
     loop {
@@ -193,13 +194,13 @@ async fn answer_handshake(
             b"REPLCONF" | b"AUTH" => b"+OK\r\n",
             _ => b"-ERR walrus restore: unexpected command\r\n",
         };
-        wr.write_all(reply).await?;
+        wr.send_all(reply).await?;
     }
 }
 
 /// Reads one command (a RESP array of bulk strings) from Valkey.
 async fn read_command(
-    rd: &mut tokio::net::tcp::OwnedReadHalf,
+    rd: &mut ReadHalf,
     buf: &mut BytesMut,
 ) -> Result<Vec<Bytes>, LoadError> {
     let mut scanner = ReplyScanner::new(Limits::default());
@@ -237,7 +238,7 @@ async fn read_command(
 /// `loaded.0` (the checkpoint's offset: the RDB is loaded) also to `loaded.1`, with when it
 /// arrived.
 async fn read_acks(
-    mut rd: tokio::net::tcp::OwnedReadHalf,
+    mut rd: ReadHalf,
     mut buf: BytesMut,
     acked: watch::Sender<u64>,
     loaded: (u64, oneshot::Sender<(u64, Instant)>),
@@ -267,7 +268,7 @@ async fn read_acks(
 }
 
 async fn send_rdb(
-    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    wr: &mut WriteHalf,
     path: &std::path::Path,
     progress: &Progress,
 ) -> Result<(), LoadError> {
@@ -278,7 +279,7 @@ async fn send_rdb(
         if n == 0 {
             return Ok(());
         }
-        wr.write_all(&chunk[..n]).await?;
+        wr.send_all(&chunk[..n]).await?;
         progress.add(n as u64);
     }
 }
@@ -286,7 +287,7 @@ async fn send_rdb(
 /// Sends the journal's stream after the checkpoint; the chain is walked (and checked) again
 /// on a blocking thread while the socket takes what it has read.
 async fn send_stream(
-    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    wr: &mut WriteHalf,
     journal: Arc<Journal>,
     cp: &Checkpoint,
     progress: &Progress,
@@ -313,7 +314,7 @@ async fn send_stream(
     });
     while let Some(bytes) = rx.recv().await {
         for piece in bytes.chunks(CHUNK_BYTES) {
-            wr.write_all(piece).await?;
+            wr.send_all(piece).await?;
             progress.add(piece.len() as u64);
         }
     }

@@ -1,4 +1,4 @@
-//! A connection to Valkey opened by walrus: TCP connect with a timeout, `AUTH`, optional
+//! A connection to Valkey opened by walrus: connect (TCP or Unix socket) with a timeout, `AUTH`, optional
 //! `HELLO 3`, `SELECT`, then either a simple request/response control client ([`Conn::call`],
 //! decoding with the redis-protocol crate) or the bare socket handed to the proxy.
 
@@ -7,8 +7,8 @@ use crate::config::Credentials;
 use crate::resp::{write, ReplyScanner};
 use bytes::{Bytes, BytesMut};
 use redis_protocol::resp2::types::OwnedFrame;
+use crate::net::{Address, Stream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// Why a connection to Valkey failed or broke.
 #[derive(Debug, thiserror::Error)]
@@ -47,7 +47,7 @@ pub enum UpstreamError {
 
 /// An open connection to Valkey with its read buffer.
 pub struct Conn {
-    pub stream: TcpStream,
+    pub stream: Stream,
     pub buf: BytesMut,
     scanner: ReplyScanner,
 }
@@ -55,8 +55,8 @@ pub struct Conn {
 impl Conn {
     /// Connects without authenticating.
     pub async fn connect(up: &Upstream) -> Result<Conn, UpstreamError> {
-        let connect = TcpStream::connect(&up.address);
-        let stream = match tokio::time::timeout(up.connect_timeout, connect).await {
+        let addr = Address::parse(&up.address);
+        let stream = match tokio::time::timeout(up.connect_timeout, Stream::connect(&addr)).await {
             Err(_) => return Err(UpstreamError::ConnectTimeout(up.address.clone())),
             Ok(Err(source)) => {
                 return Err(UpstreamError::Connect {
@@ -66,8 +66,6 @@ impl Conn {
             }
             Ok(Ok(s)) => s,
         };
-        // Replies are latency-bound: never let Nagle hold a small write.
-        stream.set_nodelay(true)?;
         Ok(Conn {
             stream,
             buf: BytesMut::with_capacity(16 << 10),
@@ -125,12 +123,13 @@ impl Conn {
 
     /// Writes bytes without reading a reply.
     pub async fn stream_write(&mut self, bytes: &[u8]) -> Result<(), UpstreamError> {
-        Ok(self.stream.write_all(bytes).await?)
+        self.stream.write_all(bytes).await?;
+        Ok(self.stream.flush().await?)
     }
 
     /// Sends one command and returns its raw reply, error replies included.
     pub async fn call_raw(&mut self, cmd: &[u8]) -> Result<Bytes, UpstreamError> {
-        self.stream.write_all(cmd).await?;
+        self.stream_write(cmd).await?;
         self.read_frame().await
     }
 
@@ -178,7 +177,7 @@ impl Conn {
 }
 
 pub struct ConnParts {
-    pub stream: TcpStream,
+    pub stream: Stream,
     pub buf: BytesMut,
     pub scanner: ReplyScanner,
 }

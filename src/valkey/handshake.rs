@@ -69,15 +69,18 @@ pub async fn handshake(
     // Sent at once and answered in order, as Valkey's replicas send theirs: one round trip
     // while the connection is still an ordinary client's (a `CLIENT KILL TYPE normal`
     // takes it then). Whether the server knows `version` is its own business.
-    let ip = conn.stream.local_addr()?.ip().to_string();
+    // Over a Unix socket there is no address to name (Valkey shows the socket's path).
+    let ip = conn.stream.local_addr().map(|a| a.ip().to_string());
     let version = version.number();
     // walrus serves no replicas of its own: port 0, as a replica without one would say.
-    let mut replconf: Vec<(Vec<&str>, bool)> = vec![
-        (vec!["listening-port", "0"], true),
-        (vec!["ip-address", &ip], true),
+    let mut replconf: Vec<(Vec<&str>, bool)> = vec![(vec!["listening-port", "0"], true)];
+    if let Some(ip) = &ip {
+        replconf.push((vec!["ip-address", ip], true));
+    }
+    replconf.extend([
         (vec!["capa", "eof", "capa", "psync2"], true),
         (vec!["version", &version], false),
-    ];
+    ]);
     if purpose == Purpose::Checkpoint {
         replconf.push((vec!["rdb-only", "1"], true));
     }

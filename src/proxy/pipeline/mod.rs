@@ -142,7 +142,7 @@ pub async fn run(
         scanner,
     } = conn.into_parts();
     // How Valkey names this connection (`CLIENT KILL ADDR`), should walrus drop it itself.
-    let local = stream.local_addr().ok();
+    let local = stream.local_addr();
     let (rd, wr) = stream.into_split();
     let (inflight_tx, mut inflight_rx) = mpsc::channel(ctx.max_in_flight);
     let gated = ctx.durability.is_some();

@@ -12,7 +12,7 @@ use bytes::{Bytes, BytesMut};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::io::AsyncReadExt;
-use tokio::net::tcp::OwnedReadHalf;
+use crate::net::ReadHalf;
 use tokio::sync::mpsc;
 
 /// Read buffer growth step.
@@ -35,7 +35,7 @@ pub(super) struct Reader {
 impl Reader {
     pub(super) async fn run(
         &mut self,
-        mut rd: OwnedReadHalf,
+        mut rd: ReadHalf,
         mut buf: BytesMut,
         mut scanner: ReplyScanner,
         inflight: &mut mpsc::Receiver<Inflight>,

@@ -8,8 +8,7 @@ use crate::upstream::client::UpstreamError;
 use bytes::BytesMut;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
+use crate::net::WriteHalf;
 use tokio::sync::mpsc;
 
 /// Most bytes gathered into one write; a larger command is written on its own.
@@ -20,13 +19,13 @@ const BATCH_BYTES_MAX: usize = 256 << 10;
 async fn owe(
     inflight: &mpsc::Sender<Inflight>,
     owed: Inflight,
-    wr: &mut OwnedWriteHalf,
+    wr: &mut WriteHalf,
     out: &mut BytesMut,
 ) -> Result<(), UpstreamError> {
     match inflight.try_send(owed) {
         Err(mpsc::error::TrySendError::Full(owed)) => {
             crate::metrics::UPSTREAM_IN_FLIGHT_FULL.inc();
-            wr.write_all(out).await?;
+            wr.send_all(out).await?;
             out.clear();
             // Closed: the reader is gone and the connection with it.
             let _ = inflight.send(owed).await;
@@ -37,7 +36,7 @@ async fn owe(
 }
 
 pub(super) async fn writer(
-    mut wr: OwnedWriteHalf,
+    mut wr: WriteHalf,
     mut first: Option<PipelinedRequest>,
     mut requests: mpsc::Receiver<PipelinedRequest>,
     inflight: mpsc::Sender<Inflight>,
@@ -90,9 +89,9 @@ pub(super) async fn writer(
                 owe(&inflight, owed, &mut wr, &mut out).await?;
             }
             if req.cmd.len() >= BATCH_BYTES_MAX {
-                wr.write_all(&out).await?;
+                wr.send_all(&out).await?;
                 out.clear();
-                wr.write_all(&req.cmd).await?;
+                wr.send_all(&req.cmd).await?;
             } else {
                 out.extend_from_slice(&req.cmd);
             }
@@ -105,7 +104,7 @@ pub(super) async fn writer(
             out.extend_from_slice(&role);
             role_due = false;
         }
-        wr.write_all(&out).await?;
+        wr.send_all(&out).await?;
         out.clear();
     }
     Ok(())

@@ -28,9 +28,7 @@ use crate::upstream::client::Conn;
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::sync::Arc;
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
-use tokio::net::TcpStream;
+use crate::net::{ReadHalf, Stream, WriteHalf};
 use tokio::sync::{mpsc, oneshot, watch};
 
 mod admit;
@@ -120,11 +118,13 @@ struct Session {
     /// The reply bytes walrus holds for this client, handed over or unwritten, against
     /// `proxy.max_output_bytes`.
     output: Arc<ClientOutput>,
-    wr: OwnedWriteHalf,
+    wr: WriteHalf,
 }
 
-pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Receiver<bool>) {
-    let _ = stream.set_nodelay(true);
+pub async fn run(shared: Arc<Shared>, stream: Stream, mut shutdown: watch::Receiver<bool>) {
+    if let Some(tcp) = stream.tcp() {
+        let _ = tcp.set_nodelay(true);
+    }
     let (mut rd, wr) = stream.into_split();
     let pool = shared.default_pool.clone();
     let slot = pool.pick();
@@ -198,7 +198,7 @@ pub async fn run(shared: Arc<Shared>, stream: TcpStream, mut shutdown: watch::Re
                     return;
                 }
             }
-            w = s.wr.writable(), if !s.out.is_empty() => {
+            w = s.wr.writable(), if !s.out.is_empty() || s.wr.unflushed() => {
                 if w.is_err() || s.write_ready().is_err() {
                     return;
                 }
@@ -329,7 +329,7 @@ enum Read {
 /// are handled first); when `watching` a paused client, nothing either, but whether it is
 /// gone. While it waits for a client with nothing buffered, `rbuf` holds no memory.
 async fn read_more(
-    rd: &mut tokio::net::tcp::OwnedReadHalf,
+    rd: &mut ReadHalf,
     rbuf: &mut BytesMut,
     wanted: usize,
     draining: bool,

@@ -166,8 +166,8 @@ impl Session {
     }
 
     pub(super) async fn flush(&mut self) -> std::io::Result<()> {
-        if !self.out.is_empty() {
-            self.wr.write_all(&self.out).await?;
+        if !self.out.is_empty() || self.wr.unflushed() {
+            self.wr.send_all(&self.out).await?;
             self.out.clear();
             self.output.unwritten(0);
         }
