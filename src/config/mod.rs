@@ -5,6 +5,7 @@
 //! parse but make no sense are rejected by [`Config::validate`], naming key and value.
 
 mod cluster;
+mod tls;
 mod validate;
 
 use crate::resp::Limits;
@@ -14,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 pub use crate::journal::JournalConfig;
 pub use cluster::{Announce, ClusterConfig, Peer};
+pub use tls::{AuthClients, CertUser, TlsConfig, UpstreamTlsConfig};
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -29,6 +31,7 @@ pub struct Config {
     pub disk: DiskConfig,
     pub journal: JournalConfig,
     pub cluster: ClusterConfig,
+    pub tls: TlsConfig,
 }
 
 /// When checkpoints are taken ([`crate::checkpoint`]): only when needed, since each costs
@@ -304,6 +307,7 @@ pub struct UpstreamConfig {
     /// External mode: refuse to start when Valkey's settings differ from what walrus needs
     /// (otherwise each difference is logged once, with what it risks).
     pub strict_settings: bool,
+    pub tls: UpstreamTlsConfig,
 }
 
 impl Default for UpstreamConfig {
@@ -332,6 +336,7 @@ impl Default for UpstreamConfig {
             port: 0,
             extra_args: Vec::new(),
             strict_settings: false,
+            tls: UpstreamTlsConfig::default(),
         }
     }
 }

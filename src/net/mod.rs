@@ -2,9 +2,10 @@
 //! address that says which of the first two to open.
 
 mod stream;
+pub mod tls;
 
-pub use stream::{ReadHalf, Stream, WriteHalf};
 use std::path::PathBuf;
+pub use stream::{ReadHalf, Stream, WriteHalf};
 
 /// Where a server listens: `host:port`, or a Unix socket's path, written `unix:/path` (or
 /// just an absolute path), as Valkey's own clients name one.
@@ -43,8 +44,14 @@ mod tests {
             Address::parse("unix:/run/valkey/valkey.sock"),
             Address::Unix("/run/valkey/valkey.sock".into())
         );
-        assert_eq!(Address::parse("/tmp/v.sock"), Address::Unix("/tmp/v.sock".into()));
-        assert_eq!(Address::parse("127.0.0.1:6380"), Address::Tcp("127.0.0.1:6380".into()));
+        assert_eq!(
+            Address::parse("/tmp/v.sock"),
+            Address::Unix("/tmp/v.sock".into())
+        );
+        assert_eq!(
+            Address::parse("127.0.0.1:6380"),
+            Address::Tcp("127.0.0.1:6380".into())
+        );
         assert_eq!(Address::parse("unix:/a").to_string(), "unix:/a");
     }
 }
