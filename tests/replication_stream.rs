@@ -21,6 +21,7 @@ fn upstream(addr: String) -> Upstream {
         connect_timeout: Duration::from_secs(5),
         limits: Limits::default(),
         process: None,
+        tls: None,
     }
 }
 

@@ -1,10 +1,11 @@
 //! `walrus config check` and `walrus config schema`: a configuration checked before it is
-//! deployed, by the same validation `serve` runs; and its JSON Schema, generated from the
+//! deployed, by the same validation `serve` runs (the TLS files too); and its JSON Schema, generated from the
 //! configuration's own types, which the Helm chart's `values.schema.json` embeds for its
 //! `config:` value (tests/deployment_kubernetes.rs checks that they are equal).
 
 use super::{exit_code, EXIT_FIX};
 use crate::config::Config;
+use crate::upstream::tls::UpstreamTls;
 use clap::Subcommand;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,10 +24,14 @@ pub enum ConfigCommand {
 
 pub fn run(cmd: ConfigCommand) -> ExitCode {
     match cmd {
-        ConfigCommand::Check { file } => match Config::load(&file).and_then(|c| {
-            c.validate()?;
-            Ok(c)
-        }) {
+        ConfigCommand::Check { file } => match Config::load(&file)
+            .map_err(super::Fatal::from)
+            .and_then(|c| {
+                c.validate()?;
+                // The TLS files, as `serve` reads them at start (expired, key mismatch, no CA).
+                UpstreamTls::from_config(&c.upstream.tls, &c.upstream.address)?;
+                Ok(c)
+            }) {
             Ok(c) => {
                 println!(
                     "{}: valid ({} mode, ring of {} x {} bytes, data in {})",
@@ -43,7 +48,7 @@ pub fn run(cmd: ConfigCommand) -> ExitCode {
             }
             Err(e) => {
                 eprintln!("walrus: {e}");
-                exit_code(&e)
+                exit_code(e.as_ref())
             }
         },
         ConfigCommand::Schema => match serde_json::to_string_pretty(&schema()) {

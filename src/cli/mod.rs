@@ -24,6 +24,7 @@ mod verify;
 
 use crate::config::ConfigError;
 use crate::journal::JournalError;
+use crate::net::tls::TlsError;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -53,6 +54,14 @@ fn exit_code(e: &(dyn std::error::Error + 'static)) -> ExitCode {
                 {
                     EXIT_RETRY
                 }
+                _ => EXIT_FIX,
+            });
+        }
+        // A TLS file as a password file: missing, it may yet be written (a Secret mounted
+        // late); present but unusable (expired, not the certificate's key), a mistake.
+        if let Some(t) = e.downcast_ref::<TlsError>() {
+            return ExitCode::from(match t {
+                TlsError::File { path, .. } if !path.exists() => EXIT_RETRY,
                 _ => EXIT_FIX,
             });
         }

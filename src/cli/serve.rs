@@ -15,6 +15,7 @@ use crate::upstream::client::{frame_int, Conn, UpstreamError};
 use crate::upstream::cluster::{self, ClusterNode};
 use crate::upstream::managed::ManagedValkey;
 use crate::upstream::server::ServerVersion;
+use crate::upstream::tls::UpstreamTls;
 use crate::upstream::{binary, settings, Upstream};
 use crate::valkey::role::OffsetOracle;
 use redis_protocol::resp2::types::OwnedFrame;
@@ -101,6 +102,9 @@ async fn serve(config: Config) -> Result<(), Fatal> {
     let (stop_tx, stop) = watch::channel(false);
     spawn_signal_handler(stop_tx)?;
     spawn_watchdog();
+    // The TLS files are read and checked before anything else: a certificate that expired
+    // is reported at once, naming the file, not after minutes of work.
+    let tls = UpstreamTls::from_config(&config.upstream.tls, &config.upstream.address)?;
     // Both ports are claimed before anything slow (Valkey's start, the ring's allocation, a
     // restore): a port in use is reported at once, not after minutes of work.
     let ports = Ports::claim(&config).await?;
@@ -132,6 +136,7 @@ async fn serve(config: Config) -> Result<(), Fatal> {
         connect_timeout: Duration::from_millis(config.upstream.connect_timeout_ms),
         limits: config.proxy.limits(),
         process: managed.as_ref().map(|m| m.process()),
+        tls,
     };
     let result = run_proxy(&config, up, ports, stop, managed.as_ref(), cluster.as_ref()).await;
     if let Some(m) = managed {

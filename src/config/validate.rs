@@ -67,6 +67,20 @@ impl Config {
                 "invalid value for upstream.address: \"\" (external mode needs an address)".into(),
             );
         }
+        if u.tls.enabled {
+            // Managed mode runs its own valkey-server on the loopback, where TLS would only
+            // cost CPU; its certificate would be walrus's to make.
+            if u.mode == UpstreamMode::Managed {
+                return Err("upstream.tls.enabled needs upstream.mode = \"external\": a managed valkey-server is reached on the loopback only, where TLS protects nothing".into());
+            }
+            // How net::Address tells a Unix socket (config is below net: not imported).
+            if u.address.starts_with("unix:") || u.address.starts_with('/') {
+                return Err(format!(
+                    "upstream.tls.enabled with the Unix socket upstream.address = {:?}: TLS is for TCP addresses (a Unix socket is reached only from this machine)",
+                    u.address
+                ));
+            }
+        }
         if !u.password.is_empty() && !u.password_file.is_empty() {
             return Err(
                 "upstream.password and upstream.password_file are both set: choose one".into(),

@@ -323,6 +323,7 @@ mod tests {
                 connect_timeout: Duration::from_secs(5),
                 limits: crate::resp::Limits::default(),
                 process: None,
+                tls: None,
             },
             durability: None,
             oracle: OffsetOracle::new(),

