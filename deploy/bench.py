@@ -23,6 +23,7 @@ and the median of the per-round ratios against the first setup.
                                          # what walrus's ROLE calls cost inside Valkey (its
                                          # commandstats) under durable SETs, this build and another
     deploy/bench.py --suite hostile      # p99 of well-behaved clients alone vs beside hostile ones (deploy/hostile_load.py)
+    deploy/bench.py --suite tls          # TLS to redis-server through walrus vs directly (deploy/bench_tls.py)
 
 Needs: valkey-server (deploy/setup.sh installs it) and redis-benchmark (redis-tools); compare
 also nutcracker, haproxy and matplotlib (deploy/setup.sh --bench).
@@ -151,7 +152,9 @@ def start_walrus(tmp, upstream_port, durable, binary=None, config="", metrics=""
     conf = os.path.join(d, "walrus.toml")
     with open(conf, "w") as f:
         f.write("[durability]\nenabled = %s\n%s" % ("true" if durable else "false", config))
-    binary = binary or os.path.join(ROOT, "target", "release", "walrus")
+    # Where `cargo build` (below, in main) put it: CARGO_TARGET_DIR is honoured by both.
+    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+    binary = binary or os.path.join(target, "release", "walrus")
     args = [binary, "serve", "--config", conf, "--listen", "127.0.0.1:0", "--metrics-listen", metrics,
             "--upstream", "127.0.0.1:%d" % upstream_port, "--data-dir", os.path.join(d, "data")]
     env = dict(os.environ, RUST_LOG="warn,walrus::cli=info,walrus::replication=info")
@@ -1347,7 +1350,7 @@ def hostile_suite(opts, tmp):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--suite", choices=["proxy", "durability", "restore", "scripts", "compare", "role", "hostile"], default="proxy")
+    ap.add_argument("--suite", choices=["proxy", "durability", "restore", "scripts", "compare", "role", "hostile", "tls"], default="proxy")
     ap.add_argument("--rounds", type=int, default=None, help="default 5 (restore, compare: 3)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies every workload's request count")
     ap.add_argument("--no-build", action="store_true")
@@ -1381,9 +1384,16 @@ def main():
         # timed workloads, and examples/faultfs, the slow disks.
         targets = ["--bin", "walrus", "--example", "loadgen", "--example", "faultfs"] if opts.suite == "compare" else []
         subprocess.run(["cargo", "build", "--release", "--quiet", *targets], cwd=ROOT, check=True)
-    if opts.suite in ("restore", "scripts", "compare", "role", "hostile"):
+    if opts.suite in ("restore", "scripts", "compare", "role", "hostile", "tls"):
         tmp = tempfile.mkdtemp(prefix="walrus-bench-")
         try:
+            if opts.suite == "tls":
+                # bench_tls.py (beside this file) uses this module's helpers, and its children
+                # must land in this LIVE list: it imports this very module, not a second copy.
+                sys.modules.setdefault("bench", sys.modules[__name__])
+                import bench_tls
+                bench_tls.tls_suite(opts, tmp)
+                return
             {"restore": restore_suite, "scripts": scripts_suite, "compare": compare_suite,
              "role": role_suite, "hostile": hostile_suite}[opts.suite](opts, tmp)
         finally:

