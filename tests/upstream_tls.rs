@@ -12,6 +12,9 @@
 //!   acknowledged key is back;
 //! - Valkey's certificate not from the configured CA, or not for the configured name:
 //!   walrus does not serve and its log says why, with the address;
+//! - walrus without the client certificate Valkey requires: not served, the log says so;
+//!   without a certificate to serve a TLS-replicating Valkey, a restore stops before it
+//!   touches Valkey, saying what to set;
 //! - walrus's own certificate expired: refused at start, naming the file.
 mod common;
 use common::*;
@@ -153,6 +156,11 @@ struct TlsRedis {
 impl TlsRedis {
     /// Starts on `port` (a free one when 0) and waits until it accepts connections.
     fn start(pki: &Pki, port: u16) -> TlsRedis {
+        TlsRedis::start_with(pki, port, &[])
+    }
+
+    /// The same, with more arguments (which override the ones before).
+    fn start_with(pki: &Pki, port: u16, args: &[&str]) -> TlsRedis {
         let dir = tempfile::tempdir().unwrap();
         let port = if port == 0 { free_port() } else { port };
         let p = |f: &str| pki.path(f).to_str().unwrap().to_string();
@@ -165,7 +173,8 @@ impl TlsRedis {
             .args(["--tls-ca-cert-file", &p("ca.pem")])
             .args(["--tls-auth-clients", "yes", "--tls-replication", "yes"])
             .arg("--dir")
-            .arg(dir.path());
+            .arg(dir.path())
+            .args(args);
         let proc = Proc::spawn(cmd, false);
         proc.wait_line("Ready to accept connections", START_TIMEOUT);
         TlsRedis {
@@ -310,6 +319,50 @@ fn valkey_certified_for_another_name_is_refused() {
         "not valid for the name",
     );
     assert!(line.contains("valkey.example"), "{line}");
+}
+
+/// `[upstream.tls]` with the CA only: walrus shows Valkey no certificate.
+fn without_client_certificate(pki: &Pki) -> String {
+    format!(
+        "[upstream.tls]\nenabled = true\nca_cert_file = {:?}\n",
+        pki.path("ca.pem")
+    )
+}
+
+#[test]
+fn valkey_requiring_a_client_certificate_walrus_lacks_says_so() {
+    let pki = Pki::new();
+    let redis = TlsRedis::start(&pki, 0);
+    refused_connection(
+        &redis,
+        &without_client_certificate(&pki),
+        "refused walrus's client certificate, or its absence",
+    );
+}
+
+/// A Valkey that replicates with TLS connects to walrus's restore listener with TLS: without
+/// a certificate to serve, the restore stops before touching Valkey, saying what to set.
+#[test]
+fn a_restore_of_a_tls_replicating_valkey_needs_walrus_certificate() {
+    let pki = Pki::new();
+    let no_client_certs = ["--tls-auth-clients", "no"];
+    let redis = TlsRedis::start_with(&pki, 0, &no_client_certs);
+    let port = redis.port;
+    let w = walrus(&redis, &without_client_certificate(&pki), None, "");
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["SET", "k", "v"]), OK);
+    drop(redis);
+    let _redis = TlsRedis::start_with(&pki, port, &no_client_certs);
+    let line = w.proc.wait_line("tls-replication yes", START_TIMEOUT);
+    assert!(
+        line.contains("upstream.tls.enabled, cert_file and key_file"),
+        "{line}"
+    );
+    assert!(
+        !w.proc.log_text().contains("partial resync"),
+        "{}",
+        w.proc.log_text()
+    );
 }
 
 #[test]

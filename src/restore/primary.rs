@@ -28,7 +28,7 @@ use crate::journal::Journal;
 use crate::net::{ReadHalf, Stream, WriteHalf};
 use crate::resp::{write, Limits, ReplyScanner};
 use crate::upstream::client::{Conn, UpstreamError};
-use crate::upstream::tls::{explain, replicates_with_tls};
+use crate::upstream::tls::{explain, replicates_with_tls, Side};
 use crate::upstream::Upstream;
 use crate::valkey::task::AbortOnDrop;
 use bytes::{Bytes, BytesMut};
@@ -223,7 +223,7 @@ async fn replica_stream(
         Err(_) => Err(LoadError::Timeout("finish the TLS handshake", timeout)),
         Ok(Err(e)) => Err(LoadError::Protocol(format!(
             "TLS handshake with Valkey (tls-replication yes): {}",
-            explain(&e, None)
+            explain(&e, Side::Server)
         ))),
         Ok(Ok(s)) => Ok(Stream::Tls(Box::new(s.into()))),
     }

@@ -57,6 +57,9 @@ pub struct Conn {
     pub stream: Stream,
     pub buf: BytesMut,
     scanner: ReplyScanner,
+    /// Valkey's address on a TLS connection: TLS 1.3 reports a refused client certificate
+    /// only at the first read, which then names the address as a handshake failure would.
+    tls_addr: Option<String>,
 }
 
 impl Conn {
@@ -85,10 +88,12 @@ impl Conn {
             Err(_) => return Err(UpstreamError::ConnectTimeout(up.address.clone())),
             Ok(r) => r?,
         };
+        let tls_addr = matches!(stream, Stream::Tls(_)).then(|| up.address.clone());
         Ok(Conn {
             stream,
             buf: BytesMut::with_capacity(16 << 10),
             scanner: ReplyScanner::new(up.limits),
+            tls_addr,
         })
     }
 
@@ -142,8 +147,22 @@ impl Conn {
 
     /// Writes bytes without reading a reply.
     pub async fn stream_write(&mut self, bytes: &[u8]) -> Result<(), UpstreamError> {
-        self.stream.write_all(bytes).await?;
-        Ok(self.stream.flush().await?)
+        let written = async {
+            self.stream.write_all(bytes).await?;
+            self.stream.flush().await
+        };
+        written.await.map_err(|e| self.io_error(e))
+    }
+
+    /// An I/O error, or on TLS the peer's alert or certificate problem behind it, explained.
+    fn io_error(&self, e: std::io::Error) -> UpstreamError {
+        match &self.tls_addr {
+            Some(addr) if super::tls::is_tls_error(&e) => UpstreamError::Tls {
+                addr: addr.clone(),
+                problem: super::tls::explain(&e, super::tls::Side::Client(None)),
+            },
+            _ => UpstreamError::Io(e),
+        }
     }
 
     /// Sends one command and returns its raw reply, error replies included.
@@ -188,7 +207,8 @@ impl Conn {
             if let Some(n) = self.scanner.scan(&self.buf)? {
                 return Ok(self.buf.split_to(n).freeze());
             }
-            if self.stream.read_buf(&mut self.buf).await? == 0 {
+            let read = self.stream.read_buf(&mut self.buf).await;
+            if read.map_err(|e| self.io_error(e))? == 0 {
                 return Err(UpstreamError::Closed);
             }
         }

@@ -76,7 +76,7 @@ impl UpstreamTls {
             Ok(s) => Ok(Stream::Tls(Box::new(s.into()))),
             Err(e) => Err(UpstreamError::Tls {
                 addr: addr.to_string(),
-                problem: explain(&e, Some(&self.name)),
+                problem: explain(&e, Side::Client(Some(&self.name))),
             }),
         }
     }
@@ -105,10 +105,28 @@ pub async fn replicates_with_tls(conn: &mut Conn) -> Result<Option<bool>, Upstre
     }
 }
 
+/// Whether rustls stands behind this I/O error (an alert, a certificate problem).
+pub fn is_tls_error(e: &std::io::Error) -> bool {
+    e.get_ref()
+        .is_some_and(|i| i.downcast_ref::<rustls::Error>().is_some())
+}
+
+/// Which end of a TLS connection walrus is, for [`explain`].
+pub enum Side<'a> {
+    /// walrus connected to Valkey; the name it checked Valkey's certificate for, if known.
+    Client(Option<&'a ServerName<'a>>),
+    /// Valkey connected to walrus's restore listener as its replica.
+    Server,
+}
+
 /// What a failed handshake means, in the operator's terms: the rustls error under the I/O
-/// error names the certificate problem or the peer's alert. `name` is what walrus checked
-/// the peer's certificate for (none when walrus is the server).
-pub fn explain(e: &std::io::Error, name: Option<&ServerName<'_>>) -> String {
+/// error names the certificate problem or the peer's alert.
+pub fn explain(e: &std::io::Error, side: Side<'_>) -> String {
+    let name = match side {
+        Side::Client(name) => name,
+        Side::Server => None,
+    };
+    let serving = matches!(side, Side::Server);
     let Some(r) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) else {
         return format!("{e} (is TLS served at this address?)");
     };
@@ -138,8 +156,17 @@ pub fn explain(e: &std::io::Error, name: Option<&ServerName<'_>>) -> String {
             | AlertDescription::CertificateRequired
             | AlertDescription::CertificateExpired
             | AlertDescription::CertificateUnknown),
+        ) if serving => format!(
+            "Valkey refused walrus's certificate ({a:?}): upstream.tls.cert_file must be signed by a CA in Valkey's tls-ca-cert-file and valid as a server certificate"
+        ),
+        rustls::Error::AlertReceived(
+            a @ (AlertDescription::BadCertificate
+            | AlertDescription::UnknownCA
+            | AlertDescription::CertificateRequired
+            | AlertDescription::CertificateExpired
+            | AlertDescription::CertificateUnknown),
         ) => format!(
-            "the peer refused walrus's certificate ({a:?}; upstream.tls.cert_file, which the peer must trust)"
+            "the peer refused walrus's client certificate, or its absence ({a:?}): upstream.tls.cert_file and key_file must name one signed by a CA the peer trusts (Valkey's tls-ca-cert-file)"
         ),
         rustls::Error::InvalidMessage(_) => {
             format!("{r} (is TLS served at this address, Valkey's tls-port?)")
