@@ -3,8 +3,8 @@
 
 mod stream;
 
-pub use stream::{ReadHalf, Stream, WriteHalf};
 use std::path::PathBuf;
+pub use stream::{ReadHalf, Stream, WriteHalf};
 
 /// Where a server listens: `host:port`, or a Unix socket's path, written `unix:/path` (or
 /// just an absolute path), as Valkey's own clients name one.
@@ -43,8 +43,14 @@ mod tests {
             Address::parse("unix:/run/valkey/valkey.sock"),
             Address::Unix("/run/valkey/valkey.sock".into())
         );
-        assert_eq!(Address::parse("/tmp/v.sock"), Address::Unix("/tmp/v.sock".into()));
-        assert_eq!(Address::parse("127.0.0.1:6380"), Address::Tcp("127.0.0.1:6380".into()));
+        assert_eq!(
+            Address::parse("/tmp/v.sock"),
+            Address::Unix("/tmp/v.sock".into())
+        );
+        assert_eq!(
+            Address::parse("127.0.0.1:6380"),
+            Address::Tcp("127.0.0.1:6380".into())
+        );
         assert_eq!(Address::parse("unix:/a").to_string(), "unix:/a");
     }
 }

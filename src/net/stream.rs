@@ -154,7 +154,9 @@ impl ReadHalf {
         match self {
             ReadHalf::Tcp(r) => r.readable().await,
             ReadHalf::Unix(r) => r.readable().await,
-            ReadHalf::Tls(s) => std::future::poll_fn(|cx| lock(s).get_ref().0.poll_read_ready(cx)).await,
+            ReadHalf::Tls(s) => {
+                std::future::poll_fn(|cx| lock(s).get_ref().0.poll_read_ready(cx)).await
+            }
         }
     }
 

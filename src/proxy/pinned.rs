@@ -10,12 +10,12 @@
 use super::identity::Identity;
 use super::route;
 use super::Shared;
+use crate::net::{ReadHalf, WriteHalf};
 use crate::resp::{write, Request, RequestParser};
 use crate::upstream::client::Conn;
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use crate::net::{ReadHalf, WriteHalf};
 use tokio::sync::watch;
 
 const READ_CHUNK_BYTES: usize = 16 << 10;

@@ -65,11 +65,7 @@ pub async fn acknowledge(
     }
 }
 
-async fn send_ack(
-    wr: &mut crate::net::WriteHalf,
-    ack: u64,
-    fack: u64,
-) -> std::io::Result<()> {
+async fn send_ack(wr: &mut crate::net::WriteHalf, ack: u64, fack: u64) -> std::io::Result<()> {
     wr.send_all(&crate::resp::write::command([
         b"REPLCONF".as_slice(),
         b"ACK",

@@ -199,10 +199,7 @@ async fn answer_handshake(
 }
 
 /// Reads one command (a RESP array of bulk strings) from Valkey.
-async fn read_command(
-    rd: &mut ReadHalf,
-    buf: &mut BytesMut,
-) -> Result<Vec<Bytes>, LoadError> {
+async fn read_command(rd: &mut ReadHalf, buf: &mut BytesMut) -> Result<Vec<Bytes>, LoadError> {
     let mut scanner = ReplyScanner::new(Limits::default());
     loop {
         // A bare newline is a keepalive.

@@ -4,10 +4,10 @@
 
 use super::Upstream;
 use crate::config::Credentials;
+use crate::net::{Address, Stream};
 use crate::resp::{write, ReplyScanner};
 use bytes::{Bytes, BytesMut};
 use redis_protocol::resp2::types::OwnedFrame;
-use crate::net::{Address, Stream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Why a connection to Valkey failed or broke.

@@ -4,6 +4,7 @@
 
 use super::{Inflight, PipelineCtx, Release};
 use crate::durability::{Held, ReplyTx, WriteMark};
+use crate::net::ReadHalf;
 use crate::proxy::pushes::PushSender;
 use crate::resp::{write, ReplyScanner};
 use crate::upstream::client::UpstreamError;
@@ -12,7 +13,6 @@ use bytes::{Bytes, BytesMut};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::io::AsyncReadExt;
-use crate::net::ReadHalf;
 use tokio::sync::mpsc;
 
 /// Read buffer growth step.

@@ -3,12 +3,12 @@
 //! whom each reply belongs to before the command goes out.
 
 use super::{Inflight, PipelinedRequest, Release, TxCmd};
+use crate::net::WriteHalf;
 use crate::resp::write;
 use crate::upstream::client::UpstreamError;
 use bytes::BytesMut;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use crate::net::WriteHalf;
 use tokio::sync::mpsc;
 
 /// Most bytes gathered into one write; a larger command is written on its own.

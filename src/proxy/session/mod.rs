@@ -23,12 +23,12 @@ use super::route::{self, route, Local, Route};
 use super::Shared;
 use crate::durability::{self, dirty::Scope, Access, ClientOutput, ReplyTx};
 use crate::metrics;
+use crate::net::{ReadHalf, Stream, WriteHalf};
 use crate::resp::{write, Request, RequestParser};
 use crate::upstream::client::Conn;
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::sync::Arc;
-use crate::net::{ReadHalf, Stream, WriteHalf};
 use tokio::sync::{mpsc, oneshot, watch};
 
 mod admit;
