@@ -121,6 +121,7 @@ impl Config {
             return Err("invalid value for data.dir: \"\"".into());
         }
         self.journal.check()?;
+        self.check_managed()?;
         if self.cluster.enabled {
             self.cluster.check(self.proxy.listen)?;
         }

@@ -9,19 +9,26 @@ use std::time::{Duration, Instant};
 
 pub const CLUSTER: &str = "[cluster]\nenabled = true\n";
 
-/// The configuration of a walrus running its own Valkey on `valkey_port`: a fixed port, so
-/// that a restarted walrus's new Valkey is where the last one was (a cluster knows a node by
-/// its bus port, Valkey's plus 10000).
-pub fn managed_config(valkey_port: u16, durable: bool, cluster: bool) -> String {
-    let mut config = format!("[upstream]\nport = {valkey_port}\n");
+/// The configuration of a walrus running its own Valkey (on its Unix socket under the data
+/// directory, [`valkey_socket`]); in cluster mode with its bus on `bus_port`: a fixed port,
+/// so that a restarted walrus's new Valkey is where the last one was (the other nodes know
+/// a node by its bus port).
+pub fn managed_config(bus_port: u16, durable: bool, cluster: bool) -> String {
+    let mut config = String::from("[upstream]\n");
     if !durable {
         // Without a journal walrus is no replica: Valkey would refuse all writes.
         config.push_str("extra_args = [\"--min-replicas-to-write\", \"0\"]\n");
     }
     if cluster {
-        config.push_str(CLUSTER);
+        config.push_str(&format!("{CLUSTER}bus_port = {bus_port}\n"));
     }
     config
+}
+
+/// The managed Valkey's Unix socket for the data directory `data` (walrus's default
+/// `upstream.socket_dir`), as [`Raw::connect`] names it: the way around walrus.
+pub fn valkey_socket(data: &std::path::Path) -> String {
+    format!("unix:{}", data.join("run/valkey.sock").display())
 }
 
 /// Waits until a walrus just spawned listens. `Err`: its log, and why it did not start
