@@ -6,9 +6,69 @@
 //! from the [`OffsetOracle`], walrus's own control connection.
 
 use crate::resp::write;
-use crate::upstream::client::Conn;
+use crate::upstream::client::{Conn, UpstreamError};
 use crate::upstream::Upstream;
 use bytes::Bytes;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// How walrus names one of its connections in `CLIENT KILL`, should it drop the connection
+/// itself with commands of it still in Valkey ([`OffsetOracle::close`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientName {
+    /// `CLIENT KILL ID`: exactly this connection, over any transport.
+    Id(u64),
+    /// `CLIENT KILL ADDR`: the connection's own TCP address, when Valkey refused `CLIENT ID`
+    /// to its user. Never on a Unix socket, where every client has the same address (the
+    /// socket's path) and a kill by it would close all of walrus's connections, the replica
+    /// link too.
+    Addr(std::net::SocketAddr),
+}
+
+impl ClientName {
+    fn kill_command(&self) -> Bytes {
+        match self {
+            ClientName::Id(id) => write::command(["CLIENT", "KILL", "ID", &id.to_string()]),
+            ClientName::Addr(a) => write::command(["CLIENT", "KILL", "ADDR", &a.to_string()]),
+        }
+    }
+}
+
+/// Set once the warning that a connection on a Unix socket cannot be named was logged.
+static UNNAMED_WARNED: AtomicBool = AtomicBool::new(false);
+
+/// Asks Valkey how it names the connection `conn` (`CLIENT ID`, on the connection itself,
+/// before anything else is sent on it). A user Valkey refuses `CLIENT ID` is named by its TCP
+/// address instead; on a Unix socket it cannot be named at all (`None`, warned once). An
+/// unauthenticated connection runs nothing that would need killing: `None`, silently.
+pub async fn client_name(
+    conn: &mut Conn,
+    timeout: Duration,
+) -> Result<Option<ClientName>, UpstreamError> {
+    let reply = tokio::time::timeout(timeout, conn.call_raw(&write::command(["CLIENT", "ID"])))
+        .await
+        .map_err(|_| UpstreamError::NoReply(timeout))??;
+    if let Some(id) = reply
+        .strip_prefix(b":")
+        .and_then(|r| r.strip_suffix(b"\r\n"))
+        .and_then(|r| std::str::from_utf8(r).ok()?.parse().ok())
+    {
+        return Ok(Some(ClientName::Id(id)));
+    }
+    if reply.starts_with(b"-NOAUTH") {
+        return Ok(None);
+    }
+    if let Some(addr) = conn.stream.local_addr() {
+        return Ok(Some(ClientName::Addr(addr)));
+    }
+    if !UNNAMED_WARNED.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            reply = %String::from_utf8_lossy(&reply).trim_end(),
+            "Valkey refused CLIENT ID to a client's user on its Unix socket, where every connection has the same address: when walrus drops such a connection itself (a reply over proxy.max_reply_bytes), it cannot have Valkey close it first, and a write Valkey runs after may be acknowledged before the journal has it; allow the clients' users +client|id (logged once)"
+        );
+    }
+    Ok(None)
+}
 
 /// Valkey's replication offset now, asked on walrus's own control connection.
 ///
@@ -26,15 +86,15 @@ impl OffsetOracle {
         }
     }
 
-    /// Makes Valkey close the client connecting from `addr` (if it still has it): it runs
-    /// none of that client's commands after this.
-    pub async fn close(&self, up: &Upstream, addr: std::net::SocketAddr) {
+    /// Makes Valkey close its client `name` (if it still has it): it runs none of that
+    /// client's commands after this.
+    pub async fn close(&self, up: &Upstream, name: ClientName) {
         let mut slot = self.conn.lock().await;
         if slot.is_none() {
             *slot = Conn::control(up).await.ok();
         }
         if let Some(conn) = slot.as_mut() {
-            let kill = write::command(["CLIENT", "KILL", "ADDR", &addr.to_string()]);
+            let kill = name.kill_command();
             // "-ERR No such client" when Valkey already closed it: fine.
             if !matches!(
                 tokio::time::timeout(up.connect_timeout, conn.call_raw(&kill)).await,

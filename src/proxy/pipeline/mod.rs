@@ -35,7 +35,7 @@ use crate::durability::{dirty::Scope, Durability, Refusal, ReplyTx, WriteMark};
 use crate::resp::write;
 use crate::upstream::client::{Conn, ConnParts, UpstreamError};
 use crate::upstream::Upstream;
-use crate::valkey::role::OffsetOracle;
+use crate::valkey::role::{client_name, OffsetOracle};
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
@@ -124,11 +124,18 @@ enum Inflight {
 /// data the journal does not describe yet. Meanwhile requests get Valkey's `-LOADING`. The
 /// connection then belongs to the gate's history epoch of that moment.
 pub async fn run(
-    conn: Conn,
+    mut conn: Conn,
     mut requests: mpsc::Receiver<PipelinedRequest>,
     ctx: Arc<PipelineCtx>,
     pushes: Option<PushSender>,
 ) -> Result<(), UpstreamError> {
+    // How Valkey names this connection, should walrus drop it itself (`CLIENT KILL`): asked
+    // first, while nothing else is in flight on it; only writes waiting for the journal
+    // need it.
+    let name = match &ctx.durability {
+        Some(_) => client_name(&mut conn, ctx.reply_timeout).await?,
+        None => None,
+    };
     let (epoch, first) = match &ctx.durability {
         Some(d) => match wait_attached(d, &ctx, &mut requests, pushes.as_ref()).await? {
             Some(started) => started,
@@ -141,8 +148,6 @@ pub async fn run(
         buf,
         scanner,
     } = conn.into_parts();
-    // How Valkey names this connection (`CLIENT KILL ADDR`), should walrus drop it itself.
-    let local = stream.local_addr();
     let (rd, wr) = stream.into_split();
     let (inflight_tx, mut inflight_rx) = mpsc::channel(ctx.max_in_flight);
     let gated = ctx.durability.is_some();
@@ -173,8 +178,8 @@ pub async fn run(
             // walrus may have closed the socket itself (a reply over its limits) while Valkey
             // still holds commands of it to run: close it on Valkey's side first, so that the
             // offset learned afterwards covers everything it will ever run.
-            if let Some(addr) = local {
-                ctx.oracle.close(&ctx.upstream, addr).await;
+            if let Some(name) = name {
+                ctx.oracle.close(&ctx.upstream, name).await;
             }
             let hint = ctx.oracle.offset(&ctx.upstream).await;
             d.abandon_batch(awaiting, marks, lost_reply(), hint.map(|o| (o, epoch)));
