@@ -114,6 +114,9 @@ enum Inflight {
     Select,
     /// walrus's own `ROLE`: the offset covering the write replies gathered so far.
     Role,
+    /// walrus's own `CLIENT ID`, first on a gated connection: how to name it in `CLIENT
+    /// KILL` ([`crate::valkey::role::ClientName`]).
+    ClientId,
 }
 
 /// Runs the connection until it breaks or `requests` closes. RESP3 pushes go to `pushes`
@@ -124,18 +127,11 @@ enum Inflight {
 /// data the journal does not describe yet. Meanwhile requests get Valkey's `-LOADING`. The
 /// connection then belongs to the gate's history epoch of that moment.
 pub async fn run(
-    mut conn: Conn,
+    conn: Conn,
     mut requests: mpsc::Receiver<PipelinedRequest>,
     ctx: Arc<PipelineCtx>,
     pushes: Option<PushSender>,
 ) -> Result<(), UpstreamError> {
-    // How Valkey names this connection, should walrus drop it itself (`CLIENT KILL`): asked
-    // first, while nothing else is in flight on it; only writes waiting for the journal
-    // need it.
-    let name = match &ctx.durability {
-        Some(_) => client_name(&mut conn, ctx.reply_timeout).await?,
-        None => None,
-    };
     let (epoch, first) = match &ctx.durability {
         Some(d) => match wait_attached(d, &ctx, &mut requests, pushes.as_ref()).await? {
             Some(started) => started,
@@ -148,6 +144,9 @@ pub async fn run(
         buf,
         scanner,
     } = conn.into_parts();
+    // How Valkey names this connection should walrus drop it itself (`CLIENT KILL`): by
+    // the `CLIENT ID` the writer sends first, else by this address (none on a Unix socket).
+    let local = stream.local_addr();
     let (rd, wr) = stream.into_split();
     let (inflight_tx, mut inflight_rx) = mpsc::channel(ctx.max_in_flight);
     let gated = ctx.durability.is_some();
@@ -158,6 +157,7 @@ pub async fn run(
         marks: Vec::new(),
         epoch,
         blocking: Arc::default(),
+        client_id: None,
     };
     let result = tokio::select! {
         r = writer(wr, first, requests, inflight_tx, gated, reader.blocking.clone()) => r,
@@ -178,7 +178,7 @@ pub async fn run(
             // walrus may have closed the socket itself (a reply over its limits) while Valkey
             // still holds commands of it to run: close it on Valkey's side first, so that the
             // offset learned afterwards covers everything it will ever run.
-            if let Some(name) = name {
+            if let Some(name) = client_name(reader.client_id.as_deref(), local) {
                 ctx.oracle.close(&ctx.upstream, name).await;
             }
             let hint = ctx.oracle.offset(&ctx.upstream).await;
