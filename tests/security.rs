@@ -4,6 +4,7 @@
 
 mod common;
 use common::*;
+use std::io::{Read, Write};
 
 /// With `metrics.admin_token_file`, `POST /checkpoint` and `/backup` need the token, from
 /// loopback too; replacing the file rotates it; metrics, health, readiness and status stay
@@ -144,7 +145,12 @@ fn the_managed_valkey_is_reachable_by_walruss_user_alone() {
     let dir = socket.parent().unwrap();
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let meta = std::fs::metadata(dir).unwrap();
-    assert_eq!(meta.permissions().mode() & 0o777, 0o700, "{}", dir.display());
+    assert_eq!(
+        meta.permissions().mode() & 0o777,
+        0o700,
+        "{}",
+        dir.display()
+    );
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     assert_eq!(meta.uid(), me, "{}", dir.display());
@@ -185,5 +191,140 @@ fn a_socket_directory_open_to_others_is_refused_at_start() {
     assert!(
         line.contains(&run.display().to_string()) && line.contains("chmod 700"),
         "{line}"
+    );
+}
+
+/// A TCP relay in front of a Valkey, for walrus's connections: when walrus tells Valkey
+/// `REPLICAOF 127.0.0.1 <port>` (a restore), the relay first has `rogue` connect to that
+/// port, so that the rogue is there before Valkey, then passes the command on.
+fn relay(upstream: String, rogue: impl Fn(u16) + Send + Sync + 'static) -> String {
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let rogue = std::sync::Arc::new(rogue);
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let server = TcpStream::connect(&upstream).unwrap();
+            let (mut c_rd, mut s_wr) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let (mut s_rd, mut c_wr) = (server, client);
+            std::thread::spawn(move || {
+                let mut chunk = [0u8; 65536];
+                while let Ok(n @ 1..) = s_rd.read(&mut chunk) {
+                    if c_wr.write_all(&chunk[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = c_wr.shutdown(Shutdown::Write);
+            });
+            let rogue = rogue.clone();
+            std::thread::spawn(move || {
+                let mut chunk = [0u8; 65536];
+                while let Ok(n @ 1..) = c_rd.read(&mut chunk) {
+                    if let Some(port) = replicaof_port(&chunk[..n]) {
+                        rogue(port);
+                    }
+                    if s_wr.write_all(&chunk[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = s_wr.shutdown(Shutdown::Write);
+            });
+        }
+    });
+    addr
+}
+
+/// The port of a `REPLICAOF 127.0.0.1 <port>` command among `bytes`.
+fn replicaof_port(bytes: &[u8]) -> Option<u16> {
+    let text = String::from_utf8_lossy(bytes);
+    let words: Vec<&str> = text.split("\r\n").collect();
+    let i = words
+        .iter()
+        .position(|w| w.eq_ignore_ascii_case("REPLICAOF"))?;
+    (words.get(i + 2) == Some(&"127.0.0.1")).then(|| words.get(i + 4)?.parse().ok())?
+}
+
+/// Issue 25: during a restore Valkey connects to walrus's loopback listener as its replica,
+/// and so may any local process. One that connects first, without the one-time password
+/// walrus gave Valkey (`masterauth`), or with a wrong one, is dropped having been sent
+/// nothing; Valkey's own connection is served and the restore succeeds. Valkey's previous
+/// `masterauth` is put back afterwards.
+#[test]
+fn a_rogue_connection_to_the_restore_listener_gets_nothing_and_the_restore_succeeds() {
+    let data = tempfile::tempdir().unwrap();
+    let data = data.path().join("data");
+    {
+        let v = Valkey::start();
+        let w = Walrus::build().upstream(&v.addr()).data(&data).start();
+        let mut c = Raw::connect(&w.addr);
+        for i in 0..100 {
+            assert_eq!(c.cmd(&["SET", &format!("k{i}"), "v"]), b"+OK\r\n");
+        }
+    }
+    // A new, empty Valkey: walrus restores it at start.
+    let v = Valkey::start();
+    assert_eq!(
+        Raw::connect(&v.addr()).cmd(&["CONFIG", "SET", "masterauth", "theirs"]),
+        b"+OK\r\n"
+    );
+    type Rogues = std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>;
+    let rogues: Rogues = Default::default();
+    let kept = rogues.clone();
+    let upstream = relay(v.addr(), move |port| {
+        let handshakes: [&[&[&str]]; 2] = [
+            // A replica's handshake without AUTH, ...
+            &[
+                &["PING"],
+                &["REPLCONF", "listening-port", "0"],
+                &["REPLCONF", "capa", "eof", "capa", "psync2"],
+                &["PSYNC", "?", "-1"],
+            ],
+            // ... and with a guessed password.
+            &[&["AUTH", "walrus"], &["PSYNC", "?", "-1"]],
+        ];
+        for commands in handshakes {
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            for c in commands {
+                s.write_all(&walrus::resp::write::command(c.iter()))
+                    .unwrap();
+            }
+            kept.lock().unwrap().push(s);
+        }
+    });
+    let w = Walrus::build()
+        .upstream(&upstream)
+        .data(&data)
+        .config("[restore]\ntimeout_ms = 5000\n")
+        .start();
+    let rogues = std::mem::take(&mut *rogues.lock().unwrap());
+    assert_eq!(rogues.len(), 2, "no restore went through the relay");
+    for mut s in rogues {
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut got = Vec::new();
+        // Closed (a reset when it closed with the rogue's commands unread), not left open.
+        let end = s.read_to_end(&mut got);
+        let closed = match &end {
+            Ok(_) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        };
+        let got = String::from_utf8_lossy(&got);
+        assert!(
+            closed && !got.contains("FULLRESYNC"),
+            "a rogue connection to the restore listener got {got:?} ({end:?})"
+        );
+    }
+    let mut c = Raw::connect(&w.addr);
+    for i in 0..100 {
+        assert_eq!(c.cmd(&["GET", &format!("k{i}")]), b"$1\r\nv\r\n");
+    }
+    let r = Raw::connect(&v.addr()).cmd(&["CONFIG", "GET", "masterauth"]);
+    assert_eq!(show(&r), "*2⏎$10⏎masterauth⏎$6⏎theirs⏎");
+    assert!(
+        w.proc
+            .log_text()
+            .contains("dropped a connection to the restore listener"),
+        "{}",
+        w.proc.log_text()
     );
 }

@@ -1,8 +1,9 @@
 //! walrus as Valkey's primary, for the length of a restore.
 //!
 //! Valkey loads data fastest the way a replica does: walrus listens on a loopback port,
-//! tells Valkey `REPLICAOF 127.0.0.1 <port>`, answers its handshake (PING, REPLCONF, PSYNC)
-//! as a primary would, and sends `+FULLRESYNC <checkpoint id> <checkpoint offset>`, the
+//! tells Valkey `REPLICAOF 127.0.0.1 <port>`, answers its handshake (PING, AUTH with a
+//! one-time password that keeps every other local process out, REPLCONF, PSYNC:
+//! [`super::listener`]) as a primary would, and sends `+FULLRESYNC <checkpoint id> <checkpoint offset>`, the
 //! checkpoint's RDB as `$<len>` and then the journal's stream after it, byte for byte. A
 //! `REPLCONF GETACK *` at the end makes Valkey report its offset; once it reaches the
 //! journal's end, walrus sends `REPLICAOF NO ONE`. Valkey keeps the checkpoint's id as its
@@ -22,10 +23,11 @@
 //! replica of walrus's history as one to restore).
 
 use super::chain::{self, ChainEnd, ChainError};
+use super::listener::{accept_replica, OneTimeAuth, Replica};
 use super::Progress;
 use crate::checkpoint::store::{Checkpoint, Store};
 use crate::journal::Journal;
-use crate::net::{ReadHalf, Stream, WriteHalf};
+use crate::net::{ReadHalf, WriteHalf};
 use crate::resp::{write, Limits, ReplyScanner};
 use crate::upstream::client::{Conn, UpstreamError};
 use crate::upstream::Upstream;
@@ -92,17 +94,35 @@ pub async fn load(
 ) -> Result<Option<Phases>, LoadError> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
-    control(up, &["REPLICAOF", "127.0.0.1", &port.to_string()]).await?;
-    let (sock, _) = tokio::time::timeout(timeout, listener.accept())
+    // Only the Valkey told the password may connect: [`super::listener`].
+    let auth = OneTimeAuth::set(up).await?;
+    let loaded = async {
+        control(up, &["REPLICAOF", "127.0.0.1", &port.to_string()]).await?;
+        let replica = accept_replica(&listener, &auth, timeout).await?;
+        send(
+            up, store, cp, journal, end, timeout, progress, finish, replica,
+        )
         .await
-        .map_err(|_| LoadError::Timeout("connect to walrus as a replica", timeout))??;
-    sock.set_nodelay(true)?;
-    let (mut rd, mut wr) = Stream::Tcp(sock).into_split();
-    let mut buf = BytesMut::with_capacity(4096);
-    tokio::time::timeout(timeout, answer_handshake(&mut rd, &mut wr, &mut buf))
-        .await
-        .map_err(|_| LoadError::Timeout("send PSYNC", timeout))??;
+    }
+    .await;
+    auth.restore(up).await;
+    loaded
+}
 
+/// The rest of [`load`], once Valkey connected and asked for the stream.
+#[allow(clippy::too_many_arguments)]
+async fn send(
+    up: &Upstream,
+    store: &Store,
+    cp: &Checkpoint,
+    journal: Arc<Journal>,
+    end: &ChainEnd,
+    timeout: Duration,
+    progress: &Progress,
+    finish: Finish,
+    replica: Replica,
+) -> Result<Option<Phases>, LoadError> {
+    let Replica { rd, mut wr, buf } = replica;
     // From here Valkey only sends REPLCONF ACK <offset> [FACK <offset>].
     let (ack_tx, mut acked) = watch::channel(0u64);
     let (loaded_tx, mut loaded) = oneshot::channel();
@@ -174,32 +194,11 @@ async fn control(up: &Upstream, cmd: &[&str]) -> Result<(), UpstreamError> {
         .await
 }
 
-/// Answers Valkey's replica handshake until its PSYNC (or SYNC).
-async fn answer_handshake(
-    rd: &mut ReadHalf,
-    wr: &mut WriteHalf,
-    buf: &mut BytesMut,
-) -> Result<(), LoadError> {
-    loop {
-        let args = read_command(rd, buf).await?;
-        let name = args
-            .first()
-            .map(|a| a.to_ascii_uppercase())
-            .unwrap_or_default();
-        let reply: &[u8] = match &name[..] {
-            b"PSYNC" | b"SYNC" => return Ok(()),
-            b"PING" => b"+PONG\r\n",
-            // REPLCONF listening-port, capa, ip-address, version; AUTH if Valkey has a
-            // masterauth: a primary that walrus runs for a moment has nothing to check.
-            b"REPLCONF" | b"AUTH" => b"+OK\r\n",
-            _ => b"-ERR walrus restore: unexpected command\r\n",
-        };
-        wr.send_all(reply).await?;
-    }
-}
-
 /// Reads one command (a RESP array of bulk strings) from Valkey.
-async fn read_command(rd: &mut ReadHalf, buf: &mut BytesMut) -> Result<Vec<Bytes>, LoadError> {
+pub(super) async fn read_command(
+    rd: &mut ReadHalf,
+    buf: &mut BytesMut,
+) -> Result<Vec<Bytes>, LoadError> {
     let mut scanner = ReplyScanner::new(Limits::default());
     loop {
         // A bare newline is a keepalive.
