@@ -61,8 +61,8 @@ pub struct UpstreamConfig {
     /// Managed mode: the directory of the managed Valkey's Unix socket, walrus's only way to
     /// it (Valkey listens on no TCP port). walrus creates it with mode 0700 and refuses one
     /// that others may open or another user owns. Empty: `run` under `data.dir`. A socket's
-    /// path has at most [`MAX_SOCKET_PATH_BYTES`] bytes: a shorter directory here when the
-    /// data directory's path is too long.
+    /// path has at most 107 bytes (the kernel's sun_path, [`MAX_SOCKET_PATH_BYTES`]): a
+    /// shorter directory here when the data directory's path is too long.
     pub socket_dir: PathBuf,
     /// Removed: the managed Valkey has no TCP port any more. Kept out of the schema, and
     /// read only to say so when a configuration still sets it (0, the old default, is
