@@ -279,7 +279,7 @@ impl ChildSpec {
 }
 
 /// Copies the child's log lines into walrus's log and reports readiness, an event rather
-/// than a polling loop: valkey-server prints "Ready to accept connections" once listening.
+/// than a polling loop: the server prints [`READY_LINES`] once listening.
 async fn forward_log(
     out: impl tokio::io::AsyncRead + Unpin,
     mut ready: Option<oneshot::Sender<Result<(), String>>>,
@@ -292,7 +292,7 @@ async fn forward_log(
             tracing::Level::DEBUG => tracing::debug!(target: "valkey", "{line}"),
             _ => tracing::info!(target: "valkey", "{line}"),
         }
-        if line.contains("Ready to accept connections") {
+        if READY_LINES.iter().any(|r| line.contains(r)) {
             if let Some(tx) = ready.take() {
                 let _ = tx.send(Ok(()));
             }
@@ -303,6 +303,14 @@ async fn forward_log(
         let _ = tx.send(Err(format!("it exited; its last log line: {last:?}")));
     }
 }
+
+/// What a server logs once it listens: Valkey and Redis from 7.2 "Ready to accept
+/// connections unix" (or tcp); Redis 7.0 and older, listening on a Unix socket only, "The
+/// server is now ready to accept connections at <path>" and nothing else.
+const READY_LINES: &[&str] = &[
+    "Ready to accept connections",
+    "ready to accept connections at ",
+];
 
 /// The level of one of Valkey's log lines, from the mark after its timestamp
 /// (`1234:M 25 Nov 2026 04:51:34.916 # ...`): `#` warning, `*` notice, `-` verbose and `.`
