@@ -13,15 +13,16 @@
 //! authenticates and asks for the stream. Afterwards Valkey's previous `masterauth` is put
 //! back.
 
-use super::primary::{read_command, LoadError};
 use crate::net::{ReadHalf, Stream, WriteHalf};
+use crate::resp::{Limits, ReplyScanner};
 use crate::upstream::client::{frame_str, Conn, UpstreamError};
 use crate::upstream::Upstream;
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use redis_protocol::resp2::types::OwnedFrame;
 use std::sync::Arc;
 use std::time::Duration;
 use subtle::ConstantTimeEq;
+use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
@@ -113,12 +114,12 @@ pub struct Replica {
 
 /// Accepts connections on `listener` until one authenticates with `auth`'s password and
 /// asks for the stream, handshaking with several at once (a silent one holds up no other);
-/// the others are dropped. Within `timeout`.
+/// the others are dropped. Within `timeout` (else `TimedOut`).
 pub async fn accept_replica(
     listener: &TcpListener,
     auth: &OneTimeAuth,
     timeout: Duration,
-) -> Result<Replica, LoadError> {
+) -> std::io::Result<Replica> {
     let deadline = tokio::time::Instant::now() + timeout;
     let mut handshakes = JoinSet::new();
     loop {
@@ -144,7 +145,7 @@ pub async fn accept_replica(
                 Err(e) => tracing::warn!("restore: a handshake task failed: {e}"),
             },
             _ = tokio::time::sleep_until(deadline) => {
-                return Err(LoadError::Timeout("connect to walrus as a replica", timeout))
+                return Err(std::io::ErrorKind::TimedOut.into())
             }
         }
     }
@@ -194,5 +195,42 @@ async fn handshake(sock: TcpStream, secret: Option<Arc<str>>) -> Result<Replica,
             (_, true) => b"-ERR walrus restore: unexpected command\r\n",
         };
         wr.send_all(reply).await.map_err(|e| e.to_string())?;
+    }
+}
+
+/// Reads one command (a RESP array of bulk strings) from Valkey; a frame of another shape is
+/// `InvalidData`, the connection's end `UnexpectedEof`.
+pub(super) async fn read_command(
+    rd: &mut ReadHalf,
+    buf: &mut BytesMut,
+) -> std::io::Result<Vec<Bytes>> {
+    let mut scanner = ReplyScanner::new(Limits::default());
+    loop {
+        // A bare newline is a keepalive.
+        while buf.first() == Some(&b'\n') {
+            let _ = buf.split_to(1);
+        }
+        if let Some(n) = scanner
+            .scan(buf)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))?
+        {
+            let frame = buf.split_to(n);
+            return match redis_protocol::resp2::decode::decode(&frame) {
+                Ok(Some((redis_protocol::resp2::types::OwnedFrame::Array(items), _))) => Ok(items
+                    .into_iter()
+                    .map(|f| match f {
+                        redis_protocol::resp2::types::OwnedFrame::BulkString(b) => Bytes::from(b),
+                        _ => Bytes::new(),
+                    })
+                    .collect()),
+                _ => Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("unexpected frame {:?}", String::from_utf8_lossy(&frame)),
+                )),
+            };
+        }
+        if rd.read_buf(buf).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
     }
 }

@@ -23,12 +23,12 @@
 //! replica of walrus's history as one to restore).
 
 use super::chain::{self, ChainEnd, ChainError};
-use super::listener::{accept_replica, OneTimeAuth, Replica};
+use super::listener::{accept_replica, read_command, OneTimeAuth, Replica};
 use super::Progress;
 use crate::checkpoint::store::{Checkpoint, Store};
 use crate::journal::Journal;
 use crate::net::{ReadHalf, WriteHalf};
-use crate::resp::{write, Limits, ReplyScanner};
+use crate::resp::write;
 use crate::upstream::client::{Conn, UpstreamError};
 use crate::upstream::Upstream;
 use crate::valkey::task::AbortOnDrop;
@@ -98,7 +98,14 @@ pub async fn load(
     let auth = OneTimeAuth::set(up).await?;
     let loaded = async {
         control(up, &["REPLICAOF", "127.0.0.1", &port.to_string()]).await?;
-        let replica = accept_replica(&listener, &auth, timeout).await?;
+        let replica = accept_replica(&listener, &auth, timeout)
+            .await
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::TimedOut => {
+                    LoadError::Timeout("connect to walrus as a replica", timeout)
+                }
+                _ => LoadError::Io(e),
+            })?;
         send(
             up, store, cp, journal, end, timeout, progress, finish, replica,
         )
@@ -192,42 +199,6 @@ async fn control(up: &Upstream, cmd: &[&str]) -> Result<(), UpstreamError> {
         .await?
         .expect_ok(write::command(cmd.iter().copied()))
         .await
-}
-
-/// Reads one command (a RESP array of bulk strings) from Valkey.
-pub(super) async fn read_command(
-    rd: &mut ReadHalf,
-    buf: &mut BytesMut,
-) -> Result<Vec<Bytes>, LoadError> {
-    let mut scanner = ReplyScanner::new(Limits::default());
-    loop {
-        // A bare newline is a keepalive.
-        while buf.first() == Some(&b'\n') {
-            let _ = buf.split_to(1);
-        }
-        if let Some(n) = scanner
-            .scan(buf)
-            .map_err(|e| LoadError::Protocol(e.to_string()))?
-        {
-            let frame = buf.split_to(n);
-            return match redis_protocol::resp2::decode::decode(&frame) {
-                Ok(Some((redis_protocol::resp2::types::OwnedFrame::Array(items), _))) => Ok(items
-                    .into_iter()
-                    .map(|f| match f {
-                        redis_protocol::resp2::types::OwnedFrame::BulkString(b) => Bytes::from(b),
-                        _ => Bytes::new(),
-                    })
-                    .collect()),
-                _ => Err(LoadError::Protocol(format!(
-                    "unexpected frame {:?}",
-                    String::from_utf8_lossy(&frame)
-                ))),
-            };
-        }
-        if rd.read_buf(buf).await? == 0 {
-            return Err(LoadError::Protocol("closed during the handshake".into()));
-        }
-    }
 }
 
 /// Passes Valkey's acknowledged offsets on to `acked`; the first one at or past
