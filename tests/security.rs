@@ -328,3 +328,26 @@ fn a_rogue_connection_to_the_restore_listener_gets_nothing_and_the_restore_succe
         w.proc.log_text()
     );
 }
+
+/// A data directory on a file system that cannot hold a Unix socket (faultfs, a FUSE file
+/// system without mknod, as some network ones are): walrus does not start, and says to put
+/// `upstream.socket_dir` on a local one; with it there, walrus starts on the same data.
+#[test]
+fn a_socket_directory_that_cannot_hold_a_socket_is_named_with_the_fix() {
+    let Some(fs) = common::faultfs::FaultFs::mount() else {
+        return;
+    };
+    let data = fs.path("data");
+    let line = refuses_to_start(None, "", &data, "valkey-server did not start");
+    assert!(
+        line.contains("Unix socket") && line.contains("upstream.socket_dir"),
+        "{line}"
+    );
+    let run = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[upstream]\nsocket_dir = {:?}\n",
+        run.path().join("run").display().to_string()
+    );
+    let w = Walrus::build().config(&config).data(&data).start();
+    assert_eq!(Raw::connect(&w.addr).cmd(&["SET", "k", "v"]), b"+OK\r\n");
+}

@@ -144,6 +144,9 @@ impl ManagedValkey {
                 Err(e) if picked && attempt < PICKS && e.contains("Failed listening on port") => {
                     tracing::warn!("valkey-server could not listen on the bus port walrus picked (taken meanwhile); picking another");
                 }
+                Err(e) if e.contains("Unix socket") => {
+                    return Err(format!("valkey-server did not start: {e} (its socket, {}: a file system that cannot hold a Unix socket, FUSE or some network ones, needs upstream.socket_dir on a local one)", socket.display()))
+                }
                 Err(e) if e.contains("(cluster)") => {
                     return Err(format!(
                         "valkey-server did not start: {e} (its cluster bus port: cluster.bus_port)"

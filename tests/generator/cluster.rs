@@ -51,7 +51,8 @@ impl Peer {
     /// Starts walrus on its data directory without waiting for it (`await_started`), so
     /// that several shards restore at once.
     fn spawn(&mut self) {
-        let config = node::managed_config(self.bus_port, self.durable, true);
+        let run = self.dir.path().join("run");
+        let config = node::managed_config(self.bus_port, self.durable, true, &run);
         let data = self.dir.path().join("data");
         let build = Walrus::build().config(&config).listen(&self.addr);
         self.starting = Some(build.data(&data).spawn());

@@ -9,12 +9,18 @@ use std::time::{Duration, Instant};
 
 pub const CLUSTER: &str = "[cluster]\nenabled = true\n";
 
-/// The configuration of a walrus running its own Valkey (on its Unix socket under the data
-/// directory, [`valkey_socket`]); in cluster mode with its bus on `bus_port`: a fixed port,
-/// so that a restarted walrus's new Valkey is where the last one was (the other nodes know
-/// a node by its bus port).
-pub fn managed_config(bus_port: u16, durable: bool, cluster: bool) -> String {
-    let mut config = String::from("[upstream]\n");
+/// The configuration of a walrus running its own Valkey, whose Unix socket is in
+/// `socket_dir` ([`valkey_socket`]): outside the data directory, which may be on faultfs, a
+/// FUSE file system that cannot hold a socket. In cluster mode with its bus on `bus_port`: a
+/// fixed port, so that a restarted walrus's new Valkey is where the last one was (the other
+/// nodes know a node by its bus port).
+pub fn managed_config(
+    bus_port: u16,
+    durable: bool,
+    cluster: bool,
+    socket_dir: &std::path::Path,
+) -> String {
+    let mut config = format!("[upstream]\nsocket_dir = {:?}\n", socket_dir.display().to_string());
     if !durable {
         // Without a journal walrus is no replica: Valkey would refuse all writes.
         config.push_str("extra_args = [\"--min-replicas-to-write\", \"0\"]\n");
@@ -25,10 +31,10 @@ pub fn managed_config(bus_port: u16, durable: bool, cluster: bool) -> String {
     config
 }
 
-/// The managed Valkey's Unix socket for the data directory `data` (walrus's default
-/// `upstream.socket_dir`), as [`Raw::connect`] names it: the way around walrus.
-pub fn valkey_socket(data: &std::path::Path) -> String {
-    format!("unix:{}", data.join("run/valkey.sock").display())
+/// The managed Valkey's Unix socket in `socket_dir` (`upstream.socket_dir`), as
+/// [`Raw::connect`] names it: the way around walrus.
+pub fn valkey_socket(socket_dir: &std::path::Path) -> String {
+    format!("unix:{}", socket_dir.join("valkey.sock").display())
 }
 
 /// Waits until a walrus just spawned listens. `Err`: its log, and why it did not start

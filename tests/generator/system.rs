@@ -214,7 +214,12 @@ impl System {
         let build = match self.mode {
             Mode::External => Walrus::build().upstream(&upstream).config(&config),
             mode => {
-                let managed = node::managed_config(self.valkey_port, self.durable, mode.cluster());
+                let managed = node::managed_config(
+                    self.valkey_port,
+                    self.durable,
+                    mode.cluster(),
+                    &self.socket_dir(),
+                );
                 Walrus::build().config(&format!("{config}{managed}"))
             }
         };
@@ -373,8 +378,13 @@ impl System {
     fn valkey_addr(&self) -> String {
         match self.mode {
             Mode::External => format!("127.0.0.1:{}", self.valkey_port),
-            _ => node::valkey_socket(&self.data),
+            _ => node::valkey_socket(&self.socket_dir()),
         }
+    }
+
+    /// The managed Valkey's socket directory: beside the flag files, off faultfs.
+    fn socket_dir(&self) -> PathBuf {
+        self._dir.path().join("run")
     }
 
     /// `CLIENT KILL TYPE <kind>` on Valkey itself: walrus's client connections (`normal`)
