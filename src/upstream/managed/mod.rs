@@ -89,10 +89,10 @@ impl ManagedValkey {
     }
 
     /// Starts the child. A cluster node's bus port is the configured one, or its announced
-    /// port plus 10000, or one `pick` finds free when that is no port: a port picked free is
-    /// free only until someone else binds it (another process starting beside walrus binds
-    /// port 0 too), so when Valkey then cannot listen on it, walrus picks another, a few
-    /// times.
+    /// port plus 10000, or one `pick` finds free when that is no port or is taken: a port
+    /// picked free is free only until someone else binds it (another process starting beside
+    /// walrus binds port 0 too), so when Valkey then cannot listen on it, walrus picks
+    /// another, a few times. A configured port that is taken is an error.
     async fn spawn_ready(
         binary: PathBuf,
         dir: &Path,
@@ -116,17 +116,19 @@ impl ManagedValkey {
         // the way of (Valkey would come back with data behind the journal's end).
         let _ = std::fs::remove_file(dir.join(RELOAD_FILE));
         let mut attempt = 0;
+        // The default bus port (walrus's plus 10000) was taken: free ones from then on.
+        let mut default_taken = false;
         let (spec, child) = loop {
             attempt += 1;
             let mut extra_args = extra_args.clone();
-            let mut picked = false;
+            // Whether the bus port is walrus's choice (not cluster.bus_port): another is
+            // tried when it is taken.
+            let mut chosen = false;
             if let Some(c) = &cluster {
-                let bus = match c.bus_port() {
+                chosen = c.bus_port == 0;
+                let bus = match c.bus_port().filter(|_| !default_taken) {
                     Some(p) => p,
-                    None => {
-                        picked = true;
-                        pick().map_err(|e| format!("cannot pick a free port: {e}"))?
-                    }
+                    None => pick().map_err(|e| format!("cannot pick a free port: {e}"))?,
                 };
                 extra_args.extend(c.args(bus));
             }
@@ -141,8 +143,9 @@ impl ManagedValkey {
                 .map_err(|e| format!("cannot start {}: {e}", spec.binary.display()))?;
             match wait_ready(ready, START_TIMEOUT).await {
                 Ok(()) => break (spec, child),
-                Err(e) if picked && attempt < PICKS && e.contains("Failed listening on port") => {
-                    tracing::warn!("valkey-server could not listen on the bus port walrus picked (taken meanwhile); picking another");
+                Err(e) if chosen && attempt < PICKS && e.contains("Failed listening on port") => {
+                    tracing::warn!("valkey-server could not listen on the cluster bus port walrus chose (taken by another process); picking a free one (cluster.bus_port sets one)");
+                    default_taken = true;
                 }
                 Err(e) if e.contains("Unix socket") => {
                     return Err(format!("valkey-server did not start: {e} (its socket, {}: a file system that cannot hold a Unix socket, FUSE or some network ones, needs upstream.socket_dir on a local one)", socket.display()))
@@ -437,72 +440,4 @@ pub fn free_port() -> std::io::Result<u16> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::valkey_level;
-    use tracing::Level;
-
-    /// A cluster node whose bus port is picked free (its announced port plus 10000 is no
-    /// port) finds it taken before Valkey binds it: walrus picks another.
-    #[tokio::test]
-    async fn a_picked_bus_port_taken_meanwhile_is_picked_again() {
-        let Ok(binary) = crate::upstream::binary::find("") else {
-            return; // no valkey-server here: deploy/setup.sh installs it
-        };
-        let tmp = tempfile::tempdir().unwrap();
-        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let taken_port = taken.local_addr().unwrap().port();
-        let mut picks = vec![super::free_port().unwrap(), taken_port];
-        let node = crate::upstream::cluster::ClusterNode {
-            announce: crate::config::Announce {
-                ip: std::net::Ipv4Addr::LOCALHOST.into(),
-                port: 60000,
-            },
-            bus_port: 0,
-        };
-        let valkey = super::ManagedValkey::spawn_ready(
-            binary,
-            &tmp.path().join("valkey"),
-            tmp.path().join("run/valkey.sock"),
-            Vec::new(),
-            Some(node),
-            || Ok(picks.pop().expect("two picks at most")),
-        )
-        .await
-        .unwrap();
-        assert!(picks.is_empty(), "the taken port was not picked again");
-        assert_eq!(
-            valkey.address,
-            format!("unix:{}", tmp.path().join("run/valkey.sock").display())
-        );
-        valkey.stop().await;
-    }
-
-    #[test]
-    fn valkeys_warnings_are_logged_as_warnings() {
-        for (line, level) in [
-            (
-                "123:M 25 Nov 2026 04:51:34.916 # WARNING Memory overcommit must be enabled!",
-                Level::WARN,
-            ),
-            (
-                "123:C 25 Nov 2026 04:51:34.916 * oO0OoO0OoO0Oo Valkey is starting oO0OoO0OoO0Oo",
-                Level::INFO,
-            ),
-            (
-                "123:M 25 Nov 2026 04:51:34.916 - Accepted 127.0.0.1:5000",
-                Level::DEBUG,
-            ),
-            (
-                "123:S 25 Nov 2026 04:51:34.916 . Client closed connection",
-                Level::DEBUG,
-            ),
-            (
-                "=== VALKEY BUG REPORT START: Cut & paste starting from here ===",
-                Level::INFO,
-            ),
-            ("", Level::INFO),
-        ] {
-            assert_eq!(valkey_level(line), level, "{line}");
-        }
-    }
-}
+mod tests;
