@@ -34,6 +34,15 @@ const AUTH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Connections handshaking at once; more are dropped as they come, so that silent ones
 /// cannot make walrus hold an unbounded number.
 const MAX_HANDSHAKES: usize = 16;
+/// What a connection may send before it authenticated: PING and AUTH are short, and a
+/// stranger must not make walrus buffer Valkey-sized frames.
+const PRE_AUTH_LIMITS: Limits = Limits {
+    max_bulk_bytes: 1024,
+    max_array_len: 8,
+    max_inline_bytes: 1024,
+    max_reply_depth: 2,
+    max_reply_bytes: 4096,
+};
 /// Marks the passwords walrus sets, to recognise one a killed walrus left on Valkey.
 const SECRET_PREFIX: &str = "walrus-restore-";
 
@@ -160,9 +169,10 @@ async fn handshake(sock: TcpStream, secret: Option<Arc<str>>) -> Result<Replica,
     let mut authenticated = secret.is_none();
     loop {
         let args = if authenticated {
-            read_command(&mut rd, &mut buf).await
+            read_command(&mut rd, &mut buf, Limits::default()).await
         } else {
-            tokio::time::timeout(AUTH_TIMEOUT, read_command(&mut rd, &mut buf))
+            let read = read_command(&mut rd, &mut buf, PRE_AUTH_LIMITS);
+            tokio::time::timeout(AUTH_TIMEOUT, read)
                 .await
                 .map_err(|_| format!("no AUTH within {AUTH_TIMEOUT:?}"))?
         }
@@ -203,8 +213,9 @@ async fn handshake(sock: TcpStream, secret: Option<Arc<str>>) -> Result<Replica,
 pub(super) async fn read_command(
     rd: &mut ReadHalf,
     buf: &mut BytesMut,
+    limits: Limits,
 ) -> std::io::Result<Vec<Bytes>> {
-    let mut scanner = ReplyScanner::new(Limits::default());
+    let mut scanner = ReplyScanner::new(limits);
     loop {
         // A bare newline is a keepalive.
         while buf.first() == Some(&b'\n') {

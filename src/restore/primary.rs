@@ -28,7 +28,7 @@ use super::Progress;
 use crate::checkpoint::store::{Checkpoint, Store};
 use crate::journal::Journal;
 use crate::net::{ReadHalf, WriteHalf};
-use crate::resp::write;
+use crate::resp::{write, Limits};
 use crate::upstream::client::{Conn, UpstreamError};
 use crate::upstream::Upstream;
 use crate::valkey::task::AbortOnDrop;
@@ -212,7 +212,7 @@ async fn read_acks(
 ) {
     let (rdb_end, loaded) = loaded;
     let mut loaded = Some(loaded);
-    while let Ok(args) = read_command(&mut rd, &mut buf).await {
+    while let Ok(args) = read_command(&mut rd, &mut buf, Limits::default()).await {
         let is_ack = args.len() >= 3
             && args[0].eq_ignore_ascii_case(b"REPLCONF")
             && args[1].eq_ignore_ascii_case(b"ACK");
