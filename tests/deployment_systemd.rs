@@ -44,7 +44,7 @@ const EXEC_START: &str = "ExecStart=/usr/local/bin/walrus serve --config /etc/wa
 /// `unit_carries_the_documented_settings`.
 const MAX_EXPOSURE: f64 = 2.0;
 /// How long walrus's managed valkey-server gets between SIGTERM and SIGKILL on shutdown
-/// (`STOP_TIMEOUT` in src/upstream/managed.rs).
+/// (`STOP_TIMEOUT` in src/upstream/managed/mod.rs).
 const VALKEY_STOP_SECS: u64 = 10;
 
 fn root() -> PathBuf {

@@ -92,7 +92,7 @@ fn a_disk_filled_by_other_data_refuses_writes_then_resumes() {
         );
     }
     check(&mut c, &model);
-    let mut direct = Raw::connect(&format!("127.0.0.1:{}", valkey_port(&mut c)));
+    let mut direct = Raw::connect(&managed_valkey_addr(&w.addr));
     assert_eq!(
         direct.cmd(&["EXISTS", "refused"]),
         b":0\r\n",
@@ -175,12 +175,6 @@ fn a_checkpoint_without_room_is_not_taken_and_the_full_ring_refuses_writes() {
     w.proc.wait_line("disk watermark cleared", START_TIMEOUT);
     assert_eq!(c.cmd(&["SET", "after", "1"]), OK);
     check(&mut c, &model);
-}
-
-/// The managed Valkey's port, from CONFIG GET through walrus.
-fn valkey_port(c: &mut Raw) -> String {
-    let r = String::from_utf8(c.cmd(&["CONFIG", "GET", "port"])).unwrap();
-    r.split("\r\n").nth(4).unwrap().to_string()
 }
 
 /// A ring that alone keeps its file system above the low watermark would refuse writes

@@ -452,6 +452,72 @@ fn a_socket_walrus_drops_itself_is_closed_in_valkey_before_its_writes_settle() {
     writes_still_work(&mut c);
 }
 
+/// The same on a Unix socket (the managed Valkey's only listener), where every client has
+/// the same address, so `CLIENT KILL ADDR` would close all of walrus's connections or none:
+/// walrus names the dropped connection by its `CLIENT ID`, and Valkey closes that one only.
+/// Another identity's pooled connection (a RESP3 client's) and the replica link stay.
+#[test]
+fn on_a_unix_socket_the_dropped_socket_alone_is_closed_in_valkey_by_its_id() {
+    let w = Walrus::build()
+        .config("[proxy]\nmax_reply_bytes = 4096\n")
+        .start();
+    let mut direct = Raw::connect(&managed_valkey_addr(&w.addr));
+    assert_eq!(
+        direct.cmd(&["SET", "big", &"b".repeat(64 << 10)]),
+        b"+OK\r\n"
+    );
+    let mut resp3 = Raw::connect(&w.addr);
+    assert!(resp3.cmd(&["HELLO", "3"]).starts_with(b"%"));
+    assert_eq!(resp3.cmd(&["SET", "r3", "1"]), b"+OK\r\n");
+    let others = resp3_clients(&mut direct);
+    assert_eq!(others.len(), 1, "one RESP3 pooled connection: {others:?}");
+    let links = w.proc.log_text().matches("replica link attached").count();
+    let kills = client_kills(&mut direct);
+    let mut c = Raw::connect(&w.addr);
+    let pipeline: Vec<u8> = [
+        ["SET", "before", "1"],
+        ["GET", "big", ""],
+        ["SET", "after", "1"],
+    ]
+    .iter()
+    .flat_map(|a| walrus::resp::write::command(a.iter().filter(|s| !s.is_empty())).to_vec())
+    .collect();
+    c.send_raw(&pipeline);
+    let replies: Vec<String> = (0..3).map(|_| show(&c.read_frame())).collect();
+    assert!(replies[1].contains("proxy.max_reply_bytes"), "{replies:?}");
+    let r = c.cmd(&["DBSIZE"]);
+    assert!(r.starts_with(b":"), "{}", show(&r));
+    assert_eq!(
+        client_kills(&mut direct),
+        kills + 1,
+        "walrus did not close the dropped connection on Valkey's side: {}",
+        w.proc.log_text()
+    );
+    assert_eq!(
+        resp3_clients(&mut direct),
+        others,
+        "the other identity's pooled connection was closed too"
+    );
+    assert_eq!(resp3.cmd(&["GET", "r3"]), b"$1\r\n1\r\n");
+    assert_eq!(
+        w.proc.log_text().matches("replica link attached").count(),
+        links,
+        "the replica link was closed too: {}",
+        w.proc.log_text()
+    );
+    writes_still_work(&mut c);
+}
+
+/// The ids of Valkey's RESP3 clients (`CLIENT LIST`).
+fn resp3_clients(direct: &mut Raw) -> Vec<String> {
+    let list = String::from_utf8(direct.cmd(&["CLIENT", "LIST"])).unwrap();
+    list.lines()
+        .filter(|l| l.split(' ').any(|f| f == "resp=3"))
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .map(str::to_string)
+        .collect()
+}
+
 /// After a diskless full sync Valkey puts its replica online only once it reaps the child
 /// that sent the RDB (on an ACK, or at its next cron tick). Until then
 /// `min-replicas-to-write` refuses writes with `-NOREPLICAS`: walrus must not take clients

@@ -376,17 +376,15 @@ fn a_full_ring_then_a_valkey_crash_is_noticed_and_restored() {
         };
         let mut c = Raw::connect(&w.addr);
         acknowledged(&mut c, 20);
-        let info = String::from_utf8(c.cmd(&["INFO", "server"])).unwrap();
-        let port = info
-            .lines()
-            .find_map(|l| l.strip_prefix("tcp_port:"))
-            .unwrap()
-            .trim()
-            .to_string();
+        // Around walrus: the managed Valkey's socket, or the external one's port.
+        let valkey = match &external {
+            None => managed_valkey_addr(&w.addr),
+            Some(v) => v.addr(),
+        };
         std::fs::write(&flag, b"").unwrap();
         // Random text larger than the fault's 64 KiB threshold, so every checkpoint fails.
         let value = random_text(64 << 10);
-        let mut direct = Raw::connect(&format!("127.0.0.1:{port}"));
+        let mut direct = Raw::connect(&valkey);
         let mut i = 0;
         while !w.proc.log_text().contains("journal ring full") {
             assert_eq!(
@@ -396,13 +394,13 @@ fn a_full_ring_then_a_valkey_crash_is_noticed_and_restored() {
             i += 1;
             assert!(i < 10_000, "the ring never filled");
         }
-        let pid = valkey_pid(&format!("127.0.0.1:{port}"));
+        let pid = valkey_pid(&valkey);
         unsafe { libc::kill(pid, libc::SIGKILL) };
         wait_dead(pid);
         std::fs::remove_file(&flag).unwrap();
         let _restarted = external
-            .is_some()
-            .then(|| Valkey::start_with(&["--port", &port]));
+            .as_ref()
+            .map(|v| Valkey::start_with(&["--port", &v.port.to_string()]));
         // Until walrus has restored it, the new Valkey is empty: a client may get -LOADING
         // or a lost connection meanwhile, never the empty Valkey's nil.
         let attached = |w: &Walrus| w.proc.log_text().matches("replica link attached").count();

@@ -125,7 +125,7 @@ fn sorted_words(reply: &[u8]) -> Vec<u8> {
     words.join(",").into_bytes()
 }
 
-/// `INFO server` through walrus: the managed Valkey's pid and port.
+/// `CONFIG GET name` on the server at `addr`: its value.
 fn config_get(addr: &str, name: &str) -> String {
     let mut c = Raw::connect(addr);
     let r = String::from_utf8(c.cmd(&["CONFIG", "GET", name])).unwrap();
@@ -135,11 +135,8 @@ fn config_get(addr: &str, name: &str) -> String {
 
 #[test]
 fn managed_valkey_runs_with_the_settings_walrus_needs() {
-    let port = free_port();
-    let w = Walrus::build()
-        .config(&format!("[upstream]\nport = {port}\n"))
-        .start();
-    let direct = format!("127.0.0.1:{port}");
+    let w = Walrus::build().start();
+    let direct = managed_valkey_addr(&w.addr);
     for s in walrus::upstream::settings::SETTINGS {
         let got = config_get(&direct, s.name);
         let got = if s.name == "client-output-buffer-limit" {

@@ -130,11 +130,7 @@ fn a_ring_full_to_its_last_byte_then_a_restore_frees_it_once_checkpoints_work() 
     for i in 0..20 {
         assert_eq!(c.cmd(&["SET", &format!("ack:{i}"), "v"]), OK);
     }
-    let valkey = format!("127.0.0.1:{}", {
-        let info = String::from_utf8(c.cmd(&["INFO", "server"])).unwrap();
-        let port = info.lines().find_map(|l| l.strip_prefix("tcp_port:"));
-        port.unwrap().trim().to_string()
-    });
+    let valkey = managed_valkey_addr(&w.addr);
     let mut direct = Raw::connect(&valkey);
     // Checkpoints fail (random values: the RDB passes the fault's 64 KiB threshold) while
     // values written around walrus fill the ring to its last two segments, each journaled

@@ -239,6 +239,7 @@ fn restore_route(config: &Config, managed: Option<&ManagedValkey>) -> Result<Rou
             binary: crate::upstream::binary::find(&config.upstream.valkey_server)?,
             extra_args: config.upstream.extra_args.clone(),
             dir: config.data.dir.join("valkey-restore"),
+            socket: config.socket_path(crate::config::RESTORE_SOCKET)?,
             reloader: m.reloader(),
         }),
         None => Route::Refuse(format!(

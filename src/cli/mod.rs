@@ -136,7 +136,8 @@ pub struct ServeArgs {
     /// Address clients connect to [default: 127.0.0.1:6379].
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<std::net::SocketAddr>,
-    /// Valkey to use, host:port; switches upstream.mode to "external".
+    /// Valkey to use, host:port or unix:/path (its Unix socket); switches upstream.mode to
+    /// "external".
     #[arg(long, value_name = "ADDR")]
     pub upstream: Option<String>,
     /// Data directory: journal, checkpoints, managed Valkey's working dir [default: walrus-data].

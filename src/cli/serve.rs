@@ -117,7 +117,7 @@ async fn serve(config: Config) -> Result<(), Fatal> {
                 ManagedValkey::start(
                     bin,
                     &config.data.dir.join("valkey"),
-                    config.upstream.port,
+                    config.socket_path(crate::config::VALKEY_SOCKET)?,
                     config.upstream.extra_args.clone(),
                     cluster.clone(),
                 )

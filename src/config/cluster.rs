@@ -21,7 +21,8 @@ pub struct ClusterConfig {
     /// The port clients are told. 0: `proxy.listen`'s.
     pub announce_port: u16,
     /// Managed mode: the cluster bus port of Valkey (other nodes connect to it, on
-    /// `announce_ip`). 0: Valkey's port plus 10000, as Valkey's own default.
+    /// `announce_ip`; Valkey's only TCP port). 0: the announced port plus 10000, Valkey's
+    /// convention, or a free port at each start when that is above 65535.
     pub bus_port: u16,
     /// How often walrus reads the node's id, shard, slots and cluster state from Valkey for
     /// its metrics (`walrus_cluster_*`), in milliseconds; it also reintroduces `peers` then.

@@ -6,6 +6,7 @@
 
 mod cluster;
 mod tls;
+mod upstream;
 mod validate;
 
 use crate::resp::Limits;
@@ -16,6 +17,9 @@ use std::path::{Path, PathBuf};
 pub use crate::journal::JournalConfig;
 pub use cluster::{Announce, ClusterConfig, Peer};
 pub use tls::{AuthClients, CertUser, TlsConfig, UpstreamTlsConfig};
+pub use upstream::{
+    UpstreamConfig, UpstreamMode, MAX_SOCKET_PATH_BYTES, RESTORE_SOCKET, VALKEY_SOCKET,
+};
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -266,77 +270,6 @@ impl ProxyConfig {
             max_inline_bytes: self.max_inline_bytes,
             max_reply_depth: self.max_reply_depth,
             max_reply_bytes: self.max_reply_bytes,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum UpstreamMode {
-    /// walrus runs its own valkey-server child.
-    Managed,
-    /// walrus connects to a Valkey it does not manage.
-    External,
-}
-
-#[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
-#[serde(deny_unknown_fields, default)]
-pub struct UpstreamConfig {
-    pub mode: UpstreamMode,
-    pub address: String,
-    pub username: String,
-    pub password: String,
-    pub password_file: String,
-    pub pool_size: usize,
-    #[serde(deserialize_with = "crate::units::millis")]
-    #[schemars(with = "crate::units::Millis")]
-    pub connect_timeout_ms: u64,
-    /// How long a pooled connection may owe replies with no byte from Valkey before it is
-    /// given up, failing the requests on it.
-    #[serde(deserialize_with = "crate::units::millis")]
-    #[schemars(with = "crate::units::Millis")]
-    pub reply_timeout_ms: u64,
-    /// Requests one connection to Valkey may owe replies for before it waits for one.
-    pub max_in_flight_requests: usize,
-    #[serde(deserialize_with = "crate::units::millis")]
-    #[schemars(with = "crate::units::Millis")]
-    pub reconnect_backoff_max_ms: u64,
-    pub valkey_server: String,
-    pub port: u16,
-    pub extra_args: Vec<String>,
-    /// External mode: refuse to start when Valkey's settings differ from what walrus needs
-    /// (otherwise each difference is logged once, with what it risks).
-    pub strict_settings: bool,
-    pub tls: UpstreamTlsConfig,
-}
-
-impl Default for UpstreamConfig {
-    fn default() -> Self {
-        UpstreamConfig {
-            mode: UpstreamMode::Managed,
-            address: "127.0.0.1:6380".into(),
-            username: String::new(),
-            password: String::new(),
-            password_file: String::new(),
-            // One connection carries every client's stateless commands in large batches:
-            // Valkey's one thread reads them with fewer calls, and walrus's durability gate
-            // asks one ROLE per batch. On two cores this measured 20-30% more durable SETs
-            // and GETs than four connections.
-            pool_size: 1,
-            connect_timeout_ms: 2_000,
-            // Far above any command Valkey serves in normal use (a script past Valkey's
-            // busy-reply-threshold, 5 s, gets other clients -BUSY, not silence).
-            reply_timeout_ms: 30_000,
-            // Far more than a connection needs to stay busy (a batch is at most 256 KiB),
-            // and a bound on what a Valkey that answers slowly can make walrus keep: about
-            // 100 bytes of bookkeeping per request, some MiB per connection.
-            max_in_flight_requests: 64 << 10,
-            reconnect_backoff_max_ms: 1_000,
-            valkey_server: String::new(),
-            port: 0,
-            extra_args: Vec::new(),
-            strict_settings: false,
-            tls: UpstreamTlsConfig::default(),
         }
     }
 }

@@ -368,3 +368,71 @@ fn upstream_tls_needs_external_mode_over_tcp() {
     c.upstream.tls.enabled = false;
     c.validate().unwrap();
 }
+
+/// The managed Valkey's socket: under the data directory, absolute (Valkey works in a
+/// directory of its own), and a path too long for a Unix socket is refused naming the
+/// limit and the key that moves it.
+#[test]
+fn the_managed_socket_fits_a_unix_socket_path_or_is_refused_naming_the_key() {
+    let mut c = Config::default();
+    c.data.dir = "/var/lib/walrus".into();
+    assert_eq!(
+        c.socket_path(VALKEY_SOCKET).unwrap(),
+        std::path::Path::new("/var/lib/walrus/run/valkey.sock")
+    );
+    c.data.dir = "relative".into();
+    assert!(c.socket_path(VALKEY_SOCKET).unwrap().is_absolute());
+    c.data.dir = format!("/{}", "d".repeat(100)).into();
+    let err = c.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("at most 107") && err.contains("upstream.socket_dir"),
+        "{err}"
+    );
+    c.upstream.socket_dir = "/run/walrus".into();
+    c.validate().unwrap();
+    assert_eq!(
+        c.socket_path(VALKEY_SOCKET).unwrap(),
+        std::path::Path::new("/run/walrus/valkey.sock")
+    );
+    // External mode has no managed socket to place.
+    c.upstream.socket_dir = PathBuf::new();
+    c.upstream.mode = UpstreamMode::External;
+    c.validate().unwrap();
+}
+
+/// `upstream.port` is gone (the managed Valkey has no TCP port): a configuration that still
+/// sets one is told so; the old default, 0, asked for nothing and still parses.
+#[test]
+fn the_removed_managed_port_is_refused_with_the_reason() {
+    Config::parse("[upstream]\nport = 0\n")
+        .unwrap()
+        .validate()
+        .unwrap();
+    let err = Config::parse("[upstream]\nport = 6380\n")
+        .unwrap()
+        .validate()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("upstream.port = 6380") && err.contains("Unix socket"),
+        "{err}"
+    );
+}
+
+/// walrus's own listener arguments cannot be overridden through `upstream.extra_args`:
+/// each would let clients reach the managed Valkey around walrus.
+#[test]
+fn extra_args_cannot_open_the_managed_valkey_to_others() {
+    for arg in ["--port", "--tls-port", "--unixsocket", "--UNIXSOCKETPERM"] {
+        let mut c = Config::default();
+        c.upstream.extra_args = vec![arg.into(), "6380".into()];
+        let err = c.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("upstream.extra_args") && err.contains(arg),
+            "{err}"
+        );
+    }
+    let mut c = Config::default();
+    c.upstream.extra_args = vec!["--maxmemory".into(), "1gb".into()];
+    c.validate().unwrap();
+}

@@ -68,10 +68,10 @@ impl Config {
             );
         }
         if u.tls.enabled {
-            // Managed mode runs its own valkey-server on the loopback, where TLS would only
-            // cost CPU; its certificate would be walrus's to make.
+            // Managed mode runs its own valkey-server on a Unix socket only walrus opens,
+            // where TLS would only cost CPU; its certificate would be walrus's to make.
             if u.mode == UpstreamMode::Managed {
-                return Err("upstream.tls.enabled needs upstream.mode = \"external\": a managed valkey-server is reached on the loopback only, where TLS protects nothing".into());
+                return Err("upstream.tls.enabled needs upstream.mode = \"external\": a managed valkey-server is reached on its Unix socket only, where TLS protects nothing".into());
             }
             // How net::Address tells a Unix socket (config is below net: not imported).
             if u.address.starts_with("unix:") || u.address.starts_with('/') {
@@ -135,6 +135,7 @@ impl Config {
             return Err("invalid value for data.dir: \"\"".into());
         }
         self.journal.check()?;
+        self.check_managed()?;
         if self.cluster.enabled {
             self.cluster.check(self.proxy.listen)?;
         }

@@ -50,6 +50,9 @@ pub struct InPlace {
     pub extra_args: Vec<String>,
     /// The second server's directory (emptied before and after).
     pub dir: PathBuf,
+    /// The second server's Unix socket, beside the node's (no TCP port either: it holds the
+    /// whole dataset while it loads).
+    pub socket: PathBuf,
     pub reloader: Reloader,
 }
 
@@ -71,7 +74,7 @@ pub async fn run(
     let second = ManagedValkey::start(
         how.binary.clone(),
         &how.dir,
-        0,
+        how.socket.clone(),
         how.extra_args.clone(),
         None,
     )

@@ -21,6 +21,7 @@ pub mod chain;
 pub mod decide;
 pub mod export;
 pub mod in_place;
+pub mod listener;
 pub mod messages;
 pub mod primary;
 pub mod verify;

@@ -1,8 +1,9 @@
 //! walrus as Valkey's primary, for the length of a restore.
 //!
 //! Valkey loads data fastest the way a replica does: walrus listens on a loopback port,
-//! tells Valkey `REPLICAOF 127.0.0.1 <port>`, answers its handshake (PING, REPLCONF, PSYNC)
-//! as a primary would, and sends `+FULLRESYNC <checkpoint id> <checkpoint offset>`, the
+//! tells Valkey `REPLICAOF 127.0.0.1 <port>`, answers its handshake (PING, AUTH with a
+//! one-time password that keeps every other local process out, REPLCONF, PSYNC:
+//! [`super::listener`]) as a primary would, and sends `+FULLRESYNC <checkpoint id> <checkpoint offset>`, the
 //! checkpoint's RDB as `$<len>` and then the journal's stream after it, byte for byte. A
 //! `REPLCONF GETACK *` at the end makes Valkey report its offset; once it reaches the
 //! journal's end, walrus sends `REPLICAOF NO ONE`. Valkey keeps the checkpoint's id as its
@@ -22,13 +23,14 @@
 //! replica of walrus's history as one to restore).
 
 use super::chain::{self, ChainEnd, ChainError};
+use super::listener::{accept_replica, read_command, OneTimeAuth, Replica};
 use super::Progress;
 use crate::checkpoint::store::{Checkpoint, Store};
 use crate::journal::Journal;
-use crate::net::{ReadHalf, Stream, WriteHalf};
-use crate::resp::{write, Limits, ReplyScanner};
+use crate::net::{ReadHalf, WriteHalf};
+use crate::resp::{write, Limits};
 use crate::upstream::client::{Conn, UpstreamError};
-use crate::upstream::tls::{explain, replicates_with_tls, Side};
+use crate::upstream::tls::replicates_with_tls;
 use crate::upstream::Upstream;
 use crate::valkey::task::AbortOnDrop;
 use bytes::{Bytes, BytesMut};
@@ -95,17 +97,42 @@ pub async fn load(
     let tls = replica_tls(up).await?;
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
-    control(up, &["REPLICAOF", "127.0.0.1", &port.to_string()]).await?;
-    let (sock, _) = tokio::time::timeout(timeout, listener.accept())
+    // Only the Valkey told the password may connect: [`super::listener`].
+    let auth = OneTimeAuth::set(up).await?;
+    let loaded = async {
+        control(up, &["REPLICAOF", "127.0.0.1", &port.to_string()]).await?;
+        let replica = accept_replica(&listener, &auth, tls, timeout)
+            .await
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::TimedOut => {
+                    LoadError::Timeout("connect to walrus as a replica", timeout)
+                }
+                _ => LoadError::Io(e),
+            })?;
+        send(
+            up, store, cp, journal, end, timeout, progress, finish, replica,
+        )
         .await
-        .map_err(|_| LoadError::Timeout("connect to walrus as a replica", timeout))??;
-    sock.set_nodelay(true)?;
-    let (mut rd, mut wr) = replica_stream(sock, tls, timeout).await?.into_split();
-    let mut buf = BytesMut::with_capacity(4096);
-    tokio::time::timeout(timeout, answer_handshake(&mut rd, &mut wr, &mut buf))
-        .await
-        .map_err(|_| LoadError::Timeout("send PSYNC", timeout))??;
+    }
+    .await;
+    auth.restore(up).await;
+    loaded
+}
 
+/// The rest of [`load`], once Valkey connected and asked for the stream.
+#[allow(clippy::too_many_arguments)]
+async fn send(
+    up: &Upstream,
+    store: &Store,
+    cp: &Checkpoint,
+    journal: Arc<Journal>,
+    end: &ChainEnd,
+    timeout: Duration,
+    progress: &Progress,
+    finish: Finish,
+    replica: Replica,
+) -> Result<Option<Phases>, LoadError> {
+    let Replica { rd, mut wr, buf } = replica;
     // From here Valkey only sends REPLCONF ACK <offset> [FACK <offset>].
     let (ack_tx, mut acked) = watch::channel(0u64);
     let (loaded_tx, mut loaded) = oneshot::channel();
@@ -168,15 +195,6 @@ pub async fn load(
     }))
 }
 
-/// Sends one command on a fresh control connection: none is held open across the restore,
-/// where a `CLIENT KILL` could break it.
-async fn control(up: &Upstream, cmd: &[&str]) -> Result<(), UpstreamError> {
-    Conn::control(up)
-        .await?
-        .expect_ok(write::command(cmd.iter().copied()))
-        .await
-}
-
 /// How Valkey will connect as walrus's replica: with TLS (walrus's `[upstream.tls]`
 /// certificate served, Valkey's checked against its CA) when it has `tls-replication yes`.
 /// Asked before `REPLICAOF`, so that a restore that cannot serve it leaves Valkey as it was.
@@ -210,80 +228,13 @@ async fn replica_tls(up: &Upstream) -> Result<Option<TlsAcceptor>, LoadError> {
     }
 }
 
-/// Valkey's replica connection, with the TLS handshake when `tls` is set (within `timeout`).
-async fn replica_stream(
-    sock: tokio::net::TcpStream,
-    tls: Option<TlsAcceptor>,
-    timeout: Duration,
-) -> Result<Stream, LoadError> {
-    let Some(acceptor) = tls else {
-        return Ok(Stream::Tcp(sock));
-    };
-    match tokio::time::timeout(timeout, acceptor.accept(sock)).await {
-        Err(_) => Err(LoadError::Timeout("finish the TLS handshake", timeout)),
-        Ok(Err(e)) => Err(LoadError::Protocol(format!(
-            "TLS handshake with Valkey (tls-replication yes): {}",
-            explain(&e, Side::Server)
-        ))),
-        Ok(Ok(s)) => Ok(Stream::Tls(Box::new(s.into()))),
-    }
-}
-
-/// Answers Valkey's replica handshake until its PSYNC (or SYNC).
-async fn answer_handshake(
-    rd: &mut ReadHalf,
-    wr: &mut WriteHalf,
-    buf: &mut BytesMut,
-) -> Result<(), LoadError> {
-    loop {
-        let args = read_command(rd, buf).await?;
-        let name = args
-            .first()
-            .map(|a| a.to_ascii_uppercase())
-            .unwrap_or_default();
-        let reply: &[u8] = match &name[..] {
-            b"PSYNC" | b"SYNC" => return Ok(()),
-            b"PING" => b"+PONG\r\n",
-            // REPLCONF listening-port, capa, ip-address, version; AUTH if Valkey has a
-            // masterauth: a primary that walrus runs for a moment has nothing to check.
-            b"REPLCONF" | b"AUTH" => b"+OK\r\n",
-            _ => b"-ERR walrus restore: unexpected command\r\n",
-        };
-        wr.send_all(reply).await?;
-    }
-}
-
-/// Reads one command (a RESP array of bulk strings) from Valkey.
-async fn read_command(rd: &mut ReadHalf, buf: &mut BytesMut) -> Result<Vec<Bytes>, LoadError> {
-    let mut scanner = ReplyScanner::new(Limits::default());
-    loop {
-        // A bare newline is a keepalive.
-        while buf.first() == Some(&b'\n') {
-            let _ = buf.split_to(1);
-        }
-        if let Some(n) = scanner
-            .scan(buf)
-            .map_err(|e| LoadError::Protocol(e.to_string()))?
-        {
-            let frame = buf.split_to(n);
-            return match redis_protocol::resp2::decode::decode(&frame) {
-                Ok(Some((redis_protocol::resp2::types::OwnedFrame::Array(items), _))) => Ok(items
-                    .into_iter()
-                    .map(|f| match f {
-                        redis_protocol::resp2::types::OwnedFrame::BulkString(b) => Bytes::from(b),
-                        _ => Bytes::new(),
-                    })
-                    .collect()),
-                _ => Err(LoadError::Protocol(format!(
-                    "unexpected frame {:?}",
-                    String::from_utf8_lossy(&frame)
-                ))),
-            };
-        }
-        if rd.read_buf(buf).await? == 0 {
-            return Err(LoadError::Protocol("closed during the handshake".into()));
-        }
-    }
+/// Sends one command on a fresh control connection: none is held open across the restore,
+/// where a `CLIENT KILL` could break it.
+async fn control(up: &Upstream, cmd: &[&str]) -> Result<(), UpstreamError> {
+    Conn::control(up)
+        .await?
+        .expect_ok(write::command(cmd.iter().copied()))
+        .await
 }
 
 /// Passes Valkey's acknowledged offsets on to `acked`; the first one at or past
@@ -297,7 +248,7 @@ async fn read_acks(
 ) {
     let (rdb_end, loaded) = loaded;
     let mut loaded = Some(loaded);
-    while let Ok(args) = read_command(&mut rd, &mut buf).await {
+    while let Ok(args) = read_command(&mut rd, &mut buf, Limits::default()).await {
         let is_ack = args.len() >= 3
             && args[0].eq_ignore_ascii_case(b"REPLCONF")
             && args[1].eq_ignore_ascii_case(b"ACK");

@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod managed;
 pub mod server;
 pub mod settings;
+pub mod socket_dir;
 pub mod tls;
 
 use crate::config::Credentials;
@@ -18,7 +19,8 @@ use std::time::Duration;
 /// How to reach Valkey. Cheap to clone; shared by the pool, pinned sessions and the control plane.
 #[derive(Debug, Clone)]
 pub struct Upstream {
-    /// `host:port` of Valkey.
+    /// Where Valkey listens: `host:port`, or `unix:/path` ([`crate::net::Address`]); the
+    /// managed Valkey's Unix socket in managed mode.
     pub address: String,
     /// walrus's own credentials, for control connections. Client traffic never uses them:
     /// it runs as the user each client authenticated as.

@@ -9,6 +9,67 @@ use crate::resp::write;
 use crate::upstream::client::Conn;
 use crate::upstream::Upstream;
 use bytes::Bytes;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// How walrus names one of its connections in `CLIENT KILL`, should it drop the connection
+/// itself with commands of it still in Valkey ([`OffsetOracle::close`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientName {
+    /// `CLIENT KILL ID`: exactly this connection, over any transport.
+    Id(u64),
+    /// `CLIENT KILL ADDR`: the connection's own TCP address, when Valkey refused `CLIENT ID`
+    /// to its user. Never on a Unix socket, where every client has the same address (the
+    /// socket's path) and a kill by it would close all of walrus's connections, the replica
+    /// link too.
+    Addr(std::net::SocketAddr),
+}
+
+impl ClientName {
+    fn kill_command(&self) -> Bytes {
+        match self {
+            ClientName::Id(id) => write::command(["CLIENT", "KILL", "ID", &id.to_string()]),
+            ClientName::Addr(a) => write::command(["CLIENT", "KILL", "ADDR", &a.to_string()]),
+        }
+    }
+}
+
+/// Set once the warning that a connection on a Unix socket cannot be named was logged.
+static UNNAMED_WARNED: AtomicBool = AtomicBool::new(false);
+
+/// How Valkey names a connection, from its reply to `CLIENT ID` (sent first on it), or
+/// `None` when it did not answer that yet. A user Valkey refuses `CLIENT ID` is named by the
+/// connection's TCP address `local` instead; on a Unix socket it cannot be named at all
+/// (`None`, warned once). An unauthenticated connection runs nothing that would need
+/// closing: `None`, silently.
+pub fn client_name(
+    reply: Option<&[u8]>,
+    local: Option<std::net::SocketAddr>,
+) -> Option<ClientName> {
+    let id = reply.and_then(|r| {
+        std::str::from_utf8(r.strip_prefix(b":")?.strip_suffix(b"\r\n")?)
+            .ok()?
+            .parse()
+            .ok()
+    });
+    if let Some(id) = id {
+        return Some(ClientName::Id(id));
+    }
+    if reply.is_some_and(|r| r.starts_with(b"-NOAUTH")) {
+        return None;
+    }
+    if let Some(addr) = local {
+        return Some(ClientName::Addr(addr));
+    }
+    if let Some(r) = reply {
+        if !UNNAMED_WARNED.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                reply = %String::from_utf8_lossy(r).trim_end(),
+                "Valkey refused CLIENT ID to a client's user on its Unix socket, where every connection has the same address: when walrus drops such a connection itself (a reply over proxy.max_reply_bytes), it cannot have Valkey close it first, and a write Valkey runs after may be acknowledged before the journal has it; allow the clients' users +client|id (logged once)"
+            );
+        }
+    }
+    None
+}
 
 /// Valkey's replication offset now, asked on walrus's own control connection.
 ///
@@ -26,15 +87,15 @@ impl OffsetOracle {
         }
     }
 
-    /// Makes Valkey close the client connecting from `addr` (if it still has it): it runs
-    /// none of that client's commands after this.
-    pub async fn close(&self, up: &Upstream, addr: std::net::SocketAddr) {
+    /// Makes Valkey close its client `name` (if it still has it): it runs none of that
+    /// client's commands after this.
+    pub async fn close(&self, up: &Upstream, name: ClientName) {
         let mut slot = self.conn.lock().await;
         if slot.is_none() {
             *slot = Conn::control(up).await.ok();
         }
         if let Some(conn) = slot.as_mut() {
-            let kill = write::command(["CLIENT", "KILL", "ADDR", &addr.to_string()]);
+            let kill = name.kill_command();
             // "-ERR No such client" when Valkey already closed it: fine.
             if !matches!(
                 tokio::time::timeout(up.connect_timeout, conn.call_raw(&kill)).await,
@@ -103,7 +164,31 @@ pub fn parse_role(reply: &[u8]) -> Option<(u64, u64)> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_role_offset;
+    use super::{client_name, parse_role_offset, ClientName};
+
+    #[test]
+    fn a_connection_is_named_by_its_id_else_its_tcp_address() {
+        let addr: std::net::SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let tcp = Some(addr);
+        assert_eq!(
+            client_name(Some(b":42\r\n"), None),
+            Some(ClientName::Id(42))
+        );
+        assert_eq!(client_name(Some(b":42\r\n"), tcp), Some(ClientName::Id(42)));
+        let refused: &[u8] =
+            b"-NOPERM User u has no permissions to run the 'client|id' command\r\n";
+        assert_eq!(
+            client_name(Some(refused), tcp),
+            Some(ClientName::Addr(addr))
+        );
+        // A Unix socket: every client has the socket's address, which names none of them.
+        assert_eq!(client_name(Some(refused), None), None);
+        assert_eq!(client_name(None, tcp), Some(ClientName::Addr(addr)));
+        assert_eq!(
+            client_name(Some(b"-NOAUTH Authentication required.\r\n"), tcp),
+            None
+        );
+    }
 
     #[test]
     fn role_offsets() {

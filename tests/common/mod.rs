@@ -482,22 +482,114 @@ pub fn bulk(v: impl AsRef<[u8]>) -> Vec<u8> {
     out
 }
 
+/// A client's socket: TCP, or a Unix socket (the managed Valkey's only listener).
+pub enum Sock {
+    Tcp(TcpStream),
+    Unix(std::os::unix::net::UnixStream),
+}
+
+impl Sock {
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+        match self {
+            Sock::Tcp(s) => s.set_read_timeout(t),
+            Sock::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+
+    pub fn set_write_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+        match self {
+            Sock::Tcp(s) => s.set_write_timeout(t),
+            Sock::Unix(s) => s.set_write_timeout(t),
+        }
+    }
+
+    pub fn set_nonblocking(&self, on: bool) -> std::io::Result<()> {
+        match self {
+            Sock::Tcp(s) => s.set_nonblocking(on),
+            Sock::Unix(s) => s.set_nonblocking(on),
+        }
+    }
+
+    /// Reads without consuming (std has no peek on a Unix socket yet: recv with MSG_PEEK).
+    pub fn peek(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        match self {
+            Sock::Tcp(s) => s.peek(buf),
+            Sock::Unix(s) => {
+                // SAFETY: recv writes at most buf.len() bytes into buf.
+                let n = unsafe {
+                    libc::recv(
+                        s.as_raw_fd(),
+                        buf.as_mut_ptr().cast(),
+                        buf.len(),
+                        libc::MSG_PEEK,
+                    )
+                };
+                if n < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(n as usize)
+            }
+        }
+    }
+}
+
+impl std::os::fd::AsRawFd for Sock {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        match self {
+            Sock::Tcp(s) => s.as_raw_fd(),
+            Sock::Unix(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+impl Read for Sock {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.read(buf),
+            Sock::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Sock {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.write(buf),
+            Sock::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Sock::Tcp(s) => s.flush(),
+            Sock::Unix(s) => s.flush(),
+        }
+    }
+}
+
 /// A blocking RESP client that returns replies as raw bytes.
 pub struct Raw {
-    pub stream: TcpStream,
+    pub stream: Sock,
     buf: BytesMut,
     scanner: ReplyScanner,
 }
 
 impl Raw {
+    /// Connects to `host:port`, or to a Unix socket named `unix:/path`.
     pub fn connect(addr: &str) -> Raw {
         Raw::try_connect(addr).unwrap_or_else(|e| panic!("connecting to {addr}: {e}"))
     }
 
     /// A connection, or why there is none (the server is restarting).
     pub fn try_connect(addr: &str) -> std::io::Result<Raw> {
-        let stream = TcpStream::connect(addr)?;
-        stream.set_nodelay(true)?;
+        let stream = match addr.strip_prefix("unix:") {
+            Some(path) => Sock::Unix(std::os::unix::net::UnixStream::connect(path)?),
+            None => {
+                let s = TcpStream::connect(addr)?;
+                s.set_nodelay(true)?;
+                Sock::Tcp(s)
+            }
+        };
         stream.set_read_timeout(Some(Duration::from_secs(20)))?;
         Ok(Raw {
             stream,
@@ -671,6 +763,21 @@ pub fn info_field(c: &mut Raw, section: &str, field: &str) -> Option<String> {
         .lines()
         .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?;
     Some(value.trim().to_string())
+}
+
+/// The managed Valkey behind the walrus at `addr`, as [`Raw::connect`] names it: its Unix
+/// socket (`unix:/path`, from `CONFIG GET unixsocket` through walrus), its only listener.
+/// Only walrus's user (the tests') can open it.
+pub fn managed_valkey_addr(addr: &str) -> String {
+    let mut c = Raw::connect(addr);
+    let r = String::from_utf8(c.cmd(&["CONFIG", "GET", "unixsocket"])).unwrap();
+    // *2 $10 unixsocket $n path
+    let path = r.split("\r\n").nth(4).unwrap_or_default();
+    assert!(
+        path.starts_with('/'),
+        "the managed Valkey has no Unix socket: {r:?}"
+    );
+    format!("unix:{path}")
 }
 
 /// The pid of the Valkey behind `addr`.

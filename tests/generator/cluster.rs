@@ -1,5 +1,5 @@
 //! Cluster mode (README, "Valkey Cluster"): the cluster's two other primaries, each a walrus
-//! running its own Valkey on fixed ports and its own data directory, which every restart
+//! running its own Valkey (its cluster bus on a fixed port) on its own data directory, which every restart
 //! reuses (so that it is restored in place, as the shard under test is); the cluster's
 //! creation; the fault that kills several shards at once; and what the faults ask of the
 //! cluster (who owns a slot, whether every node agrees). Shards are numbered as
@@ -21,7 +21,8 @@ const SETTLE: Duration = Duration::from_secs(30);
 /// Another primary of the cluster.
 pub struct Peer {
     pub addr: String,
-    valkey_port: u16,
+    /// Its Valkey's cluster bus port, the same across restarts.
+    bus_port: u16,
     durable: bool,
     /// Holds its data directory, `data/`.
     dir: tempfile::TempDir,
@@ -36,7 +37,7 @@ impl Peer {
     fn new(durable: bool) -> Peer {
         let mut p = Peer {
             addr: format!("127.0.0.1:{}", free_port()),
-            valkey_port: free_port(),
+            bus_port: free_port(),
             durable,
             dir: tempfile::tempdir().unwrap(),
             walrus: None,
@@ -50,7 +51,8 @@ impl Peer {
     /// Starts walrus on its data directory without waiting for it (`await_started`), so
     /// that several shards restore at once.
     fn spawn(&mut self) {
-        let config = node::managed_config(self.valkey_port, self.durable, true);
+        let run = self.dir.path().join("run");
+        let config = node::managed_config(self.bus_port, self.durable, true, &run);
         let data = self.dir.path().join("data");
         let build = Walrus::build().config(&config).listen(&self.addr);
         self.starting = Some(build.data(&data).spawn());

@@ -9,19 +9,32 @@ use std::time::{Duration, Instant};
 
 pub const CLUSTER: &str = "[cluster]\nenabled = true\n";
 
-/// The configuration of a walrus running its own Valkey on `valkey_port`: a fixed port, so
-/// that a restarted walrus's new Valkey is where the last one was (a cluster knows a node by
-/// its bus port, Valkey's plus 10000).
-pub fn managed_config(valkey_port: u16, durable: bool, cluster: bool) -> String {
-    let mut config = format!("[upstream]\nport = {valkey_port}\n");
+/// The configuration of a walrus running its own Valkey, whose Unix socket is in
+/// `socket_dir` ([`valkey_socket`]): outside the data directory, which may be on faultfs, a
+/// FUSE file system that cannot hold a socket. In cluster mode with its bus on `bus_port`: a
+/// fixed port, so that a restarted walrus's new Valkey is where the last one was (the other
+/// nodes know a node by its bus port).
+pub fn managed_config(
+    bus_port: u16,
+    durable: bool,
+    cluster: bool,
+    socket_dir: &std::path::Path,
+) -> String {
+    let mut config = format!("[upstream]\nsocket_dir = {:?}\n", socket_dir.display().to_string());
     if !durable {
         // Without a journal walrus is no replica: Valkey would refuse all writes.
         config.push_str("extra_args = [\"--min-replicas-to-write\", \"0\"]\n");
     }
     if cluster {
-        config.push_str(CLUSTER);
+        config.push_str(&format!("{CLUSTER}bus_port = {bus_port}\n"));
     }
     config
+}
+
+/// The managed Valkey's Unix socket in `socket_dir` (`upstream.socket_dir`), as
+/// [`Raw::connect`] names it: the way around walrus.
+pub fn valkey_socket(socket_dir: &std::path::Path) -> String {
+    format!("unix:{}", socket_dir.join("valkey.sock").display())
 }
 
 /// Waits until a walrus just spawned listens. `Err`: its log, and why it did not start

@@ -96,8 +96,9 @@ pub struct System {
     walrus: Option<Walrus>,
     /// External mode's Valkey.
     valkey: Option<Valkey>,
-    /// Valkey's port: fixed, so that a restarted Valkey (external) or a restarted walrus's
-    /// new one (managed) is where the last one was.
+    /// External mode: Valkey's port, fixed, so that a restarted Valkey is where the last one
+    /// was. Cluster modes: the node's bus port, fixed for the same reason (the other nodes
+    /// know it by it). Managed mode: unused (Valkey is on its socket in the data directory).
     valkey_port: u16,
     data: PathBuf,
     checkpoint_flag: PathBuf,
@@ -188,7 +189,7 @@ impl System {
         let checkpoint = format!("ENOSPC@{}", self.checkpoint_flag.display());
         let manifest = format!("EIO@{}", self.manifest_flag.display());
         let delay_text = delay.to_string();
-        let upstream = format!("127.0.0.1:{}", self.valkey_port);
+        let upstream = self.valkey_addr();
         let mut env = vec![
             ("WALRUS_FAULT_CHECKPOINT", checkpoint.as_str()),
             ("WALRUS_FAULT_MANIFEST", manifest.as_str()),
@@ -213,7 +214,12 @@ impl System {
         let build = match self.mode {
             Mode::External => Walrus::build().upstream(&upstream).config(&config),
             mode => {
-                let managed = node::managed_config(self.valkey_port, self.durable, mode.cluster());
+                let managed = node::managed_config(
+                    self.valkey_port,
+                    self.durable,
+                    mode.cluster(),
+                    &self.socket_dir(),
+                );
                 Walrus::build().config(&format!("{config}{managed}"))
             }
         };
@@ -368,10 +374,23 @@ impl System {
         }
     }
 
+    /// Where Valkey itself listens: the managed one's Unix socket, the external one's port.
+    fn valkey_addr(&self) -> String {
+        match self.mode {
+            Mode::External => format!("127.0.0.1:{}", self.valkey_port),
+            _ => node::valkey_socket(&self.socket_dir()),
+        }
+    }
+
+    /// The managed Valkey's socket directory: beside the flag files, off faultfs.
+    fn socket_dir(&self) -> PathBuf {
+        self._dir.path().join("run")
+    }
+
     /// `CLIENT KILL TYPE <kind>` on Valkey itself: walrus's client connections (`normal`)
     /// or its replica link (`replica`) break under it.
     pub fn drop_connections(&self, kind: &str) -> bool {
-        let Ok(mut c) = Raw::try_connect(&format!("127.0.0.1:{}", self.valkey_port)) else {
+        let Ok(mut c) = Raw::try_connect(&self.valkey_addr()) else {
             return false;
         };
         let kill = walrus::resp::write::command(["CLIENT", "KILL", "TYPE", kind, "SKIPME", "yes"]);
@@ -382,7 +401,7 @@ impl System {
     /// script might), to keys walrus's clients never use: Valkey's stream grows while
     /// walrus refuses its own clients' writes, so a ring at its watermark fills to the end.
     pub fn write_around(&self, n: usize) -> bool {
-        let Ok(mut c) = Raw::try_connect(&format!("127.0.0.1:{}", self.valkey_port)) else {
+        let Ok(mut c) = Raw::try_connect(&self.valkey_addr()) else {
             return false;
         };
         let value = vec![b'w'; 64 << 10];

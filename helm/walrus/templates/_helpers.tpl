@@ -70,6 +70,16 @@ with i "$i", the shell loop's. The headless Service publishes it from the pod's 
 {{- end }}
 
 {{- define "walrus.passwordDir" -}}/etc/walrus-secret{{- end }}
+
+{{/*
+Valkey's Unix socket, its only listener for clients (--port 0): on an emptyDir mounted in the
+Valkey and walrus containers only, so no other process reaches Valkey around walrus. Cluster
+mode: walrus's managed Valkey puts its socket in a directory walrus creates inside it, mode
+0700 (the emptyDir's own root is open to every container that mounts it).
+*/}}
+{{- define "walrus.socketDir" -}}/run/valkey{{- end }}
+{{- define "walrus.valkeySocket" -}}{{ include "walrus.socketDir" . }}/valkey.sock{{- end }}
+{{- define "walrus.managedSocketDir" -}}{{ include "walrus.socketDir" . }}/walrus{{- end }}
 {{- define "walrus.passwordFile" -}}{{ include "walrus.passwordDir" . }}/password{{- end }}
 
 {{/*
@@ -108,14 +118,14 @@ TOML.
 */}}
 {{- define "walrus.toml" -}}
 {{- $v := .Values -}}
-{{- $upstream := dict "mode" "external" "address" (printf "127.0.0.1:%d" (int $v.valkey.port)) "strict_settings" $v.upstream.strictSettings -}}
+{{- $upstream := dict "mode" "external" "address" (printf "unix:%s" (include "walrus.valkeySocket" .)) "strict_settings" $v.upstream.strictSettings -}}
 {{- if $v.cluster.enabled -}}
 {{- /* Managed: walrus restarts the node from an RDB to restore it in place. */ -}}
 {{- $args := list "--cluster-node-timeout" (toString (int64 $v.cluster.nodeTimeoutMs)) -}}
 {{- with $v.valkey.maxmemory -}}
 {{- $args = concat $args (list "--maxmemory" .) -}}
 {{- end -}}
-{{- $upstream = dict "mode" "managed" "port" (int $v.valkey.port) "valkey_server" "/usr/local/bin/valkey-server" "extra_args" (concat $args $v.valkey.args) -}}
+{{- $upstream = dict "mode" "managed" "socket_dir" (include "walrus.managedSocketDir" .) "valkey_server" "/usr/local/bin/valkey-server" "extra_args" (concat $args $v.valkey.args) -}}
 {{- end -}}
 {{- if $v.auth.existingSecret -}}
 {{- $_ := set $upstream "password_file" (include "walrus.passwordFile" .) -}}
@@ -192,28 +202,34 @@ only these forms through; anything else fails here rather than being guessed at.
 {{- end -}}
 {{- if $v.cluster.enabled -}}
 {{- if not $v.networkPolicy.enabled -}}
-{{- fail "cluster.enabled needs networkPolicy.enabled (and a CNI that enforces NetworkPolicies): Valkey's cluster bus and client port listen on the pod's IP, and without the policy a node of another cluster that gets a recycled pod IP is met by this one's nodes, merging the two clusters and deleting the keys of the slots one side loses" -}}
+{{- fail "cluster.enabled needs networkPolicy.enabled (and a CNI that enforces NetworkPolicies): Valkey's cluster bus listens on the pod's IP, and without the policy a node of another cluster that gets a recycled pod IP is met by this one's nodes, merging the two clusters and deleting the keys of the slots one side loses" -}}
 {{- end -}}
 {{- if $v.persistence.existingClaim -}}
 {{- fail "cluster.enabled with persistence.existingClaim: every shard would use the one claim; each needs its own (the StatefulSet's claim template)" -}}
 {{- end -}}
 {{- if $v.auth.existingSecret -}}
-{{- fail "cluster.enabled with auth.existingSecret: walrus's managed Valkey runs without a password; drop auth.existingSecret, and keep Valkey's port (valkey.port, on the pod's IP in cluster mode) closed with networkPolicy.enabled" -}}
+{{- fail "cluster.enabled with auth.existingSecret: walrus's managed Valkey runs without a password (it listens on no TCP port, only on a Unix socket walrus's user alone can open); drop auth.existingSecret" -}}
 {{- end -}}
-{{- range $p := list (int $v.proxy.port) (int $v.metrics.port) (int $v.valkey.port) -}}
+{{- range $p := list (int $v.proxy.port) (int $v.metrics.port) -}}
 {{- if eq $p (int $v.cluster.busPort) -}}
-{{- fail (printf "cluster.busPort (%d) must differ from proxy.port, metrics.port and valkey.port: all listen in the same pod" (int $v.cluster.busPort)) -}}
+{{- fail (printf "cluster.busPort (%d) must differ from proxy.port and metrics.port: all listen in the same pod" (int $v.cluster.busPort)) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
-{{- if eq (int $v.valkey.port) (int $v.proxy.port) -}}
-{{- fail "valkey.port and proxy.port must differ: both listen in the same pod" -}}
+{{- if not $v.cluster.enabled -}}
+{{- $vu := $v.valkey.containerSecurityContext.runAsUser | default $v.podSecurityContext.runAsUser -}}
+{{- $wu := $v.containerSecurityContext.runAsUser | default $v.podSecurityContext.runAsUser -}}
+{{- if ne (toString $vu) (toString $wu) -}}
+{{- fail (printf "valkey.containerSecurityContext.runAsUser (%v) and containerSecurityContext.runAsUser (%v) differ: Valkey's Unix socket is mode 700, for its own user, and walrus must connect to it" $vu $wu) -}}
+{{- end -}}
+{{- end -}}
+{{- range $a := $v.valkey.args -}}
+{{- if has (lower (toString $a)) (list "--port" "--tls-port" "--bind" "--unixsocket" "--unixsocketperm" "--unixsocketgroup") -}}
+{{- fail (printf "valkey.args must not set %s: Valkey listens only on its Unix socket, which walrus alone reaches; a TCP port would let clients around walrus" $a) -}}
+{{- end -}}
 {{- end -}}
 {{- if eq (int $v.metrics.port) (int $v.proxy.port) -}}
 {{- fail "metrics.port and proxy.port must differ" -}}
-{{- end -}}
-{{- if eq (int $v.metrics.port) (int $v.valkey.port) -}}
-{{- fail "metrics.port and valkey.port must differ: both listen in the same pod" -}}
 {{- end -}}
 {{- /*
 The journal's volume holds the ring and the checkpoints (two while a new one is written),

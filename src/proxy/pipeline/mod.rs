@@ -35,7 +35,7 @@ use crate::durability::{dirty::Scope, Durability, Refusal, ReplyTx, WriteMark};
 use crate::resp::write;
 use crate::upstream::client::{Conn, ConnParts, UpstreamError};
 use crate::upstream::Upstream;
-use crate::valkey::role::OffsetOracle;
+use crate::valkey::role::{client_name, OffsetOracle};
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
@@ -114,6 +114,9 @@ enum Inflight {
     Select,
     /// walrus's own `ROLE`: the offset covering the write replies gathered so far.
     Role,
+    /// walrus's own `CLIENT ID`, first on a gated connection: how to name it in `CLIENT
+    /// KILL` ([`crate::valkey::role::ClientName`]).
+    ClientId,
 }
 
 /// Runs the connection until it breaks or `requests` closes. RESP3 pushes go to `pushes`
@@ -141,7 +144,8 @@ pub async fn run(
         buf,
         scanner,
     } = conn.into_parts();
-    // How Valkey names this connection (`CLIENT KILL ADDR`), should walrus drop it itself.
+    // How Valkey names this connection should walrus drop it itself (`CLIENT KILL`): by
+    // the `CLIENT ID` the writer sends first, else by this address (none on a Unix socket).
     let local = stream.local_addr();
     let (rd, wr) = stream.into_split();
     let (inflight_tx, mut inflight_rx) = mpsc::channel(ctx.max_in_flight);
@@ -153,6 +157,7 @@ pub async fn run(
         marks: Vec::new(),
         epoch,
         blocking: Arc::default(),
+        client_id: None,
     };
     let result = tokio::select! {
         r = writer(wr, first, requests, inflight_tx, gated, reader.blocking.clone()) => r,
@@ -173,8 +178,8 @@ pub async fn run(
             // walrus may have closed the socket itself (a reply over its limits) while Valkey
             // still holds commands of it to run: close it on Valkey's side first, so that the
             // offset learned afterwards covers everything it will ever run.
-            if let Some(addr) = local {
-                ctx.oracle.close(&ctx.upstream, addr).await;
+            if let Some(name) = client_name(reader.client_id.as_deref(), local) {
+                ctx.oracle.close(&ctx.upstream, name).await;
             }
             let hint = ctx.oracle.offset(&ctx.upstream).await;
             d.abandon_batch(awaiting, marks, lost_reply(), hint.map(|o| (o, epoch)));

@@ -22,22 +22,22 @@ use redis_protocol::resp2::types::OwnedFrame;
 pub struct ClusterNode {
     /// Where clients are sent for this shard: walrus.
     pub announce: Announce,
-    /// Managed mode: Valkey's cluster bus port (0: its port plus 10000, or a free one).
+    /// Managed mode: Valkey's cluster bus port (0: the announced port plus 10000, or a free
+    /// one: [`ClusterNode::bus_port`]).
     pub bus_port: u16,
 }
 
 impl ClusterNode {
-    /// valkey-server's arguments for a node whose bus is on `bus_port`. Valkey
-    /// listens on loopback (walrus's connections) and on the announced address (the bus,
-    /// which other nodes reach there; Valkey's `bind` serves its client port there too).
+    /// valkey-server's arguments for a node whose bus is on `bus_port`. Valkey has no client
+    /// port (walrus reaches it on its Unix socket, [`super::managed`]): Valkey 9 runs a
+    /// cluster node with `port 0` once the bus port and the announced ports are given, so
+    /// the bus, on the announced address where other nodes reach it, is its only TCP
+    /// listener, and nothing on the pod's network reaches Valkey's clients' side.
     pub fn args(&self, bus_port: u16) -> Vec<String> {
         let ip = self.announce.ip.to_string();
-        let mut bind = "127.0.0.1".to_string();
-        if self.announce.ip != std::net::Ipv4Addr::LOCALHOST {
-            bind = format!("{bind} {ip}");
-        }
         let pairs = [
-            ("--bind".to_string(), bind),
+            // Where the bus listens (with no client port, `bind` binds nothing else).
+            ("--bind".to_string(), ip.clone()),
             ("--cluster-enabled".into(), "yes".into()),
             ("--cluster-config-file".into(), "nodes.conf".into()),
             ("--cluster-port".into(), bus_port.to_string()),
@@ -52,10 +52,8 @@ impl ClusterNode {
             // Walrus's port as the node's own too: a node that restarted sends its first
             // PINGs without the extension that carries the client port, and its peers then
             // fall back to the node's own port for a moment (tests/cluster.rs,
-            // `a_shard_is_restored_in_place_...`), which would send clients to Valkey.
-            // Besides clients, only a replica of this node and the source of an atomic slot
-            // migration into it connect there, and walrus refuses both (README, "Valkey
-            // Cluster"); the bus has its own port, and walrus connects on loopback.
+            // `a_shard_is_restored_in_place_...`), which must be walrus's. Valkey's own is
+            // 0 (none): without this, peers would be told port 0.
             (
                 "--cluster-announce-port".into(),
                 self.announce.port.to_string(),
@@ -65,19 +63,14 @@ impl ClusterNode {
         pairs.into_iter().flat_map(|(k, v)| [k, v]).collect()
     }
 
-    /// The bus port for a Valkey on `port`: as configured, else Valkey's default (`port` +
-    /// 10000) when that is a port, else one `pick` finds free.
-    pub fn bus_port_for(
-        &self,
-        port: u16,
-        pick: impl FnOnce() -> std::io::Result<u16>,
-    ) -> std::io::Result<u16> {
+    /// The bus port: as configured, else the announced (walrus's) port plus 10000, Valkey's
+    /// own convention for a node's bus, which `CLUSTER MEET <ip> <port>` without a bus port
+    /// assumes, and the same across restarts; `None` when that is no port (above 65535):
+    /// then one picked free at each start.
+    pub fn bus_port(&self) -> Option<u16> {
         match self.bus_port {
-            0 => match port.checked_add(10000) {
-                Some(p) => Ok(p),
-                None => pick(),
-            },
-            p => Ok(p),
+            0 => self.announce.port.checked_add(10000),
+            p => Some(p),
         }
     }
 

@@ -1,12 +1,14 @@
-//! Managed mode: walrus runs its own valkey-server child, persistence off, on loopback.
+//! Managed mode: walrus runs its own valkey-server child, persistence off, on a Unix socket.
 //!
 //! The child is started with the settings walrus needs ([`super::settings`]: persistence off,
-//! since walrus is the durability layer; a large backlog; diskless sync and load), bound to
-//! 127.0.0.1 on the configured port (or a free one), with its working directory under the
-//! data dir. Its log goes to walrus's log (target `valkey`). If it dies, it is
+//! since walrus is the durability layer; a large backlog; diskless sync and load), with no
+//! TCP port (`--port 0`) and a Unix socket in a directory only walrus's user may open
+//! ([`super::socket_dir`]): nothing else on the host reaches it, so nothing reads data that
+//! is not durable yet or writes around the journal. Its working directory is under the data
+//! dir. Its log goes to walrus's log (target `valkey`). If it dies, it is
 //! restarted with backoff; on shutdown it gets SIGTERM, then SIGKILL after a grace period.
 //! `PR_SET_PDEATHSIG` makes the kernel kill it if walrus itself is killed, so no orphan ever
-//! holds the port.
+//! holds the socket (or, in cluster mode, the bus port).
 
 use super::backoff::Backoff;
 use super::client::UpstreamError;
@@ -55,7 +57,7 @@ pub struct Reloader(mpsc::Sender<Reload>);
 
 impl Reloader {
     /// Stops the child, moves `rdb` into its directory as the file it loads at start
-    /// (`dump.rdb`), starts it again on the same port and returns once it is ready, having
+    /// (`dump.rdb`), starts it again on the same socket and returns once it is ready, having
     /// loaded it; the file is then removed, so that no later start loads it again. The
     /// child's death hook does not run: the stop is walrus's own.
     pub async fn reload(&self, rdb: PathBuf, timeout: Duration) -> Result<(), String> {
@@ -71,28 +73,30 @@ impl Reloader {
 }
 
 impl ManagedValkey {
-    /// Starts valkey-server, working in `dir`, and returns once it accepts connections.
-    /// `cluster`: as a cluster node announcing walrus.
+    /// Starts valkey-server, working in `dir` and listening on the Unix socket `socket`
+    /// only, and returns once it accepts connections. `cluster`: as a cluster node announcing
+    /// walrus (its bus is the one TCP port it listens on).
     pub async fn start(
         binary: PathBuf,
         dir: &Path,
-        port: u16,
+        socket: PathBuf,
         extra_args: Vec<String>,
         cluster: Option<ClusterNode>,
     ) -> Result<ManagedValkey, UpstreamError> {
-        Self::spawn_ready(binary, dir, port, extra_args, cluster, free_port)
+        Self::spawn_ready(binary, dir, socket, extra_args, cluster, free_port)
             .await
             .map_err(UpstreamError::Start)
     }
 
-    /// Starts the child on `port`, or on one `pick` finds free when it is 0. A port picked
-    /// free is free only until someone else binds it (another process starting beside walrus
-    /// binds port 0 too): when Valkey then cannot listen on it, walrus picks another, a few
-    /// times.
+    /// Starts the child. A cluster node's bus port is the configured one, or its announced
+    /// port plus 10000, or one `pick` finds free when that is no port or is taken: a port
+    /// picked free is free only until someone else binds it (another process starting beside
+    /// walrus binds port 0 too), so when Valkey then cannot listen on it, walrus picks
+    /// another, a few times. A configured port that is taken is an error.
     async fn spawn_ready(
         binary: PathBuf,
         dir: &Path,
-        port: u16,
+        socket: PathBuf,
         extra_args: Vec<String>,
         cluster: Option<ClusterNode>,
         mut pick: impl FnMut() -> std::io::Result<u16>,
@@ -103,30 +107,35 @@ impl ManagedValkey {
         let dir = dir.to_path_buf();
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let socket_dir = socket
+            .parent()
+            .ok_or_else(|| format!("{} names no directory", socket.display()))?;
+        super::socket_dir::prepare(socket_dir)?;
         // A reload that walrus did not see through leaves its RDB behind; walrus holds
         // everything in it and restores Valkey itself, which an old file would only get in
         // the way of (Valkey would come back with data behind the journal's end).
         let _ = std::fs::remove_file(dir.join(RELOAD_FILE));
-        let picked = port == 0;
         let mut attempt = 0;
+        // The default bus port (walrus's plus 10000) was taken: free ones from then on.
+        let mut default_taken = false;
         let (spec, child) = loop {
             attempt += 1;
-            let port = if picked {
-                pick().map_err(|e| format!("cannot pick a free port: {e}"))?
-            } else {
-                port
-            };
             let mut extra_args = extra_args.clone();
+            // Whether the bus port is walrus's choice (not cluster.bus_port): another is
+            // tried when it is taken.
+            let mut chosen = false;
             if let Some(c) = &cluster {
-                let bus = c
-                    .bus_port_for(port, free_port)
-                    .map_err(|e| format!("cannot pick a free port: {e}"))?;
+                chosen = c.bus_port == 0;
+                let bus = match c.bus_port().filter(|_| !default_taken) {
+                    Some(p) => p,
+                    None => pick().map_err(|e| format!("cannot pick a free port: {e}"))?,
+                };
                 extra_args.extend(c.args(bus));
             }
             let spec = ChildSpec {
                 binary: binary.clone(),
                 dir: dir.clone(),
-                port,
+                socket: socket.clone(),
                 extra_args,
             };
             let (child, ready) = spec
@@ -134,18 +143,27 @@ impl ManagedValkey {
                 .map_err(|e| format!("cannot start {}: {e}", spec.binary.display()))?;
             match wait_ready(ready, START_TIMEOUT).await {
                 Ok(()) => break (spec, child),
-                Err(e) if picked && attempt < PICKS && e.contains("Failed listening on port") => {
-                    tracing::warn!(port, "valkey-server could not listen on the port walrus picked (taken meanwhile); picking another");
+                Err(e) if chosen && attempt < PICKS && e.contains("Failed listening on port") => {
+                    tracing::warn!("valkey-server could not listen on the cluster bus port walrus chose (taken by another process); picking a free one (cluster.bus_port sets one)");
+                    default_taken = true;
+                }
+                Err(e) if e.contains("Unix socket") => {
+                    return Err(format!("valkey-server did not start: {e} (its socket, {}: a file system that cannot hold a Unix socket, FUSE or some network ones, needs upstream.socket_dir on a local one)", socket.display()))
+                }
+                Err(e) if e.contains("(cluster)") => {
+                    return Err(format!(
+                        "valkey-server did not start: {e} (its cluster bus port: cluster.bus_port)"
+                    ))
                 }
                 Err(e) => return Err(format!("valkey-server did not start: {e}")),
             }
         };
-        let port = spec.port;
-        tracing::info!(port, binary = %spec.binary.display(), "managed valkey-server is ready");
+        tracing::info!(socket = %spec.socket.display(), binary = %spec.binary.display(), "managed valkey-server is ready");
         let (stop, stop_rx) = watch::channel(false);
         let (reload, reload_rx) = mpsc::channel(1);
         let (started, process) = watch::channel(0);
         let on_death = Arc::new(Mutex::new(None));
+        let address = format!("unix:{}", spec.socket.display());
         let task = tokio::spawn(supervise(
             spec,
             child,
@@ -157,7 +175,7 @@ impl ManagedValkey {
             on_death.clone(),
         ));
         Ok(ManagedValkey {
-            address: format!("127.0.0.1:{port}"),
+            address,
             on_death,
             stop,
             task,
@@ -192,7 +210,8 @@ impl ManagedValkey {
 struct ChildSpec {
     binary: PathBuf,
     dir: PathBuf,
-    port: u16,
+    /// The Unix socket, Valkey's only listener for clients.
+    socket: PathBuf,
     extra_args: Vec<String>,
 }
 
@@ -231,7 +250,11 @@ impl ChildSpec {
 
     fn spawn(&self) -> std::io::Result<(Child, oneshot::Receiver<Result<(), String>>)> {
         let mut cmd = Command::new(&self.binary);
-        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+        // No TCP port: the socket, mode 0700 in a directory of mode 0700, is the only way in.
+        // (A cluster node's bus still listens on TCP, its own port: [`ClusterNode::args`].)
+        cmd.args(["--port", "0", "--unixsocket"])
+            .arg(&self.socket)
+            .args(["--unixsocketperm", "700"])
             .args(super::settings::args())
             .args(["--daemonize", "no", "--logfile", "", "--dir"])
             .arg(&self.dir)
@@ -262,7 +285,7 @@ impl ChildSpec {
 }
 
 /// Copies the child's log lines into walrus's log and reports readiness, an event rather
-/// than a polling loop: valkey-server prints "Ready to accept connections" once listening.
+/// than a polling loop: the server prints [`READY_LINES`] once listening.
 async fn forward_log(
     out: impl tokio::io::AsyncRead + Unpin,
     mut ready: Option<oneshot::Sender<Result<(), String>>>,
@@ -275,7 +298,7 @@ async fn forward_log(
             tracing::Level::DEBUG => tracing::debug!(target: "valkey", "{line}"),
             _ => tracing::info!(target: "valkey", "{line}"),
         }
-        if line.contains("Ready to accept connections") {
+        if READY_LINES.iter().any(|r| line.contains(r)) {
             if let Some(tx) = ready.take() {
                 let _ = tx.send(Ok(()));
             }
@@ -286,6 +309,14 @@ async fn forward_log(
         let _ = tx.send(Err(format!("it exited; its last log line: {last:?}")));
     }
 }
+
+/// What a server logs once it listens: Valkey and Redis from 7.2 "Ready to accept
+/// connections unix" (or tcp); Redis 7.0 and older, listening on a Unix socket only, "The
+/// server is now ready to accept connections at <path>" and nothing else.
+const READY_LINES: &[&str] = &[
+    "Ready to accept connections",
+    "ready to accept connections at ",
+];
 
 /// The level of one of Valkey's log lines, from the mark after its timestamp
 /// (`1234:M 25 Nov 2026 04:51:34.916 # ...`): `#` warning, `*` notice, `-` verbose and `.`
@@ -368,7 +399,7 @@ async fn supervise(
                         child = c;
                         match wait_ready(ready, START_TIMEOUT).await {
                             Ok(()) => {
-                                tracing::info!(port = spec.port, "managed valkey-server restarted");
+                                tracing::info!(socket = %spec.socket.display(), "managed valkey-server restarted");
                                 started.send_modify(|n| *n += 1);
                                 backoff.reset();
                             }
@@ -400,8 +431,8 @@ async fn terminate(child: &mut Child) {
     }
 }
 
-/// A port that was free a moment ago. Valkey binds it right after; the window is small and
-/// a collision shows up as a clear start-up error.
+/// A port that was free a moment ago (a cluster node's bus port when its default is no
+/// port). Valkey binds it right after; the window is small and a collision is retried.
 pub fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
@@ -409,58 +440,4 @@ pub fn free_port() -> std::io::Result<u16> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::valkey_level;
-    use tracing::Level;
-
-    /// The port walrus picked is taken before Valkey binds it: walrus picks another.
-    #[tokio::test]
-    async fn a_picked_port_taken_meanwhile_is_picked_again() {
-        let Ok(binary) = crate::upstream::binary::find("") else {
-            return; // no valkey-server here: deploy/setup.sh installs it
-        };
-        let tmp = tempfile::tempdir().unwrap();
-        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut picks = vec![
-            super::free_port().unwrap(),
-            taken.local_addr().unwrap().port(),
-        ];
-        let valkey =
-            super::ManagedValkey::spawn_ready(binary, tmp.path(), 0, Vec::new(), None, || {
-                Ok(picks.pop().expect("two picks at most"))
-            })
-            .await
-            .unwrap();
-        assert_ne!(valkey.address, taken.local_addr().unwrap().to_string());
-        valkey.stop().await;
-    }
-
-    #[test]
-    fn valkeys_warnings_are_logged_as_warnings() {
-        for (line, level) in [
-            (
-                "123:M 25 Nov 2026 04:51:34.916 # WARNING Memory overcommit must be enabled!",
-                Level::WARN,
-            ),
-            (
-                "123:C 25 Nov 2026 04:51:34.916 * oO0OoO0OoO0Oo Valkey is starting oO0OoO0OoO0Oo",
-                Level::INFO,
-            ),
-            (
-                "123:M 25 Nov 2026 04:51:34.916 - Accepted 127.0.0.1:5000",
-                Level::DEBUG,
-            ),
-            (
-                "123:S 25 Nov 2026 04:51:34.916 . Client closed connection",
-                Level::DEBUG,
-            ),
-            (
-                "=== VALKEY BUG REPORT START: Cut & paste starting from here ===",
-                Level::INFO,
-            ),
-            ("", Level::INFO),
-        ] {
-            assert_eq!(valkey_level(line), level, "{line}");
-        }
-    }
-}
+mod tests;

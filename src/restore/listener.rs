@@ -1,0 +1,270 @@
+//! The loopback port Valkey connects to as walrus's replica during a restore, open to that
+//! Valkey alone.
+//!
+//! Valkey replicates over TCP only, so the restore cannot use the Unix socket walrus reaches
+//! Valkey on: walrus listens on 127.0.0.1 and sends `REPLICAOF 127.0.0.1 <port>`. Any local
+//! process may connect there too, and whoever completed the handshake first used to get the
+//! whole dataset (and broke the restore). So before `REPLICAOF`, walrus sets a random,
+//! one-time `masterauth` on Valkey ([`OneTimeAuth`]), which Valkey sends in its handshake
+//! (`AUTH [masteruser] <masterauth>`, right after its PING: Valkey's replication.c,
+//! `syncWithPrimary`). The listener ([`accept_replica`]) answers a PING before AUTH with
+//! `-NOAUTH` (as a primary with a password does, which Valkey's replica accepts), drops any
+//! connection that sends anything else before a correct AUTH, and keeps accepting until one
+//! authenticates and asks for the stream. Afterwards Valkey's previous `masterauth` is put
+//! back.
+
+use crate::net::{ReadHalf, Stream, WriteHalf};
+use crate::resp::{Limits, ReplyScanner};
+use crate::upstream::client::{frame_str, Conn, UpstreamError};
+use crate::upstream::tls::{explain, Side};
+use crate::upstream::Upstream;
+use bytes::{Bytes, BytesMut};
+use redis_protocol::resp2::types::OwnedFrame;
+use std::sync::Arc;
+use std::time::Duration;
+use subtle::ConstantTimeEq;
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+
+/// How long a new connection has to authenticate. Valkey sends its AUTH right after the
+/// PING's reply, within milliseconds; a connection that stays silent longer is not Valkey's
+/// (one that was is dropped, and Valkey connects again at its next replication cron, a
+/// second later).
+const AUTH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections handshaking at once; more are dropped as they come, so that silent ones
+/// cannot make walrus hold an unbounded number.
+const MAX_HANDSHAKES: usize = 16;
+/// What a connection may send before it authenticated: PING and AUTH are short, and a
+/// stranger must not make walrus buffer Valkey-sized frames.
+const PRE_AUTH_LIMITS: Limits = Limits {
+    max_bulk_bytes: 1024,
+    max_array_len: 8,
+    max_inline_bytes: 1024,
+    max_reply_depth: 2,
+    max_reply_bytes: 4096,
+};
+/// Marks the passwords walrus sets, to recognise one a killed walrus left on Valkey.
+const SECRET_PREFIX: &str = "walrus-restore-";
+
+/// The password the restored Valkey presents to the listener, set as its `masterauth`.
+pub struct OneTimeAuth {
+    /// `None`: Valkey refused the `CONFIG SET` (walrus's user may not run it): the listener
+    /// then takes the first connection that completes the handshake, as before this existed.
+    secret: Option<Arc<str>>,
+    /// Valkey's `masterauth` before, put back by [`OneTimeAuth::restore`].
+    previous: String,
+}
+
+impl OneTimeAuth {
+    /// Sets a new random `masterauth` on Valkey, remembering the one it had.
+    pub async fn set(up: &Upstream) -> Result<OneTimeAuth, UpstreamError> {
+        let mut conn = Conn::control(up).await?;
+        let mut previous = match conn.call(["CONFIG", "GET", "masterauth"]).await? {
+            OwnedFrame::Array(items) if items.len() == 2 => {
+                frame_str(&items[1]).unwrap_or_default()
+            }
+            _ => String::new(),
+        };
+        if previous.starts_with(SECRET_PREFIX) {
+            // Set by a walrus killed during a restore: the value before it is unknown, and
+            // this one must not outlive the restore either.
+            previous.clear();
+        }
+        let mut bytes = [0u8; 24];
+        getrandom::fill(&mut bytes)
+            .map_err(|e| UpstreamError::Io(std::io::Error::other(e.to_string())))?;
+        let secret: String = std::iter::once(SECRET_PREFIX.to_string())
+            .chain(bytes.iter().map(|b| format!("{b:02x}")))
+            .collect();
+        match conn.call(["CONFIG", "SET", "masterauth", &secret]).await {
+            Ok(_) => Ok(OneTimeAuth {
+                secret: Some(secret.into()),
+                previous,
+            }),
+            Err(UpstreamError::Refused(e)) => {
+                tracing::warn!(
+                    reply = %String::from_utf8_lossy(&e).trim_end(),
+                    "restore: Valkey refused CONFIG SET masterauth to walrus's user, so the restore listener cannot tell Valkey from another local process that connects first (and would be sent the dataset); allow walrus's user +config|set"
+                );
+                Ok(OneTimeAuth {
+                    secret: None,
+                    previous,
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Puts Valkey's previous `masterauth` back (after the restore, whatever its outcome: a
+    /// Valkey left a replica of the listener retries with it, and finds it gone).
+    pub async fn restore(self, up: &Upstream) {
+        if self.secret.is_none() {
+            return;
+        }
+        let put_back = async {
+            Conn::control(up)
+                .await?
+                .call(["CONFIG", "SET", "masterauth", &self.previous])
+                .await
+        };
+        if let Err(e) = put_back.await {
+            tracing::warn!("restore: cannot put Valkey's masterauth back: {e}");
+        }
+    }
+}
+
+/// A connection that authenticated and sent `PSYNC` (or `SYNC`): the restored Valkey.
+pub struct Replica {
+    pub rd: ReadHalf,
+    pub wr: WriteHalf,
+    /// What it sent after the PSYNC.
+    pub buf: BytesMut,
+}
+
+/// Accepts connections on `listener` until one authenticates with `auth`'s password and
+/// asks for the stream, handshaking with several at once (a silent one holds up no other);
+/// the others are dropped. Within `timeout` (else `TimedOut`).
+pub async fn accept_replica(
+    listener: &TcpListener,
+    auth: &OneTimeAuth,
+    tls: Option<TlsAcceptor>,
+    timeout: Duration,
+) -> std::io::Result<Replica> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut handshakes = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (sock, peer) = accepted?;
+                if handshakes.len() >= MAX_HANDSHAKES {
+                    tracing::warn!(%peer, "restore: {MAX_HANDSHAKES} connections to the restore listener are handshaking already; dropped another");
+                    continue;
+                }
+                let secret = auth.secret.clone();
+                let tls = tls.clone();
+                handshakes.spawn(async move {
+                    tokio::time::timeout(timeout, handshake(sock, secret, tls))
+                        .await
+                        .unwrap_or_else(|_| Err("no PSYNC in time".into()))
+                        .map_err(|why| format!("from {peer}: {why}"))
+                });
+            }
+            Some(done) = handshakes.join_next() => match done {
+                // The other handshakes end as the set is dropped.
+                Ok(Ok(replica)) => return Ok(replica),
+                Ok(Err(why)) => tracing::warn!("restore: dropped a connection to the restore listener {why}"),
+                Err(e) => tracing::warn!("restore: a handshake task failed: {e}"),
+            },
+            _ = tokio::time::sleep_until(deadline) => {
+                return Err(std::io::ErrorKind::TimedOut.into())
+            }
+        }
+    }
+}
+
+/// Answers one connection's replica handshake until its PSYNC (or SYNC); an error says why
+/// it is dropped. Before a correct AUTH (when there is a password) only PING is answered.
+/// With `tls` (Valkey's `tls-replication yes`), the TLS handshake comes first, within the
+/// time AUTH has.
+async fn handshake(
+    sock: TcpStream,
+    secret: Option<Arc<str>>,
+    tls: Option<TlsAcceptor>,
+) -> Result<Replica, String> {
+    sock.set_nodelay(true).map_err(|e| e.to_string())?;
+    let stream = match tls {
+        None => Stream::Tcp(sock),
+        Some(acceptor) => match tokio::time::timeout(AUTH_TIMEOUT, acceptor.accept(sock)).await {
+            Err(_) => return Err(format!("no TLS handshake within {AUTH_TIMEOUT:?}")),
+            Ok(Err(e)) => {
+                return Err(format!(
+                    "TLS handshake (Valkey has tls-replication yes): {}",
+                    explain(&e, Side::Server)
+                ))
+            }
+            Ok(Ok(s)) => Stream::Tls(Box::new(s.into())),
+        },
+    };
+    let (mut rd, mut wr) = stream.into_split();
+    let mut buf = BytesMut::with_capacity(4096);
+    let mut authenticated = secret.is_none();
+    loop {
+        let args = if authenticated {
+            read_command(&mut rd, &mut buf, Limits::default()).await
+        } else {
+            let read = read_command(&mut rd, &mut buf, PRE_AUTH_LIMITS);
+            tokio::time::timeout(AUTH_TIMEOUT, read)
+                .await
+                .map_err(|_| format!("no AUTH within {AUTH_TIMEOUT:?}"))?
+        }
+        .map_err(|e| e.to_string())?;
+        let name = args
+            .first()
+            .map(|a| a.to_ascii_uppercase())
+            .unwrap_or_default();
+        let reply: &[u8] = match (&name[..], authenticated) {
+            (b"PSYNC" | b"SYNC", true) => return Ok(Replica { rd, wr, buf }),
+            (b"PING", true) => b"+PONG\r\n",
+            // What a primary with a password answers; Valkey's replica goes on to its AUTH.
+            (b"PING", false) => b"-NOAUTH Authentication required.\r\n",
+            // AUTH [masteruser] <masterauth>: the password alone is walrus's to check.
+            (b"AUTH", _) if (2..=3).contains(&args.len()) => {
+                let given = args.last().expect("2 or 3 arguments");
+                match &secret {
+                    Some(s) if !bool::from(given.as_ref().ct_eq(s.as_bytes())) => {
+                        return Err("AUTH with a wrong password".into())
+                    }
+                    _ => {
+                        authenticated = true;
+                        b"+OK\r\n"
+                    }
+                }
+            }
+            // REPLCONF listening-port, capa, ip-address, version.
+            (b"REPLCONF", true) => b"+OK\r\n",
+            (_, false) => return Err(format!("{} before AUTH", String::from_utf8_lossy(&name))),
+            (_, true) => b"-ERR walrus restore: unexpected command\r\n",
+        };
+        wr.send_all(reply).await.map_err(|e| e.to_string())?;
+    }
+}
+
+/// Reads one command (a RESP array of bulk strings) from Valkey; a frame of another shape is
+/// `InvalidData`, the connection's end `UnexpectedEof`.
+pub(super) async fn read_command(
+    rd: &mut ReadHalf,
+    buf: &mut BytesMut,
+    limits: Limits,
+) -> std::io::Result<Vec<Bytes>> {
+    let mut scanner = ReplyScanner::new(limits);
+    loop {
+        // A bare newline is a keepalive.
+        while buf.first() == Some(&b'\n') {
+            let _ = buf.split_to(1);
+        }
+        if let Some(n) = scanner
+            .scan(buf)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))?
+        {
+            let frame = buf.split_to(n);
+            return match redis_protocol::resp2::decode::decode(&frame) {
+                Ok(Some((redis_protocol::resp2::types::OwnedFrame::Array(items), _))) => Ok(items
+                    .into_iter()
+                    .map(|f| match f {
+                        redis_protocol::resp2::types::OwnedFrame::BulkString(b) => Bytes::from(b),
+                        _ => Bytes::new(),
+                    })
+                    .collect()),
+                _ => Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("unexpected frame {:?}", String::from_utf8_lossy(&frame)),
+                )),
+            };
+        }
+        if rd.read_buf(buf).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+}

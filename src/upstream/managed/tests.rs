@@ -1,0 +1,101 @@
+//! The managed valkey-server: bus ports picked again when taken, its log levels.
+
+use super::valkey_level;
+use tracing::Level;
+
+/// A cluster node whose bus port is picked free (its announced port plus 10000 is no
+/// port) finds it taken before Valkey binds it: walrus picks another.
+#[tokio::test]
+async fn a_picked_bus_port_taken_meanwhile_is_picked_again() {
+    let Ok(binary) = crate::upstream::binary::find("") else {
+        return; // no valkey-server here: deploy/setup.sh installs it
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port();
+    let mut picks = vec![super::free_port().unwrap(), taken_port];
+    let node = crate::upstream::cluster::ClusterNode {
+        announce: crate::config::Announce {
+            ip: std::net::Ipv4Addr::LOCALHOST.into(),
+            port: 60000,
+        },
+        bus_port: 0,
+    };
+    let valkey = super::ManagedValkey::spawn_ready(
+        binary,
+        &tmp.path().join("valkey"),
+        tmp.path().join("run/valkey.sock"),
+        Vec::new(),
+        Some(node),
+        || Ok(picks.pop().expect("two picks at most")),
+    )
+    .await
+    .unwrap();
+    assert!(picks.is_empty(), "the taken port was not picked again");
+    assert_eq!(
+        valkey.address,
+        format!("unix:{}", tmp.path().join("run/valkey.sock").display())
+    );
+    valkey.stop().await;
+}
+
+/// The default bus port (the announced port plus 10000) is taken by another process:
+/// walrus picks a free one instead of failing.
+#[tokio::test]
+async fn a_taken_default_bus_port_is_replaced_by_a_free_one() {
+    let Ok(binary) = crate::upstream::binary::find("") else {
+        return; // no valkey-server here: deploy/setup.sh installs it
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port();
+    let node = crate::upstream::cluster::ClusterNode {
+        announce: crate::config::Announce {
+            ip: std::net::Ipv4Addr::LOCALHOST.into(),
+            port: taken_port - 10000,
+        },
+        bus_port: 0,
+    };
+    let mut picks = vec![super::free_port().unwrap()];
+    let valkey = super::ManagedValkey::spawn_ready(
+        binary,
+        &tmp.path().join("valkey"),
+        tmp.path().join("run/valkey.sock"),
+        Vec::new(),
+        Some(node),
+        || Ok(picks.pop().expect("one pick")),
+    )
+    .await
+    .unwrap();
+    assert!(picks.is_empty(), "no free port was picked");
+    valkey.stop().await;
+}
+
+#[test]
+fn valkeys_warnings_are_logged_as_warnings() {
+    for (line, level) in [
+        (
+            "123:M 25 Nov 2026 04:51:34.916 # WARNING Memory overcommit must be enabled!",
+            Level::WARN,
+        ),
+        (
+            "123:C 25 Nov 2026 04:51:34.916 * oO0OoO0OoO0Oo Valkey is starting oO0OoO0OoO0Oo",
+            Level::INFO,
+        ),
+        (
+            "123:M 25 Nov 2026 04:51:34.916 - Accepted 127.0.0.1:5000",
+            Level::DEBUG,
+        ),
+        (
+            "123:S 25 Nov 2026 04:51:34.916 . Client closed connection",
+            Level::DEBUG,
+        ),
+        (
+            "=== VALKEY BUG REPORT START: Cut & paste starting from here ===",
+            Level::INFO,
+        ),
+        ("", Level::INFO),
+    ] {
+        assert_eq!(valkey_level(line), level, "{line}");
+    }
+}
