@@ -133,9 +133,9 @@ pub fn explain(e: &std::io::Error, side: Side<'_>) -> String {
     let ca = "upstream.tls.ca_cert_file / ca_cert_dir";
     match r {
         rustls::Error::InvalidCertificate(c) => match c {
-            CertificateError::UnknownIssuer | CertificateError::BadSignature => format!(
-                "the peer's certificate is not trusted: no CA in {ca} signed it ({r})"
-            ),
+            CertificateError::UnknownIssuer | CertificateError::BadSignature => {
+                format!("the peer's certificate is not trusted: no CA in {ca} signed it ({r})")
+            }
             CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
                 format!(
                     "the peer's certificate is not valid for the name {} (upstream.tls.server_name; empty: the host of upstream.address): {r}",
@@ -147,27 +147,22 @@ pub fn explain(e: &std::io::Error, side: Side<'_>) -> String {
             }
             _ => format!("the peer's certificate was refused: {r}"),
         },
-        rustls::Error::NoCertificatesPresented => format!(
-            "the peer sent no certificate, and one signed by a CA in {ca} is required: {r}"
-        ),
+        rustls::Error::NoCertificatesPresented => {
+            format!("the peer sent no certificate, and one signed by a CA in {ca} is required: {r}")
+        }
         rustls::Error::AlertReceived(
             a @ (AlertDescription::BadCertificate
             | AlertDescription::UnknownCA
             | AlertDescription::CertificateRequired
             | AlertDescription::CertificateExpired
             | AlertDescription::CertificateUnknown),
-        ) if serving => format!(
-            "Valkey refused walrus's certificate ({a:?}): upstream.tls.cert_file must be signed by a CA in Valkey's tls-ca-cert-file and valid as a server certificate"
-        ),
-        rustls::Error::AlertReceived(
-            a @ (AlertDescription::BadCertificate
-            | AlertDescription::UnknownCA
-            | AlertDescription::CertificateRequired
-            | AlertDescription::CertificateExpired
-            | AlertDescription::CertificateUnknown),
-        ) => format!(
-            "the peer refused walrus's client certificate, or its absence ({a:?}): upstream.tls.cert_file and key_file must name one signed by a CA the peer trusts (Valkey's tls-ca-cert-file)"
-        ),
+        ) => {
+            if serving {
+                format!("Valkey refused walrus's certificate ({a:?}): upstream.tls.cert_file must be signed by a CA in Valkey's tls-ca-cert-file and valid as a server certificate")
+            } else {
+                format!("the peer refused walrus's client certificate, or its absence ({a:?}): upstream.tls.cert_file and key_file must name one signed by a CA the peer trusts (Valkey's tls-ca-cert-file)")
+            }
+        }
         rustls::Error::InvalidMessage(_) => {
             format!("{r} (is TLS served at this address, Valkey's tls-port?)")
         }
