@@ -419,7 +419,7 @@ fn docker_config_is_accepted_by_walrus() {
         "CMD [\"walrus\", \"status\", \"--metrics\", \"127.0.0.1:{}\"]",
         config.metrics.listen.rsplit(':').next().unwrap()
     )));
-    assert_eq!(config.proxy.listen.port(), 6379);
+    assert_eq!(config.proxy.listen.expect("proxy.listen").port(), 6379);
     assert!(config.metrics.listen.ends_with(":8379"));
 }
 

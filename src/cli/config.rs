@@ -23,10 +23,7 @@ pub enum ConfigCommand {
 
 pub fn run(cmd: ConfigCommand) -> ExitCode {
     match cmd {
-        ConfigCommand::Check { file } => match Config::load(&file).and_then(|c| {
-            c.validate()?;
-            Ok(c)
-        }) {
+        ConfigCommand::Check { file } => match check(&file) {
             Ok(c) => {
                 println!(
                     "{}: valid ({} mode, ring of {} x {} bytes, data in {})",
@@ -43,7 +40,7 @@ pub fn run(cmd: ConfigCommand) -> ExitCode {
             }
             Err(e) => {
                 eprintln!("walrus: {e}");
-                exit_code(&e)
+                exit_code(e.as_ref())
             }
         },
         ConfigCommand::Schema => match serde_json::to_string_pretty(&schema()) {
@@ -57,6 +54,15 @@ pub fn run(cmd: ConfigCommand) -> ExitCode {
             }
         },
     }
+}
+
+/// The configuration in `file`, validated as `walrus serve` validates it before it starts:
+/// the settings, and the TLS certificate, key and CA files they name.
+fn check(file: &std::path::Path) -> Result<Config, super::Fatal> {
+    let c = Config::load(file)?;
+    c.validate()?;
+    super::listeners::check_tls(&c)?;
+    Ok(c)
 }
 
 /// walrus.toml's JSON Schema, draft 7 with every definition inlined, so that it can be
