@@ -133,4 +133,5 @@ async fn run(a: Arc<Accepting>, stream: Stream, id: Identity, permit: OwnedSemap
     session::run(a.shared.clone(), stream, id, a.session_stop.clone()).await;
     metrics::CLIENTS.dec();
     drop(permit);
+    tracing::debug!("client session ended");
 }
