@@ -267,11 +267,16 @@ fn check_deployment(what: &str, docs: &[J]) -> Deployment {
     };
     let (resp_port, metrics_port) = (port_named("resp"), port_named("metrics"));
     assert!(
-        config.proxy.listen.ip().is_unspecified(),
+        config
+            .proxy
+            .listen
+            .expect("proxy.listen")
+            .ip()
+            .is_unspecified(),
         "{what}: proxy.listen must accept connections from other pods"
     );
     assert_eq!(
-        config.proxy.listen.port(),
+        config.proxy.listen.expect("proxy.listen").port(),
         resp_port,
         "{what}: proxy.listen and the resp port differ"
     );

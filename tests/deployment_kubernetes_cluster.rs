@@ -92,7 +92,7 @@ fn check(docs: &[J]) -> Rendered {
         config.cluster.bus_port, bus,
         "the bus port Valkey gets is the pod's"
     );
-    assert_eq!(config.proxy.listen.port(), resp);
+    assert_eq!(config.proxy.listen.expect("proxy.listen").port(), resp);
     // Valkey's socket: in a directory walrus creates on an emptyDir walrus mounts (fresh at
     // each start, where the journal's volume could get the kubelet's fsGroup change).
     let socket_dir = &config.upstream.socket_dir;

@@ -175,6 +175,66 @@ fn unit_passes_systemd_analyze_verify() {
     );
 }
 
+/// The TLS drop-in (deploy/systemd/walrus-tls.conf) passes the certificate, key and CA as
+/// credentials under the names walrus.toml's commented [tls] table reads, in the unit's own
+/// credentials directory; the unit with the drop-in passes `systemd-analyze verify`; and
+/// `systemctl reload` sends walrus the SIGHUP that reads them again.
+#[test]
+fn tls_credentials_drop_in_matches_walrus_toml() {
+    let unit = directives(&read("deploy/systemd/walrus.service"));
+    assert_eq!(one(&unit, "ExecReload"), "/bin/kill -HUP $MAINPID");
+    let drop_in = read("deploy/systemd/walrus-tls.conf");
+    let d = directives(&drop_in);
+    let creds: Vec<(&str, &str)> = d
+        .iter()
+        .filter(|(k, _)| k == "LoadCredential")
+        .map(|(_, v)| v.split_once(':').expect("LoadCredential=NAME:PATH"))
+        .collect();
+    assert_eq!(
+        creds,
+        [
+            ("tls.crt", "/etc/walrus/tls/tls.crt"),
+            ("tls.key", "/etc/walrus/tls/tls.key"),
+            ("ca.crt", "/etc/walrus/tls/ca.crt"),
+        ]
+    );
+    // walrus.toml's [tls] table, uncommented, names the credentials and validates.
+    let toml = read("deploy/systemd/walrus.toml");
+    let start = toml
+        .find("# [tls]")
+        .expect("a commented [tls] table in walrus.toml");
+    let tls: String = toml[start..]
+        .lines()
+        .map(|l| l.strip_prefix("# ").unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let config = Config::parse(&format!("{}\n{tls}\n", &toml[..start]))
+        .unwrap_or_else(|e| panic!("the [tls] table of walrus.toml: {e}"));
+    config.validate().unwrap();
+    let dir = "/run/credentials/walrus.service";
+    assert_eq!(config.tls.cert_file, format!("{dir}/tls.crt"));
+    assert_eq!(config.tls.key_file, format!("{dir}/tls.key"));
+    assert_eq!(config.tls.ca_cert_file, format!("{dir}/ca.crt"));
+
+    let tmp = tempfile::tempdir().unwrap();
+    let unit = unit_copy(tmp.path());
+    let dropins = tmp.path().join("walrus.service.d");
+    std::fs::create_dir(&dropins).unwrap();
+    std::fs::write(dropins.join("tls.conf"), &drop_in).unwrap();
+    let (ok, out, err) = run(Command::new(systemd_analyze()).arg("verify").arg(&unit));
+    let ours = tmp.path().to_string_lossy().into_owned();
+    let problems: Vec<&str> = out
+        .lines()
+        .chain(err.lines())
+        .filter(|l| !l.trim().is_empty())
+        .filter(|l| !l.starts_with('/') || l.starts_with(&ours))
+        .collect();
+    assert!(
+        ok && problems.is_empty(),
+        "systemd-analyze verify with the TLS drop-in:\n{out}{err}"
+    );
+}
+
 #[test]
 fn unit_exposure_is_low() {
     let tmp = tempfile::tempdir().unwrap();
@@ -419,7 +479,7 @@ fn docker_config_is_accepted_by_walrus() {
         "CMD [\"walrus\", \"status\", \"--metrics\", \"127.0.0.1:{}\"]",
         config.metrics.listen.rsplit(':').next().unwrap()
     )));
-    assert_eq!(config.proxy.listen.port(), 6379);
+    assert_eq!(config.proxy.listen.expect("proxy.listen").port(), 6379);
     assert!(config.metrics.listen.ends_with(":8379"));
 }
 

@@ -24,14 +24,7 @@ pub enum ConfigCommand {
 
 pub fn run(cmd: ConfigCommand) -> ExitCode {
     match cmd {
-        ConfigCommand::Check { file } => match Config::load(&file)
-            .map_err(super::Fatal::from)
-            .and_then(|c| {
-                c.validate()?;
-                // The TLS files, as `serve` reads them at start (expired, key mismatch, no CA).
-                UpstreamTls::from_config(&c.upstream.tls, &c.upstream.address)?;
-                Ok(c)
-            }) {
+        ConfigCommand::Check { file } => match check(&file) {
             Ok(c) => {
                 println!(
                     "{}: valid ({} mode, ring of {} x {} bytes, data in {})",
@@ -62,6 +55,17 @@ pub fn run(cmd: ConfigCommand) -> ExitCode {
             }
         },
     }
+}
+
+/// The configuration in `file`, validated as `walrus serve` validates it before it starts:
+/// the settings, and the TLS certificate, key and CA files they name.
+fn check(file: &std::path::Path) -> Result<Config, super::Fatal> {
+    let c = Config::load(file)?;
+    c.validate()?;
+    // The TLS files, as `serve` reads them at start (expired, key mismatch, no CA).
+    super::listeners::check_tls(&c)?;
+    UpstreamTls::from_config(&c.upstream.tls, &c.upstream.address)?;
+    Ok(c)
 }
 
 /// walrus.toml's JSON Schema, draft 7 with every definition inlined, so that it can be

@@ -17,6 +17,7 @@ mod durable;
 mod fds;
 mod http_client;
 pub mod journal;
+mod listeners;
 mod manual;
 mod serve;
 mod status;
@@ -42,10 +43,20 @@ pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("WALRUS_
 /// wraps, is one a person must fix; otherwise [`EXIT_RETRY`]. A configuration or password
 /// file that does not exist yet is worth a retry: it may be written by an agent that starts
 /// alongside walrus (a secret rendered at boot); one that cannot be read otherwise (not
-/// UTF-8, a directory, no permission), or an empty token file, is a mistake.
+/// UTF-8, a directory, no permission), or an empty token file, is a mistake. The TLS
+/// certificate, key and CA files follow the same rule: missing is 1; unreadable, expired,
+/// not yet valid, or a key that is not the certificate's is 2.
 fn exit_code(e: &(dyn std::error::Error + 'static)) -> ExitCode {
     let mut next = Some(e);
     while let Some(e) = next {
+        // The TLS files are configuration too, read like the secret files.
+        if let Some(t) = e.downcast_ref::<crate::net::tls::TlsError>() {
+            return ExitCode::from(if t.missing_file() {
+                EXIT_RETRY
+            } else {
+                EXIT_FIX
+            });
+        }
         if let Some(c) = e.downcast_ref::<ConfigError>() {
             let missing = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
             return ExitCode::from(match c {
@@ -133,9 +144,10 @@ pub struct ServeArgs {
     /// Configuration file (TOML).
     #[arg(long, short = 'c', value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Address clients connect to [default: 127.0.0.1:6379].
+    /// Address plaintext clients connect to; "" for none (TLS clients only, at tls.listen)
+    /// [default: 127.0.0.1:6379].
     #[arg(long, value_name = "ADDR")]
-    pub listen: Option<std::net::SocketAddr>,
+    pub listen: Option<String>,
     /// Valkey to use, host:port or unix:/path (its Unix socket); switches upstream.mode to
     /// "external".
     #[arg(long, value_name = "ADDR")]

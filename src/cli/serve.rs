@@ -2,6 +2,7 @@
 //! learn its command table, and proxy until SIGTERM or SIGINT.
 
 use super::durable::start_durability;
+use super::listeners::{self, Ports};
 use super::Fatal;
 use super::ServeArgs;
 use crate::commands::CommandTable;
@@ -22,7 +23,6 @@ use redis_protocol::resp2::types::OwnedFrame;
 use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
@@ -61,8 +61,9 @@ fn load(args: &ServeArgs) -> Result<Config, Fatal> {
         Some(path) => Config::load(path)?,
         None => Config::default(),
     };
-    if let Some(l) = args.listen {
-        config.proxy.listen = l;
+    if let Some(l) = &args.listen {
+        config.proxy.listen = crate::config::parse_listen(l)
+            .map_err(|e| crate::config::ConfigError::Invalid(format!("--listen: {e}")))?;
     }
     if let Some(u) = &args.upstream {
         config.upstream.mode = UpstreamMode::External;
@@ -100,15 +101,24 @@ fn init_tracing(log: &crate::config::LogConfig) {
 async fn serve(config: Config) -> Result<(), Fatal> {
     tracing::info!(version = super::VERSION, "walrus starting");
     let (stop_tx, stop) = watch::channel(false);
-    spawn_signal_handler(stop_tx)?;
+    let (hup_tx, hup) = watch::channel(0u64);
+    spawn_signal_handler(stop_tx, hup_tx)?;
     spawn_watchdog();
-    // The TLS files are read and checked before anything else: a certificate that expired
-    // is reported at once, naming the file, not after minutes of work.
-    let tls = UpstreamTls::from_config(&config.upstream.tls, &config.upstream.address)?;
-    // Both ports are claimed before anything slow (Valkey's start, the ring's allocation, a
-    // restore): a port in use is reported at once, not after minutes of work.
-    let ports = Ports::claim(&config).await?;
-    let cluster = cluster_node(&config, ports.clients.local_addr()?)?;
+    // The TLS files are checked and the ports claimed before anything slow (Valkey's start,
+    // the ring's allocation, a restore): a bad certificate or a port in use is reported at
+    // once, not after minutes of work.
+    let upstream_tls = UpstreamTls::from_config(&config.upstream.tls, &config.upstream.address)?;
+    let tls = listeners::load_tls(&config)?;
+    match &tls {
+        Some(t) => listeners::spawn_reloads(t.clone(), &config, hup),
+        None => drop(hup),
+    }
+    let ports = Ports::claim(&config, tls).await?;
+    let cluster = match ports.clients_addr()? {
+        Some(addr) => cluster_node(&config, addr)?,
+        // Validated: cluster mode needs proxy.listen.
+        None => None,
+    };
 
     let managed = match config.upstream.mode {
         UpstreamMode::Managed => {
@@ -136,7 +146,7 @@ async fn serve(config: Config) -> Result<(), Fatal> {
         connect_timeout: Duration::from_millis(config.upstream.connect_timeout_ms),
         limits: config.proxy.limits(),
         process: managed.as_ref().map(|m| m.process()),
-        tls,
+        tls: upstream_tls,
     };
     let result = run_proxy(&config, up, ports, stop, managed.as_ref(), cluster.as_ref()).await;
     if let Some(m) = managed {
@@ -181,42 +191,6 @@ async fn check_cluster(
         None => {}
     }
     Ok(())
-}
-
-/// The client port and the metrics port, claimed at start. The client socket is bound but
-/// not listening: until walrus serves, a client is refused at once instead of waiting in the
-/// backlog for a restore to end. The claim finds a server already listening on the port
-/// (the mistake this is for); one that binds it with SO_REUSEADDR while walrus starts can
-/// still take it first, and walrus then fails when it listens, as it did before the claim.
-struct Ports {
-    clients: tokio::net::TcpSocket,
-    metrics: Option<TcpListener>,
-}
-
-impl Ports {
-    async fn claim(config: &Config) -> Result<Ports, Fatal> {
-        let addr = config.proxy.listen;
-        let clients = match addr {
-            std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
-            std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
-        }
-        .and_then(|s| {
-            // As TcpListener::bind does: a restart may bind while old connections linger.
-            s.set_reuseaddr(true)?;
-            s.bind(addr)?;
-            Ok(s)
-        })
-        .map_err(|e| format!("cannot listen on proxy.listen {addr}: {e}"))?;
-        let metrics = match config.metrics.listen.as_str() {
-            "" => None,
-            listen => Some(
-                TcpListener::bind(listen)
-                    .await
-                    .map_err(|e| format!("cannot listen on metrics.listen {listen}: {e}"))?,
-            ),
-        };
-        Ok(Ports { clients, metrics })
-    }
 }
 
 async fn run_proxy(
@@ -378,6 +352,7 @@ async fn run_proxy(
         max_push_bytes: config.proxy.max_push_bytes,
         max_output_bytes: config.proxy.max_output_bytes(),
         allow_admin_commands: config.proxy.allow_admin_commands,
+        cert_user: config.tls.auth_clients_user,
         max_write_bytes: if config.durability.enabled {
             // Room for the SELECT or MULTI/EXEC Valkey may wrap around it in the stream.
             (config.journal.max_entry() as usize).saturating_sub(WRAPPING_BYTES)
@@ -385,26 +360,28 @@ async fn run_proxy(
             usize::MAX
         },
     });
-    let listener = ports
-        .clients
-        .listen(LISTEN_BACKLOG)
-        .map_err(|e| format!("cannot listen on proxy.listen {}: {e}", config.proxy.listen))?;
-    let addr = listener.local_addr()?;
+    let (listeners, addrs) = Ports::listen(ports.clients, ports.tls, config)?;
     let _ = readiness.pool.set(default_pool.clone());
     let pool = default_pool.clone();
     crate::metrics::on_scrape(move || {
         crate::metrics::UPSTREAM_CONNECTED.set(i64::from(pool.is_connected()));
     });
-    tracing::info!(
-        "walrus listening on {addr}, upstream Valkey at {}",
-        up.address
-    );
-    crate::supervisor::ready(&format!("serving clients on {addr}"));
+    match config.proxy.listen.and(addrs.last()) {
+        Some(addr) => tracing::info!(
+            "walrus listening on {addr}, upstream Valkey at {}",
+            up.address
+        ),
+        None => tracing::info!(
+            "walrus serves TLS clients only (proxy.listen is \"\"), upstream Valkey at {}",
+            up.address
+        ),
+    }
+    crate::supervisor::ready(&format!("serving clients on {}", addrs.join(", ")));
     let max_clients =
         super::fds::size_for_clients(config.proxy.max_clients, config.journal.segments);
     server::serve(
         shared,
-        listener,
+        listeners,
         max_clients,
         stop,
         Duration::from_millis(config.proxy.shutdown_timeout_ms),
@@ -453,10 +430,6 @@ impl Readiness {
         }
     }
 }
-
-/// The client socket's accept queue, as tokio's `TcpListener::bind` sets it (the kernel caps
-/// it at net.core.somaxconn).
-const LISTEN_BACKLOG: u32 = 1024;
 
 /// What Valkey's replication stream may add around a client's write (SELECT, MULTI/EXEC).
 const WRAPPING_BYTES: usize = 4096;
@@ -550,9 +523,25 @@ fn spawn_watchdog() {
     }
 }
 
-fn spawn_signal_handler(stop: watch::Sender<bool>) -> Result<(), Fatal> {
+/// SIGTERM and SIGINT stop walrus; SIGHUP reads the TLS files again (`hup` counts them).
+/// Without a handler, SIGHUP would end the process: it is handled whatever the
+/// configuration, and said to have nothing to reload when there is no TLS listener.
+fn spawn_signal_handler(stop: watch::Sender<bool>, hup: watch::Sender<u64>) -> Result<(), Fatal> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    let mut hangup = signal(SignalKind::hangup())?;
+    tokio::spawn(async move {
+        while hangup.recv().await.is_some() {
+            if hup.receiver_count() == 0 {
+                tracing::info!("SIGHUP received: nothing to reload (no tls.listen)");
+            } else {
+                tracing::info!(
+                    "SIGHUP received: reading the TLS certificate, key and CA files again"
+                );
+                hup.send_modify(|n| *n += 1);
+            }
+        }
+    });
     tokio::spawn(async move {
         tokio::select! {
             _ = term.recv() => tracing::info!("SIGTERM received"),

@@ -185,7 +185,11 @@ impl Default for DurabilityConfig {
 #[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProxyConfig {
-    pub listen: SocketAddr,
+    /// Address plaintext clients connect to, host:port; "" for none (TLS clients only, at
+    /// `tls.listen`).
+    #[serde(deserialize_with = "listen_or_none")]
+    #[schemars(with = "String")]
+    pub listen: Option<SocketAddr>,
     pub max_clients: usize,
     #[serde(deserialize_with = "crate::units::size")]
     #[schemars(with = "crate::units::Size")]
@@ -229,7 +233,7 @@ impl Default for ProxyConfig {
     fn default() -> Self {
         let l = Limits::default();
         ProxyConfig {
-            listen: "127.0.0.1:6379".parse().unwrap(),
+            listen: Some("127.0.0.1:6379".parse().unwrap()),
             max_clients: 10_000,
             max_query_buffer_bytes: 1 << 30,
             max_bulk_bytes: l.max_bulk_bytes,
@@ -478,6 +482,22 @@ impl Config {
         let username = (!u.username.is_empty()).then(|| u.username.clone());
         Ok(Some(Credentials { username, password }))
     }
+}
+
+/// A listening address, host:port, or "" for none.
+fn listen_or_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_listen(&text).map_err(serde::de::Error::custom)
+}
+
+/// `host:port`, or "" for no listener (what `proxy.listen` and `--listen` take).
+pub fn parse_listen(text: &str) -> Result<Option<SocketAddr>, String> {
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse().map(Some).map_err(|_| {
+        format!("{text:?} is not an address to listen on: expected host:port with an IP address (127.0.0.1:6379, [::]:6379), or \"\" for none")
+    })
 }
 
 /// What `restore.on_conflict` says to do in case (c).

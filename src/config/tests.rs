@@ -436,3 +436,55 @@ fn extra_args_cannot_open_the_managed_valkey_to_others() {
     c.upstream.extra_args = vec!["--maxmemory".into(), "1gb".into()];
     c.validate().unwrap();
 }
+
+/// Issue 25: a TLS listener beside the plaintext one, or instead of it; what it needs
+/// without reading a file is checked here, naming the key.
+#[test]
+fn tls_listener_settings_are_checked_by_name() {
+    let err = |text: &str| {
+        Config::parse(text)
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string()
+    };
+    let tls = "[tls]\nlisten = \"127.0.0.1:6380\"\ncert_file = \"c\"\nkey_file = \"k\"\nca_cert_file = \"ca\"\n";
+    let c = Config::parse(tls).unwrap();
+    c.validate().unwrap();
+    assert_eq!(c.tls.handshake_timeout_ms, 10_000);
+    assert_eq!(c.proxy.listen, Some("127.0.0.1:6379".parse().unwrap()));
+
+    // TLS only.
+    let c = Config::parse(&format!("[proxy]\nlisten = \"\"\n{tls}")).unwrap();
+    c.validate().unwrap();
+    assert_eq!(c.proxy.listen, None);
+    assert!(err("[proxy]\nlisten = \"\"\n").contains("walrus would accept no client"));
+    let bad = Config::parse("[proxy]\nlisten = \"localhost:6379\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        bad.contains("\"localhost:6379\" is not an address to listen on"),
+        "{bad}"
+    );
+
+    assert!(err("[tls]\nlisten = \"127.0.0.1:6380\"\n").contains("tls.cert_file must be set"));
+    assert!(err("[tls]\nlisten = \"nowhere\"\n").contains("invalid value for tls.listen"));
+    let e = err("[tls]\nlisten = \"127.0.0.1:6380\"\ncert_file = \"c\"\nkey_file = \"k\"\n");
+    assert!(
+        e.contains("tls.auth_clients = \"yes\" needs tls.ca_cert_file"),
+        "{e}"
+    );
+    let e = err("[tls]\nlisten = \"127.0.0.1:6380\"\ncert_file = \"c\"\nkey_file = \"k\"\nauth_clients = \"no\"\nauth_clients_user = \"CN\"\n");
+    assert!(
+        e.contains("tls.auth_clients_user needs client certificates"),
+        "{e}"
+    );
+    let e = err(&format!("{tls}handshake_timeout_ms = 0\n"));
+    assert!(e.contains("tls.handshake_timeout_ms"), "{e}");
+    let e = err(&format!("{tls}reload_interval_ms = 5\n"));
+    assert!(e.contains("tls.reload_interval_ms"), "{e}");
+    let c = Config::parse(&format!("{tls}reload_interval_ms = 0\n")).unwrap();
+    c.validate().unwrap();
+    let e = err("[proxy]\nlisten = \"127.0.0.1:6380\"\n[tls]\nlisten = \"127.0.0.1:6380\"\ncert_file = \"c\"\nkey_file = \"k\"\nauth_clients = \"no\"\n");
+    assert!(e.contains("they need a port each"), "{e}");
+}

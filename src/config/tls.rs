@@ -8,9 +8,16 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TlsConfig {
-    /// Address TLS clients connect to, beside `proxy.listen` (Valkey's `tls-port`). Empty:
-    /// no TLS listener. Set `proxy.listen` to "" to accept TLS clients only.
+    /// Address TLS clients connect to, host:port, beside `proxy.listen` (Valkey's
+    /// `tls-port`); both share `proxy.max_clients`. Empty: no TLS listener. Set
+    /// `proxy.listen` to "" to accept TLS clients only.
     pub listen: String,
+    /// How long a client may take to finish the TLS handshake after it connects; past it
+    /// the connection is closed (`walrus_clients_rejected_total{reason="tls_handshake_timeout"}`),
+    /// so that a client that connects and sends nothing holds its slot only this long.
+    #[serde(deserialize_with = "crate::units::millis")]
+    #[schemars(with = "crate::units::Millis")]
+    pub handshake_timeout_ms: u64,
     /// walrus's certificate chain, PEM, leaf first (`tls-cert-file`).
     pub cert_file: String,
     /// Its private key, PEM, unencrypted (`tls-key-file`).
@@ -24,7 +31,12 @@ pub struct TlsConfig {
     pub auth_clients: AuthClients,
     /// A client certificate's field that names the ACL user the client runs as, without
     /// AUTH: `CN` (its subject's common name), `URI` (its first URI subject alternative
-    /// name that Valkey accepts as a user), or `off` (`tls-auth-clients-user`, Valkey 9).
+    /// name that names an enabled user), or `off` (`tls-auth-clients-user`, Valkey 9). A
+    /// certificate that names no enabled user leaves its client the default user. walrus
+    /// cannot show Valkey the client's certificate, so it authenticates as the user itself,
+    /// which only works for a user with no password: `nopass` (README, "TLS"). With CN or
+    /// URI, such users are certificate users: AUTH naming one is refused, as Valkey refuses
+    /// AUTH for a user with no password.
     pub auth_clients_user: CertUser,
     /// Protocol versions, space-separated: `TLSv1.2`, `TLSv1.3` (`tls-protocols`).
     pub protocols: String,
@@ -45,6 +57,9 @@ impl Default for TlsConfig {
     fn default() -> Self {
         TlsConfig {
             listen: String::new(),
+            // Far more than a handshake takes (a few round trips), short enough that clients
+            // that connect and stall cannot hold proxy.max_clients' slots for long.
+            handshake_timeout_ms: 10_000,
             cert_file: String::new(),
             key_file: String::new(),
             ca_cert_file: String::new(),

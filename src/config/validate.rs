@@ -1,10 +1,70 @@
 //! The values that parse but cannot work, named with their key; the journal's own limits are
 //! checked by [`crate::journal::JournalConfig`].
 
-use super::{Config, UpstreamMode};
+use super::{AuthClients, CertUser, Config, UpstreamMode};
 use std::net::SocketAddr;
 
 impl Config {
+    /// `[tls]`'s settings that need no file; the files themselves are read and checked by
+    /// `net::tls` when walrus starts and at `walrus config check`.
+    fn check_tls(&self) -> Result<(), String> {
+        let t = &self.tls;
+        if t.listen.is_empty() {
+            if self.proxy.listen.is_none() {
+                return Err("proxy.listen is \"\" and tls.listen is not set: walrus would accept no client; set either".into());
+            }
+            return Ok(());
+        }
+        let tls: SocketAddr = t.listen.parse().map_err(|_| {
+            format!(
+                "invalid value for tls.listen: {:?} (expected host:port with an IP address)",
+                t.listen
+            )
+        })?;
+        if self.proxy.listen == Some(tls) && tls.port() != 0 {
+            return Err(format!(
+                "tls.listen and proxy.listen are both {tls}: they need a port each"
+            ));
+        }
+        for (key, value) in [
+            ("tls.cert_file", &t.cert_file),
+            ("tls.key_file", &t.key_file),
+        ] {
+            if value.is_empty() {
+                return Err(format!(
+                    "{key} must be set when tls.listen is: walrus's certificate and its key, PEM"
+                ));
+            }
+        }
+        let no_ca = t.ca_cert_file.is_empty() && t.ca_cert_dir.is_empty();
+        if t.auth_clients != AuthClients::No && no_ca {
+            let value = if t.auth_clients == AuthClients::Yes {
+                "yes"
+            } else {
+                "optional"
+            };
+            return Err(format!(
+                "tls.auth_clients = \"{value}\" needs tls.ca_cert_file or tls.ca_cert_dir: the CA client certificates are checked against (or set tls.auth_clients = \"no\")"
+            ));
+        }
+        if t.auth_clients == AuthClients::No && t.auth_clients_user != CertUser::Off {
+            return Err("tls.auth_clients_user needs client certificates: set tls.auth_clients to \"yes\" or \"optional\"".into());
+        }
+        if t.handshake_timeout_ms < 10 {
+            return Err(format!(
+                "invalid value for tls.handshake_timeout_ms: {} (must be at least 10)",
+                t.handshake_timeout_ms
+            ));
+        }
+        if t.reload_interval_ms != 0 && t.reload_interval_ms < 100 {
+            return Err(format!(
+                "invalid value for tls.reload_interval_ms: {} (0: on SIGHUP only; else at least 100)",
+                t.reload_interval_ms
+            ));
+        }
+        Ok(())
+    }
+
     pub(super) fn check(&self) -> Result<(), String> {
         fn at_least(key: &str, value: u64, min: u64) -> Result<(), String> {
             if value < min {
@@ -136,8 +196,12 @@ impl Config {
         }
         self.journal.check()?;
         self.check_managed()?;
+        self.check_tls()?;
         if self.cluster.enabled {
-            self.cluster.check(self.proxy.listen)?;
+            let Some(listen) = self.proxy.listen else {
+                return Err("cluster.enabled needs proxy.listen: cluster clients are told its port (TLS cluster clients are not supported yet)".into());
+            };
+            self.cluster.check(listen)?;
         }
         // The ring's own low mark is half a segment below its high one: low disk marks on a
         // ring of few segments would put it at or below 0, where the ring's figure never is.

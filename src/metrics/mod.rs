@@ -13,7 +13,9 @@ use prometheus::{
 use std::sync::{LazyLock, Mutex};
 
 mod recovery;
+mod tls;
 pub use recovery::*;
+pub use tls::*;
 
 pub static REGISTRY: LazyLock<Registry> =
     LazyLock::new(|| Registry::new_custom(Some("walrus".into()), None).expect("registry"));
@@ -118,7 +120,7 @@ pub static CLIENTS_ACCEPTED: LazyLock<IntCounter> =
 static CLIENTS_REJECTED_VEC: LazyLock<IntCounterVec> = LazyLock::new(|| {
     counter_vec(
         "clients_rejected_total",
-        "Client connections refused, by reason.",
+        "Client connections refused, by reason: max_clients (proxy.max_clients open); on the TLS port tls_plaintext (not a TLS handshake), tls_handshake_timeout (tls.handshake_timeout_ms), tls_handshake_failed.",
         &["reason"],
     )
 });

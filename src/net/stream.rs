@@ -251,6 +251,16 @@ impl WriteHalf {
         }
     }
 
+    /// On TLS, queues a close_notify alert and sends what the socket takes now, without
+    /// waiting (the connection closes next); nothing on TCP and Unix.
+    pub fn close_notify(&mut self) {
+        if let WriteHalf::Tls(s) = self {
+            let mut g = lock(s);
+            g.get_mut().1.send_close_notify();
+            let _ = try_now(|cx| Pin::new(&mut *g).poll_flush(cx));
+        }
+    }
+
     /// Waits until the socket takes more (on TLS: once rustls's buffer reached it).
     pub async fn writable(&self) -> io::Result<()> {
         match self {

@@ -1,6 +1,8 @@
 //! The proxy: accept loop, client sessions, the shared pool and pinned connections.
 //!
 //! - [`server`]: listens, enforces `max_clients`, shuts down gracefully.
+//! - [`tls`]: a TLS client's handshake, and [`cert_user`]: the ACL user its certificate
+//!   names.
 //! - [`session`]: one client: parse, route, keep reply order.
 //! - [`identity`]: who a client is, as every connection acting for it must tell Valkey.
 //! - [`route`]: the rule for where a command runs.
@@ -10,6 +12,7 @@
 //! - [`admin`]: the admin commands walrus refuses or answers itself.
 
 pub mod admin;
+pub mod cert_user;
 pub mod identity;
 pub mod pinned;
 pub mod pipeline;
@@ -18,6 +21,7 @@ pub mod pushes;
 pub mod route;
 pub mod server;
 pub mod session;
+pub mod tls;
 
 use crate::commands::CommandTable;
 use crate::resp::Limits;
@@ -44,4 +48,7 @@ pub struct Shared {
     pub max_output_bytes: usize,
     /// `proxy.allow_admin_commands`: pass on what [`admin`] refuses.
     pub allow_admin_commands: bool,
+    /// `tls.auth_clients_user`: while certificates map to ACL users, AUTH naming a
+    /// certificate user is refused ([`cert_user`]).
+    pub cert_user: crate::config::CertUser,
 }

@@ -3,9 +3,11 @@
 //! (a log line, a reply), bounded by a timeout that fails the test with the process's log.
 #![allow(dead_code)]
 
+pub mod certs;
 pub mod faultfs;
 pub mod pair;
 pub mod server;
+pub mod tls;
 #[allow(unused_imports)] // each test binary uses a different part
 pub use pair::{decode, hello_without_id, show_args, sorted, Pair};
 
@@ -379,8 +381,9 @@ impl<'a> WalrusBuilder<'a> {
             ])
             .arg(&data_dir)
             .args(&args)
-            .envs(env.iter().copied())
-            .env("RUST_LOG", "info");
+            // A test's own RUST_LOG (debug lines to await) wins.
+            .env("RUST_LOG", "info")
+            .envs(env.iter().copied());
         if let Some(u) = upstream {
             cmd.args(["--upstream", u]);
         }

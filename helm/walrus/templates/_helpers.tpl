@@ -80,6 +80,9 @@ mode: walrus's managed Valkey puts its socket in a directory walrus creates insi
 {{- define "walrus.socketDir" -}}/run/valkey{{- end }}
 {{- define "walrus.valkeySocket" -}}{{ include "walrus.socketDir" . }}/valkey.sock{{- end }}
 {{- define "walrus.managedSocketDir" -}}{{ include "walrus.socketDir" . }}/walrus{{- end }}
+
+{{/* Where tls.existingSecret is mounted: tls.crt, tls.key, ca.crt. */}}
+{{- define "walrus.tlsDir" -}}/etc/walrus-tls{{- end }}
 {{- define "walrus.passwordFile" -}}{{ include "walrus.passwordDir" . }}/password{{- end }}
 
 {{/*
@@ -139,6 +142,17 @@ TOML.
   "journal" (dict "segment_size_bytes" (int64 $v.journal.segmentSizeBytes) "segments" (int64 $v.journal.segments) "io_backend" $v.journal.ioBackend "direct_io" $v.journal.directIo)
   "disk" (dict "high_watermark" $v.disk.highWatermark "low_watermark" $v.disk.lowWatermark)
 -}}
+{{- if $v.tls.enabled -}}
+{{- $dir := include "walrus.tlsDir" . -}}
+{{- $tls := dict "listen" (printf "0.0.0.0:%d" (int $v.tls.port)) "cert_file" (printf "%s/tls.crt" $dir) "key_file" (printf "%s/tls.key" $dir) "auth_clients" $v.tls.authClients "auth_clients_user" $v.tls.authClientsUser "reload_interval_ms" (int64 $v.tls.reloadIntervalMs) -}}
+{{- if ne $v.tls.authClients "no" -}}
+{{- $_ := set $tls "ca_cert_file" (printf "%s/ca.crt" $dir) -}}
+{{- end -}}
+{{- $_ := set $cfg "tls" $tls -}}
+{{- if $v.tls.disablePlaintext -}}
+{{- $_ := set (index $cfg "proxy") "listen" "" -}}
+{{- end -}}
+{{- end -}}
 {{- if $v.cluster.enabled -}}
 {{- $peers := list -}}
 {{- range $i := until (int $v.cluster.shards) -}}
@@ -215,6 +229,21 @@ only these forms through; anything else fails here rather than being guessed at.
 {{- fail (printf "cluster.busPort (%d) must differ from proxy.port and metrics.port: all listen in the same pod" (int $v.cluster.busPort)) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+{{- if $v.tls.enabled -}}
+{{- if not $v.tls.existingSecret -}}
+{{- fail "tls.enabled needs tls.existingSecret: a Secret with tls.crt, tls.key and ca.crt (a kubernetes.io/tls Secret, as cert-manager writes it)" -}}
+{{- end -}}
+{{- if $v.cluster.enabled -}}
+{{- fail "tls.enabled with cluster.enabled: cluster clients are told walrus's plaintext port; TLS for a cluster is not supported yet" -}}
+{{- end -}}
+{{- range $p := list (int $v.proxy.port) (int $v.metrics.port) -}}
+{{- if eq $p (int $v.tls.port) -}}
+{{- fail (printf "tls.port (%d) must differ from proxy.port and metrics.port: all listen in the same pod" (int $v.tls.port)) -}}
+{{- end -}}
+{{- end -}}
+{{- else if $v.tls.disablePlaintext -}}
+{{- fail "tls.disablePlaintext needs tls.enabled: walrus would accept no client" -}}
 {{- end -}}
 {{- if not $v.cluster.enabled -}}
 {{- $vu := $v.valkey.containerSecurityContext.runAsUser | default $v.podSecurityContext.runAsUser -}}

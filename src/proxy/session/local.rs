@@ -112,6 +112,9 @@ impl Session {
                 if self.drain().await.is_err() {
                     return Flow::Close;
                 }
+                if let Err(reply) = not_cert_user(&self.shared, creds.username.as_deref()).await {
+                    return self.ready(reply);
+                }
                 match verify(&self.shared, &req.raw).await {
                     Ok(()) => {
                         self.id.creds = Some(creds);
@@ -253,6 +256,9 @@ impl Session {
         if let Some(c) = auth {
             let user = c.username.clone().unwrap_or_default();
             let cmd = write::command([b"AUTH".as_slice(), user.as_bytes(), c.password.as_bytes()]);
+            if let Err(reply) = not_cert_user(&self.shared, Some(&user)).await {
+                return self.ready(reply);
+            }
             if let Err(reply) = verify(&self.shared, &cmd).await {
                 return self.ready(reply);
             }
@@ -310,6 +316,25 @@ async fn verify(shared: &Shared, auth_cmd: &[u8]) -> Result<(), Bytes> {
         return Err(reply);
     }
     Ok(())
+}
+
+/// While client certificates map to ACL users, AUTH naming a certificate user gets
+/// Valkey's answer for a user with no password ([`crate::proxy::cert_user`]).
+async fn not_cert_user(shared: &Shared, user: Option<&str>) -> Result<(), Bytes> {
+    let Some(user) = user else { return Ok(()) };
+    if shared.cert_user == crate::config::CertUser::Off {
+        return Ok(());
+    }
+    match crate::proxy::cert_user::is_cert_user(shared.pools.upstream(), user).await {
+        Ok(false) => Ok(()),
+        Ok(true) => {
+            crate::metrics::CertUserResult::AuthRefused.count();
+            Err(write::error(
+                "WRONGPASS invalid username-password pair or user is disabled.",
+            ))
+        }
+        Err(e) => Err(pipeline::unavailable(&e.to_string())),
+    }
 }
 
 /// Valkey's rule for client names: printable ASCII without spaces.

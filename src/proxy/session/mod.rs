@@ -121,17 +121,27 @@ struct Session {
     wr: WriteHalf,
 }
 
-pub async fn run(shared: Arc<Shared>, stream: Stream, mut shutdown: watch::Receiver<bool>) {
+/// Serves one client, who starts as `id` (the default user, or the user its TLS
+/// certificate names), until it leaves or `shutdown` fires and its replies are written.
+pub async fn run(
+    shared: Arc<Shared>,
+    stream: Stream,
+    id: Identity,
+    mut shutdown: watch::Receiver<bool>,
+) {
     if let Some(tcp) = stream.tcp() {
         let _ = tcp.set_nodelay(true);
     }
     let (mut rd, wr) = stream.into_split();
-    let pool = shared.default_pool.clone();
+    let pool = match &id.creds {
+        None => shared.default_pool.clone(),
+        Some(creds) => shared.pools.get(id.pool_key(), Some(creds)).await,
+    };
     let slot = pool.pick();
     let tx = pool.sender(slot).await.ok();
     let mut s = Session {
         shared: shared.clone(),
-        id: Identity::default(),
+        id,
         upstream: Runs::Pooled { pool, slot },
         tx,
         pushes: None,
@@ -311,7 +321,11 @@ pub async fn run(shared: Arc<Shared>, stream: Stream, mut shutdown: watch::Recei
             _ = shutdown.changed(), if reading && !draining => draining = true,
         }
     }
-    let _ = s.flush().await;
+    if s.flush().await.is_ok() {
+        // A TLS client is told the session ends (close_notify), so that it can tell the
+        // end from a cut connection.
+        s.wr.close_notify();
+    }
 }
 
 enum Read {

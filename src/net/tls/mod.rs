@@ -2,7 +2,11 @@
 //! protocol versions, cipher suites. Everything is checked when it is read (a certificate
 //! expired or not yet valid, a key that is not the certificate's, an empty CA file), and
 //! each error names the file and the problem: at start walrus refuses to run, at a reload
-//! the files are kept out and the configuration in use stays.
+//! the files are kept out and the configuration in use stays ([`reload`]).
+
+pub mod reload;
+#[cfg(test)]
+mod tests;
 
 use crate::config::{AuthClients, TlsConfig, UpstreamTlsConfig};
 use rustls_pki_types::pem::PemObject;
@@ -21,6 +25,9 @@ pub enum TlsError {
         key: String,
         path: PathBuf,
         problem: String,
+        /// The file does not exist (yet): worth a retry, as a secret an agent writes
+        /// beside walrus may appear (see `cli::exit_code`).
+        missing: bool,
     },
     #[error("{key}: {problem}")]
     Setting { key: String, problem: String },
@@ -31,6 +38,24 @@ fn file_error(key: &str, path: &Path, problem: impl std::fmt::Display) -> TlsErr
         key: key.to_string(),
         path: path.to_path_buf(),
         problem: problem.to_string(),
+        missing: false,
+    }
+}
+
+/// A file that cannot be read: the error says why, and whether it is only missing.
+fn io_error(key: &str, path: &Path, e: std::io::Error) -> TlsError {
+    TlsError::File {
+        key: key.to_string(),
+        path: path.to_path_buf(),
+        missing: e.kind() == std::io::ErrorKind::NotFound,
+        problem: e.to_string(),
+    }
+}
+
+impl TlsError {
+    /// A named file does not exist (yet).
+    pub fn missing_file(&self) -> bool {
+        matches!(self, TlsError::File { missing: true, .. })
     }
 }
 
@@ -90,6 +115,15 @@ pub struct Identity {
     pub key: PrivateKeyDer<'static>,
     /// The leaf's end of validity, seconds since the epoch (for the expiry metric).
     pub not_after: i64,
+    /// The leaf's serial number, hex (logged at each reload: which certificate is served).
+    pub serial: String,
+}
+
+/// A server configuration, with what the log and the metrics say about its certificate.
+pub struct Served {
+    pub config: rustls::ServerConfig,
+    pub not_after: i64,
+    pub serial: String,
 }
 
 impl Material<'_> {
@@ -120,7 +154,7 @@ impl Material<'_> {
         let chain = read_certs(&cert_key, cert_path)?;
         let key_key = self.key("key_file");
         let key_path = Path::new(self.key_file);
-        let pem = std::fs::read(key_path).map_err(|e| file_error(&key_key, key_path, e))?;
+        let pem = std::fs::read(key_path).map_err(|e| io_error(&key_key, key_path, e))?;
         if pem.windows(9).any(|w| w == b"ENCRYPTED") {
             return Err(file_error(&key_key, key_path, "an encrypted private key; walrus reads unencrypted keys only (decrypt it: openssl pkey -in KEY -out KEY.plain)"));
         }
@@ -131,7 +165,7 @@ impl Material<'_> {
                 format!("no private key in PEM form ({e})"),
             )
         })?;
-        let not_after = check_validity(&cert_key, cert_path, &chain[0])?;
+        let (not_after, serial) = check_validity(&cert_key, cert_path, &chain[0])?;
         let provider = self.provider()?;
         let signing = provider
             .key_provider
@@ -152,6 +186,7 @@ impl Material<'_> {
             chain,
             key,
             not_after,
+            serial,
         }))
     }
 
@@ -164,7 +199,7 @@ impl Material<'_> {
         if !self.ca_cert_dir.is_empty() {
             let key = self.key("ca_cert_dir");
             let dir = Path::new(self.ca_cert_dir);
-            let entries = std::fs::read_dir(dir).map_err(|e| file_error(&key, dir, e))?;
+            let entries = std::fs::read_dir(dir).map_err(|e| io_error(&key, dir, e))?;
             let mut paths: Vec<PathBuf> = entries
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.is_file())
@@ -282,6 +317,11 @@ impl Material<'_> {
     /// A server's configuration: walrus's certificate, and client certificates checked as
     /// `auth` says.
     pub fn server_config(&self, auth: AuthClients) -> Result<rustls::ServerConfig, TlsError> {
+        self.served(auth).map(|s| s.config)
+    }
+
+    /// [`Material::server_config`], with the certificate's expiry and serial.
+    pub fn served(&self, auth: AuthClients) -> Result<Served, TlsError> {
         let id = self.identity()?.ok_or_else(|| {
             setting_error(
                 &self.key("cert_file"),
@@ -310,9 +350,14 @@ impl Material<'_> {
                 builder.with_client_cert_verifier(v.build().map_err(|e| setting_error(&self.key("ca_cert_file"), e))?)
             }
         };
-        builder
+        let config = builder
             .with_single_cert(id.chain, id.key)
-            .map_err(|e| setting_error(&self.key("cert_file"), e))
+            .map_err(|e| setting_error(&self.key("cert_file"), e))?;
+        Ok(Served {
+            config,
+            not_after: id.not_after,
+            serial: id.serial,
+        })
     }
 
     /// A client's configuration: the server checked against the CA, walrus's certificate
@@ -360,7 +405,7 @@ fn suite_names(s: &SupportedCipherSuite) -> Vec<String> {
 }
 
 fn read_certs(key: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let pem = std::fs::read(path).map_err(|e| file_error(key, path, e))?;
+    let pem = std::fs::read(path).map_err(|e| io_error(key, path, e))?;
     let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<_, _>>()
         .map_err(|e| file_error(key, path, format!("not PEM certificates ({e})")))?;
@@ -374,8 +419,13 @@ fn read_certs(key: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, Tl
     Ok(certs)
 }
 
-/// Refuses a certificate that is expired or not yet valid; returns its end of validity.
-fn check_validity(key: &str, path: &Path, cert: &CertificateDer<'_>) -> Result<i64, TlsError> {
+/// Refuses a certificate that is expired or not yet valid; returns its end of validity and
+/// its serial number.
+fn check_validity(
+    key: &str,
+    path: &Path,
+    cert: &CertificateDer<'_>,
+) -> Result<(i64, String), TlsError> {
     let (_, parsed) = x509_parser::parse_x509_certificate(cert)
         .map_err(|e| file_error(key, path, format!("cannot parse the certificate: {e}")))?;
     let v = parsed.validity();
@@ -394,7 +444,7 @@ fn check_validity(key: &str, path: &Path, cert: &CertificateDer<'_>) -> Result<i
             format!("the certificate is not valid before {}", v.not_before),
         ));
     }
-    Ok(v.not_after.timestamp())
+    Ok((v.not_after.timestamp(), parsed.raw_serial_as_string()))
 }
 
 /// The name walrus checks Valkey's certificate for: `server_name`, or `address`'s host.
