@@ -78,7 +78,9 @@ fn slow_readers_and_clients_that_leave_mid_stream_over_tls() {
     let client = files.client(Some(&cert));
     let w = Walrus::build().config(&files.toml("")).start();
     let tls = tls_addr(&w.proc);
-    let mut c = TlsRaw::connect(&tls, &client, LOCALHOST).unwrap();
+    // A receive buffer of 4 KiB: walrus's socket fills at once, its replies wait in rustls's
+    // buffer, and the last of them must still be pushed out as the client reads.
+    let mut c = TlsRaw::connect_small(&tls, &client, LOCALHOST, 4096).unwrap();
     let value = vec![b'v'; 256 << 10];
     assert_eq!(c.cmd(&[&b"SET"[..], b"v", &value]), b"+OK\r\n");
 
@@ -97,7 +99,10 @@ fn slow_readers_and_clients_that_leave_mid_stream_over_tls() {
         let n = c.stream.read(&mut chunk).unwrap();
         assert!(n > 0, "walrus closed a slow reader");
         got.extend_from_slice(&chunk[..n]);
-        std::thread::yield_now();
+        // Slow, on purpose: walrus's writes outpace the reads, so that its socket stays full
+        // and its last reply waits in rustls's buffer. (Nothing waits for this pause: the
+        // replies are read whatever the pace.)
+        std::thread::sleep(std::time::Duration::from_micros(50));
     }
     for reply in got.chunks(want.len()) {
         assert!(reply == want, "a reply to a slow reader was garbled");

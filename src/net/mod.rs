@@ -4,6 +4,11 @@
 mod stream;
 pub mod tls;
 
+/// Certificates made in tests (the integration tests' own helper, shared).
+#[cfg(test)]
+#[path = "../../tests/common/certs.rs"]
+mod test_certs;
+
 use std::path::PathBuf;
 pub use stream::{ReadHalf, Stream, WriteHalf};
 

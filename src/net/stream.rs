@@ -301,3 +301,7 @@ impl AsyncWrite for WriteHalf {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "stream_tests.rs"]
+mod tests;

@@ -123,6 +123,34 @@ impl TlsRaw {
         name: &str,
     ) -> Result<TlsRaw, String> {
         let sock = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+        TlsRaw::over(sock, config, name)
+    }
+
+    /// The same, with a receive buffer of `bytes` set before it connects (a slow reader whose
+    /// socket fills at once).
+    pub fn connect_small(
+        addr: &str,
+        config: &Arc<rustls::ClientConfig>,
+        name: &str,
+        bytes: usize,
+    ) -> Result<TlsRaw, String> {
+        let addr: std::net::SocketAddr = addr.parse().unwrap();
+        let s = socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::STREAM,
+            None,
+        )
+        .unwrap();
+        s.set_recv_buffer_size(bytes).unwrap();
+        s.connect(&addr.into()).map_err(|e| e.to_string())?;
+        TlsRaw::over(s.into(), config, name)
+    }
+
+    fn over(
+        sock: TcpStream,
+        config: &Arc<rustls::ClientConfig>,
+        name: &str,
+    ) -> Result<TlsRaw, String> {
         sock.set_nodelay(true).unwrap();
         sock.set_read_timeout(Some(Duration::from_secs(20)))
             .unwrap();

@@ -5,9 +5,7 @@ use super::*;
 use crate::config::{AuthClients, TlsConfig};
 use std::sync::Arc;
 
-#[path = "../../../tests/common/certs.rs"]
-mod certs;
-use certs::{write, Ca, Leaf};
+use crate::net::test_certs::{write, Ca, Leaf};
 
 /// A CA, walrus's certificate and key, in a directory of their own.
 struct Files {
