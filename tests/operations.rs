@@ -18,6 +18,10 @@ const METRICS: &[(&str, &str)] = &[
     ("walrus_clients_accepted_total", "counter"),
     ("walrus_clients_rejected_total", "counter"),
     ("walrus_clients_output_closed_total", "counter"),
+    // Client-facing TLS: exported when `tls.listen` is set (the test below sets it).
+    ("walrus_tls_certificate_expiry_timestamp_seconds", "gauge"),
+    ("walrus_tls_reloads_total", "counter"),
+    ("walrus_tls_cert_users_total", "counter"),
     ("walrus_commands_total", "counter"),
     ("walrus_command_duration_seconds", "histogram"),
     ("walrus_ack_hold_seconds", "histogram"),
@@ -418,11 +422,13 @@ fn the_metric_name_scan_finds_names_and_rejects_strangers() {
 }
 
 /// The list above is what a running walrus exports: every family, with its type, and no
-/// other.
+/// other (with TLS for clients on, whose families exist only then).
 #[test]
 fn the_metric_list_is_what_walrus_exports() {
     let metrics = format!("127.0.0.1:{}", common::free_port());
+    let tls = common::tls::TlsFiles::new();
     let _w = common::Walrus::build()
+        .config(&tls.toml(""))
         .args(&["--metrics-listen", &metrics])
         .start();
     let (_, body) = common::http_get(&metrics, "/metrics");
