@@ -432,9 +432,31 @@ fn extra_args_cannot_open_the_managed_valkey_to_others() {
             "{err}"
         );
     }
-    let mut c = Config::default();
-    c.upstream.extra_args = vec!["--maxmemory".into(), "1gb".into()];
-    c.validate().unwrap();
+    // The ways around a check of whole arguments (issue 25's review): a setting and its
+    // value in one argument, `include`, a quoted name, a second line, and a last setting
+    // with no value, which would take walrus's own `--port` as its value.
+    for args in [
+        &["--port 16399"][..],
+        &["--include", "/tmp/x.conf"],
+        &["--INCLUDE /tmp/x.conf"],
+        &["--\"port\"", "6380"],
+        &["--maxmemory 1gb\nport 6380"],
+        &["--maxmemory", "1gb", "--replicaof"],
+    ] {
+        let mut c = Config::default();
+        c.upstream.extra_args = args.iter().map(|a| a.to_string()).collect();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("upstream.extra_args"), "{args:?}: {err}");
+    }
+    for ok in [
+        &["--maxmemory", "1gb"][..],
+        &["--maxmemory 1gb", "--save"],
+        &["--loadmodule", "/m.so", "--search.threads", "2"],
+    ] {
+        let mut c = Config::default();
+        c.upstream.extra_args = ok.iter().map(|a| a.to_string()).collect();
+        c.validate().unwrap();
+    }
 }
 
 /// Issue 25: a TLS listener beside the plaintext one, or instead of it; what it needs

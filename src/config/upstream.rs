@@ -15,15 +15,16 @@ pub const VALKEY_SOCKET: &str = "valkey.sock";
 /// ([`crate::restore::in_place`]).
 pub const RESTORE_SOCKET: &str = "valkey-restore.sock";
 
-/// Arguments walrus sets on the managed valkey-server itself, which `upstream.extra_args`
-/// must not override: each would open Valkey to clients around walrus, or move the socket
-/// walrus connects to.
+/// Settings walrus sets on the managed valkey-server itself, which `upstream.extra_args`
+/// must not name: each would open Valkey to clients around walrus, or move the socket
+/// walrus connects to. `include` would read settings no check sees.
 const OWN_ARGS: &[&str] = &[
     "port",
     "tls-port",
     "unixsocket",
     "unixsocketperm",
     "unixsocketgroup",
+    "include",
 ];
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
@@ -145,14 +146,8 @@ impl Config {
                 self.socket_dir().join(VALKEY_SOCKET).display()
             ));
         }
-        for arg in &u.extra_args {
-            let name = arg.strip_prefix("--").unwrap_or("").to_ascii_lowercase();
-            if OWN_ARGS.contains(&name.as_str()) {
-                return Err(format!(
-                    "invalid value for upstream.extra_args: {arg:?} is walrus's to set: the managed Valkey listens only on its Unix socket in upstream.socket_dir, reachable by walrus's user alone (README, \"Security\")"
-                ));
-            }
-        }
+        check_extra_args(&u.extra_args)
+            .map_err(|e| format!("invalid value for upstream.extra_args: {e}"))?;
         if u.mode == UpstreamMode::Managed {
             self.socket_path(VALKEY_SOCKET)?;
             if self.cluster.enabled {
@@ -160,5 +155,51 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// Reads `extra_args` as valkey-server reads its command line (server.c, `main`): an
+/// argument starting with `--` names a setting, and may carry its values after a space
+/// (`"--port 6380"` is one line of config); the arguments that follow are its values. Each
+/// name must be a plain word (Valkey would unquote `--"port"`), not one of [`OWN_ARGS`],
+/// and no argument may hold a line break (a second line of config). The last setting must
+/// have a value: Valkey would take walrus's own `--port`, which follows, as that value.
+fn check_extra_args(args: &[String]) -> Result<(), String> {
+    let mut wants_value: Option<&str> = None;
+    for arg in args {
+        if arg.contains(['\n', '\r']) {
+            return Err(format!(
+                "{arg:?} holds a line break, which valkey-server would read as another setting"
+            ));
+        }
+        let Some(setting) = arg.strip_prefix("--") else {
+            wants_value = None;
+            continue;
+        };
+        let mut words = setting.split_whitespace();
+        let name = words.next().unwrap_or("");
+        let plain = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !plain {
+            return Err(format!(
+                "{arg:?}: a setting's name is letters, digits, '-', '_' and '.'"
+            ));
+        }
+        if OWN_ARGS.contains(&name.to_ascii_lowercase().as_str()) {
+            return Err(format!(
+                "{arg:?} is walrus's to set: the managed Valkey listens only on its Unix socket in upstream.socket_dir, reachable by walrus's user alone (README, \"Security\")"
+            ));
+        }
+        // `--save` alone means `save ""` (Valkey's special case).
+        let alone = words.next().is_none() && !name.eq_ignore_ascii_case("save");
+        wants_value = alone.then_some(arg);
+    }
+    match wants_value {
+        Some(arg) => Err(format!(
+            "{arg:?} comes last with no value; valkey-server would take walrus's own next argument as its value"
+        )),
+        None => Ok(()),
     }
 }

@@ -252,9 +252,22 @@ only these forms through; anything else fails here rather than being guessed at.
 {{- fail (printf "valkey.containerSecurityContext.runAsUser (%v) and containerSecurityContext.runAsUser (%v) differ: Valkey's Unix socket is mode 700, for its own user, and walrus must connect to it" $vu $wu) -}}
 {{- end -}}
 {{- end -}}
+{{- /* valkey-server reads "--port 6380" in one argument as the setting and its value, so the
+name is the first word; a last setting with no value would take the chart's own "--port",
+which follows, as its value (walrus's upstream.extra_args check, src/config/upstream.rs). */ -}}
 {{- range $a := $v.valkey.args -}}
-{{- if has (lower (toString $a)) (list "--port" "--tls-port" "--bind" "--unixsocket" "--unixsocketperm" "--unixsocketgroup") -}}
-{{- fail (printf "valkey.args must not set %s: Valkey listens only on its Unix socket, which walrus alone reaches; a TCP port would let clients around walrus" $a) -}}
+{{- $a = toString $a -}}
+{{- if hasPrefix "--" $a -}}
+{{- $name := lower (index (splitList " " (trimPrefix "--" $a)) 0) -}}
+{{- if has $name (list "port" "tls-port" "bind" "unixsocket" "unixsocketperm" "unixsocketgroup" "include") -}}
+{{- fail (printf "valkey.args must not set %s: Valkey listens only on its Unix socket, which walrus alone reaches; a TCP port would let clients around walrus (and include would read settings the chart cannot check)" $a) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- with $v.valkey.args -}}
+{{- $l := toString (last .) -}}
+{{- if and (hasPrefix "--" $l) (not (contains " " $l)) (ne (lower $l) "--save") -}}
+{{- fail (printf "valkey.args ends with %s and no value: valkey-server would take the chart's own next argument as its value" $l) -}}
 {{- end -}}
 {{- end -}}
 {{- if eq (int $v.metrics.port) (int $v.proxy.port) -}}

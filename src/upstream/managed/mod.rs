@@ -250,15 +250,18 @@ impl ChildSpec {
 
     fn spawn(&self) -> std::io::Result<(Child, oneshot::Receiver<Result<(), String>>)> {
         let mut cmd = Command::new(&self.binary);
-        // No TCP port: the socket, mode 0700 in a directory of mode 0700, is the only way in.
-        // (A cluster node's bus still listens on TCP, its own port: [`ClusterNode::args`].)
-        cmd.args(["--port", "0", "--unixsocket"])
-            .arg(&self.socket)
-            .args(["--unixsocketperm", "700"])
-            .args(super::settings::args())
+        cmd.args(super::settings::args())
             .args(["--daemonize", "no", "--logfile", "", "--dir"])
             .arg(&self.dir)
             .args(&self.extra_args)
+            // No TCP port: the socket, mode 0700 in a directory of mode 0700, is the only way
+            // in. (A cluster node's bus still listens on TCP, its own port:
+            // [`ClusterNode::args`].) Last, because Valkey takes a setting's last value:
+            // nothing in `extra_args` overrides them (config's `check_managed` refuses what
+            // would try, this is the second wall).
+            .args(["--port", "0", "--tls-port", "0", "--unixsocket"])
+            .arg(&self.socket)
+            .args(["--unixsocketperm", "700"])
             // walrus alone speaks to systemd for the unit (`crate::supervisor`).
             .env_remove("NOTIFY_SOCKET")
             .env_remove("WATCHDOG_USEC")

@@ -71,6 +71,38 @@ async fn a_taken_default_bus_port_is_replaced_by_a_free_one() {
     valkey.stop().await;
 }
 
+/// walrus's listener arguments come after `upstream.extra_args`, so that Valkey, which
+/// takes a setting's last value, keeps its TCP port closed even when an argument gets past
+/// the config's check (issue 25's review: `"--port 16399"` in one argument did).
+#[tokio::test]
+async fn extra_args_cannot_reopen_the_tcp_port_that_walrus_closes() {
+    use std::io::{Read, Write};
+    let Ok(binary) = crate::upstream::binary::find("") else {
+        return; // no valkey-server here: deploy/setup.sh installs it
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let port = super::free_port().unwrap().to_string();
+    let socket = tmp.path().join("run/valkey.sock");
+    let valkey = super::ManagedValkey::spawn_ready(
+        binary,
+        &tmp.path().join("valkey"),
+        socket.clone(),
+        vec!["--port".into(), port.clone(), format!("--tls-port {port}")],
+        None,
+        || unreachable!("no cluster bus"),
+    )
+    .await
+    .unwrap();
+    let mut conn = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    conn.write_all(b"CONFIG GET port\r\n").unwrap();
+    let mut reply = [0u8; 64];
+    let n = conn.read(&mut reply).unwrap();
+    let reply = String::from_utf8_lossy(&reply[..n]);
+    assert!(reply.ends_with("$4\r\nport\r\n$1\r\n0\r\n"), "{reply:?}");
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err());
+    valkey.stop().await;
+}
+
 #[test]
 fn valkeys_warnings_are_logged_as_warnings() {
     for (line, level) in [
