@@ -1,6 +1,7 @@
 //! How bytes travel: one [`Stream`] for TCP, a Unix socket and TLS over TCP, and the
 //! address that says which of the first two to open.
 
+mod peer_uid;
 mod stream;
 pub mod tls;
 
@@ -10,6 +11,7 @@ pub mod tls;
 mod test_certs;
 
 use std::path::PathBuf;
+pub use peer_uid::tcp_peer_uid;
 pub use stream::{ReadHalf, Stream, WriteHalf};
 
 /// Where a server listens: `host:port`, or a Unix socket's path, written `unix:/path` (or

@@ -12,6 +12,12 @@
 //! connection that sends anything else before a correct AUTH, and keeps accepting until one
 //! authenticates and asks for the stream. Afterwards Valkey's previous `masterauth` is put
 //! back.
+//!
+//! Nor may a stranger hold the restore up: a connection from a user other than Valkey's is
+//! dropped as it is accepted (when walrus knows Valkey's user: [`OneTimeAuth::set`]); each
+//! connection has [`AUTH_TIMEOUT`] from its accept to authenticate, with one PING; and when
+//! [`MAX_HANDSHAKES`] are handshaking, the oldest that has not authenticated makes room for
+//! the new one, so that silent connections cannot keep Valkey's out.
 
 use crate::net::{ReadHalf, Stream, WriteHalf};
 use crate::resp::{Limits, ReplyScanner};
@@ -20,6 +26,8 @@ use crate::upstream::tls::{explain, Side};
 use crate::upstream::Upstream;
 use bytes::{Bytes, BytesMut};
 use redis_protocol::resp2::types::OwnedFrame;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use subtle::ConstantTimeEq;
@@ -28,13 +36,13 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
-/// How long a new connection has to authenticate. Valkey sends its AUTH right after the
-/// PING's reply, within milliseconds; a connection that stays silent longer is not Valkey's
-/// (one that was is dropped, and Valkey connects again at its next replication cron, a
-/// second later).
-const AUTH_TIMEOUT: Duration = Duration::from_secs(5);
-/// Connections handshaking at once; more are dropped as they come, so that silent ones
-/// cannot make walrus hold an unbounded number.
+/// How long a new connection has from its accept to authenticate (its TLS handshake
+/// included). Valkey sends its AUTH right after the PING's reply, within milliseconds; a
+/// connection slower than this is not Valkey's (one that was is dropped, and Valkey
+/// connects again at its next replication cron, a second later).
+const AUTH_TIMEOUT: Duration = Duration::from_secs(2);
+/// Connections handshaking at once, so that silent ones cannot make walrus hold an
+/// unbounded number; the oldest that has not authenticated gives way to a new one.
 const MAX_HANDSHAKES: usize = 16;
 /// What a connection may send before it authenticated: PING and AUTH are short, and a
 /// stranger must not make walrus buffer Valkey-sized frames.
@@ -55,12 +63,19 @@ pub struct OneTimeAuth {
     secret: Option<Arc<str>>,
     /// Valkey's `masterauth` before, put back by [`OneTimeAuth::restore`].
     previous: String,
+    /// The user Valkey runs as, when walrus reaches it on a Unix socket (which tells):
+    /// connections from any other user are dropped as they are accepted.
+    valkey_uid: Option<u32>,
 }
 
 impl OneTimeAuth {
     /// Sets a new random `masterauth` on Valkey, remembering the one it had.
     pub async fn set(up: &Upstream) -> Result<OneTimeAuth, UpstreamError> {
         let mut conn = Conn::control(up).await?;
+        let valkey_uid = match &conn.stream {
+            Stream::Unix(s) => s.peer_cred().ok().map(|c| c.uid()),
+            _ => None,
+        };
         let mut previous = match conn.call(["CONFIG", "GET", "masterauth"]).await? {
             OwnedFrame::Array(items) if items.len() == 2 => {
                 frame_str(&items[1]).unwrap_or_default()
@@ -82,6 +97,7 @@ impl OneTimeAuth {
             Ok(_) => Ok(OneTimeAuth {
                 secret: Some(secret.into()),
                 previous,
+                valkey_uid,
             }),
             Err(UpstreamError::Refused(e)) => {
                 tracing::warn!(
@@ -91,6 +107,7 @@ impl OneTimeAuth {
                 Ok(OneTimeAuth {
                     secret: None,
                     previous,
+                    valkey_uid,
                 })
             }
             Err(e) => Err(e),
@@ -133,28 +150,65 @@ pub async fn accept_replica(
     timeout: Duration,
 ) -> std::io::Result<Replica> {
     let deadline = tokio::time::Instant::now() + timeout;
+    let local = listener.local_addr()?;
     let mut handshakes = JoinSet::new();
+    // Each handshake's abort handle and whether it authenticated, oldest first.
+    let mut slots: VecDeque<(tokio::task::AbortHandle, Arc<AtomicBool>)> = VecDeque::new();
+    let mut strangers = 0u64;
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 let (sock, peer) = accepted?;
-                if handshakes.len() >= MAX_HANDSHAKES {
-                    tracing::warn!(%peer, "restore: {MAX_HANDSHAKES} connections to the restore listener are handshaking already; dropped another");
-                    continue;
+                if let Some(uid) = auth.valkey_uid {
+                    match crate::net::tcp_peer_uid(local, peer) {
+                        Ok(Some(u)) if u == uid => {}
+                        Ok(other) => {
+                            strangers += 1;
+                            if strangers == 1 {
+                                tracing::warn!(%peer, "restore: dropped a connection to the restore listener from {}, not Valkey's user (uid {uid}); more are counted at the end", other.map_or("a user walrus cannot see".into(), |u| format!("uid {u}")));
+                            }
+                            continue;
+                        }
+                        // Not for lack of trying: the password still guards the dataset.
+                        Err(e) => tracing::warn!("restore: cannot read /proc/net/tcp to tell who connected to the restore listener: {e}"),
+                    }
+                }
+                slots.retain(|(task, _)| !task.is_finished());
+                if slots.len() >= MAX_HANDSHAKES {
+                    match slots.iter().position(|(_, authed)| !authed.load(Ordering::Relaxed)) {
+                        Some(oldest) => {
+                            let (task, _) = slots.remove(oldest).expect("a position in slots");
+                            task.abort();
+                            tracing::warn!("restore: {MAX_HANDSHAKES} connections to the restore listener are handshaking; dropped the oldest that has not authenticated");
+                        }
+                        None => {
+                            tracing::warn!(%peer, "restore: {MAX_HANDSHAKES} authenticated connections to the restore listener are handshaking; dropped another");
+                            continue;
+                        }
+                    }
                 }
                 let secret = auth.secret.clone();
                 let tls = tls.clone();
-                handshakes.spawn(async move {
-                    tokio::time::timeout(timeout, handshake(sock, secret, tls))
+                let authed = Arc::new(AtomicBool::new(false));
+                let flag = authed.clone();
+                let task = handshakes.spawn(async move {
+                    tokio::time::timeout(timeout, handshake(sock, secret, tls, &flag))
                         .await
                         .unwrap_or_else(|_| Err("no PSYNC in time".into()))
                         .map_err(|why| format!("from {peer}: {why}"))
                 });
+                slots.push_back((task, authed));
             }
             Some(done) = handshakes.join_next() => match done {
                 // The other handshakes end as the set is dropped.
-                Ok(Ok(replica)) => return Ok(replica),
+                Ok(Ok(replica)) => {
+                    if strangers > 1 {
+                        tracing::warn!("restore: dropped {strangers} connections to the restore listener from users other than Valkey's");
+                    }
+                    return Ok(replica);
+                }
                 Ok(Err(why)) => tracing::warn!("restore: dropped a connection to the restore listener {why}"),
+                Err(e) if e.is_cancelled() => {}
                 Err(e) => tracing::warn!("restore: a handshake task failed: {e}"),
             },
             _ = tokio::time::sleep_until(deadline) => {
@@ -165,19 +219,22 @@ pub async fn accept_replica(
 }
 
 /// Answers one connection's replica handshake until its PSYNC (or SYNC); an error says why
-/// it is dropped. Before a correct AUTH (when there is a password) only PING is answered.
-/// With `tls` (Valkey's `tls-replication yes`), the TLS handshake comes first, within the
-/// time AUTH has.
+/// it is dropped. Before a correct AUTH (when there is a password) one PING is answered,
+/// and nothing else; `authed` is set once it authenticated. With `tls` (Valkey's
+/// `tls-replication yes`), the TLS handshake comes first, within the time AUTH has.
 async fn handshake(
     sock: TcpStream,
     secret: Option<Arc<str>>,
     tls: Option<TlsAcceptor>,
+    authed: &AtomicBool,
 ) -> Result<Replica, String> {
+    let auth_by = tokio::time::Instant::now() + AUTH_TIMEOUT;
+    let late = || format!("no AUTH within {AUTH_TIMEOUT:?} of connecting");
     sock.set_nodelay(true).map_err(|e| e.to_string())?;
     let stream = match tls {
         None => Stream::Tcp(sock),
-        Some(acceptor) => match tokio::time::timeout(AUTH_TIMEOUT, acceptor.accept(sock)).await {
-            Err(_) => return Err(format!("no TLS handshake within {AUTH_TIMEOUT:?}")),
+        Some(acceptor) => match tokio::time::timeout_at(auth_by, acceptor.accept(sock)).await {
+            Err(_) => return Err(late()),
             Ok(Err(e)) => {
                 return Err(format!(
                     "TLS handshake (Valkey has tls-replication yes): {}",
@@ -190,14 +247,16 @@ async fn handshake(
     let (mut rd, mut wr) = stream.into_split();
     let mut buf = BytesMut::with_capacity(4096);
     let mut authenticated = secret.is_none();
+    authed.store(authenticated, Ordering::Relaxed);
+    let mut pinged = false;
     loop {
         let args = if authenticated {
             read_command(&mut rd, &mut buf, Limits::default()).await
         } else {
             let read = read_command(&mut rd, &mut buf, PRE_AUTH_LIMITS);
-            tokio::time::timeout(AUTH_TIMEOUT, read)
+            tokio::time::timeout_at(auth_by, read)
                 .await
-                .map_err(|_| format!("no AUTH within {AUTH_TIMEOUT:?}"))?
+                .map_err(|_| late())?
         }
         .map_err(|e| e.to_string())?;
         let name = args
@@ -208,7 +267,10 @@ async fn handshake(
             (b"PSYNC" | b"SYNC", true) => return Ok(Replica { rd, wr, buf }),
             (b"PING", true) => b"+PONG\r\n",
             // What a primary with a password answers; Valkey's replica goes on to its AUTH.
-            (b"PING", false) => b"-NOAUTH Authentication required.\r\n",
+            (b"PING", false) if !pinged => {
+                pinged = true;
+                b"-NOAUTH Authentication required.\r\n"
+            }
             // AUTH [masteruser] <masterauth>: the password alone is walrus's to check.
             (b"AUTH", _) if (2..=3).contains(&args.len()) => {
                 let given = args.last().expect("2 or 3 arguments");
@@ -218,6 +280,7 @@ async fn handshake(
                     }
                     _ => {
                         authenticated = true;
+                        authed.store(true, Ordering::Relaxed);
                         b"+OK\r\n"
                     }
                 }
@@ -268,3 +331,7 @@ pub(super) async fn read_command(
         }
     }
 }
+
+#[cfg(test)]
+#[path = "listener_tests.rs"]
+mod tests;
