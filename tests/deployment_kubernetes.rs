@@ -945,9 +945,18 @@ fn chart_refuses_values_that_cannot_work() {
             &["--set-json", "valkey.args=[\"--port\",\"6380\"]"][..],
             "valkey.args",
         ),
-        (&["--set-json", "valkey.args=[\"--port 6380\"]"][..], "valkey.args"),
-        (&["--set-json", "valkey.args=[\"--include\",\"/x\"]"][..], "valkey.args"),
-        (&["--set-json", "valkey.args=[\"--replicaof\"]"][..], "valkey.args"),
+        (
+            &["--set-json", "valkey.args=[\"--port 6380\"]"][..],
+            "valkey.args",
+        ),
+        (
+            &["--set-json", "valkey.args=[\"--include\",\"/x\"]"][..],
+            "valkey.args",
+        ),
+        (
+            &["--set-json", "valkey.args=[\"--replicaof\"]"][..],
+            "valkey.args",
+        ),
         (
             &[
                 "--set-json",

@@ -508,6 +508,56 @@ fn on_a_unix_socket_the_dropped_socket_alone_is_closed_in_valkey_by_its_id() {
     writes_still_work(&mut c);
 }
 
+/// The same for a client whose ACL user may not run `CLIENT ID`: walrus asks it as its own
+/// user, before the client's AUTH (issue 25's review: the guard was missing for such users).
+#[test]
+fn a_client_user_without_client_id_is_still_closed_in_valkey_by_its_id() {
+    let w = Walrus::build()
+        .config("[proxy]\nmax_reply_bytes = 4096\n")
+        .start();
+    let mut direct = Raw::connect(&managed_valkey_addr(&w.addr));
+    for cmd in [
+        &["SET", "big", &"b".repeat(64 << 10)][..],
+        &[
+            "ACL",
+            "SETUSER",
+            "app",
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "+@all",
+            "-client|id",
+        ],
+    ] {
+        assert_eq!(direct.cmd(cmd), b"+OK\r\n");
+    }
+    let kills = client_kills(&mut direct);
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["AUTH", "app", "pw"]), b"+OK\r\n");
+    let pipeline: Vec<u8> = [
+        &["SET", "before", "1"][..],
+        &["GET", "big"],
+        &["SET", "after", "1"],
+    ]
+    .iter()
+    .flat_map(|a| walrus::resp::write::command(a.iter()).to_vec())
+    .collect();
+    c.send_raw(&pipeline);
+    let replies: Vec<String> = (0..3).map(|_| show(&c.read_frame())).collect();
+    assert!(replies[1].contains("proxy.max_reply_bytes"), "{replies:?}");
+    assert_eq!(
+        client_kills(&mut direct),
+        kills + 1,
+        "walrus did not close the dropped connection on Valkey's side: {}",
+        w.proc.log_text()
+    );
+    // The connection acts as the client's user, not walrus's.
+    let r = c.cmd(&["ACL", "WHOAMI"]);
+    assert_eq!(r, b"$3\r\napp\r\n", "{}", show(&r));
+    writes_still_work(&mut c);
+}
+
 /// The ids of Valkey's RESP3 clients (`CLIENT LIST`).
 fn resp3_clients(direct: &mut Raw) -> Vec<String> {
     let list = String::from_utf8(direct.cmd(&["CLIENT", "LIST"])).unwrap();

@@ -10,8 +10,8 @@ pub mod tls;
 #[path = "../../tests/common/certs.rs"]
 mod test_certs;
 
-use std::path::PathBuf;
 pub use peer_uid::tcp_peer_uid;
+use std::path::PathBuf;
 pub use stream::{ReadHalf, Stream, WriteHalf};
 
 /// Where a server listens: `host:port`, or a Unix socket's path, written `unix:/path` (or

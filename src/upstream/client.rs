@@ -60,6 +60,9 @@ pub struct Conn {
     /// Valkey's address on a TLS connection: TLS 1.3 reports a refused client certificate
     /// only at the first read, which then names the address as a handshake failure would.
     tls_addr: Option<String>,
+    /// Valkey's reply to `CLIENT ID` on a connection that acts for a client
+    /// ([`Conn::for_client`]): how walrus names it in `CLIENT KILL`.
+    pub client_id: Option<Bytes>,
 }
 
 impl Conn {
@@ -94,6 +97,7 @@ impl Conn {
             buf: BytesMut::with_capacity(16 << 10),
             scanner: ReplyScanner::new(up.limits),
             tls_addr,
+            client_id: None,
         })
     }
 
@@ -118,14 +122,43 @@ impl Conn {
     /// walrus), in the client's protocol. If Valkey refuses `HELLO 3` because the connection
     /// is not authenticated, the connection stays as it is: Valkey will answer that client's
     /// commands with the same `-NOAUTH` it would have sent directly.
+    ///
+    /// First, while the connection is still walrus's own, it asks Valkey's `CLIENT ID` for
+    /// it (kept in [`Conn::client_id`]): should walrus drop the connection itself, Valkey
+    /// must close it first, by a name that is its alone, and a client's user may not be
+    /// allowed `CLIENT ID`. Then the client's `AUTH`, or `RESET` back to the default user, as
+    /// a new connection has it. One write, so no more round trips than the `AUTH` alone.
     pub async fn for_client(
         up: &Upstream,
         creds: Option<&Credentials>,
         resp3: bool,
     ) -> Result<Conn, UpstreamError> {
         let mut conn = Conn::connect(up).await?;
-        if let Some(c) = creds {
-            conn.auth(c).await?;
+        let mut batch = Vec::new();
+        if let Some(walrus) = &up.credentials {
+            batch.extend_from_slice(&auth_command(walrus));
+        }
+        batch.extend_from_slice(&write::command(["CLIENT", "ID"]));
+        let then = match (creds, &up.credentials) {
+            (Some(c), _) => Some(auth_command(c)),
+            (None, Some(_)) => Some(write::command(["RESET"])),
+            (None, None) => None,
+        };
+        if let Some(cmd) = &then {
+            batch.extend_from_slice(cmd);
+        }
+        conn.stream_write(&batch).await?;
+        if up.credentials.is_some() {
+            // Refused, CLIENT ID's reply says so too (and the connection is not walrus's).
+            conn.read_frame().await?;
+        }
+        conn.client_id = Some(conn.read_frame().await?);
+        if then.is_some() {
+            // The connection must not stay walrus's: any refusal ends it.
+            let reply = conn.read_frame().await?;
+            if reply.first() == Some(&b'-') {
+                return Err(UpstreamError::Refused(reply));
+            }
         }
         if resp3 {
             match conn.expect_ok(write::command(["HELLO", "3"])).await {
@@ -138,11 +171,7 @@ impl Conn {
 
     /// `AUTH [user] password`; Valkey's error reply is returned as [`UpstreamError::Refused`].
     pub async fn auth(&mut self, c: &Credentials) -> Result<(), UpstreamError> {
-        let cmd = match &c.username {
-            Some(u) => write::command([b"AUTH".as_slice(), u.as_bytes(), c.password.as_bytes()]),
-            None => write::command([b"AUTH".as_slice(), c.password.as_bytes()]),
-        };
-        self.expect_ok(cmd).await
+        self.expect_ok(auth_command(c)).await
     }
 
     /// Writes bytes without reading a reply.
@@ -198,6 +227,7 @@ impl Conn {
             stream: self.stream,
             buf: self.buf,
             scanner: self.scanner,
+            client_id: self.client_id,
         }
     }
 
@@ -219,6 +249,15 @@ pub struct ConnParts {
     pub stream: Stream,
     pub buf: BytesMut,
     pub scanner: ReplyScanner,
+    pub client_id: Option<Bytes>,
+}
+
+/// `AUTH [user] password`.
+fn auth_command(c: &Credentials) -> Bytes {
+    match &c.username {
+        Some(u) => write::command([b"AUTH".as_slice(), u.as_bytes(), c.password.as_bytes()]),
+        None => write::command([b"AUTH".as_slice(), c.password.as_bytes()]),
+    }
 }
 
 /// Decodes one whole RESP2 reply, as [`Conn::read_frame`] delimited it, into values.

@@ -36,11 +36,11 @@ impl ClientName {
 /// Set once the warning that a connection on a Unix socket cannot be named was logged.
 static UNNAMED_WARNED: AtomicBool = AtomicBool::new(false);
 
-/// How Valkey names a connection, from its reply to `CLIENT ID` (sent first on it), or
-/// `None` when it did not answer that yet. A user Valkey refuses `CLIENT ID` is named by the
-/// connection's TCP address `local` instead; on a Unix socket it cannot be named at all
-/// (`None`, warned once). An unauthenticated connection runs nothing that would need
-/// closing: `None`, silently.
+/// How Valkey names a connection, from its reply to `CLIENT ID` (asked as walrus's user
+/// when it opened: [`Conn::for_client`]), or `None` when there was none. When Valkey refused
+/// `CLIENT ID`, the connection is named by its TCP address `local` instead; on a Unix socket
+/// it cannot be named at all (`None`, warned once). An unauthenticated connection runs
+/// nothing that would need closing: `None`, silently.
 pub fn client_name(
     reply: Option<&[u8]>,
     local: Option<std::net::SocketAddr>,
@@ -64,7 +64,7 @@ pub fn client_name(
         if !UNNAMED_WARNED.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 reply = %String::from_utf8_lossy(r).trim_end(),
-                "Valkey refused CLIENT ID to a client's user on its Unix socket, where every connection has the same address: when walrus drops such a connection itself (a reply over proxy.max_reply_bytes), it cannot have Valkey close it first, and a write Valkey runs after may be acknowledged before the journal has it; allow the clients' users +client|id (logged once)"
+                "Valkey refused CLIENT ID to walrus's user on its Unix socket, where every connection has the same address: when walrus drops a client's connection itself (a reply over proxy.max_reply_bytes), it cannot have Valkey close it first, and a write Valkey runs after may be acknowledged before the journal has it; allow walrus's user +client|id (logged once)"
             );
         }
     }
@@ -87,22 +87,28 @@ impl OffsetOracle {
         }
     }
 
-    /// Makes Valkey close its client `name` (if it still has it): it runs none of that
-    /// client's commands after this.
-    pub async fn close(&self, up: &Upstream, name: ClientName) {
+    /// Makes the Valkey process `run_id` close its client `name` (if it still has it): it
+    /// runs none of that client's commands after this. Only that process: client ids start
+    /// again at 1 in another, where the id names someone else (and the connection is gone
+    /// with the process it reached). The kill goes on the connection that found the process,
+    /// so no restart comes in between.
+    pub async fn close(&self, up: &Upstream, name: ClientName, run_id: &str) {
         let mut slot = self.conn.lock().await;
-        if slot.is_none() {
-            *slot = Conn::control(up).await.ok();
+        let Some(found) = call(&mut slot, up, &write::command(["INFO", "server"])).await else {
+            return;
+        };
+        if crate::upstream::server::run_id_of(&String::from_utf8_lossy(&found)).ok()
+            != Some(run_id.to_string())
+        {
+            return;
         }
-        if let Some(conn) = slot.as_mut() {
-            let kill = name.kill_command();
-            // "-ERR No such client" when Valkey already closed it: fine.
-            if !matches!(
-                tokio::time::timeout(up.connect_timeout, conn.call_raw(&kill)).await,
-                Ok(Ok(_))
-            ) {
-                *slot = None;
-            }
+        let conn = slot.as_mut().expect("the connection that answered");
+        // "-ERR No such client" when Valkey already closed it: fine. Not tried again on
+        // another connection, which might reach another process.
+        let kill = name.kill_command();
+        let killed = tokio::time::timeout(up.connect_timeout, conn.call_raw(&kill)).await;
+        if !matches!(killed, Ok(Ok(_))) {
+            *slot = None;
         }
     }
 
@@ -119,19 +125,25 @@ impl OffsetOracle {
     }
 
     async fn ask(&self, up: &Upstream, cmd: &[u8]) -> Option<Bytes> {
-        let mut slot = self.conn.lock().await;
-        for _ in 0..2 {
-            if slot.is_none() {
-                *slot = Some(Conn::control(up).await.ok()?);
-            }
-            let conn = slot.as_mut().expect("just connected");
-            match tokio::time::timeout(up.connect_timeout, conn.call_raw(cmd)).await {
-                Ok(Ok(reply)) => return Some(reply),
-                _ => *slot = None, // broken or stuck: reconnect once
-            }
-        }
-        None
+        call(&mut *self.conn.lock().await, up, cmd).await
     }
+}
+
+/// Sends `cmd` on the control connection `slot` (opened if there is none) and returns its
+/// reply, within `upstream.connect_timeout_ms`; a broken or stuck connection is opened again
+/// and the command sent once more.
+async fn call(slot: &mut Option<Conn>, up: &Upstream, cmd: &[u8]) -> Option<Bytes> {
+    for _ in 0..2 {
+        if slot.is_none() {
+            *slot = Some(Conn::control(up).await.ok()?);
+        }
+        let conn = slot.as_mut().expect("just connected");
+        match tokio::time::timeout(up.connect_timeout, conn.call_raw(cmd)).await {
+            Ok(Ok(reply)) => return Some(reply),
+            _ => *slot = None, // broken or stuck: reconnect once
+        }
+    }
+    None
 }
 
 impl Default for OffsetOracle {
@@ -188,6 +200,50 @@ mod tests {
             client_name(Some(b"-NOAUTH Authentication required.\r\n"), tcp),
             None
         );
+    }
+
+    /// `CLIENT KILL ID` goes only to the Valkey process the connection reached: ids start
+    /// again at 1 in a restarted one, where the same id names another client.
+    #[tokio::test]
+    async fn a_kill_by_id_goes_only_to_the_process_the_connection_reached() {
+        use crate::upstream::{managed::ManagedValkey, Upstream};
+        use std::io::{Read, Write};
+        let Ok(binary) = crate::upstream::binary::find("") else {
+            return; // no valkey-server here: deploy/setup.sh installs it
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let socket = tmp.path().join("run/valkey.sock");
+        let valkey =
+            ManagedValkey::start(binary, &tmp.path().join("v"), socket.clone(), vec![], None)
+                .await
+                .unwrap();
+        let up = Upstream {
+            address: valkey.address.clone(),
+            credentials: None,
+            connect_timeout: std::time::Duration::from_secs(5),
+            limits: crate::resp::Limits::default(),
+            process: None,
+            tls: None,
+        };
+        let mut victim = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+        let mut reply = [0u8; 64];
+        victim.write_all(b"CLIENT ID\r\n").unwrap();
+        let n = victim.read(&mut reply).unwrap();
+        let id = client_name(Some(&reply[..n]), None).expect("an id");
+        let oracle = super::OffsetOracle::new();
+        let run_id = oracle.run_id(&up).await.expect("Valkey's run_id");
+        oracle.close(&up, id, "another process's run_id").await;
+        victim.write_all(b"PING\r\n").unwrap();
+        let n = victim.read(&mut reply).unwrap();
+        assert_eq!(
+            &reply[..n],
+            b"+PONG\r\n",
+            "killed by a kill meant for another process"
+        );
+        oracle.close(&up, id, &run_id).await;
+        victim.write_all(b"PING\r\n").ok();
+        assert_eq!(victim.read(&mut reply).unwrap_or(0), 0, "not killed");
+        valkey.stop().await;
     }
 
     #[test]

@@ -114,9 +114,6 @@ enum Inflight {
     Select,
     /// walrus's own `ROLE`: the offset covering the write replies gathered so far.
     Role,
-    /// walrus's own `CLIENT ID`, first on a gated connection: how to name it in `CLIENT
-    /// KILL` ([`crate::valkey::role::ClientName`]).
-    ClientId,
 }
 
 /// Runs the connection until it breaks or `requests` closes. RESP3 pushes go to `pushes`
@@ -132,20 +129,22 @@ pub async fn run(
     ctx: Arc<PipelineCtx>,
     pushes: Option<PushSender>,
 ) -> Result<(), UpstreamError> {
-    let (epoch, first) = match &ctx.durability {
+    // The Valkey process this connection reaches (its `run_id`), when gated.
+    let (epoch, run_id, first) = match &ctx.durability {
         Some(d) => match wait_attached(d, &ctx, &mut requests, pushes.as_ref()).await? {
             Some(started) => started,
             None => return Ok(()),
         },
-        None => (0, None),
+        None => (0, String::new(), None),
     };
     let ConnParts {
         stream,
         buf,
         scanner,
+        client_id,
     } = conn.into_parts();
     // How Valkey names this connection should walrus drop it itself (`CLIENT KILL`): by
-    // the `CLIENT ID` the writer sends first, else by this address (none on a Unix socket).
+    // the `CLIENT ID` asked as it opened, else by this address (none on a Unix socket).
     let local = stream.local_addr();
     let (rd, wr) = stream.into_split();
     let (inflight_tx, mut inflight_rx) = mpsc::channel(ctx.max_in_flight);
@@ -157,7 +156,6 @@ pub async fn run(
         marks: Vec::new(),
         epoch,
         blocking: Arc::default(),
-        client_id: None,
     };
     let result = tokio::select! {
         r = writer(wr, first, requests, inflight_tx, gated, reader.blocking.clone()) => r,
@@ -178,8 +176,8 @@ pub async fn run(
             // walrus may have closed the socket itself (a reply over its limits) while Valkey
             // still holds commands of it to run: close it on Valkey's side first, so that the
             // offset learned afterwards covers everything it will ever run.
-            if let Some(name) = client_name(reader.client_id.as_deref(), local) {
-                ctx.oracle.close(&ctx.upstream, name).await;
+            if let Some(name) = client_name(client_id.as_deref(), local) {
+                ctx.oracle.close(&ctx.upstream, name, &run_id).await;
             }
             let hint = ctx.oracle.offset(&ctx.upstream).await;
             d.abandon_batch(awaiting, marks, lost_reply(), hint.map(|o| (o, epoch)));
@@ -189,8 +187,9 @@ pub async fn run(
 }
 
 /// Waits until the gate is attached and this connection is known to reach the Valkey
-/// process the link follows, answering requests with `-LOADING` meanwhile. Returns the epoch
-/// and a request that arrived as the wait ended, or `None` if `requests` closed.
+/// process the link follows, answering requests with `-LOADING` meanwhile. Returns the
+/// epoch, that process's `run_id`, and a request that arrived as the wait ended, or `None`
+/// if `requests` closed.
 ///
 /// The process is checked on the control connection after this one opened: only one
 /// process listens at Valkey's address at a time, so if the control connection finds the
@@ -202,7 +201,7 @@ async fn wait_attached(
     ctx: &PipelineCtx,
     requests: &mut mpsc::Receiver<PipelinedRequest>,
     pushes: Option<&PushSender>,
-) -> Result<Option<(u64, Option<PipelinedRequest>)>, UpstreamError> {
+) -> Result<Option<(u64, String, Option<PipelinedRequest>)>, UpstreamError> {
     // The epoch whose process this connection does not reach.
     let mut wrong_epoch = None;
     let mut first = None;
@@ -222,7 +221,7 @@ async fn wait_attached(
             }
         };
         match ctx.oracle.run_id(&ctx.upstream).await {
-            Some(now) if now == run_id => return Ok(Some((epoch, first))),
+            Some(now) if now == run_id => return Ok(Some((epoch, run_id, first))),
             Some(_) => {
                 d.doubt_valkey();
                 wrong_epoch = Some(epoch);

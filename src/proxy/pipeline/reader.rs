@@ -30,8 +30,6 @@ pub(super) struct Reader {
     pub(super) epoch: u64,
     /// Requests that may block, sent and not yet answered (the writer counts them up).
     pub(super) blocking: Arc<AtomicUsize>,
-    /// Valkey's reply to walrus's `CLIENT ID` on this connection, once it came.
-    pub(super) client_id: Option<Bytes>,
 }
 
 impl Reader {
@@ -84,7 +82,6 @@ impl Reader {
                     }
                     Ok(Inflight::Select) => {}
                     Ok(Inflight::Role) => self.settle(&frame),
-                    Ok(Inflight::ClientId) => self.client_id = Some(frame),
                     // A RESP3 subscription Valkey refuses (-NOPERM for a channel, say) is
                     // answered in band, though its session waits for pushes: pass it on so.
                     Err(_) if frame[0] == b'-' && self.pushes.is_some() => {

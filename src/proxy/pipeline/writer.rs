@@ -1,7 +1,6 @@
 //! The writer half: takes what is queued, writes it in one batch (a `SELECT` first when a
-//! request's database differs, a `ROLE` last when the batch writes; `CLIENT ID` first of
-//! all on a gated connection), and tells the reader whom each reply belongs to before the
-//! command goes out.
+//! request's database differs, a `ROLE` last when the batch writes), and tells the reader
+//! whom each reply belongs to before the command goes out.
 
 use super::{Inflight, PipelinedRequest, Release, TxCmd};
 use crate::net::WriteHalf;
@@ -50,11 +49,6 @@ pub(super) async fn writer(
     let mut select_in_tx = false;
     let mut role_due = false;
     let role = write::command(["ROLE"]);
-    // With writes to settle, the connection's first command is walrus's `CLIENT ID`: should
-    // walrus drop it, Valkey must close it first, by a name that is its alone (on a Unix
-    // socket every client has the same address). In the first batch, no round trip of its
-    // own.
-    let mut id_due = gated;
     let mut out = BytesMut::with_capacity(BATCH_BYTES_MAX);
     loop {
         let Some(first) = (match first.take() {
@@ -67,10 +61,6 @@ pub(super) async fn writer(
         // carries them all: without this, the writer (woken first) sends one command per
         // syscall under load.
         tokio::task::yield_now().await;
-        if std::mem::take(&mut id_due) {
-            owe(&inflight, Inflight::ClientId, &mut wr, &mut out).await?;
-            out.extend_from_slice(&write::command(["CLIENT", "ID"]));
-        }
         let mut next = Some(first);
         while let Some(req) = next.take() {
             if let Some(want) = req.db {
