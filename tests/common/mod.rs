@@ -570,60 +570,29 @@ impl Write for Sock {
     }
 }
 
-/// A blocking RESP client that returns replies as raw bytes.
-pub struct Raw {
-    pub stream: Sock,
+/// A blocking RESP client that returns replies as raw bytes, over any stream: [`Raw`] over
+/// TCP or a Unix socket, `tls::TlsRaw` over TLS.
+pub struct RespClient<S> {
+    pub stream: S,
     buf: BytesMut,
     scanner: ReplyScanner,
 }
 
-impl Raw {
-    /// Connects to `host:port`, or to a Unix socket named `unix:/path`.
-    pub fn connect(addr: &str) -> Raw {
-        Raw::try_connect(addr).unwrap_or_else(|e| panic!("connecting to {addr}: {e}"))
-    }
+/// [`RespClient`] over TCP or a Unix socket.
+pub type Raw = RespClient<Sock>;
 
-    /// A connection, or why there is none (the server is restarting).
-    pub fn try_connect(addr: &str) -> std::io::Result<Raw> {
-        let stream = match addr.strip_prefix("unix:") {
-            Some(path) => Sock::Unix(std::os::unix::net::UnixStream::connect(path)?),
-            None => {
-                let s = TcpStream::connect(addr)?;
-                s.set_nodelay(true)?;
-                Sock::Tcp(s)
-            }
-        };
-        stream.set_read_timeout(Some(Duration::from_secs(20)))?;
-        Ok(Raw {
+impl<S: Read + Write> RespClient<S> {
+    pub fn over(stream: S) -> RespClient<S> {
+        RespClient {
             stream,
             buf: BytesMut::new(),
             scanner: ReplyScanner::new(Limits::default()),
-        })
+        }
     }
 
     pub fn send_raw(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).unwrap();
-    }
-
-    /// Returns once the server's socket holds everything sent (the kernel's unacknowledged
-    /// count is zero): on a loaded machine, loopback delivery may lag the `write`, and a test
-    /// that signals the server right after sending must not race it.
-    pub fn await_delivered(&self) {
-        use std::os::fd::AsRawFd;
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            let mut unacked: libc::c_int = 0;
-            let r = unsafe { libc::ioctl(self.stream.as_raw_fd(), libc::TIOCOUTQ, &mut unacked) };
-            assert_eq!(r, 0, "ioctl(TIOCOUTQ): {}", std::io::Error::last_os_error());
-            if unacked == 0 {
-                return;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{unacked} bytes never delivered"
-            );
-            std::thread::yield_now();
-        }
+        self.stream.flush().unwrap();
     }
 
     /// Sends a command and returns its reply's bytes.
@@ -640,14 +609,12 @@ impl Raw {
             .unwrap_or_else(|e| panic!("no reply: {e}"))
     }
 
-    /// A command whose connection may be gone (walrus killed, restarting): `None` instead
-    /// of a failure when it cannot be sent or answered.
-    pub fn try_cmd(&mut self, args: &[&str]) -> Option<Vec<u8>> {
-        self.stream
-            .write_all(&walrus::resp::write::command(
-                args.iter().map(|a| a.as_bytes()),
-            ))
-            .ok()?;
+    /// A command whose connection may be gone (walrus killed, restarting, or refusing it):
+    /// `None` instead of a failure when it cannot be sent or answered.
+    pub fn try_cmd<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Option<Vec<u8>> {
+        let cmd = walrus::resp::write::command(args.iter().map(|a| a.as_ref()));
+        self.stream.write_all(&cmd).ok()?;
+        self.stream.flush().ok()?;
         self.try_read_frame().ok()
     }
 
@@ -675,6 +642,58 @@ impl Raw {
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
                 Err(_) => return false,
             }
+        }
+    }
+
+    /// Reads until the end of the stream, what was buffered first: on TLS, `Ok` for a
+    /// close_notify, `Err` for a cut.
+    pub fn read_to_end(&mut self) -> Result<Vec<u8>, String> {
+        let mut rest = self.buf.split().to_vec();
+        self.stream
+            .read_to_end(&mut rest)
+            .map_err(|e| e.to_string())?;
+        Ok(rest)
+    }
+}
+
+impl Raw {
+    /// Connects to `host:port`, or to a Unix socket named `unix:/path`.
+    pub fn connect(addr: &str) -> Raw {
+        Raw::try_connect(addr).unwrap_or_else(|e| panic!("connecting to {addr}: {e}"))
+    }
+
+    /// A connection, or why there is none (the server is restarting).
+    pub fn try_connect(addr: &str) -> std::io::Result<Raw> {
+        let stream = match addr.strip_prefix("unix:") {
+            Some(path) => Sock::Unix(std::os::unix::net::UnixStream::connect(path)?),
+            None => {
+                let s = TcpStream::connect(addr)?;
+                s.set_nodelay(true)?;
+                Sock::Tcp(s)
+            }
+        };
+        stream.set_read_timeout(Some(Duration::from_secs(20)))?;
+        Ok(Raw::over(stream))
+    }
+
+    /// Returns once the server's socket holds everything sent (the kernel's unacknowledged
+    /// count is zero): on a loaded machine, loopback delivery may lag the `write`, and a test
+    /// that signals the server right after sending must not race it.
+    pub fn await_delivered(&self) {
+        use std::os::fd::AsRawFd;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut unacked: libc::c_int = 0;
+            let r = unsafe { libc::ioctl(self.stream.as_raw_fd(), libc::TIOCOUTQ, &mut unacked) };
+            assert_eq!(r, 0, "ioctl(TIOCOUTQ): {}", std::io::Error::last_os_error());
+            if unacked == 0 {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{unacked} bytes never delivered"
+            );
+            std::thread::yield_now();
         }
     }
 }

@@ -4,14 +4,11 @@
 #![allow(dead_code)]
 
 use super::certs::{write, Ca, Leaf, Pair};
-use super::{Proc, START_TIMEOUT};
-use bytes::BytesMut;
-use std::io::{Read, Write};
+use super::{Proc, RespClient, START_TIMEOUT};
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_rustls::rustls::{self, pki_types::pem::PemObject, ClientConnection, StreamOwned};
-use walrus::resp::{Limits, ReplyScanner};
 
 /// A CA, and walrus's certificate and key signed by it, in a directory of their own.
 pub struct TlsFiles {
@@ -108,11 +105,8 @@ pub fn client_config(ca_pem: &str, cert: Option<&Pair>) -> Arc<rustls::ClientCon
     Arc::new(config)
 }
 
-pub struct TlsRaw {
-    pub stream: StreamOwned<ClientConnection, TcpStream>,
-    buf: BytesMut,
-    scanner: ReplyScanner,
-}
+/// [`RespClient`] over TLS.
+pub type TlsRaw = RespClient<StreamOwned<ClientConnection, TcpStream>>;
 
 impl TlsRaw {
     /// Connects to `addr`, checking walrus's certificate for `name`, and completes the
@@ -123,7 +117,7 @@ impl TlsRaw {
         name: &str,
     ) -> Result<TlsRaw, String> {
         let sock = TcpStream::connect(addr).map_err(|e| e.to_string())?;
-        TlsRaw::over(sock, config, name)
+        TlsRaw::handshake(sock, config, name)
     }
 
     /// The same, with a receive buffer of `bytes` set before it connects (a slow reader whose
@@ -143,10 +137,10 @@ impl TlsRaw {
         .unwrap();
         s.set_recv_buffer_size(bytes).unwrap();
         s.connect(&addr.into()).map_err(|e| e.to_string())?;
-        TlsRaw::over(s.into(), config, name)
+        TlsRaw::handshake(s.into(), config, name)
     }
 
-    fn over(
+    fn handshake(
         sock: TcpStream,
         config: &Arc<rustls::ClientConfig>,
         name: &str,
@@ -163,62 +157,11 @@ impl TlsRaw {
                 .complete_io(&mut stream.sock)
                 .map_err(|e| e.to_string())?;
         }
-        Ok(TlsRaw {
-            stream,
-            buf: BytesMut::new(),
-            scanner: ReplyScanner::new(Limits::default()),
-        })
+        Ok(RespClient::over(stream))
     }
 
     /// The leaf certificate walrus presented, DER.
     pub fn server_cert(&self) -> Vec<u8> {
         self.stream.conn.peer_certificates().unwrap()[0].to_vec()
-    }
-
-    pub fn send_raw(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).unwrap();
-        self.stream.flush().unwrap();
-    }
-
-    pub fn cmd<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Vec<u8> {
-        self.try_cmd(args)
-            .unwrap_or_else(|e| panic!("no reply: {e}"))
-    }
-
-    /// A command whose connection may fail (refused by walrus): the error instead of a
-    /// panic.
-    pub fn try_cmd<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Result<Vec<u8>, String> {
-        let cmd = walrus::resp::write::command(args.iter().map(|a| a.as_ref()));
-        self.stream.write_all(&cmd).map_err(|e| e.to_string())?;
-        self.stream.flush().map_err(|e| e.to_string())?;
-        self.try_read_frame()
-    }
-
-    pub fn read_frame(&mut self) -> Vec<u8> {
-        self.try_read_frame()
-            .unwrap_or_else(|e| panic!("no reply: {e}"))
-    }
-
-    pub fn try_read_frame(&mut self) -> Result<Vec<u8>, String> {
-        loop {
-            if let Some(n) = self.scanner.scan(&self.buf).map_err(|e| e.to_string())? {
-                return Ok(self.buf.split_to(n).to_vec());
-            }
-            let mut chunk = [0u8; 65536];
-            let n = self.stream.read(&mut chunk).map_err(|e| e.to_string())?;
-            if n == 0 {
-                return Err("connection closed".into());
-            }
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-    }
-
-    /// Reads until the end of the stream: `Ok` for a close_notify, `Err` for a cut.
-    pub fn read_to_end(&mut self) -> Result<Vec<u8>, String> {
-        let mut rest = self.buf.split().to_vec();
-        self.stream
-            .read_to_end(&mut rest)
-            .map_err(|e| e.to_string())?;
-        Ok(rest)
     }
 }
