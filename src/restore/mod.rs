@@ -237,16 +237,16 @@ pub async fn run(
     };
     // The future borrows the checkpoint and the chain: scoped, so they can be returned.
     let result = {
-        let loading = primary::load(
+        let loading = primary::load(primary::Load {
             up,
             store,
             cp,
-            journal.clone(),
-            &holding.end,
+            journal: journal.clone(),
+            end: &holding.end,
             timeout,
-            &progress,
+            progress: &progress,
             finish,
-        );
+        });
         tokio::pin!(loading);
         let mut tick = tokio::time::interval(PROGRESS_EVERY);
         tick.tick().await;

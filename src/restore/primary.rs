@@ -82,18 +82,23 @@ pub enum Finish {
     Save,
 }
 
-/// Loads Valkey with `cp` and the journal after it, up to `end` (verified beforehand).
-#[allow(clippy::too_many_arguments)]
-pub async fn load(
-    up: &Upstream,
-    store: &Store,
-    cp: &Checkpoint,
-    journal: Arc<Journal>,
-    end: &ChainEnd,
-    timeout: Duration,
-    progress: &Progress,
-    finish: Finish,
-) -> Result<Option<Phases>, LoadError> {
+/// A load of Valkey: `cp` from `store` and `journal` after it, up to `end` (verified
+/// beforehand), then `finish`. `timeout` bounds each wait for Valkey.
+pub struct Load<'a> {
+    pub up: &'a Upstream,
+    pub store: &'a Store,
+    pub cp: &'a Checkpoint,
+    pub journal: Arc<Journal>,
+    pub end: &'a ChainEnd,
+    pub timeout: Duration,
+    pub progress: &'a Progress,
+    pub finish: Finish,
+}
+
+/// Loads Valkey as `l` says: Valkey connects to walrus as its replica and is sent the
+/// checkpoint and the journal.
+pub async fn load(l: Load<'_>) -> Result<Option<Phases>, LoadError> {
+    let (up, timeout) = (l.up, l.timeout);
     let tls = replica_tls(up).await?;
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
@@ -109,10 +114,7 @@ pub async fn load(
                 }
                 _ => LoadError::Io(e),
             })?;
-        send(
-            up, store, cp, journal, end, timeout, progress, finish, replica,
-        )
-        .await
+        send(&l, replica).await
     }
     .await;
     auth.restore(up).await;
@@ -120,18 +122,17 @@ pub async fn load(
 }
 
 /// The rest of [`load`], once Valkey connected and asked for the stream.
-#[allow(clippy::too_many_arguments)]
-async fn send(
-    up: &Upstream,
-    store: &Store,
-    cp: &Checkpoint,
-    journal: Arc<Journal>,
-    end: &ChainEnd,
-    timeout: Duration,
-    progress: &Progress,
-    finish: Finish,
-    replica: Replica,
-) -> Result<Option<Phases>, LoadError> {
+async fn send(l: &Load<'_>, replica: Replica) -> Result<Option<Phases>, LoadError> {
+    let Load {
+        up,
+        store,
+        cp,
+        ref journal,
+        end,
+        timeout,
+        progress,
+        finish,
+    } = *l;
     let Replica { rd, mut wr, buf } = replica;
     // From here Valkey only sends REPLCONF ACK <offset> [FACK <offset>].
     let (ack_tx, mut acked) = watch::channel(0u64);
@@ -149,7 +150,7 @@ async fn send(
     )
     .await?;
     send_rdb(&mut wr, &store.path_of(cp), progress).await?;
-    let streamed = send_stream(&mut wr, journal, cp, progress).await?;
+    let streamed = send_stream(&mut wr, journal.clone(), cp, progress).await?;
     if streamed.offset != end.offset {
         return Err(LoadError::Protocol(format!(
             "the journal changed during the restore: it ended at offset {} instead of {}",
