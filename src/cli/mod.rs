@@ -17,6 +17,7 @@ mod durable;
 mod fds;
 mod http_client;
 pub mod journal;
+mod learn;
 mod listeners;
 mod manual;
 mod serve;

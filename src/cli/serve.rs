@@ -2,24 +2,20 @@
 //! learn its command table, and proxy until SIGTERM or SIGINT.
 
 use super::durable::start_durability;
+use super::learn::{check_cluster, check_settings, cluster_node, learn_upstream};
 use super::listeners::{self, Ports};
 use super::Fatal;
 use super::ServeArgs;
-use crate::commands::CommandTable;
 use crate::config::{Config, UpstreamMode};
 use crate::durability::{Durability, Status};
 use crate::proxy::pipeline::PipelineCtx;
 use crate::proxy::pool::{PoolKey, Pools};
 use crate::proxy::{server, Shared};
-use crate::upstream::backoff::Backoff;
-use crate::upstream::client::{frame_int, Conn, UpstreamError};
 use crate::upstream::cluster::{self, ClusterNode};
 use crate::upstream::managed::ManagedValkey;
-use crate::upstream::server::ServerVersion;
 use crate::upstream::tls::UpstreamTls;
-use crate::upstream::{binary, settings, Upstream};
+use crate::upstream::{binary, Upstream};
 use crate::valkey::role::OffsetOracle;
-use redis_protocol::resp2::types::OwnedFrame;
 use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -154,43 +150,6 @@ async fn serve(config: Config) -> Result<(), Fatal> {
         m.stop().await;
     }
     result
-}
-
-/// Valkey as a cluster node announcing this walrus, listening on `listen` (its port as
-/// bound, which `--listen :0` leaves to the kernel), when `cluster.enabled`.
-fn cluster_node(
-    config: &Config,
-    listen: std::net::SocketAddr,
-) -> Result<Option<ClusterNode>, Fatal> {
-    if !config.cluster.enabled {
-        return Ok(None);
-    }
-    Ok(Some(ClusterNode {
-        announce: config.cluster.announce(listen)?,
-        bus_port: config.cluster.bus_port,
-    }))
-}
-
-/// A cluster node must announce walrus to clients, and a Valkey in cluster mode must not
-/// be run without `cluster.enabled`: its clients would be sent to Valkey's own address.
-async fn check_cluster(
-    node: Option<&ClusterNode>,
-    up: &Upstream,
-    server: &ServerVersion,
-) -> Result<(), Fatal> {
-    let mut conn = Conn::control(up).await?;
-    match node {
-        Some(node) => node.check(&mut conn, server).await?,
-        None if cluster::enabled(&mut conn).await? => {
-            return Err(format!(
-                "Valkey at {} runs in cluster mode, and cluster.enabled is off: CLUSTER SLOTS, MOVED and ASK would send cluster clients to Valkey's own address, around walrus; set cluster.enabled (README, \"Valkey Cluster\")",
-                up.address
-            )
-            .into())
-        }
-        None => {}
-    }
-    Ok(())
 }
 
 async fn run_proxy(
@@ -433,80 +392,6 @@ impl Readiness {
 
 /// What Valkey's replication stream may add around a client's write (SELECT, MULTI/EXEC).
 const WRAPPING_BYTES: usize = 4096;
-
-/// External mode: compares Valkey's settings with those walrus needs, once.
-async fn check_settings(up: &Upstream, strict: bool) -> Result<(), Fatal> {
-    let mut conn = Conn::control(up).await?;
-    let diffs = match settings::check(&mut conn).await {
-        Ok(d) => d,
-        Err(e) => {
-            // An ACL user without +config cannot read them: say so, do not guess.
-            let msg = format!("cannot read Valkey's settings with CONFIG GET: {e}");
-            return if strict {
-                Err(msg.into())
-            } else {
-                tracing::warn!("{msg}");
-                Ok(())
-            };
-        }
-    };
-    for d in &diffs {
-        tracing::warn!("{d}");
-    }
-    if strict && !diffs.is_empty() {
-        return Err(format!(
-            "upstream.strict_settings is set and {} of Valkey's settings differ from what walrus needs (see the log); first: {}",
-            diffs.len(),
-            diffs[0]
-        )
-        .into());
-    }
-    Ok(())
-}
-
-/// Connects with walrus's own credentials and reads the command table and the number of
-/// databases, retrying until Valkey answers (in Kubernetes it may start after walrus).
-async fn learn_upstream(
-    up: &Upstream,
-    backoff_max: Duration,
-) -> Result<(CommandTable, u32, ServerVersion), Fatal> {
-    let mut backoff = Backoff::new(Duration::from_millis(50), backoff_max);
-    loop {
-        match try_learn(up).await {
-            Ok(r) => return Ok(r),
-            // Not a server walrus can serve: waiting will not change that.
-            Err(e @ UpstreamError::Unsupported(_)) => return Err(e.into()),
-            Err(e) => {
-                tracing::warn!(
-                    "cannot read Valkey's command table yet: {e}; retrying in {:?}",
-                    backoff.delay()
-                );
-                tokio::time::sleep(backoff.advance()).await;
-            }
-        }
-    }
-}
-
-/// Which server Valkey is (refused if walrus cannot serve it), its command table and its
-/// number of databases.
-async fn try_learn(up: &Upstream) -> Result<(CommandTable, u32, ServerVersion), UpstreamError> {
-    let mut conn = Conn::control(up).await?;
-    let server = ServerVersion::query(&mut conn).await?;
-    server.check_supported()?;
-    let table = CommandTable::fetch(&mut conn)
-        .await
-        .map_err(|e| UpstreamError::Decode(e.to_string()))?;
-    let reply = conn.call(["CONFIG", "GET", "databases"]).await?;
-    let databases = match &reply {
-        OwnedFrame::Array(kv) => kv.get(1).and_then(frame_int),
-        _ => None,
-    }
-    .filter(|&n| n > 0 && n <= u32::MAX as i64)
-    .ok_or_else(|| {
-        UpstreamError::Decode(format!("unexpected CONFIG GET databases reply: {reply:?}"))
-    })?;
-    Ok((table, databases as u32, server))
-}
 
 /// Feeds systemd's watchdog from a task on the event loop, twice per interval as sd_notify(3)
 /// advises: it is fed while the loop turns, during a restore too, and not once it stops.
