@@ -64,15 +64,7 @@ fn tls_clients_get_what_plaintext_clients_get_durable_writes_included() {
         format!("*1\r\n:{}\r\n", n + 1).into_bytes()
     );
     let mut sub = TlsRaw::connect(&tls, &client, LOCALHOST).unwrap();
-    assert_eq!(
-        sub.cmd(&["SUBSCRIBE", "news"]),
-        b"*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n"
-    );
-    assert_eq!(plain.cmd(&["PUBLISH", "news", "hi"]), b":1\r\n");
-    assert_eq!(
-        sub.read_frame(),
-        b"*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$2\r\nhi\r\n"
-    );
+    assert_pubsub(&mut sub, &mut plain, "news", "hi");
 
     // An acknowledged write survives SIGKILL, and is read back over TLS.
     assert_eq!(c.cmd(&["SET", "durable", "yes"]), b"+OK\r\n");

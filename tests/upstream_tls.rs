@@ -151,16 +151,7 @@ fn clients_write_read_and_pin_connections_through_tls_to_valkey() {
     assert_eq!(c.cmd(&["INCR", "k1"]), b"+QUEUED\r\n");
     assert_eq!(c.cmd(&["EXEC"]), b"*1\r\n:2\r\n");
     // So does a subscriber; the message comes through Valkey from another client.
-    let mut sub = Raw::connect(&w.addr);
-    assert_eq!(
-        sub.cmd(&["SUBSCRIBE", "news"]),
-        b"*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n"
-    );
-    assert_eq!(c.cmd(&["PUBLISH", "news", "hello"]), b":1\r\n");
-    assert_eq!(
-        sub.read_frame(),
-        b"*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$5\r\nhello\r\n"
-    );
+    assert_pubsub(&mut Raw::connect(&w.addr), &mut c, "news", "hello");
 }
 
 #[test]

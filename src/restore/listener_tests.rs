@@ -40,11 +40,23 @@ async fn line(s: &mut TcpStream) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Valkey's side of the handshake (replication.c, `syncWithPrimary`), up to its PSYNC.
-async fn replicate(port: u16) -> TcpStream {
+async fn listen() -> (TcpListener, u16) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    (listener, port)
+}
+
+/// A connection that sent its one PING before AUTH, as Valkey does first.
+async fn pinged(port: u16) -> TcpStream {
     let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     send(&mut s, &["PING"]).await;
     assert!(line(&mut s).await.starts_with("-NOAUTH"));
+    s
+}
+
+/// Valkey's side of the handshake (replication.c, `syncWithPrimary`), up to its PSYNC.
+async fn replicate(port: u16) -> TcpStream {
+    let mut s = pinged(port).await;
     send(&mut s, &["AUTH", SECRET]).await;
     assert_eq!(line(&mut s).await, "+OK\r\n");
     send(&mut s, &["PSYNC", "?", "-1"]).await;
@@ -76,17 +88,13 @@ async fn closed_at_once(s: &mut TcpStream) -> Vec<u8> {
 /// Valkey's connection, the next, is served: the oldest silent one gives way.
 #[tokio::test]
 async fn silent_connections_holding_every_slot_do_not_keep_valkey_out() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let (listener, port) = listen().await;
     let auth = auth(None);
     let accept = accept_replica(&listener, &auth, None, Duration::from_secs(60));
     let attack = async {
         let mut holders = Vec::new();
         for _ in 0..MAX_HANDSHAKES {
-            let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-            send(&mut s, &["PING"]).await;
-            assert!(line(&mut s).await.starts_with("-NOAUTH"));
-            holders.push(s);
+            holders.push(pinged(port).await);
         }
         let valkey = replicate(port).await;
         // The first holder made room.
@@ -100,14 +108,11 @@ async fn silent_connections_holding_every_slot_do_not_keep_valkey_out() {
 /// A second PING before AUTH closes the connection: PINGs cannot keep one open.
 #[tokio::test(start_paused = true)]
 async fn a_second_ping_before_auth_is_dropped() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let (listener, port) = listen().await;
     let auth = auth(None);
     let accept = accept_replica(&listener, &auth, None, Duration::from_secs(60));
     let attack = async {
-        let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-        send(&mut s, &["PING"]).await;
-        assert!(line(&mut s).await.starts_with("-NOAUTH"));
+        let mut s = pinged(port).await;
         send(&mut s, &["PING"]).await;
         closed_at_once(&mut s).await;
         replicate(port).await
@@ -120,8 +125,7 @@ async fn a_second_ping_before_auth_is_dropped() {
 /// spreads its PING.
 #[tokio::test(start_paused = true)]
 async fn a_connection_has_auth_timeout_from_its_accept() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let (listener, port) = listen().await;
     let auth = auth(None);
     let accept = accept_replica(&listener, &auth, None, Duration::from_secs(60));
     let attack = async {
@@ -142,8 +146,7 @@ async fn a_connection_has_auth_timeout_from_its_accept() {
 /// Valkey's is served.
 #[tokio::test(start_paused = true)]
 async fn a_connection_from_another_user_than_valkeys_is_dropped() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let (listener, port) = listen().await;
     let stranger = auth(Some(me().wrapping_add(1)));
     let accept = accept_replica(&listener, &stranger, None, Duration::from_secs(60));
     let attack = async {

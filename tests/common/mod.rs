@@ -698,6 +698,26 @@ impl Raw {
     }
 }
 
+/// `sub` subscribes to `channel` (RESP2) and receives `message` as `publisher` publishes it
+/// there, through Valkey.
+pub fn assert_pubsub<S: Read + Write, P: Read + Write>(
+    sub: &mut RespClient<S>,
+    publisher: &mut RespClient<P>,
+    channel: &str,
+    message: &str,
+) {
+    let bulk = |s: &str| format!("${}\r\n{s}\r\n", s.len());
+    assert_eq!(
+        show(&sub.cmd(&["SUBSCRIBE", channel])),
+        show(format!("*3\r\n$9\r\nsubscribe\r\n{}:1\r\n", bulk(channel)).as_bytes())
+    );
+    assert_eq!(publisher.cmd(&["PUBLISH", channel, message]), b":1\r\n");
+    assert_eq!(
+        show(&sub.read_frame()),
+        show(format!("*3\r\n$7\r\nmessage\r\n{}{}", bulk(channel), bulk(message)).as_bytes())
+    );
+}
+
 /// Shows a reply readably in assertion messages.
 pub fn show(b: &[u8]) -> String {
     String::from_utf8_lossy(b).replace("\r\n", "⏎")
