@@ -320,10 +320,14 @@ async fn run_proxy(
         },
     });
     let (listeners, addrs) = Ports::listen(ports.clients, ports.tls, config)?;
-    let _ = readiness.pool.set(default_pool.clone());
-    let pool = default_pool.clone();
+    // Weak: the pools close with the last session, before walrus stops Valkey, rather than
+    // reconnect to a Valkey stopping on purpose (and warn that they cannot).
+    let _ = readiness.pool.set(Arc::downgrade(&default_pool));
+    let pool = Arc::downgrade(&default_pool);
+    drop(default_pool);
     crate::metrics::on_scrape(move || {
-        crate::metrics::UPSTREAM_CONNECTED.set(i64::from(pool.is_connected()));
+        let connected = pool.upgrade().is_some_and(|p| p.is_connected());
+        crate::metrics::UPSTREAM_CONNECTED.set(i64::from(connected));
     });
     match config.proxy.listen.and(addrs.last()) {
         Some(addr) => tracing::info!(
@@ -357,7 +361,7 @@ async fn run_proxy(
 struct Readiness {
     durable: bool,
     gate: OnceLock<Arc<Durability>>,
-    pool: OnceLock<Arc<crate::proxy::pool::Pool>>,
+    pool: OnceLock<std::sync::Weak<crate::proxy::pool::Pool>>,
     /// Cluster mode: why Valkey does not announce this walrus ([`cluster::Watch`]).
     cluster: Arc<std::sync::Mutex<Option<String>>>,
 }
@@ -382,10 +386,11 @@ impl Readiness {
         if let Some(why) = &*self.cluster.lock().unwrap_or_else(|p| p.into_inner()) {
             return Err(why.clone());
         }
-        match self.pool.get() {
+        match self.pool.get().map(|p| p.upgrade()) {
             None => Err("starting: connecting to Valkey".into()),
-            Some(p) if !p.is_connected() => Err("no connection to Valkey".into()),
-            Some(_) => Ok(()),
+            Some(None) => Err("stopping".into()),
+            Some(Some(p)) if !p.is_connected() => Err("no connection to Valkey".into()),
+            Some(Some(_)) => Ok(()),
         }
     }
 }
