@@ -306,14 +306,21 @@ mod tests {
 
     #[tokio::test]
     async fn one_identitys_stuck_connect_does_not_hold_up_another() {
-        // A "Valkey" that accepts connections and never answers: a RESP3 pool's HELLO 3
-        // waits forever, while an unauthenticated RESP2 pool sends nothing before serving.
+        // A "Valkey" that answers each connection's first command (walrus's CLIENT ID) and
+        // nothing after: a RESP3 pool's HELLO 3 waits forever, while an unauthenticated
+        // RESP2 pool sends nothing more before serving.
         let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = silent.local_addr().unwrap().to_string();
         tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((s, _)) = silent.accept().await {
-                held.push(s);
+            while let Ok((mut s, _)) = silent.accept().await {
+                tokio::spawn(async move {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    let mut buf = [0u8; 64];
+                    if s.read(&mut buf).await.unwrap_or(0) > 0 {
+                        let _ = s.write_all(b":1\r\n").await;
+                    }
+                    std::future::pending::<()>().await;
+                });
             }
         });
         let ctx = Arc::new(PipelineCtx {
