@@ -177,3 +177,29 @@ fn a_certificates_uris_or_nothing_name_the_user_as_configured() {
     assert_eq!(c.cmd(&["AUTH", "alice", "anything"]), b"+OK\r\n");
     assert_eq!(c.cmd(&["ACL", "WHOAMI"]), bulk("alice"));
 }
+
+/// A session pinned to a connection of its own (WATCH, MULTI, a blocking command) answers
+/// `HELLO ... AUTH` there: walrus checks those credentials first, as on a pooled session,
+/// so no one logs in as a certificate user with a password (issue 25's review: anyone,
+/// on the plaintext port, became alice with `HELLO 2 AUTH alice anything`).
+#[test]
+fn hello_auth_on_a_pinned_session_cannot_name_a_certificate_user() {
+    let v = valkey();
+    let files = TlsFiles::new();
+    let w = walrus(&v, &files, "CN", false, "");
+    let mut c = Raw::connect(&w.addr);
+    // Pinned: Valkey refuses the WATCH itself, but the session has its own connection.
+    assert_eq!(c.cmd(&["WATCH", "k"]), NOAUTH);
+    assert_eq!(
+        c.cmd(&["HELLO", "2", "AUTH", "alice", "anything"]),
+        WRONGPASS
+    );
+    assert_eq!(c.cmd(&["ACL", "WHOAMI"]), NOAUTH);
+    // A user with a password still logs in that way, and runs as that user.
+    assert!(c
+        .cmd(&["HELLO", "2", "AUTH", "bob", "pw2"])
+        .starts_with(b"*"));
+    assert_eq!(c.cmd(&["ACL", "WHOAMI"]), bulk("bob"));
+    assert_eq!(c.cmd(&["HELLO", "2", "AUTH", "bob", "wrong"]), WRONGPASS);
+    assert_eq!(c.cmd(&["ACL", "WHOAMI"]), bulk("bob"));
+}

@@ -253,7 +253,7 @@ pub struct ConnParts {
 }
 
 /// `AUTH [user] password`.
-fn auth_command(c: &Credentials) -> Bytes {
+pub fn auth_command(c: &Credentials) -> Bytes {
     match &c.username {
         Some(u) => write::command([b"AUTH".as_slice(), u.as_bytes(), c.password.as_bytes()]),
         None => write::command([b"AUTH".as_slice(), c.password.as_bytes()]),

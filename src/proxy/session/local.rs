@@ -112,10 +112,7 @@ impl Session {
                 if self.drain().await.is_err() {
                     return Flow::Close;
                 }
-                if let Err(reply) = not_cert_user(&self.shared, creds.username.as_deref()).await {
-                    return self.ready(reply);
-                }
-                match verify(&self.shared, &req.raw).await {
+                match authenticate(&self.shared, &creds).await {
                     Ok(()) => {
                         self.id.creds = Some(creds);
                         if self.dedicated() {
@@ -130,10 +127,23 @@ impl Session {
                 }
             }
             Local::Hello if self.dedicated() => {
-                // The connection is the client's own: Valkey handles HELLO on it.
-                if let Some(v) = req.args.get(1).and_then(|v| crate::resp::parse_i64(v)) {
-                    self.id.resp3 = v == 3;
+                // The connection is the client's own: Valkey answers HELLO on it, once
+                // walrus has checked its AUTH as for any other (a certificate user's
+                // refused: issue 25's review).
+                let (mut id, auth) = match self.hello_args(&req) {
+                    Ok(parsed) => parsed,
+                    Err(reply) => return self.ready(reply),
+                };
+                if let Some(c) = auth {
+                    if self.drain().await.is_err() {
+                        return Flow::Close;
+                    }
+                    if let Err(reply) = authenticate(&self.shared, &c).await {
+                        return self.ready(reply);
+                    }
+                    id.creds = Some(c);
                 }
+                self.id = id;
                 self.forward(req).await;
                 Flow::Continue
             }
@@ -213,53 +223,15 @@ impl Session {
     /// Valkey, the name is kept by walrus, and the reply is Valkey's own, from a connection
     /// of the identity the client switches to.
     async fn hello(&mut self, req: Request) -> Flow {
-        let mut id = self.id.clone();
-        let mut auth: Option<Credentials> = None;
-        if let Some(v) = req.args.get(1) {
-            match crate::resp::parse_i64(v) {
-                None => {
-                    return self.ready(write::error(
-                        "ERR Protocol version is not an integer or out of range",
-                    ))
-                }
-                Some(v) if !(2..=3).contains(&v) => {
-                    return self.ready(write::error("NOPROTO unsupported protocol version"))
-                }
-                Some(v) => id.resp3 = v == 3,
-            }
-        }
-        let mut i = 2;
-        while i < req.args.len() {
-            let more = req.args.len() - i - 1;
-            if req.arg_is(i, "AUTH") && more >= 2 {
-                auth = Some(Credentials {
-                    username: Some(String::from_utf8_lossy(&req.args[i + 1]).into_owned()),
-                    password: String::from_utf8_lossy(&req.args[i + 2]).into_owned(),
-                });
-                i += 3;
-            } else if req.arg_is(i, "SETNAME") && more >= 1 {
-                if let Err(e) = valid_name(&req.args[i + 1]) {
-                    return self.ready(e);
-                }
-                id.name = (!req.args[i + 1].is_empty()).then(|| req.args[i + 1].clone());
-                i += 2;
-            } else {
-                let opt = String::from_utf8_lossy(&req.args[i]).replace(['\r', '\n'], "");
-                return self.ready(write::error(&format!(
-                    "ERR Syntax error in HELLO option '{opt}'"
-                )));
-            }
-        }
+        let (mut id, auth) = match self.hello_args(&req) {
+            Ok(parsed) => parsed,
+            Err(reply) => return self.ready(reply),
+        };
         if self.drain().await.is_err() {
             return Flow::Close;
         }
         if let Some(c) = auth {
-            let user = c.username.clone().unwrap_or_default();
-            let cmd = write::command([b"AUTH".as_slice(), user.as_bytes(), c.password.as_bytes()]);
-            if let Err(reply) = not_cert_user(&self.shared, Some(&user)).await {
-                return self.ready(reply);
-            }
-            if let Err(reply) = verify(&self.shared, &cmd).await {
+            if let Err(reply) = authenticate(&self.shared, &c).await {
                 return self.ready(reply);
             }
             id.creds = Some(c);
@@ -300,6 +272,56 @@ impl Session {
         }
         self.ready(reply)
     }
+}
+
+impl Session {
+    /// Reads `HELLO [protover [AUTH user pass] [SETNAME name]]` as Valkey does: the identity
+    /// it asks for (protocol, name) and the credentials to check, or Valkey's error.
+    fn hello_args(&self, req: &Request) -> Result<(Identity, Option<Credentials>), Bytes> {
+        let mut id = self.id.clone();
+        let mut auth = None;
+        if let Some(v) = req.args.get(1) {
+            match crate::resp::parse_i64(v) {
+                None => {
+                    return Err(write::error(
+                        "ERR Protocol version is not an integer or out of range",
+                    ))
+                }
+                Some(v) if !(2..=3).contains(&v) => {
+                    return Err(write::error("NOPROTO unsupported protocol version"))
+                }
+                Some(v) => id.resp3 = v == 3,
+            }
+        }
+        let mut i = 2;
+        while i < req.args.len() {
+            let more = req.args.len() - i - 1;
+            if req.arg_is(i, "AUTH") && more >= 2 {
+                auth = Some(Credentials {
+                    username: Some(String::from_utf8_lossy(&req.args[i + 1]).into_owned()),
+                    password: String::from_utf8_lossy(&req.args[i + 2]).into_owned(),
+                });
+                i += 3;
+            } else if req.arg_is(i, "SETNAME") && more >= 1 {
+                valid_name(&req.args[i + 1])?;
+                id.name = (!req.args[i + 1].is_empty()).then(|| req.args[i + 1].clone());
+                i += 2;
+            } else {
+                let opt = String::from_utf8_lossy(&req.args[i]).replace(['\r', '\n'], "");
+                return Err(write::error(&format!(
+                    "ERR Syntax error in HELLO option '{opt}'"
+                )));
+            }
+        }
+        Ok((id, auth))
+    }
+}
+
+/// Checks a client's credentials before walrus acts as that user: a certificate user's are
+/// refused ([`not_cert_user`]), others must pass Valkey's own `AUTH` ([`verify`]).
+async fn authenticate(shared: &Shared, c: &Credentials) -> Result<(), Bytes> {
+    not_cert_user(shared, c.username.as_deref()).await?;
+    verify(shared, &crate::upstream::client::auth_command(c)).await
 }
 
 /// Checks credentials with Valkey on a fresh connection; `Err` carries Valkey's own reply
