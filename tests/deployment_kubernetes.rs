@@ -957,6 +957,23 @@ fn chart_refuses_values_that_cannot_work() {
             &["--set-json", "valkey.args=[\"--replicaof\"]"][..],
             "valkey.args",
         ),
+        // Ways around a check of spaces alone (issue 25's second review): a tab between
+        // the name and its value, a bare last setting with a trailing space; and RDMA's port.
+        (
+            &[
+                "--set-json",
+                "valkey.args=[\"--port\\t16420\",\"--maxmemory\",\"1gb\"]",
+            ][..],
+            "valkey.args",
+        ),
+        (
+            &["--set-json", "valkey.args=[\"--replicaof \"]"][..],
+            "valkey.args",
+        ),
+        (
+            &["--set-json", "valkey.args=[\"--rdma-port 6380\"]"][..],
+            "valkey.args",
+        ),
         (
             &[
                 "--set-json",

@@ -442,6 +442,9 @@ fn extra_args_cannot_open_the_managed_valkey_to_others() {
         &["--\"port\"", "6380"],
         &["--maxmemory 1gb\nport 6380"],
         &["--maxmemory", "1gb", "--replicaof"],
+        &["--port\t16420"],
+        &["--replicaof "],
+        &["--rdma-port 6380"],
     ] {
         let mut c = Config::default();
         c.upstream.extra_args = args.iter().map(|a| a.to_string()).collect();

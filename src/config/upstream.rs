@@ -21,6 +21,9 @@ pub const RESTORE_SOCKET: &str = "valkey-restore.sock";
 const OWN_ARGS: &[&str] = &[
     "port",
     "tls-port",
+    // Valkey built with RDMA listens there too.
+    "rdma-port",
+    "rdma-bind",
     "unixsocket",
     "unixsocketperm",
     "unixsocketgroup",

@@ -257,16 +257,19 @@ name is the first word; a last setting with no value would take the chart's own 
 which follows, as its value (walrus's upstream.extra_args check, src/config/upstream.rs). */ -}}
 {{- range $a := $v.valkey.args -}}
 {{- $a = toString $a -}}
+{{- if regexMatch "[[:cntrl:]]" $a -}}
+{{- fail (printf "valkey.args must not hold control characters (tabs, line breaks): %q" $a) -}}
+{{- end -}}
 {{- if hasPrefix "--" $a -}}
 {{- $name := lower (index (splitList " " (trimPrefix "--" $a)) 0) -}}
-{{- if has $name (list "port" "tls-port" "bind" "unixsocket" "unixsocketperm" "unixsocketgroup" "include") -}}
+{{- if has $name (list "port" "tls-port" "rdma-port" "rdma-bind" "bind" "unixsocket" "unixsocketperm" "unixsocketgroup" "include") -}}
 {{- fail (printf "valkey.args must not set %s: Valkey listens only on its Unix socket, which walrus alone reaches; a TCP port would let clients around walrus (and include would read settings the chart cannot check)" $a) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
 {{- with $v.valkey.args -}}
 {{- $l := toString (last .) -}}
-{{- if and (hasPrefix "--" $l) (not (contains " " $l)) (ne (lower $l) "--save") -}}
+{{- if and (hasPrefix "--" $l) (eq (len (splitList " " (trim $l))) 1) (ne (lower (trim $l)) "--save") -}}
 {{- fail (printf "valkey.args ends with %s and no value: valkey-server would take the chart's own next argument as its value" $l) -}}
 {{- end -}}
 {{- end -}}
