@@ -354,3 +354,54 @@ fn a_socket_directory_that_cannot_hold_a_socket_is_named_with_the_fix() {
     let w = Walrus::build().config(&config).data(&data).start();
     assert_eq!(Raw::connect(&w.addr).cmd(&["SET", "k", "v"]), b"+OK\r\n");
 }
+
+/// What walrus writes holds the dataset, and is its user's alone whatever the umask it was
+/// started with: the data directory (closed if an older walrus left it open), the journal,
+/// the checkpoints, a backup. Another user reads none of it (issue 25's review: with umask
+/// 022 anyone could read the journal's segments).
+#[test]
+fn the_journal_checkpoints_and_backups_are_walruss_users_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: umask has no preconditions; 022 is what a shell usually gives.
+    unsafe { libc::umask(0o022) };
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let w = Walrus::build()
+        .data(&data)
+        .args(&["--metrics-listen", &metrics])
+        .start();
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["SET", "secret", "hunter2"]), b"+OK\r\n");
+    let backup = tmp.path().join("backup");
+    let out = run_walrus(&[
+        "backup",
+        "--metrics",
+        &metrics,
+        "--to",
+        backup.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let mut open = Vec::new();
+    let mut files = 0;
+    for root in [&data, &backup] {
+        let mode = std::fs::metadata(root).unwrap().permissions().mode();
+        if mode & 0o077 != 0 {
+            open.push(format!("{} {:o}", root.display(), mode & 0o777));
+        }
+        for sub in ["journal", "checkpoints"] {
+            for entry in std::fs::read_dir(root.join(sub)).unwrap() {
+                let path = entry.unwrap().path();
+                let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+                files += 1;
+                if mode & 0o077 != 0 {
+                    open.push(format!("{} {:o}", path.display(), mode & 0o777));
+                }
+            }
+        }
+    }
+    assert!(files > 2, "no journal or checkpoint files found");
+    assert!(open.is_empty(), "open to other users: {open:#?}");
+}

@@ -13,6 +13,7 @@
 
 mod admin;
 mod config;
+mod data_dir;
 mod durable;
 mod fds;
 mod http_client;
@@ -167,6 +168,7 @@ pub struct ServeArgs {
 }
 
 pub fn main() -> ExitCode {
+    data_dir::private_files();
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve::run(args),

@@ -110,6 +110,11 @@ async fn serve(config: Config) -> Result<(), Fatal> {
         None => drop(hup),
     }
     let ports = Ports::claim(&config, tls).await?;
+    if config.durability.enabled || config.upstream.mode == UpstreamMode::Managed {
+        let dir = &config.data.dir;
+        super::data_dir::make_private(dir)
+            .map_err(|e| format!("data.dir {}: {e}", dir.display()))?;
+    }
     let cluster = match ports.clients_addr()? {
         Some(addr) => cluster_node(&config, addr)?,
         // Validated: cluster mode needs proxy.listen.
