@@ -27,6 +27,7 @@ use crate::upstream::Upstream;
 use bytes::{Bytes, BytesMut};
 use redis_protocol::resp2::types::OwnedFrame;
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -159,20 +160,6 @@ pub async fn accept_replica(
         tokio::select! {
             accepted = listener.accept() => {
                 let (sock, peer) = accepted?;
-                if let Some(uid) = auth.valkey_uid {
-                    match crate::net::tcp_peer_uid(local, peer) {
-                        Ok(Some(u)) if u == uid => {}
-                        Ok(other) => {
-                            strangers += 1;
-                            if strangers == 1 {
-                                tracing::warn!(%peer, "restore: dropped a connection to the restore listener from {}, not Valkey's user (uid {uid}); more are counted at the end", other.map_or("a user walrus cannot see".into(), |u| format!("uid {u}")));
-                            }
-                            continue;
-                        }
-                        // Not for lack of trying: the password still guards the dataset.
-                        Err(e) => tracing::warn!("restore: cannot read /proc/net/tcp to tell who connected to the restore listener: {e}"),
-                    }
-                }
                 slots.retain(|(task, _)| !task.is_finished());
                 if slots.len() >= MAX_HANDSHAKES {
                     match slots.iter().position(|(_, authed)| !authed.load(Ordering::Relaxed)) {
@@ -189,13 +176,20 @@ pub async fn accept_replica(
                 }
                 let secret = auth.secret.clone();
                 let tls = tls.clone();
+                let valkey_uid = auth.valkey_uid;
                 let authed = Arc::new(AtomicBool::new(false));
                 let flag = authed.clone();
                 let task = handshakes.spawn(async move {
-                    tokio::time::timeout(timeout, handshake(sock, secret, tls, &flag))
+                    let served = async {
+                        if let Some(uid) = valkey_uid {
+                            valkeys_user(local, peer, uid).await?;
+                        }
+                        let served = handshake(sock, secret, tls, &flag).await;
+                        served.map_err(|why| Dropped::Refused(format!("from {peer}: {why}")))
+                    };
+                    tokio::time::timeout(timeout, served)
                         .await
-                        .unwrap_or_else(|_| Err("no PSYNC in time".into()))
-                        .map_err(|why| format!("from {peer}: {why}"))
+                        .unwrap_or_else(|_| Err(Dropped::Refused("no PSYNC in time".into())))
                 });
                 slots.push_back((task, authed));
             }
@@ -207,7 +201,13 @@ pub async fn accept_replica(
                     }
                     return Ok(replica);
                 }
-                Ok(Err(why)) => tracing::warn!("restore: dropped a connection to the restore listener {why}"),
+                Ok(Err(Dropped::Stranger(who))) => {
+                    strangers += 1;
+                    if strangers == 1 {
+                        tracing::warn!("restore: dropped a connection to the restore listener from {who}, not Valkey's user; more are counted at the end");
+                    }
+                }
+                Ok(Err(Dropped::Refused(why))) => tracing::warn!("restore: dropped a connection to the restore listener: {why}"),
                 Err(e) if e.is_cancelled() => {}
                 Err(e) => tracing::warn!("restore: a handshake task failed: {e}"),
             },
@@ -215,6 +215,33 @@ pub async fn accept_replica(
                 return Err(std::io::ErrorKind::TimedOut.into())
             }
         }
+    }
+}
+
+/// Why a connection to the restore listener was dropped.
+enum Dropped {
+    /// Another user's (who, as the log says it): counted, not logged one by one.
+    Stranger(String),
+    Refused(String),
+}
+
+/// Whether the connection from `peer` is `uid`'s, Valkey's user's. The kernel's socket
+/// table is read on a blocking thread: it may be long, and the accept loop must not wait
+/// for it. One that cannot be read lets the connection through: the password still guards
+/// the dataset.
+async fn valkeys_user(local: SocketAddr, peer: SocketAddr, uid: u32) -> Result<(), Dropped> {
+    let found = tokio::task::spawn_blocking(move || crate::net::tcp_peer_uid(local, peer)).await;
+    match found {
+        Ok(Ok(Some(u))) if u == uid => Ok(()),
+        Ok(Ok(Some(u))) => Err(Dropped::Stranger(format!("{peer}, uid {u}"))),
+        Ok(Ok(None)) => Err(Dropped::Stranger(format!(
+            "{peer}, gone before walrus saw whose"
+        ))),
+        Ok(Err(e)) => {
+            tracing::warn!("restore: cannot read /proc/net/tcp to tell who connected to the restore listener: {e}");
+            Ok(())
+        }
+        Err(e) => Err(Dropped::Refused(format!("from {peer}: {e}"))),
     }
 }
 
