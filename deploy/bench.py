@@ -24,6 +24,9 @@ and the median of the per-round ratios against the first setup.
                                          # commandstats) under durable SETs, this build and another
     deploy/bench.py --suite hostile      # p99 of well-behaved clients alone vs beside hostile ones (deploy/hostile_load.py)
     deploy/bench.py --suite tls          # TLS to redis-server through walrus vs directly (deploy/bench_tls.py)
+    deploy/bench.py --suite connect --baseline OLD_BINARY
+                                         # a new connection per request (PING; MULTI, which opens a
+                                         # pinned upstream connection): Valkey, walrus, another build
     deploy/bench.py --suite socket       # walrus to Valkey over loopback TCP vs a Unix socket: one Valkey
                                          # listening on both; ops/s, latency, CPU per request of each side
 
@@ -64,6 +67,14 @@ DURABILITY_WORKLOADS = [
     ("SET 180 KiB, 20 clients", ["-t", "set", "-d", "184320", "-c", "20", "-r", "1000"], 5000),
     ("SET 1 KiB, 1 client", ["-t", "set", "-d", "1024", "-c", "1", "-r", "100000"], 10000),
     ("GET 1 KiB, 50 clients", ["-t", "get", "-d", "1024", "-c", "50", "-r", "100000"], 100000),
+]
+# Connections opened and closed per request (redis-benchmark -k 0): what opening a client's
+# connection costs, and with MULTI, opening the pinned upstream connection a transaction
+# gets (walrus asks CLIENT ID on it first, as its own user).
+CONNECT_WORKLOADS = [
+    ("PING, a new connection per request, 10 clients", ["-k", "0", "-c", "10", "PING"], 5000),
+    ("MULTI, a new connection (and a pinned one upstream) per request, 10 clients",
+     ["-k", "0", "-c", "10", "MULTI"], 5000),
 ]
 
 # What walrus's replica link wants from an external Valkey (see README, "Valkey settings").
@@ -183,7 +194,7 @@ def setups(suite, tmp, baseline=None):
         return out
     v, port = start_valkey(tmp)
     out.append(("Valkey, no persistence", port, [v]))
-    for policy in ("everysec", "always"):
+    for policy in ("everysec", "always") if suite != "connect" else ():
         v, port = start_valkey(tmp, ["--appendonly", "yes", "--appendfsync", policy])
         out.append(("Valkey appendfsync %s" % policy, port, [v]))
     v, vport = start_valkey(tmp, WALRUS_VALKEY_SETTINGS)
@@ -1425,13 +1436,14 @@ def socket_suite(opts, tmp):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--suite", choices=["proxy", "durability", "restore", "scripts", "compare", "role", "hostile", "tls", "socket"],
+    ap.add_argument("--suite", choices=["proxy", "durability", "connect", "restore", "scripts", "compare", "role", "hostile",
+                                        "tls", "socket"],
                     default="proxy")
     ap.add_argument("--rounds", type=int, default=None, help="default 5 (restore, compare: 3)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies every workload's request count")
     ap.add_argument("--no-build", action="store_true")
     ap.add_argument("--baseline", metavar="BINARY",
-                    help="proxy, durability, compare, role: also run this walrus binary (e.g. a build of an older commit) as a setup")
+                    help="proxy, durability, connect, compare, role: also run this walrus binary (e.g. a build of an older commit) as a setup")
     ap.add_argument("--dataset-mb", type=int, default=1024,
                     help="restore: MiB of SETs (200-byte values, 240 bytes each) written into each setup")
     ap.add_argument("--segment-mb", type=int, default=0,
@@ -1477,7 +1489,7 @@ def main():
                 p.stop()
             shutil.rmtree(tmp, ignore_errors=True)
         return
-    workloads = PROXY_WORKLOADS if opts.suite == "proxy" else DURABILITY_WORKLOADS
+    workloads = {"proxy": PROXY_WORKLOADS, "connect": CONNECT_WORKLOADS}.get(opts.suite, DURABILITY_WORKLOADS)
     tmp = tempfile.mkdtemp(prefix="walrus-bench-")
     procs = []
     try:
