@@ -195,28 +195,41 @@ fn the_current_valkey_behind_a_tls_tunnel_is_served_and_restored() {
     let mut direct = Raw::connect(&tunnelled.valkey.addr());
     let version = info_field(&mut direct, "server", "valkey_version").expect("a Valkey");
     assert!(version.starts_with('9'), "{version}");
-    for i in 0..100 {
-        assert_eq!(c.cmd(&["SET", &format!("before:{i}"), &i.to_string()]), OK);
-    }
     assert_eq!(c.cmd(&["MULTI"]), OK);
     assert_eq!(c.cmd(&["INCR", "n"]), b"+QUEUED\r\n");
     assert_eq!(c.cmd(&["EXEC"]), b"*1\r\n:1\r\n");
     assert_pubsub(&mut Raw::connect(&w.addr), &mut c, "news", "hello");
-    let out = run_walrus(&["checkpoint", "--metrics", &metrics]);
+    restored_after_a_restart(&w, &metrics, 100, || tunnelled.restart_valkey());
+    assert_eq!(Raw::connect(&w.addr).cmd(&["GET", "n"]), bulk("1"));
+}
+
+/// Keys written before a checkpoint (over a replication connection of walrus's own, TLS
+/// too) and after it (in the journal only) are all back once `restart` has restarted
+/// Valkey empty and walrus has restored it.
+fn restored_after_a_restart(w: &Walrus, metrics: &str, n: usize, restart: impl FnOnce()) {
+    let mut c = Raw::connect(&w.addr);
+    let write = |c: &mut Raw, prefix: &str| {
+        for i in 0..n {
+            assert_eq!(
+                c.cmd(&["SET", &format!("{prefix}:{i}"), &i.to_string()]),
+                OK
+            );
+        }
+    };
+    write(&mut c, "before");
+    let out = run_walrus(&["checkpoint", "--metrics", metrics]);
     assert!(
-        output_text(&out).contains("checkpoint taken"),
+        out.status.success() && output_text(&out).contains("checkpoint taken"),
         "{}",
         output_text(&out)
     );
-    for i in 0..100 {
-        assert_eq!(c.cmd(&["SET", &format!("after:{i}"), &i.to_string()]), OK);
-    }
-    tunnelled.restart_valkey();
+    write(&mut c, "after");
+    restart();
     w.proc
         .wait_line("Valkey continued with a partial resync", START_TIMEOUT);
     w.proc.wait_line("replica link attached", START_TIMEOUT);
     let mut c = Raw::connect(&w.addr);
-    for i in 0..100 {
+    for i in 0..n {
         for k in ["before", "after"] {
             assert_eq!(
                 c.cmd(&["GET", &format!("{k}:{i}")]),
@@ -226,7 +239,6 @@ fn the_current_valkey_behind_a_tls_tunnel_is_served_and_restored() {
             );
         }
     }
-    assert_eq!(c.cmd(&["GET", "n"]), bulk("1"));
 }
 
 /// A walrus in external mode in front of the TLS server at `addr` with `config`.
@@ -275,39 +287,11 @@ fn valkey_restarted_empty_is_restored_over_tls_replication() {
         Some(&data),
         &metrics,
     );
-    let mut c = Raw::connect(&w.addr);
-    for i in 0..200 {
-        assert_eq!(c.cmd(&["SET", &format!("before:{i}"), &i.to_string()]), OK);
-    }
-    // A checkpoint over a replication connection of its own, TLS too.
-    let out = run_walrus(&["checkpoint", "--metrics", &metrics]);
-    assert!(out.status.success(), "{}", output_text(&out));
-    assert!(
-        output_text(&out).contains("checkpoint taken"),
-        "{}",
-        output_text(&out)
-    );
-    // Writes after it are in the journal only.
-    for i in 0..200 {
-        assert_eq!(c.cmd(&["SET", &format!("after:{i}"), &i.to_string()]), OK);
-    }
-
-    drop(redis); // SIGKILL
-    let _redis = TlsRedis::start(&pki, port);
-    w.proc
-        .wait_line("Valkey continued with a partial resync", START_TIMEOUT);
-    w.proc.wait_line("replica link attached", START_TIMEOUT);
-    let mut c = Raw::connect(&w.addr);
-    for i in 0..200 {
-        for k in ["before", "after"] {
-            assert_eq!(
-                c.cmd(&["GET", &format!("{k}:{i}")]),
-                bulk(i.to_string()),
-                "{k}:{i}; walrus's log:\n{}",
-                w.proc.log_text()
-            );
-        }
-    }
+    let mut redis = Some(redis);
+    restored_after_a_restart(&w, &metrics, 200, || {
+        drop(redis.take()); // SIGKILL
+        redis = Some(TlsRedis::start(&pki, port));
+    });
 }
 
 /// Starts walrus against `redis` with `config` and returns the first log line that says
