@@ -974,6 +974,19 @@ fn chart_refuses_values_that_cannot_work() {
             &["--set-json", "valkey.args=[\"--rdma-port 6380\"]"][..],
             "valkey.args",
         ),
+        // A quoted name, which valkey-server unquotes; a cluster bus (issue 25's third
+        // review).
+        (
+            &[
+                "--set-json",
+                "valkey.args=[\"--\\\"rdma-port\\\"\",\"6380\"]",
+            ][..],
+            "valkey.args",
+        ),
+        (
+            &["--set-json", "valkey.args=[\"--cluster-enabled\",\"yes\"]"][..],
+            "valkey.args",
+        ),
         (
             &[
                 "--set-json",

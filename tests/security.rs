@@ -404,4 +404,20 @@ fn the_journal_checkpoints_and_backups_are_walruss_users_alone() {
     }
     assert!(files > 2, "no journal or checkpoint files found");
     assert!(open.is_empty(), "open to other users: {open:#?}");
+
+    // Files an older walrus left open (journal segments are made once and reused) are
+    // closed at the next start.
+    drop(w);
+    let segments: Vec<_> = std::fs::read_dir(data.join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    for path in &segments {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let _w = Walrus::build().data(&data).start();
+    for path in &segments {
+        let mode = std::fs::metadata(path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "{} {:o}", path.display(), mode & 0o777);
+    }
 }

@@ -14,14 +14,15 @@ pub fn private_files() {
 }
 
 /// Creates `dir`, or closes it to other users where an older walrus, or a umask, left it
-/// open: what is in it is then reached by walrus's user alone. A directory walrus does not
-/// own (a volume's root, which Kubernetes gives to a group) is left as its owner made it;
-/// what walrus creates in it is private ([`private_files`]).
+/// open: the directory (0700) and the files in it (journal segments are made once and
+/// reused, so their mode lasts). What walrus does not own (a volume's root, which
+/// Kubernetes gives to a group) is left as its owner made it; what walrus creates is
+/// private ([`private_files`]).
 pub fn make_private(dir: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let meta = std::fs::metadata(dir)?;
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
+    let meta = std::fs::metadata(dir)?;
     if meta.uid() == me && meta.mode() & 0o077 != 0 {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
         tracing::info!(
@@ -30,7 +31,32 @@ pub fn make_private(dir: &Path) -> std::io::Result<()> {
             meta.mode() & 0o777
         );
     }
+    let closed = close_files(dir, me)?;
+    if closed > 0 {
+        tracing::info!(
+            "{closed} files in {} were open to other users; they hold the dataset: now theirs alone",
+            dir.display()
+        );
+    }
     Ok(())
+}
+
+/// Takes other users' permissions off the regular files walrus owns below `dir` (not
+/// following symbolic links); returns how many it changed.
+fn close_files(dir: &Path, me: u32) -> std::io::Result<usize> {
+    let mut closed = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        if meta.is_dir() {
+            closed += close_files(&entry.path(), me)?;
+        } else if meta.is_file() && meta.uid() == me && meta.mode() & 0o077 != 0 {
+            let mode = meta.mode() & 0o700;
+            std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(mode))?;
+            closed += 1;
+        }
+    }
+    Ok(closed)
 }
 
 #[cfg(test)]
@@ -38,12 +64,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_open_data_directory_is_closed() {
+    fn an_open_data_directory_and_its_files_are_closed() {
         let tmp = tempfile::tempdir().unwrap();
         let data = tmp.path().join("data");
-        std::fs::create_dir_all(&data).unwrap();
-        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let segment = data.join("journal/seg-00000.wal");
+        std::fs::create_dir_all(data.join("journal")).unwrap();
+        std::fs::write(&segment, b"x").unwrap();
+        for (path, mode) in [(&data, 0o755), (&segment, 0o644)] {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
         make_private(&data).unwrap();
-        assert_eq!(std::fs::metadata(&data).unwrap().mode() & 0o777, 0o700);
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o777;
+        assert_eq!(mode(&data), 0o700);
+        assert_eq!(mode(&segment), 0o600);
     }
 }

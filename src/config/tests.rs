@@ -445,6 +445,7 @@ fn extra_args_cannot_open_the_managed_valkey_to_others() {
         &["--port\t16420"],
         &["--replicaof "],
         &["--rdma-port 6380"],
+        &["--cluster-enabled", "yes", "--cluster-port", "17771"],
     ] {
         let mut c = Config::default();
         c.upstream.extra_args = args.iter().map(|a| a.to_string()).collect();

@@ -24,6 +24,9 @@ const OWN_ARGS: &[&str] = &[
     // Valkey built with RDMA listens there too.
     "rdma-port",
     "rdma-bind",
+    // A cluster bus listens on TCP: walrus's to open, in cluster mode ([cluster]).
+    "cluster-enabled",
+    "cluster-port",
     "unixsocket",
     "unixsocketperm",
     "unixsocketgroup",

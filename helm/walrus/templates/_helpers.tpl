@@ -262,7 +262,10 @@ which follows, as its value (walrus's upstream.extra_args check, src/config/upst
 {{- end -}}
 {{- if hasPrefix "--" $a -}}
 {{- $name := lower (index (splitList " " (trimPrefix "--" $a)) 0) -}}
-{{- if has $name (list "port" "tls-port" "rdma-port" "rdma-bind" "bind" "unixsocket" "unixsocketperm" "unixsocketgroup" "include") -}}
+{{- if not (regexMatch "^[a-z0-9._-]+$" $name) -}}
+{{- fail (printf "valkey.args: %q: a setting's name is letters, digits, '-', '_' and '.' (valkey-server would unquote a quoted one)" $a) -}}
+{{- end -}}
+{{- if has $name (list "port" "tls-port" "rdma-port" "rdma-bind" "bind" "unixsocket" "unixsocketperm" "unixsocketgroup" "include" "cluster-enabled" "cluster-port") -}}
 {{- fail (printf "valkey.args must not set %s: Valkey listens only on its Unix socket, which walrus alone reaches; a TCP port would let clients around walrus (and include would read settings the chart cannot check)" $a) -}}
 {{- end -}}
 {{- end -}}
