@@ -14,7 +14,7 @@
 //! back.
 //!
 //! Nor may a stranger hold the restore up: a connection from a user other than Valkey's is
-//! dropped as it is accepted (when walrus knows Valkey's user: [`OneTimeAuth::set`]); each
+//! dropped before it is answered (when walrus knows Valkey's user: [`OneTimeAuth::set`]); each
 //! connection has [`AUTH_TIMEOUT`] from its accept to authenticate, with one PING; and when
 //! [`MAX_HANDSHAKES`] are handshaking, the oldest that has not authenticated makes room for
 //! the new one, so that silent connections cannot keep Valkey's out.
@@ -65,7 +65,7 @@ pub struct OneTimeAuth {
     /// Valkey's `masterauth` before, put back by [`OneTimeAuth::restore`].
     previous: String,
     /// The user Valkey runs as, when walrus reaches it on a Unix socket (which tells):
-    /// connections from any other user are dropped as they are accepted.
+    /// connections from any other user are dropped before they are answered.
     valkey_uid: Option<u32>,
 }
 
