@@ -272,9 +272,7 @@ impl Session {
         }
         self.ready(reply)
     }
-}
 
-impl Session {
     /// Reads `HELLO [protover [AUTH user pass] [SETNAME name]]` as Valkey does: the identity
     /// it asks for (protocol, name) and the credentials to check, or Valkey's error.
     fn hello_args(&self, req: &Request) -> Result<(Identity, Option<Credentials>), Bytes> {
