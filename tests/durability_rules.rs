@@ -426,17 +426,7 @@ fn a_socket_walrus_drops_itself_is_closed_in_valkey_before_its_writes_settle() {
     );
     let kills = client_kills(&mut direct);
     let mut c = Raw::connect(&w.addr);
-    // One write, so that the dropped connection has a write whose reply is still owed.
-    let pipeline: Vec<u8> = [
-        ["SET", "before", "1"],
-        ["GET", "big", ""],
-        ["SET", "after", "1"],
-    ]
-    .iter()
-    .flat_map(|a| walrus::resp::write::command(a.iter().filter(|s| !s.is_empty())).to_vec())
-    .collect();
-    c.send_raw(&pipeline);
-    let replies: Vec<String> = (0..3).map(|_| show(&c.read_frame())).collect();
+    let replies = overflow_between_writes(&mut c);
     assert_eq!(
         replies[1], "-ERR walrus: upstream reply larger than 4096 bytes (proxy.max_reply_bytes)⏎",
         "{replies:?}"
@@ -474,16 +464,7 @@ fn on_a_unix_socket_the_dropped_socket_alone_is_closed_in_valkey_by_its_id() {
     let links = w.proc.log_text().matches("replica link attached").count();
     let kills = client_kills(&mut direct);
     let mut c = Raw::connect(&w.addr);
-    let pipeline: Vec<u8> = [
-        ["SET", "before", "1"],
-        ["GET", "big", ""],
-        ["SET", "after", "1"],
-    ]
-    .iter()
-    .flat_map(|a| walrus::resp::write::command(a.iter().filter(|s| !s.is_empty())).to_vec())
-    .collect();
-    c.send_raw(&pipeline);
-    let replies: Vec<String> = (0..3).map(|_| show(&c.read_frame())).collect();
+    let replies = overflow_between_writes(&mut c);
     assert!(replies[1].contains("proxy.max_reply_bytes"), "{replies:?}");
     let r = c.cmd(&["DBSIZE"]);
     assert!(r.starts_with(b":"), "{}", show(&r));
@@ -535,16 +516,7 @@ fn a_client_user_without_client_id_is_still_closed_in_valkey_by_its_id() {
     let kills = client_kills(&mut direct);
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["AUTH", "app", "pw"]), b"+OK\r\n");
-    let pipeline: Vec<u8> = [
-        &["SET", "before", "1"][..],
-        &["GET", "big"],
-        &["SET", "after", "1"],
-    ]
-    .iter()
-    .flat_map(|a| walrus::resp::write::command(a.iter()).to_vec())
-    .collect();
-    c.send_raw(&pipeline);
-    let replies: Vec<String> = (0..3).map(|_| show(&c.read_frame())).collect();
+    let replies = overflow_between_writes(&mut c);
     assert!(replies[1].contains("proxy.max_reply_bytes"), "{replies:?}");
     assert_eq!(
         client_kills(&mut direct),
@@ -556,6 +528,22 @@ fn a_client_user_without_client_id_is_still_closed_in_valkey_by_its_id() {
     let r = c.cmd(&["ACL", "WHOAMI"]);
     assert_eq!(r, b"$3\r\napp\r\n", "{}", show(&r));
     writes_still_work(&mut c);
+}
+
+/// Sends `SET before`, `GET big` and `SET after` in one write, so that the connection
+/// walrus drops for GET's reply (over `proxy.max_reply_bytes`) has a write whose reply is
+/// still owed; returns the three replies as shown.
+fn overflow_between_writes(c: &mut Raw) -> Vec<String> {
+    let pipeline: Vec<u8> = [
+        &["SET", "before", "1"][..],
+        &["GET", "big"],
+        &["SET", "after", "1"],
+    ]
+    .iter()
+    .flat_map(|a| walrus::resp::write::command(a.iter()).to_vec())
+    .collect();
+    c.send_raw(&pipeline);
+    (0..3).map(|_| show(&c.read_frame())).collect()
 }
 
 /// The ids of Valkey's RESP3 clients (`CLIENT LIST`).

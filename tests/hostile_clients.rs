@@ -13,22 +13,6 @@ use std::time::{Duration, Instant};
 
 const OK: &[u8] = b"+OK\r\n";
 
-/// Connects as a slow client: with a small receive buffer. (Set before connecting, so TCP
-/// sizes its window and segments to it: shrunk after, loopback TCP sends by zero-window
-/// probes whose backoff grows to minutes, and reading the replies hung this test.)
-fn connect_slow(addr: &str, receive_buffer: usize) -> TcpStream {
-    let addr: std::net::SocketAddr = addr.parse().unwrap();
-    let s = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::STREAM,
-        None,
-    )
-    .unwrap();
-    s.set_recv_buffer_size(receive_buffer).unwrap();
-    s.connect(&addr.into()).unwrap();
-    s.into()
-}
-
 /// Returns once Valkey has a client blocked (the BLPOP a test sent through walrus).
 fn await_blocked_client(valkey: &mut Raw) {
     let deadline = Instant::now() + START_TIMEOUT;
@@ -42,16 +26,6 @@ fn incr_replies(n: u64) -> Vec<u8> {
     (1..=n)
         .flat_map(|i| format!(":{i}\r\n").into_bytes())
         .collect()
-}
-
-/// A counter from walrus's /metrics.
-fn metric(metrics: &str, name: &str) -> f64 {
-    let (_, body) = http_get(metrics, "/metrics");
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("{name} is not exported"))
-        .parse()
-        .unwrap()
 }
 
 /// This process's soft open-files limit, raised to its hard one.
@@ -327,7 +301,7 @@ fn replies_gathered_before_a_barrier_count_against_the_output_limit() {
 fn a_client_that_never_reads_costs_valkey_a_few_replies_not_its_burst() {
     let mut t = LargeValue::start();
     let burst = walrus::resp::write::command(["GETRANGE", "big", "0", "-1"]).repeat(400);
-    let hostile = connect_slow(&t.w.addr, 4096);
+    let hostile = connect_slow(&t.w.addr, 4096).unwrap();
     // walrus may stop reading it before the whole burst is in (paused): the rest may never
     // be taken, and need not be.
     hostile.set_write_timeout(Some(START_TIMEOUT)).unwrap();

@@ -13,16 +13,6 @@ use std::io::{Read, Write};
 
 const LOCALHOST: &str = "localhost";
 
-/// A counter or gauge from walrus's /metrics (`name` with its labels).
-fn metric(metrics: &str, name: &str) -> f64 {
-    let (_, body) = http_get(metrics, "/metrics");
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("{name} is not exported:\n{body}"))
-        .parse()
-        .unwrap()
-}
-
 #[test]
 fn tls_clients_get_what_plaintext_clients_get_durable_writes_included() {
     let files = TlsFiles::new();

@@ -11,15 +11,6 @@ use std::sync::{mpsc, Arc};
 
 const LOCALHOST: &str = "localhost";
 
-fn metric(metrics: &str, name: &str) -> f64 {
-    let (_, body) = http_get(metrics, "/metrics");
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("{name} is not exported:\n{body}"))
-        .parse()
-        .unwrap()
-}
-
 #[test]
 fn a_certificate_replaced_under_load_drops_no_connection() {
     let mut files = TlsFiles::new();

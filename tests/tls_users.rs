@@ -17,15 +17,6 @@ const NOAUTH: &[u8] = b"-NOAUTH Authentication required.\r\n";
 const WRONGPASS: &[u8] = b"-WRONGPASS invalid username-password pair or user is disabled.\r\n";
 const DAVE: &str = "urn:valkey:user:dave";
 
-fn metric(metrics: &str, name: &str) -> f64 {
-    let (_, body) = http_get(metrics, "/metrics");
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("{name} is not exported:\n{body}"))
-        .parse()
-        .unwrap()
-}
-
 /// Valkey with its users: alice and dave are certificate users (nopass), bob has a
 /// password, carol is disabled.
 fn valkey() -> Valkey {

@@ -718,6 +718,31 @@ pub fn assert_pubsub<S: Read + Write, P: Read + Write>(
     );
 }
 
+/// A counter or gauge from walrus's /metrics at `metrics` (`name` with its labels).
+pub fn metric(metrics: &str, name: &str) -> f64 {
+    let (_, body) = http_get(metrics, "/metrics");
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("{name} is not exported:\n{body}"))
+        .parse()
+        .unwrap()
+}
+
+/// Connects as a slow client: with a small receive buffer. (Set before connecting, so TCP
+/// sizes its window and segments to it: shrunk after, loopback TCP sends by zero-window
+/// probes whose backoff grows to minutes, and reading the replies hung a test.)
+pub fn connect_slow(addr: &str, receive_buffer: usize) -> std::io::Result<TcpStream> {
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )?;
+    s.set_recv_buffer_size(receive_buffer)?;
+    s.connect(&addr.into())?;
+    Ok(s.into())
+}
+
 /// Shows a reply readably in assertion messages.
 pub fn show(b: &[u8]) -> String {
     String::from_utf8_lossy(b).replace("\r\n", "⏎")

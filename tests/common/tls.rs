@@ -128,16 +128,8 @@ impl TlsRaw {
         name: &str,
         bytes: usize,
     ) -> Result<TlsRaw, String> {
-        let addr: std::net::SocketAddr = addr.parse().unwrap();
-        let s = socket2::Socket::new(
-            socket2::Domain::for_address(addr),
-            socket2::Type::STREAM,
-            None,
-        )
-        .unwrap();
-        s.set_recv_buffer_size(bytes).unwrap();
-        s.connect(&addr.into()).map_err(|e| e.to_string())?;
-        TlsRaw::handshake(s.into(), config, name)
+        let sock = super::connect_slow(addr, bytes).map_err(|e| e.to_string())?;
+        TlsRaw::handshake(sock, config, name)
     }
 
     fn handshake(

@@ -1,7 +1,41 @@
 //! The managed valkey-server: bus ports picked again when taken, its log levels.
 
 use super::valkey_level;
+use crate::upstream::cluster::ClusterNode;
 use tracing::Level;
+
+/// The managed Valkey in `dir` (its socket in `dir/run`), started as `ManagedValkey::start`
+/// would, with `pick` for the free ports it needs.
+async fn spawn(
+    binary: std::path::PathBuf,
+    dir: &std::path::Path,
+    extra_args: Vec<String>,
+    cluster: Option<ClusterNode>,
+    pick: impl FnMut() -> std::io::Result<u16>,
+) -> super::ManagedValkey {
+    let socket = dir.join("run/valkey.sock");
+    super::ManagedValkey::spawn_ready(
+        binary,
+        &dir.join("valkey"),
+        socket,
+        extra_args,
+        cluster,
+        pick,
+    )
+    .await
+    .unwrap()
+}
+
+/// A cluster node on 127.0.0.1 announcing `port`, its bus port walrus's choice.
+fn node(port: u16) -> ClusterNode {
+    ClusterNode {
+        announce: crate::config::Announce {
+            ip: std::net::Ipv4Addr::LOCALHOST.into(),
+            port,
+        },
+        bus_port: 0,
+    }
+}
 
 /// A cluster node whose bus port is picked free (its announced port plus 10000 is no
 /// port) finds it taken before Valkey binds it: walrus picks another.
@@ -14,23 +48,10 @@ async fn a_picked_bus_port_taken_meanwhile_is_picked_again() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let taken_port = taken.local_addr().unwrap().port();
     let mut picks = vec![super::free_port().unwrap(), taken_port];
-    let node = crate::upstream::cluster::ClusterNode {
-        announce: crate::config::Announce {
-            ip: std::net::Ipv4Addr::LOCALHOST.into(),
-            port: 60000,
-        },
-        bus_port: 0,
-    };
-    let valkey = super::ManagedValkey::spawn_ready(
-        binary,
-        &tmp.path().join("valkey"),
-        tmp.path().join("run/valkey.sock"),
-        Vec::new(),
-        Some(node),
-        || Ok(picks.pop().expect("two picks at most")),
-    )
-    .await
-    .unwrap();
+    let valkey = spawn(binary, tmp.path(), vec![], Some(node(60000)), || {
+        Ok(picks.pop().expect("two picks at most"))
+    })
+    .await;
     assert!(picks.is_empty(), "the taken port was not picked again");
     assert_eq!(
         valkey.address,
@@ -49,24 +70,15 @@ async fn a_taken_default_bus_port_is_replaced_by_a_free_one() {
     let tmp = tempfile::tempdir().unwrap();
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let taken_port = taken.local_addr().unwrap().port();
-    let node = crate::upstream::cluster::ClusterNode {
-        announce: crate::config::Announce {
-            ip: std::net::Ipv4Addr::LOCALHOST.into(),
-            port: taken_port - 10000,
-        },
-        bus_port: 0,
-    };
     let mut picks = vec![super::free_port().unwrap()];
-    let valkey = super::ManagedValkey::spawn_ready(
+    let valkey = spawn(
         binary,
-        &tmp.path().join("valkey"),
-        tmp.path().join("run/valkey.sock"),
-        Vec::new(),
-        Some(node),
+        tmp.path(),
+        vec![],
+        Some(node(taken_port - 10000)),
         || Ok(picks.pop().expect("one pick")),
     )
-    .await
-    .unwrap();
+    .await;
     assert!(picks.is_empty(), "no free port was picked");
     valkey.stop().await;
 }
@@ -83,16 +95,14 @@ async fn extra_args_cannot_reopen_the_tcp_port_that_walrus_closes() {
     let tmp = tempfile::tempdir().unwrap();
     let port = super::free_port().unwrap().to_string();
     let socket = tmp.path().join("run/valkey.sock");
-    let valkey = super::ManagedValkey::spawn_ready(
+    let valkey = spawn(
         binary,
-        &tmp.path().join("valkey"),
-        socket.clone(),
+        tmp.path(),
         vec!["--port".into(), port.clone(), format!("--tls-port {port}")],
         None,
         || unreachable!("no cluster bus"),
     )
-    .await
-    .unwrap();
+    .await;
     let mut conn = std::os::unix::net::UnixStream::connect(&socket).unwrap();
     conn.write_all(b"CONFIG GET port\r\n").unwrap();
     let mut reply = [0u8; 64];
