@@ -152,22 +152,29 @@ fn load_config(rel: &str) -> Config {
     c
 }
 
-#[test]
-fn unit_passes_systemd_analyze_verify() {
-    let tmp = tempfile::tempdir().unwrap();
-    let unit = unit_copy(tmp.path());
-    let (ok, out, err) = run(Command::new(systemd_analyze()).arg("verify").arg(&unit));
-    eprintln!("systemd-analyze verify {}:\n{out}{err}", unit.display());
-    assert!(ok, "systemd-analyze verify failed:\n{out}{err}");
-    // Warnings about other units on this host (verify loads the targets named in [Unit] and
-    // [Install]) are not the unit's; everything else is.
-    let ours = tmp.path().to_string_lossy().into_owned();
-    let problems: Vec<&str> = out
+/// `systemd-analyze verify` of `unit`, copied into `dir`: whether it passed, its output,
+/// and the lines of it about the unit. Warnings about other units on this host (verify
+/// loads the targets named in [Unit] and [Install]) are not the unit's; everything else is.
+fn verify(dir: &std::path::Path, unit: &std::path::Path) -> (bool, String, String, Vec<String>) {
+    let (ok, out, err) = run(Command::new(systemd_analyze()).arg("verify").arg(unit));
+    let ours = dir.to_string_lossy().into_owned();
+    let problems = out
         .lines()
         .chain(err.lines())
         .filter(|l| !l.trim().is_empty())
         .filter(|l| !l.starts_with('/') || l.starts_with(&ours))
+        .map(str::to_string)
         .collect();
+    (ok, out, err, problems)
+}
+
+#[test]
+fn unit_passes_systemd_analyze_verify() {
+    let tmp = tempfile::tempdir().unwrap();
+    let unit = unit_copy(tmp.path());
+    let (ok, out, err, problems) = verify(tmp.path(), &unit);
+    eprintln!("systemd-analyze verify {}:\n{out}{err}", unit.display());
+    assert!(ok, "systemd-analyze verify failed:\n{out}{err}");
     assert!(
         problems.is_empty(),
         "systemd-analyze verify warns about the unit:\n{}",
@@ -221,14 +228,7 @@ fn tls_credentials_drop_in_matches_walrus_toml() {
     let dropins = tmp.path().join("walrus.service.d");
     std::fs::create_dir(&dropins).unwrap();
     std::fs::write(dropins.join("tls.conf"), &drop_in).unwrap();
-    let (ok, out, err) = run(Command::new(systemd_analyze()).arg("verify").arg(&unit));
-    let ours = tmp.path().to_string_lossy().into_owned();
-    let problems: Vec<&str> = out
-        .lines()
-        .chain(err.lines())
-        .filter(|l| !l.trim().is_empty())
-        .filter(|l| !l.starts_with('/') || l.starts_with(&ours))
-        .collect();
+    let (ok, out, err, problems) = verify(tmp.path(), &unit);
     assert!(
         ok && problems.is_empty(),
         "systemd-analyze verify with the TLS drop-in:\n{out}{err}"
