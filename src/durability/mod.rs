@@ -83,6 +83,7 @@ pub mod dirty;
 mod gate;
 mod hold;
 pub mod marks;
+pub mod notices;
 mod output;
 mod queue;
 mod status;

@@ -6,6 +6,9 @@
 //! Administrative commands not listed keep working: `CONFIG SET` of any other setting,
 //! `CLIENT KILL` of clients, `ACL` (walrus's own user must keep the commands it uses: INFO,
 //! ROLE, PSYNC, REPLCONF, CLIENT KILL).
+//!
+//! MONITOR breaks the durability rule instead, and is refused the same way unless
+//! `proxy.allow_monitor` lets it through ([`MONITOR`]).
 
 use crate::resp::Request;
 use crate::upstream::settings::SETTINGS;
@@ -20,12 +23,23 @@ pub struct Refusal {
 impl Refusal {
     /// The error a client gets.
     pub fn error(&self) -> String {
+        self.error_unless("proxy.allow_admin_commands")
+    }
+
+    /// The error a client gets, naming the `setting` that lets the command through.
+    pub fn error_unless(&self, setting: &str) -> String {
         format!(
-            "ERR walrus: {} is refused: {} (proxy.allow_admin_commands lets it through)",
+            "ERR walrus: {} is refused: {} ({setting} lets it through)",
             self.what, self.why
         )
     }
 }
+
+/// MONITOR, refused unless `proxy.allow_monitor`.
+pub const MONITOR: Refusal = Refusal {
+    what: "MONITOR",
+    why: "it shows every command with its arguments as Valkey runs it, the values of writes a crash can still lose among them, before the journal holds them",
+};
 
 /// Old names Valkey still accepts for settings walrus depends on.
 const ALIASES: [(&str, &str); 2] = [
