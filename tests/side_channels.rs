@@ -149,6 +149,24 @@ fn a_tracking_invalidation_waits_for_the_journal() {
 }
 
 #[test]
+fn a_tracking_invalidation_in_optin_and_optout_modes_waits_for_the_journal() {
+    for (mode, before_get) in [
+        ("OPTIN", Some(["CLIENT", "CACHING", "YES"])),
+        ("OPTOUT", None),
+    ] {
+        let (_v, w, mut direct) = slow_pair();
+        let mut tracker = resp3(&w);
+        assert_eq!(tracker.cmd(&["CLIENT", "TRACKING", "ON", mode]), b"+OK\r\n");
+        if let Some(caching) = before_get {
+            assert_eq!(tracker.cmd(&caching), b"+OK\r\n");
+        }
+        assert_eq!(tracker.cmd(&["GET", "k"]), b"$2\r\nv1\r\n");
+        let expect = frame(">", &[&bulk("invalidate"), K_INVALIDATED]);
+        held_until_durable(&w, &mut direct, tracker, &expect);
+    }
+}
+
+#[test]
 fn a_broadcast_tracking_invalidation_waits_for_the_journal() {
     let (_v, w, mut direct) = slow_pair();
     let mut tracker = resp3(&w);
