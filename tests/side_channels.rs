@@ -6,6 +6,8 @@
 mod common;
 use common::*;
 
+use std::time::Duration;
+
 /// A RESP frame of `head` (`*` or `>`) whose items are already encoded.
 fn frame(head: &str, items: &[&[u8]]) -> Vec<u8> {
     let mut out = format!("{head}{}\r\n", items.len()).into_bytes();
@@ -220,14 +222,17 @@ fn a_tracking_invalidation_redirected_to_a_resp3_client_waits_for_the_journal() 
     held_until_durable(&w, &mut direct, target, &expect);
 }
 
-/// A subscriber gets its messages in Valkey's order: a PUBLISH (not data, never held by
-/// itself) that Valkey sent after a held notification waits behind it.
+/// A PUBLISH is not data: it reaches a subscriber at once, while a write is pending. But a
+/// subscriber gets its messages in Valkey's order: one that Valkey sent after a held
+/// notification waits behind it.
 #[test]
-fn a_message_after_a_held_notification_waits_behind_it() {
+fn a_published_message_passes_unless_a_held_notification_is_before_it() {
     let (_v, w, mut direct) = slow_pair();
     let mut sub = Raw::connect(&w.addr);
     subscribe(&mut sub, "SUBSCRIBE", "__keyspace@0__:k");
     subscribe_more(&mut sub, "news");
+    let mut news_only = resp3(&w);
+    subscribe(&mut news_only, "SUBSCRIBE", "news");
     let mut writer = Raw::connect(&w.addr);
     run_unjournaled(
         &mut writer,
@@ -236,7 +241,13 @@ fn a_message_after_a_held_notification_waits_behind_it() {
         &["GET", "k"],
         b"$2\r\nv2\r\n",
     );
-    assert_eq!(direct.cmd(&["PUBLISH", "news", "hello"]), b":1\r\n");
+    assert_eq!(direct.cmd(&["PUBLISH", "news", "hello"]), b":2\r\n");
+    let pushed = frame(">", &[&bulk("message"), &bulk("news"), &bulk("hello")]);
+    assert_eq!(show(&news_only.read_frame()), show(&pushed));
+    assert!(
+        !replied_within(&writer, Duration::from_millis(1)),
+        "the write was durable before the message came: nothing shows it was not held"
+    );
     assert!(
         !replied_within(&sub, EARLY),
         "a message went ahead of the notification held before it"
