@@ -298,33 +298,44 @@ enum Op {
     Restore,
 }
 
+/// A crash: the point, how many of its passes the walrus lives through first, and what
+/// the walrus is doing.
+type Row = (&'static str, u32, Op);
+
 /// The points of a managed walrus's checkpoint, backup and restore, in an order that
-/// alternates the three (each row's start restores what the row before left).
-const LIVE_POINTS: &[(&str, Op)] = &[
-    ("rdb::write", Op::Checkpoint),
-    ("restore::before_replicaof", Op::Restore),
-    ("backup::rdb_copied", Op::Backup),
-    ("rdb::written", Op::Checkpoint),
-    ("restore::rdb_sent", Op::Restore),
-    ("backup::journal_copied", Op::Backup),
-    ("rdb::synced", Op::Checkpoint),
-    ("restore::stream_sent", Op::Restore),
-    ("backup::manifest_written", Op::Backup),
-    ("rdb::renamed", Op::Checkpoint),
-    ("restore::before_promote", Op::Restore),
-    ("backup::renamed", Op::Backup),
-    ("checkpoint::manifest_switched", Op::Checkpoint),
-    ("checkpoint::recorded", Op::Checkpoint),
-    ("checkpoint::journal_released", Op::Checkpoint),
+/// alternates the three (each row's start restores what the row before left). A walrus
+/// replaces one manifest before it listens (its journal's MANIFEST, at open); a
+/// checkpoint then replaces two: CHECKPOINT, to record its RDB (pass 2), and the journal's
+/// MANIFEST, to release the entries it covers (pass 3).
+const LIVE_POINTS: &[Row] = &[
+    ("rdb::write", 0, Op::Checkpoint),
+    ("restore::before_replicaof", 0, Op::Restore),
+    ("backup::rdb_copied", 0, Op::Backup),
+    ("rdb::written", 0, Op::Checkpoint),
+    ("restore::rdb_sent", 0, Op::Restore),
+    ("backup::journal_copied", 0, Op::Backup),
+    ("rdb::synced", 0, Op::Checkpoint),
+    ("restore::stream_sent", 0, Op::Restore),
+    ("backup::manifest_written", 0, Op::Backup),
+    ("rdb::renamed", 0, Op::Checkpoint),
+    ("restore::before_promote", 0, Op::Restore),
+    ("backup::renamed", 0, Op::Backup),
+    ("manifest::written", 1, Op::Checkpoint),
+    ("manifest::replaced", 1, Op::Checkpoint),
+    ("checkpoint::manifest_switched", 0, Op::Checkpoint),
+    ("checkpoint::recorded", 0, Op::Checkpoint),
+    ("manifest::written", 2, Op::Checkpoint),
+    ("checkpoint::journal_released", 0, Op::Checkpoint),
 ];
 
-/// The points where a power cut leaves something a kill does not: the RDB's bytes written
-/// and not synced. (Everything else walrus writes is synced before the next point, and
-/// faultfs, like most file systems after a sync of the data, keeps names: renames and
-/// creations are durable at once there.)
-const POWER_POINTS: &[(&str, Op)] = &[
-    ("rdb::write", Op::Checkpoint),
-    ("rdb::written", Op::Checkpoint),
+/// The points where a power cut leaves something a kill does not: the RDB's bytes, or the
+/// new CHECKPOINT's text, written and not synced. (Everything else walrus writes is synced
+/// before the next point, and faultfs, like most file systems after a sync of the data,
+/// keeps names: renames and creations are durable at once there.)
+const POWER_POINTS: &[Row] = &[
+    ("rdb::write", 0, Op::Checkpoint),
+    ("rdb::written", 0, Op::Checkpoint),
+    ("manifest::written", 1, Op::Checkpoint),
 ];
 
 /// Key `n`'s value: 2 KiB of hex, which the RDB's compression cannot shrink (the RDB must
@@ -363,8 +374,8 @@ impl Site {
         }
     }
 
-    /// Spawns walrus on the site, with `point` killing it there if given.
-    fn spawn(&self, point: Option<&str>) -> (Proc, tempfile::TempDir, String) {
+    /// Spawns walrus on the site, killed at `point`'s pass `skip` + 1 if given.
+    fn spawn(&self, point: Option<(&str, u32)>) -> (Proc, tempfile::TempDir, String) {
         let data = self.disk.path("data");
         let metrics = format!("127.0.0.1:{}", free_port());
         let socket_dir = self.run.path().join("sock");
@@ -377,7 +388,9 @@ impl Site {
             .config(&config)
             .args(&["--metrics-listen", &metrics]);
         let (proc, dir) = match point {
-            Some(p) => build.failpoint(p, "return(kill)").spawn(),
+            Some((p, skip)) => build
+                .failpoint(p, &format!("{skip}*off->return(kill)"))
+                .spawn(),
             None => build.spawn(),
         };
         (proc, dir, metrics)
@@ -385,7 +398,7 @@ impl Site {
 
     /// Starts walrus (`point` set, if given), waits until it listens, and checks that
     /// every write acknowledged so far is there: the start recovered them.
-    fn start(&mut self, point: Option<&str>, after: &str) {
+    fn start(&mut self, point: Option<(&str, u32)>, after: &str) {
         let (proc, data, metrics) = self.spawn(point);
         let addr = addr_in(
             &proc
@@ -483,32 +496,38 @@ impl Site {
         cmd
     }
 
-    /// The checkpoint directory holds one RDB, the recorded one, and nothing half-written.
-    fn one_checkpoint(&self, after: &str) {
-        let names: Vec<String> = std::fs::read_dir(self.disk.path("data/checkpoints"))
+    /// The files in the checkpoint directory.
+    fn checkpoint_files(&self) -> Vec<String> {
+        std::fs::read_dir(self.disk.path("data/checkpoints"))
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
+            .collect()
+    }
+
+    /// The checkpoint directory holds one RDB, the recorded one, and nothing half-written.
+    fn one_checkpoint(&self, after: &str) {
+        let names = self.checkpoint_files();
         let rdbs = names.iter().filter(|n| n.ends_with(".rdb")).count();
         let tmp = names.iter().filter(|n| n.ends_with(".tmp")).count();
         assert!(rdbs == 1 && tmp == 0, "{after}: {names:?}");
     }
 
-    /// The row: walrus killed at `point` during `op` (and then, on faultfs, the power cut),
-    /// the next start with every acknowledged write, and `op` done again.
-    fn crash(&mut self, point: &str, op: Op) {
-        let after = format!("after a crash at {point}");
+    /// The row: walrus killed at `point`'s pass `skip` + 1 during `op` (and then, on
+    /// faultfs, the power cut), the next start with every acknowledged write, and `op` done
+    /// again.
+    fn crash(&mut self, (point, skip, op): Row) {
+        let after = format!("after a crash at {point} (pass {})", skip + 1);
         // Something in the journal after the checkpoint for a restore to stream.
         self.write(20);
         self.kill();
         let backup = self.run.path().join(point.replace("::", "-"));
         match op {
             Op::Restore => {
-                let (mut proc, _dir, _) = self.spawn(Some(point));
+                let (mut proc, _dir, _) = self.spawn(Some((point, skip)));
                 Site::killed_at(&mut proc, point);
             }
             Op::Checkpoint | Op::Backup => {
-                self.start(Some(point), &format!("the start before {point}"));
+                self.start(Some((point, skip)), &format!("the start before {point}"));
                 self.write(20);
                 let asked = self
                     .admin(op, &backup)
@@ -527,6 +546,13 @@ impl Site {
                     output_text(&asked)
                 );
             }
+        }
+        if point.starts_with("manifest::") {
+            // Killed replacing CHECKPOINT, the new RDB beside the old one; or replacing
+            // the journal's MANIFEST, the old RDB deleted.
+            let names = self.checkpoint_files();
+            let rdbs = names.iter().filter(|n| n.ends_with(".rdb")).count();
+            assert_eq!(rdbs, 3 - skip as usize, "{after}: {names:?}");
         }
         let lost = self.disk.power_cut();
         // On faultfs the row is there for what a kill leaves and a power cut does not.
@@ -559,6 +585,7 @@ impl Site {
 /// The managed Valkey's pid, from its start line in walrus's log (`pid=<n>, just started`).
 fn valkey_pid_in(log: &str) -> i32 {
     log.lines()
+        .rev()
         .filter(|l| l.contains("just started"))
         .filter_map(|l| l.split("pid=").nth(1))
         .filter_map(|rest| {
@@ -567,18 +594,18 @@ fn valkey_pid_in(log: &str) -> i32 {
                 .parse()
                 .ok()
         })
-        .last()
+        .next()
         .unwrap_or_else(|| panic!("no Valkey start in the log:\n{log}"))
 }
 
 /// Every row of `points` on one data directory, under writes.
-fn crash_live(disk: Disk, points: &[(&str, Op)]) {
+fn crash_live(disk: Disk, points: &[Row]) {
     let mut site = Site::new(disk);
     site.start(None, "the first start");
     // A dataset of 600 KiB.
     site.write(300);
-    for &(point, op) in points {
-        site.crash(point, op);
+    for &row in points {
+        site.crash(row);
     }
     eprintln!(
         "{} crashes, {} acknowledged writes, all there after each",
@@ -631,7 +658,7 @@ fn every_point_is_listed_placed_documented_and_crashed() {
         .iter()
         .map(|(p, _)| *p)
         .chain(REPAIR_POINTS.iter().copied())
-        .chain(LIVE_POINTS.iter().chain(POWER_POINTS).map(|(p, _)| *p))
+        .chain(LIVE_POINTS.iter().chain(POWER_POINTS).map(|(p, _, _)| *p))
         .collect();
     for p in POINTS {
         assert!(
@@ -648,8 +675,8 @@ fn every_point_is_listed_placed_documented_and_crashed() {
 /// The fail points are a test build's alone: cargo builds walrus for `cargo build` and
 /// `--release` (its dependencies without the dev-dependencies) without the `fail` crate,
 /// whose `failpoints` feature only the dev-dependency on walrus itself turns on, and the
-/// points then compile to nothing (src/fault/mod.rs). The binary the tests run says it has
-/// them.
+/// points then compile to nothing (src/fault/mod.rs). (`command_line` checks that the
+/// binary the tests run says it has them.)
 #[test]
 fn a_build_without_dev_dependencies_has_no_fail_points() {
     let cargo = std::env::var_os("CARGO").unwrap_or("cargo".into());
@@ -667,11 +694,5 @@ fn a_build_without_dev_dependencies_has_no_fail_points() {
         tree("normal,build"),
         "",
         "a release build has the fail crate"
-    );
-    let version = run_walrus(&["--version"]);
-    assert!(
-        String::from_utf8_lossy(&version.stdout).contains("with fail points: a test build"),
-        "{}",
-        output_text(&version)
     );
 }
