@@ -50,7 +50,8 @@ pub struct LexError {
     pub what: &'static str,
 }
 
-const KEYWORDS: [&str; 21] = [
+/// Lua 5.1's reserved words.
+pub const KEYWORDS: [&str; 21] = [
     "and", "break", "do", "else", "elseif", "end", "false", "for", "function", "if", "in", "local",
     "nil", "not", "or", "repeat", "return", "then", "true", "until", "while",
 ];
