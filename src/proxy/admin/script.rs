@@ -224,6 +224,9 @@ fn misuse(table: Token<'_>, next: Option<Token<'_>>) -> Finding {
     }
 }
 
+/// The most of an engine's name a refusal repeats.
+const MAX_SHOWN: usize = 32;
+
 /// The Lua that Valkey compiles: without a shebang, all of it; with one, what follows its
 /// line (from the line feed, so line numbers stay the script's), if the shebang names Lua.
 fn lua_code(source: &[u8]) -> Result<&[u8], Finding> {
@@ -237,9 +240,11 @@ fn lua_code(source: &[u8]) -> Result<&[u8], Finding> {
         .next()
         .unwrap_or_default();
     if !engine.eq_ignore_ascii_case(b"lua") {
+        // The name as the client wrote it, within what an error line should carry.
+        let shown = &engine[..engine.len().min(MAX_SHOWN)];
         return Err(Finding {
             line: 1,
-            construct: format!("#!{}", String::from_utf8_lossy(engine)),
+            construct: format!("#!{}", String::from_utf8_lossy(shown)),
             problem: Problem::Engine,
         });
     }
@@ -394,6 +399,11 @@ mod tests {
         refused("#!js name=lib\nreturn 1", Engine);
         refused("#!\"lua\"\nreturn 1", Engine);
         refused("#! lua\nreturn 1", Engine);
+        let long = format!("#!{}\nreturn 1", "x".repeat(100_000));
+        assert_eq!(
+            check(long.as_bytes()).unwrap_err().construct,
+            format!("#!{}", "x".repeat(32))
+        );
         let f = check(b"#!lua name=lib\n\nreturn server").unwrap_err();
         assert_eq!(f.line, 3, "line numbers count the shebang's");
     }
