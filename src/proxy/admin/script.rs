@@ -30,9 +30,15 @@
 //! of code: `rawget` and `rawset` read and write tables the script already holds,
 //! `setmetatable` hands back the table it is given, `string`, `table`, `math`, `os`,
 //! `cjson`, `cmsgpack`, `struct`, `bit` and `coroutine` hold functions of their own,
-//! `KEYS` and `ARGV` strings, `__server__err__handler` returns the error it is given.
-//! Valkey's Lua loads no bytecode, and EVAL, SCRIPT and FUNCTION cannot be called from a
-//! script.
+//! `KEYS` and `ARGV` strings, `__server__err__handler` returns the error it is given,
+//! `newproxy` (older servers) makes an empty userdata, and the rest (`pairs`, `pcall`,
+//! `tostring`, ...) work on values the script already holds. Valkey's Lua loads no
+//! bytecode, and EVAL, SCRIPT and FUNCTION cannot be called from a script.
+//!
+//! This is the one line of defence: nothing Valkey reports after a script tells a write
+//! kept out of the stream from no write at all (the offset stays put for both; its count of
+//! changes is one for every client), and walrus cannot change the script's environment
+//! (read-only, and a script rewritten would no longer match the SHA1 its client computed).
 //!
 //! A shebang (`#!lua name=lib`, `#!lua flags=no-writes`) is Valkey's, not Lua's: it is
 //! read as Valkey reads it (up to the first line feed) and must name the Lua engine; a
