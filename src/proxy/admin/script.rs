@@ -36,9 +36,10 @@
 //! bytecode, and EVAL, SCRIPT and FUNCTION cannot be called from a script.
 //!
 //! This is the one line of defence: nothing Valkey reports after a script tells a write
-//! kept out of the stream from no write at all (the offset stays put for both; its count of
-//! changes is one for every client), and walrus cannot change the script's environment
-//! (read-only, and a script rewritten would no longer match the SHA1 its client computed).
+//! kept out of the stream from no write at all (the replication offset stays put for both,
+//! and its count of changes is shared by every client), and walrus cannot change the
+//! script's environment (read-only, and a script rewritten would no longer match the SHA1
+//! its client computed).
 //!
 //! A shebang (`#!lua name=lib`, `#!lua flags=no-writes`) is Valkey's, not Lua's: it is
 //! read as Valkey reads it (up to the first line feed) and must name the Lua engine; a
