@@ -6,7 +6,8 @@
 # kubernetes-validate (PyPI, pinned), systemd-analyze (Debian's systemd package; it does
 # not become the init system), fuse3 (fusermount3, for faultfs) and the Python cluster
 # clients redis and valkey-glide (PyPI, pinned), the openssl command (certificates for
-# README's TLS example) and stunnel4 (TLS in front of valkey-server, for the TLS tests).
+# README's TLS example), stunnel4 (TLS in front of valkey-server, for the TLS tests) and
+# lua5.1 (luac5.1, which the script lexer's tests compare with).
 # Rust is expected to be there already. Safe to run again: it only installs what is missing.
 #
 #   deploy/setup.sh --bench   # also the extras of deploy/bench.py --suite compare only:
@@ -123,6 +124,13 @@ fi
 if ! command -v stunnel >/dev/null 2>&1; then
   echo "setup: installing stunnel4 (TLS in front of valkey-server, for tests/upstream_tls.rs)"
   without_service_starts apt_install stunnel4
+fi
+
+# Lua 5.1 (Debian's 5.1.5, whose lexer is the one Valkey embeds): tests/script_props.rs checks
+# walrus's script lexer against what luac5.1 compiles.
+if ! command -v luac5.1 >/dev/null 2>&1; then
+  echo "setup: installing lua5.1 (luac5.1, for tests/script_props.rs)"
+  apt_install lua5.1
 fi
 
 if ! command -v redis-benchmark >/dev/null 2>&1; then

@@ -277,7 +277,7 @@ fn a_notification_held_past_max_hold_closes_its_subscriber_with_the_reason() {
     let w = Walrus::build()
         .upstream(&v.addr())
         .config("io_backend = \"sync\"\n[durability]\nmax_hold_ms = 300\n")
-        .env(&[("WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS", "2000")])
+        .failpoint("journal::write", "sleep(2000)")
         .start();
     let mut c = Raw::connect(&w.addr);
     assert_eq!(

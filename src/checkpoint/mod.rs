@@ -366,7 +366,9 @@ async fn take(
         rdb_bytes: recorded.size,
         used_memory: memory,
     });
+    crate::fault::fail_point!("checkpoint::recorded");
     release_unneeded(journal, &cfg.store, &cfg.pin).await;
+    crate::fault::fail_point!("checkpoint::journal_released");
     Ok(format!(
         "checkpoint taken: {} ({} bytes, offset {}); journal released through LSN {}",
         recorded.file,

@@ -355,6 +355,7 @@ impl Store {
                 });
             }
             self.write(&c)?;
+            crate::fault::fail_point!("checkpoint::manifest_switched");
             // Under the lock too: a record's removals never outrun the next record's check.
             self.remove_others(&c.file);
         }

@@ -38,8 +38,17 @@ pub const EXIT_RETRY: u8 = 1;
 pub const EXIT_FIX: u8 = 2;
 
 /// The version `--version` prints and the log's first line names: the package's, and the
-/// commit it was built from (build.rs; "unknown" outside a git checkout).
+/// commit it was built from (build.rs; "unknown" outside a git checkout), and whether the
+/// build has fail points ([`crate::fault`]: a test build).
+#[cfg(not(feature = "failpoints"))]
 pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("WALRUS_COMMIT"), ")");
+#[cfg(feature = "failpoints")]
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("WALRUS_COMMIT"),
+    ", with fail points: a test build)"
+);
 
 /// The exit code for an error that reached the top: [`EXIT_FIX`] when it, or any error it
 /// wraps, is one a person must fix; otherwise [`EXIT_RETRY`]. A configuration or password
@@ -168,6 +177,10 @@ pub struct ServeArgs {
 }
 
 pub fn main() -> ExitCode {
+    if let Err(e) = crate::fault::setup() {
+        eprintln!("walrus: {e}");
+        return ExitCode::from(EXIT_FIX);
+    }
     data_dir::private_files();
     let cli = Cli::parse();
     match cli.command {

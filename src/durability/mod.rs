@@ -92,7 +92,15 @@
 //!   CONFIG SET, ACL SETUSER, SCRIPT LOAD, CLIENT state. It is configuration, not data: give a
 //!   managed Valkey its settings in `upstream.extra_args` (an `aclfile` among them), and load
 //!   scripts with FUNCTION LOAD, which is replicated and journaled (or retry on `-NOSCRIPT`, as
-//!   clients of any Valkey must).
+//!   clients of any Valkey must). Data a script writes after `server.set_repl` turned its
+//!   replication off would be unreplicated too: walrus refuses every script and function
+//!   library that may call it, whatever the spelling (EVAL, EVAL_RO, SCRIPT LOAD, FUNCTION
+//!   LOAD, alone or in a transaction; the rule is in `src/proxy/admin/script.rs`), and SCRIPT
+//!   DEBUG YES/SYNC, whose debugger runs code typed into it
+//!   (`admin::no_script_keeps_a_write_from_the_journal`); a script for an engine other than
+//!   Lua (a module's) is refused, being unreadable to walrus. Not covered: scripts and
+//!   libraries put into Valkey around walrus, or with `proxy.allow_admin_commands` on, which
+//!   EVALSHA and FCALL run as they are.
 //! - SYNC, PSYNC and REPLCONF from clients are refused: the replication stream shows every write
 //!   before it is durable. Attach replicas to Valkey itself.
 //! - `WAIT` counts walrus once it has received a write and `WAITAOF 0 1` once the write is on

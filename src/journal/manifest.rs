@@ -244,7 +244,6 @@ pub fn replace_file(dir: &Path, name: &str, contents: &[u8]) -> Result<(), Journ
     let target = dir.join(name);
     let spare = dir.join(format!("{name}.prev"));
     let ctx = |what: &str| format!("{what} {}", spare.display());
-    crate::fault::init_step();
     let f = open_in_place(&spare).map_err(|e| JournalError::io(ctx("opening"), e))?;
     let size = f
         .metadata()
@@ -253,21 +252,21 @@ pub fn replace_file(dir: &Path, name: &str, contents: &[u8]) -> Result<(), Journ
     let mut padded = contents.to_vec();
     let len = (contents.len() as u64).next_multiple_of(4096).max(size);
     padded.resize(len as usize, b'\n');
-    crate::fault::init_step();
-    crate::fault::manifest_write()
+    crate::fault::io_point!("manifest::write")
         .and_then(|()| f.write_all_at(&padded, 0))
         .map_err(|e| JournalError::io(ctx("writing"), e))?;
-    crate::fault::init_step();
+    crate::fault::fail_point!("manifest::written");
     f.sync_all()
         .map_err(|e| JournalError::io(ctx("fsync of"), e))?;
     drop(f);
-    crate::fault::init_step();
+    crate::fault::fail_point!("manifest::synced");
     let exchanged = target.exists() && exchange(&spare, &target)?;
     if !exchanged {
         fs::rename(&spare, &target).map_err(|e| JournalError::io(ctx("renaming"), e))?;
     }
-    crate::fault::init_step();
+    crate::fault::fail_point!("manifest::replaced");
     fsync_dir(dir)?;
+    crate::fault::fail_point!("manifest::dir_synced");
     if !exchanged {
         // Make the spare now, while there is room (at init, or on the first store of a
         // journal from before spares): the next replacement must not need a block. Only a

@@ -295,8 +295,10 @@ impl Journal {
             }
             Tail::Corrupt(c) => {
                 tracing::warn!(corruption = %c, "accepting data loss: cutting the journal at the corruption");
+                crate::fault::fail_point!("journal::repair::found");
                 let (from, to) = report.repair_range(geo);
                 zero_range(dir, geo, from, to)?;
+                crate::fault::fail_point!("journal::repair::cut");
                 cut_corruption = Some(c.clone());
             }
             Tail::End { .. } => {}
@@ -309,6 +311,7 @@ impl Journal {
         // A journal made before record keys: its records stay readable, new ones are keyed.
         manifest.upgrade(new_key)?;
         manifest.store(dir)?;
+        crate::fault::fail_point!("journal::repair::stored", cut_corruption.is_some());
         let end = report.end;
         let starts = report
             .segments

@@ -29,14 +29,14 @@
 use crate::commands::CommandInfo;
 use crate::resp::Request;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
     Pool,
     Pin,
     Local(Local),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Local {
     Auth,
     Hello,

@@ -383,6 +383,7 @@ impl Target {
                     self.to.display()
                 ))
             })?;
+            crate::fault::fail_point!("backup::renamed");
             let parent = self.staging.parent().unwrap_or(Path::new("."));
             fsync_dir(parent).map_err(|e| Failed(e.to_string()))?;
             Ok(Summary {
@@ -489,6 +490,7 @@ fn copy_into(
     copied_store
         .verify(&cp)
         .map_err(|e| Failed(e.to_string()))?;
+    crate::fault::fail_point!("backup::rdb_copied");
 
     let mut failure = None;
     let walked = chain::walk(journal, &cp, |slice| {
@@ -522,6 +524,7 @@ fn copy_into(
     }
     let end = walked.map_err(|e| Failed(e.to_string()))?;
     let durable = closed.map_err(|e| Failed(format!("closing the backup's journal: {e}")))?;
+    crate::fault::fail_point!("backup::journal_copied");
     if durable.lsn != end.entries {
         return Err(Failed(format!(
             "the backup's journal holds {} entries durably, {} were written",
@@ -535,6 +538,7 @@ fn copy_into(
     replace_file(&cp_dir, CHECKPOINT_FILE, record.render().as_bytes())
         .map_err(|e| Failed(e.to_string()))?;
     fsync_dir(dir).map_err(|e| Failed(e.to_string()))?;
+    crate::fault::fail_point!("backup::manifest_written");
     Ok(Summary {
         to: dir.to_path_buf(),
         checkpoint: record,

@@ -105,6 +105,7 @@ pub async fn load(l: Load<'_>) -> Result<Option<Phases>, LoadError> {
     // Only the Valkey told the password may connect: [`super::listener`].
     let auth = OneTimeAuth::set(up).await?;
     let loaded = async {
+        crate::fault::fail_point!("restore::before_replicaof");
         control(up, &["REPLICAOF", "127.0.0.1", &port.to_string()]).await?;
         let replica = accept_replica(&listener, &auth, tls, timeout)
             .await
@@ -150,7 +151,9 @@ async fn send(l: &Load<'_>, replica: Replica) -> Result<Option<Phases>, LoadErro
     )
     .await?;
     send_rdb(&mut wr, &store.path_of(cp), progress).await?;
+    crate::fault::fail_point!("restore::rdb_sent");
     let streamed = send_stream(&mut wr, journal.clone(), cp, progress).await?;
+    crate::fault::fail_point!("restore::stream_sent");
     if streamed.offset != end.offset {
         return Err(LoadError::Protocol(format!(
             "the journal changed during the restore: it ended at offset {} instead of {}",
@@ -183,6 +186,7 @@ async fn send(l: &Load<'_>, replica: Replica) -> Result<Option<Phases>, LoadErro
         }
     }
     let done = Instant::now();
+    crate::fault::fail_point!("restore::before_promote");
     match finish {
         Finish::Promote => control(up, &["REPLICAOF", "NO", "ONE"]).await?,
         Finish::Save => control(up, &["SAVE"]).await?,

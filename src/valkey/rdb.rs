@@ -203,9 +203,12 @@ async fn store(
     copy_payload(conn, &mut file, Payload::new(transfer, max_bytes)).await?;
     let Sink { file, digest, .. } = file;
     let sum = digest.finish()?;
+    crate::fault::fail_point!("rdb::written");
     file.sync_all().await?;
     drop(file);
+    crate::fault::fail_point!("rdb::synced");
     tokio::fs::rename(tmp, dest).await?;
+    crate::fault::fail_point!("rdb::renamed");
     if let Some(dir) = dest.parent() {
         tokio::fs::File::open(dir).await?.sync_all().await?;
     }
@@ -227,7 +230,7 @@ struct Sink {
 
 impl Sink {
     async fn write_all(&mut self, data: &[u8]) -> std::io::Result<()> {
-        crate::fault::checkpoint_write(self.written)?;
+        crate::fault::io_point!("rdb::write", self.written >= 64 << 10)?;
         self.digest.update(data);
         self.file.write_all(data).await?;
         self.written += data.len() as u64;

@@ -249,6 +249,7 @@ pub struct WalrusBuilder<'a> {
     args: Vec<&'a str>,
     data: Option<&'a std::path::Path>,
     env: Vec<(&'a str, &'a str)>,
+    failpoints: Vec<String>,
     open_files: Option<u64>,
     journal: Option<String>,
     listen: Option<String>,
@@ -291,9 +292,15 @@ impl<'a> WalrusBuilder<'a> {
         self
     }
 
-    /// Extra environment variables (fault injection).
+    /// Extra environment variables.
     pub fn env(mut self, env: &[(&'a str, &'a str)]) -> Self {
         self.env.extend_from_slice(env);
+        self
+    }
+
+    /// A fail point of this walrus (src/fault/points.rs): `name` configured with `actions`.
+    pub fn failpoint(mut self, name: &str, actions: &str) -> Self {
+        self.failpoints.push(format!("{name}={actions}"));
         self
     }
 
@@ -339,6 +346,7 @@ impl<'a> WalrusBuilder<'a> {
             args: extra,
             data,
             env,
+            failpoints,
             open_files,
             journal,
             listen,
@@ -384,6 +392,9 @@ impl<'a> WalrusBuilder<'a> {
             // A test's own RUST_LOG (debug lines to await) wins.
             .env("RUST_LOG", "info")
             .envs(env.iter().copied());
+        if !failpoints.is_empty() {
+            cmd.env("FAILPOINTS", with_inherited_failpoints(&failpoints));
+        }
         if let Some(u) = upstream {
             cmd.args(["--upstream", u]);
         }
@@ -408,6 +419,18 @@ impl<'a> WalrusBuilder<'a> {
         }
         (cmd, dir)
     }
+}
+
+/// `points` after the `FAILPOINTS` this test runs with, if any: a walrus a test gives fail
+/// points of its own still gets those of the run (`FAILPOINTS=journal::no_sync=return`, the
+/// power-loss tests' negative control), which a walrus started without any inherits anyway.
+pub fn with_inherited_failpoints(points: &[String]) -> String {
+    let inherited = std::env::var("FAILPOINTS").unwrap_or_default();
+    std::iter::once(inherited.as_str())
+        .chain(points.iter().map(String::as_str))
+        .filter(|p| !p.is_empty())
+        .collect::<Vec<_>>()
+        .join(";")
 }
 
 impl Walrus {
@@ -465,13 +488,12 @@ impl Walrus {
     }
 
     /// A walrus in front of `v` whose journal device takes `delay_ms` for every write (the
-    /// sync backend's fault injection).
+    /// sync backend's fail point `journal::write`).
     pub fn slow(v: &Valkey, delay_ms: u64) -> Walrus {
-        let delay = delay_ms.to_string();
         Walrus::build()
             .upstream(&v.addr())
             .config("io_backend = \"sync\"\n")
-            .env(&[("WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS", &delay)])
+            .failpoint("journal::write", &format!("sleep({delay_ms})"))
             .start()
     }
 }
