@@ -316,6 +316,7 @@ async fn run_proxy(
         max_push_bytes: config.proxy.max_push_bytes,
         max_output_bytes: config.proxy.max_output_bytes(),
         allow_admin_commands: config.proxy.allow_admin_commands,
+        allow_monitor: config.proxy.allow_monitor,
         cert_user: config.tls.auth_clients_user,
         max_write_bytes: if config.durability.enabled {
             // Room for the SELECT or MULTI/EXEC Valkey may wrap around it in the stream.

@@ -720,6 +720,44 @@ impl Raw {
     }
 }
 
+/// A slowed journal's delay (`Walrus::slow`) for the durability rule's tests: a reply that
+/// comes much sooner than this after its write ran cannot be covered by the journal.
+pub const JOURNAL_DELAY_MS: u64 = 1500;
+/// A reply within this time of its request, while a write it depends on waits for the
+/// journal, is a dirty read.
+pub const EARLY: Duration = Duration::from_millis(300);
+
+/// Sends a command without reading its reply.
+pub fn send(c: &mut Raw, args: &[&str]) {
+    c.send_raw(&walrus::resp::write::command(
+        args.iter().map(|a| a.as_bytes()),
+    ));
+}
+
+/// Whether a reply (or any message) arrives within `within`.
+pub fn replied_within(c: &Raw, within: Duration) -> bool {
+    c.stream.set_read_timeout(Some(within)).unwrap();
+    let mut b = [0u8; 1];
+    let r = c.stream.peek(&mut b);
+    c.stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    matches!(r, Ok(n) if n > 0)
+}
+
+/// Sends `write` on `writer` and waits until Valkey has run it (`probe` on Valkey directly
+/// returns `ran`): from then on its effects are dirty until the journal covers them.
+pub fn run_unjournaled(
+    writer: &mut Raw,
+    write: &[&str],
+    direct: &mut Raw,
+    probe: &[&str],
+    ran: &[u8],
+) {
+    send(writer, write);
+    while direct.cmd(probe) != ran {}
+}
+
 /// `sub` subscribes to `channel` (RESP2) and receives `message` as `publisher` publishes it
 /// there, through Valkey.
 pub fn assert_pubsub<S: Read + Write, P: Read + Write>(

@@ -151,7 +151,7 @@ pub async fn run(
     let gated = ctx.durability.is_some();
     let mut reader = Reader {
         ctx: ctx.clone(),
-        pushes,
+        pushes: pushes.map(|p| p.in_epoch(epoch)),
         awaiting: Vec::new(),
         marks: Vec::new(),
         epoch,

@@ -42,8 +42,9 @@ impl Session {
         };
         let conn = pinned::open(&self.shared, &start).await?;
         let (tx, rx) = mpsc::channel(DEDICATED_QUEUE_REQUESTS);
-        let (push_tx, push_rx) = pushes::channel(self.shared.max_push_bytes);
         let ctx = self.shared.pools.ctx().clone();
+        let (push_tx, push_rx) =
+            pushes::channel(self.shared.max_push_bytes, ctx.durability.as_ref());
         tokio::spawn(async move {
             if let Err(e) = pipeline::run(conn, rx, ctx, Some(push_tx)).await {
                 tracing::debug!("dedicated upstream connection ended: {e}");
