@@ -180,14 +180,15 @@ fn exported_aof_loads_into_stock_valkey_with_the_same_data() {
     write_dataset(&w, &v.addr());
     let original = snapshot(&v.addr());
 
-    // While walrus runs, its journal is locked: the export refuses, clearly.
+    // While walrus runs, its data directory is locked: the export refuses, naming it.
     let out_dir = tempfile::tempdir().unwrap();
     let aof = out_dir.path().join("appendonly.aof");
     let busy = export_aof(&data, &aof);
     assert_eq!(busy.status.code(), Some(1), "{busy:?}");
     let err = text(&busy.stderr);
+    let owner = format!("is in use by pid {} on ", w.proc.child.id());
     assert!(
-        err.starts_with("walrus: ") && err.contains("in use by a running walrus; stop it first"),
+        err.starts_with("walrus: ") && err.contains(&owner) && err.contains("stop that one first"),
         "{err}"
     );
     assert!(!aof.exists());

@@ -15,6 +15,7 @@ use crate::journal::config::JournalConfig;
 use crate::journal::engine::{Journal, OpenOptions};
 use crate::journal::error::JournalError;
 use crate::journal::format::{HeaderError, RecordHeader, HEADER_BYTES};
+use crate::journal::lock::Access;
 use crate::journal::manifest::Manifest;
 use crate::journal::open::{initialize, scan_dir};
 use crate::journal::recovery::{ScanReport, Tail};
@@ -97,6 +98,26 @@ pub enum JournalCommand {
 }
 
 pub fn run(cmd: JournalCommand) -> ExitCode {
+    // The data directory's lock for the journal the command works on, before anything
+    // else: exclusive where it writes, shared where it reads (init takes it once it knows
+    // the directory from the configuration).
+    let (dir, access) = match &cmd {
+        JournalCommand::Init { .. } => return run_locked(cmd),
+        JournalCommand::Inspect { dir, .. } | JournalCommand::Verify { dir, .. } => {
+            (dir.clone(), Access::Shared)
+        }
+        JournalCommand::Repair { dir, .. } => (dir.clone(), Access::Exclusive),
+        JournalCommand::ExportAof { dir, .. } => {
+            (crate::restore::verify::data_dirs(dir).0, Access::Exclusive)
+        }
+    };
+    match super::data_dir::lock_for_command(&dir, access) {
+        Ok(_owner) => run_locked(cmd),
+        Err(code) => code,
+    }
+}
+
+fn run_locked(cmd: JournalCommand) -> ExitCode {
     match cmd {
         JournalCommand::Init {
             dir,
@@ -186,6 +207,10 @@ fn init(dir: Option<PathBuf>, file: Option<PathBuf>, g: GeometryArgs, quiet: boo
         }
     };
     let dir = dir.unwrap_or_else(|| config.data.dir.join("journal"));
+    let _owner = match super::data_dir::lock_for_command(&dir, Access::Exclusive) {
+        Ok(lock) => lock,
+        Err(code) => return code,
+    };
     let (dir, cfg) = (dir.as_path(), &config.journal);
     match initialize(dir, cfg, &mut progress_bar(quiet)) {
         Ok((_, created)) => {

@@ -121,8 +121,8 @@ pub struct Journal {
     pub(super) manifest: Arc<Mutex<Manifest>>,
     pub(super) thread: Option<JoinHandle<()>>,
     pub(super) backend: BackendInfo,
-    /// Exclusive flock on `dir/LOCK`, held while open: one writer per journal.
-    pub(super) _lock: std::fs::File,
+    /// The journal directory's lock, held while open: one writer per journal.
+    pub(super) _lock: super::lock::DirLock,
 }
 
 impl Journal {

@@ -328,6 +328,28 @@ pub fn fsync_dir(dir: &Path) -> Result<(), JournalError> {
         .map_err(|e| JournalError::io(format!("fsync of directory {}", dir.display()), e))
 }
 
+/// Creates `dir` and its missing parents, and makes each new name durable: a directory's
+/// name lives in its parent, which syncing the files inside does not sync. Without it, a
+/// power cut soon after a first start could take `journal/` or `checkpoints/` away, with
+/// everything synced inside them since.
+pub fn create_dir_durably(dir: &Path) -> Result<(), JournalError> {
+    let mut created = Vec::new();
+    let mut next = Some(dir);
+    while let Some(p) = next.filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
+        created.push(p);
+        next = p.parent();
+    }
+    fs::create_dir_all(dir)
+        .map_err(|e| JournalError::io(format!("creating {}", dir.display()), e))?;
+    for p in created {
+        match p.parent().filter(|p| !p.as_os_str().is_empty()) {
+            Some(parent) => fsync_dir(parent)?,
+            None => fsync_dir(Path::new("."))?,
+        }
+    }
+    Ok(())
+}
+
 fn crc64(bytes: &[u8]) -> u64 {
     let mut d = crc64fast::Digest::new();
     d.write(bytes);

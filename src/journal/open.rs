@@ -14,40 +14,11 @@ use super::engine::{Journal, OpenOptions, Recovered};
 use super::error::JournalError;
 use super::format::RecordKey;
 use super::io::start_writer;
-use super::manifest::Manifest;
+use super::lock::{Access, DirLock};
+use super::manifest::{create_dir_durably, Manifest};
 use super::recovery::{scan, ScanLimits, ScanReport, ScanStart, Tail};
 use super::ring::{init_missing_segments, missing_segments, segment_path, FileRing, Geometry};
 use super::writer::{Durable, WriterState};
-
-const LOCK_FILE: &str = "LOCK";
-
-/// Takes an exclusive, non-blocking flock on `dir/LOCK` (released when the file closes,
-/// including when the process dies).
-fn lock_dir(dir: &Path) -> Result<std::fs::File, JournalError> {
-    use std::os::fd::AsRawFd;
-    std::fs::create_dir_all(dir)
-        .map_err(|e| JournalError::io(format!("creating {}", dir.display()), e))?;
-    let path = dir.join(LOCK_FILE);
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| JournalError::io(format!("opening {}", path.display()), e))?;
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(JournalError::io(
-            format!(
-                "journal {} is open in another process (flock on {})",
-                dir.display(),
-                path.display()
-            ),
-            e,
-        ));
-    }
-    Ok(f)
-}
 
 fn new_key() -> Result<RecordKey, JournalError> {
     RecordKey::random().map_err(|e| JournalError::io("drawing the journal's record key", e))
@@ -80,8 +51,7 @@ pub fn initialize(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(Manifest, u32), JournalError> {
     cfg.validate()?;
-    std::fs::create_dir_all(dir)
-        .map_err(|e| JournalError::io(format!("creating {}", dir.display()), e))?;
+    create_dir_durably(dir)?;
     let geo = Geometry {
         segment_size_bytes: cfg.segment_size_bytes,
         segments: cfg.segments,
@@ -255,7 +225,8 @@ impl Journal {
         opts: OpenOptions,
     ) -> Result<(Journal, Recovered), JournalError> {
         cfg.validate()?;
-        let lock = lock_dir(dir)?;
+        create_dir_durably(dir)?;
+        let lock = DirLock::take(dir, Access::Exclusive)?;
         let geo = Geometry {
             segment_size_bytes: cfg.segment_size_bytes,
             segments: cfg.segments,

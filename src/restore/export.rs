@@ -101,7 +101,7 @@ fn export(data_dir: &Path, out: &Path) -> Result<ExportSummary, String> {
         ..JournalConfig::for_geometry(manifest.segment_size_bytes, manifest.segments)
     };
     let (journal, _) = Journal::open(&journal_dir, &cfg).map_err(|e| match e {
-        JournalError::Io { ref source, .. } if source.raw_os_error() == Some(libc::EWOULDBLOCK) => {
+        JournalError::InUse { .. } => {
             format!(
                 "the journal in {} is in use by a running walrus; stop it first ({e})",
                 journal_dir.display()
