@@ -14,7 +14,7 @@
 //! written before walrus recorded these have none of them; the format is then read from the
 //! RDB's header, which a verification reads anyway.)
 
-use crate::journal::manifest::{replace_file, seal, unseal};
+use crate::journal::manifest::{create_dir_durably, replace_file, seal, unseal};
 use crate::upstream::server::ServerVersion;
 use crate::valkey::handshake::REPLID_LEN;
 use crate::valkey::rdb::{self, StoredRdb};
@@ -147,7 +147,7 @@ impl Store {
             path: dir.to_path_buf(),
             source,
         };
-        std::fs::create_dir_all(dir).map_err(io)?;
+        create_dir_durably(dir).map_err(io)?;
         let mut store = Store {
             dir: dir.to_path_buf(),
             recorded: Arc::default(),

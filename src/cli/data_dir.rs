@@ -48,7 +48,7 @@ pub fn of_journal(journal_dir: &Path) -> Option<&Path> {
 /// The data directory `serve` works in, created (durably: [`create_dir_durably`]) and
 /// locked.
 pub fn own(dir: &Path) -> Result<DirLock, String> {
-    create_dir_durably(dir).map_err(|e| format!("data.dir {}: {e}", dir.display()))?;
+    create_dir_durably(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     lock(dir, Access::Exclusive)
 }
 

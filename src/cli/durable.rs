@@ -68,7 +68,7 @@ pub(super) async fn start_durability(
     let ring_bytes = config.journal.segment_size_bytes * u64::from(config.journal.segments);
     let low_watermark = config.disk.low_watermark;
     let (journal, recovered, store, holding) = tokio::task::spawn_blocking(move || {
-        std::fs::create_dir_all(&dir)
+        crate::journal::manifest::create_dir_durably(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         // Before the ring is allocated: an oversized one is refused, not written first.
         crate::disk::check_ring_fits(&dir, ring_bytes, low_watermark)?;

@@ -332,20 +332,17 @@ pub fn fsync_dir(dir: &Path) -> Result<(), JournalError> {
 /// name lives in its parent, which syncing the files inside does not sync. Without it, a
 /// power cut soon after a first start could take `journal/` or `checkpoints/` away, with
 /// everything synced inside them since.
-pub fn create_dir_durably(dir: &Path) -> Result<(), JournalError> {
+pub fn create_dir_durably(dir: &Path) -> std::io::Result<()> {
     let mut created = Vec::new();
     let mut next = Some(dir);
     while let Some(p) = next.filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
         created.push(p);
         next = p.parent();
     }
-    fs::create_dir_all(dir)
-        .map_err(|e| JournalError::io(format!("creating {}", dir.display()), e))?;
+    fs::create_dir_all(dir)?;
     for p in created {
-        match p.parent().filter(|p| !p.as_os_str().is_empty()) {
-            Some(parent) => fsync_dir(parent)?,
-            None => fsync_dir(Path::new("."))?,
-        }
+        let parent = p.parent().filter(|p| !p.as_os_str().is_empty());
+        File::open(parent.unwrap_or(Path::new(".")))?.sync_all()?;
     }
     Ok(())
 }

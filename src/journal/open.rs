@@ -20,6 +20,10 @@ use super::recovery::{scan, ScanLimits, ScanReport, ScanStart, Tail};
 use super::ring::{init_missing_segments, missing_segments, segment_path, FileRing, Geometry};
 use super::writer::{Durable, WriterState};
 
+fn create_dir(dir: &Path) -> Result<(), JournalError> {
+    create_dir_durably(dir).map_err(|e| JournalError::io(format!("creating {}", dir.display()), e))
+}
+
 fn new_key() -> Result<RecordKey, JournalError> {
     RecordKey::random().map_err(|e| JournalError::io("drawing the journal's record key", e))
 }
@@ -51,7 +55,7 @@ pub fn initialize(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(Manifest, u32), JournalError> {
     cfg.validate()?;
-    create_dir_durably(dir)?;
+    create_dir(dir)?;
     let geo = Geometry {
         segment_size_bytes: cfg.segment_size_bytes,
         segments: cfg.segments,
@@ -225,7 +229,7 @@ impl Journal {
         opts: OpenOptions,
     ) -> Result<(Journal, Recovered), JournalError> {
         cfg.validate()?;
-        create_dir_durably(dir)?;
+        create_dir(dir)?;
         let lock = DirLock::take(dir, Access::Exclusive)?;
         let geo = Geometry {
             segment_size_bytes: cfg.segment_size_bytes,
