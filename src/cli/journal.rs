@@ -91,7 +91,8 @@ pub enum JournalCommand {
         /// walrus's data directory (holding journal/ and checkpoints/), or its journal/.
         #[arg(long)]
         dir: PathBuf,
-        /// The AOF to write (replaced atomically if it exists).
+        /// The AOF to write (replaced atomically if it exists); not inside walrus's journal/
+        /// or checkpoints/.
         #[arg(long)]
         out: PathBuf,
     },
@@ -424,7 +425,7 @@ fn export_aof(dir: &Path, out: &Path) -> ExitCode {
         }
         Err(e) => {
             eprintln!("walrus: {e}");
-            ExitCode::FAILURE
+            super::exit_code(&e)
         }
     }
 }

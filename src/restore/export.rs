@@ -62,6 +62,17 @@ impl ExportSummary {
 /// preamble (blocking). `data_dir` is walrus's data directory (holding `journal/` and
 /// `checkpoints/`), or its journal directory.
 pub fn export_aof(data_dir: &Path, out: &Path) -> Result<ExportSummary, super::RestoreError> {
+    let (journal_dir, cp_dir) = super::verify::data_dirs(data_dir);
+    let live = super::backup::live_dir_of(out, &[journal_dir, cp_dir])
+        .map_err(super::RestoreError::Export)?;
+    if let Some(live) = live {
+        return Err(super::RestoreError::Refused(format!(
+            "--out {} is inside walrus's own {}: write the export elsewhere (there it could \
+             replace a file walrus keeps, or be removed as a leftover)",
+            out.display(),
+            live.display()
+        )));
+    }
     export(data_dir, out).map_err(super::RestoreError::Export)
 }
 

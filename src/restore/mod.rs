@@ -55,6 +55,10 @@ pub enum RestoreError {
     /// `walrus journal export-aof`: the text names the file and what to do.
     #[error("{0}")]
     Export(String),
+    /// Nothing will change until a person acts: a request that cannot work as given, or a
+    /// data directory whose parts do not prove what it holds. The text says what to do.
+    #[error("{0}")]
+    Refused(String),
     /// This Valkey cannot take what walrus holds (a downgrade); nothing was sent.
     #[error("{0}")]
     Unloadable(String),
