@@ -7,7 +7,92 @@
 mod common;
 use common::*;
 
+use std::path::{Path, PathBuf};
+
 const OK: &[u8] = b"+OK\r\n";
+const KEYS: usize = 100;
+
+/// A stopped managed walrus's data directory holding `key:0..100`: those before
+/// `checkpoint_at` in a checkpoint, which released the journal before it, the rest in the
+/// journal after it. Returns the temporary directory (kept for the data's life) and the
+/// data directory.
+fn hundred_keys_with_a_checkpoint(checkpoint_at: usize) -> (tempfile::TempDir, PathBuf) {
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let w = Walrus::build()
+        .args(&["--metrics-listen", &metrics])
+        .start();
+    let mut c = Raw::connect(&w.addr);
+    for i in 0..=KEYS {
+        if i == checkpoint_at {
+            let out = run_walrus(&["checkpoint", "--metrics", &metrics]);
+            assert!(out.status.success(), "{}", output_text(&out));
+            w.proc.wait_line("journal released through", START_TIMEOUT);
+        }
+        if i < KEYS {
+            let r = c.cmd(&["SET", &format!("key:{i}"), &format!("value-{i}")]);
+            assert_eq!(show(&r), show(OK));
+        }
+    }
+    let Walrus { mut proc, data, .. } = w;
+    proc.signal(libc::SIGTERM);
+    let status = proc
+        .wait_exit(START_TIMEOUT)
+        .expect("walrus stops on SIGTERM");
+    assert!(status.success(), "{status:?}\n{}", proc.log_text());
+    let dir = data.path().join("data");
+    (data, dir)
+}
+
+/// How many of `key:0..100` the walrus at `addr` serves with their values.
+fn served(addr: &str) -> usize {
+    let mut c = Raw::connect(addr);
+    (0..KEYS)
+        .filter(|i| c.cmd(&["GET", &format!("key:{i}")]) == bulk(format!("value-{i}")))
+        .count()
+}
+
+/// Starts `walrus serve` on `data` and expects it to refuse: returns its exit code and
+/// output. A walrus that starts instead fails the test, saying how many keys it serves.
+fn serve_refused(data: &Path, journal: Option<&str>) -> (Option<i32>, String) {
+    let mut b = Walrus::build().data(data);
+    if let Some(j) = journal {
+        b = b.journal(j);
+    }
+    let (mut w, _cfg) = b.spawn();
+    if let Some(line) = w.try_wait_line(LISTENING, START_TIMEOUT) {
+        panic!(
+            "walrus started on {} instead of refusing, serving {} of {KEYS} acknowledged keys; log:\n{}",
+            data.display(),
+            served(&addr_in(&line)),
+            w.log_text()
+        );
+    }
+    let status = w.wait_exit(START_TIMEOUT).expect("walrus exits");
+    (status.code(), w.log_text())
+}
+
+/// `walrus verify --data-dir DIR`: its exit code and output.
+fn verify(data: &Path) -> (Option<i32>, String) {
+    let out = run_walrus(&["verify", "--data-dir", data.to_str().unwrap()]);
+    (out.status.code(), output_text(&out))
+}
+
+/// Every file under `dir` with its contents, but the locks (whose contents name the last
+/// process that took them).
+fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(files(&p));
+        } else if p.is_file() && !p.ends_with("LOCK") {
+            out.push((p.clone(), std::fs::read(&p).unwrap()));
+        }
+    }
+    out.sort();
+    out
+}
+
 /// A person runs `walrus serve` by hand beside the one systemd runs (or two pods share a
 /// volume): the second exits at once with 1 (trying again succeeds once the first stops),
 /// naming the first's pid, before it starts a Valkey of its own. The first keeps serving,
@@ -113,4 +198,111 @@ fn the_data_directory_is_synced_after_each_directory_made_in_it() {
             lines.join("\n")
         );
     }
+}
+
+/// After a checkpoint released the journal, `checkpoints/CHECKPOINT` is lost (an incomplete
+/// copy, a person's `rm`). walrus used to delete the RDB as a leftover and start empty,
+/// recording that as its checkpoint: 0 of 100 acknowledged keys served (or, with entries
+/// after the checkpoint, refuse with 1 only after deleting it). Now `serve` refuses (exit
+/// 2: a person must act), naming the file and the way out, `verify` agrees, and the RDB is
+/// still there.
+#[test]
+fn a_lost_checkpoint_manifest_is_refused_and_nothing_is_deleted() {
+    let (_tmp, data) = hundred_keys_with_a_checkpoint(KEYS);
+    std::fs::remove_file(data.join("checkpoints/CHECKPOINT")).unwrap();
+    let before = files(&data.join("checkpoints"));
+    assert!(before
+        .iter()
+        .any(|(p, _)| p.extension().is_some_and(|e| e == "rdb")));
+
+    let (code, log) = serve_refused(&data, None);
+    assert_eq!(code, Some(2), "{log}");
+    let (vcode, vlog) = verify(&data);
+    assert_eq!(vcode, Some(2), "{vlog}");
+    for text in [&log, &vlog] {
+        for part in [
+            "checkpoints/CHECKPOINT is missing",
+            "released",
+            "from a backup",
+            "move the data directory aside",
+        ] {
+            assert!(text.contains(part), "{part:?} missing:\n{text}");
+        }
+    }
+    assert_eq!(
+        files(&data.join("checkpoints")),
+        before,
+        "checkpoints/ changed"
+    );
+}
+
+/// A `journal/MANIFEST` copied in from another data directory: its record key fails every
+/// record of this journal, which recovery read as a clean end of the log (`verify` said OK,
+/// `serve` served the 50 keys of the checkpoint). Now both refuse, naming the two files.
+#[test]
+fn a_journal_manifest_from_another_data_directory_is_refused() {
+    let (_a, a) = hundred_keys_with_a_checkpoint(KEYS / 2);
+    let (_b, b) = hundred_keys_with_a_checkpoint(KEYS / 2);
+    std::fs::copy(b.join("journal/MANIFEST"), a.join("journal/MANIFEST")).unwrap();
+    let before = files(&a);
+
+    let (code, log) = serve_refused(&a, None);
+    assert_eq!(code, Some(2), "{log}");
+    let (vcode, vlog) = verify(&a);
+    assert_eq!(vcode, Some(2), "{vlog}");
+    for text in [&log, &vlog] {
+        for part in [
+            "journal/MANIFEST",
+            "checkpoints/CHECKPOINT",
+            "different data directories",
+        ] {
+            assert!(text.contains(part), "{part:?} missing:\n{text}");
+        }
+    }
+    assert_eq!(files(&a), before, "the data directory changed");
+}
+
+/// The `data_dir_id` line of a manifest.
+fn identity(file: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(file).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("data_dir_id = "))
+        .map(str::to_string)
+}
+
+/// A data directory written before identities is adopted at its first start: its parts
+/// agree (the journal released only entries before the checkpoint's first), so both
+/// manifests get one identity, and every acknowledged key is served, then and after.
+#[test]
+fn a_data_directory_of_walrus_0_1_0_is_adopted() {
+    let (_tmp, data) = fixture_data_dir();
+    let (code, out) = verify(&data);
+    assert_eq!(code, Some(0), "{out}");
+    for _ in 0..2 {
+        let w = Walrus::build().data(&data).journal(FIXTURE_RING).start();
+        assert_eq!(served(&w.addr), KEYS, "{}", w.proc.log_text());
+        let Walrus { mut proc, .. } = w;
+        proc.signal(libc::SIGTERM);
+        assert!(proc.wait_exit(START_TIMEOUT).unwrap().success());
+        let journal = identity(&data.join("journal/MANIFEST"));
+        assert!(journal.is_some(), "no identity in journal/MANIFEST");
+        assert_eq!(identity(&data.join("checkpoints/CHECKPOINT")), journal);
+    }
+    let (code, out) = verify(&data);
+    assert_eq!(code, Some(0), "{out}");
+}
+
+/// The reproduction on a directory of walrus 0.1.0: its checkpoint manifest lost,
+/// the journal's says entries were released to a checkpoint. Refused, nothing deleted.
+#[test]
+fn a_data_directory_of_walrus_0_1_0_without_its_checkpoint_manifest_is_refused() {
+    let (_tmp, data) = fixture_data_dir();
+    std::fs::remove_file(data.join("checkpoints/CHECKPOINT")).unwrap();
+    let before = files(&data);
+    let (code, log) = serve_refused(&data, Some(FIXTURE_RING));
+    assert_eq!(code, Some(2), "{log}");
+    assert!(log.contains("checkpoints/CHECKPOINT is missing"), "{log}");
+    let (vcode, vlog) = verify(&data);
+    assert_eq!(vcode, Some(2), "{vlog}");
+    assert_eq!(files(&data), before, "the data directory changed");
 }

@@ -53,6 +53,17 @@ pub fn verify(args: VerifyArgs) -> ExitCode {
         m.segment_size_bytes,
         v.scan.entries
     );
+    if v.verdict.adopt {
+        println!(
+            "identity: a manifest lacks this data directory's identity (written before walrus recorded one); the next start writes it into both"
+        );
+    }
+    if !v.verdict.leftovers.is_empty() {
+        println!(
+            "leftovers: {} (a checkpoint interrupted before it was recorded); the next start removes them",
+            v.verdict.leftovers.join(", ")
+        );
+    }
     let Some(r) = &v.restore else {
         println!("OK: no checkpoint and no journal entries: walrus starts a new history from this directory");
         return ExitCode::SUCCESS;

@@ -103,12 +103,12 @@ fn owner() -> String {
     let mut host = [0u8; 256];
     // SAFETY: gethostname writes at most `len` bytes into the buffer it is given.
     let named = unsafe { libc::gethostname(host.as_mut_ptr().cast(), host.len()) } == 0;
-    let host = named
-        .then(|| {
-            let end = host.iter().position(|&b| b == 0).unwrap_or(host.len());
-            String::from_utf8_lossy(&host[..end]).into_owned()
-        })
-        .unwrap_or_else(|| "an unknown host".into());
+    let host = if named {
+        let end = host.iter().position(|&b| b == 0).unwrap_or(host.len());
+        String::from_utf8_lossy(&host[..end]).into_owned()
+    } else {
+        "an unknown host".into()
+    };
     // Quoted where a shell would need it: an empty `--metrics-listen ""` stays visible.
     let command: Vec<String> = std::env::args()
         .map(|a| {
@@ -186,5 +186,15 @@ mod tests {
         assert!(e.contains("walrus commands that read it"), "{e}");
         drop(readers);
         drop(DirLock::take(&dir, Access::Exclusive).unwrap());
+    }
+
+    /// The limit docs/failure-modes.md states: the lock lives on the file, so a `LOCK`
+    /// deleted under its owner lets a second one make another and take it.
+    #[test]
+    fn a_deleted_lock_file_no_longer_guards_its_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let _owner = DirLock::take(tmp.path(), Access::Exclusive).unwrap();
+        std::fs::remove_file(tmp.path().join(LOCK_FILE)).unwrap();
+        assert!(DirLock::take(tmp.path(), Access::Exclusive).is_ok());
     }
 }

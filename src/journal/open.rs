@@ -15,9 +15,11 @@ use super::error::JournalError;
 use super::format::RecordKey;
 use super::io::start_writer;
 use super::lock::{Access, DirLock};
-use super::manifest::{create_dir_durably, Manifest};
-use super::recovery::{scan, ScanLimits, ScanReport, ScanStart, Tail};
-use super::ring::{init_missing_segments, missing_segments, segment_path, FileRing, Geometry};
+use super::manifest::{create_dir_durably, DataDirId, Manifest};
+use super::recovery::{key_seals_the_ring, scan, ScanLimits, ScanReport, ScanStart, Tail};
+use super::ring::{
+    init_missing_segments, missing_segments, segment_path, FileRing, Geometry, RingRead,
+};
 use super::writer::{Durable, WriterState};
 
 fn create_dir(dir: &Path) -> Result<(), JournalError> {
@@ -26,6 +28,10 @@ fn create_dir(dir: &Path) -> Result<(), JournalError> {
 
 fn new_key() -> Result<RecordKey, JournalError> {
     RecordKey::random().map_err(|e| JournalError::io("drawing the journal's record key", e))
+}
+
+fn new_id() -> Result<DataDirId, JournalError> {
+    DataDirId::random().map_err(|e| JournalError::io("drawing the data directory's identity", e))
 }
 
 /// Loads the manifest and checks it against the configured geometry.
@@ -85,7 +91,8 @@ pub fn initialize(
     let m = match existing {
         Some(m) => m,
         None => {
-            let m = Manifest::new(cfg.segment_size_bytes, cfg.segments, new_key()?);
+            let mut m = Manifest::new(cfg.segment_size_bytes, cfg.segments, new_key()?);
+            m.data_dir_id = Some(new_id()?);
             m.store(dir)?;
             m
         }
@@ -142,7 +149,31 @@ pub fn scan_dir(dir: &Path, cfg: &JournalConfig) -> Result<(Manifest, ScanReport
         ScanStart::at(&m.checkpoint)?,
         ScanLimits::of(&m, cfg.lookahead_bytes()),
     )?;
+    check_key(dir, FileRing::open(dir, geo)?, geo, &m, &report)?;
     Ok((m, report))
+}
+
+/// Refuses a manifest whose key seals none of its ring's records ([`key_seals_the_ring`]),
+/// asked when a scan accepted no record although the manifest says entries were written
+/// (released, or the log's start moved past them).
+fn check_key(
+    dir: &Path,
+    ring: impl RingRead,
+    geo: Geometry,
+    m: &Manifest,
+    report: &ScanReport,
+) -> Result<(), JournalError> {
+    let written = m.checkpoint.written_through();
+    if report.records > 0 || written == 0 || key_seals_the_ring(ring, geo, ScanLimits::of(m, 0))? {
+        return Ok(());
+    }
+    Err(JournalError::Manifest(format!(
+        "{}: its record key seals none of the records in the journal's segments, although it says \
+         entries through LSN {written} were written: it is another journal's manifest (copied in \
+         from another data directory?), and recovery would read this journal as empty. Put back \
+         this journal's own MANIFEST (from a backup, or from the copy it was made from)",
+        dir.join(super::manifest::MANIFEST_FILE).display()
+    )))
 }
 
 /// Iterates a journal's entries from `from` to the end of its log, without opening it for
@@ -263,6 +294,7 @@ impl Journal {
             ScanStart::at(&checkpoint)?,
             ScanLimits::of(&manifest, cfg.lookahead_bytes()),
         )?;
+        check_key(dir, &mut ring, geo, &manifest, &report)?;
         let mut cut_corruption = None;
         match &report.tail {
             Tail::Corrupt(c) if !opts.accept_data_loss => {
@@ -283,6 +315,11 @@ impl Journal {
         manifest.resume_at(report.end.end_pos);
         // A journal made before record keys: its records stay readable, new ones are keyed.
         manifest.upgrade(new_key)?;
+        // One made before data directories had an identity gets one; the checkpoints'
+        // manifest takes it too, once the two are found to agree (`crate::restore::data_dir`).
+        if manifest.data_dir_id.is_none() {
+            manifest.data_dir_id = Some(new_id()?);
+        }
         manifest.store(dir)?;
         let end = report.end;
         let starts = report

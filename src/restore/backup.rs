@@ -26,7 +26,7 @@
 //! must not hold back the checkpoint that frees the ring, or writes would wait on it.
 
 use super::chain::{self, ChainError};
-use crate::checkpoint::store::{Checkpoint, Store, CHECKPOINT_FILE};
+use crate::checkpoint::store::{Checkpoint, Recorded, Store, CHECKPOINT_FILE};
 use crate::checkpoint::{CheckpointError, Pin, Request};
 use crate::journal::lock::{Access, DirLock};
 use crate::journal::manifest::{fsync_dir, replace_file, Manifest};
@@ -472,6 +472,10 @@ pub fn offline(
     geometry: (Option<u64>, Option<u32>),
 ) -> Result<Summary, BackupError> {
     let (journal_dir, cp_dir) = super::verify::data_dirs(from);
+    super::data_dir::check(&journal_dir, &cp_dir, None).map_err(|e| match e {
+        super::RestoreError::Refused(why) => Refused(why),
+        e => Failed(e.to_string()),
+    })?;
     let m = Manifest::load(&journal_dir)
         .map_err(|e| Refused(e.to_string()))?
         .ok_or_else(|| Refused(format!("no journal in {}", journal_dir.display())))?;
@@ -556,6 +560,7 @@ fn copy_into(
         .verify(&cp)
         .map_err(|e| Failed(e.to_string()))?;
 
+    let id = copy.data_dir_id();
     let mut failure = None;
     let walked = chain::walk(journal, &cp, |slice| {
         if let Some(why) = give_up() {
@@ -598,7 +603,12 @@ fn copy_into(
         from_lsn: 1,
         ..cp.clone()
     };
-    replace_file(&cp_dir, CHECKPOINT_FILE, record.render().as_bytes())
+    // The copy is a data directory of its own: its journal's identity.
+    let manifest = Recorded {
+        data_dir_id: Some(id),
+        checkpoint: Some(record.clone()),
+    };
+    replace_file(&cp_dir, CHECKPOINT_FILE, manifest.render().as_bytes())
         .map_err(|e| Failed(e.to_string()))?;
     fsync_dir(dir).map_err(|e| Failed(e.to_string()))?;
     Ok(Summary {
@@ -680,7 +690,7 @@ mod tests {
             }
             last.unwrap().wait().await.unwrap();
         });
-        let store = Store::open(&dir.join("checkpoints")).unwrap();
+        let store = crate::checkpoint::store::tests::open(&dir.join("checkpoints"));
         let rdb = stored(&store, &a, 30, b"REDIS0011body");
         store
             .record_or_discard(&rdb, "Valkey 9.1.2", &a, 30, 2)
