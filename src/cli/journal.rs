@@ -100,13 +100,12 @@ pub enum JournalCommand {
 
 pub fn run(cmd: JournalCommand) -> ExitCode {
     // The data directory's lock for the journal the command works on, before anything
-    // else: exclusive where it writes, shared where it reads (init takes it once it knows
-    // the directory from the configuration).
+    // else: exclusive where it writes, shared where its verdict must not see files move
+    // (init takes it once it knows the directory from the configuration). Inspect takes
+    // none: it shows what is on disk at one moment, of a running walrus too.
     let (dir, access) = match &cmd {
-        JournalCommand::Init { .. } => return run_locked(cmd),
-        JournalCommand::Inspect { dir, .. } | JournalCommand::Verify { dir, .. } => {
-            (dir.clone(), Access::Shared)
-        }
+        JournalCommand::Init { .. } | JournalCommand::Inspect { .. } => return run_locked(cmd),
+        JournalCommand::Verify { dir, .. } => (dir.clone(), Access::Shared),
         JournalCommand::Repair { dir, .. } => (dir.clone(), Access::Exclusive),
         JournalCommand::ExportAof { dir, .. } => {
             (crate::restore::verify::data_dirs(dir).0, Access::Exclusive)

@@ -145,7 +145,7 @@ fn holder(mut file: &File, wanted: Access) -> String {
     if wanted == Access::Exclusive && flock(file, Access::Shared).is_ok() {
         // SAFETY: releases the shared lock just taken on this descriptor.
         unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
-        return "walrus commands that read it (verify, journal inspect or journal verify)".into();
+        return "walrus commands that read it (walrus verify, walrus journal verify)".into();
     }
     let mut text = String::new();
     let _ = file.read_to_string(&mut text);
