@@ -269,6 +269,10 @@ fn print_report(dir: &Path, m: &Manifest, r: &ScanReport) {
         geo.ring_bytes(),
         m.epoch
     );
+    match &m.data_dir_id {
+        Some(id) => println!("data directory: {id} (checkpoints/CHECKPOINT must carry the same)"),
+        None => println!("data directory: no identity yet (written before walrus recorded one)"),
+    }
     let cp = &m.checkpoint;
     println!(
         "checkpoint: released through LSN {}; log starts at position {} (seg_seq {}) with LSN {}",
