@@ -182,7 +182,7 @@ impl Store {
     /// they were recorded, or recorded over before they were deleted). An RDB is deleted
     /// only on a manifest's word: with no manifest, one is an error, and a manifest of
     /// another data directory is one too (`crate::restore::data_dir` refuses both first,
-    /// saying why and what to do).
+    /// saying why and what to do); a manifest whose own RDB is gone removes none.
     pub fn open(dir: &Path, data_dir_id: &DataDirId) -> Result<Store, StoreError> {
         let io = |source| StoreError::Io {
             path: dir.to_path_buf(),
@@ -223,13 +223,18 @@ impl Store {
         if found.is_none_or(|m| m.data_dir_id.as_ref() != Some(data_dir_id)) {
             store.write_manifest(current.as_ref())?;
         }
+        // A manifest naming a file that is gone has lost its word on the others: they stay,
+        // and the verification of the named one refuses the start.
+        let named_there = current.as_ref().is_none_or(|c| store.path_of(c).is_file());
         for e in std::fs::read_dir(dir).map_err(io)? {
             let p = e.map_err(io)?.path();
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
             // Only files are walrus's leftovers: a directory here is someone else's, kept.
             let stale = p.is_file()
                 && (name.ends_with(".tmp")
-                    || (name.ends_with(".rdb") && current.as_ref().is_none_or(|c| c.file != name)));
+                    || (name.ends_with(".rdb")
+                        && named_there
+                        && current.as_ref().is_none_or(|c| c.file != name)));
             if stale {
                 tracing::info!(path = %p.display(), "removing a stale checkpoint file");
                 std::fs::remove_file(&p).map_err(io)?;
@@ -648,6 +653,11 @@ pub(crate) mod tests {
         let other = DataDirId::random().unwrap();
         let e = Store::open(tmp.path(), &other).unwrap_err().to_string();
         assert!(e.contains(&format!("of data directory {}", id())), "{e}");
+        // A manifest whose RDB is gone: the others stay.
+        std::fs::rename(&rdb.path, tmp.path().join("moved.rdb")).unwrap();
+        open(tmp.path());
+        assert!(tmp.path().join("moved.rdb").exists());
+        std::fs::rename(tmp.path().join("moved.rdb"), &rdb.path).unwrap();
         // No manifest: the RDB stays, and the store does not open.
         std::fs::remove_file(tmp.path().join(CHECKPOINT_FILE)).unwrap();
         let e = Store::open(tmp.path(), &id()).unwrap_err().to_string();
