@@ -19,8 +19,8 @@
 //! | identity J | identity K != J, with a checkpoint (or J none, K some) | refused: parts of two data directories |
 //! | any | a checkpoint from LSN F, the journal released through R >= F | refused: not of one moment |
 //! | released entries, or holds any | none, or no checkpoint yet | refused: the checkpoint is lost |
-//! | released and holds nothing | none, with an RDB | refused: an RDB no manifest names |
-//! | released and holds nothing | no checkpoint yet, with an RDB | a checkpoint interrupted before it was recorded: the RDB is removed |
+//! | released none, holds none | none, with an RDB | refused: an RDB no manifest names |
+//! | released none, holds none | no checkpoint yet, with an RDB | a checkpoint interrupted before it was recorded: the RDB is removed |
 //! | otherwise | | consistent; a manifest without the identity takes it (adopted) |
 //!
 //! A directory written before identities (no `data_dir_id` in either manifest) is adopted
