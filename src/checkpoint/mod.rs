@@ -402,7 +402,7 @@ mod tests {
             last = Some(journal.append(entry).await.unwrap());
         }
         last.unwrap().wait().await.unwrap();
-        let store = Store::open(&tmp.path().join("checkpoints")).unwrap();
+        let store = store::tests::open(&tmp.path().join("checkpoints"));
         let rdb = store::tests::stored(&store, &a, 30, b"REDIS0011body");
         store
             .record_or_discard(&rdb, "Valkey 9.1.2", &a, 30, 4)

@@ -30,6 +30,18 @@ pub fn run(args: ServeArgs) -> ExitCode {
             return super::exit_code(e.as_ref());
         }
     };
+    // The data directory's owner first, before ports, TLS files or Valkey: a second walrus
+    // on it must leave it, and the first one's Valkey, as they were.
+    let _owner = match uses_data_dir(&config)
+        .then(|| super::data_dir::own(&config.data.dir))
+        .transpose()
+    {
+        Ok(lock) => lock,
+        Err(e) => {
+            eprintln!("walrus: {e}");
+            return ExitCode::from(super::EXIT_RETRY);
+        }
+    };
     init_tracing(&config.log);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.proxy.worker_threads())
@@ -78,6 +90,12 @@ fn load(args: &ServeArgs) -> Result<Config, Fatal> {
     Ok(config)
 }
 
+/// Whether walrus keeps anything in `data.dir`: the journal and checkpoints, or the managed
+/// Valkey's working directory.
+fn uses_data_dir(config: &Config) -> bool {
+    config.durability.enabled || config.upstream.mode == UpstreamMode::Managed
+}
+
 fn init_tracing(log: &crate::config::LogConfig) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(log.filter().unwrap_or_default()))
@@ -110,7 +128,7 @@ async fn serve(config: Config) -> Result<(), Fatal> {
         None => drop(hup),
     }
     let ports = Ports::claim(&config, tls).await?;
-    if config.durability.enabled || config.upstream.mode == UpstreamMode::Managed {
+    if uses_data_dir(&config) {
         let dir = &config.data.dir;
         super::data_dir::make_private(dir)
             .map_err(|e| format!("data.dir {}: {e}", dir.display()))?;

@@ -1013,3 +1013,36 @@ pub fn http_get(addr: &str, path: &str) -> (u16, String) {
     let code = text.split_whitespace().nth(1).unwrap().parse().unwrap();
     (code, text.split_once("\r\n\r\n").unwrap().1.to_string())
 }
+
+/// Copies the tree `from` into `to` (created).
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+/// tests/fixtures/data-dir-0.1.0: the data directory of walrus 0.1.0 (commit 99b17f7),
+/// before data directories had an identity, in managed mode with the ring
+/// [`FIXTURE_RING`]: `SET key:N value-N` for N in 0..50, `walrus checkpoint` (which
+/// released the journal through LSN 51), N in 50..100, then SIGTERM.
+pub const FIXTURE_RING: &str =
+    "[journal]\nsegment_size = 65536\nsegments = 4\nmax_write_bytes = 16384\n";
+
+/// A copy of tests/fixtures/data-dir-0.1.0 to work on: the temporary directory (kept for
+/// the copy's life) and the data directory in it.
+pub fn fixture_data_dir() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    copy_dir(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/data-dir-0.1.0"),
+        &data,
+    );
+    (tmp, data)
+}
