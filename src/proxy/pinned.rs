@@ -5,7 +5,9 @@
 //! In the relay, requests are still parsed, so the same limits and protocol errors apply,
 //! and only the commands those modes allow pass ([`route::allowed_in_relay`]): none of them
 //! reads or writes data, so nothing there needs the durability gate. Anything else closes
-//! the connection with an error, rather than letting data through ungated.
+//! the connection with an error, rather than letting data through ungated. Valkey's silence
+//! is normal there (a subscriber waits for messages), but a Valkey that stops reading is
+//! not: each write to it has `upstream.reply_timeout_ms`, as on any other connection.
 
 use super::identity::Identity;
 use super::route;
@@ -64,6 +66,7 @@ pub async fn relay(
     count_relayed(&shared, &first);
     let parts = conn.into_parts();
     let (mut up_rd, mut up_wr) = parts.stream.into_split();
+    let bound = shared.pools.upstream().reply_timeout;
     let mut up_buf = parts.buf;
     let mut out = BytesMut::with_capacity(READ_CHUNK_BYTES);
     out.extend_from_slice(&first.raw);
@@ -78,7 +81,7 @@ pub async fn relay(
                 }
                 Ok(Some(req)) => {
                     let name = String::from_utf8_lossy(req.name()).replace(['\r', '\n'], " ");
-                    let _ = up_wr.send_all(&out).await;
+                    to_valkey(&mut up_wr, &out, bound).await;
                     let _ = wr.send_all(&up_buf).await;
                     let msg = format!(
                         "ERR walrus: '{name}' is not allowed on a connection in Pub/Sub, MONITOR or replica mode; \
@@ -99,7 +102,7 @@ pub async fn relay(
             }
         }
         if !out.is_empty() {
-            if up_wr.send_all(&out).await.is_err() {
+            if !to_valkey(&mut up_wr, &out, bound).await {
                 break;
             }
             out.clear();
@@ -142,6 +145,13 @@ pub async fn relay(
     // Valkey closed the dedicated connection (QUIT, or it went away): write what it sent.
     let _ = wr.send_all(&up_buf).await;
     let _ = wr.shutdown().await;
+}
+
+/// Writes `bytes` to Valkey within `bound` (`upstream.reply_timeout_ms`); `false` if they
+/// could not be written.
+async fn to_valkey(up_wr: &mut WriteHalf, bytes: &[u8], bound: std::time::Duration) -> bool {
+    let sent = tokio::time::timeout(bound, up_wr.send_all(bytes)).await;
+    matches!(sent, Ok(Ok(())))
 }
 
 /// Relayed commands are counted as sent: their replies are not paired with them.

@@ -179,16 +179,7 @@ async fn supervise(
         let up = &ctx.upstream;
         let mut process = up.process.clone();
         let reached = process.as_mut().map_or(0, |p| *p.borrow_and_update());
-        let conn = tokio::time::timeout(
-            up.connect_timeout,
-            Conn::for_client(up, creds.as_ref(), key.resp3),
-        )
-        .await
-        .unwrap_or_else(|_| {
-            Err(crate::upstream::client::UpstreamError::ConnectTimeout(
-                up.address.clone(),
-            ))
-        });
+        let conn = Conn::for_client(up, creds.as_ref(), key.resp3).await;
         let Some(p) = pool.upgrade() else { return };
         match conn {
             Ok(conn) => {
@@ -328,13 +319,13 @@ mod tests {
                 address,
                 credentials: None,
                 connect_timeout: Duration::from_secs(5),
+                reply_timeout: Duration::from_secs(30),
                 limits: crate::resp::Limits::default(),
                 process: None,
                 tls: None,
             },
             durability: None,
             oracle: OffsetOracle::new(),
-            reply_timeout: Duration::from_secs(30),
             max_in_flight: 64,
         });
         let pools = Arc::new(Pools::new(ctx, 1, Duration::from_millis(100)));

@@ -105,9 +105,7 @@ impl OffsetOracle {
         let conn = slot.as_mut().expect("the connection that answered");
         // "-ERR No such client" when Valkey already closed it: fine. Not tried again on
         // another connection, which might reach another process.
-        let kill = name.kill_command();
-        let killed = tokio::time::timeout(up.connect_timeout, conn.call_raw(&kill)).await;
-        if !matches!(killed, Ok(Ok(_))) {
+        if conn.call_raw(&name.kill_command()).await.is_err() {
             *slot = None;
         }
     }
@@ -130,17 +128,23 @@ impl OffsetOracle {
 }
 
 /// Sends `cmd` on the control connection `slot` (opened if there is none) and returns its
-/// reply, within `upstream.connect_timeout_ms`; a broken or stuck connection is opened again
-/// and the command sent once more.
+/// reply. A broken connection (Valkey restarted) is opened again and the command sent once
+/// more; one that got no reply within `upstream.reply_timeout_ms` is dropped, and not tried
+/// again: a Valkey that stopped answering does not answer a new connection either.
 async fn call(slot: &mut Option<Conn>, up: &Upstream, cmd: &[u8]) -> Option<Bytes> {
     for _ in 0..2 {
         if slot.is_none() {
             *slot = Some(Conn::control(up).await.ok()?);
         }
         let conn = slot.as_mut().expect("just connected");
-        match tokio::time::timeout(up.connect_timeout, conn.call_raw(cmd)).await {
-            Ok(Ok(reply)) => return Some(reply),
-            _ => *slot = None, // broken or stuck: reconnect once
+        match conn.call_raw(cmd).await {
+            Ok(reply) => return Some(reply),
+            Err(e) => {
+                *slot = None;
+                if matches!(e, crate::upstream::client::UpstreamError::NoReply(_)) {
+                    return None;
+                }
+            }
         }
     }
     None
@@ -221,6 +225,7 @@ mod tests {
             address: valkey.address.clone(),
             credentials: None,
             connect_timeout: std::time::Duration::from_secs(5),
+            reply_timeout: std::time::Duration::from_secs(5),
             limits: crate::resp::Limits::default(),
             process: None,
             tls: None,

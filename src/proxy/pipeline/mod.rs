@@ -38,7 +38,6 @@ use crate::upstream::Upstream;
 use crate::valkey::role::{client_name, OffsetOracle};
 use bytes::Bytes;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// How a reply is released.
@@ -94,11 +93,6 @@ pub struct PipelineCtx {
     /// `None` when durability is off: no ROLE, no holding.
     pub durability: Option<Arc<Durability>>,
     pub oracle: OffsetOracle,
-    /// How long a connection may owe replies without a byte from Valkey before it is given
-    /// up (`upstream.reply_timeout_ms`): a Valkey that stopped answering (stopped,
-    /// partitioned) must not hang the clients whose requests it carries. Not while a
-    /// request that may block (BLPOP, WAIT) is owed.
-    pub reply_timeout: Duration,
     /// Requests written (or batched) whose replies have not arrived, per connection
     /// (`upstream.max_in_flight_requests`): bounds memory while Valkey is slow to answer
     /// (the reply timeout closes a connection that stops answering altogether). Past it
