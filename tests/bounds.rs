@@ -1,6 +1,6 @@
 //! walrus never hangs on a frozen Valkey: every exchange with Valkey has a bound
 //! (`upstream.connect_timeout_ms` to open a connection, `upstream.reply_timeout_ms` for each
-//! reply).
+//! reply), and a restore starts over when the Valkey it loads is gone.
 mod common;
 use common::*;
 
@@ -115,4 +115,62 @@ fn a_stopped_valkey_gets_every_first_command_an_error_in_time_then_each_session_
     until(hello, &["HELLO", "3", "AUTH", "alice", "pw"], |r| {
         r.starts_with(b"%")
     });
+}
+
+/// The managed Valkey dies, and so does the next one, as its restore starts (as soon as it
+/// connects to walrus's restore listener, before its handshake is through): the restore
+/// does not wait for the dead process until `restore.timeout_ms` (set far above this test's
+/// wait), it starts over with the Valkey the supervisor starts next, and completes.
+#[test]
+fn a_valkey_that_dies_as_its_restore_starts_is_replaced_and_the_restore_starts_over() {
+    let w = Walrus::build()
+        .config("[restore]\ntimeout_ms = 600000\n")
+        .start();
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["SET", "k", "v"]), b"+OK\r\n");
+    let first = valkey_pid(&w.addr);
+    unsafe { libc::kill(first, libc::SIGKILL) };
+    w.proc
+        .wait_line("managed valkey-server exited", START_TIMEOUT);
+    // The next Valkey's own log line, forwarded by walrus: `<pid>:S <date> * PRIMARY <-> ...`.
+    let line = w
+        .proc
+        .wait_line("PRIMARY <-> REPLICA sync started", START_TIMEOUT);
+    let second: i32 = line
+        .split_whitespace()
+        .find_map(|t| t.strip_suffix(":S")?.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {line:?}"));
+    assert_ne!(second, first);
+    unsafe { libc::kill(second, libc::SIGKILL) };
+    w.proc
+        .wait_line("Valkey continued with a partial resync", START_TIMEOUT);
+    w.proc.wait_line("replica link attached", START_TIMEOUT);
+    assert_ne!(valkey_pid(&w.addr), second);
+    assert_eq!(c.cmd(&["GET", "k"]), b"$1\r\nv\r\n");
+}
+
+/// The same with an external Valkey that whoever runs it restarts: while walrus restores
+/// one, it checks every second which process answers, and starts over with the next.
+#[test]
+fn an_external_valkey_that_dies_as_its_restore_starts_is_replaced_and_the_restore_starts_over() {
+    let first = Valkey::start();
+    let port = first.port.to_string();
+    let w = Walrus::build()
+        .upstream(&first.addr())
+        .config("[restore]\ntimeout_ms = 600000\n")
+        .start();
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["SET", "k", "v"]), b"+OK\r\n");
+    drop(first);
+    let second = Valkey::start_with(&["--port", &port]);
+    // Its connection to the restore listener is open: its handshake follows.
+    second.proc.wait_line(
+        "Non blocking connect for SYNC fired the event",
+        START_TIMEOUT,
+    );
+    drop(second);
+    let _third = Valkey::start_with(&["--port", &port]);
+    w.proc
+        .wait_line("Valkey continued with a partial resync", START_TIMEOUT);
+    until(&mut c, &["GET", "k"], |r| r == b"$1\r\nv\r\n");
 }
