@@ -1,6 +1,8 @@
-//! walrus never hangs on a frozen Valkey: every exchange with Valkey has a bound
+//! walrus never hangs on a frozen or busy Valkey: every exchange with Valkey has a bound
 //! (`upstream.connect_timeout_ms` to open a connection, `upstream.reply_timeout_ms` for each
-//! reply), and a restore starts over when the Valkey it loads is gone.
+//! reply), a restore starts over when the Valkey it loads is gone, and what Valkey serves
+//! while a script keeps it busy (SCRIPT KILL, FUNCTION KILL, FUNCTION STATS) reaches it
+//! through walrus.
 mod common;
 use common::*;
 
@@ -172,5 +174,131 @@ fn an_external_valkey_that_dies_as_its_restore_starts_is_replaced_and_the_restor
     let _third = Valkey::start_with(&["--port", &port]);
     w.proc
         .wait_line("Valkey continued with a partial resync", START_TIMEOUT);
+    until(&mut c, &["GET", "k"], |r| r == b"$1\r\nv\r\n");
+}
+
+/// How many CLIENT KILL commands Valkey ran (refused ones do not count), once the script
+/// that keeps it busy (if any) ended.
+fn client_kills(direct: &mut Raw) -> u64 {
+    let deadline = Instant::now() + START_TIMEOUT;
+    let stats = loop {
+        let r = direct.cmd(&["INFO", "commandstats"]);
+        if !r.starts_with(b"-BUSY ") {
+            break String::from_utf8(r).unwrap();
+        }
+        assert!(Instant::now() < deadline, "Valkey stays busy");
+    };
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_client|kill:calls="))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+/// Sends PING on Valkey's own socket until Valkey answers `-BUSY`: a script runs.
+fn await_busy(direct: &mut Raw) -> Vec<u8> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        let r = direct.cmd(&["PING"]);
+        if r.starts_with(b"-BUSY ") {
+            return r;
+        }
+        assert_eq!(r, b"+PONG\r\n");
+        assert!(Instant::now() < deadline, "Valkey never got busy");
+    }
+}
+
+/// A read-only script or function that loops makes Valkey answer `-BUSY`. SCRIPT KILL and
+/// FUNCTION KILL sent through walrus reach it at once (they do not queue behind the script
+/// on the shared connection, and nothing that a busy Valkey refuses is asked first), and so
+/// does FUNCTION STATS; a client meanwhile gets Valkey's own `-BUSY`, not an error of
+/// walrus's. When the reply timeout gives up the connection the script runs on, the next
+/// connection serves Valkey's `-BUSY` too.
+#[test]
+fn a_runaway_script_is_killed_through_walrus_and_clients_meanwhile_get_busy() {
+    let v = Valkey::start_with(&["--busy-reply-threshold", "100"]);
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .config(&format!(
+            "[upstream]\nreply_timeout_ms = {REPLY_TIMEOUT_MS}\n"
+        ))
+        .start();
+    let mut direct = Raw::connect(&v.addr());
+    let mut c = client(&w);
+    assert_eq!(c.cmd(&["SET", "k", "v"]), b"+OK\r\n");
+    let library = "#!lua name=spin\n\
+        server.register_function{function_name='spin', callback=function() while true do end end, flags={'no-writes'}}";
+    assert_eq!(c.cmd(&["FUNCTION", "LOAD", library]), b"$4\r\nspin\r\n");
+    let mut runner = client(&w);
+    let mut killer = client(&w);
+    killer
+        .stream
+        .set_read_timeout(Some(Duration::from_millis(REPLY_TIMEOUT_MS)))
+        .unwrap();
+
+    // A script, killed with SCRIPT KILL; meanwhile a RESP3 client, whose connections are
+    // new ones, gets Valkey's -BUSY.
+    runner.send_raw(&walrus::resp::write::command([
+        "EVAL_RO",
+        "while true do end",
+        "0",
+    ]));
+    let busy = await_busy(&mut direct);
+    let mut resp3 = client(&w);
+    assert!(resp3.cmd(&["HELLO", "3"]).starts_with(b"%"));
+    assert_eq!(show(&resp3.cmd(&["GET", "k"])), show(&busy));
+    // A write: Valkey refuses it, but walrus cannot learn so (ROLE is refused as well).
+    let write = show(&resp3.cmd(&["SET", "k", "x"]));
+    assert!(
+        write.starts_with("-ERR walrus: cannot confirm durability"),
+        "{write}"
+    );
+    assert_eq!(show(&killer.cmd(&["SCRIPT", "KILL"])), "+OK⏎");
+    let killed = show(&runner.read_frame());
+    assert!(
+        killed.starts_with("-ERR") && killed.contains("Script killed by user"),
+        "{killed}"
+    );
+    assert_eq!(c.cmd(&["GET", "k"]), b"$1\r\nv\r\n");
+
+    // A function, killed with FUNCTION KILL; FUNCTION STATS shows it running.
+    runner.send_raw(&walrus::resp::write::command(["FCALL_RO", "spin", "0"]));
+    await_busy(&mut direct);
+    let stats = show(&killer.cmd(&["FUNCTION", "STATS"]));
+    assert!(
+        stats.contains("running_script") && stats.contains("spin"),
+        "{stats}"
+    );
+    assert_eq!(show(&killer.cmd(&["FUNCTION", "KILL"])), "+OK⏎");
+    let killed = show(&runner.read_frame());
+    assert!(
+        killed.starts_with("-ERR") && killed.contains("killed by user"),
+        "{killed}"
+    );
+
+    // A script outlasting the reply timeout: its connection is given up, with the write
+    // behind it; the next connection is checked while Valkey is busy and serves its -BUSY.
+    // Valkey runs what the given-up connection sent once the script ends: walrus has it
+    // close that connection (CLIENT KILL, which a busy Valkey refuses, asked again until it
+    // is answered) before it learns the offset that settles the write.
+    let kills = || client_kills(&mut Raw::connect(&v.addr()));
+    let before = kills();
+    runner.send_raw(&walrus::resp::write::command([
+        "EVAL_RO",
+        "while true do end",
+        "0",
+    ]));
+    let busy = await_busy(&mut direct);
+    let lost = show(&c.cmd(&["SET", "k2", "behind"]));
+    assert!(lost.starts_with("-ERR walrus: "), "{lost}");
+    assert!(show(&runner.read_frame()).starts_with("-ERR walrus: "));
+    assert_eq!(show(&c.cmd(&["GET", "k"])), show(&busy));
+    assert_eq!(show(&killer.cmd(&["SCRIPT", "KILL"])), "+OK⏎");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while kills() == before {
+        assert!(
+            Instant::now() < deadline,
+            "walrus never had Valkey close the given-up connection"
+        );
+    }
     until(&mut c, &["GET", "k"], |r| r == b"$1\r\nv\r\n");
 }

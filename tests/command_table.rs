@@ -55,8 +55,6 @@ const EXCUSED: &[(&str, &str)] = &[
     ("client|tracking", "client-side caching pushes on a pinned session, not yet compared"),
     ("client|caching", "as CLIENT TRACKING"),
     ("client|capa", "as CLIENT TRACKING (redirect capability)"),
-    ("function|kill", "needs a function running on another connection"),
-    ("script|kill", "needs a script running on another connection"),
     ("script|debug", "the interactive Lua debugger"),
     ("acl|save", "needs an ACL file; the tests' servers have none"),
     ("acl|load", "as ACL SAVE"),
