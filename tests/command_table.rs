@@ -55,8 +55,6 @@ const EXCUSED: &[(&str, &str)] = &[
     ("client|tracking", "its invalidations wait for the journal (tests/side_channels.rs), later than a Valkey alone sends them: not compared"),
     ("client|caching", "as CLIENT TRACKING"),
     ("client|capa", "as CLIENT TRACKING (redirect capability)"),
-    ("function|kill", "needs a function running on another connection"),
-    ("script|kill", "needs a script running on another connection"),
     ("script|debug", "the interactive Lua debugger (YES and SYNC refused by walrus, src/proxy/admin.rs: it runs code walrus cannot check)"),
     ("acl|save", "needs an ACL file; the tests' servers have none"),
     ("acl|load", "as ACL SAVE"),

@@ -163,6 +163,7 @@ async fn serve(config: Config) -> Result<(), Fatal> {
         address,
         credentials: config.credentials()?,
         connect_timeout: Duration::from_millis(config.upstream.connect_timeout_ms),
+        reply_timeout: Duration::from_millis(config.upstream.reply_timeout_ms),
         limits: config.proxy.limits(),
         process: managed.as_ref().map(|m| m.process()),
         tls: upstream_tls,
@@ -292,7 +293,6 @@ async fn run_proxy(
         upstream: up.clone(),
         durability: durable.as_ref().map(|d| d.durability.clone()),
         oracle: OffsetOracle::new(),
-        reply_timeout: Duration::from_millis(config.upstream.reply_timeout_ms),
         max_in_flight: config.upstream.max_in_flight_requests,
     });
     if let Some(d) = &ctx.durability {

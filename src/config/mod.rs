@@ -130,7 +130,8 @@ pub struct RestoreConfig {
     /// (`crate::restore::decide`, case (c)).
     pub on_conflict: OnConflict,
     /// How long Valkey may take for each step of a restore: connecting to walrus, the
-    /// handshake, and between two signs of progress while it loads.
+    /// handshake, and between two signs of progress while it loads. A Valkey that is gone
+    /// (another process answers) ends the restore at once, which starts over with the new one.
     #[serde(deserialize_with = "crate::units::millis")]
     #[schemars(with = "crate::units::Millis")]
     pub timeout_ms: u64,

@@ -5,6 +5,9 @@
 //! - scripts and functions may touch undeclared keys in any database: they touch everything
 //!   (only reading it, for an EVAL whose shebang declares `no-writes`: Valkey refuses its
 //!   writes);
+//! - SCRIPT KILL and FUNCTION KILL stop a script that has written nothing (Valkey refuses to
+//!   kill one that has: `-UNKILLABLE`): they change no data and show none; FUNCTION STATS
+//!   shows how many functions the dataset holds: it reads everything, and writes nothing;
 //! - MOVE and COPY ... DB write a database their key specs do not name;
 //! - FLUSHDB empties one database;
 //! - a command with no key arguments that is neither a write nor flagged `readonly` may
@@ -50,6 +53,11 @@ pub fn access(class: &crate::commands::Class, args: &[Bytes], raw_len: usize, db
     let Some(info) = &class.info else {
         return Access::Write(Scope::All);
     };
+    match info.name.as_str() {
+        "script|kill" | "function|kill" => return Access::Free,
+        "function|stats" => return Access::Read(Scope::All),
+        _ => {}
+    }
     // Scripts and functions (Valkey flags them `no_mandatory_keys`) may touch keys they do
     // not declare, in any database: standalone Valkey allows it. Whatever they declare,
     // they count as touching everything.
@@ -120,7 +128,8 @@ fn reveals_nothing(info: &crate::commands::CommandInfo, args: &[Bytes]) -> bool 
         // Every subcommand of these describes commands, clients, users, settings or
         // timings: no key and no value; but CLIENT LIST and INFO show each connection's
         // buffers and last command, and LATENCY HISTOGRAM counts each command's calls.
-        // (SCRIPT and FUNCTION are `@scripting`: walrus counts them as writes of everything.)
+        // (SCRIPT and FUNCTION are `@scripting`: walrus counts them as writes of everything,
+        // but for their KILL and STATS: see `access`.)
         "client" => !matches!(name, "client|list" | "client|info"),
         "latency" => name != "latency|histogram",
         "command" | "config" | "acl" | "module" => true,

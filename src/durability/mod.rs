@@ -12,15 +12,15 @@
 //! - Reads are held while any key they read is *dirty* (written, not yet durable) when their
 //!   reply arrives, until those writes are durable; keyspace-wide reads (KEYS, SCAN, DBSIZE,
 //!   RANDOMKEY, INFO with its keyspace section, SLOWLOG GET, COMMANDLOG GET, MEMORY STATS,
-//!   FUNCTION DUMP/LIST, DEBUG, read-only scripts) wait for every pending write, and so do the
-//!   commands that count or size the writes Valkey ran (INFO's sections but server, clients,
-//!   cpu, modules and cluster; ROLE's replication offset; CLIENT LIST and CLIENT INFO; MEMORY
-//!   MALLOC-STATS and DOCTOR; LATENCY HISTOGRAM): a crash can still lose what they count. So
-//!   does every other command without key arguments, unless it is known to show nothing of
-//!   the data (connection and transaction control, CONFIG, the rest of CLIENT, COMMAND, ACL,
-//!   the rest of LATENCY, Pub/Sub, the cluster's topology: the list in
-//!   `src/durability/access.rs`): a command a newer Valkey adds waits rather than leaks. Reads
-//!   of clean keys are never delayed.
+//!   FUNCTION DUMP/LIST/STATS, DEBUG, read-only scripts) wait for every pending write, and so
+//!   do the commands that count or size the writes Valkey ran (INFO's sections but server,
+//!   clients, cpu, modules and cluster; ROLE's replication offset; CLIENT LIST and CLIENT
+//!   INFO; MEMORY MALLOC-STATS and DOCTOR; LATENCY HISTOGRAM): a crash can still lose what
+//!   they count. So does every other command without key arguments, unless it is known to
+//!   show nothing of the data (connection and transaction control, CONFIG, the rest of CLIENT,
+//!   COMMAND, ACL, the rest of LATENCY, SCRIPT KILL and FUNCTION KILL, Pub/Sub, the cluster's
+//!   topology: the list in `src/durability/access.rs`): a command a newer Valkey adds waits
+//!   rather than leaks. Reads of clean keys are never delayed.
 //! - A blocking write (BLPOP, BLMOVE, XREADGROUP ... BLOCK) has written nothing while it waits:
 //!   it holds up no other client's read. A read that may see what one wrote once served (its
 //!   keys, or the whole keyspace) is held until the journal covers Valkey's offset after the
@@ -33,7 +33,10 @@
 //! - A write's dirty mark is cleared only once the journal covers Valkey's offset after it, or
 //!   when the write provably never ran. When a connection breaks and Valkey's offset cannot be
 //!   learned, the keys stay dirty and walrus keeps asking, with backoff; reads held behind such
-//!   a write get an error.
+//!   a write get an error. A connection walrus gives up itself (a reply over its limits, none
+//!   within `upstream.reply_timeout_ms`) may still hold commands Valkey has yet to run: the
+//!   offset that settles its writes is learned only once Valkey has closed it (`CLIENT KILL`,
+//!   asked again while Valkey cannot answer; a busy Valkey closes it once its script ends).
 //! - A write request larger than the journal takes in one entry (`journal.max_entry_bytes`:
 //!   576 MiB, so that the largest value a client may send fits, or on a smaller ring the largest
 //!   entry it holds) is refused before it reaches

@@ -8,7 +8,9 @@
 //! letting data through ungated. What Valkey sends back is read a message at a time: a
 //! keyspace notification or a redirected tracking invalidation reports a write, and waits
 //! for the journal ([`super::pushes`]). MONITOR's lines (`proxy.allow_monitor`) pass as they
-//! come.
+//! come. Valkey's silence is normal there (a subscriber waits for messages), but a Valkey
+//! that stops reading is not: each write to it has `upstream.reply_timeout_ms`, as on any
+//! other connection.
 
 use super::identity::Identity;
 use super::pushes::{self, PushReceiver, PushSender};
@@ -69,6 +71,7 @@ pub async fn relay(
     let monitor = first.name().eq_ignore_ascii_case(b"monitor");
     let parts = conn.into_parts();
     let (mut up_rd, mut up_wr) = parts.stream.into_split();
+    let bound = shared.pools.upstream().reply_timeout;
     let mut up_buf = parts.buf;
     let mut messages = (!monitor).then(|| Messages::new(&shared, parts.scanner));
     let mut out = BytesMut::with_capacity(READ_CHUNK_BYTES);
@@ -100,7 +103,7 @@ pub async fn relay(
                 }
                 Ok(Some(req)) => {
                     let name = String::from_utf8_lossy(req.name()).replace(['\r', '\n'], " ");
-                    let _ = up_wr.send_all(&out).await;
+                    to_valkey(&mut up_wr, &out, bound).await;
                     let _ = wr.send_all(&down).await;
                     let msg = format!(
                         "ERR walrus: '{name}' is not allowed on a connection in Pub/Sub, MONITOR or replica mode; \
@@ -121,7 +124,7 @@ pub async fn relay(
             }
         }
         if !out.is_empty() {
-            if up_wr.send_all(&out).await.is_err() {
+            if !to_valkey(&mut up_wr, &out, bound).await {
                 break;
             }
             out.clear();
@@ -260,6 +263,13 @@ async fn released(messages: &mut Option<Messages>) -> Result<Bytes, Bytes> {
         },
         None => std::future::pending().await,
     }
+}
+
+/// Writes `bytes` to Valkey within `bound` (`upstream.reply_timeout_ms`); `false` if they
+/// could not be written.
+async fn to_valkey(up_wr: &mut WriteHalf, bytes: &[u8], bound: std::time::Duration) -> bool {
+    let sent = tokio::time::timeout(bound, up_wr.send_all(bytes)).await;
+    matches!(sent, Ok(Ok(())))
 }
 
 /// Relayed commands are counted as sent: their replies are not paired with them.

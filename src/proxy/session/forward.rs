@@ -119,6 +119,9 @@ impl Session {
             // The confirmation push must not overtake replies still held for durability.
             return;
         }
+        // What Valkey serves while a script keeps it busy must not queue behind the script on
+        // a shared connection.
+        let aside = !self.dedicated() && self.command().is_some_and(|c| c.flags.allow_busy);
         let (reply, rx) = self.reply_channel();
         let request = PipelinedRequest {
             db,
@@ -130,7 +133,11 @@ impl Session {
             answered_by_push,
             may_block: self.blocking_request && !self.in_multi,
         };
-        let p = self.send(request, rx).await;
+        let p = if aside {
+            self.send_aside(request, rx).await
+        } else {
+            self.send(request, rx).await
+        };
         match p {
             // Its confirmation arrives as a push; nothing to wait for in band.
             Pending::Wait(_) if answered_by_push => {}
@@ -162,6 +169,25 @@ impl Session {
             }
         }
         self.refuse(req, "connection lost")
+    }
+
+    /// Queues `req` on the connection its pool keeps aside ([`Pool::aside`]); `rx` is the
+    /// receiving end of `req.reply`.
+    async fn send_aside(&mut self, req: PipelinedRequest, rx: oneshot::Receiver<Bytes>) -> Pending {
+        let Runs::Pooled { pool, .. } = &self.upstream else {
+            return self.send(req, rx).await;
+        };
+        let sent = match pool.clone().aside().await {
+            Ok(sender) => sender
+                .send(req)
+                .await
+                .map_err(|back| (back.0, "connection lost".to_string())),
+            Err(reason) => Err((req, reason)),
+        };
+        match sent {
+            Ok(()) => Pending::Wait(rx),
+            Err((req, reason)) => self.refuse(req, &reason),
+        }
     }
 
     /// A request that was never sent: its write mark is released at once.
