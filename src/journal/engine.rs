@@ -205,6 +205,22 @@ impl Journal {
         self.shared.room_wanted.load(Ordering::Acquire)
     }
 
+    /// Waits until every entry appended so far is durable, and returns the LSN the next
+    /// append gets. A checkpoint recorded from there (its `from_lsn`) is never ahead of the
+    /// journal's durable end: otherwise a crash would drop the entries before it, and the
+    /// next run's entries, numbered from the durable end, would fall below `from_lsn`, where
+    /// a restore skips them.
+    pub async fn settled(&self) -> Result<u64, JournalError> {
+        let next = self.status().next_lsn;
+        Ticket {
+            lsn: next - 1,
+            shared: self.shared.clone(),
+        }
+        .wait()
+        .await?;
+        Ok(next)
+    }
+
     /// The durable position; changes as writes complete.
     pub fn durable(&self) -> watch::Receiver<Durable> {
         self.shared.durable_tx.subscribe()

@@ -353,7 +353,7 @@ async fn synchronize(
             }
             let dest = cfg.store.path_for(&replid, offset)?;
             let stored = rdb::receive(&mut conn, &dest, cfg.max_rdb_bytes).await?;
-            let from_lsn = journal.status().next_lsn;
+            let from_lsn = journal.settled().await?;
             let store = cfg.store.clone();
             let (r, s) = (replid.clone(), stored.clone());
             let written_by = view.version.to_string();

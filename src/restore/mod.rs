@@ -194,12 +194,11 @@ pub async fn run(
 ) -> Result<(Position, Holding), RestoreError> {
     let started = Instant::now();
     // Entries appended before Valkey was lost must be on disk before they are read back.
-    let mut durable = journal.durable();
-    let next = journal.status().next_lsn;
-    durable
-        .wait_for(|d| d.lsn + 1 >= next || d.failed)
-        .await
-        .map_err(|_| RestoreError::Other("the journal closed".into()))?;
+    // (A journal that failed holds what became durable before it did: that is restored.)
+    match journal.settled().await {
+        Ok(_) | Err(crate::journal::JournalError::Failed(_)) => {}
+        Err(e) => return Err(RestoreError::Other(format!("the journal: {e}"))),
+    }
     let unchanged = verified.filter(|h| {
         h.next_lsn == journal.status().next_lsn && store.recorded().as_ref() == Some(&h.checkpoint)
     });
