@@ -625,6 +625,45 @@ fn select_inside_multi_persists_after_exec() {
     p.expect(&["GET", "indb2"], b"$-1\r\n");
 }
 
+/// A transaction that did not run leaves its client in its database, as in Valkey: a SELECT
+/// queued in it never ran. `p` opens a transaction, queues `SELECT 1`, and `end` ends it
+/// (checking its reply); the client's next write must land in database 0, where another
+/// client reads it. (walrus moved the client on any EXEC: the write landed in database 1.)
+fn select_in_a_transaction_that_did_not_run(c: &Compat, mut p: Pair, end: impl Fn(&mut Pair)) {
+    p.ok(&["MULTI"]);
+    p.expect(&["SELECT", "1"], b"+QUEUED\r\n");
+    end(&mut p);
+    p.ok(&["SET", "x", "v"]);
+    c.pair().expect(&["GET", "x"], b"$1\r\nv\r\n");
+    p.expect(&["GET", "x"], b"$1\r\nv\r\n");
+}
+
+#[test]
+fn select_in_a_transaction_aborted_by_a_queueing_error_does_not_move_the_client() {
+    let c = Compat::start();
+    select_in_a_transaction_that_did_not_run(&c, c.pair(), |p| {
+        p.err(&["NO-SUCH-COMMAND"]);
+        p.starts(&["EXEC"], "-EXECABORT");
+    });
+}
+
+#[test]
+fn select_in_a_transaction_aborted_by_watch_does_not_move_the_client() {
+    let c = Compat::start();
+    let mut p = c.pair();
+    p.ok(&["WATCH", "w"]);
+    c.pair().ok(&["SET", "w", "changed"]);
+    select_in_a_transaction_that_did_not_run(&c, p, |p| p.expect(&["EXEC"], b"*-1\r\n"));
+}
+
+#[test]
+fn select_in_a_discarded_transaction_does_not_move_the_client() {
+    let c = Compat::start();
+    select_in_a_transaction_that_did_not_run(&c, c.pair(), |p| {
+        p.ok(&["DISCARD"]);
+    });
+}
+
 #[test]
 fn watch_aborts_on_concurrent_change() {
     let c = Compat::start();

@@ -13,7 +13,7 @@ impl Session {
     /// client on it). Whether this client needs to authenticate is asked once, with a PING
     /// on its own pooled connection: `Some` is Valkey's `-NOAUTH` reply.
     async fn noauth(&mut self) -> Option<Bytes> {
-        if self.id.creds.is_some() || self.needs_no_auth || self.in_multi {
+        if self.id.creds.is_some() || self.needs_no_auth || self.transaction.is_open() {
             return None;
         }
         let (reply, rx) = self.reply_channel();
@@ -54,7 +54,7 @@ impl Session {
             }
         }
         match cmd {
-            Local::Select if self.in_multi => {
+            Local::Select if self.transaction.is_open() => {
                 // Queued with the transaction: Valkey answers it.
                 self.forward(req).await;
                 Flow::Continue

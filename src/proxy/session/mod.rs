@@ -34,9 +34,10 @@ mod admit;
 mod forward;
 mod local;
 mod replies;
+mod transaction;
 
-use admit::TxMarks;
 use forward::Runs;
+use transaction::Transaction;
 
 use replies::{next_reply, Meter, Owed};
 
@@ -79,17 +80,8 @@ struct Session {
     tx: Option<mpsc::Sender<PipelinedRequest>>,
     /// RESP3 pushes from a dedicated connection.
     pushes: Option<PushReceiver>,
-    /// Inside MULTI (on the dedicated connection).
-    in_multi: bool,
-    /// The database a SELECT queued in the current transaction switches to: the keys of
-    /// the transaction's writes may then be in any database.
-    selected_in_multi: Option<u32>,
-    /// Dirty-key marks of the writes queued in the current transaction; EXEC carries them.
-    tx_marks: TxMarks,
-    /// walrus refused a command while the current transaction was queueing (too large, a
-    /// watermark, a restore, one it refuses itself): as after Valkey's own queue-time
-    /// errors, EXEC runs nothing.
-    tx_refused: bool,
+    /// The client's transaction, on the dedicated connection.
+    transaction: Transaction,
     /// An unauthenticated client was found not to need authentication (see [`Session::noauth`]).
     needs_no_auth: bool,
     pending: VecDeque<Owed>,
@@ -134,13 +126,7 @@ pub async fn run(
         upstream: Runs::Pooled { pool, slot },
         tx,
         pushes: None,
-        in_multi: false,
-        selected_in_multi: None,
-        tx_marks: TxMarks {
-            marks: Vec::new(),
-            durability: shared.pools.ctx().durability.clone(),
-        },
-        tx_refused: false,
+        transaction: Transaction::new(shared.pools.ctx().durability.clone()),
         needs_no_auth: false,
         pending: VecDeque::new(),
         meter: None,
@@ -464,7 +450,9 @@ impl Session {
     /// A reply walrus gives itself. An error while a transaction queues aborts it, as
     /// Valkey's own queue-time errors do.
     fn ready(&mut self, reply: Bytes) -> Flow {
-        self.tx_refused |= self.in_multi && reply.first() == Some(&b'-');
+        if reply.first() == Some(&b'-') {
+            self.transaction.refuse();
+        }
         self.owe(Pending::Ready(reply));
         Flow::Continue
     }
