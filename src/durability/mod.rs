@@ -5,8 +5,10 @@
 //! - Every upstream batch that writes ends with `ROLE`, whose reply (Valkey's replication
 //!   offset after the batch) walrus strips; the batch's write replies are released once the
 //!   journal's durable offset reaches it. `ROLE` never goes inside MULTI/EXEC (the transaction's
-//!   replies wait for the `ROLE` after EXEC). For users whose ACL forbids `ROLE`, walrus asks on
-//!   its own control connection instead. A command walrus refuses while a transaction queues
+//!   replies wait for the `ROLE` after EXEC), nor between a command whose effect Valkey keeps
+//!   for the next command only (ASKING, CLIENT CACHING) and that command: it goes before it
+//!   (`compat::client_caching_yes_after_a_write_has_the_next_read_tracked`). For users whose
+//!   ACL forbids `ROLE`, walrus asks on its own control connection instead. A command walrus refuses while a transaction queues
 //!   (too large for the journal, `-MISCONF`, `-LOADING`) aborts it as Valkey's own queue-time
 //!   errors do: EXEC answers `-EXECABORT` and nothing runs.
 //! - Reads are held while any key they read is *dirty* (written, not yet durable) when their

@@ -11,8 +11,9 @@
 //! whose reply (Valkey's replication offset right after the batch) is swallowed too; the
 //! batch's write replies are handed to the durability gate with that offset. `ROLE` never
 //! goes between MULTI and EXEC, where it would be queued: a transaction's replies wait for
-//! the `ROLE` after its EXEC. Read replies are checked against the dirty-key map as they
-//! arrive.
+//! the `ROLE` after its EXEC. Nor after a command whose effect Valkey keeps for the next
+//! command only (ASKING, CLIENT CACHING): it would be that next command, so the `ROLE` due
+//! then goes before it. Read replies are checked against the dirty-key map as they arrive.
 //!
 //! A ROLE reply proves an offset only from a Valkey with a replication backlog (see
 //! [`parse_role_offset`](crate::valkey::role::parse_role_offset)); every batch is also tagged with the connection's history epoch, so
@@ -86,6 +87,10 @@ pub struct PipelinedRequest {
     /// It may wait in Valkey as long as it asks (BLPOP 0, WAIT, XREAD BLOCK): while it is
     /// owed, the connection's silence is no sign of a Valkey that stopped answering.
     pub may_block: bool,
+    /// What it sets lasts for the next command only (ASKING, CLIENT CACHING:
+    /// [`route::is_one_shot`](crate::proxy::route::is_one_shot)): nothing walrus adds may
+    /// come between it and that command.
+    pub one_shot: bool,
 }
 
 /// What every pipeline shares.

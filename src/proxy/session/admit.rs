@@ -24,6 +24,7 @@ impl Session {
             in_multi: true,
             answered_by_push: false,
             may_block: false,
+            one_shot: false,
         };
         let reply = self.send(request, rx).await;
         let reply = self.wait(reply).await;
@@ -47,6 +48,7 @@ impl Session {
             in_multi: true,
             answered_by_push: false,
             may_block: false,
+            one_shot: false,
         };
         // Sent or not (a lost connection ends the transaction anyway), EXEC's answer is the
         // same. Its +OK is taken, not left counted against the client's output.

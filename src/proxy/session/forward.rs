@@ -118,6 +118,7 @@ impl Session {
             in_multi,
             answered_by_push,
             may_block: self.blocking_request && !in_multi,
+            one_shot: self.command().is_some_and(|c| route::is_one_shot(c)),
         };
         let p = self.send(request, rx).await;
         match (p, select) {
