@@ -406,29 +406,38 @@ fn client_kills(direct: &mut Raw) -> u64 {
         .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
 }
 
-/// When walrus drops an upstream socket itself (here: a reply over `max_reply_bytes`),
+/// walrus gives up an upstream connection that owes replies and hears nothing from Valkey
+/// for `upstream.reply_timeout_ms`: here 200 ms, while a script keeps Valkey busy for 2 s of
+/// CPU. walrus's own questions (its connection's `CLIENT KILL`, the offset) wait for the
+/// script, within `connect_timeout_ms`.
+const STALL: &str = "[upstream]\nreply_timeout_ms = 200\nconnect_timeout_ms = 20000\n";
+/// Valkey answers nothing but `-BUSY` once a script has run this long: not in these tests.
+const NOT_BUSY: [&str; 2] = ["--busy-reply-threshold", "60000"];
+
+/// [`STALL`] for a managed Valkey.
+fn managed_stall() -> String {
+    format!("{STALL}extra_args = {NOT_BUSY:?}\n")
+}
+
+/// When walrus drops an upstream socket itself (here: Valkey stopped answering on it),
 /// Valkey may still hold commands of it, read but not run. The offset that settles the
 /// connection's writes must be asked only once Valkey has closed that client, or those
 /// commands run after it and their effects are read before the journal has them. Whether
 /// they do is a race inside Valkey's event loop, so the test checks the step that closes
-/// the race: walrus has Valkey kill the dropped client before it asks the offset.
+/// the race: walrus has Valkey kill the dropped client before it asks the offset. A reply
+/// that had arrived is a real outcome: the write before the stall is acknowledged once the
+/// journal covers that offset. (It was answered "the command may or may not have run".)
 #[test]
 fn a_socket_walrus_drops_itself_is_closed_in_valkey_before_its_writes_settle() {
-    let v = Valkey::start();
-    let w = Walrus::build()
-        .upstream(&v.addr())
-        .config("[proxy]\nmax_reply_bytes = 4096\n")
-        .start();
+    let v = Valkey::start_with(&NOT_BUSY);
+    let w = Walrus::build().upstream(&v.addr()).config(STALL).start();
     let mut direct = Raw::connect(&v.addr());
-    assert_eq!(
-        direct.cmd(&["SET", "big", &"b".repeat(64 << 10)]),
-        b"+OK\r\n"
-    );
     let kills = client_kills(&mut direct);
     let mut c = Raw::connect(&w.addr);
-    let replies = overflow_between_writes(&mut c);
-    assert_eq!(
-        replies[1], "-ERR walrus: upstream reply larger than 4096 bytes (proxy.max_reply_bytes)⏎",
+    let replies = stall_between_writes(&mut c);
+    assert_eq!(replies[0], "+OK⏎", "{replies:?}");
+    assert!(
+        replies[1].contains("connection to Valkey lost before the reply"),
         "{replies:?}"
     );
     // A keyspace-wide read answers once the dropped connection's writes have settled.
@@ -448,14 +457,8 @@ fn a_socket_walrus_drops_itself_is_closed_in_valkey_before_its_writes_settle() {
 /// Another identity's pooled connection (a RESP3 client's) and the replica link stay.
 #[test]
 fn on_a_unix_socket_the_dropped_socket_alone_is_closed_in_valkey_by_its_id() {
-    let w = Walrus::build()
-        .config("[proxy]\nmax_reply_bytes = 4096\n")
-        .start();
+    let w = Walrus::build().config(&managed_stall()).start();
     let mut direct = Raw::connect(&managed_valkey_addr(&w.addr));
-    assert_eq!(
-        direct.cmd(&["SET", "big", &"b".repeat(64 << 10)]),
-        b"+OK\r\n"
-    );
     let mut resp3 = Raw::connect(&w.addr);
     assert!(resp3.cmd(&["HELLO", "3"]).starts_with(b"%"));
     assert_eq!(resp3.cmd(&["SET", "r3", "1"]), b"+OK\r\n");
@@ -464,8 +467,8 @@ fn on_a_unix_socket_the_dropped_socket_alone_is_closed_in_valkey_by_its_id() {
     let links = w.proc.log_text().matches("replica link attached").count();
     let kills = client_kills(&mut direct);
     let mut c = Raw::connect(&w.addr);
-    let replies = overflow_between_writes(&mut c);
-    assert!(replies[1].contains("proxy.max_reply_bytes"), "{replies:?}");
+    let replies = stall_between_writes(&mut c);
+    assert_eq!(replies[0], "+OK⏎", "{replies:?}");
     let r = c.cmd(&["DBSIZE"]);
     assert!(r.starts_with(b":"), "{}", show(&r));
     assert_eq!(
@@ -493,31 +496,25 @@ fn on_a_unix_socket_the_dropped_socket_alone_is_closed_in_valkey_by_its_id() {
 /// user, before the client's AUTH (issue 25's review: the guard was missing for such users).
 #[test]
 fn a_client_user_without_client_id_is_still_closed_in_valkey_by_its_id() {
-    let w = Walrus::build()
-        .config("[proxy]\nmax_reply_bytes = 4096\n")
-        .start();
+    let w = Walrus::build().config(&managed_stall()).start();
     let mut direct = Raw::connect(&managed_valkey_addr(&w.addr));
-    for cmd in [
-        &["SET", "big", &"b".repeat(64 << 10)][..],
-        &[
-            "ACL",
-            "SETUSER",
-            "app",
-            "on",
-            ">pw",
-            "~*",
-            "&*",
-            "+@all",
-            "-client|id",
-        ],
-    ] {
-        assert_eq!(direct.cmd(cmd), b"+OK\r\n");
-    }
+    let r = direct.cmd(&[
+        "ACL",
+        "SETUSER",
+        "app",
+        "on",
+        ">pw",
+        "~*",
+        "&*",
+        "+@all",
+        "-client|id",
+    ]);
+    assert_eq!(r, b"+OK\r\n");
     let kills = client_kills(&mut direct);
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["AUTH", "app", "pw"]), b"+OK\r\n");
-    let replies = overflow_between_writes(&mut c);
-    assert!(replies[1].contains("proxy.max_reply_bytes"), "{replies:?}");
+    let replies = stall_between_writes(&mut c);
+    assert_eq!(replies[0], "+OK⏎", "{replies:?}");
     assert_eq!(
         client_kills(&mut direct),
         kills + 1,
@@ -530,13 +527,18 @@ fn a_client_user_without_client_id_is_still_closed_in_valkey_by_its_id() {
     writes_still_work(&mut c);
 }
 
-/// Sends `SET before`, `GET big` and `SET after` in one write, so that the connection
-/// walrus drops for GET's reply (over `proxy.max_reply_bytes`) has a write whose reply is
-/// still owed; returns the three replies as shown.
-fn overflow_between_writes(c: &mut Raw) -> Vec<String> {
+/// Sends `SET before`, a script that keeps Valkey busy ([`STALL`]), and `SET after` in one
+/// write, and returns the three replies as shown. The script carries 300 KiB of arguments:
+/// Valkey reads it in more than one read, so it answers `SET before` first, and walrus
+/// holds that reply, waiting for the ROLE behind the batch, when it gives the connection up
+/// (`STALL`); `SET after` is still owed.
+fn stall_between_writes(c: &mut Raw) -> Vec<String> {
+    // (TIME inside a script is the time the script started.)
+    let busy = "local s = os.clock() while os.clock() - s < 2 do end return 1";
+    let padding = "p".repeat(300 << 10);
     let pipeline: Vec<u8> = [
         &["SET", "before", "1"][..],
-        &["GET", "big"],
+        &["EVAL", busy, "0", &padding],
         &["SET", "after", "1"],
     ]
     .iter()

@@ -566,3 +566,73 @@ fn clients_that_vanish_mid_pipeline_leave_nothing_behind() {
     }
     assert_eq!(metric(&metrics, "walrus_clients_connected"), 1.0);
 }
+
+/// One client's reply over walrus's limits (nested deeper than `proxy.max_reply_depth`, or
+/// larger than `proxy.max_reply_bytes`; Valkey answers both) costs that client alone: it
+/// gets an error naming the limit, and another client's 20 INCRs, in flight behind it on the
+/// pooled connection they share, all get their own replies; the connection stays. (walrus
+/// dropped the connection: the INCRs in flight were answered "the command may or may not
+/// have run", although every one of them ran, and a client that retried counted twice.)
+#[test]
+fn a_reply_over_the_limits_costs_its_client_alone() {
+    let v = Valkey::start();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .config("[proxy]\nmax_reply_bytes = 1048576\n")
+        .args(&["--metrics-listen", &metrics])
+        .start();
+    let mut direct = Raw::connect(&v.addr());
+    assert_eq!(direct.cmd(&["SET", "big", &"b".repeat(2 << 20)]), OK);
+    let deep = "local r = 1 for i = 1, 200 do r = {r} end return r";
+    let large = "return redis.call('GET', 'big')";
+    for (round, (script, limit)) in [(deep, "max_reply_depth"), (large, "max_reply_bytes")]
+        .into_iter()
+        .enumerate()
+    {
+        // Valkey holds what may write (EVAL, INCR) until CLIENT UNPAUSE: the INCRs reach it
+        // behind the script, on the connection both clients share.
+        assert_eq!(direct.cmd(&["CLIENT", "PAUSE", "60000", "WRITE"]), OK);
+        let mut refused = Raw::connect(&w.addr);
+        refused.send_raw(&walrus::resp::write::command(["EVAL", script, "0"]));
+        await_blocked_client(&mut direct);
+        let incr = walrus::resp::write::command(["INCR", &format!("n{round}")]);
+        let mut other = Raw::connect(&w.addr);
+        other.send_raw(&incr.repeat(20));
+        // A new client's first 4 requests go at once (its window).
+        await_query_buffer(&mut direct, 4 * incr.len());
+        assert_eq!(direct.cmd(&["CLIENT", "UNPAUSE"]), OK);
+        let r = show(&refused.read_frame());
+        assert!(
+            r.starts_with("-ERR walrus: upstream reply") && r.contains(limit),
+            "{r}"
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&(0..20).flat_map(|_| other.read_frame()).collect::<Vec<_>>()),
+            String::from_utf8_lossy(&incr_replies(20))
+        );
+        assert_eq!(refused.cmd(&["EVAL", "return 1", "0"]), b":1\r\n");
+    }
+    assert_eq!(metric(&metrics, "walrus_upstream_reconnects_total"), 0.0);
+}
+
+/// Returns once a client of Valkey has `bytes` or more read and not yet run (CLIENT LIST's
+/// `qbuf`).
+fn await_query_buffer(valkey: &mut Raw, bytes: usize) {
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        let list = String::from_utf8_lossy(&valkey.cmd(&["CLIENT", "LIST"])).to_string();
+        let most = list
+            .split(' ')
+            .filter_map(|f| f.strip_prefix("qbuf=")?.parse::<usize>().ok())
+            .max()
+            .unwrap_or(0);
+        if most >= bytes {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no client of Valkey has {bytes} bytes waiting: {list}"
+        );
+    }
+}

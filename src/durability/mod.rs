@@ -29,9 +29,11 @@
 //!   not declare, in any database, so they count as touching every key: a script's write makes
 //!   every read wait for it, and a read-only script waits for every pending write.
 //! - A write's dirty mark is cleared only once the journal covers Valkey's offset after it, or
-//!   when the write provably never ran. When a connection breaks and Valkey's offset cannot be
-//!   learned, the keys stay dirty and walrus keeps asking, with backoff; reads held behind such
-//!   a write get an error.
+//!   when the write provably never ran. When a connection breaks, the replies that had arrived
+//!   are real outcomes: they settle at Valkey's offset asked afterwards of the same Valkey
+//!   process, as do the marks of writes still owed. When that offset cannot be learned, the
+//!   replies get an error, the keys stay dirty and walrus keeps asking, with backoff; reads
+//!   held behind such a write get an error.
 //! - A write request larger than the journal takes in one entry (`journal.max_entry_bytes`:
 //!   576 MiB, so that the largest value a client may send fits, or on a smaller ring the largest
 //!   entry it holds) is refused before it reaches

@@ -90,25 +90,40 @@ impl OffsetOracle {
     /// Makes the Valkey process `run_id` close its client `name` (if it still has it): it
     /// runs none of that client's commands after this. Only that process: client ids start
     /// again at 1 in another, where the id names someone else (and the connection is gone
-    /// with the process it reached). The kill goes on the connection that found the process,
-    /// so no restart comes in between.
+    /// with the process it reached). "-ERR No such client" when Valkey already closed it:
+    /// fine.
     pub async fn close(&self, up: &Upstream, name: ClientName, run_id: &str) {
+        self.ask_process(up, run_id, &name.kill_command()).await;
+    }
+
+    /// The replication offset of the Valkey process `run_id` now; `None` if another process
+    /// answers (a restart: its offsets say nothing of what ran on this one), or none does.
+    pub async fn offset_of(&self, up: &Upstream, run_id: &str) -> Option<u64> {
+        parse_role_offset(
+            &self
+                .ask_process(up, run_id, &write::command(["ROLE"]))
+                .await?,
+        )
+    }
+
+    /// Asks `cmd` of the Valkey process `run_id` only: on the connection that found it, so
+    /// that no restart comes in between, and not again on another connection, which might
+    /// reach another process.
+    async fn ask_process(&self, up: &Upstream, run_id: &str, cmd: &[u8]) -> Option<Bytes> {
         let mut slot = self.conn.lock().await;
-        let Some(found) = call(&mut slot, up, &write::command(["INFO", "server"])).await else {
-            return;
-        };
+        let found = call(&mut slot, up, &write::command(["INFO", "server"])).await?;
         if crate::upstream::server::run_id_of(&String::from_utf8_lossy(&found)).ok()
             != Some(run_id.to_string())
         {
-            return;
+            return None;
         }
         let conn = slot.as_mut().expect("the connection that answered");
-        // "-ERR No such client" when Valkey already closed it: fine. Not tried again on
-        // another connection, which might reach another process.
-        let kill = name.kill_command();
-        let killed = tokio::time::timeout(up.connect_timeout, conn.call_raw(&kill)).await;
-        if !matches!(killed, Ok(Ok(_))) {
-            *slot = None;
+        match tokio::time::timeout(up.connect_timeout, conn.call_raw(cmd)).await {
+            Ok(Ok(reply)) => Some(reply),
+            _ => {
+                *slot = None;
+                None
+            }
         }
     }
 

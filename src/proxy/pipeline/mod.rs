@@ -21,9 +21,11 @@
 //! With durability on, a new connection waits for the replica link to be attached before it
 //! serves anything (requests meanwhile get `-LOADING`).
 //!
-//! If the connection breaks, every request in flight on it, and every one still queued for
-//! it, is dropped; the requester sees its reply channel close and answers its client with an
-//! error. Nothing is retried: a write's outcome is unknown once its connection is gone.
+//! If the connection breaks, every request in flight on it without a reply, and every one
+//! still queued for it, is dropped; the requester sees its reply channel close and answers
+//! its client with an error. Nothing is retried: such a write's outcome is unknown once its
+//! connection is gone. Replies that had arrived are real outcomes: they are released once the
+//! journal covers Valkey's offset asked afterwards (of the same Valkey process).
 
 mod reader;
 mod writer;
@@ -166,8 +168,8 @@ pub async fn run(
         r = writer(wr, first, requests, inflight_tx, gated, reader.blocking.clone()) => r,
         r = reader.run(rd, buf, scanner, &mut inflight_rx) => r,
     };
-    // Settle what the broken connection leaves behind: write replies still waiting for an
-    // offset, and marks of writes that got no reply at all.
+    // Settle what the broken connection leaves behind: replies that arrived (real outcomes)
+    // still waiting for an offset, and marks of writes that got no reply at all.
     if let Some(d) = &ctx.durability {
         inflight_rx.close();
         let mut marks = std::mem::take(&mut reader.marks);
@@ -184,7 +186,7 @@ pub async fn run(
             if let Some(name) = client_name(client_id.as_deref(), local) {
                 ctx.oracle.close(&ctx.upstream, name, &run_id).await;
             }
-            let hint = ctx.oracle.offset(&ctx.upstream).await;
+            let hint = ctx.oracle.offset_of(&ctx.upstream, &run_id).await;
             d.abandon_batch(awaiting, marks, lost_reply(), hint.map(|o| (o, epoch)));
         }
     }
