@@ -636,3 +636,104 @@ fn await_query_buffer(valkey: &mut Raw, bytes: usize) {
         );
     }
 }
+
+/// A client that sends its whole pipeline before it reads a reply (redis-py's
+/// `Pipeline.execute()`, bulk loads and batch reads): 400,000 GETs of a 40-byte value, 8 MB
+/// of requests, then every reply. walrus reads on while the replies pile up, as Valkey
+/// does, and the client gets every one. (walrus stopped reading it once 1 MiB of its replies
+/// was unwritten, while the client read nothing until its send was done: neither side moved
+/// again, and no limit ended it.)
+#[test]
+fn a_pipeline_sent_whole_before_its_replies_are_read_is_served() {
+    const GETS: usize = 400_000;
+    let v = Valkey::start();
+    let w = Walrus::build().upstream(&v.addr()).start();
+    let mut c = Raw::connect(&w.addr);
+    let value = "v".repeat(40);
+    assert_eq!(c.cmd(&["SET", "k", &value]), OK);
+    let pipeline = walrus::resp::write::command(["GET", "k"]).repeat(GETS);
+    c.stream.set_write_timeout(Some(START_TIMEOUT)).unwrap();
+    c.stream
+        .write_all(&pipeline)
+        .expect("walrus stopped reading the pipeline");
+    let reply = bulk(&value);
+    let mut replies = vec![0; reply.len() * GETS];
+    c.stream.read_exact(&mut replies).unwrap();
+    for (i, r) in replies.chunks(reply.len()).enumerate() {
+        assert!(r == reply, "reply {i}: {}", show(r));
+    }
+}
+
+/// The same with transactions in it (MULTI is a barrier: every earlier reply must have
+/// arrived before it runs): 8 of them, each behind a read of a 2 MiB value (more than the
+/// sockets between walrus and the client hold), then 400,000 reads of a small one. A
+/// barrier waits for Valkey, never for the client to read, which it does only once its send
+/// is done. (It waited for the client once the replies before it filled the sockets:
+/// neither side moved again.)
+#[test]
+fn a_pipeline_with_transactions_sent_whole_before_its_replies_are_read_is_served() {
+    let v = Valkey::start();
+    let w = Walrus::build().upstream(&v.addr()).start();
+    let mut c = Raw::connect(&w.addr);
+    let big = "b".repeat(2 << 20);
+    assert_eq!(c.cmd(&["SET", "big", &big]), OK);
+    assert_eq!(c.cmd(&["SET", "k", "v"]), OK);
+    let block = [&["GET", "big"][..], &["MULTI"], &["INCR", "n"], &["EXEC"]]
+        .iter()
+        .flat_map(|a| walrus::resp::write::command(a.iter()).to_vec())
+        .collect::<Vec<u8>>();
+    let pipeline = [
+        block.repeat(8),
+        walrus::resp::write::command(["GET", "k"]).repeat(400_000),
+    ]
+    .concat();
+    let mut want: Vec<u8> = (1..=8)
+        .flat_map(|i| {
+            [
+                bulk(&big),
+                format!("+OK\r\n+QUEUED\r\n*1\r\n:{i}\r\n").into_bytes(),
+            ]
+            .concat()
+        })
+        .collect();
+    want.extend_from_slice(&bulk("v").repeat(400_000));
+    c.stream.set_write_timeout(Some(START_TIMEOUT)).unwrap();
+    c.stream
+        .write_all(&pipeline)
+        .expect("walrus stopped reading the pipeline");
+    let mut replies = vec![0; want.len()];
+    c.stream.read_exact(&mut replies).unwrap();
+    assert!(replies == want, "the replies differ");
+}
+
+/// A client that never reads and keeps sending is read on, and closed once what walrus holds
+/// for it (its unwritten replies and the requests it sent meanwhile) reaches
+/// `proxy.max_output_bytes`, with its reason: a log line and
+/// `walrus_clients_output_closed_total`. Another client is served all along. (walrus stopped
+/// reading it and kept it paused for good: its sends blocked, and nothing said why.)
+#[test]
+fn a_client_that_never_reads_and_keeps_sending_is_closed_at_its_output_limit() {
+    let v = Valkey::start();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .config("[proxy]\nmax_output_bytes = 4194304\n")
+        .args(&["--metrics-listen", &metrics])
+        .start();
+    let mut c = Raw::connect(&w.addr);
+    let value = "v".repeat(1 << 10);
+    assert_eq!(c.cmd(&["SET", "k", &value]), OK);
+    let hostile = connect_slow(&w.addr, 4096).unwrap();
+    let writer = std::thread::spawn(move || {
+        let gets = walrus::resp::write::command(["GET", "k"]).repeat(64);
+        while (&hostile).write_all(&gets).is_ok() {}
+    });
+    let line = w.proc.wait_line(
+        "closed a client that does not read its replies",
+        START_TIMEOUT,
+    );
+    assert!(line.contains("proxy.max_output_bytes"), "{line}");
+    writer.join().unwrap();
+    assert_eq!(metric(&metrics, "walrus_clients_output_closed_total"), 1.0);
+    assert_eq!(c.cmd(&["GET", "k"]), bulk(&value));
+}

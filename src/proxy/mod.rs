@@ -44,7 +44,8 @@ pub struct Shared {
     pub max_write_bytes: usize,
     /// RESP3 pushes queued for one client before it is disconnected.
     pub max_push_bytes: usize,
-    /// Reply bytes a client has not read before it is disconnected (`proxy.max_output_bytes`).
+    /// Reply bytes a client has not read, and requests it sent meanwhile, before it is
+    /// disconnected (`proxy.max_output_bytes`).
     pub max_output_bytes: usize,
     /// `proxy.allow_admin_commands`: pass on what [`admin`] refuses.
     pub allow_admin_commands: bool,
