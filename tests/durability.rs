@@ -327,7 +327,7 @@ fn a_failing_journal_refuses_writes_and_keeps_serving_clean_reads() {
     let w = Walrus::build()
         .upstream(&v.addr())
         .config("io_backend = \"sync\"\n")
-        .env(&[("WALRUS_FAULT_JOURNAL", "write:EIO@poison")])
+        .failpoint("journal::write", "return(write:EIO@poison)")
         .start();
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["SET", "before", "ok"]), b"+OK\r\n");

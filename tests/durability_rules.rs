@@ -8,37 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Every journal write takes this long: a reply that comes much sooner than this after its
-/// write ran cannot be covered by the journal.
-const JOURNAL_DELAY_MS: u64 = 1500;
-/// A reply within this time of its request, while a write it depends on waits for the
-/// journal, is a dirty read.
-const EARLY: Duration = Duration::from_millis(300);
-
-fn send(c: &mut Raw, args: &[&str]) {
-    c.send_raw(&walrus::resp::write::command(
-        args.iter().map(|a| a.as_bytes()),
-    ));
-}
-
-/// Whether a reply arrives within `within`.
-fn replied_within(c: &Raw, within: Duration) -> bool {
-    c.stream.set_read_timeout(Some(within)).unwrap();
-    let mut b = [0u8; 1];
-    let r = c.stream.peek(&mut b);
-    c.stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    matches!(r, Ok(n) if n > 0)
-}
-
-/// Sends `write` on `writer` and waits until Valkey has run it (`probe` on Valkey directly
-/// returns `ran`): from then on its effects are dirty until the journal covers them.
-fn run_unjournaled(writer: &mut Raw, write: &[&str], direct: &mut Raw, probe: &[&str], ran: &[u8]) {
-    send(writer, write);
-    while direct.cmd(probe) != ran {}
-}
-
 /// The journal and the gate still take writes: one is acknowledged and read back.
 fn writes_still_work(c: &mut Raw) {
     assert_eq!(c.cmd(&["SET", "after", "1"]), b"+OK\r\n");
@@ -87,6 +56,9 @@ fn a_scripts_undeclared_keys_are_dirty_for_every_reader() {
     assert_eq!(writer.read_frame(), b":1\r\n");
 }
 
+/// Data shown by a keyless command waits for every pending write; so do counts and sizes of
+/// the writes Valkey ran (INFO stats, memory, commandstats, replication offsets, CLIENT LIST's
+/// buffers): a crash can still lose what they count.
 #[test]
 fn keyless_commands_that_show_data_wait_and_the_others_do_not() {
     let v = Valkey::start_with(&["--enable-debug-command", "yes"]);
@@ -103,6 +75,7 @@ fn keyless_commands_that_show_data_wait_and_the_others_do_not() {
     let mut free = Raw::connect(&w.addr);
     for cmd in [
         &["INFO", "server"][..],
+        &["INFO", "clients", "cpu"],
         &["PING"],
         &["CONFIG", "GET", "maxmemory"],
         &["TIME"],
@@ -123,10 +96,21 @@ fn keyless_commands_that_show_data_wait_and_the_others_do_not() {
             "{cmd:?} waited for the write to be durable"
         );
     }
-    // COMMANDLOG (Valkey 8.1) shows a large write's arguments; MEMORY STATS counts keys.
+    // COMMANDLOG (Valkey 8.1) shows a large write's arguments; MEMORY STATS counts keys;
+    // the others count or size the writes Valkey ran.
     let mut shows: Vec<&[&str]> = vec![
         &["INFO", "keyspace"],
         &["INFO"],
+        &["INFO", "server", "stats"],
+        &["INFO", "memory"],
+        &["INFO", "persistence"],
+        &["INFO", "commandstats"],
+        &["INFO", "replication"],
+        &["ROLE"],
+        &["CLIENT", "LIST"],
+        &["CLIENT", "INFO"],
+        &["MEMORY", "MALLOC-STATS"],
+        &["LATENCY", "HISTOGRAM", "set"],
         &["SLOWLOG", "GET"],
         &["DEBUG", "DIGEST"],
         &["MEMORY", "STATS"],
@@ -407,10 +391,9 @@ fn client_kills(direct: &mut Raw) -> u64 {
 }
 
 /// walrus gives up an upstream connection that owes replies and hears nothing from Valkey
-/// for `upstream.reply_timeout_ms`: here 200 ms, while a script keeps Valkey busy for 2 s of
-/// CPU. walrus's own questions (its connection's `CLIENT KILL`, the offset) wait for the
-/// script, within `connect_timeout_ms`.
-const STALL: &str = "[upstream]\nreply_timeout_ms = 200\nconnect_timeout_ms = 20000\n";
+/// for `upstream.reply_timeout_ms` (here its least, 2 s) while a script keeps Valkey busy
+/// (for 10 s of CPU); it asks Valkey to close the connection until Valkey can.
+const STALL: &str = "[upstream]\nreply_timeout_ms = 2000\n";
 /// Valkey answers nothing but `-BUSY` once a script has run this long: not in these tests.
 const NOT_BUSY: [&str; 2] = ["--busy-reply-threshold", "60000"];
 
@@ -424,9 +407,7 @@ fn managed_stall() -> String {
 /// connection's writes must be asked only once Valkey has closed that client, or those
 /// commands run after it and their effects are read before the journal has them. Whether
 /// they do is a race inside Valkey's event loop, so the test checks the step that closes
-/// the race: walrus has Valkey kill the dropped client before it asks the offset. A reply
-/// that had arrived is a real outcome: the write before the stall is acknowledged once the
-/// journal covers that offset. (It was answered "the command may or may not have run".)
+/// the race: walrus has Valkey kill the dropped client before it asks the offset.
 #[test]
 fn a_socket_walrus_drops_itself_is_closed_in_valkey_before_its_writes_settle() {
     let v = Valkey::start_with(&NOT_BUSY);
@@ -434,19 +415,13 @@ fn a_socket_walrus_drops_itself_is_closed_in_valkey_before_its_writes_settle() {
     let mut direct = Raw::connect(&v.addr());
     let kills = client_kills(&mut direct);
     let mut c = Raw::connect(&w.addr);
-    let replies = stall_between_writes(&mut c);
-    assert_eq!(replies[0], "+OK⏎", "{replies:?}");
-    assert!(
-        replies[1].contains("connection to Valkey lost before the reply"),
-        "{replies:?}"
-    );
-    // A keyspace-wide read answers once the dropped connection's writes have settled.
-    let r = c.cmd(&["DBSIZE"]);
-    assert!(r.starts_with(b":"), "{}", show(&r));
+    stall_between_writes(&mut c);
+    await_settled(&mut c);
     assert_eq!(
         client_kills(&mut direct),
         kills + 1,
-        "walrus did not close the dropped connection on Valkey's side: {replies:?}"
+        "walrus did not close the dropped connection on Valkey's side: {}",
+        w.proc.log_text()
     );
     writes_still_work(&mut c);
 }
@@ -467,10 +442,8 @@ fn on_a_unix_socket_the_dropped_socket_alone_is_closed_in_valkey_by_its_id() {
     let links = w.proc.log_text().matches("replica link attached").count();
     let kills = client_kills(&mut direct);
     let mut c = Raw::connect(&w.addr);
-    let replies = stall_between_writes(&mut c);
-    assert_eq!(replies[0], "+OK⏎", "{replies:?}");
-    let r = c.cmd(&["DBSIZE"]);
-    assert!(r.starts_with(b":"), "{}", show(&r));
+    stall_between_writes(&mut c);
+    await_settled(&mut c);
     assert_eq!(
         client_kills(&mut direct),
         kills + 1,
@@ -513,8 +486,8 @@ fn a_client_user_without_client_id_is_still_closed_in_valkey_by_its_id() {
     let kills = client_kills(&mut direct);
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["AUTH", "app", "pw"]), b"+OK\r\n");
-    let replies = stall_between_writes(&mut c);
-    assert_eq!(replies[0], "+OK⏎", "{replies:?}");
+    stall_between_writes(&mut c);
+    await_settled(&mut c);
     assert_eq!(
         client_kills(&mut direct),
         kills + 1,
@@ -528,24 +501,90 @@ fn a_client_user_without_client_id_is_still_closed_in_valkey_by_its_id() {
 }
 
 /// Sends `SET before`, a script that keeps Valkey busy ([`STALL`]), and `SET after` in one
-/// write, and returns the three replies as shown. The script carries 300 KiB of arguments:
-/// Valkey reads it in more than one read, so it answers `SET before` first, and walrus
-/// holds that reply, waiting for the ROLE behind the batch, when it gives the connection up
-/// (`STALL`); `SET after` is still owed.
-fn stall_between_writes(c: &mut Raw) -> Vec<String> {
+/// write: walrus gives the connection up while the script and `SET after` are owed, and
+/// they get its error.
+fn stall_between_writes(c: &mut Raw) {
     // (TIME inside a script is the time the script started.)
-    let busy = "local s = os.clock() while os.clock() - s < 2 do end return 1";
-    let padding = "p".repeat(300 << 10);
+    let busy = "local s = os.clock() while os.clock() - s < 10 do end return 1";
     let pipeline: Vec<u8> = [
         &["SET", "before", "1"][..],
-        &["EVAL", busy, "0", &padding],
+        &["EVAL", busy, "0"],
         &["SET", "after", "1"],
     ]
     .iter()
     .flat_map(|a| walrus::resp::write::command(a.iter()).to_vec())
     .collect();
     c.send_raw(&pipeline);
-    (0..3).map(|_| show(&c.read_frame())).collect()
+    let replies: Vec<String> = (0..3).map(|_| show(&c.read_frame())).collect();
+    assert!(
+        replies[1..].iter().all(|r| r.starts_with("-ERR walrus:")),
+        "{replies:?}"
+    );
+}
+
+/// Returns once a keyspace-wide read answers, which it does once the writes of the
+/// connection walrus dropped have settled, after Valkey closed it. Until the script ends,
+/// the pool's new connection cannot be set up: requests get that error meanwhile.
+fn await_settled(c: &mut Raw) {
+    let deadline = std::time::Instant::now() + START_TIMEOUT;
+    loop {
+        let r = c.cmd(&["DBSIZE"]);
+        if r.starts_with(b":") {
+            return;
+        }
+        assert!(
+            r.starts_with(b"-ERR walrus: Valkey is unavailable")
+                && std::time::Instant::now() < deadline,
+            "{}",
+            show(&r)
+        );
+    }
+}
+
+/// A reply that had arrived when its connection broke is a real outcome. A session with its
+/// own connection sends a write and `BLPOP q 0` in one write (the ROLE walrus sends behind
+/// them waits for the BLPOP); Valkey answers the write and blocks; someone kills the
+/// connection in Valkey. The write is acknowledged once the journal covers Valkey's offset
+/// asked afterwards, of the same Valkey; the BLPOP, unanswered, gets the error of a lost
+/// connection. (Both got that error: the write's `+OK` had arrived, and was dropped.)
+#[test]
+fn a_reply_that_arrived_before_its_connection_broke_is_acknowledged() {
+    let v = Valkey::start();
+    let w = Walrus::build().upstream(&v.addr()).start();
+    let mut c = Raw::connect(&w.addr);
+    // A command that may block gives the session its own connection.
+    assert_eq!(c.cmd(&["BLPOP", "q", "0.01"]), b"*-1\r\n");
+    let batch: Vec<u8> = [&["SET", "before", "1"][..], &["BLPOP", "q", "0"]]
+        .iter()
+        .flat_map(|a| walrus::resp::write::command(a.iter()).to_vec())
+        .collect();
+    c.send_raw(&batch);
+    let mut direct = Raw::connect(&v.addr());
+    let deadline = std::time::Instant::now() + START_TIMEOUT;
+    let id = loop {
+        let list = String::from_utf8(direct.cmd(&["CLIENT", "LIST"])).unwrap();
+        let blocked = list
+            .lines()
+            .find(|l| l.split(' ').any(|f| f == "cmd=blpop"));
+        if let Some(id) = blocked.and_then(|l| l.split(' ').find_map(|f| f.strip_prefix("id="))) {
+            break id.to_string();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the BLPOP never blocked: {list}"
+        );
+    };
+    assert_eq!(direct.cmd(&["CLIENT", "KILL", "ID", &id]), b":1\r\n");
+    assert_eq!(show(&c.read_frame()), "+OK⏎");
+    let lost = show(&c.read_frame());
+    assert!(
+        lost.contains("connection to Valkey lost before the reply"),
+        "{lost}"
+    );
+    assert_eq!(
+        Raw::connect(&w.addr).cmd(&["GET", "before"]),
+        b"$1\r\n1\r\n"
+    );
 }
 
 /// The ids of Valkey's RESP3 clients (`CLIENT LIST`).
@@ -675,13 +714,13 @@ fn a_client_waiting_in_a_blocking_pop_holds_up_no_one_elses_reads() {
 fn after_a_restart_behind_valkey_reads_wait_for_the_journal_to_catch_up() {
     let v = Valkey::start();
     let data = tempfile::tempdir().unwrap();
-    let delay = JOURNAL_DELAY_MS.to_string();
+    let delay = format!("sleep({JOURNAL_DELAY_MS})");
     let start = || {
         Walrus::build()
             .upstream(&v.addr())
             .config("io_backend = \"sync\"\n")
             .data(data.path())
-            .env(&[("WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS", &delay)])
+            .failpoint("journal::write", &delay)
             .start()
     };
     let mut w = start();
@@ -751,7 +790,7 @@ fn a_reply_held_past_max_hold_gets_an_error_and_the_key_waits_for_the_journal() 
     let w = Walrus::build()
         .upstream(&v.addr())
         .config("io_backend = \"sync\"\n[durability]\nmax_hold_ms = 300\n")
-        .env(&[("WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS", "2000")])
+        .failpoint("journal::write", "sleep(2000)")
         .start();
     let mut c = Raw::connect(&w.addr);
     let r = show(&c.cmd(&["SET", "k", "v"]));

@@ -64,13 +64,13 @@ fn a_failed_journal_write_fences_the_journal_and_loses_nothing_acknowledged() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
-        let fault = format!("write:{errno}@poison");
+        let fault = format!("return(write:{errno}@poison)");
         let metrics = format!("127.0.0.1:{}", free_port());
         let mut w = Walrus::build()
             .config(CONFIG)
             .args(&["--metrics-listen", &metrics])
             .data(&data)
-            .env(&[("WALRUS_FAULT_JOURNAL", &fault)])
+            .failpoint("journal::write", &fault)
             .start();
         let mut c = Raw::connect(&w.addr);
         assert_eq!(http_get(&metrics, "/readyz").0, 200);
@@ -107,7 +107,7 @@ fn a_failed_fsync_is_never_retried_and_its_write_never_acknowledged() {
     let mut w = Walrus::build()
         .config(CONFIG)
         .data(&data)
-        .env(&[("WALRUS_FAULT_JOURNAL", "fsync:EIO@poison")])
+        .failpoint("journal::write", "return(fsync:EIO@poison)")
         .start();
     let mut c = Raw::connect(&w.addr);
     acknowledged(&mut c, 20);
@@ -133,7 +133,7 @@ fn a_write_torn_by_a_power_cut_is_cut_at_recovery() {
     let mut w = Walrus::build()
         .config(CONFIG)
         .data(&data)
-        .env(&[("WALRUS_FAULT_JOURNAL", "tear@poison")])
+        .failpoint("journal::write", "return(tear@poison)")
         .start();
     let mut c = Raw::connect(&w.addr);
     acknowledged(&mut c, 20);
@@ -208,15 +208,15 @@ fn a_segment_deleted_or_truncated_under_walrus_fences_the_journal() {
 /// the ring and writes resume without a restart.
 #[test]
 fn a_checkpoint_that_keeps_failing_fills_the_ring_then_writes_resume() {
-    for fault in ["WALRUS_FAULT_CHECKPOINT", "WALRUS_FAULT_MANIFEST"] {
+    for fault in ["rdb::write", "manifest::write"] {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
         let flag = dir.path().join("fault-on");
-        let spec = format!("ENOSPC@{}", flag.display());
+        let spec = format!("return(ENOSPC@{})", flag.display());
         let mut w = Walrus::build()
             .config(CONFIG)
             .data(&data)
-            .env(&[(fault, &spec)])
+            .failpoint(fault, &spec)
             .start();
         let mut c = Raw::connect(&w.addr);
         // A dataset whose RDB is larger than the fault's 64 KiB threshold, so writing it
@@ -273,13 +273,13 @@ fn a_failed_second_checkpoint_at_the_same_offset_leaves_the_first_whole() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let flag = dir.path().join("fault-on");
-    let spec = format!("ENOSPC@{}", flag.display());
+    let spec = format!("return(ENOSPC@{})", flag.display());
     let metrics = format!("127.0.0.1:{}", free_port());
     let mut w = Walrus::build()
         .config(CONFIG)
         .args(&["--metrics-listen", &metrics])
         .data(&data)
-        .env(&[("WALRUS_FAULT_MANIFEST", &spec)])
+        .failpoint("manifest::write", &spec)
         .start();
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["SET", "k", "v"]), OK);
@@ -358,20 +358,19 @@ fn a_full_ring_then_a_valkey_crash_is_noticed_and_restored() {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
         let flag = dir.path().join("fault-on");
-        let spec = format!("ENOSPC@{}", flag.display());
-        let fault = [("WALRUS_FAULT_CHECKPOINT", spec.as_str())];
+        let spec = format!("return(ENOSPC@{})", flag.display());
         let external = (!managed).then(Valkey::start);
         let w = match &external {
             None => Walrus::build()
                 .config(CONFIG)
                 .data(&data)
-                .env(&fault)
+                .failpoint("rdb::write", &spec)
                 .start(),
             Some(v) => Walrus::build()
                 .upstream(&v.addr())
                 .config(CONFIG)
                 .data(&data)
-                .env(&fault)
+                .failpoint("rdb::write", &spec)
                 .start(),
         };
         let mut c = Raw::connect(&w.addr);

@@ -120,11 +120,11 @@ fn a_ring_full_to_its_last_byte_then_a_restore_frees_it_once_checkpoints_work() 
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let flag = dir.path().join("fault-on");
-    let spec = format!("ENOSPC@{}", flag.display());
+    let spec = format!("return(ENOSPC@{})", flag.display());
     let w = Walrus::build()
         .config(CONFIG)
         .data(&data)
-        .env(&[("WALRUS_FAULT_CHECKPOINT", spec.as_str())])
+        .failpoint("rdb::write", &spec)
         .start();
     let mut c = Raw::connect(&w.addr);
     for i in 0..20 {

@@ -1,6 +1,7 @@
 //! Upstream replies: `walrus::resp::ReplyScanner` (RESP2 and RESP3, which the proxy relays
-//! without decoding) and the control plane's decoder of the frames it delimits
-//! (`walrus::upstream::client::decode_reply`).
+//! without decoding), the control plane's decoder of the frames it delimits
+//! (`walrus::upstream::client::decode_reply`), and what the proxy reads of a message to hold
+//! a notification (`walrus::proxy::notices::names`).
 //!
 //! Input: one byte of limits ([`limits`]), one byte of reads ([`super::reads`]), then the
 //! bytes Valkey sends. Checked: no panic; the frames, those refused for a limit (then
@@ -130,6 +131,7 @@ fn failed(mut frames: Vec<Bytes>) -> Outcome {
 /// and RESP3): no panic, and a decoder that takes it takes exactly its bytes.
 fn agrees_with_decoders(frame: &[u8]) {
     let _ = walrus::upstream::client::decode_reply(frame);
+    let _ = walrus::proxy::notices::names(&Bytes::copy_from_slice(frame));
     if let Ok(Some((_, n))) = redis_protocol::resp2::decode::decode(frame) {
         assert_eq!(n, frame.len(), "RESP2 decoder ends {frame:?} elsewhere");
     }

@@ -366,7 +366,9 @@ async fn take(
         rdb_bytes: recorded.size,
         used_memory: memory,
     });
+    crate::fault::fail_point!("checkpoint::recorded");
     release_unneeded(journal, &cfg.store, &cfg.pin).await;
+    crate::fault::fail_point!("checkpoint::journal_released");
     Ok(format!(
         "checkpoint taken: {} ({} bytes, offset {}); journal released through LSN {}",
         recorded.file,
@@ -400,7 +402,7 @@ mod tests {
             last = Some(journal.append(entry).await.unwrap());
         }
         last.unwrap().wait().await.unwrap();
-        let store = Store::open(&tmp.path().join("checkpoints")).unwrap();
+        let store = store::tests::open(&tmp.path().join("checkpoints"));
         let rdb = store::tests::stored(&store, &a, 30, b"REDIS0011body");
         store
             .record_or_discard(&rdb, "Valkey 9.1.2", &a, 30, 4)

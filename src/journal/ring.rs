@@ -106,33 +106,33 @@ pub fn init_missing_segments(
     for &i in &missing {
         let tmp = segment_tmp_path(dir, i);
         let ctx = |w: &str| format!("{w} {}", tmp.display());
-        crate::fault::init_step();
         let mut f = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .open(&tmp)
             .map_err(|e| JournalError::io(ctx("creating"), e))?;
+        crate::fault::fail_point!("journal::init::created");
         let mut left = geo.segment_size_bytes;
         while left > 0 {
             let n = left.min(INIT_CHUNK_BYTES as u64) as usize;
-            crate::fault::init_step();
             f.write_all(&zeros[..n])
                 .map_err(|e| JournalError::io(ctx("zero-filling"), e))?;
+            crate::fault::fail_point!("journal::init::filled");
             left -= n as u64;
             done += n as u64;
             progress(done, total);
         }
-        crate::fault::init_step();
         f.sync_all()
             .map_err(|e| JournalError::io(ctx("fsync of"), e))?;
         drop(f);
-        crate::fault::init_step();
+        crate::fault::fail_point!("journal::init::synced");
         fs::rename(&tmp, segment_path(dir, i)).map_err(|e| JournalError::io(ctx("renaming"), e))?;
+        crate::fault::fail_point!("journal::init::renamed");
     }
     if !missing.is_empty() {
-        crate::fault::init_step();
         fsync_dir(dir)?;
+        crate::fault::fail_point!("journal::init::dir_synced");
     }
     Ok(missing.len() as u32)
 }

@@ -15,7 +15,7 @@ use super::handshake::read_line;
 use crate::upstream::client::{Conn, UpstreamError};
 use bytes::Buf;
 use std::path::{Path, PathBuf};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 pub const EOF_MARK_LEN: usize = 40;
 const READ_CHUNK_BYTES: usize = 256 << 10;
@@ -203,9 +203,12 @@ async fn store(
     copy_payload(conn, &mut file, Payload::new(transfer, max_bytes)).await?;
     let Sink { file, digest, .. } = file;
     let sum = digest.finish()?;
+    crate::fault::fail_point!("rdb::written");
     file.sync_all().await?;
     drop(file);
+    crate::fault::fail_point!("rdb::synced");
     tokio::fs::rename(tmp, dest).await?;
+    crate::fault::fail_point!("rdb::renamed");
     if let Some(dir) = dest.parent() {
         tokio::fs::File::open(dir).await?.sync_all().await?;
     }
@@ -227,7 +230,7 @@ struct Sink {
 
 impl Sink {
     async fn write_all(&mut self, data: &[u8]) -> std::io::Result<()> {
-        crate::fault::checkpoint_write(self.written)?;
+        crate::fault::io_point!("rdb::write", self.written >= 64 << 10)?;
         self.digest.update(data);
         self.file.write_all(data).await?;
         self.written += data.len() as u64;
@@ -249,9 +252,8 @@ async fn copy_payload(
             return Ok(());
         }
         conn.buf.reserve(READ_CHUNK_BYTES);
-        if conn.stream.read_buf(&mut conn.buf).await? == 0 {
-            return Err(UpstreamError::Closed);
-        }
+        // Each piece within upstream.reply_timeout_ms: bounded by progress, not by a total.
+        conn.read_more().await?;
     }
 }
 

@@ -249,6 +249,7 @@ pub struct WalrusBuilder<'a> {
     args: Vec<&'a str>,
     data: Option<&'a std::path::Path>,
     env: Vec<(&'a str, &'a str)>,
+    failpoints: Vec<String>,
     open_files: Option<u64>,
     journal: Option<String>,
     listen: Option<String>,
@@ -291,9 +292,15 @@ impl<'a> WalrusBuilder<'a> {
         self
     }
 
-    /// Extra environment variables (fault injection).
+    /// Extra environment variables.
     pub fn env(mut self, env: &[(&'a str, &'a str)]) -> Self {
         self.env.extend_from_slice(env);
+        self
+    }
+
+    /// A fail point of this walrus (src/fault/points.rs): `name` configured with `actions`.
+    pub fn failpoint(mut self, name: &str, actions: &str) -> Self {
+        self.failpoints.push(format!("{name}={actions}"));
         self
     }
 
@@ -339,6 +346,7 @@ impl<'a> WalrusBuilder<'a> {
             args: extra,
             data,
             env,
+            failpoints,
             open_files,
             journal,
             listen,
@@ -384,6 +392,9 @@ impl<'a> WalrusBuilder<'a> {
             // A test's own RUST_LOG (debug lines to await) wins.
             .env("RUST_LOG", "info")
             .envs(env.iter().copied());
+        if !failpoints.is_empty() {
+            cmd.env("FAILPOINTS", with_inherited_failpoints(&failpoints));
+        }
         if let Some(u) = upstream {
             cmd.args(["--upstream", u]);
         }
@@ -408,6 +419,18 @@ impl<'a> WalrusBuilder<'a> {
         }
         (cmd, dir)
     }
+}
+
+/// `points` after the `FAILPOINTS` this test runs with, if any: a walrus a test gives fail
+/// points of its own still gets those of the run (`FAILPOINTS=journal::no_sync=return`, the
+/// power-loss tests' negative control), which a walrus started without any inherits anyway.
+pub fn with_inherited_failpoints(points: &[String]) -> String {
+    let inherited = std::env::var("FAILPOINTS").unwrap_or_default();
+    std::iter::once(inherited.as_str())
+        .chain(points.iter().map(String::as_str))
+        .filter(|p| !p.is_empty())
+        .collect::<Vec<_>>()
+        .join(";")
 }
 
 impl Walrus {
@@ -465,13 +488,12 @@ impl Walrus {
     }
 
     /// A walrus in front of `v` whose journal device takes `delay_ms` for every write (the
-    /// sync backend's fault injection).
+    /// sync backend's fail point `journal::write`).
     pub fn slow(v: &Valkey, delay_ms: u64) -> Walrus {
-        let delay = delay_ms.to_string();
         Walrus::build()
             .upstream(&v.addr())
             .config("io_backend = \"sync\"\n")
-            .env(&[("WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS", &delay)])
+            .failpoint("journal::write", &format!("sleep({delay_ms})"))
             .start()
     }
 }
@@ -696,6 +718,44 @@ impl Raw {
             std::thread::yield_now();
         }
     }
+}
+
+/// A slowed journal's delay (`Walrus::slow`) for the durability rule's tests: a reply that
+/// comes much sooner than this after its write ran cannot be covered by the journal.
+pub const JOURNAL_DELAY_MS: u64 = 1500;
+/// A reply within this time of its request, while a write it depends on waits for the
+/// journal, is a dirty read.
+pub const EARLY: Duration = Duration::from_millis(300);
+
+/// Sends a command without reading its reply.
+pub fn send(c: &mut Raw, args: &[&str]) {
+    c.send_raw(&walrus::resp::write::command(
+        args.iter().map(|a| a.as_bytes()),
+    ));
+}
+
+/// Whether a reply (or any message) arrives within `within`.
+pub fn replied_within(c: &Raw, within: Duration) -> bool {
+    c.stream.set_read_timeout(Some(within)).unwrap();
+    let mut b = [0u8; 1];
+    let r = c.stream.peek(&mut b);
+    c.stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    matches!(r, Ok(n) if n > 0)
+}
+
+/// Sends `write` on `writer` and waits until Valkey has run it (`probe` on Valkey directly
+/// returns `ran`): from then on its effects are dirty until the journal covers them.
+pub fn run_unjournaled(
+    writer: &mut Raw,
+    write: &[&str],
+    direct: &mut Raw,
+    probe: &[&str],
+    ran: &[u8],
+) {
+    send(writer, write);
+    while direct.cmd(probe) != ran {}
 }
 
 /// `sub` subscribes to `channel` (RESP2) and receives `message` as `publisher` publishes it
@@ -952,4 +1012,37 @@ pub fn http_get(addr: &str, path: &str) -> (u16, String) {
     s.read_to_string(&mut text).unwrap();
     let code = text.split_whitespace().nth(1).unwrap().parse().unwrap();
     (code, text.split_once("\r\n\r\n").unwrap().1.to_string())
+}
+
+/// Copies the tree `from` into `to` (created).
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+/// tests/fixtures/data-dir-0.1.0: the data directory of walrus 0.1.0 (commit 99b17f7),
+/// before data directories had an identity, in managed mode with the ring
+/// [`FIXTURE_RING`]: `SET key:N value-N` for N in 0..50, `walrus checkpoint` (which
+/// released the journal through LSN 51), N in 50..100, then SIGTERM.
+pub const FIXTURE_RING: &str =
+    "[journal]\nsegment_size = 65536\nsegments = 4\nmax_write_bytes = 16384\n";
+
+/// A copy of tests/fixtures/data-dir-0.1.0 to work on: the temporary directory (kept for
+/// the copy's life) and the data directory in it.
+pub fn fixture_data_dir() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    copy_dir(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/data-dir-0.1.0"),
+        &data,
+    );
+    (tmp, data)
 }

@@ -186,14 +186,10 @@ impl System {
         // row 10): documented, so not a fault to look for here.
         self.set_flag(Flag::Manifest, false);
         let delay = DELAYS_MS[self.rng.below(DELAYS_MS.len() as u64) as usize];
-        let checkpoint = format!("ENOSPC@{}", self.checkpoint_flag.display());
-        let manifest = format!("EIO@{}", self.manifest_flag.display());
-        let delay_text = delay.to_string();
+        let checkpoint = format!("return(ENOSPC@{})", self.checkpoint_flag.display());
+        let manifest = format!("return(EIO@{})", self.manifest_flag.display());
         let upstream = self.valkey_addr();
-        let mut env = vec![
-            ("WALRUS_FAULT_CHECKPOINT", checkpoint.as_str()),
-            ("WALRUS_FAULT_MANIFEST", manifest.as_str()),
-        ];
+        let mut slow = None;
         let backend = match &self.fs {
             Some(fs) => {
                 // The slow device is faultfs's: each synchronous write and sync waits, so a
@@ -204,7 +200,7 @@ impl System {
             }
             None => {
                 if delay > 0 {
-                    env.push(("WALRUS_FAULT_JOURNAL_WRITE_DELAY_MS", &delay_text));
+                    slow = Some(format!("sleep({delay})"));
                 }
                 "sync"
             }
@@ -227,7 +223,14 @@ impl System {
             Some(l) => build.listen(l),
             None => build,
         };
-        let (proc, config_dir) = build.data(&self.data).env(&env).spawn();
+        let build = build
+            .failpoint("rdb::write", &checkpoint)
+            .failpoint("manifest::write", &manifest);
+        let build = match &slow {
+            Some(s) => build.failpoint("journal::write", s),
+            None => build,
+        };
+        let (proc, config_dir) = build.data(&self.data).spawn();
         match node::listening(proc, config_dir) {
             Ok(w) => self.walrus = Some(w),
             Err((log, why)) => {

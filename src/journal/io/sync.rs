@@ -16,7 +16,6 @@ use tokio::sync::oneshot;
 
 use super::super::buf::IoBuf;
 use super::super::error::JournalError;
-use super::super::format::BLOCK_BYTES;
 use super::super::writer::{drive, IoBackend, WriterState};
 
 type Reply = oneshot::Sender<(std::io::Result<()>, IoBuf)>;
@@ -83,8 +82,8 @@ impl IoBackend for SyncBackend {
 }
 
 pub(super) fn write_and_sync(f: &File, buf: &IoBuf, seg_off: u64) -> std::io::Result<()> {
-    crate::fault::journal_write_delay();
-    if let Some(fault) = crate::fault::journal_write(buf.as_slice()) {
+    #[cfg(feature = "failpoints")]
+    if let Some(fault) = crate::fault::points::journal_write(buf.as_slice()) {
         return faulty_write(f, buf.as_slice(), seg_off, fault);
     }
     f.write_all_at(buf.as_slice(), seg_off)?;
@@ -98,13 +97,15 @@ pub(super) fn write_and_sync(f: &File, buf: &IoBuf, seg_off: u64) -> std::io::Re
 }
 
 /// A journal write with an injected fault ([`crate::fault`]).
+#[cfg(feature = "failpoints")]
 fn faulty_write(
     f: &File,
     data: &[u8],
     seg_off: u64,
-    fault: crate::fault::JournalFault,
+    fault: crate::fault::points::JournalFault,
 ) -> std::io::Result<()> {
-    use crate::fault::JournalFault;
+    use super::super::format::BLOCK_BYTES;
+    use crate::fault::points::JournalFault;
     use std::io::Error;
     match fault {
         JournalFault::Write(errno) => Err(Error::from_raw_os_error(errno)),

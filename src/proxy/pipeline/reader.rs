@@ -42,10 +42,14 @@ impl Reader {
         mut scanner: ReplyScanner,
         inflight: &mut mpsc::Receiver<Inflight>,
     ) -> Result<(), UpstreamError> {
-        // One timer for the connection's life, reset once a period rather than armed for
-        // every read: whether Valkey was heard from since the last tick, and whether replies
-        // were owed, unheard, at that tick.
-        let tick = tokio::time::sleep(self.ctx.reply_timeout);
+        // How long the connection may owe replies without a byte from Valkey before it is
+        // given up (`upstream.reply_timeout_ms`): a Valkey that stopped answering (stopped,
+        // partitioned) must not hang the clients whose requests it carries. Not while a
+        // request that may block (BLPOP, WAIT) is owed. One timer for the connection's life,
+        // reset once a period rather than armed for every read: whether Valkey was heard
+        // from since the last tick, and whether replies were owed, unheard, at that tick.
+        let period = self.ctx.upstream.reply_timeout;
+        let tick = tokio::time::sleep(period);
         tokio::pin!(tick);
         let (mut heard, mut owed_at_tick) = (false, false);
         loop {
@@ -120,7 +124,6 @@ impl Reader {
                     // Replies owed at two ticks in a row with no byte from Valkey between
                     // them: no reply that comes within the timeout is cut. Not while a
                     // request that may block is owed: Valkey is silent then by design.
-                    let period = self.ctx.reply_timeout;
                     tick.as_mut().reset(tokio::time::Instant::now() + period);
                     let owed = !inflight.is_empty() && self.blocking.load(Ordering::SeqCst) == 0;
                     if std::mem::take(&mut heard) || !owed {

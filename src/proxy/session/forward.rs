@@ -42,8 +42,9 @@ impl Session {
         };
         let conn = pinned::open(&self.shared, &start).await?;
         let (tx, rx) = mpsc::channel(DEDICATED_QUEUE_REQUESTS);
-        let (push_tx, push_rx) = pushes::channel(self.shared.max_push_bytes);
         let ctx = self.shared.pools.ctx().clone();
+        let (push_tx, push_rx) =
+            pushes::channel(self.shared.max_push_bytes, ctx.durability.as_ref());
         tokio::spawn(async move {
             if let Err(e) = pipeline::run(conn, rx, ctx, Some(push_tx)).await {
                 tracing::debug!("dedicated upstream connection ended: {e}");
@@ -108,6 +109,9 @@ impl Session {
             // The confirmation push must not overtake replies still held for durability.
             return;
         }
+        // What Valkey serves while a script keeps it busy must not queue behind the script on
+        // a shared connection.
+        let aside = !self.dedicated() && self.command().is_some_and(|c| c.flags.allow_busy);
         let (reply, rx) = self.reply_channel();
         let request = PipelinedRequest {
             db,
@@ -120,7 +124,11 @@ impl Session {
             may_block: self.blocking_request && !in_multi,
             one_shot: self.command().is_some_and(|c| route::is_one_shot(c)),
         };
-        let p = self.send(request, rx).await;
+        let p = if aside {
+            self.send_aside(request, rx).await
+        } else {
+            self.send(request, rx).await
+        };
         match (p, select) {
             // Its confirmation arrives as a push; nothing to wait for in band.
             (Pending::Wait(_), _) if answered_by_push => {}
@@ -160,6 +168,25 @@ impl Session {
             }
         }
         self.refuse(req, "connection lost")
+    }
+
+    /// Queues `req` on the connection its pool keeps aside ([`Pool::aside`]); `rx` is the
+    /// receiving end of `req.reply`.
+    async fn send_aside(&mut self, req: PipelinedRequest, rx: oneshot::Receiver<Bytes>) -> Pending {
+        let Runs::Pooled { pool, .. } = &self.upstream else {
+            return self.send(req, rx).await;
+        };
+        let sent = match pool.clone().aside().await {
+            Ok(sender) => sender
+                .send(req)
+                .await
+                .map_err(|back| (back.0, "connection lost".to_string())),
+            Err(reason) => Err((req, reason)),
+        };
+        match sent {
+            Ok(()) => Pending::Wait(rx),
+            Err((req, reason)) => self.refuse(req, &reason),
+        }
     }
 
     /// A request that was never sent: its write mark is released at once.

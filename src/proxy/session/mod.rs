@@ -257,11 +257,18 @@ pub async fn run(
                     // Out of band, as Valkey sends it: pushes are not replies to any request.
                     // Behind the replies already queued: a partly written reply is never
                     // interrupted.
-                    Some(p) => {
+                    Some(Ok(p)) => {
                         s.out.extend_from_slice(&p);
                         if s.write_ready().is_err() {
                             return;
                         }
+                    }
+                    // A notice that will never be released: the client is told why, as far
+                    // as its socket takes it now, and closed.
+                    Some(Err(why)) => {
+                        s.out.extend_from_slice(&why);
+                        let _ = s.write_ready();
+                        return;
                     }
                     None if s.pushes.as_ref().is_some_and(|p| p.overflowed()) => {
                         // Valkey disconnects a subscriber past its output buffer limit too.
@@ -362,7 +369,7 @@ async fn read_more(
     }
 }
 
-async fn next_push(pushes: &mut Option<PushReceiver>) -> Option<Bytes> {
+async fn next_push(pushes: &mut Option<PushReceiver>) -> Option<Result<Bytes, Bytes>> {
     pushes
         .as_mut()
         .expect("guarded by the select condition")
@@ -431,6 +438,10 @@ impl Session {
                 Flow::Continue
             }
             Route::Pin if route::is_relay_mode(&req, self.id.resp3) => {
+                if req.name().eq_ignore_ascii_case(b"monitor") && !self.shared.allow_monitor {
+                    let refusal = super::admin::MONITOR.error_unless("proxy.allow_monitor");
+                    return self.ready(write::error(&refusal));
+                }
                 if self.dedicated() {
                     return self.ready(write::error(
                         "ERR walrus: this connection already has a transaction, blocking or tracking state; \
