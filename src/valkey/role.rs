@@ -64,7 +64,7 @@ pub fn client_name(
         if !UNNAMED_WARNED.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 reply = %String::from_utf8_lossy(r).trim_end(),
-                "Valkey refused CLIENT ID to walrus's user on its Unix socket, where every connection has the same address: when walrus drops a client's connection itself (a reply over proxy.max_reply_bytes), it cannot have Valkey close it first, and a write Valkey runs after may be acknowledged before the journal has it; allow walrus's user +client|id (logged once)"
+                "Valkey refused CLIENT ID to walrus's user on its Unix socket, where every connection has the same address: when walrus drops a client's connection itself (no reply within upstream.reply_timeout_ms), it cannot have Valkey close it first, and a write Valkey runs after may be acknowledged before the journal has it; allow walrus's user +client|id (logged once)"
             );
         }
     }
