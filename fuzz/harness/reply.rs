@@ -4,10 +4,12 @@
 //! a notification (`walrus::proxy::notices::names`).
 //!
 //! Input: one byte of limits ([`limits`]), one byte of reads ([`super::reads`]), then the
-//! bytes Valkey sends. Checked: no panic; the frames and whether the stream fails are the
-//! same however the bytes arrive; no frame exceeds `max_reply_bytes`; an incomplete frame
-//! never holds more than `max_reply_bytes` in the buffer; and where the redis-protocol
-//! crate's decoders take a frame the scanner delimited, they end it where the scanner did.
+//! bytes Valkey sends. Checked: no panic; the frames, those refused for a limit (then
+//! skipped, as a connection's reader does), and whether the stream fails are the same however
+//! the bytes arrive; no frame exceeds `max_reply_bytes`; an incomplete frame never holds more
+//! than `max_reply_bytes` in the buffer, nor a refused one more than a line; and where the
+//! redis-protocol crate's decoders take a frame the scanner delimited, they end it where the
+//! scanner did.
 
 use bytes::{Bytes, BytesMut};
 use walrus::resp::{Limits, ReplyScanner};
@@ -36,6 +38,7 @@ pub fn limits(b: u8) -> Limits {
 /// The frames of a stream, and whether it ended in an error.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
+    /// Each frame; an empty one stands for a frame refused for a limit, and skipped.
     pub frames: Vec<Bytes>,
     /// `Ok(bytes of the incomplete frame)` or `Err(())`: which error may depend on the reads
     /// (one read shows a bad line, a shorter one only that the frame is already too large).
@@ -46,7 +49,7 @@ pub fn check(bytes: &[u8], reads: &[std::ops::Range<usize>], limits: Limits) -> 
     let whole = scan(bytes, &super::at_once(bytes.len()), limits);
     let pieces = scan(bytes, reads, limits);
     assert_eq!(whole, pieces, "the frames depend on how the bytes arrive");
-    for f in &whole.frames {
+    for f in whole.frames.iter().filter(|f| !f.is_empty()) {
         assert!(
             f.len() <= limits.max_reply_bytes,
             "a frame of {} bytes",
@@ -57,8 +60,8 @@ pub fn check(bytes: &[u8], reads: &[std::ops::Range<usize>], limits: Limits) -> 
     whole
 }
 
-/// Feeds `bytes` in `reads`, splitting off every frame each read completes, as a
-/// connection's reader does.
+/// Feeds `bytes` in `reads`, splitting off every frame each read completes and skipping
+/// each one refused for a limit, as a connection's reader does.
 pub fn scan(bytes: &[u8], reads: &[std::ops::Range<usize>], limits: Limits) -> Outcome {
     let mut scanner = ReplyScanner::new(limits);
     let mut buf = BytesMut::new();
@@ -66,6 +69,25 @@ pub fn scan(bytes: &[u8], reads: &[std::ops::Range<usize>], limits: Limits) -> O
     for read in reads {
         buf.extend_from_slice(&bytes[read.clone()]);
         loop {
+            if scanner.discarding() {
+                match scanner.discard(&buf) {
+                    Ok((n, done)) => {
+                        assert!(n <= buf.len(), "discards {n} bytes of {}", buf.len());
+                        bytes::Buf::advance(&mut buf, n);
+                        if done {
+                            continue;
+                        }
+                        // What is kept of a refused frame: the start of a line.
+                        assert!(
+                            buf.len() <= 64 << 10,
+                            "a refused frame holds {} bytes",
+                            buf.len()
+                        );
+                        break;
+                    }
+                    Err(_) => return failed(frames),
+                }
+            }
             match scanner.scan(&buf) {
                 Ok(Some(n)) => {
                     assert!(
@@ -76,16 +98,12 @@ pub fn scan(bytes: &[u8], reads: &[std::ops::Range<usize>], limits: Limits) -> O
                     frames.push(buf.split_to(n).freeze());
                 }
                 Ok(None) => break,
-                Err(_) => {
-                    return Outcome {
-                        frames,
-                        end: Err(()),
-                    }
-                }
+                Err(e) if e.is_limit() => frames.push(Bytes::new()),
+                Err(_) => return failed(frames),
             }
         }
         assert!(
-            buf.len() <= limits.max_reply_bytes,
+            scanner.discarding() || buf.len() <= limits.max_reply_bytes,
             "an incomplete reply holds {} bytes, past max_reply_bytes = {}",
             buf.len(),
             limits.max_reply_bytes
@@ -94,6 +112,18 @@ pub fn scan(bytes: &[u8], reads: &[std::ops::Range<usize>], limits: Limits) -> O
     Outcome {
         frames,
         end: Ok(buf.freeze()),
+    }
+}
+
+/// A stream that broke. A frame refused just before is not told apart: whether its size
+/// or the broken bytes are found first depends on how they arrive.
+fn failed(mut frames: Vec<Bytes>) -> Outcome {
+    while frames.last().is_some_and(Bytes::is_empty) {
+        frames.pop();
+    }
+    Outcome {
+        frames,
+        end: Err(()),
     }
 }
 

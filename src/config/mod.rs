@@ -215,8 +215,9 @@ pub struct ProxyConfig {
     #[serde(deserialize_with = "crate::units::size")]
     #[schemars(with = "crate::units::Size")]
     pub max_push_bytes: usize,
-    /// Reply bytes a client has not read (walrus could not write them to its socket) before
-    /// it is disconnected, as Valkey's `client-output-buffer-limit` does; unset: one reply of
+    /// Reply bytes a client has not read (walrus could not write them to its socket), and the
+    /// requests it sent meanwhile (read on, unhandled, while its replies pile up), before it
+    /// is disconnected, as Valkey's `client-output-buffer-limit` does; unset: one reply of
     /// the largest size walrus passes on (`max_reply_bytes`), so that no reply is too large
     /// for a client that reads slowly.
     #[serde(deserialize_with = "crate::units::size_opt")]

@@ -279,11 +279,12 @@ impl Durability {
         s.held.hold_batch(offset, replies, marks);
     }
 
-    /// A batch whose offset can never be known (its connection broke, ROLE failed): its
-    /// replies get `why`. Its writes may have run, so their keys stay dirty until the journal
-    /// passes `offset_hint` (Valkey's offset learned afterwards, on a connection of `epoch`).
-    /// Without a hint, reads held behind them get an error (never the value they might
-    /// show) and the marks go to the orphan resolver, which keeps asking.
+    /// A batch whose ROLE never told its offset (its connection broke, ROLE failed). With
+    /// `offset_hint` (Valkey's offset learned afterwards, from the process the batch ran on,
+    /// of `epoch`), it settles there: its replies are real outcomes, released once the journal
+    /// passes it, and its writes' keys stay dirty until then. Without one, its replies get
+    /// `why`, reads held behind its writes get an error (never the value they might show),
+    /// and the marks go to the orphan resolver, which keeps asking.
     pub fn abandon_batch(
         &self,
         replies: Vec<Held>,
@@ -291,27 +292,25 @@ impl Durability {
         why: Bytes,
         offset_hint: Option<(u64, u64)>,
     ) {
+        if let Some((offset, epoch)) = offset_hint {
+            return self.settle_batch(offset, epoch, replies, marks);
+        }
         replies.into_iter().for_each(|h| h.fail(&why));
         if marks.is_empty() {
             return;
         }
-        match offset_hint {
-            Some((offset, epoch)) => self.settle_batch(offset, epoch, Vec::new(), marks),
-            None => {
-                // Reads wait on generations, which blocking writes do not take.
-                let lost_from = marks
-                    .iter()
-                    .filter(|m| !m.blocked)
-                    .map(|m| m.generation)
-                    .min()
-                    .unwrap_or(u64::MAX);
-                let failed = self.lock().take_reads_from(lost_from);
-                let err = Refusal::LostWrite.reply();
-                failed.into_iter().for_each(|h| h.fail(&err));
-                // Dropped unsettled, outside the lock: they become orphans.
-                drop(marks);
-            }
-        }
+        // Reads wait on generations, which blocking writes do not take.
+        let lost_from = marks
+            .iter()
+            .filter(|m| !m.blocked)
+            .map(|m| m.generation)
+            .min()
+            .unwrap_or(u64::MAX);
+        let failed = self.lock().take_reads_from(lost_from);
+        let err = Refusal::LostWrite.reply();
+        failed.into_iter().for_each(|h| h.fail(&err));
+        // Dropped unsettled, outside the lock: they become orphans.
+        drop(marks);
     }
 
     /// A write that never got a reply or was never sent: releases its marks. Nothing it

@@ -5,8 +5,10 @@
 //! - Every upstream batch that writes ends with `ROLE`, whose reply (Valkey's replication
 //!   offset after the batch) walrus strips; the batch's write replies are released once the
 //!   journal's durable offset reaches it. `ROLE` never goes inside MULTI/EXEC (the transaction's
-//!   replies wait for the `ROLE` after EXEC). For users whose ACL forbids `ROLE`, walrus asks on
-//!   its own control connection instead. A command walrus refuses while a transaction queues
+//!   replies wait for the `ROLE` after EXEC), nor between a command whose effect Valkey keeps
+//!   for the next command only (ASKING, CLIENT CACHING) and that command: it goes before it
+//!   (`compat::client_caching_yes_after_a_write_has_the_next_read_tracked`). For users whose
+//!   ACL forbids `ROLE`, walrus asks on its own control connection instead. A command walrus refuses while a transaction queues
 //!   (too large for the journal, `-MISCONF`, `-LOADING`) aborts it as Valkey's own queue-time
 //!   errors do: EXEC answers `-EXECABORT` and nothing runs.
 //! - Reads are held while any key they read is *dirty* (written, not yet durable) when their
@@ -31,12 +33,15 @@
 //!   not declare, in any database, so they count as touching every key: a script's write makes
 //!   every read wait for it, and a read-only script waits for every pending write.
 //! - A write's dirty mark is cleared only once the journal covers Valkey's offset after it, or
-//!   when the write provably never ran. When a connection breaks and Valkey's offset cannot be
-//!   learned, the keys stay dirty and walrus keeps asking, with backoff; reads held behind such
-//!   a write get an error. A connection walrus gives up itself (a reply over its limits, none
-//!   within `upstream.reply_timeout_ms`) may still hold commands Valkey has yet to run: the
-//!   offset that settles its writes is learned only once Valkey has closed it (`CLIENT KILL`,
-//!   asked again while Valkey cannot answer; a busy Valkey closes it once its script ends).
+//!   when the write provably never ran. When a connection breaks, the replies that had arrived
+//!   are real outcomes: they settle at Valkey's offset asked afterwards of the same Valkey
+//!   process, as do the marks of writes still owed. When that offset cannot be learned (at
+//!   once: Valkey busy or unreachable), the replies get an error, the keys stay dirty and
+//!   walrus keeps asking, with backoff; reads held behind such a write get an error. A
+//!   connection walrus gives up itself (none within `upstream.reply_timeout_ms`, a push over
+//!   its limit) may still hold commands Valkey has yet to run: the offset that settles its
+//!   writes is learned only once Valkey has closed it (`CLIENT KILL`, asked again while Valkey
+//!   cannot answer; a busy Valkey closes it once its script ends).
 //! - A write request larger than the journal takes in one entry (`journal.max_entry_bytes`:
 //!   576 MiB, so that the largest value a client may send fits, or on a smaller ring the largest
 //!   entry it holds) is refused before it reaches

@@ -47,7 +47,8 @@ pub struct Shared {
     /// Messages Valkey sends unasked (RESP3 pushes, RESP2 Pub/Sub) queued for one client
     /// before it is disconnected.
     pub max_push_bytes: usize,
-    /// Reply bytes a client has not read before it is disconnected (`proxy.max_output_bytes`).
+    /// Reply bytes a client has not read, and requests it sent meanwhile, before it is
+    /// disconnected (`proxy.max_output_bytes`).
     pub max_output_bytes: usize,
     /// `proxy.allow_admin_commands`: pass on what [`admin`] refuses.
     pub allow_admin_commands: bool,

@@ -10,7 +10,7 @@
 //! Each slot has a supervisor task that connects, runs the [`pipeline`](super::pipeline)
 //! until it breaks, and reconnects with exponential backoff. While it connects (bounded by
 //! `upstream.connect_timeout_ms`), requests for the slot wait: a connection that broke once
-//! (killed, or dropped by walrus for a reply over its limits) costs its clients nothing
+//! (killed, or given up by walrus when Valkey stopped answering) costs its clients nothing
 //! more. Once an attempt has failed, requests fail at once with its error instead of
 //! hanging while Valkey is down.
 //!

@@ -126,6 +126,13 @@ pub fn route(info: Option<&CommandInfo>, req: &Request) -> Route {
     }
 }
 
+/// Commands whose effect Valkey keeps for the next command only (`resetClient` in its
+/// networking.c): ASKING, and CLIENT CACHING (kept across CLIENT commands). CLIENT REPLY
+/// SKIP is the other, and walrus refuses it.
+pub fn is_one_shot(info: &CommandInfo) -> bool {
+    matches!(info.name.as_str(), "asking" | "client|caching")
+}
+
 /// Whether the request may block: Valkey flags the command `blocking`, and XREAD and
 /// XREADGROUP (flagged so whatever their arguments) only with BLOCK.
 pub fn may_block(info: &CommandInfo, req: &Request) -> bool {

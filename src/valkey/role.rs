@@ -64,7 +64,7 @@ pub fn client_name(
         if !UNNAMED_WARNED.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 reply = %String::from_utf8_lossy(r).trim_end(),
-                "Valkey refused CLIENT ID to walrus's user on its Unix socket, where every connection has the same address: when walrus drops a client's connection itself (a reply over proxy.max_reply_bytes), it cannot have Valkey close it first, and a write Valkey runs after may be acknowledged before the journal has it; allow walrus's user +client|id (logged once)"
+                "Valkey refused CLIENT ID to walrus's user on its Unix socket, where every connection has the same address: when walrus drops a client's connection itself (no reply within upstream.reply_timeout_ms), it cannot have Valkey close it first, and a write Valkey runs after may be acknowledged before the journal has it; allow walrus's user +client|id (logged once)"
             );
         }
     }
@@ -133,6 +133,24 @@ impl OffsetOracle {
             Err(_) => {
                 *slot = None;
                 Closing::Unknown
+            }
+        }
+    }
+
+    /// The replication offset of the Valkey process `run_id` now, asked on the connection
+    /// that found it (no restart comes in between); `None` if another process answers (its
+    /// offsets say nothing of what ran on this one), or Valkey is unreachable or busy.
+    pub async fn offset_of(&self, up: &Upstream, run_id: &str) -> Option<u64> {
+        let mut slot = self.conn.lock().await;
+        if process(&mut slot, up).await? != run_id {
+            return None;
+        }
+        let control = slot.as_mut().expect("the connection that answered");
+        match control.conn.call_raw(&write::command(["ROLE"])).await {
+            Ok(reply) => parse_role_offset(&reply),
+            Err(_) => {
+                *slot = None;
+                None
             }
         }
     }
