@@ -44,3 +44,19 @@ mod transactions;
 mod values;
 #[path = "workers.rs"]
 mod workers;
+#[path = "admin.rs"]
+mod admin;
+#[path = "databases.rs"]
+mod databases;
+#[path = "expiry.rs"]
+mod expiry;
+#[path = "registers.rs"]
+mod registers;
+#[path = "release.rs"]
+mod release;
+#[path = "sidechannel.rs"]
+mod sidechannel;
+#[path = "freeze.rs"]
+mod freeze;
+#[path = "stops.rs"]
+mod stops;

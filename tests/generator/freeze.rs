@@ -1,0 +1,35 @@
+//! A frozen Valkey: SIGSTOP, a while, SIGCONT (a stalled VM, a partitioned external
+//! Valkey). walrus gives up a connection that owes replies and hears nothing for
+//! `upstream.reply_timeout_ms` (`node::REPLY_TIMEOUT_MS` here): every request sent while
+//! Valkey is frozen gets an answer, an error, within `FREEZE_BOUND`, not when Valkey comes
+//! back. The freeze lasts longer than that bound, so that a request walrus forgot to bound
+//! is seen waiting (`Ctx::freeze_hang`, checked by every request of `conn.rs`).
+
+use crate::common::Rng;
+use crate::faults::recover;
+use crate::node::REPLY_TIMEOUT_MS;
+use crate::shared::Ctx;
+use crate::system::System;
+use std::time::{Duration, Instant};
+
+/// How long a request sent to a frozen Valkey may wait for its error: the reply timeout
+/// for the request's own connection and once more for one opened for it (a transaction's
+/// dedicated connection, say), and some slack.
+pub const FREEZE_BOUND: Duration = Duration::from_millis(3 * REPLY_TIMEOUT_MS + 1500);
+
+/// Freezes Valkey for longer than `FREEZE_BOUND`, then lets it go on; returns once walrus
+/// serves again.
+pub fn freeze(sys: &mut System, ctx: &Ctx, rng: &mut Rng) -> Result<String, String> {
+    let Some(pid) = sys.valkey_pid() else {
+        return Ok("FreezeValkey skipped (walrus was restarting it)".into());
+    };
+    let length = FREEZE_BOUND + Duration::from_millis(1500 + rng.below(1500));
+    ctx.freeze(Some(Instant::now()));
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    // The freeze itself (fault pacing, not synchronization).
+    std::thread::sleep(length);
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    ctx.freeze(None);
+    recover(sys, ctx)?;
+    Ok(format!("FreezeValkey ({} ms)", length.as_millis()))
+}
