@@ -58,7 +58,7 @@ pub fn refused(ctx: &Ctx, rng: &mut Rng) -> bool {
     let reply = conn.reply(Instant::now() + HANG_BOUND);
     let mut h = ctx.h();
     match reply {
-        Ok(Reply::Error(e)) if e.contains("refused") => {
+        Ok(Reply::Error(e)) if e.contains("refused") || e.contains("not supported") => {
             h.count("check: administrative command refused");
             true
         }

@@ -68,6 +68,8 @@ pub struct Elem {
     pub pos: Option<usize>,
     /// When it was sent, for the check that needs no crash (`release.rs`).
     pub sent: Stamp,
+    /// When its client learned its fate (`NEVER` while pending): it ran before, if at all.
+    pub settled_ts: u64,
 }
 
 /// Elements written by one request: an RPUSH of several, a transaction, a script.
@@ -286,6 +288,7 @@ impl History {
                 fate: Fate::Pending,
                 pos: None,
                 sent,
+                settled_ts: NEVER,
             });
             self.lists[key].stamps.push(sent);
             let e = (self.elems.len() - 1) as u32;
@@ -332,6 +335,7 @@ impl History {
             );
             el.fate = Fate::Acked;
             el.ack_ts = ts;
+            el.settled_ts = ts;
             el.pos = Some(pos);
             let list = &mut self.lists[el.key];
             if pos == 0 {
@@ -375,8 +379,10 @@ impl History {
     }
 
     fn settle_elems(&mut self, elems: &[u32], fate: Fate) {
+        let ts = self.tick();
         for &e in elems {
             let el = &mut self.elems[e as usize];
+            el.settled_ts = ts;
             assert_eq!(
                 el.fate,
                 Fate::Pending,

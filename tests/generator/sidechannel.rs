@@ -21,16 +21,16 @@ const PATTERN: &str = "__keyspace@0__:{gen*";
 const PREFIX: &str = "__keyspace@0__:";
 
 impl History {
-    /// `what` named list `key` at once: some write to it that was not acknowledged before
-    /// `since` (a subscription's or a tracked read's send time) ran. One of them must be
-    /// old enough to be durable.
+    /// `what` named list `key` at once: some write to it ran after `since` (a
+    /// subscription's or a tracked read's send time), so one whose client had not learned
+    /// its fate by then. One of them must be old enough to be durable.
     pub fn notified(&mut self, key: usize, since: u64, what: &str) {
         self.count("check: side channel message");
         let seen = self.seen();
         let mut oldest = None;
         for &e in self.lists[key].sent.iter().rev() {
             let el = &self.elems[e as usize];
-            if el.fate == Fate::NotRun || (el.fate == Fate::Acked && el.ack_ts < since) {
+            if el.fate == Fate::NotRun || el.settled_ts < since {
                 continue;
             }
             if !crate::release::Release::too_soon(&el.sent, &seen) {
