@@ -110,6 +110,8 @@ impl List {
 pub struct History {
     /// Seed and mode, for every message.
     pub tag: String,
+    /// When the mode's run started: each violation printed says how long after.
+    started: std::time::Instant,
     clock: u64,
     pub elems: Vec<Elem>,
     pub groups: Vec<Group>,
@@ -169,6 +171,7 @@ impl History {
     pub fn new(tag: String) -> History {
         History {
             tag,
+            started: std::time::Instant::now(),
             clock: 0,
             elems: Vec::new(),
             groups: Vec::new(),
@@ -211,7 +214,8 @@ impl History {
 
     pub fn violation(&mut self, what: String) {
         if self.violations.len() < PRINTED {
-            eprintln!("VIOLATION ({}): {what}", self.tag);
+            let after = self.started.elapsed().as_secs_f64();
+            eprintln!("VIOLATION ({}, after {after:.1} s): {what}", self.tag);
         }
         self.violations.push(what);
     }

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Mutation testing of the generator (docs/generator.md, "Planted bugs"): plants each bug of
+# deploy/mutants/*.patch, one at a time, in a scratch copy of this tree (never in the
+# product), runs the test the patch names on it (`# test: generator` or `power_loss`, with
+# `# faults: ...` as WALRUS_GEN_FAULTS if given), and prints, per plant, whether a violation
+# was found and how many seconds after its mode started the first came.
+#
+#   deploy/mutants.sh                         # every plant, seed 1, the default run length
+#   deploy/mutants.sh deploy/mutants/last-key-unmarked.patch
+#   WALRUS_GEN_SEED=7 WALRUS_GEN_SECONDS=120 deploy/mutants.sh
+#
+# The scratch copy is always at the same path, so that cargo rebuilds only walrus itself
+# for each plant (in this tree's target directory, beside its own build). Logs go to
+# $WALRUS_MUTANTS_DIR/<plant>.log.
+set -euo pipefail
+root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+dir=${WALRUS_MUTANTS_DIR:-/tmp/walrus-mutants}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
+export WALRUS_GEN_SEED=${WALRUS_GEN_SEED:-1}
+mkdir -p "$dir"
+patches=("$@")
+if [ ${#patches[@]} -eq 0 ]; then
+    patches=("$root"/deploy/mutants/*.patch)
+fi
+printf '| plant | test | caught | first violation |\n|---|---|---|---|\n'
+for patch in "${patches[@]}"; do
+    name=$(basename "$patch" .patch)
+    test=$(sed -n 's/^# test: //p' "$patch")
+    faults=$(sed -n 's/^# faults: //p' "$patch")
+    rm -rf "$dir/src"
+    mkdir -p "$dir/src"
+    git -C "$root" archive HEAD | tar -x -C "$dir/src"
+    patch -s -d "$dir/src" -p1 < "$patch"
+    log="$dir/$name.log"
+    (cd "$dir/src" && WALRUS_GEN_FAULTS="$faults" cargo test --test "$test" -- --nocapture) \
+        > "$log" 2>&1 || true
+    first=$(grep -m1 '^VIOLATION' "$log" || true)
+    if [ -n "$first" ]; then
+        after=$(sed -n 's/^VIOLATION (\([^)]*\)).*/\1/p' <<< "$first")
+        kind=$(sed 's/^VIOLATION ([^)]*): \([^:]*\):.*/\1/' <<< "$first")
+        printf '| %s | %s | yes | %s: %s |\n' "$name" "$test" "$after" "$kind"
+    elif grep -q 'test result: ok' "$log"; then
+        printf '| %s | %s | no | |\n' "$name" "$test"
+    else
+        printf '| %s | %s | build or run failed (see %s) | |\n' "$name" "$test" "$log"
+    fi
+done
