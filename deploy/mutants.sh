@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Mutation testing of the generator (docs/generator.md, "Planted bugs"): plants each bug of
 # deploy/mutants/*.patch, one at a time, in a scratch copy of this tree (never in the
-# product), runs the test the patch names on it (`# test: generator` or `power_loss`, with
+# product), runs the test the patch names on it (`# test: <binary> [<test>]`, with
 # `# faults: ...` as WALRUS_GEN_FAULTS if given), and prints, per plant, whether a violation
 # was found and how many seconds after its mode started the first came.
 #
@@ -25,14 +25,16 @@ fi
 printf '| plant | test | caught | first violation |\n|---|---|---|---|\n'
 for patch in "${patches[@]}"; do
     name=$(basename "$patch" .patch)
-    test=$(sed -n 's/^# test: //p' "$patch")
+    read -r bin filter <<< "$(sed -n 's/^# test: //p' "$patch")"
+    test=$bin
     faults=$(sed -n 's/^# faults: //p' "$patch")
     rm -rf "$dir/src"
     mkdir -p "$dir/src"
     git -C "$root" archive HEAD | tar -x -C "$dir/src"
     patch -s -d "$dir/src" -p1 < "$patch"
     log="$dir/$name.log"
-    (cd "$dir/src" && WALRUS_GEN_FAULTS="$faults" cargo test --test "$test" -- --nocapture) \
+    (cd "$dir/src" && WALRUS_GEN_FAULTS="$faults" \
+        cargo test --test "$bin" -- --nocapture ${filter:+--exact "$filter"}) \
         > "$log" 2>&1 || true
     first=$(grep -m1 '^VIOLATION' "$log" || true)
     if [ -n "$first" ]; then
