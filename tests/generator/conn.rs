@@ -164,7 +164,7 @@ impl Conn {
         if let Some(what) = hung {
             ctx.h()
                 .violation(format!("hang: {what} within {HANG_BOUND:?}"));
-        } else if ctx.freeze_hang(sent, Instant::now()) {
+        } else if !blocking(&cmds[0]) && ctx.freeze_hang(sent, Instant::now()) {
             ctx.h().violation(format!(
                 "hang: `{}`, sent while Valkey was frozen, got no reply within {:?} \
                  (upstream.reply_timeout_ms is {} ms)",
@@ -252,4 +252,11 @@ pub fn parse3(bytes: &[u8]) -> Result<Reply, Vec<OwnedFrame>> {
             f => Reply::Frame(f),
         },
     })
+}
+
+/// A command Valkey may keep unanswered by design (BLPOP, BLMOVE, ...), which walrus's reply
+/// timeout leaves alone.
+fn blocking(c: &Cmd) -> bool {
+    let name = c[0].to_ascii_uppercase();
+    [b"BL".as_slice(), b"BR", b"BZ"].iter().any(|p| name.starts_with(p))
 }
