@@ -31,6 +31,11 @@ for patch in "${patches[@]}"; do
     rm -rf "$dir/src"
     mkdir -p "$dir/src"
     git -C "$root" archive HEAD | tar -x -C "$dir/src"
+    # This tree's local cargo settings (untracked), so that the dependencies' builds are
+    # shared.
+    if [ -e "$root/.cargo/config.toml" ]; then
+        mkdir -p "$dir/src/.cargo" && cp "$root/.cargo/config.toml" "$dir/src/.cargo/"
+    fi
     patch -s -d "$dir/src" -p1 < "$patch"
     log="$dir/$name.log"
     (cd "$dir/src" && WALRUS_GEN_FAULTS="$faults" \

@@ -6,6 +6,7 @@
 //! is seen waiting (`Ctx::freeze_hang`, checked by every request of `conn.rs`).
 
 use crate::common::Rng;
+use crate::conn::{cmd, Conn};
 use crate::faults::recover;
 use crate::node::REPLY_TIMEOUT_MS;
 use crate::shared::Ctx;
@@ -17,6 +18,14 @@ use std::time::{Duration, Instant};
 /// dedicated connection, say), and some slack.
 pub const FREEZE_BOUND: Duration = Duration::from_millis(3 * REPLY_TIMEOUT_MS + 1500);
 
+/// The first commands of the sessions that start while Valkey is frozen.
+const FIRSTS: &[&[&str]] = &[
+    &["MULTI"],
+    &["WATCH", "{gen}:l0"],
+    &["SUBSCRIBE", "{gen}:chan"],
+    &["AUTH", "default", "nopass"],
+];
+
 /// Freezes Valkey for longer than `FREEZE_BOUND`, then lets it go on; returns once walrus
 /// serves again.
 pub fn freeze(sys: &mut System, ctx: &Ctx, rng: &mut Rng) -> Result<String, String> {
@@ -26,9 +35,23 @@ pub fn freeze(sys: &mut System, ctx: &Ctx, rng: &mut Rng) -> Result<String, Stri
     let length = FREEZE_BOUND + Duration::from_millis(1500 + rng.below(1500));
     ctx.freeze(Some(Instant::now()));
     unsafe { libc::kill(pid, libc::SIGSTOP) };
-    // The freeze itself (fault pacing, not synchronization).
-    std::thread::sleep(length);
-    unsafe { libc::kill(pid, libc::SIGCONT) };
+    // Sessions that start now: the first command of each that needs a connection of its
+    // own (MULTI, WATCH, SUBSCRIBE), or AUTH, must be answered in time too.
+    let addr = sys.addr();
+    std::thread::scope(|s| {
+        for first in FIRSTS {
+            let (addr, ctx) = (&addr, &*ctx);
+            s.spawn(move || {
+                if let Some(mut c) = Conn::connect(addr) {
+                    ctx.h().count(&format!("op: {} while Valkey is frozen", first[0]));
+                    c.call(ctx, &[cmd(first)]);
+                }
+            });
+        }
+        // The freeze itself (fault pacing, not synchronization).
+        std::thread::sleep(length);
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+    });
     ctx.freeze(None);
     recover(sys, ctx)?;
     Ok(format!("FreezeValkey ({} ms)", length.as_millis()))
