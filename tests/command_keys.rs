@@ -47,7 +47,9 @@ fn entries(table_frame: &OwnedFrame) -> Vec<(Vec<String>, OwnedFrame)> {
                 let OwnedFrame::Array(sf) = s else { continue };
                 if let OwnedFrame::BulkString(b) = &sf[0] {
                     let full = String::from_utf8_lossy(b).to_lowercase();
-                    let sub = full.split_once('|').map_or(full.clone(), |(_, s)| s.to_string());
+                    let sub = full
+                        .split_once('|')
+                        .map_or(full.clone(), |(_, s)| s.to_string());
                     out.push((vec![name.clone(), sub], s.clone()));
                 }
             }
@@ -187,7 +189,9 @@ fn key_extraction_agrees_with_valkeys_command_getkeys() {
             // itself refuses (GEORADIUS ... STORE before its radius, XREADGROUP without
             // GROUP): run it, on this test's own server, to see whether Valkey would.
             if c.cmd(&args).starts_with(b"-") {
-                *counts.entry("answered for arguments Valkey refuses").or_default() += 1;
+                *counts
+                    .entry("answered for arguments Valkey refuses")
+                    .or_default() += 1;
                 continue;
             }
             mismatches.entry(info.name.clone()).or_insert(text);

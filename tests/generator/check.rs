@@ -5,12 +5,12 @@ use crate::conn::{cmd, describe, Reply};
 use crate::counters::COUNTERS;
 use crate::history::{list_db, Fate, History, ALL_LISTS, LISTS, NEVER, QUEUES};
 use crate::keys::{comes_and_goes, counter_key, done_key, list_key, queue_key, PATTERN, TAGS};
-use crate::{expiry, registers};
 use crate::route::{Batch, Router};
 use crate::shared::Ctx;
 use crate::system::AROUND_KEYS;
 use crate::values::big_version;
 use crate::workers::bulks;
+use crate::{expiry, registers};
 use redis_protocol::resp2::types::OwnedFrame;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -139,9 +139,8 @@ pub fn read_final(ctx: &Arc<Ctx>, big_keys: &[String]) -> Result<Final, String> 
         ];
         let replies = router.exchange_at(&ctx.target.get(), &c);
         match replies.map(|mut r| r.remove(1)) {
-            Some(Reply::Frame(OwnedFrame::Array(items))) => lists.push(
-                bulks(items).ok_or_else(|| format!("LRANGE {}: not strings", list_key(k)))?,
-            ),
+            Some(Reply::Frame(OwnedFrame::Array(items))) => lists
+                .push(bulks(items).ok_or_else(|| format!("LRANGE {}: not strings", list_key(k)))?),
             other => return Err(format!("the final LRANGE in database {db}: {other:?}")),
         }
     }

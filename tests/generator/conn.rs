@@ -258,5 +258,7 @@ pub fn parse3(bytes: &[u8]) -> Result<Reply, Vec<OwnedFrame>> {
 /// timeout leaves alone.
 fn blocking(c: &Cmd) -> bool {
     let name = c[0].to_ascii_uppercase();
-    [b"BL".as_slice(), b"BR", b"BZ"].iter().any(|p| name.starts_with(p))
+    [b"BL".as_slice(), b"BR", b"BZ"]
+        .iter()
+        .any(|p| name.starts_with(p))
 }

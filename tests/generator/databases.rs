@@ -71,7 +71,11 @@ pub fn transaction(conn: &mut Option<Conn>, ctx: &Ctx, rng: &mut Rng, w: usize) 
     if end == End::Refused {
         cmds.push(cmd(&["RPUSH", &list_key(list)]));
     }
-    cmds.push(cmd(&[if end == End::Discard { "DISCARD" } else { "EXEC" }]));
+    cmds.push(cmd(&[if end == End::Discard {
+        "DISCARD"
+    } else {
+        "EXEC"
+    }]));
     let last = cmds.len() - 1;
     // Where the client must be now: the transaction's database if it ran.
     let want = if end == End::Exec { inside } else { before };
@@ -142,13 +146,19 @@ fn settle(
     multi: usize,
     last: usize,
 ) -> bool {
-    let queued = replies[multi + 1..last].iter().enumerate().all(|(i, r)| match r {
-        Reply::Frame(OwnedFrame::SimpleString(s)) => s == b"QUEUED",
-        // The refused command.
-        Reply::Error(e) => end == End::Refused && multi + 1 + i == last - 1 && e.starts_with("ERR"),
-        _ => false,
-    });
-    let multi_ok = matches!(&replies[multi], Reply::Frame(OwnedFrame::SimpleString(s)) if s == b"OK");
+    let queued = replies[multi + 1..last]
+        .iter()
+        .enumerate()
+        .all(|(i, r)| match r {
+            Reply::Frame(OwnedFrame::SimpleString(s)) => s == b"QUEUED",
+            // The refused command.
+            Reply::Error(e) => {
+                end == End::Refused && multi + 1 + i == last - 1 && e.starts_with("ERR")
+            }
+            _ => false,
+        });
+    let multi_ok =
+        matches!(&replies[multi], Reply::Frame(OwnedFrame::SimpleString(s)) if s == b"OK");
     if !multi_ok || !queued {
         for (r, c) in replies[..=last].iter().zip(cmds) {
             if let Reply::Error(e) = r {

@@ -80,7 +80,9 @@ impl History {
             return;
         };
         let id = parse_id(value, b'x').filter(|&v| v < self.expiry.values.len());
-        let Some(v) = id.map(|v| v as u32).filter(|&v| self.expiry.values[v as usize].key == k)
+        let Some(v) = id
+            .map(|v| v as u32)
+            .filter(|&v| self.expiry.values[v as usize].key == k)
         else {
             return self.violation(format!(
                 "phantom: GET {key} shows {:?}, which nobody wrote there",
@@ -147,7 +149,9 @@ impl History {
             };
             let x = &self.expiry.values[index as usize];
             if !self.x_alive(index, read_at) {
-                found.push(format!("expired value visible: the final {key} is x{index}, which expired"));
+                found.push(format!(
+                    "expired value visible: the final {key} is x{index}, which expired"
+                ));
             }
             if acked.is_some_and(|a| a > x.index) {
                 found.push(format!(
@@ -205,7 +209,10 @@ pub fn write(router: &mut Router, ctx: &Ctx, rng: &mut Rng, w: usize) -> bool {
                 h.count("op: SET, PEXPIREAT");
                 let at = now_ms() + 50 + rng.below(550);
                 let set = cmd(&["SET", &key, &value]);
-                (vec![set, cmd(&["PEXPIREAT", &key, &at.to_string()])], Expire::At(at))
+                (
+                    vec![set, cmd(&["PEXPIREAT", &key, &at.to_string()])],
+                    Expire::At(at),
+                )
             }
             _ => {
                 h.count("op: SET, EXPIRE");
@@ -269,7 +276,9 @@ pub fn write(router: &mut Router, ctx: &Ctx, rng: &mut Rng, w: usize) -> bool {
         ));
     }
     h.count("ack: expiring key write");
-    h.reveals(&sent, |_| format!("the acknowledgement of `{}`", describe(&cmds[0])));
+    h.reveals(&sent, |_| {
+        format!("the acknowledgement of `{}`", describe(&cmds[0]))
+    });
     clean
 }
 

@@ -43,7 +43,8 @@ pub fn freeze(sys: &mut System, ctx: &Ctx, rng: &mut Rng) -> Result<String, Stri
             let (addr, ctx) = (&addr, &*ctx);
             s.spawn(move || {
                 if let Some(mut c) = Conn::connect(addr) {
-                    ctx.h().count(&format!("op: {} while Valkey is frozen", first[0]));
+                    ctx.h()
+                        .count(&format!("op: {} while Valkey is frozen", first[0]));
                     c.call(ctx, &[cmd(first)]);
                 }
             });

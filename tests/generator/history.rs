@@ -370,7 +370,9 @@ impl History {
         self.report(found);
         for &(e, _) in placed {
             let sent = self.elems[e as usize].sent;
-            self.reveals(&sent, |h| format!("the acknowledgement of {}", h.describe(e)));
+            self.reveals(&sent, |h| {
+                format!("the acknowledgement of {}", h.describe(e))
+            });
         }
     }
 

@@ -43,7 +43,9 @@ impl History {
             job.ack_ts = ts;
             let sent = job.sent;
             self.count("ack: job push");
-            self.reveals(&sent, |_| format!("the acknowledgement of the push of j{j}"));
+            self.reveals(&sent, |_| {
+                format!("the acknowledgement of the push of j{j}")
+            });
         } else {
             job.fate = Fate::Unknown;
             self.count("unknown: job push");
@@ -126,7 +128,9 @@ impl History {
             }
             let (popped, sent) = (self.jobs[j as usize].popped, self.jobs[j as usize].sent);
             if send_ts != NEVER {
-                self.reveals(&sent, |_| format!("{what} of {} showed j{j}", queue_key(queue)));
+                self.reveals(&sent, |_| {
+                    format!("{what} of {} showed j{j}", queue_key(queue))
+                });
             }
             if popped < send_ts {
                 self.violation(format!(
@@ -191,7 +195,9 @@ impl History {
                     continue;
                 };
                 if !there.insert(j) || queued.contains(&j) {
-                    found.push(format!("duplicate: j{j} is in a done list twice, or queued too"));
+                    found.push(format!(
+                        "duplicate: j{j} is in a done list twice, or queued too"
+                    ));
                 }
             }
         }

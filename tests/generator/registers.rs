@@ -69,7 +69,11 @@ impl Reg {
     /// The states a request sent at `send_ts` may see: from the last acknowledged before it
     /// to the last sent, but those of operations that did not run.
     fn allowed(&self, send_ts: u64) -> impl Iterator<Item = usize> + '_ {
-        let need = self.ops.iter().rposition(|o| o.ack_ts < send_ts).map_or(0, |i| i + 1);
+        let need = self
+            .ops
+            .iter()
+            .rposition(|o| o.ack_ts < send_ts)
+            .map_or(0, |i| i + 1);
         (need..=self.ops.len()).filter(|&i| i == 0 || self.ops[i - 1].fate != Fate::NotRun)
     }
 
@@ -122,7 +126,14 @@ impl History {
     }
 
     /// A read of register `r` sent at `send_ts` showed `value` (`None`: no key) at `seen`.
-    fn observe_reg(&mut self, r: usize, send_ts: u64, value: Option<&[u8]>, seen: &Seen, what: &str) {
+    fn observe_reg(
+        &mut self,
+        r: usize,
+        send_ts: u64,
+        value: Option<&[u8]>,
+        seen: &Seen,
+        what: &str,
+    ) {
         self.count("check: register read");
         let key = reg_key(r);
         let reg = &self.regs[r];
@@ -151,12 +162,18 @@ impl History {
                 }
                 if !reg.durable(i, seen) {
                     let sent = reg.ops[i - 1].sent;
-                    self.revealed_at(&sent, seen, |_| format!("{what} of {key} showed its write {i}"));
+                    self.revealed_at(&sent, seen, |_| {
+                        format!("{what} of {key} showed its write {i}")
+                    });
                 }
                 i
             }
             None => {
-                let absent: Vec<usize> = allowed.iter().copied().filter(|&i| !reg.exists(i)).collect();
+                let absent: Vec<usize> = allowed
+                    .iter()
+                    .copied()
+                    .filter(|&i| !reg.exists(i))
+                    .collect();
                 let Some(&first) = absent.first() else {
                     return self.violation(format!(
                         "stale read: {what} of {key} sent at t={send_ts} finds no key, but its write \

@@ -75,9 +75,12 @@ impl Ctx {
     pub fn freeze_hang(&self, sent: Instant, answered: Instant) -> bool {
         let bound = crate::freeze::FREEZE_BOUND;
         answered.saturating_duration_since(sent) > bound
-            && self.frozen.lock().unwrap().iter().any(|&(from, until)| {
-                sent >= from && until.is_none_or(|u| sent + bound <= u)
-            })
+            && self
+                .frozen
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|&(from, until)| sent >= from && until.is_none_or(|u| sent + bound <= u))
     }
 
     /// Where keyless commands may go: any walrus of the cluster, else the one walrus.

@@ -40,7 +40,10 @@ impl History {
         }
         if let Some(sent) = oldest {
             self.revealed_at(&sent, &seen, |_| {
-                format!("{what} of {} (the oldest write it may be for)", list_key(key))
+                format!(
+                    "{what} of {} (the oldest write it may be for)",
+                    list_key(key)
+                )
             });
         }
     }
@@ -83,7 +86,11 @@ pub fn notifications(ctx: std::sync::Arc<Ctx>, seed: u64) {
         let end = Instant::now() + session;
         let mut confirmed = false;
         loop {
-            let deadline = if confirmed { end } else { Instant::now() + HANG_BOUND };
+            let deadline = if confirmed {
+                end
+            } else {
+                Instant::now() + HANG_BOUND
+            };
             let bytes = match conn.read(deadline) {
                 Ok(b) => b,
                 Err(Wait::TimedOut) if !confirmed => {
@@ -94,7 +101,11 @@ pub fn notifications(ctx: std::sync::Arc<Ctx>, seed: u64) {
                 }
                 Err(_) => break,
             };
-            let frame = match if resp3 { parse3(&bytes) } else { Ok(parse(&bytes)) } {
+            let frame = match if resp3 {
+                parse3(&bytes)
+            } else {
+                Ok(parse(&bytes))
+            } {
                 Ok(Reply::Frame(OwnedFrame::Array(f))) | Err(f) => f,
                 Ok(Reply::Error(e)) => {
                     ctx.h().error("PSUBSCRIBE", &e);

@@ -22,9 +22,9 @@ pub fn sigterm(sys: &mut System, ctx: &Ctx) -> Result<String, String> {
         None => ctx.h().violation(format!(
             "hang: walrus did not exit within {STOP_BOUND:?} of a SIGTERM"
         )),
-        Some(status) if !status.success() => ctx
-            .h()
-            .violation(format!("unclean stop: walrus exited with {status} on SIGTERM")),
+        Some(status) if !status.success() => ctx.h().violation(format!(
+            "unclean stop: walrus exited with {status} on SIGTERM"
+        )),
         Some(_) => {}
     }
     relaunch(sys, ctx)?;
@@ -53,7 +53,9 @@ pub fn second_walrus(sys: &mut System, ctx: &Ctx) -> Result<String, String> {
         Some(_) => {}
     }
     if log.contains(LISTENING) {
-        h.violation("second walrus: one started on a running walrus's data directory listened".into());
+        h.violation(
+            "second walrus: one started on a running walrus's data directory listened".into(),
+        );
     }
     drop(h);
     sys.keep_log("second-walrus", log);

@@ -2,7 +2,7 @@
 //! what keyless reads and EXISTS saw of the keyspace.
 
 use crate::history::{Fate, History};
-use crate::keys::{is_client_key, comes_and_goes};
+use crate::keys::{comes_and_goes, is_client_key};
 
 /// The first bytes of a large value: which key and which version of it.
 pub fn big_header(key: &str, version: usize) -> String {
@@ -63,7 +63,9 @@ impl History {
         if fate == Fate::Acked {
             for (key, version) in writes {
                 let sent = self.bigs[key].stamps[version - 1];
-                self.reveals(&sent, |_| format!("the acknowledgement of {key} version {version}"));
+                self.reveals(&sent, |_| {
+                    format!("the acknowledgement of {key} version {version}")
+                });
             }
         }
         let what = match fate {

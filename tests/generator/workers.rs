@@ -4,16 +4,16 @@
 
 use crate::common::Rng;
 use crate::conn::{cmd, describe, Cmd, Conn, Reply};
-use crate::{admin, databases, expiry, registers};
 use crate::counters::COUNTERS;
 use crate::history::{History, LISTS, QUEUES};
 use crate::keys::{counter_key, done_key, list_key, queue_key, same_tag, tag, CHANNEL};
-use crate::release::Stamp;
 use crate::large::LargeWrite;
 use crate::reads::ReadOp;
+use crate::release::Stamp;
 use crate::route::{Batch, Router};
 use crate::shared::{mix, pick, Ctx};
 use crate::transactions::{Tx, TxKind};
+use crate::{admin, databases, expiry, registers};
 use redis_protocol::resp2::types::OwnedFrame;
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,7 +73,9 @@ const OPS: &[(Op, u64)] = &[
 /// The operations of a run: every one of `OPS` (but `Database` in cluster mode), or those
 /// `WALRUS_GEN_OPS` names (`Append,RegWrite,...`), to look at one kind at a time.
 fn ops(cluster: bool) -> Vec<(Op, u64)> {
-    let only = std::env::var("WALRUS_GEN_OPS").ok().filter(|v| !v.is_empty());
+    let only = std::env::var("WALRUS_GEN_OPS")
+        .ok()
+        .filter(|v| !v.is_empty());
     let ops: Vec<(Op, u64)> = OPS
         .iter()
         .copied()
@@ -135,7 +137,9 @@ impl Worker {
                 Op::Large => self.large(),
                 Op::Abandon => self.abandon(),
                 Op::Counter => self.incr(),
-                Op::RegWrite => registers::write(&mut self.router, &self.ctx, &mut self.rng, self.id),
+                Op::RegWrite => {
+                    registers::write(&mut self.router, &self.ctx, &mut self.rng, self.id)
+                }
                 Op::RegRead => registers::read(&mut self.router, &self.ctx, &mut self.rng),
                 Op::Database => {
                     databases::transaction(&mut self.db_conn, &self.ctx, &mut self.rng, self.id)
@@ -356,13 +360,22 @@ impl Worker {
         };
         let sent = {
             let mut h = self.ctx.h();
-            h.count(&format!("op: queue pop, {}", String::from_utf8_lossy(&c[0])));
+            h.count(&format!(
+                "op: queue pop, {}",
+                String::from_utf8_lossy(&c[0])
+            ));
             h.stamp()
         };
         let Some(mut replies) = self.exchange(std::slice::from_ref(&c)) else {
             return true;
         };
-        settle_pop(&mut self.ctx.h(), &c, replies.remove(0), &sent, moved_from.as_deref())
+        settle_pop(
+            &mut self.ctx.h(),
+            &c,
+            replies.remove(0),
+            &sent,
+            moved_from.as_deref(),
+        )
     }
 
     /// INCR of one of the shared counters (`counters.rs`).
