@@ -46,6 +46,8 @@ struct Suspect {
     sent: SystemTime,
     seen: SystemTime,
     delay: Duration,
+    /// When it was found, after the mode started.
+    found: Duration,
 }
 
 /// The journal delay of the walrus serving now, the epoch, and the suspects so far.
@@ -135,6 +137,7 @@ impl History {
                 sent: s.at,
                 seen: seen.at,
                 delay: s.delay,
+                found: self.started.elapsed(),
             });
         }
     }
@@ -171,22 +174,21 @@ impl History {
     /// line's time among `resyncs`) may have made durable in time.
     pub fn settle_suspects(&mut self, resyncs: &[SystemTime]) {
         let suspects = std::mem::take(&mut self.release.suspects);
-        let mut found = Vec::new();
         for s in suspects {
             if resyncs.iter().any(|&t| t >= s.sent && t <= s.seen) {
                 self.count("check: released early, but a full resync covered it");
                 continue;
             }
             let after = s.seen.duration_since(s.sent).unwrap_or_default();
-            found.push(format!(
+            let what = format!(
                 "released before durable: {}, {} ms after that write was sent; a journal \
                  write takes {} ms, so it was not durable yet",
                 s.what,
                 after.as_millis(),
                 s.delay.as_millis()
-            ));
+            );
+            self.violation_found(what, s.found);
         }
-        self.report(found);
     }
 }
 
