@@ -362,6 +362,19 @@ pub fn write(router: &mut Router, h: &crate::shared::Ctx, rng: &mut Rng, w: usiz
 
 /// MGET or EXISTS of two or three registers of one tag (any worker's).
 pub fn read(router: &mut Router, ctx: &crate::shared::Ctx, rng: &mut Rng) -> bool {
+    read_with(ctx, rng, |c| {
+        router
+            .exchange(std::slice::from_ref(c), Batch::Pipeline)
+            .map_or(Reply::Lost, |mut r| r.remove(0))
+    })
+}
+
+/// The same, sent with `exchange` (on a session of its own, say).
+pub fn read_with(
+    ctx: &crate::shared::Ctx,
+    rng: &mut Rng,
+    exchange: impl FnOnce(&Cmd) -> Reply,
+) -> bool {
     let tagged = of_tag(rng.below(TAGS.len() as u64) as usize);
     let regs = some(rng, &tagged);
     let mget = rng.below(2) == 0;
@@ -376,9 +389,7 @@ pub fn read(router: &mut Router, ctx: &crate::shared::Ctx, rng: &mut Rng) -> boo
         });
         h.tick()
     };
-    let reply = router
-        .exchange(std::slice::from_ref(&c), Batch::Pipeline)
-        .map_or(Reply::Lost, |mut r| r.remove(0));
+    let reply = exchange(&c);
     let mut h = ctx.h();
     let seen = h.seen();
     match reply {

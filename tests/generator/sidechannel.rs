@@ -11,6 +11,7 @@ use crate::common::Rng;
 use crate::conn::{cmd, parse, parse3, Conn, Reply, Wait, HANG_BOUND};
 use crate::history::{Fate, History, LISTS};
 use crate::keys::list_key;
+use crate::registers;
 use crate::shared::Ctx;
 use crate::workers::bulks;
 use redis_protocol::resp2::types::OwnedFrame;
@@ -146,7 +147,8 @@ fn protocol(conn: Conn, ctx: &Ctx, resp3: bool) -> Option<Conn> {
 }
 
 /// A RESP3 client with CLIENT TRACKING on: reads a list (which tracks it), then waits up to
-/// 300 ms for invalidations, and again; a new connection after any failure.
+/// 300 ms for invalidations, and again; or reads registers (`registers.rs`); a new
+/// connection after any failure.
 pub fn tracking(ctx: std::sync::Arc<Ctx>, seed: u64) {
     let mut rng = Rng(seed);
     'connection: while !ctx.stopping() {
@@ -164,6 +166,17 @@ pub fn tracking(ctx: std::sync::Arc<Ctx>, seed: u64) {
         // Each tracked list and when the read that tracks it was sent.
         let mut tracked: HashMap<usize, u64> = HashMap::new();
         while !ctx.stopping() {
+            // Its session is its own (tracking pins it): its reads are never in a batch
+            // with another client's write, which walrus would hold them with.
+            if rng.below(2) == 0 {
+                let clean = registers::read_with(&ctx, &mut rng, |c| {
+                    conn.call(&ctx, std::slice::from_ref(c)).remove(0)
+                });
+                if !clean {
+                    continue 'connection;
+                }
+                continue;
+            }
             let key = rng.below(LISTS as u64) as usize;
             let read = cmd(&["LRANGE", &list_key(key), "0", "-1"]);
             let send_ts = ctx.h().tick();
