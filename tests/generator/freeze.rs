@@ -14,9 +14,10 @@ use crate::system::System;
 use std::time::{Duration, Instant};
 
 /// How long a request sent to a frozen Valkey may wait for its error: the reply timeout
-/// for the request's own connection and once more for one opened for it (a transaction's
-/// dedicated connection, say), and some slack.
-pub const FREEZE_BOUND: Duration = Duration::from_millis(3 * REPLY_TIMEOUT_MS + 1500);
+/// twice for the request's own connection (walrus gives up a connection silent for two of
+/// its ticks) and twice more for one opened for it (a transaction's dedicated connection,
+/// say), and slack.
+pub const FREEZE_BOUND: Duration = Duration::from_millis(4 * REPLY_TIMEOUT_MS + 2000);
 
 /// The first commands of the sessions that start while Valkey is frozen.
 const FIRSTS: &[&[&str]] = &[
