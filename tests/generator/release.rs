@@ -100,6 +100,11 @@ impl Release {
         }
     }
 
+    /// Whether nothing (a fault, a walrus start) came between `a` and `b`.
+    pub fn quiet_between(a: &Seen, b: &Seen) -> bool {
+        a.epoch == b.epoch && a.epoch != NO_EPOCH
+    }
+
     /// Whether the write stamped `s` cannot have been durable when `seen`.
     pub fn too_soon(s: &Stamp, seen: &Seen) -> bool {
         s.epoch == seen.epoch

@@ -166,6 +166,9 @@ pub fn tracking(ctx: std::sync::Arc<Ctx>, seed: u64) {
         // Each tracked list and when the read that tracks it was sent.
         let mut tracked: HashMap<usize, u64> = HashMap::new();
         while !ctx.stopping() {
+            if rng.below(20) == 0 {
+                optin(&ctx, rng.next());
+            }
             // Its session is its own (tracking pins it): its reads are never in a batch
             // with another client's write, which walrus would hold them with.
             if rng.below(2) == 0 {
@@ -236,5 +239,77 @@ fn invalidated(ctx: &Ctx, tracked: &mut HashMap<usize, u64>, push: Vec<OwnedFram
         if let Some((key, since)) = list_of(k).and_then(|l| tracked.remove(&l).map(|s| (l, s))) {
             ctx.h().notified(key, since, "an invalidation");
         }
+    }
+}
+
+/// How long after a write's acknowledgement its invalidation may take to arrive.
+const INVALIDATION_BOUND: Duration = Duration::from_secs(5);
+
+/// A client in OPTIN mode sends, in one pipeline, a write, `CLIENT CACHING yes` and a read of
+/// another key: that read is tracked, Valkey keeps the flag for the next command only, and
+/// nothing walrus adds (its ROLE after a write) may come between. Another client then
+/// writes the key read: its invalidation must arrive, soon after that write is acknowledged.
+fn optin(ctx: &Ctx, n: u64) {
+    let (key, other) = ("{gen}:optin", "{gen}:optin-w");
+    let Some(mut c) = Conn::connect_as(&ctx.target.get(), true) else {
+        return;
+    };
+    let on = cmd(&["CLIENT", "TRACKING", "on", "OPTIN"]);
+    if !matches!(c.call(ctx, &[on]).remove(0), Reply::Frame(_)) {
+        return;
+    }
+    let n = n.to_string();
+    let before = ctx.h().seen();
+    let batch = [
+        cmd(&["SET", other, &n]),
+        cmd(&["CLIENT", "CACHING", "yes"]),
+        cmd(&["GET", key]),
+    ];
+    if !c
+        .call(ctx, &batch)
+        .iter()
+        .all(|r| matches!(r, Reply::Frame(_)))
+    {
+        return;
+    }
+    let Some(mut w) = Conn::connect(&ctx.target.get()) else {
+        return;
+    };
+    if !matches!(
+        w.call(ctx, &[cmd(&["SET", key, &n])]).remove(0),
+        Reply::Frame(_)
+    ) {
+        return;
+    }
+    ctx.h()
+        .count("check: OPTIN invalidation after CLIENT CACHING yes");
+    let deadline = Instant::now() + INVALIDATION_BOUND;
+    loop {
+        match c.read(deadline).map(|b| parse3(&b)) {
+            Ok(Err(push)) if invalidates(&push, key) => return,
+            Ok(_) => {}
+            Err(Wait::Closed) => return,
+            Err(Wait::TimedOut) => break,
+        }
+    }
+    let mut h = ctx.h();
+    // A fault in between (a Valkey restarted) takes the tracking with it.
+    if !crate::release::Release::quiet_between(&before, &h.seen()) {
+        return;
+    }
+    h.violation(format!(
+        "lost invalidation: a client in OPTIN mode sent `SET {other}; CLIENT CACHING yes; GET \
+         {key}` in one pipeline; {key} was then written (acknowledged), and no invalidation \
+         came within {INVALIDATION_BOUND:?}"
+    ));
+}
+
+/// Whether a push invalidates `key`.
+fn invalidates(push: &[OwnedFrame], key: &str) -> bool {
+    match push {
+        [OwnedFrame::BulkString(kind), OwnedFrame::Array(keys)] if kind == b"invalidate" => keys
+            .iter()
+            .any(|k| matches!(k, OwnedFrame::BulkString(k) if k == key.as_bytes())),
+        _ => false,
     }
 }
