@@ -21,7 +21,7 @@ root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 dir=${WALRUS_MUTANTS_DIR:-/tmp/walrus-mutants}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
 export WALRUS_GEN_SEED=${WALRUS_GEN_SEED:-1}
-known=${WALRUS_MUTANTS_KNOWN-database moved|refused command accepted|keyspace notification|an invalidation|slow restore|second walrus|while Valkey was frozen}
+known=${WALRUS_MUTANTS_KNOWN-'database moved|refused command accepted|keyspace notification|an invalidation|lost invalidation|slow restore|second walrus|`(MULTI|WATCH [^`]*|SUBSCRIBE [^`]*|AUTH [^`]*)`, sent while Valkey was frozen'}
 mkdir -p "$dir"
 patches=("$@")
 if [ ${#patches[@]} -eq 0 ]; then
