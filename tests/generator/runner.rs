@@ -114,6 +114,10 @@ fn run(mode: Mode, s: &Settings, fs: Option<FaultFs>, duration: Duration) -> Rep
     };
     let ctx = Arc::new(Ctx::new(History::new(tag), &sys.addr(), walruses));
     ctx.h().release.started(faults::journal_delay(&sys));
+    ctx.h().count(&format!(
+        "start: the first walrus with a {} ms journal delay",
+        sys.delay_ms
+    ));
     let mut threads = Vec::new();
     for id in 0..workers::WORKERS {
         let w = workers::Worker::new(id, ctx.clone(), mix(seed, 100 + id as u64));
