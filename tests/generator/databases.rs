@@ -159,14 +159,27 @@ fn settle(
         });
     let multi_ok =
         matches!(&replies[multi], Reply::Frame(OwnedFrame::SimpleString(s)) if s == b"OK");
-    if !multi_ok || !queued {
-        for (r, c) in replies[..=last].iter().zip(cmds) {
-            if let Reply::Error(e) = r {
+    if !multi_ok {
+        // MULTI refused: what followed ran, if at all, one by one (EXEC then answers
+        // "without MULTI"); the RPUSH may have run on its own.
+        if let Reply::Error(e) = &replies[multi] {
+            h.error("MULTI", e);
+        }
+        h.unknown(&[elem]);
+        return false;
+    }
+    if !queued {
+        // A command refused while queued (-LOADING, -MISCONF: a fault) aborts EXEC.
+        for (i, (r, c)) in replies[..last].iter().zip(cmds).enumerate() {
+            let intended = end == End::Refused && i == last - 1;
+            if let (Reply::Error(e), false) = (r, intended) {
                 h.error(&describe(c), e);
             }
         }
-        // MULTI refused: the RPUSH may have run on its own.
-        h.unknown(&[elem]);
+        match &replies[last] {
+            Reply::Error(e) if e.starts_with("EXECABORT") => h.not_run(&[elem]),
+            _ => h.unknown(&[elem]),
+        }
         return false;
     }
     match (&replies[last], end) {
