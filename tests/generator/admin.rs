@@ -48,11 +48,8 @@ pub fn refused(ctx: &Ctx, rng: &mut Rng) -> bool {
         return false;
     };
     let name = describe(&c[..c.len().min(2)].to_vec());
-    let mut h = ctx.h();
-    h.count(&format!("op: refused {name}"));
-    drop(h);
-    let sent = vec![c.clone()];
-    if conn.send(&sent).is_err() {
+    ctx.h().count(&format!("op: refused {name}"));
+    if conn.send(std::slice::from_ref(c)).is_err() {
         return false;
     }
     let reply = conn.reply(Instant::now() + HANG_BOUND);

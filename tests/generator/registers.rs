@@ -10,13 +10,15 @@
 //! seen at once.
 
 use crate::common::Rng;
-use crate::conn::{cmd, describe, Cmd, Reply};
+use crate::conn::{cmd, describe, Cmd, Conn, Reply, Wait, HANG_BOUND};
 use crate::history::{parse_id, Fate, History, NEVER};
 use crate::keys::{tag, TAGS};
 use crate::release::{Seen, Stamp};
 use crate::route::{Batch, Router};
+use crate::shared::Ctx;
 use crate::workers::WORKERS;
 use redis_protocol::resp2::types::OwnedFrame;
+use std::time::Instant;
 
 /// Keys per worker.
 pub const REG_KEYS: usize = 3;
@@ -297,10 +299,66 @@ fn some(rng: &mut Rng, from: &[usize]) -> Vec<usize> {
 
 /// One write of worker `w` to its registers: DEL or UNLINK of two or three that are known
 /// to exist, else MSET of two or three.
-pub fn write(router: &mut Router, h: &crate::shared::Ctx, rng: &mut Rng, w: usize) -> bool {
+pub fn write(router: &mut Router, ctx: &Ctx, rng: &mut Rng, w: usize) -> bool {
+    let (regs, c, del) = next_write(ctx, rng, w);
+    let reply = router
+        .exchange(std::slice::from_ref(&c), Batch::Pipeline)
+        .map_or(Reply::Lost, |mut r| r.remove(0));
+    settle_write(ctx, &regs, &c, del, reply)
+}
+
+/// The same write, and right behind it, on a second connection, an MGET of its keys (in
+/// the same order: the last key of each is the last of the other), both sent before either
+/// reply is read: the read runs while the write is not durable yet, and must wait for it.
+/// Not in cluster mode (both connections go to the one walrus).
+pub fn write_chased(pair: &mut Option<(Conn, Conn)>, ctx: &Ctx, rng: &mut Rng, w: usize) -> bool {
+    if pair.is_none() {
+        *pair = Conn::open(ctx).zip(Conn::open(ctx));
+    }
+    let Some((a, b)) = pair.as_mut() else {
+        return true;
+    };
+    let (regs, c, del) = next_write(ctx, rng, w);
+    let mut read = cmd(&["MGET"]);
+    read.extend(regs.iter().map(|&r| reg_key(r).into_bytes()));
+    let send_ts = {
+        let mut h = ctx.h();
+        h.count("op: register write chased by a read");
+        h.tick()
+    };
+    let deadline = Instant::now() + HANG_BOUND;
+    let sent =
+        a.send(std::slice::from_ref(&c)).is_ok() && b.send(std::slice::from_ref(&read)).is_ok();
+    let reply = |conn: &mut Conn, what: &Cmd| match conn.reply(deadline) {
+        Ok(r) => r,
+        Err(Wait::TimedOut) => {
+            ctx.h().violation(format!(
+                "hang: no reply to `{}` within {HANG_BOUND:?}",
+                describe(what)
+            ));
+            Reply::Lost
+        }
+        Err(Wait::Closed) => Reply::Lost,
+    };
+    let (written, seen) = match sent {
+        true => (reply(a, &c), reply(b, &read)),
+        false => (Reply::Lost, Reply::Lost),
+    };
+    let lost = matches!(written, Reply::Lost) || matches!(seen, Reply::Lost);
+    let clean = settle_write(ctx, &regs, &c, del, written);
+    let read_clean = observe_read(&mut ctx.h(), &regs, true, &read, send_ts, seen);
+    if lost {
+        *pair = None;
+    }
+    clean && read_clean
+}
+
+/// Registers worker `w`'s next write (see [`write`]): its registers, its command, and
+/// whether it deletes.
+fn next_write(ctx: &Ctx, rng: &mut Rng, w: usize) -> (Vec<usize>, Cmd, bool) {
     let mine: Vec<usize> = (w * REG_KEYS..(w + 1) * REG_KEYS).collect();
-    let (regs, c, del) = {
-        let mut h = h.h();
+    {
+        let mut h = ctx.h();
         let existing: Vec<usize> = mine
             .iter()
             .copied()
@@ -331,37 +389,38 @@ pub fn write(router: &mut Router, h: &crate::shared::Ctx, rng: &mut Rng, w: usiz
             }
             (regs, c, false)
         }
-    };
-    let reply = router
-        .exchange(std::slice::from_ref(&c), Batch::Pipeline)
-        .map_or(Reply::Lost, |mut r| r.remove(0));
-    let mut h = h.h();
+    }
+}
+
+/// What a register write's reply says.
+fn settle_write(ctx: &Ctx, regs: &[usize], c: &Cmd, del: bool, reply: Reply) -> bool {
+    let mut h = ctx.h();
     match reply {
         Reply::Frame(OwnedFrame::Integer(n)) if del => {
-            h.reg_settled(&regs, Fate::Acked);
+            h.reg_settled(regs, Fate::Acked);
             if n != regs.len() as i64 {
                 h.violation(format!(
                     "lost acknowledged write: `{}` deleted {n} keys, but every one of them was \
                      set by an acknowledged write",
-                    describe(&c)
+                    describe(c)
                 ));
             }
             return true;
         }
         Reply::Frame(OwnedFrame::SimpleString(s)) if !del && s == b"OK" => {
-            h.reg_settled(&regs, Fate::Acked);
+            h.reg_settled(regs, Fate::Acked);
             return true;
         }
-        Reply::Error(e) => h.error(&describe(&c), &e),
+        Reply::Error(e) => h.error(&describe(c), &e),
         Reply::Lost => {}
-        Reply::Frame(f) => h.unexpected(&describe(&c), &f),
+        Reply::Frame(f) => h.unexpected(&describe(c), &f),
     }
-    h.reg_settled(&regs, Fate::Unknown);
+    h.reg_settled(regs, Fate::Unknown);
     false
 }
 
 /// MGET or EXISTS of two or three registers of one tag (any worker's).
-pub fn read(router: &mut Router, ctx: &crate::shared::Ctx, rng: &mut Rng) -> bool {
+pub fn read(router: &mut Router, ctx: &Ctx, rng: &mut Rng) -> bool {
     read_with(ctx, rng, |c| {
         router
             .exchange(std::slice::from_ref(c), Batch::Pipeline)
@@ -370,11 +429,7 @@ pub fn read(router: &mut Router, ctx: &crate::shared::Ctx, rng: &mut Rng) -> boo
 }
 
 /// The same, sent with `exchange` (on a session of its own, say).
-pub fn read_with(
-    ctx: &crate::shared::Ctx,
-    rng: &mut Rng,
-    exchange: impl FnOnce(&Cmd) -> Reply,
-) -> bool {
+pub fn read_with(ctx: &Ctx, rng: &mut Rng, exchange: impl FnOnce(&Cmd) -> Reply) -> bool {
     let tagged = of_tag(rng.below(TAGS.len() as u64) as usize);
     let regs = some(rng, &tagged);
     let mget = rng.below(2) == 0;
@@ -390,7 +445,18 @@ pub fn read_with(
         h.tick()
     };
     let reply = exchange(&c);
-    let mut h = ctx.h();
+    observe_read(&mut ctx.h(), &regs, mget, &c, send_ts, reply)
+}
+
+/// What an MGET (`mget`) or EXISTS of `regs`, sent at `send_ts`, showed.
+fn observe_read(
+    h: &mut History,
+    regs: &[usize],
+    mget: bool,
+    c: &Cmd,
+    send_ts: u64,
+    reply: Reply,
+) -> bool {
     let seen = h.seen();
     match reply {
         Reply::Frame(OwnedFrame::Array(items)) if mget && items.len() == regs.len() => {
@@ -398,22 +464,22 @@ pub fn read_with(
                 match item {
                     OwnedFrame::BulkString(v) => h.observe_reg(r, send_ts, Some(&v), &seen, "MGET"),
                     OwnedFrame::Null => h.observe_reg(r, send_ts, None, &seen, "MGET"),
-                    f => h.unexpected(&describe(&c), &f),
+                    f => h.unexpected(&describe(c), &f),
                 }
             }
             true
         }
         Reply::Frame(OwnedFrame::Integer(n)) if !mget => {
-            h.observe_exists(&regs, send_ts, n, &seen);
+            h.observe_exists(regs, send_ts, n, &seen);
             true
         }
         Reply::Error(e) => {
-            h.error(&describe(&c), &e);
+            h.error(&describe(c), &e);
             false
         }
         Reply::Lost => false,
         Reply::Frame(f) => {
-            h.unexpected(&describe(&c), &f);
+            h.unexpected(&describe(c), &f);
             false
         }
     }

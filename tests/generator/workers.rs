@@ -40,6 +40,9 @@ enum Op {
     RegWrite,
     /// MGET, EXISTS of several keys.
     RegRead,
+    /// A register write with an MGET of its keys right behind it, on another connection
+    /// (not in cluster mode).
+    RegChase,
     /// SELECT inside MULTI, on a connection of its own (`databases.rs`; not in cluster mode).
     Database,
     /// Writes of keys that expire (`expiry.rs`), and reads of them.
@@ -64,14 +67,16 @@ const OPS: &[(Op, u64)] = &[
     (Op::Counter, 8),
     (Op::RegWrite, 12),
     (Op::RegRead, 12),
+    (Op::RegChase, 6),
     (Op::Database, 5),
     (Op::Expire, 4),
     (Op::ExpireRead, 4),
     (Op::Refused, 1),
 ];
 
-/// The operations of a run: every one of `OPS` (but `Database` in cluster mode), or those
-/// `WALRUS_GEN_OPS` names (`Append,RegWrite,...`), to look at one kind at a time.
+/// The operations of a run: every one of `OPS` (but `Database` and `RegChase` in cluster
+/// mode), or those `WALRUS_GEN_OPS` names (`Append,RegWrite,...`), to look at one kind at a
+/// time.
 fn ops(cluster: bool) -> Vec<(Op, u64)> {
     let only = std::env::var("WALRUS_GEN_OPS")
         .ok()
@@ -79,7 +84,7 @@ fn ops(cluster: bool) -> Vec<(Op, u64)> {
     let ops: Vec<(Op, u64)> = OPS
         .iter()
         .copied()
-        .filter(|(op, _)| !(cluster && matches!(op, Op::Database)))
+        .filter(|(op, _)| !(cluster && matches!(op, Op::Database | Op::RegChase)))
         .filter(|(op, _)| {
             only.as_ref()
                 .is_none_or(|o| o.split(',').any(|n| n.trim() == format!("{op:?}")))
@@ -98,6 +103,8 @@ pub struct Worker {
     failing: u32,
     /// Its connection for `databases.rs`, whose database it changes.
     db_conn: Option<Conn>,
+    /// Its two connections for `registers::write_chased`.
+    chase: Option<(Conn, Conn)>,
 }
 
 impl Worker {
@@ -116,6 +123,7 @@ impl Worker {
             rng: Rng(seed),
             failing: 0,
             db_conn: None,
+            chase: None,
         }
     }
 
@@ -141,6 +149,9 @@ impl Worker {
                     registers::write(&mut self.router, &self.ctx, &mut self.rng, self.id)
                 }
                 Op::RegRead => registers::read(&mut self.router, &self.ctx, &mut self.rng),
+                Op::RegChase => {
+                    registers::write_chased(&mut self.chase, &self.ctx, &mut self.rng, self.id)
+                }
                 Op::Database => {
                     databases::transaction(&mut self.db_conn, &self.ctx, &mut self.rng, self.id)
                 }
