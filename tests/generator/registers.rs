@@ -84,9 +84,11 @@ impl Reg {
         i == 0 || !crate::release::Release::too_soon(&self.ops[i - 1].sent, seen)
     }
 
-    /// Whether every operation is acknowledged, and the key exists.
+    /// Whether its last operation is an acknowledged SET: it exists.
     fn known_to_exist(&self) -> bool {
-        self.ops.iter().all(|o| o.fate == Fate::Acked) && self.exists(self.ops.len())
+        self.ops
+            .last()
+            .is_some_and(|o| o.fate == Fate::Acked && matches!(o.write, Write::Set(_)))
     }
 }
 
@@ -307,10 +309,10 @@ pub fn write(router: &mut Router, ctx: &Ctx, rng: &mut Rng, w: usize) -> bool {
     settle_write(ctx, &regs, &c, del, reply)
 }
 
-/// The same write, and right behind it, on a second connection, an MGET of its keys (in
-/// the same order: the last key of each is the last of the other), both sent before either
-/// reply is read: the read runs while the write is not durable yet, and must wait for it.
-/// Not in cluster mode (both connections go to the one walrus).
+/// The same write, and right behind it, on a second connection, an MGET of another worker's
+/// register and the write's last key, both sent before either reply is read: the read runs
+/// while the write is not durable yet, and must wait for it, though only its last key (and
+/// the write's last) says so. Not in cluster mode (both connections go to the one walrus).
 pub fn write_chased(pair: &mut Option<(Conn, Conn)>, ctx: &Ctx, rng: &mut Rng, w: usize) -> bool {
     if pair.is_none() {
         *pair = Conn::open(ctx).zip(Conn::open(ctx));
@@ -319,8 +321,14 @@ pub fn write_chased(pair: &mut Option<(Conn, Conn)>, ctx: &Ctx, rng: &mut Rng, w
         return true;
     };
     let (regs, c, del) = next_write(ctx, rng, w);
+    let last = *regs.last().expect("two or three");
+    let others: Vec<usize> = of_tag(tag(w))
+        .into_iter()
+        .filter(|r| r / REG_KEYS != w)
+        .collect();
+    let read_regs = [others[rng.below(others.len() as u64) as usize], last];
     let mut read = cmd(&["MGET"]);
-    read.extend(regs.iter().map(|&r| reg_key(r).into_bytes()));
+    read.extend(read_regs.iter().map(|&r| reg_key(r).into_bytes()));
     let send_ts = {
         let mut h = ctx.h();
         h.count("op: register write chased by a read");
@@ -346,7 +354,7 @@ pub fn write_chased(pair: &mut Option<(Conn, Conn)>, ctx: &Ctx, rng: &mut Rng, w
     };
     let lost = matches!(written, Reply::Lost) || matches!(seen, Reply::Lost);
     let clean = settle_write(ctx, &regs, &c, del, written);
-    let read_clean = observe_read(&mut ctx.h(), &regs, true, &read, send_ts, seen);
+    let read_clean = observe_read(&mut ctx.h(), &read_regs, true, &read, send_ts, seen);
     if lost {
         *pair = None;
     }
