@@ -309,13 +309,14 @@ pub fn write(router: &mut Router, ctx: &Ctx, rng: &mut Rng, w: usize) -> bool {
     settle_write(ctx, &regs, &c, del, reply)
 }
 
-/// The same write, and right behind it, on a second connection, an MGET of another worker's
-/// register and the write's last key, both sent before either reply is read: the read runs
-/// while the write is not durable yet, and must wait for it, though only its last key (and
-/// the write's last) says so. Not in cluster mode (both connections go to the one walrus).
+/// The same write, and right behind it, on a session of its own ([`pinned`]), an MGET of
+/// another worker's register and the write's last key, both sent before either reply is
+/// read: the read runs while the write is not durable yet, and must wait for it, though
+/// only its last key (and the write's last) says so. Not in cluster mode (both connections
+/// go to the one walrus).
 pub fn write_chased(pair: &mut Option<(Conn, Conn)>, ctx: &Ctx, rng: &mut Rng, w: usize) -> bool {
     if pair.is_none() {
-        *pair = Conn::open(ctx).zip(Conn::open(ctx));
+        *pair = Conn::open(ctx).zip(pinned(ctx));
     }
     let Some((a, b)) = pair.as_mut() else {
         return true;
@@ -359,6 +360,15 @@ pub fn write_chased(pair: &mut Option<(Conn, Conn)>, ctx: &Ctx, rng: &mut Rng, w
         *pair = None;
     }
     clean && read_clean
+}
+
+/// A session of its own: RESP3 with CLIENT TRACKING on (whose invalidations its replies
+/// pass over), which walrus serves on a dedicated connection to Valkey. Its reads are never
+/// in a batch with another client's write, which walrus holds whole.
+fn pinned(ctx: &Ctx) -> Option<Conn> {
+    let mut c = Conn::connect_as(&ctx.target.get(), true)?;
+    let on = cmd(&["CLIENT", "TRACKING", "on"]);
+    matches!(c.call(ctx, &[on]).remove(0), Reply::Frame(_)).then_some(c)
 }
 
 /// Registers worker `w`'s next write (see [`write`]): its registers, its command, and
