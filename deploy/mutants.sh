@@ -13,13 +13,15 @@
 # expression; empty once they are fixed) are not counted: a plant counts as caught by a
 # violation of another kind.
 #
-# The scratch copy is always at the same path, so that cargo rebuilds only walrus itself
-# for each plant (in this tree's target directory, beside its own build). Logs go to
+# The scratch copy is always at the same path, with a target directory of its own
+# ($WALRUS_MUTANTS_DIR/target: the first plant builds everything, the next ones walrus
+# only). Not this tree's: cargo puts every build's walrus binary at the same place in a
+# target directory, and this tree's tests would run the last plant's. Logs go to
 # $WALRUS_MUTANTS_DIR/<plant>.log.
 set -euo pipefail
 root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 dir=${WALRUS_MUTANTS_DIR:-/tmp/walrus-mutants}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
+export CARGO_TARGET_DIR=${WALRUS_MUTANTS_TARGET:-$dir/target}
 export WALRUS_GEN_SEED=${WALRUS_GEN_SEED:-1}
 known=${WALRUS_MUTANTS_KNOWN-'database moved|refused command accepted|keyspace notification|an invalidation|lost invalidation|slow restore|second walrus|`(MULTI|WATCH [^`]*|SUBSCRIBE [^`]*|AUTH [^`]*)`, sent while Valkey was frozen'}
 mkdir -p "$dir"
