@@ -9,6 +9,10 @@ use std::time::{Duration, Instant};
 
 pub const CLUSTER: &str = "[cluster]\nenabled = true\n";
 
+/// `upstream.reply_timeout_ms` of the generator's walruses: short, so that a frozen Valkey
+/// (`freeze.rs`) costs its clients seconds, not the default 30.
+pub const REPLY_TIMEOUT_MS: u64 = 1500;
+
 /// The configuration of a walrus running its own Valkey, whose Unix socket is in
 /// `socket_dir` ([`valkey_socket`]): outside the data directory, which may be on faultfs, a
 /// FUSE file system that cannot hold a socket. In cluster mode with its bus on `bus_port`: a
@@ -20,7 +24,10 @@ pub fn managed_config(
     cluster: bool,
     socket_dir: &std::path::Path,
 ) -> String {
-    let mut config = format!("[upstream]\nsocket_dir = {:?}\n", socket_dir.display().to_string());
+    let mut config = format!(
+        "[upstream]\nsocket_dir = {:?}\nreply_timeout_ms = {REPLY_TIMEOUT_MS}\n",
+        socket_dir.display().to_string()
+    );
     if !durable {
         // Without a journal walrus is no replica: Valkey would refuse all writes.
         config.push_str("extra_args = [\"--min-replicas-to-write\", \"0\"]\n");
