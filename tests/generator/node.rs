@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 pub const CLUSTER: &str = "[cluster]\nenabled = true\n";
 
 /// `upstream.reply_timeout_ms` of the generator's walruses: short, so that a frozen Valkey
-/// (`freeze.rs`) costs its clients seconds, not the default 30.
-pub const REPLY_TIMEOUT_MS: u64 = 1500;
+/// (`freeze.rs`) costs its clients seconds, not the default 30: the least walrus accepts (a
+/// Valkey preparing an RDB sends a newline a second).
+pub const REPLY_TIMEOUT_MS: u64 = 2000;
 
 /// The configuration of a walrus running its own Valkey, whose Unix socket is in
 /// `socket_dir` ([`valkey_socket`]): outside the data directory, which may be on faultfs, a
@@ -49,7 +50,11 @@ pub fn valkey_socket(socket_dir: &std::path::Path) -> String {
 pub fn listening(proc: Proc, config_dir: tempfile::TempDir) -> Result<Walrus, (String, String)> {
     let Some(line) = proc.try_wait_line(LISTENING, START_TIMEOUT) else {
         let log = proc.log_text();
-        let errors: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).collect();
+        // Logged errors, and what it printed before its log began (a configuration refused).
+        let errors: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("ERROR") || l.starts_with("walrus: "))
+            .collect();
         let why = format!(
             "walrus did not start (it exited, or did not listen within {START_TIMEOUT:?}); \
              its errors: {}",
