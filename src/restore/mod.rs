@@ -337,6 +337,7 @@ mod tests {
                 rdb_version: Some(rdb_version),
                 written_by: Some(written_by.into()),
                 newest_server: newest.map(Into::into),
+                time_ms: None,
             },
             rdb_version,
             end: ChainEnd {
