@@ -89,6 +89,15 @@ fn exit_code(e: &(dyn std::error::Error + 'static)) -> ExitCode {
                 _ => EXIT_FIX,
             });
         }
+        // Another walrus's archive, a damaged one, or [archive] that cannot work: a person
+        // must act. An archive that cannot be reached (a bootstrap) is retried.
+        if let Some(a) = e.downcast_ref::<crate::archive::ArchiveError>() {
+            use crate::archive::ArchiveError as A;
+            return ExitCode::from(match a {
+                A::Config(_) | A::Owner(_) | A::Corrupt(_) => EXIT_FIX,
+                A::Store(_) | A::Local(_) => EXIT_RETRY,
+            });
+        }
         let must_fix = e.downcast_ref::<JournalError>().is_some_and(|j| {
             matches!(
                 j,

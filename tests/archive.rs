@@ -1,0 +1,243 @@
+//! The archive with real processes: walrus (managed mode) archiving to SeaweedFS (S3) or a
+//! directory; its data directory deleted (a lost node) and a new walrus bootstrapped from the
+//! archive with every write acknowledged more than `archive.max_lag_ms` before (every one,
+//! with `durability.ack = "archive"`); the store killed, paused, restarted; the drill.
+mod common;
+use common::seaweed::Seaweed;
+use common::*;
+
+use std::time::{Duration, Instant};
+
+const OK: &[u8] = b"+OK\r\n";
+
+/// `/status` as JSON.
+fn status(metrics: &str) -> serde_json::Value {
+    let (code, body) = http_get(metrics, "/status");
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// Waits (bounded) until `/status` satisfies `ok`; fails with the last status and the log.
+fn await_status(w: &Walrus, metrics: &str, what: &str, ok: impl Fn(&serde_json::Value) -> bool) {
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        let s = status(metrics);
+        if ok(&s) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not reached: {s}\n{}",
+            w.proc.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until the archive holds everything the journal does.
+fn await_archived(w: &Walrus, metrics: &str) {
+    await_status(w, metrics, "the archive caught up", |s| {
+        s["archive_lag_bytes"] == 0 && s["archive_lag_seconds"] == 0.0
+    });
+}
+
+fn write_keys(addr: &str, prefix: &str, n: usize) {
+    let mut c = Raw::connect(addr);
+    for i in 0..n {
+        assert_eq!(
+            c.cmd(&["SET", &format!("{prefix}:{i}"), &format!("v{i}")]),
+            OK
+        );
+    }
+}
+
+fn assert_keys(addr: &str, prefix: &str, n: usize) {
+    let mut c = Raw::connect(addr);
+    for i in 0..n {
+        assert_eq!(
+            c.cmd(&["GET", &format!("{prefix}:{i}")]),
+            bulk(format!("v{i}")),
+            "{prefix}:{i}"
+        );
+    }
+}
+
+fn metrics_addr() -> String {
+    format!("127.0.0.1:{}", free_port())
+}
+
+/// A lost node: walrus and Valkey killed, the data directory gone. A new walrus with
+/// `archive.bootstrap` restores from the archive before it serves, has every write the
+/// archive had taken, and takes the archive over on a timeline of its own.
+#[test]
+fn a_lost_data_directory_is_replaced_from_the_archive() {
+    let store = Seaweed::start();
+    store.bucket("walrus");
+    let archive = format!("{}max_lag_ms = 200\n", store.archive_toml("walrus", "node"));
+    let metrics = metrics_addr();
+    let mut w = Walrus::build()
+        .config(&archive)
+        .env(&Seaweed::env())
+        .args(&["--metrics-listen", &metrics])
+        .start();
+    write_keys(&w.addr, "k", 300);
+    await_archived(&w, &metrics);
+    w.kill_with_valkey();
+    std::fs::remove_dir_all(w.data.path().join("data")).unwrap();
+
+    let metrics2 = metrics_addr();
+    let bootstrap = format!("{archive}bootstrap = true\n");
+    let w2 = Walrus::build()
+        .config(&bootstrap)
+        .env(&Seaweed::env())
+        .args(&["--metrics-listen", &metrics2])
+        .start();
+    assert!(
+        w2.proc.log_text().contains("archive.bootstrap: done"),
+        "{}",
+        w2.proc.log_text()
+    );
+    assert_keys(&w2.addr, "k", 300);
+    // It writes the archive from here on, on timeline 2.
+    write_keys(&w2.addr, "after", 10);
+    await_archived(&w2, &metrics2);
+    let cfg = w2.data.path().join("walrus.toml");
+    let out = std::process::Command::new(walrus_bin())
+        .args(["archive", "list", "--config", cfg.to_str().unwrap()])
+        .envs(Seaweed::env())
+        .output()
+        .unwrap();
+    let text = output_text(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("2 ")), "{text}");
+    assert!(
+        text.contains(&w2.data.path().join("data").display().to_string()),
+        "{text}"
+    );
+}
+
+/// `durability.ack = "archive"`: a reply leaves once the archive holds the write, so the
+/// node may be lost at once after the last reply and nothing acknowledged is missing.
+#[test]
+fn with_ack_archive_every_acknowledged_write_survives_the_loss_of_the_node() {
+    let bucket = tempfile::tempdir().unwrap();
+    let archive = format!(
+        "[durability]\nack = \"archive\"\n[archive]\nurl = \"file://{}\"\n",
+        bucket.path().display()
+    );
+    let mut w = Walrus::build().config(&archive).start();
+    write_keys(&w.addr, "k", 200);
+    w.kill_with_valkey();
+    std::fs::remove_dir_all(w.data.path().join("data")).unwrap();
+    let w2 = Walrus::build()
+        .config(&format!("{archive}bootstrap = true\n"))
+        .start();
+    assert_keys(&w2.addr, "k", 200);
+}
+
+/// A store that stops answering: walrus serves on (ack local), `/status` says why the
+/// archive lags; `archive.enforce_max_lag` refuses writes with the reason meanwhile. Once the
+/// store answers again the archive catches up and writes are accepted.
+#[test]
+fn a_store_that_hangs_is_reported_and_with_enforce_max_lag_refuses_writes() {
+    let store = Seaweed::start();
+    store.bucket("walrus");
+    let archive = format!(
+        "{}max_lag_ms = 300\nenforce_max_lag = true\nrequest_timeout_ms = 500\nmax_backoff_ms = 200\n",
+        store.archive_toml("walrus", "hang")
+    );
+    let metrics = metrics_addr();
+    let w = Walrus::build()
+        .config(&archive)
+        .env(&Seaweed::env())
+        .args(&["--metrics-listen", &metrics])
+        .start();
+    write_keys(&w.addr, "k", 20);
+    await_archived(&w, &metrics);
+    store.pause(true);
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["SET", "during", "1"]), OK);
+    let refused = loop {
+        let r = c.cmd(&["SET", "during", "2"]);
+        if r != OK {
+            break r;
+        }
+        await_status(&w, &metrics, "a failure reported", |s| {
+            s["archive_error"].is_string()
+        });
+    };
+    let text = show(&refused);
+    assert!(
+        text.starts_with("-MISCONF walrus: writes are refused: the archive is")
+            && text.contains("archive.max_lag_ms (300 ms)"),
+        "{text}"
+    );
+    // Reads go on.
+    assert_eq!(c.cmd(&["GET", "k:3"]), bulk("v3"));
+    store.pause(false);
+    await_archived(&w, &metrics);
+    let deadline = Instant::now() + START_TIMEOUT;
+    while c.cmd(&["SET", "after", "1"]) != OK {
+        assert!(Instant::now() < deadline, "{}", w.proc.log_text());
+        w.proc.wait_line(
+            "the archive caught up: writes are accepted again",
+            START_TIMEOUT,
+        );
+    }
+}
+
+/// The store killed for a while and started again: nothing is refused (ack local), the
+/// archive catches up, and the restore drill passes on what it holds.
+#[test]
+fn a_store_killed_and_restarted_is_caught_up_with_and_the_drill_passes() {
+    let mut store = Seaweed::start();
+    store.bucket("walrus");
+    let archive = format!(
+        "{}max_lag_ms = 200\nrequest_timeout_ms = 500\nmax_backoff_ms = 200\n",
+        store.archive_toml("walrus", "restart")
+    );
+    let metrics = metrics_addr();
+    let w = Walrus::build()
+        .config(&archive)
+        .env(&Seaweed::env())
+        .args(&["--metrics-listen", &metrics])
+        .start();
+    write_keys(&w.addr, "a", 50);
+    await_archived(&w, &metrics);
+    store.kill();
+    write_keys(&w.addr, "b", 50);
+    await_status(&w, &metrics, "the failure reported", |s| {
+        s["archive_error"].is_string() && s["archive_lag_bytes"].as_u64() > Some(0)
+    });
+    store.restart();
+    await_archived(&w, &metrics);
+    w.proc
+        .wait_line("the archive is reachable again", START_TIMEOUT);
+    let cfg = w.data.path().join("walrus.toml");
+    let out = std::process::Command::new(walrus_bin())
+        .args(["archive", "verify", "--config", cfg.to_str().unwrap()])
+        .envs(Seaweed::env())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", output_text(&out));
+    assert!(output_text(&out).contains("OK: the latest restore point"));
+}
+
+/// A second walrus given the same archive is refused at start, naming the first.
+#[test]
+fn a_second_walrus_on_one_archive_is_refused_naming_the_first() {
+    let bucket = tempfile::tempdir().unwrap();
+    let archive = format!("[archive]\nurl = \"file://{}\"\n", bucket.path().display());
+    let first = Walrus::build().config(&archive).start();
+    let (mut second, _dir) = Walrus::build().config(&archive).spawn();
+    let status = second
+        .wait_exit(START_TIMEOUT)
+        .expect("the second walrus exits");
+    assert_eq!(status.code(), Some(2), "{}", second.log_text());
+    let log = second.log_text();
+    assert!(
+        log.contains("is written by another walrus")
+            && log.contains(&first.data.path().join("data").display().to_string()),
+        "{log}"
+    );
+}
