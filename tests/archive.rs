@@ -157,14 +157,19 @@ fn a_store_that_hangs_is_reported_and_with_enforce_max_lag_refuses_writes() {
     store.pause(true);
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["SET", "during", "1"]), OK);
+    let deadline = Instant::now() + START_TIMEOUT;
     let refused = loop {
         let r = c.cmd(&["SET", "during", "2"]);
         if r != OK {
             break r;
         }
-        await_status(&w, &metrics, "a failure reported", |s| {
-            s["archive_error"].is_string()
-        });
+        assert!(
+            Instant::now() < deadline,
+            "writes were never refused:\n{}",
+            w.proc.log_text()
+        );
+        w.proc
+            .wait_line("writes are refused: the archive is", START_TIMEOUT);
     };
     let text = show(&refused);
     assert!(

@@ -81,7 +81,10 @@ impl Seaweed {
 
     /// Waits for the S3 gateway and the volume server (which may come in either order).
     fn await_ready(&self) {
-        for line in ["Start Seaweed S3 API Server", "Volume server start with seed master"] {
+        for line in [
+            "Start Seaweed S3 API Server",
+            "Volume server start with seed master",
+        ] {
             if !self.proc.log_text().contains(line) {
                 self.proc.wait_line(line, START_TIMEOUT);
             }
