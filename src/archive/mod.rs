@@ -134,6 +134,7 @@ pub async fn start(
             object_bytes: config.archive_object_bytes(),
             merge_objects: a.merge_objects,
             checkpoint_after_bytes: config.archive_checkpoint_after_bytes(),
+            checkpoint_interval: Duration::from_millis(a.checkpoint_interval_ms),
             keep_restore_points: a.keep_restore_points,
             keep_for: Duration::from_millis(a.keep_for_ms),
             max_backoff: Duration::from_millis(a.max_backoff_ms),

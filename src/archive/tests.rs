@@ -45,6 +45,7 @@ fn settings() -> upload::Settings {
         object_bytes: 1 << 20,
         merge_objects: 3,
         checkpoint_after_bytes: 1 << 30,
+        checkpoint_interval: Duration::ZERO,
         keep_restore_points: 7,
         keep_for: Duration::ZERO,
         max_backoff: Duration::from_millis(50),

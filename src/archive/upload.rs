@@ -40,6 +40,8 @@ pub struct Settings {
     pub object_bytes: u64,
     pub merge_objects: u32,
     pub checkpoint_after_bytes: u64,
+    /// Zero: none.
+    pub checkpoint_interval: Duration,
     pub keep_restore_points: u32,
     pub keep_for: Duration,
     pub max_backoff: Duration,
@@ -98,8 +100,9 @@ struct Position {
     /// The next local entry to archive, and where the journal's replay resumes before it.
     next_lsn: u64,
     cursor: Option<ScanStart>,
-    /// Stream bytes archived since the restore point.
+    /// Stream bytes archived since the restore point, and when it was recorded.
     since_point: u64,
+    point_at: Instant,
     objects: Vec<Uploaded>,
     /// The local journal cannot continue this timeline's stream: a new restore point is due.
     broken: bool,
@@ -197,13 +200,19 @@ impl Uploader {
                     *pos = Some(self.start_timeline(o, &lc).await?);
                     return Ok(Step::Busy);
                 }
-                if p.broken || p.since_point >= self.settings.checkpoint_after_bytes {
+                let interval = self.settings.checkpoint_interval;
+                let old = !interval.is_zero() && now.duration_since(p.point_at) >= interval;
+                if p.broken
+                    || p.since_point >= self.settings.checkpoint_after_bytes
+                    || (old && p.since_point > 0)
+                {
                     let timeline = p.timeline;
                     if !self.add_point(o, &lc, timeline).await? {
                         return Ok(Step::Busy);
                     }
                     p.point = lp;
                     p.since_point = 0;
+                    p.point_at = now;
                     p.objects.retain(|u| u.object.end > lc.offset);
                     if p.broken || p.end < lc.offset {
                         p.end = lc.offset;
@@ -266,6 +275,7 @@ impl Uploader {
             next_lsn: lc.from_lsn,
             cursor: None,
             since_point: cover.end - lc.offset,
+            point_at: Instant::now(),
             objects: cover
                 .objects
                 .into_iter()
@@ -316,6 +326,7 @@ impl Uploader {
             next_lsn: lc.from_lsn,
             cursor: None,
             since_point: 0,
+            point_at: Instant::now(),
             objects: Vec::new(),
             broken: false,
         })

@@ -54,6 +54,12 @@ pub struct ArchiveConfig {
     #[serde(deserialize_with = "crate::units::size_opt")]
     #[schemars(with = "crate::units::Size")]
     pub checkpoint_after_bytes: Option<u64>,
+    /// A checkpoint is uploaded at least this often while writes come (0: only by
+    /// `checkpoint_after_bytes`): the newest restore point is never older, and
+    /// `WalrusArchiveRestorePointOld` can say when it is.
+    #[serde(deserialize_with = "crate::units::millis")]
+    #[schemars(with = "crate::units::Millis")]
+    pub checkpoint_interval_ms: u64,
     /// Restore points kept: at most this many (the newest is always kept; 0: no limit).
     pub keep_restore_points: u32,
     /// Restore points kept: none older than this (the newest is always kept; 0: no limit).
@@ -93,6 +99,7 @@ impl Default for ArchiveConfig {
             // A minute of one-second uploads become one object, an hour's of those another.
             merge_objects: 60,
             checkpoint_after_bytes: None,
+            checkpoint_interval_ms: 24 * 3_600_000,
             keep_restore_points: 7,
             keep_for_ms: 7 * 24 * 3_600_000,
             request_timeout_ms: 10_000,
