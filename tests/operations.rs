@@ -55,8 +55,14 @@ const METRICS: &[(&str, &str)] = &[
     ("walrus_archive_lag_bytes", "gauge"),
     ("walrus_archive_lag_seconds", "gauge"),
     ("walrus_archive_last_upload_timestamp_seconds", "gauge"),
-    ("walrus_archive_newest_restore_point_timestamp_seconds", "gauge"),
-    ("walrus_archive_oldest_restore_point_timestamp_seconds", "gauge"),
+    (
+        "walrus_archive_newest_restore_point_timestamp_seconds",
+        "gauge",
+    ),
+    (
+        "walrus_archive_oldest_restore_point_timestamp_seconds",
+        "gauge",
+    ),
     ("walrus_archive_requests_total", "counter"),
     ("walrus_archive_restore_points", "gauge"),
     ("walrus_archive_sent_bytes_total", "counter"),
