@@ -373,6 +373,7 @@ impl Uploader {
                 let r = self.store.put_file(&key, file, lc.size).await;
                 uploaded("checkpoint", &r);
                 r?;
+                crate::fault::fail_point!("archive::checkpoint_uploaded");
                 key
             }
         };
@@ -465,6 +466,7 @@ impl Uploader {
         let r = self.store.put(&object.key(), bytes).await;
         uploaded("journal", &r);
         r?;
+        crate::fault::fail_point!("archive::journal_uploaded");
         let stream = object.end - object.start;
         crate::metrics::ARCHIVE_JOURNAL_BYTES.inc_by(stream);
         p.ids = batch.ids;
@@ -527,6 +529,7 @@ impl Uploader {
                 .await;
             uploaded("merge", &r);
             r?;
+            crate::fault::fail_point!("archive::merged");
             let parts: Vec<_> = p.objects.drain(keep..).collect();
             p.objects.push(Uploaded {
                 object: merged,

@@ -74,6 +74,8 @@ pub struct Status {
     pub archive_lag_seconds: Option<f64>,
     pub archive_lag_bytes: Option<u64>,
     pub archive_restore_points: Option<u64>,
+    /// The timeline walrus writes (docs/archive.md).
+    pub archive_timeline: Option<u64>,
     /// Unix time of the newest restore point, and of the last upload.
     pub archive_newest_restore_point: Option<i64>,
     pub archive_last_upload: Option<i64>,
@@ -147,6 +149,7 @@ impl Sources {
             s.archive_lag_seconds = Some(a.lag_seconds);
             s.archive_lag_bytes = Some(a.lag_bytes);
             s.archive_restore_points = Some(a.restore_points as u64);
+            s.archive_timeline = Some(a.timeline);
             s.archive_newest_restore_point = a.newest_restore_point;
             s.archive_last_upload = a.last_upload;
             s.archive_stopped = a.stopped.is_some();
