@@ -346,3 +346,52 @@ fn walrus_killed_during_an_upload_loses_and_leaves_nothing() {
 fn status_timeline(metrics: &str) -> u64 {
     status(metrics)["archive_timeline"].as_u64().unwrap()
 }
+
+/// A store answering errors (503 to every request): the uploads fail and are counted,
+/// `/status` has the store's answer, writes are acknowledged all along (ack local); once it
+/// answers again the archive catches up, and the drill passes.
+#[test]
+fn a_store_answering_errors_is_retried_and_caught_up_with() {
+    let store = Seaweed::start();
+    store.bucket("walrus");
+    let proxy = common::seaweed::ErrorProxy::start(&store.endpoint());
+    let archive = format!(
+        "[archive]\nurl = \"s3://walrus/errors\"\nendpoint = \"{}\"\nmax_lag_ms = 200\nrequest_timeout_ms = 1000\nmax_backoff_ms = 200\n",
+        proxy.endpoint()
+    );
+    let metrics = metrics_addr();
+    let w = Walrus::build()
+        .config(&archive)
+        .env(&Seaweed::env())
+        .args(&["--metrics-listen", &metrics])
+        .start();
+    write_keys(&w.addr, "a", 20);
+    await_archived(&w, &metrics);
+    proxy.fail(true);
+    write_keys(&w.addr, "b", 20);
+    await_status(&w, &metrics, "the store's answer reported", |s| {
+        s["archive_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("503"))
+    });
+    assert!(
+        metric(
+            &metrics,
+            "walrus_archive_uploads_total{kind=\"journal\",result=\"error\"}"
+        ) > 0.0
+    );
+    proxy.fail(false);
+    await_archived(&w, &metrics);
+    assert!(status(&metrics)["archive_error"].is_null());
+    let out = std::process::Command::new(walrus_bin())
+        .args([
+            "archive",
+            "verify",
+            "--config",
+            w.data.path().join("walrus.toml").to_str().unwrap(),
+        ])
+        .envs(Seaweed::env())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", output_text(&out));
+}

@@ -147,3 +147,78 @@ impl Drop for Seaweed {
         self.proc.signal(libc::SIGCONT);
     }
 }
+
+/// A TCP proxy in front of the store that can answer every request with an error instead
+/// (`503 Slow Down`, as S3 does when it sheds load): a store answering errors.
+pub struct ErrorProxy {
+    pub addr: String,
+    failing: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    open: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl ErrorProxy {
+    pub fn start(target: &str) -> ErrorProxy {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let failing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (f, o, target) = (failing.clone(), open.clone(), target.to_string());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(mut client) = client else { return };
+                if f.load(Ordering::SeqCst) {
+                    // Read the request's head, answer 503 and close.
+                    let mut head = Vec::new();
+                    let mut b = [0u8; 4096];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match client.read(&mut b) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => head.extend_from_slice(&b[..n]),
+                        }
+                    }
+                    let _ = client.write_all(
+                        b"HTTP/1.1 503 Slow Down\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                    );
+                    continue;
+                }
+                let Ok(server) = std::net::TcpStream::connect(target.trim_start_matches("http://"))
+                else {
+                    continue;
+                };
+                o.lock()
+                    .unwrap()
+                    .extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        ErrorProxy {
+            addr,
+            failing,
+            open,
+        }
+    }
+
+    /// From now on every request gets an error (connections open now are closed), or none.
+    pub fn fail(&self, on: bool) {
+        self.failing.store(on, std::sync::atomic::Ordering::SeqCst);
+        if on {
+            for s in self.open.lock().unwrap().drain(..) {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
