@@ -66,14 +66,20 @@ fn metrics_addr() -> String {
     format!("127.0.0.1:{}", free_port())
 }
 
-/// A lost node: walrus and Valkey killed, the data directory gone. A new walrus with
-/// `archive.bootstrap` restores from the archive before it serves, has every write the
-/// archive had taken, and takes the archive over on a timeline of its own.
+/// A lost node: walrus and Valkey killed under writes, the data directory gone. A new walrus
+/// with `archive.bootstrap` restores from the archive before it serves, has every write
+/// acknowledged more than `archive.max_lag_ms` before the loss, and takes the archive over on
+/// a timeline of its own.
 #[test]
 fn a_lost_data_directory_is_replaced_from_the_archive() {
     let store = Seaweed::start();
     store.bucket("walrus");
-    let archive = format!("{}max_lag_ms = 200\n", store.archive_toml("walrus", "node"));
+    let max_lag = Duration::from_millis(500);
+    let archive = format!(
+        "{}max_lag_ms = {}\n",
+        store.archive_toml("walrus", "node"),
+        max_lag.as_millis()
+    );
     let metrics = metrics_addr();
     let mut w = Walrus::build()
         .config(&archive)
@@ -82,7 +88,52 @@ fn a_lost_data_directory_is_replaced_from_the_archive() {
         .start();
     write_keys(&w.addr, "k", 300);
     await_archived(&w, &metrics);
-    w.kill_with_valkey();
+    // Writes go on while the node is lost: each acknowledged one is noted with its time.
+    let valkey = valkey_pid(&w.addr);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let first = std::sync::Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let writer = {
+        let (addr, stop, first) = (w.addr.clone(), stop.clone(), first.clone());
+        std::thread::spawn(move || {
+            let mut c = Raw::connect(&addr);
+            let mut acked = Vec::new();
+            for i in 0.. {
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                match c.try_cmd(&["SET", &format!("live:{i}"), &format!("v{i}")]) {
+                    Some(r) if r == OK => {
+                        first.lock().unwrap().get_or_insert_with(Instant::now);
+                        acked.push((i, Instant::now()))
+                    }
+                    _ => break,
+                }
+            }
+            acked
+        })
+    };
+    // The node is lost once writes have gone on for twice max_lag, at a moment the archive
+    // keeps up (half of max_lag behind at most): what was acknowledged more than max_lag
+    // before is in the archive.
+    let under_way = |s: &serde_json::Value| {
+        let long = first
+            .lock()
+            .unwrap()
+            .is_some_and(|t| t.elapsed() > 2 * max_lag);
+        long && s["archive_lag_seconds"].as_f64() < Some(max_lag.as_secs_f64() / 2.0)
+    };
+    await_status(
+        &w,
+        &metrics,
+        "writes under way, the archive keeping up",
+        under_way,
+    );
+    w.proc.signal(libc::SIGKILL);
+    let lost_at = Instant::now();
+    w.proc.wait_exit(START_TIMEOUT).unwrap();
+    wait_dead(valkey);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let acked = writer.join().unwrap();
     std::fs::remove_dir_all(w.data.path().join("data")).unwrap();
 
     let metrics2 = metrics_addr();
@@ -98,6 +149,29 @@ fn a_lost_data_directory_is_replaced_from_the_archive() {
         w2.proc.log_text()
     );
     assert_keys(&w2.addr, "k", 300);
+    let mut c = Raw::connect(&w2.addr);
+    let mut recent_lost = 0;
+    for (i, at) in &acked {
+        let got = c.cmd(&["GET", &format!("live:{i}")]);
+        if got != bulk(format!("v{i}")) {
+            assert!(
+                lost_at.duration_since(*at) <= max_lag,
+                "live:{i}, acknowledged {:?} before the loss, is missing",
+                lost_at.duration_since(*at)
+            );
+            recent_lost += 1;
+        }
+    }
+    eprintln!(
+        "{} writes acknowledged under way, {recent_lost} of the last {} ms lost",
+        acked.len(),
+        max_lag.as_millis()
+    );
+    assert!(
+        acked.len() > 10,
+        "too few writes under way: {}",
+        acked.len()
+    );
     // It writes the archive from here on, on timeline 2.
     write_keys(&w2.addr, "after", 10);
     await_archived(&w2, &metrics2);
