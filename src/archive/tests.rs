@@ -6,6 +6,7 @@ use super::*;
 use crate::checkpoint::store::tests::stored;
 use crate::journal::{Entry, JournalConfig};
 use std::path::Path;
+use std::time::Instant;
 
 const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 
@@ -27,16 +28,48 @@ fn node(data: &Path) -> Node {
 
 /// Appends entries of 10 bytes each, ending at offsets `ends`; waits for them.
 async fn append(n: &Node, ends: impl IntoIterator<Item = u64>) {
+    append_sized(n, ends, 10).await
+}
+
+/// Appends entries of `size` bytes each, ending at offsets `ends`; waits for them.
+async fn append_sized(n: &Node, ends: impl IntoIterator<Item = u64>, size: usize) {
     let mut last = None;
     for end in ends {
         let entry = Entry {
             repl_id: A.as_bytes().try_into().unwrap(),
             repl_offset_end: end,
-            payload: bytes::Bytes::from(format!("{end:>10}")),
+            payload: bytes::Bytes::from(format!("{end:>size$}")),
         };
         last = Some(n.journal.append(entry).await.unwrap());
     }
     last.unwrap().wait().await.unwrap();
+}
+
+/// Records a local checkpoint at `offset` whose journal starts at `from_lsn`.
+fn checkpoint(n: &Node, offset: u64, from_lsn: u64) {
+    let rdb = stored(
+        &n.local,
+        A,
+        offset,
+        format!("REDIS0011at{offset}").as_bytes(),
+    );
+    n.local
+        .record_or_discard(&rdb, "Valkey 9.1.2", A, offset, from_lsn)
+        .unwrap();
+}
+
+/// Waits (bounded) until the archive's manifest has a restore point at `offset`.
+async fn await_point(store: &store::Store, offset: u64) -> manifest::Manifest {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some((m, _)) = owner::read(store).await.unwrap() {
+            if m.restore_points.iter().any(|r| r.offset == offset) {
+                return m;
+            }
+        }
+        assert!(Instant::now() < deadline, "no restore point at {offset}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 fn settings() -> upload::Settings {
@@ -169,4 +202,85 @@ async fn a_second_walrus_is_refused_and_a_restored_one_takes_the_archive_over() 
         .unwrap_err();
     assert!(matches!(e, ArchiveError::Owner(_)), "{e}");
     assert!(owner::claim(&store, &me, &first).await.is_err());
+}
+
+/// Journal released locally before it was archived (the store was gone meanwhile): the next
+/// restore point carries the archive on, and a restore from it has everything after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_released_before_it_was_archived_is_carried_on_by_a_new_restore_point() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = node(&tmp.path().join("data"));
+    let bucket = tmp.path().join("bucket");
+    let store = dir_store(&bucket);
+    // Entries of 20 KB: three to a 64 KiB segment.
+    let kb = 20_000;
+    append_sized(&n, (1..=3).map(|i| i * kb), kb as usize).await;
+    checkpoint(&n, kb, 2);
+    let status = Arc::new(ArchiveStatus::new("test".into(), Duration::from_millis(40)));
+    let clock = tokio::spawn(clock(n.journal.durable(), status.clone()));
+    let task = tokio::spawn(uploader(&n, &store, status.clone()).run());
+    archived(&status, 3).await;
+    // The store goes away; the journal goes on, a checkpoint is taken, and the segments
+    // before it are released (and may be recycled).
+    std::fs::rename(&bucket, tmp.path().join("away")).unwrap();
+    append_sized(&n, (4..=9).map(|i| i * kb), kb as usize).await;
+    checkpoint(&n, 7 * kb, 8);
+    n.journal.release_through(7).await.unwrap();
+    assert!(n.journal.status().head_pos > 0, "nothing was released");
+    std::fs::rename(tmp.path().join("away"), &bucket).unwrap();
+    archived(&status, 9).await;
+    let m = await_point(&store, 7 * kb).await;
+    assert_eq!(m.restore_points.len(), 2, "{m:?}");
+    // The first restore point's stream stops where the released journal began: entries 4
+    // to 7 are in the new one's RDB, not in the archive's journal.
+    let objects = timeline::objects(&store, 1).await.unwrap();
+    assert_eq!(timeline::cover(&objects, kb).end, 3 * kb, "{objects:?}");
+    let plan = fetch::latest(&store).await.unwrap().unwrap();
+    assert_eq!(plan.point.offset, 7 * kb);
+    let to = tmp.path().join("new");
+    let restored = fetch::restore(&store, plan, &to, (64 * 1024, 8))
+        .await
+        .unwrap();
+    assert_eq!((restored.entries, restored.end_offset), (2, 9 * kb));
+    task.abort();
+    clock.abort();
+}
+
+/// Retention: past `keep_restore_points`, the oldest restore point goes, with its RDB and
+/// the journal objects only it needed; what the others need stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_deletes_what_only_a_removed_restore_point_needed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = node(&tmp.path().join("data"));
+    let bucket = tmp.path().join("bucket");
+    let store = dir_store(&bucket);
+    append(&n, (1..=3).map(|i| i * 10)).await;
+    checkpoint(&n, 10, 2);
+    let status = Arc::new(ArchiveStatus::new("test".into(), Duration::from_millis(40)));
+    let clock = tokio::spawn(clock(n.journal.durable(), status.clone()));
+    let mut up = uploader(&n, &store, status.clone());
+    up.settings.checkpoint_after_bytes = 25;
+    up.settings.keep_restore_points = 2;
+    up.settings.merge_objects = 0;
+    let task = tokio::spawn(up.run());
+    await_point(&store, 10).await;
+    archived(&status, 3).await;
+    append(&n, (4..=6).map(|i| i * 10)).await;
+    archived(&status, 6).await;
+    checkpoint(&n, 40, 5);
+    await_point(&store, 40).await;
+    append(&n, (7..=9).map(|i| i * 10)).await;
+    archived(&status, 9).await;
+    checkpoint(&n, 70, 8);
+    let m = await_point(&store, 70).await;
+    let offsets: Vec<u64> = m.restore_points.iter().map(|r| r.offset).collect();
+    assert_eq!(offsets, [40, 70]);
+    // The first restore point's RDB is gone; so is every journal object before 40.
+    let rdbs = store.list("checkpoints/", None).await.unwrap();
+    assert_eq!(rdbs.len(), 2, "{rdbs:?}");
+    let objects = timeline::objects(&store, 1).await.unwrap();
+    assert!(objects.iter().all(|o| o.end > 40), "{objects:?}");
+    assert_eq!(timeline::cover(&objects, 40).end, 90);
+    task.abort();
+    clock.abort();
 }
