@@ -106,6 +106,9 @@ struct Position {
     objects: Vec<Uploaded>,
     /// The local journal cannot continue this timeline's stream: a new restore point is due.
     broken: bool,
+    /// The local journal has not been read since the timeline was resumed: where it stands
+    /// against the archive is found at once, not when an upload is due.
+    unread: bool,
 }
 
 enum Step {
@@ -282,6 +285,7 @@ impl Uploader {
                 .map(|object| Uploaded { object, from: None })
                 .collect(),
             broken: false,
+            unread: true,
         };
         self.status.restore_points(t, &created(&o.manifest));
         // What the archive holds is archived: the position is found by the next read.
@@ -329,6 +333,7 @@ impl Uploader {
             point_at: Instant::now(),
             objects: Vec::new(),
             broken: false,
+            unread: false,
         })
     }
 
@@ -426,8 +431,10 @@ impl Uploader {
             .status
             .waiting_since()
             .map_or(now, |t| t + self.settings.max_lag / 2);
-        let due =
-            self.settings.ack_archive || waiting >= self.settings.object_bytes || now >= due_at;
+        let due = self.settings.ack_archive
+            || p.unread
+            || waiting >= self.settings.object_bytes
+            || now >= due_at;
         if !due {
             return Ok(Step::Idle(due_at));
         }
@@ -441,6 +448,7 @@ impl Uploader {
                 max_bytes: self.settings.object_bytes,
             })
             .await?;
+        p.unread = false;
         if batch.released || batch.broke {
             p.broken = true;
             if batch.released {
