@@ -114,8 +114,13 @@ struct Position {
 enum Step {
     /// Something was done: go round again at once.
     Busy,
-    /// Nothing to do before this instant (or the journal's next durable entry).
+    /// Nothing to do before this instant, nor (unless `wake`: then as soon as it moves)
+    /// before the journal's durable position moves.
     Idle(Instant),
+    /// Nothing to do before this instant, whatever the journal does meanwhile: entries wait,
+    /// and are uploaded together when due (waking at every group commit of the journal
+    /// would cost the cores the writes need).
+    Sleep(Instant),
 }
 
 impl Uploader {
@@ -134,11 +139,13 @@ impl Uploader {
                     }
                     failures = 0;
                     last_failure.clear();
-                    if let Step::Idle(until) = step {
-                        tokio::select! {
+                    match step {
+                        Step::Busy => {}
+                        Step::Idle(until) => tokio::select! {
                             r = durable.changed() => if r.is_err() { return },
                             _ = tokio::time::sleep_until(until.into()) => {}
-                        }
+                        },
+                        Step::Sleep(until) => tokio::time::sleep_until(until.into()).await,
                     }
                 }
                 Err(ArchiveError::Owner(why)) => {
@@ -436,7 +443,12 @@ impl Uploader {
             || waiting >= self.settings.object_bytes
             || now >= due_at;
         if !due {
-            return Ok(Step::Idle(due_at));
+            // Near a segment's worth, each group commit may make the upload due.
+            return Ok(if waiting * 2 >= self.settings.object_bytes {
+                Step::Idle(due_at)
+            } else {
+                Step::Sleep(due_at)
+            });
         }
         let batch = self
             .read(Read {
