@@ -3,12 +3,14 @@
 //! at most the last `archive.max_lag_ms` of acknowledged writes (nothing with
 //! `durability.ack = "archive"`), and a new node starts from it.
 //!
-//! - [`store`]: the objects' store (S3 through `object_store`, [`s3`]; or a directory).
+//! - [`store`]: the objects' store (S3 through `object_store`, [`s3`]; or a directory,
+//!   [`dir`]).
 //! - [`object`]: what the objects are called and the journal objects' format: each names its
 //!   timeline, replication id, offset and LSN ranges, and carries a CRC.
 //! - [`manifest`]: the one object replaced, conditionally: the writer and the restore points;
 //!   [`owner`]: two walruses never write one archive; [`identity`]: the data directory's.
-//! - [`upload`]: the uploader task; [`timeline`]: a timeline's objects read back;
+//! - [`upload`]: the uploader task, which reads the journal by the chain's rule ([`read`])
+//!   and merges small objects ([`merge`]); [`timeline`]: a timeline's objects read back;
 //!   [`retention`]: restore points kept by count and age, and what only the others needed.
 //! - [`status`]: how far behind the archive is, for `/status`, the metrics and the gate
 //!   (`archive.enforce_max_lag`'s `-MISCONF`, `durability.ack = "archive"`).
@@ -21,11 +23,14 @@
 //! catches up once it can; with `archive.enforce_max_lag`, writes get `-MISCONF` while the
 //! archive is more than `archive.max_lag_ms` behind.
 
+mod dir;
 pub mod fetch;
 pub mod identity;
 pub mod manifest;
+mod merge;
 pub mod object;
 pub mod owner;
+mod read;
 pub mod retention;
 mod s3;
 pub mod status;

@@ -3,9 +3,7 @@
 //! small interface: whole objects put and got, a file streamed up or down, a listing, a
 //! delete, and one conditional write for the manifest (the only object ever replaced).
 //!
-//! A directory is written as an object store would be, durably: a temporary file, fsync,
-//! rename, fsync of the directory. Its conditional write holds an `flock` on a lock file
-//! while it compares and replaces (NFSv4 carries the lock to the server).
+//! A directory ([`super::dir`]) is written as an object store would be, durably.
 //!
 //! Every request is counted (`walrus_archive_requests_total{op,result}`) with the bytes it
 //! sent: the request count is most of an S3 bill.
@@ -26,9 +24,16 @@ pub struct Listed {
     pub modified: i64,
 }
 
-/// The version of a conditionally written object, to replace it only if unchanged.
+/// The version of a conditionally written object, to replace it only if unchanged: the
+/// store's ETag, or a directory's CRC-64 of the contents.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Version(String);
+pub struct Version(pub(super) String);
+
+impl Version {
+    pub(super) fn of(contents: &[u8]) -> Version {
+        Version(format!("{:016x}", crc64(contents)))
+    }
+}
 
 /// Bytes streamed between a file and the store in one part.
 const PART_BYTES: usize = 16 << 20;
@@ -95,7 +100,7 @@ impl Store {
                 .map_err(|e| failed("put", key, e)),
             Backend::Dir(root) => {
                 let (root, key2) = (root.clone(), key.to_string());
-                blocking(move || dir_write(&root, &key2, &mut bytes.as_ref())).await
+                blocking(move || super::dir::write(&root, &key2, &mut bytes.as_ref())).await
             }
         };
         count("put", &r, len);
@@ -114,7 +119,7 @@ impl Store {
                 let (root, key2) = (root.clone(), key.to_string());
                 let r = blocking(move || {
                     let mut from = std::io::Read::take(from, len);
-                    dir_write(&root, &key2, &mut from)
+                    super::dir::write(&root, &key2, &mut from)
                 })
                 .await;
                 count("put", &r, len);
@@ -154,7 +159,7 @@ impl Store {
                 let path = root.join(key);
                 blocking(move || match std::fs::read(&path) {
                     Ok(b) => {
-                        let v = Version(format!("{:016x}", crc64(&b)));
+                        let v = Version::of(&b);
                         Ok(Some((Bytes::from(b), v)))
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -245,7 +250,7 @@ impl Store {
             }
             Backend::Dir(root) => {
                 let (root, key2, expect) = (root.clone(), key.to_string(), expect.cloned());
-                blocking(move || dir_put_if(&root, &key2, &bytes, expect.as_ref())).await
+                blocking(move || super::dir::put_if(&root, &key2, &bytes, expect.as_ref())).await
             }
         };
         count("put", &r, len);
@@ -289,7 +294,7 @@ impl Store {
             Backend::Dir(root) => {
                 let (root, under, after) =
                     (root.clone(), under.to_string(), after.map(str::to_string));
-                blocking(move || dir_list(&root, &under, after.as_deref())).await
+                blocking(move || super::dir::list(&root, &under, after.as_deref())).await
             }
         };
         count("list", &r, 0);
@@ -396,7 +401,7 @@ fn failed(op: &str, key: &str, e: object_store::Error) -> ArchiveError {
     ArchiveError::Store(format!("{op} {key}: {e}"))
 }
 
-fn io(what: &str, path: &Path, e: std::io::Error) -> ArchiveError {
+pub(super) fn io(what: &str, path: &Path, e: std::io::Error) -> ArchiveError {
     ArchiveError::Store(format!("{what} {}: {e}", path.display()))
 }
 
@@ -412,150 +417,6 @@ pub(super) fn crc64(bytes: &[u8]) -> u64 {
     let mut d = crc64fast::Digest::new();
     d.write(bytes);
     d.sum64()
-}
-
-/// Writes `key` under `root` durably: a temporary file beside it, fsync, rename, fsync of
-/// the directory (and of each directory made on the way).
-fn dir_write(root: &Path, key: &str, from: &mut dyn std::io::Read) -> Result<(), ArchiveError> {
-    let path = root.join(key);
-    let parent = path.parent().unwrap_or(root).to_path_buf();
-    make_dirs(root, &parent)?;
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("object");
-    let tmp = parent.join(format!(".{name}.{:016x}.tmp", rand_u64()));
-    let written = (|| {
-        let mut f = std::fs::File::create(&tmp).map_err(|e| io("creating", &tmp, e))?;
-        std::io::copy(from, &mut f).map_err(|e| io("writing", &tmp, e))?;
-        f.sync_all().map_err(|e| io("fsync of", &tmp, e))?;
-        std::fs::rename(&tmp, &path).map_err(|e| io("renaming", &tmp, e))?;
-        sync_dir(&parent)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
-}
-
-/// Makes `dir` (under `root`) and syncs each parent whose entries it changed.
-fn make_dirs(root: &Path, dir: &Path) -> Result<(), ArchiveError> {
-    if dir.is_dir() {
-        return Ok(());
-    }
-    let mut missing = Vec::new();
-    let mut d = dir;
-    while !d.is_dir() && d != root {
-        missing.push(d.to_path_buf());
-        d = d.parent().unwrap_or(root);
-    }
-    if !root.is_dir() {
-        return Err(ArchiveError::Store(format!(
-            "{} does not exist: the archive's directory must be made (and mounted) first",
-            root.display()
-        )));
-    }
-    for m in missing.iter().rev() {
-        match std::fs::create_dir(m) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io("creating", m, e)),
-        }
-        sync_dir(m.parent().unwrap_or(root))?;
-    }
-    Ok(())
-}
-
-fn sync_dir(dir: &Path) -> Result<(), ArchiveError> {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io("fsync of", dir, e))
-}
-
-fn rand_u64() -> u64 {
-    let mut b = [0u8; 8];
-    let _ = getrandom::fill(&mut b);
-    u64::from_le_bytes(b)
-}
-
-/// The directory's conditional write: under an exclusive `flock` of `<key>.lock`, the
-/// current contents' CRC must be `expect`'s (or there must be none).
-fn dir_put_if(
-    root: &Path,
-    key: &str,
-    bytes: &[u8],
-    expect: Option<&Version>,
-) -> Result<Result<Version, ()>, ArchiveError> {
-    make_dirs(root, root.join(key).parent().unwrap_or(root))?;
-    let lock_path = root.join(format!("{key}.lock"));
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| io("opening", &lock_path, e))?;
-    // SAFETY: flock on a file descriptor this function owns; released when `lock` closes.
-    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) } != 0 {
-        return Err(io("locking", &lock_path, std::io::Error::last_os_error()));
-    }
-    let path = root.join(key);
-    let current = match std::fs::read(&path) {
-        Ok(b) => Some(Version(format!("{:016x}", crc64(&b)))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(io("reading", &path, e)),
-    };
-    if current.as_ref() != expect {
-        return Ok(Err(()));
-    }
-    dir_write(root, key, &mut &bytes[..])?;
-    drop(lock);
-    Ok(Ok(Version(format!("{:016x}", crc64(bytes)))))
-}
-
-/// The objects under `root/under`, recursively, in key order; temporary files and locks left
-/// out.
-fn dir_list(root: &Path, under: &str, after: Option<&str>) -> Result<Vec<Listed>, ArchiveError> {
-    let mut out = Vec::new();
-    let mut dirs = vec![root.join(under.trim_end_matches('/'))];
-    while let Some(d) = dirs.pop() {
-        let entries = match std::fs::read_dir(&d) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(io("listing", &d, e)),
-        };
-        for e in entries {
-            let e = e.map_err(|e| io("listing", &d, e))?;
-            let p = e.path();
-            let meta = e.metadata().map_err(|e| io("reading", &p, e))?;
-            if meta.is_dir() {
-                dirs.push(p);
-                continue;
-            }
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-            if name.starts_with('.') || name.ends_with(".lock") {
-                continue;
-            }
-            let Ok(rel) = p.strip_prefix(root) else {
-                continue;
-            };
-            let key = rel.to_string_lossy().into_owned();
-            if after.is_some_and(|a| key.as_str() <= a) {
-                continue;
-            }
-            let modified = meta
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_secs() as i64);
-            out.push(Listed {
-                key,
-                size: meta.len(),
-                modified,
-            });
-        }
-    }
-    out.sort_by(|a, b| a.key.cmp(&b.key));
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -141,10 +141,19 @@ async fn the_journal_and_its_checkpoint_are_archived_merged_and_restored() {
         append(&n, [i * 10]).await;
         archived(&status, i).await;
     }
-    let objects = timeline::objects(&store, 1).await.unwrap();
-    let cover = timeline::cover(&objects, 30);
+    // A merge's parts go once the merged object is up (after the upload that made it due
+    // was counted).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (objects, cover) = loop {
+        let objects = timeline::objects(&store, 1).await.unwrap();
+        let cover = timeline::cover(&objects, 30);
+        if cover.redundant.is_empty() {
+            break (objects, cover);
+        }
+        assert!(Instant::now() < deadline, "{:?}", cover.redundant);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
     assert_eq!(cover.end, 120);
-    assert!(cover.redundant.is_empty(), "{:?}", cover.redundant);
     assert!(cover.objects.iter().any(|o| o.level == 1), "{objects:?}");
     assert!(cover.objects.len() < 9, "{objects:?}");
     // A new data directory from the archive holds the checkpoint and the stream after it.
@@ -275,11 +284,18 @@ async fn retention_deletes_what_only_a_removed_restore_point_needed() {
     let m = await_point(&store, 70).await;
     let offsets: Vec<u64> = m.restore_points.iter().map(|r| r.offset).collect();
     assert_eq!(offsets, [40, 70]);
-    // The first restore point's RDB is gone; so is every journal object before 40.
-    let rdbs = store.list("checkpoints/", None).await.unwrap();
-    assert_eq!(rdbs.len(), 2, "{rdbs:?}");
-    let objects = timeline::objects(&store, 1).await.unwrap();
-    assert!(objects.iter().all(|o| o.end > 40), "{objects:?}");
+    // The first restore point's RDB goes (after the manifest no longer names it); so does
+    // every journal object before 40.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let objects = loop {
+        let rdbs = store.list("checkpoints/", None).await.unwrap();
+        let objects = timeline::objects(&store, 1).await.unwrap();
+        if rdbs.len() == 2 && objects.iter().all(|o| o.end > 40) {
+            break objects;
+        }
+        assert!(Instant::now() < deadline, "{rdbs:?} {objects:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
     assert_eq!(timeline::cover(&objects, 40).end, 90);
     task.abort();
     clock.abort();

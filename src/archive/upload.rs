@@ -19,19 +19,19 @@
 
 use super::identity::Identity;
 use super::manifest::{Manifest, RestorePoint};
-use super::object::{ArchivedEntry, CheckpointObject, JournalObject};
+use super::object::{CheckpointObject, JournalObject};
 use super::owner::Owned;
 use super::status::ArchiveStatus;
 use super::store::Store;
 use super::{timeline, ArchiveError};
 use crate::checkpoint::store::{Checkpoint, Store as LocalStore};
 use crate::checkpoint::Pin;
-use crate::journal::{Durable, Journal, JournalError, ReplayFrom, ScanStart};
+use crate::journal::{Durable, Journal, ScanStart};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-type ReplId = [u8; crate::journal::format::REPL_ID_BYTES];
+use super::read::{read_batch, Batch, Read, ReplId};
 
 /// How the uploader paces itself (from `[archive]` and `durability.ack`).
 #[derive(Debug, Clone)]
@@ -83,15 +83,15 @@ impl Point {
 /// A journal object after the current restore point, and where its entries begin in the
 /// local journal (for a merge).
 #[derive(Debug, Clone)]
-struct Uploaded {
-    object: JournalObject,
-    from: Option<ScanStart>,
+pub(super) struct Uploaded {
+    pub(super) object: JournalObject,
+    pub(super) from: Option<ScanStart>,
 }
 
 /// Where the uploader is on its timeline.
 #[derive(Debug, Clone)]
-struct Position {
-    timeline: u64,
+pub(super) struct Position {
+    pub(super) timeline: u64,
     point: Point,
     /// Replication ids of the stream since the restore point.
     ids: Vec<ReplId>,
@@ -103,7 +103,7 @@ struct Position {
     /// Stream bytes archived since the restore point, and when it was recorded.
     since_point: u64,
     point_at: Instant,
-    objects: Vec<Uploaded>,
+    pub(super) objects: Vec<Uploaded>,
     /// The local journal cannot continue this timeline's stream: a new restore point is due.
     broken: bool,
     /// The local journal has not been read since the timeline was resumed: where it stands
@@ -507,63 +507,8 @@ impl Uploader {
         Ok(Step::Busy)
     }
 
-    /// Merges the newest `archive.merge_objects` objects while they are of one level and one
-    /// history and together smaller than `archive.object_bytes`.
-    async fn merge(&self, p: &mut Position) -> Result<(), ArchiveError> {
-        let n = self.settings.merge_objects as usize;
-        while n >= 2 && p.objects.len() >= n {
-            let tail = &p.objects[p.objects.len() - n..];
-            let first = &tail[0].object;
-            let last = &tail[n - 1].object;
-            let mergeable = tail
-                .iter()
-                .all(|u| u.object.level == first.level && u.object.replid == first.replid)
-                && last.end - first.start <= self.settings.object_bytes
-                && first.level < u8::MAX;
-            if !mergeable {
-                return Ok(());
-            }
-            let batch = self
-                .read(Read {
-                    from: tail[0].from,
-                    next_lsn: first.first_lsn,
-                    upto_lsn: last.last_lsn,
-                    pos: first.start,
-                    ids: vec![first.replid],
-                    max_bytes: u64::MAX,
-                })
-                .await?;
-            let complete = batch.entries.first().map(|e| e.start()) == Some(first.start)
-                && batch.entries.last().map(|e| e.end) == Some(last.end);
-            let keep = p.objects.len() - n;
-            if !complete {
-                // Released from the local journal already: these stay as they are.
-                p.objects.truncate(keep);
-                return Ok(());
-            }
-            let merged =
-                JournalObject::of(p.timeline, first.replid, &batch.entries, first.level + 1);
-            let r = self
-                .store
-                .put(&merged.key(), merged.encode(&batch.entries, unix_now_ms()))
-                .await;
-            uploaded("merge", &r);
-            r?;
-            crate::fault::fail_point!("archive::merged");
-            let parts: Vec<_> = p.objects.drain(keep..).collect();
-            p.objects.push(Uploaded {
-                object: merged,
-                from: parts[0].from,
-            });
-            for u in parts {
-                self.store.delete(&u.object.key()).await?;
-            }
-        }
-        Ok(())
-    }
-
     /// Reads entries from the journal (under the pin: no release meanwhile).
-    async fn read(&self, r: Read) -> Result<Batch, ArchiveError> {
+    pub(super) async fn read(&self, r: Read) -> Result<Batch, ArchiveError> {
         let pinned = self.pin.clone().read_owned().await;
         let journal = self.journal.clone();
         let batch = tokio::task::spawn_blocking(move || read_batch(&journal, r))
@@ -574,7 +519,7 @@ impl Uploader {
     }
 }
 
-fn uploaded<T>(kind: &str, r: &Result<T, ArchiveError>) {
+pub(super) fn uploaded<T>(kind: &str, r: &Result<T, ArchiveError>) {
     let result = if r.is_ok() { "ok" } else { "error" };
     crate::metrics::ARCHIVE_UPLOADS
         .with_label_values(&[kind, result])
@@ -598,107 +543,8 @@ pub(super) fn unix_now() -> i64 {
         .map_or(0, |d| d.as_secs() as i64)
 }
 
-fn unix_now_ms() -> u64 {
+pub(super) fn unix_now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// What to read from the journal.
-struct Read {
-    /// Where the replay resumes (before `next_lsn`); `None`: from the ring's start.
-    from: Option<ScanStart>,
-    next_lsn: u64,
-    upto_lsn: u64,
-    /// The stream offset the archive holds through: entries up to it are skipped, one across
-    /// it is cut there.
-    pos: u64,
-    ids: Vec<ReplId>,
-    max_bytes: u64,
-}
-
-/// Entries read, all of one replication id, and where the next read goes on.
-#[derive(Debug, Default)]
-struct Batch {
-    entries: Vec<ArchivedEntry>,
-    replid: Option<ReplId>,
-    ids: Vec<ReplId>,
-    next_lsn: u64,
-    cursor: Option<ScanStart>,
-    /// Where the replay resumes before the first entry read.
-    start_cursor: Option<ScanStart>,
-    /// An entry of another history, not continuing the stream, came next.
-    broke: bool,
-    /// The journal no longer holds `next_lsn`.
-    released: bool,
-}
-
-/// Reads entries after `r.next_lsn` as a restore would take them: each continues the
-/// stream at `r.pos` (the chain's rule, [`crate::restore::chain`]), those already held are
-/// skipped. Stops before another replication id (an object holds one), past `max_bytes`,
-/// at `upto_lsn`, and at an entry that does not continue the stream. Blocking.
-fn read_batch(journal: &Journal, r: Read) -> Result<Batch, JournalError> {
-    let mut b = Batch {
-        ids: r.ids,
-        next_lsn: r.next_lsn,
-        cursor: r.from,
-        ..Batch::default()
-    };
-    let mut iter = match r.from {
-        Some(at) => match journal.replay_at(at) {
-            Ok(i) => i,
-            Err(JournalError::InvalidArgument(_)) => {
-                b.released = true;
-                return Ok(b);
-            }
-            Err(e) => return Err(e),
-        },
-        None => journal.replay(ReplayFrom::Lsn(r.next_lsn))?,
-    };
-    let (mut pos, mut bytes) = (r.pos, 0u64);
-    while let Some(e) = iter.next() {
-        let e = e?;
-        if e.lsn > r.upto_lsn {
-            break;
-        }
-        if e.lsn != b.next_lsn {
-            b.released = true;
-            break;
-        }
-        let start = e.repl_offset_end - e.payload.len() as u64;
-        let known = b.ids.contains(&e.repl_id);
-        if known && e.repl_offset_end <= pos {
-            b.next_lsn += 1;
-            b.cursor = iter.resume_point();
-            continue;
-        }
-        if !(start == pos || (known && start < pos)) {
-            b.broke = true;
-            break;
-        }
-        if b.replid.is_some_and(|id| id != e.repl_id) {
-            break;
-        }
-        let len = e.repl_offset_end - pos;
-        if !b.entries.is_empty() && bytes + len > r.max_bytes {
-            break;
-        }
-        if b.entries.is_empty() {
-            b.start_cursor = b.cursor;
-        }
-        if !known {
-            b.ids.push(e.repl_id);
-        }
-        b.replid = Some(e.repl_id);
-        b.entries.push(ArchivedEntry {
-            lsn: e.lsn,
-            end: e.repl_offset_end,
-            payload: e.payload.slice((pos - start) as usize..),
-        });
-        bytes += len;
-        pos = e.repl_offset_end;
-        b.next_lsn += 1;
-        b.cursor = iter.resume_point();
-    }
-    Ok(b)
 }
