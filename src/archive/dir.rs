@@ -128,13 +128,19 @@ pub(super) fn list(
         for e in entries {
             let e = e.map_err(|e| io("listing", &d, e))?;
             let p = e.path();
-            let meta = e.metadata().map_err(|e| io("reading", &p, e))?;
-            if meta.is_dir() {
-                dirs.push(p);
-                continue;
-            }
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
             if name.starts_with('.') || name.ends_with(".lock") {
+                continue;
+            }
+            let meta = match e.metadata() {
+                Ok(m) => m,
+                // Deleted since the directory was read (a merge's parts, retention): an
+                // object store's listing would not show it either.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io("reading", &p, e)),
+            };
+            if meta.is_dir() {
+                dirs.push(p);
                 continue;
             }
             let Ok(rel) = p.strip_prefix(root) else {
