@@ -93,6 +93,7 @@ pub async fn start(
     local: LocalStore,
     pin: Pin,
     durability: Arc<Durability>,
+    checkpoint: tokio::sync::mpsc::Sender<crate::checkpoint::Request>,
 ) -> Result<Archive, ArchiveError> {
     let a = &config.archive;
     let store = store::Store::open(&a.url, a)?;
@@ -128,6 +129,7 @@ pub async fn start(
         tasks.push(tokio::spawn(bound(status.clone(), durability, max_lag)));
     }
     let uploader = upload::Uploader {
+        checkpoint: Some(checkpoint),
         store,
         journal,
         local,

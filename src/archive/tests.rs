@@ -89,6 +89,7 @@ fn settings() -> upload::Settings {
 
 fn uploader(n: &Node, store: &store::Store, status: Arc<ArchiveStatus>) -> upload::Uploader {
     upload::Uploader {
+        checkpoint: None,
         store: store.clone(),
         journal: n.journal.clone(),
         local: n.local.clone(),
@@ -297,6 +298,36 @@ async fn retention_deletes_what_only_a_removed_restore_point_needed() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     assert_eq!(timeline::cover(&objects, 40).end, 90);
+    task.abort();
+    clock.abort();
+}
+
+/// Writes came, no checkpoint did, and the newest restore point is older than
+/// `checkpoint_interval`: the uploader asks the checkpointer for one, once per interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_restore_point_gets_a_checkpoint_asked_for() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = node(&tmp.path().join("data"));
+    let store = dir_store(&tmp.path().join("bucket"));
+    append(&n, (1..=3).map(|i| i * 10)).await;
+    checkpoint(&n, 30, 4);
+    let status = Arc::new(ArchiveStatus::new("test".into(), Duration::from_millis(40)));
+    let clock = tokio::spawn(clock(n.journal.durable(), status.clone()));
+    let (tx, mut asked) = tokio::sync::mpsc::channel(4);
+    let mut up = uploader(&n, &store, status.clone());
+    up.checkpoint = Some(tx);
+    up.settings.checkpoint_interval = Duration::from_millis(200);
+    let task = tokio::spawn(up.run());
+    await_point(&store, 30).await;
+    // Nothing written since the restore point: nothing asked, however long.
+    let quiet = tokio::time::timeout(Duration::from_millis(600), asked.recv()).await;
+    assert!(
+        quiet.is_err(),
+        "a checkpoint was asked for with no write since"
+    );
+    append(&n, [40]).await;
+    let request = tokio::time::timeout(Duration::from_secs(20), asked.recv()).await;
+    assert!(matches!(request, Ok(Some(_))), "no checkpoint asked for");
     task.abort();
     clock.abort();
 }

@@ -50,6 +50,9 @@ pub struct Settings {
 }
 
 pub struct Uploader {
+    /// Where a checkpoint is asked for when the newest restore point is older than
+    /// `checkpoint_interval` and no newer checkpoint came by itself.
+    pub checkpoint: Option<tokio::sync::mpsc::Sender<crate::checkpoint::Request>>,
     pub store: Store,
     pub journal: Arc<Journal>,
     pub local: LocalStore,
@@ -103,6 +106,8 @@ pub(super) struct Position {
     /// Stream bytes archived since the restore point, and when it was recorded.
     since_point: u64,
     point_at: Instant,
+    /// When a checkpoint was last asked for (`checkpoint_interval`).
+    asked: Option<Instant>,
     pub(super) objects: Vec<Uploaded>,
     /// The local journal cannot continue this timeline's stream: a new restore point is due.
     broken: bool,
@@ -242,10 +247,29 @@ impl Uploader {
                 // Only a new checkpoint can carry the archive on: wait for one.
                 return Ok(Step::Idle(now + self.settings.max_lag / 2));
             }
-            Some(_) => {}
+            Some(p) => self.ask_for_checkpoint(p, now),
         }
         let p = pos.as_mut().expect("set above");
         self.upload_journal(p, now).await
+    }
+
+    /// The newest restore point is older than `checkpoint_interval`, writes came since, and
+    /// no checkpoint was taken meanwhile (the ring's rules did not need one): asks for one,
+    /// once per interval; the next round uploads it.
+    fn ask_for_checkpoint(&self, p: &mut Position, now: Instant) {
+        let interval = self.settings.checkpoint_interval;
+        let due = |t: Instant| now.duration_since(t) >= interval;
+        if interval.is_zero() || p.since_point == 0 || !due(p.point_at) || !p.asked.is_none_or(due)
+        {
+            return;
+        }
+        let Some(tx) = &self.checkpoint else { return };
+        p.asked = Some(now);
+        // The answer is not awaited: the checkpoint shows as a new local one.
+        let (answer, _) = tokio::sync::oneshot::channel();
+        if tx.try_send(answer).is_ok() {
+            tracing::info!(url = %self.status.url, "archive: asking for a checkpoint: the newest restore point is older than archive.checkpoint_interval_ms");
+        }
     }
 
     /// At start: the timeline goes on if its newest restore point is the local checkpoint
@@ -286,6 +310,7 @@ impl Uploader {
             cursor: None,
             since_point: cover.end - lc.offset,
             point_at: Instant::now(),
+            asked: None,
             objects: cover
                 .objects
                 .into_iter()
@@ -338,6 +363,7 @@ impl Uploader {
             cursor: None,
             since_point: 0,
             point_at: Instant::now(),
+            asked: None,
             objects: Vec::new(),
             broken: false,
             unread: false,

@@ -207,6 +207,7 @@ pub(super) async fn start_durability(
                 store.clone(),
                 pin.clone(),
                 durability.clone(),
+                checkpoint_requests.clone(),
             )
             .await?,
         )

@@ -54,9 +54,10 @@ pub struct ArchiveConfig {
     #[serde(deserialize_with = "crate::units::size_opt")]
     #[schemars(with = "crate::units::Size")]
     pub checkpoint_after_bytes: Option<u64>,
-    /// A checkpoint is uploaded at least this often while writes come (0: only by
-    /// `checkpoint_after_bytes`): the newest restore point is never older, and
-    /// `WalrusArchiveRestorePointOld` can say when it is.
+    /// A checkpoint is uploaded at least this often while writes come, one taken for it
+    /// when the ring's rules have not (0: only by `checkpoint_after_bytes`): the newest
+    /// restore point is never much older, and `WalrusArchiveRestorePointOld` can say when
+    /// it is.
     #[serde(deserialize_with = "crate::units::millis")]
     #[schemars(with = "crate::units::Millis")]
     pub checkpoint_interval_ms: u64,
