@@ -331,3 +331,41 @@ async fn an_old_restore_point_gets_a_checkpoint_asked_for() {
     task.abort();
     clock.abort();
 }
+
+/// Valkey upgraded under walrus after its checkpoint: the restore point says so, and a data
+/// directory restored from it records the newer server (a restore then refuses an older
+/// Valkey, as one from the local disk does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_server_noted_after_the_checkpoint_reaches_the_restore_point() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = node(&tmp.path().join("data"));
+    let store = dir_store(&tmp.path().join("bucket"));
+    append(&n, (1..=3).map(|i| i * 10)).await;
+    checkpoint(&n, 30, 4);
+    let status = Arc::new(ArchiveStatus::new("test".into(), Duration::from_millis(40)));
+    let task = tokio::spawn(uploader(&n, &store, status.clone()).run());
+    await_point(&store, 30).await;
+    n.local
+        .note_server(&"Valkey 9.9.0".parse().unwrap())
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (m, _) = owner::read(&store).await.unwrap().unwrap();
+        if m.restore_points[0].newest_server.as_deref() == Some("Valkey 9.9.0") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{m:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let plan = fetch::latest(&store).await.unwrap().unwrap();
+    let to = tmp.path().join("new");
+    fetch::restore(&store, plan, &to, (64 * 1024, 8))
+        .await
+        .unwrap();
+    let cp = LocalStore::read_only(&to.join("checkpoints"))
+        .unwrap()
+        .recorded()
+        .unwrap();
+    assert_eq!(cp.newest_server.as_deref(), Some("Valkey 9.9.0"));
+    task.abort();
+}

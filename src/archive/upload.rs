@@ -201,6 +201,7 @@ impl Uploader {
         let Some(lc) = self.local.recorded() else {
             return Ok(Step::Idle(now + self.settings.max_lag / 2));
         };
+        self.note_server(o, &lc).await?;
         let lp = Point::of(&lc);
         match pos {
             None => {
@@ -251,6 +252,29 @@ impl Uploader {
         }
         let p = pos.as_mut().expect("set above");
         self.upload_journal(p, now).await
+    }
+
+    /// Valkey was upgraded under walrus after the checkpoint (its record names a newer
+    /// server, [`crate::checkpoint::store::Store::note_server`]): the restore points of that
+    /// checkpoint say so too, so that a restore from the archive refuses an older Valkey as
+    /// one from the local disk does.
+    async fn note_server(&self, o: &mut Owned, lc: &Checkpoint) -> Result<(), ArchiveError> {
+        let crc = format!("{:016x}", lc.crc64);
+        let same =
+            |r: &RestorePoint| r.replid == lc.replid && r.offset == lc.offset && r.crc64 == crc;
+        if !o
+            .manifest
+            .restore_points
+            .iter()
+            .any(|r| same(r) && r.newest_server != lc.newest_server)
+        {
+            return Ok(());
+        }
+        let mut next = o.manifest.clone();
+        for r in next.restore_points.iter_mut().filter(|r| same(r)) {
+            r.newest_server = lc.newest_server.clone();
+        }
+        super::owner::replace(&self.store, &self.identity, o, next).await
     }
 
     /// The newest restore point is older than `checkpoint_interval`, writes came since, and
