@@ -49,8 +49,12 @@ impl std::fmt::Display for Restored {
         let p = &self.plan.point;
         writeln!(
             f,
-            "restore point: timeline {}, offset {} of {} ({} bytes of RDB, recorded at {})",
-            p.timeline, p.offset, p.replid, p.size, p.created
+            "restore point: timeline {}, offset {} of {} ({} bytes of RDB, recorded {})",
+            p.timeline,
+            p.offset,
+            p.replid,
+            p.size,
+            p.recorded()
         )?;
         writeln!(
             f,
@@ -283,7 +287,7 @@ pub async fn verify(
 ) -> Result<(Restored, crate::restore::verify::Verified), ArchiveError> {
     let plan = latest(store)
         .await?
-        .ok_or_else(|| ArchiveError::Corrupt(format!("{} has no restore point", store.url())))?;
+        .ok_or_else(|| ArchiveError::Config(format!("{} has no restore point yet", store.url())))?;
     let dir: PathBuf = scratch.join(format!(".walrus-archive-verify-{}", std::process::id()));
     std::fs::create_dir_all(&dir)
         .map_err(|e| ArchiveError::Local(format!("creating {}: {e}", dir.display())))?;

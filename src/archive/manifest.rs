@@ -57,6 +57,13 @@ pub struct RestorePoint {
 }
 
 impl RestorePoint {
+    /// When it was recorded, as a UTC date (`2026-12-03T21:13:10Z`).
+    pub fn recorded(&self) -> String {
+        chrono::DateTime::from_timestamp(self.created, 0).map_or(self.created.to_string(), |t| {
+            t.format("%Y-%m-%dT%H:%M:%SZ").to_string()
+        })
+    }
+
     pub fn crc64(&self) -> Result<u64, String> {
         u64::from_str_radix(&self.crc64, 16).map_err(|e| format!("crc64 {:?}: {e}", self.crc64))
     }

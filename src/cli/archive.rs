@@ -125,7 +125,7 @@ async fn go(cmd: ArchiveCommand) -> Result<String, ArchiveError> {
                 out.push_str(&format!(
                     "{:<9} {:<20} {:<20} {:>14} {:>8} {}:{}\n",
                     p.point.timeline,
-                    p.point.created,
+                    p.point.recorded(),
                     p.cover.end,
                     p.point.size,
                     p.cover.objects.len(),
@@ -138,7 +138,7 @@ async fn go(cmd: ArchiveCommand) -> Result<String, ArchiveError> {
         ArchiveCommand::Restore(a) => {
             let (config, store) = open(&a.source)?;
             let plan = fetch::latest(&store).await?.ok_or_else(|| {
-                ArchiveError::Corrupt(format!("{} has no restore point yet", store.url()))
+                ArchiveError::Config(format!("{} has no restore point yet", store.url()))
             })?;
             std::fs::create_dir_all(&a.data_dir).map_err(|e| {
                 ArchiveError::Local(format!("creating {}: {e}", a.data_dir.display()))
