@@ -33,8 +33,9 @@ pub struct ArchiveConfig {
     #[schemars(with = "crate::units::Millis")]
     pub max_lag_ms: u64,
     /// Refuse writes with `-MISCONF` while the archive lags more than `max_lag_ms` behind the
-    /// journal: nothing acknowledged more than `max_lag_ms` ago is then missing from it.
-    /// Off: walrus serves on while the archive cannot keep up, and says so.
+    /// journal: a store that cannot keep up then puts at risk only what was acknowledged in
+    /// the `max_lag_ms` before it fell behind. Off: walrus serves on while the archive cannot
+    /// keep up, and says so.
     pub enforce_max_lag: bool,
     /// A walrus whose data directory holds nothing restores from the archive's latest
     /// restore point before it serves (a new node replacing a lost one).
