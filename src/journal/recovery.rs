@@ -79,6 +79,15 @@ impl ScanLimits {
 }
 
 impl ScanStart {
+    /// The start of a journal that never released anything: the ring's first byte, LSN 1.
+    pub const ORIGIN: ScanStart = ScanStart {
+        pos: 0,
+        lsn: 1,
+        repl_id: [0; REPL_ID_BYTES],
+        repl_offset: 0,
+        epoch: 0,
+    };
+
     /// Where recovery starts: the checkpoint's first retained record and what came before.
     pub fn at(cp: &Checkpoint) -> Result<ScanStart, JournalError> {
         Ok(ScanStart {
@@ -648,14 +657,7 @@ pub fn key_seals_the_ring<R: RingRead>(
     geo: Geometry,
     limits: ScanLimits,
 ) -> Result<bool, JournalError> {
-    let start = ScanStart {
-        pos: 0,
-        lsn: 1,
-        repl_id: [0; REPL_ID_BYTES],
-        repl_offset: 0,
-        epoch: 0,
-    };
-    let mut s = Scanner::new(ring, geo, start, limits);
+    let mut s = Scanner::new(ring, geo, ScanStart::ORIGIN, limits);
     let io = |e| JournalError::io("reading journal segments", e);
     let (mut p, mut sealed_otherwise) = (0, false);
     while let Some(c) = s.find_magic(p, geo.ring_bytes()).map_err(io)? {

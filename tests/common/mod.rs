@@ -304,6 +304,14 @@ impl<'a> WalrusBuilder<'a> {
         self
     }
 
+    /// A journal device that takes `delay_ms` for every write: the sync backend, whose
+    /// writes the fail point `journal::write` then delays.
+    pub fn slow_journal(mut self, delay_ms: u64) -> Self {
+        // Before whatever tables the test adds: a key of the `[journal]` table.
+        self.config.insert_str(0, "io_backend = \"sync\"\n");
+        self.failpoint("journal::write", &format!("sleep({delay_ms})"))
+    }
+
     /// The client address to listen on (a restart that must keep its port); otherwise a
     /// free port.
     pub fn listen(mut self, addr: &str) -> Self {
@@ -492,8 +500,7 @@ impl Walrus {
     pub fn slow(v: &Valkey, delay_ms: u64) -> Walrus {
         Walrus::build()
             .upstream(&v.addr())
-            .config("io_backend = \"sync\"\n")
-            .failpoint("journal::write", &format!("sleep({delay_ms})"))
+            .slow_journal(delay_ms)
             .start()
     }
 }
@@ -1045,4 +1052,36 @@ pub fn fixture_data_dir() -> (tempfile::TempDir, PathBuf) {
         &data,
     );
     (tmp, data)
+}
+
+/// Appends 40 entries of 1000 bytes to `j` (`[i; 1000]` for LSN i), one write each, so that
+/// later records carry durable hints covering earlier ones; returns the write position
+/// after each.
+pub async fn append_numbered_entries(j: &walrus::journal::Journal) -> Vec<u64> {
+    let mut positions = Vec::new();
+    for i in 1..=40u64 {
+        let t = j
+            .try_append(&walrus::journal::Entry {
+                repl_id: [b'r'; 40],
+                repl_offset_end: i * 1000,
+                payload: bytes::Bytes::from(vec![i as u8; 1000]),
+            })
+            .unwrap();
+        t.wait().await.unwrap();
+        positions.push(j.status().write_pos);
+    }
+    positions
+}
+
+/// Flips one bit of the journal's first segment at `pos`: damage inside a record.
+pub fn flip_journal_byte(dir: &std::path::Path, pos: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join("seg-00000.wal"))
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, pos).unwrap();
+    f.write_all_at(&[b[0] ^ 0x40], pos).unwrap();
 }
