@@ -6,6 +6,7 @@
 pub mod certs;
 pub mod faultfs;
 pub mod pair;
+pub mod seccomp;
 pub mod server;
 pub mod tls;
 #[allow(unused_imports)] // each test binary uses a different part
