@@ -253,7 +253,9 @@ pub fn start_writer(
         match uring::start(files, depth, shared.clone()) {
             Ok(handle) => return Ok((info(BackendKind::IoUring), handle)),
             Err(e) if cfg.io_backend == IoBackendChoice::Auto => {
-                tracing::warn!(error = %e, "io_uring unavailable, using the sync backend (O_DSYNC pwrite on {depth} threads)");
+                // Not a warning: the fallback keeps as many writes in flight, and a container
+                // runtime's default seccomp profile refuses io_uring on every start.
+                tracing::info!(error = %e, "io_uring unavailable, using the sync backend (O_DSYNC pwrite on {depth} threads)");
             }
             Err(e) => {
                 return Err(JournalError::io(
