@@ -29,6 +29,10 @@ and the median of the per-round ratios against the first setup.
                                          # pinned upstream connection): Valkey, walrus, another build
     deploy/bench.py --suite socket       # walrus to Valkey over loopback TCP vs a Unix socket: one Valkey
                                          # listening on both; ops/s, latency, CPU per request of each side
+    deploy/bench.py --suite notifications --baseline OLD_BINARY
+                                         # SET writers beside keyspace subscribers and tracking clients:
+                                         # the writers' ops/s, and the delay from a write's acknowledgement
+                                         # to its notification and invalidation; Valkey, walrus, another build
 
 Needs: valkey-server (deploy/setup.sh installs it) and redis-benchmark (redis-tools); compare
 also nutcracker, haproxy and matplotlib (deploy/setup.sh --bench).
@@ -279,9 +283,13 @@ def read_reply(f):
     if kind == b"$":
         n = int(rest)
         return None if n < 0 else f.read(n + 2)[:-2].decode(errors="replace")
-    if kind == b"*":
+    if kind in (b"*", b">"):  # an array, or a RESP3 push
         n = int(rest)
         return None if n < 0 else [read_reply(f) for _ in range(n)]
+    if kind == b"%":  # a RESP3 map, as a flat list
+        return [read_reply(f) for _ in range(2 * int(rest))]
+    if kind == b"_":
+        return None
     raise RuntimeError("unexpected reply %r" % line)
 
 
@@ -1445,16 +1453,173 @@ def socket_suite(opts, tmp):
                 wname, transport, med(xs, 0), ratio(0), med(xs, 1), med(xs, 2), med(xs, 3), ratio(3), med(xs, 4)))
 
 
+# --- notifications suite ----------------------------------------------------------------------
+#
+# What holding keyspace notifications and tracking invalidations until their write is durable
+# costs. Per setup (Valkey alone, walrus durable, and with --baseline another walrus build):
+# redis-benchmark's SET writers, beside NOTIFY_SUBSCRIBERS RESP2 subscribers of every written
+# key's keyspace channel (a pattern) and NOTIFY_TRACKERS RESP3 clients tracking every written
+# key (BCAST), which read and drop what they get, in a process of their own. Meanwhile a probe
+# writes its own key every NOTIFY_PROBE_SECONDS through the same setup and notes when the SET
+# is acknowledged and when its keyspace notification and its invalidation reach two probe
+# listeners: the delay from acknowledgement to notification (negative: the notification came
+# first, as a Valkey alone and a walrus that does not hold notices send it).
+
+NOTIFY_WRITERS = ("SET 1 KiB, 50 clients", ["-t", "set", "-d", "1024", "-c", "50", "-r", "100000"], 100000)
+NOTIFY_SUBSCRIBERS, NOTIFY_TRACKERS = 4, 4
+NOTIFY_PROBE_SECONDS = 0.01
+# The background listeners: every connection subscribes or tracks, says "ready", and reads
+# until it is killed.
+NOTIFY_DRAIN = r'''
+import socket, sys, threading
+port, subscribers, trackers = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+def command(*args):
+    return b"".join([b"*%d\r\n" % len(args)] + [b"$%d\r\n%s\r\n" % (len(a), a) for a in args])
+def drain(setup):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(setup)
+    while s.recv(1 << 20):
+        pass
+setups = [command(b"PSUBSCRIBE", b"__keyspace@0__:key:*")] * subscribers + \
+    [command(b"HELLO", b"3") + command(b"CLIENT", b"TRACKING", b"ON", b"BCAST", b"PREFIX", b"key:")] * trackers
+for setup in setups:
+    threading.Thread(target=drain, args=(setup,), daemon=True).start()
+print("ready", flush=True)
+threading.Event().wait()
+'''
+
+
+class NotifyProbe:
+    """A writer of the key `probe` and two listeners of it, a RESP2 keyspace subscriber and
+    a RESP3 tracking client; each write's acknowledgement and notifications are timed."""
+
+    def __init__(self, port):
+        self.port = port
+        self.sub = socket.create_connection(("127.0.0.1", port))
+        self.sub.sendall(resp("SUBSCRIBE", "__keyspace@0__:probe"))
+        self.sub_f = self.sub.makefile("rb")
+        read_reply(self.sub_f)
+        self.track = socket.create_connection(("127.0.0.1", port))
+        self.track_f = self.track.makefile("rb")
+        self.track.sendall(resp("HELLO", "3") + resp("CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "probe"))
+        read_reply(self.track_f)
+        if read_reply(self.track_f) != "OK":
+            raise RuntimeError("CLIENT TRACKING refused")
+        self.writer = socket.create_connection(("127.0.0.1", port))
+        self.writer_f = self.writer.makefile("rb")
+
+    def run(self, stop):
+        """Writes until `stop` is set: [(ack - sent, keyspace - ack, invalidation - ack)] in
+        seconds."""
+        heard = {"keyspace": [], "tracking": []}
+
+        def listen(name, f, kind):
+            try:
+                while True:
+                    msg = read_reply(f)
+                    if isinstance(msg, list) and msg and msg[0] == kind:
+                        heard[name].append(time.monotonic())
+            except (OSError, ValueError, ConnectionError):
+                pass
+
+        threads = [threading.Thread(target=listen, args=a, daemon=True)
+                   for a in (("keyspace", self.sub_f, "message"), ("tracking", self.track_f, "invalidate"))]
+        for t in threads:
+            t.start()
+        sent, acked = [], []
+        i = 0
+        while not stop.is_set():
+            i += 1
+            sent.append(time.monotonic())
+            self.writer.sendall(resp("SET", "probe", i))
+            if read_reply(self.writer_f) != "OK":
+                raise RuntimeError("probe SET failed")
+            acked.append(time.monotonic())
+            time.sleep(NOTIFY_PROBE_SECONDS)
+        # The last notifications may still be on their way.
+        deadline = time.monotonic() + 5
+        while min(len(heard["keyspace"]), len(heard["tracking"])) < len(acked) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for s in (self.sub, self.track):
+            s.shutdown(socket.SHUT_RDWR)
+        for t in threads:
+            t.join()
+        n = min(len(acked), len(heard["keyspace"]), len(heard["tracking"]))
+        if n < len(acked):
+            print("warning: %d of %d probe writes not heard of" % (len(acked) - n, len(acked)), file=sys.stderr)
+        return [(acked[j] - sent[j], heard["keyspace"][j] - acked[j], heard["tracking"][j] - acked[j])
+                for j in range(n)]
+
+
+def percentile(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def notifications_suite(opts, tmp):
+    started = []
+    v, vport = start_valkey(tmp)
+    started.append(("Valkey, no persistence", vport, vport))
+    for name, binary in [("walrus durable", None), ("baseline walrus durable", opts.baseline)]:
+        if name.startswith("baseline") and not binary:
+            continue
+        v, vport = start_valkey(tmp, WALRUS_VALKEY_SETTINGS)
+        _, wport = start_walrus(tmp, vport, durable=True, binary=binary)
+        started.append((name, wport, vport))
+    for name, port, vport in started:
+        call(vport, "CONFIG", "SET", "notify-keyspace-events", "KEA")
+        Proc([sys.executable, "-c", NOTIFY_DRAIN, str(port), str(NOTIFY_SUBSCRIBERS), str(NOTIFY_TRACKERS)], "ready")
+    wname, wargs, n = NOTIFY_WRITERS
+    rows = {name: [] for name, _, _ in started}
+    for r in range(opts.rounds):
+        for name, port, _ in started:
+            probe = NotifyProbe(port)
+            stop = threading.Event()
+            out = {}
+            th = threading.Thread(target=lambda: out.update(delays=probe.run(stop)), daemon=True)
+            th.start()
+            try:
+                bench = redis_benchmark(port, wargs, max(1, int(n * opts.scale)))
+            finally:
+                stop.set()
+                th.join()
+            delays = out["delays"]
+            ms = lambda i, q: 1000 * percentile([d[i] for d in delays], q)
+            # The probe's acknowledgement, its notification and invalidation after it (p50, p99),
+            # and its notification after the SET was sent: what a subscriber waits in all.
+            rows[name].append((*bench[:3], ms(0, 0.5), ms(1, 0.5), ms(1, 0.99), ms(2, 0.5), ms(2, 0.99),
+                               1000 * statistics.median(d[0] + d[1] for d in delays)))
+        print("round %d/%d done" % (r + 1, opts.rounds), file=sys.stderr)
+    med = lambda xs, i: statistics.median(x[i] for x in xs)
+    # Ratios: medians of per-round ops/s against Valkey alone, and against the baseline build.
+    against = [rows[started[0][0]], rows.get("baseline walrus durable")]
+    print("\nnotifications suite: %s beside %d keyspace subscribers (RESP2, a pattern) and %d tracking clients "
+          "(RESP3, BCAST); a probe SET every %g s with a keyspace subscriber and a tracking client of its own; "
+          "%d rounds, medians; ratios: median of per-round ops/s; delays from the probe's acknowledgement to its "
+          "notification (negative: the notification came first)\n"
+          % (wname, NOTIFY_SUBSCRIBERS, NOTIFY_TRACKERS, NOTIFY_PROBE_SECONDS, opts.rounds))
+    print("| setup | SET ops/s | vs Valkey | vs baseline | SET p50 ms | SET p99 ms | probe ack ms | keyspace p50 ms | keyspace p99 ms "
+          "| invalidation p50 ms | invalidation p99 ms | keyspace after the SET was sent, p50 ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, _, _ in started:
+        xs = rows[name]
+        ratios = ["%.2fx" % statistics.median(x[0] / f[0] for x, f in zip(xs, base)) if base else "n/a"
+                  for base in against]
+        print("| %s | %.0f | %s | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |"
+              % (name, med(xs, 0), *ratios, *(med(xs, i) for i in range(1, 9))))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--suite", choices=["proxy", "durability", "connect", "restore", "scripts", "compare", "role", "hostile",
-                                        "tls", "socket"],
+                                        "tls", "socket", "notifications"],
                     default="proxy")
     ap.add_argument("--rounds", type=int, default=None, help="default 5 (restore, compare: 3)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies every workload's request count")
     ap.add_argument("--no-build", action="store_true")
     ap.add_argument("--baseline", metavar="BINARY",
-                    help="proxy, durability, connect, compare, role: also run this walrus binary (e.g. a build of an older commit) as a setup")
+                    help="proxy, durability, connect, compare, role, notifications: also run this walrus binary (e.g. a build of an "
+                         "older commit) as a setup")
     ap.add_argument("--dataset-mb", type=int, default=1024,
                     help="restore: MiB of SETs (200-byte values, 240 bytes each) written into each setup")
     ap.add_argument("--segment-mb", type=int, default=0,
@@ -1483,7 +1648,7 @@ def main():
         # timed workloads, and examples/faultfs, the slow disks.
         targets = ["--bin", "walrus", "--example", "loadgen", "--example", "faultfs"] if opts.suite == "compare" else []
         subprocess.run(["cargo", "build", "--release", "--quiet", *targets], cwd=ROOT, check=True)
-    if opts.suite in ("restore", "scripts", "compare", "role", "hostile", "tls", "socket"):
+    if opts.suite in ("restore", "scripts", "compare", "role", "hostile", "tls", "socket", "notifications"):
         tmp = tempfile.mkdtemp(prefix="walrus-bench-")
         try:
             if opts.suite == "tls":
@@ -1494,7 +1659,8 @@ def main():
                 bench_tls.tls_suite(opts, tmp)
                 return
             {"restore": restore_suite, "scripts": scripts_suite, "compare": compare_suite,
-             "role": role_suite, "hostile": hostile_suite, "socket": socket_suite}[opts.suite](opts, tmp)
+             "role": role_suite, "hostile": hostile_suite, "socket": socket_suite,
+             "notifications": notifications_suite}[opts.suite](opts, tmp)
         finally:
             for p in reversed(list(LIVE)):
                 p.stop()

@@ -6,7 +6,8 @@
 # kubernetes-validate (PyPI, pinned), systemd-analyze (Debian's systemd package; it does
 # not become the init system), fuse3 (fusermount3, for faultfs) and the Python cluster
 # clients redis and valkey-glide (PyPI, pinned), the openssl command (certificates for
-# README's TLS example) and stunnel4 (TLS in front of valkey-server, for the TLS tests).
+# README's TLS example), stunnel4 (TLS in front of valkey-server, for the TLS tests) and
+# lua5.1 (luac5.1, which the script lexer's tests compare with).
 # Rust is expected to be there already. Safe to run again: it only installs what is missing.
 #
 #   deploy/setup.sh --bench   # also the extras of deploy/bench.py --suite compare only:
@@ -125,6 +126,13 @@ if ! command -v stunnel >/dev/null 2>&1; then
   without_service_starts apt_install stunnel4
 fi
 
+# Lua 5.1 (Debian's 5.1.5, whose lexer is the one Valkey embeds): tests/script_props.rs checks
+# walrus's script lexer against what luac5.1 compiles.
+if ! command -v luac5.1 >/dev/null 2>&1; then
+  echo "setup: installing lua5.1 (luac5.1, for tests/script_props.rs)"
+  apt_install lua5.1
+fi
+
 if ! command -v redis-benchmark >/dev/null 2>&1; then
   echo "setup: installing redis-tools (redis-cli, redis-benchmark)"
   apt_install redis-tools
@@ -196,6 +204,14 @@ if ! command -v fusermount3 >/dev/null 2>&1; then
   apt_install fuse3
 fi
 echo "setup: $(fusermount3 --version 2>&1 | head -1)"
+
+# strace, which shows that walrus syncs its data directory after making each directory in it
+# (tests/data_dir.rs; skipped without it, or where ptrace is refused).
+if ! command -v strace >/dev/null 2>&1; then
+  echo "setup: installing strace (tests/data_dir.rs)"
+  apt_install strace
+fi
+echo "setup: $(strace -V 2>&1 | head -1)"
 
 # Benchmark-only extras (deploy/bench.py --suite compare): the proxies walrus is compared
 # with, each run by the benchmark itself in front of its own Valkey, and matplotlib for the

@@ -84,6 +84,12 @@ async fn init_inspect_verify_corruption_repair() {
         "{out}"
     );
     assert!(out.contains("free: empty"), "{out}");
+    let id = walrus::journal::manifest::Manifest::load(&dir)
+        .unwrap()
+        .unwrap()
+        .data_dir_id
+        .expect("a journal made now has an identity");
+    assert!(out.contains(&format!("data directory: {id}")), "{out}");
 
     // Flip a byte inside entry 11 (entry N starts at the write position after entry N-1).
     let pos = positions[9] + 200;

@@ -373,7 +373,8 @@ fn second_writer_is_refused_while_open() {
         .err()
         .expect("second open must fail")
         .to_string();
-    assert!(err.contains("open in another process"), "{err}");
+    let owner = format!("is in use by pid {} on ", std::process::id());
+    assert!(err.contains(&owner), "{err}");
     j.close().unwrap();
     let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
     j.close().unwrap();

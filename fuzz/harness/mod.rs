@@ -15,6 +15,7 @@ pub mod checkpoint_manifest;
 pub mod command_table;
 pub mod config;
 pub mod journal_manifest;
+pub mod lua_script;
 pub mod rdb;
 pub mod record;
 pub mod reply;
@@ -33,6 +34,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("command_table", command_table::run),
     ("config", config::run),
     ("journal_manifest", journal_manifest::run),
+    ("lua_script", lua_script::run),
     ("rdb", rdb::run),
     ("record", record::run),
     ("recovery", walrus::journal::sim::fuzz_recovery),

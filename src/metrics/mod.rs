@@ -425,6 +425,12 @@ pub static CLIENTS_OUTPUT_CLOSED: LazyLock<IntCounter> = LazyLock::new(|| {
         "Clients disconnected because they did not read their replies (over proxy.max_output_bytes).",
     )
 });
+pub static CLIENTS_NOTICE_CLOSED: LazyLock<IntCounter> = LazyLock::new(|| {
+    counter(
+        "clients_notice_closed_total",
+        "Clients disconnected because a keyspace notification or tracking invalidation for them could never be released (its write was not journaled within durability.max_hold_ms, or may be lost).",
+    )
+});
 pub static UPSTREAM_IN_FLIGHT_FULL: LazyLock<IntCounter> = LazyLock::new(|| {
     counter(
         "upstream_in_flight_full_total",
@@ -510,5 +516,6 @@ pub fn register_all() {
     LazyLock::force(&UPSTREAM_RECONNECTS);
     LazyLock::force(&UPSTREAM_IN_FLIGHT_FULL);
     LazyLock::force(&CLIENTS_OUTPUT_CLOSED);
+    LazyLock::force(&CLIENTS_NOTICE_CLOSED);
     LazyLock::force(&REPLICA_LINK_UP);
 }

@@ -6,26 +6,47 @@
 //! Administrative commands not listed keep working: `CONFIG SET` of any other setting,
 //! `CLIENT KILL` of clients, `ACL` (walrus's own user must keep the commands it uses: INFO,
 //! ROLE, PSYNC, REPLCONF, CLIENT KILL).
+//!
+//! Scripts and function libraries (EVAL, EVAL_RO, SCRIPT LOAD, FUNCTION LOAD) that may
+//! call `set_repl` are refused too: [`script`] says which, reading them with [`lua`].
+//!
+//! MONITOR breaks the durability rule instead, and is refused the same way unless
+//! `proxy.allow_monitor` lets it through ([`MONITOR`]).
+
+pub mod lua;
+pub mod script;
 
 use crate::resp::Request;
 use crate::upstream::settings::SETTINGS;
+use std::borrow::Cow;
 
 /// Why a command is refused: what it touches, and what that would break.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     pub what: &'static str,
-    pub why: &'static str,
+    pub why: Cow<'static, str>,
 }
 
 impl Refusal {
     /// The error a client gets.
     pub fn error(&self) -> String {
+        self.error_unless("proxy.allow_admin_commands")
+    }
+
+    /// The error a client gets, naming the `setting` that lets the command through.
+    pub fn error_unless(&self, setting: &str) -> String {
         format!(
-            "ERR walrus: {} is refused: {} (proxy.allow_admin_commands lets it through)",
+            "ERR walrus: {} is refused: {} ({setting} lets it through)",
             self.what, self.why
         )
     }
 }
+
+/// MONITOR, refused unless `proxy.allow_monitor`.
+pub const MONITOR: Refusal = Refusal {
+    what: "MONITOR",
+    why: Cow::Borrowed("it shows every command with its arguments as Valkey runs it, the values of writes a crash can still lose among them, before the journal holds them"),
+};
 
 /// Old names Valkey still accepts for settings walrus depends on.
 const ALIASES: [(&str, &str); 2] = [
@@ -46,7 +67,12 @@ const DEBUG_HARMLESS: [&str; 7] = [
 
 /// `name`: the command's name in the command table (`config|set` for a subcommand).
 pub fn refusal(name: &str, req: &Request) -> Option<Refusal> {
-    let refuse = |what, why| Some(Refusal { what, why });
+    let refuse = |what, why: &'static str| {
+        Some(Refusal {
+            what,
+            why: why.into(),
+        })
+    };
     match name {
         "replicaof" | "slaveof" => refuse(
             "REPLICAOF",
@@ -80,12 +106,11 @@ pub fn refusal(name: &str, req: &Request) -> Option<Refusal> {
             "FUNCTION RESTORE",
             "the libraries in its payload cannot be checked for set_repl (load them with FUNCTION LOAD)",
         ),
-        "eval" | "eval_ro" | "script|load" | "function|load" if calls_set_repl(name, req) => {
-            refuse(
-                "a script calling set_repl",
-                "writes it keeps out of the replication stream are never journaled, and a crash loses them",
-            )
-        }
+        "eval" | "eval_ro" | "script|load" | "function|load" => script_refusal(name, req),
+        "script|debug" if req.arg_is(2, "YES") || req.arg_is(2, "SYNC") => refuse(
+            "SCRIPT DEBUG YES (or SYNC)",
+            "the Lua debugger runs code typed into it, which walrus cannot check for set_repl (SYNC keeps its writes), and it would turn a connection other clients share into a debugging session",
+        ),
         "cluster|replicate" => refuse(
             "CLUSTER REPLICATE",
             "this node would become a replica and load another node's dataset, and walrus journals only a primary's stream (README, \"Valkey Cluster\": primaries only)",
@@ -111,17 +136,19 @@ pub fn refusal(name: &str, req: &Request) -> Option<Refusal> {
     }
 }
 
-/// Whether a script's source may call `server.set_repl` / `redis.set_repl`, found by its
-/// name. A script that builds the name at run time (`redis['set_' .. 'repl']`) is not
-/// caught: no text check can be complete, and Valkey has no switch to turn `set_repl` off.
-fn calls_set_repl(name: &str, req: &Request) -> bool {
+/// A script or function library that may call `server.set_repl` ([`script::check`]).
+fn script_refusal(name: &str, req: &Request) -> Option<Refusal> {
     // EVAL's source comes first; SCRIPT LOAD's and FUNCTION LOAD's last. Keys and
     // arguments are data, whatever they spell.
     let source = match name {
         "eval" | "eval_ro" => req.args.get(1),
         _ => req.args.last(),
-    };
-    source.is_some_and(|s| s.windows(b"set_repl".len()).any(|w| w == b"set_repl"))
+    }?;
+    let finding = script::check(source).err()?;
+    Some(Refusal {
+        what: "a script that may call server.set_repl (writes it keeps out of the replication stream are never journaled)",
+        why: finding.to_string().into(),
+    })
 }
 
 /// `CLIENT KILL ... TYPE replica|slave|master|primary ...` (the filter form).
@@ -149,25 +176,25 @@ fn config_set(req: &Request) -> Option<Refusal> {
         if name.starts_with("cluster-announce-") || name == "cluster-preferred-endpoint-type" {
             return Some(Refusal {
                 what: "cluster-announce-* (or cluster-preferred-endpoint-type)",
-                why: "cluster clients would be told another address than this walrus's, and go around it, or the other nodes would lose this one (set cluster.announce_ip and cluster.announce_port instead)",
+                why: "cluster clients would be told another address than this walrus's, and go around it, or the other nodes would lose this one (set cluster.announce_ip and cluster.announce_port instead)".into(),
             });
         }
         if name == "cluster-allow-replica-migration" && !value.eq_ignore_ascii_case(b"no") {
             return Some(Refusal {
                 what: "cluster-allow-replica-migration",
-                why: "a primary that gives away its last slot would become another node's replica and load that node's dataset, and walrus journals only a primary's stream",
+                why: "a primary that gives away its last slot would become another node's replica and load that node's dataset, and walrus journals only a primary's stream".into(),
             });
         }
         if matches!(name, "protected-mode" | "bind" | "port" | "tls-port") {
             return Some(Refusal {
                 what: "protected-mode, bind, port and tls-port",
-                why: "they decide who can reach Valkey other than through walrus: a client that opened them could read writes before they are durable and write around the journal (set them on Valkey's command line or in walrus.toml)",
+                why: "they decide who can reach Valkey other than through walrus: a client that opened them could read writes before they are durable and write around the journal (set them on Valkey's command line or in walrus.toml)".into(),
             });
         }
         if name == "requirepass" {
             return Some(Refusal {
                 what: "requirepass",
-                why: "walrus's own connections use the password in its configuration (upstream.password); change both together, with walrus stopped",
+                why: "walrus's own connections use the password in its configuration (upstream.password); change both together, with walrus stopped".into(),
             });
         }
         let s = SETTINGS.iter().find(|s| s.name == name)?;
@@ -175,7 +202,7 @@ fn config_set(req: &Request) -> Option<Refusal> {
             || value.eq_ignore_ascii_case(s.shown.as_bytes());
         (!same).then_some(Refusal {
             what: s.name,
-            why: s.risk,
+            why: s.risk.into(),
         })
     })
 }
@@ -245,6 +272,18 @@ mod tests {
             "eval",
             &["EVAL", "return 1", "1", "set_repl", "set_repl"]
         ));
+        // The name built at run time (the full rule: `script::tests`).
+        let ghost = "local f = server['set_' .. 'repl'] f(server.REPL_NONE) return server.call('SET', KEYS[1], ARGV[1])";
+        assert!(refused("eval", &["EVAL", ghost, "1", "ghost", "v"]));
+        assert!(refused("eval_ro", &["EVAL_RO", ghost, "1", "ghost", "v"]));
+        assert!(refused("script|load", &["SCRIPT", "LOAD", ghost]));
+        let library =
+            format!("#!lua name=lib\nserver.register_function('f', function() {ghost} end)");
+        assert!(refused("function|load", &["FUNCTION", "LOAD", &library]));
+        // The debugger runs code typed into it.
+        assert!(refused("script|debug", &["SCRIPT", "DEBUG", "SYNC"]));
+        assert!(refused("script|debug", &["SCRIPT", "DEBUG", "yes"]));
+        assert!(!refused("script|debug", &["SCRIPT", "DEBUG", "NO"]));
         assert!(refused(
             "config|set",
             &["CONFIG", "SET", "requirepass", "x"]

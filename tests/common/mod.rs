@@ -735,6 +735,44 @@ impl Raw {
     }
 }
 
+/// A slowed journal's delay (`Walrus::slow`) for the durability rule's tests: a reply that
+/// comes much sooner than this after its write ran cannot be covered by the journal.
+pub const JOURNAL_DELAY_MS: u64 = 1500;
+/// A reply within this time of its request, while a write it depends on waits for the
+/// journal, is a dirty read.
+pub const EARLY: Duration = Duration::from_millis(300);
+
+/// Sends a command without reading its reply.
+pub fn send(c: &mut Raw, args: &[&str]) {
+    c.send_raw(&walrus::resp::write::command(
+        args.iter().map(|a| a.as_bytes()),
+    ));
+}
+
+/// Whether a reply (or any message) arrives within `within`.
+pub fn replied_within(c: &Raw, within: Duration) -> bool {
+    c.stream.set_read_timeout(Some(within)).unwrap();
+    let mut b = [0u8; 1];
+    let r = c.stream.peek(&mut b);
+    c.stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    matches!(r, Ok(n) if n > 0)
+}
+
+/// Sends `write` on `writer` and waits until Valkey has run it (`probe` on Valkey directly
+/// returns `ran`): from then on its effects are dirty until the journal covers them.
+pub fn run_unjournaled(
+    writer: &mut Raw,
+    write: &[&str],
+    direct: &mut Raw,
+    probe: &[&str],
+    ran: &[u8],
+) {
+    send(writer, write);
+    while direct.cmd(probe) != ran {}
+}
+
 /// `sub` subscribes to `channel` (RESP2) and receives `message` as `publisher` publishes it
 /// there, through Valkey.
 pub fn assert_pubsub<S: Read + Write, P: Read + Write>(
@@ -989,4 +1027,37 @@ pub fn http_get(addr: &str, path: &str) -> (u16, String) {
     s.read_to_string(&mut text).unwrap();
     let code = text.split_whitespace().nth(1).unwrap().parse().unwrap();
     (code, text.split_once("\r\n\r\n").unwrap().1.to_string())
+}
+
+/// Copies the tree `from` into `to` (created).
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+/// tests/fixtures/data-dir-0.1.0: the data directory of walrus 0.1.0 (commit 99b17f7),
+/// before data directories had an identity, in managed mode with the ring
+/// [`FIXTURE_RING`]: `SET key:N value-N` for N in 0..50, `walrus checkpoint` (which
+/// released the journal through LSN 51), N in 50..100, then SIGTERM.
+pub const FIXTURE_RING: &str =
+    "[journal]\nsegment_size = 65536\nsegments = 4\nmax_write_bytes = 16384\n";
+
+/// A copy of tests/fixtures/data-dir-0.1.0 to work on: the temporary directory (kept for
+/// the copy's life) and the data directory in it.
+pub fn fixture_data_dir() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    copy_dir(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/data-dir-0.1.0"),
+        &data,
+    );
+    (tmp, data)
 }
