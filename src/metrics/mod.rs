@@ -338,13 +338,13 @@ pub static JOURNAL_RING_BYTES: LazyLock<IntCounter> = LazyLock::new(|| {
 pub static JOURNAL_WRITE: LazyLock<Histogram> = LazyLock::new(|| {
     latency(
         "journal_write_duration_seconds",
-        "Journal writes, from submission until durable (pwrite + fdatasync, or one O_DSYNC write).",
+        "Journal writes, from submission until durable (one O_DSYNC write, with the hand-off to the thread or ring that runs it).",
     )
 });
 pub static JOURNAL_FSYNC: LazyLock<Histogram> = LazyLock::new(|| {
     latency(
         "journal_fsync_duration_seconds",
-        "The sync part of journal writes: fdatasync on the sync backend; with O_DSYNC (io_uring) the whole write, which includes it.",
+        "The device part of journal writes: the O_DSYNC write itself, which includes its sync (either backend).",
     )
 });
 pub static RING_FILL: LazyLock<Gauge> = LazyLock::new(|| {

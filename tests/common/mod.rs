@@ -6,6 +6,7 @@
 pub mod certs;
 pub mod faultfs;
 pub mod pair;
+pub mod seccomp;
 pub mod server;
 pub mod tls;
 #[allow(unused_imports)] // each test binary uses a different part
@@ -253,6 +254,7 @@ pub struct WalrusBuilder<'a> {
     open_files: Option<u64>,
     journal: Option<String>,
     listen: Option<String>,
+    refuse_io_uring: bool,
 }
 
 impl<'a> WalrusBuilder<'a> {
@@ -325,6 +327,13 @@ impl<'a> WalrusBuilder<'a> {
         self
     }
 
+    /// Starts walrus (and so its managed Valkey) under a seccomp filter that refuses io_uring
+    /// with EPERM, as containerd's and Docker's RuntimeDefault profiles do ([`seccomp`]).
+    pub fn refuse_io_uring(mut self) -> Self {
+        self.refuse_io_uring = true;
+        self
+    }
+
     /// Starts walrus and waits until it listens.
     pub fn start(self) -> Walrus {
         let (cmd, dir) = self.command();
@@ -358,6 +367,7 @@ impl<'a> WalrusBuilder<'a> {
             open_files,
             journal,
             listen,
+            refuse_io_uring,
         } = self;
         let dir = tempfile::tempdir().unwrap();
         let data_dir = data
@@ -421,6 +431,11 @@ impl<'a> WalrusBuilder<'a> {
                     Ok(())
                 });
             }
+        }
+        if refuse_io_uring {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: the filter's installation allocates nothing and calls only prctl.
+            unsafe { cmd.pre_exec(seccomp::refuse_io_uring) };
         }
         if !args.contains(&"--metrics-listen") {
             cmd.args(["--metrics-listen", ""]);
