@@ -29,6 +29,10 @@ and the median of the per-round ratios against the first setup.
                                          # pinned upstream connection): Valkey, walrus, another build
     deploy/bench.py --suite socket       # walrus to Valkey over loopback TCP vs a Unix socket: one Valkey
                                          # listening on both; ops/s, latency, CPU per request of each side
+    deploy/bench.py --suite notifications --baseline OLD_BINARY
+                                         # SET writers beside keyspace subscribers and tracking clients:
+                                         # the writers' ops/s, and the delay from a write's acknowledgement
+                                         # to its notification and invalidation; Valkey, walrus, another build
     deploy/bench.py --suite archive      # durable SETs without an archive, with one, with ack = "archive"
                                          # (SeaweedFS on this machine); bytes and requests per stream
                                          # byte; a restart vs a bootstrap from the archive (deploy/bench_archive.py)
@@ -282,9 +286,13 @@ def read_reply(f):
     if kind == b"$":
         n = int(rest)
         return None if n < 0 else f.read(n + 2)[:-2].decode(errors="replace")
-    if kind == b"*":
+    if kind in (b"*", b">"):  # an array, or a RESP3 push
         n = int(rest)
         return None if n < 0 else [read_reply(f) for _ in range(n)]
+    if kind == b"%":  # a RESP3 map, as a flat list
+        return [read_reply(f) for _ in range(2 * int(rest))]
+    if kind == b"_":
+        return None
     raise RuntimeError("unexpected reply %r" % line)
 
 
@@ -798,6 +806,7 @@ def compare_setups(tmp, baseline=None, names=None):
         return start
 
     uring = '[journal]\nio_backend = "io_uring"\ndirect_io = "on"\n'
+    sync = '[journal]\nio_backend = "sync"\n'
     catalogue = [
         (NO_PERSISTENCE, valkey_alone([], "valkey-server, `--save \"\" --appendonly no`")),
         (EVERYSEC, valkey_alone(["--appendonly", "yes", "--appendfsync", "everysec"],
@@ -805,11 +814,12 @@ def compare_setups(tmp, baseline=None, names=None):
         (ALWAYS, valkey_alone(["--appendonly", "yes", "--appendfsync", "always"],
                               "valkey-server, `--appendonly yes --appendfsync always`, AOF beside the others")),
         (WALRUS, walrus(True, uring)),
-        (WALRUS_SYNC, walrus(True, '[journal]\nio_backend = "sync"\n')),
+        (WALRUS_SYNC, walrus(True, sync)),
         (WALRUS_OFF, walrus(False, "")),
     ]
     if baseline:
-        catalogue.append(("baseline " + WALRUS, walrus(True, uring, baseline)))
+        catalogue += [("baseline " + WALRUS, walrus(True, uring, baseline)),
+                      ("baseline " + WALRUS_SYNC, walrus(True, sync, baseline))]
     catalogue += [
         (TWEMPROXY, proxy(start_twemproxy, "nutcracker: `redis: true`, one server; its defaults otherwise "
                                            "(hash fnv1a_64, ketama, one connection to the server)")),
@@ -1005,7 +1015,9 @@ def amplification(journal):
     return (journal["written"] + journal["checkpoint"]) / journal["payload"]
 
 
-# The targets of the performance issue, each as (text, regimes, check(results) -> (figure, met)).
+# The targets of the performance issue: rows of (text, figure, met), each of walrus's targets
+# for both journal backends ("walrus": io_uring; "walrus (sync backend)": the fallback where
+# seccomp refuses io_uring), then the fallback against io_uring in every workload.
 def targets(regime, results, floor):
     med = lambda xs: statistics.median(xs) if xs else None
     rows = []
@@ -1015,29 +1027,36 @@ def targets(regime, results, floor):
         rows.append((text, "-" if r is None else "%.2fx" % r,
                      "-" if r is None else ("met" if (r >= want if above else r <= want) else "**not met**")))
 
-    set_workloads = [w for w, _, _, _ in COMPARE_WORKLOADS]
-    for w in set_workloads:
-        ratio("%s: walrus ops/s vs always (≥ 1x)" % w, w, WALRUS, w, ALWAYS, "ops", 1.0)
-        ratio("%s: walrus p99 vs always (≤ 1x)" % w, w, WALRUS, w, ALWAYS, "p99", 1.0, above=False)
-    if regime != "local":
-        for w in ("SET 1 KiB, 50 clients", "SET 180 KiB, 20 clients"):
-            ratio("%s: walrus ops/s vs always (≥ 2x)" % w, w, WALRUS, w, ALWAYS, "ops", 2.0)
-        ratio("GET p99 beside writers vs alone, walrus (≤ 1.5x)", GET_BESIDE, WALRUS, GET_ALONE, WALRUS, "p99", 1.5,
-              above=False)
-    ratio("reads beside writes: walrus GET vs always (≥ 1.3x)", GET_BESIDE, WALRUS, GET_BESIDE, ALWAYS, "ops", 1.3)
-    ratio("reads beside writes: walrus writers' SET vs always (≥ 1.2x)", GET_BESIDE, WALRUS, GET_BESIDE, ALWAYS,
-          "w_ops", 1.2)
+    workloads = [w for w, _, _, _ in COMPARE_WORKLOADS]
     one = "SET 1 KiB, 1 client"
-    if regime == "local":
-        # On a slow disk no durable write beats the sync it waits for: 50 clients one request
-        # each at 5 ms cannot pass 10k/s, whatever durability off does.
-        for w in ("SET 1 KiB, 50 clients", "SET:GET 1:3, 1 KiB, 50 clients"):
-            ratio("%s: walrus durable vs durability off (≥ 0.85x)" % w, w, WALRUS, w, WALRUS_OFF, "ops", 0.85)
-        ratio("%s: walrus p50 vs always (≤ 1x)" % one, one, WALRUS, one, ALWAYS, "p50", 1.0, above=False)
-    p50 = med([r["p50"] for r in results.get((one, WALRUS), [])])
-    if p50 is not None:
-        rows.append(("%s: walrus p50 minus the device's 4 KiB O_DSYNC p50 (%.3f ms) (≤ 0.1 ms)" % (one, floor),
-                     "%.3f ms" % (p50 - floor), "met" if p50 - floor <= 0.1 else "**not met**"))
+    for name, walrus in (("walrus", WALRUS), ("walrus (sync backend)", WALRUS_SYNC)):
+        for w in workloads:
+            ratio("%s: %s ops/s vs always (≥ 1x)" % (w, name), w, walrus, w, ALWAYS, "ops", 1.0)
+            ratio("%s: %s p99 vs always (≤ 1x)" % (w, name), w, walrus, w, ALWAYS, "p99", 1.0, above=False)
+        if regime != "local":
+            for w in ("SET 1 KiB, 50 clients", "SET 180 KiB, 20 clients"):
+                ratio("%s: %s ops/s vs always (≥ 2x)" % (w, name), w, walrus, w, ALWAYS, "ops", 2.0)
+            ratio("GET p99 beside writers vs alone, %s (≤ 1.5x)" % name, GET_BESIDE, walrus, GET_ALONE, walrus, "p99",
+                  1.5, above=False)
+        ratio("reads beside writes: %s GET vs always (≥ 1.3x)" % name, GET_BESIDE, walrus, GET_BESIDE, ALWAYS, "ops",
+              1.3)
+        ratio("reads beside writes: %s writers' SET vs always (≥ 1.2x)" % name, GET_BESIDE, walrus, GET_BESIDE,
+              ALWAYS, "w_ops", 1.2)
+        if regime == "local":
+            # On a slow disk no durable write beats the sync it waits for: 50 clients one request
+            # each at 5 ms cannot pass 10k/s, whatever durability off does.
+            for w in ("SET 1 KiB, 50 clients", "SET:GET 1:3, 1 KiB, 50 clients"):
+                ratio("%s: %s durable vs durability off (≥ 0.85x)" % (w, name), w, walrus, w, WALRUS_OFF, "ops",
+                      0.85)
+            ratio("%s: %s p50 vs always (≤ 1x)" % (one, name), one, walrus, one, ALWAYS, "p50", 1.0, above=False)
+        p50 = med([r["p50"] for r in results.get((one, walrus), [])])
+        if p50 is not None:
+            rows.append(("%s: %s p50 minus the device's 4 KiB O_DSYNC p50 (%.3f ms) (≤ 0.1 ms)" % (one, name, floor),
+                         "%.3f ms" % (p50 - floor), "met" if p50 - floor <= 0.1 else "**not met**"))
+    for w in workloads:
+        ratio("%s: sync backend ops/s vs io_uring (≥ 0.9x)" % w, w, WALRUS_SYNC, w, WALRUS, "ops", 0.9)
+    ratio("reads beside writes: sync backend writers' SET vs io_uring (≥ 0.9x)", GET_BESIDE, WALRUS_SYNC, GET_BESIDE,
+          WALRUS, "w_ops", 0.9)
     return rows
 
 
@@ -1437,16 +1456,173 @@ def socket_suite(opts, tmp):
                 wname, transport, med(xs, 0), ratio(0), med(xs, 1), med(xs, 2), med(xs, 3), ratio(3), med(xs, 4)))
 
 
+# --- notifications suite ----------------------------------------------------------------------
+#
+# What holding keyspace notifications and tracking invalidations until their write is durable
+# costs. Per setup (Valkey alone, walrus durable, and with --baseline another walrus build):
+# redis-benchmark's SET writers, beside NOTIFY_SUBSCRIBERS RESP2 subscribers of every written
+# key's keyspace channel (a pattern) and NOTIFY_TRACKERS RESP3 clients tracking every written
+# key (BCAST), which read and drop what they get, in a process of their own. Meanwhile a probe
+# writes its own key every NOTIFY_PROBE_SECONDS through the same setup and notes when the SET
+# is acknowledged and when its keyspace notification and its invalidation reach two probe
+# listeners: the delay from acknowledgement to notification (negative: the notification came
+# first, as a Valkey alone and a walrus that does not hold notices send it).
+
+NOTIFY_WRITERS = ("SET 1 KiB, 50 clients", ["-t", "set", "-d", "1024", "-c", "50", "-r", "100000"], 100000)
+NOTIFY_SUBSCRIBERS, NOTIFY_TRACKERS = 4, 4
+NOTIFY_PROBE_SECONDS = 0.01
+# The background listeners: every connection subscribes or tracks, says "ready", and reads
+# until it is killed.
+NOTIFY_DRAIN = r'''
+import socket, sys, threading
+port, subscribers, trackers = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+def command(*args):
+    return b"".join([b"*%d\r\n" % len(args)] + [b"$%d\r\n%s\r\n" % (len(a), a) for a in args])
+def drain(setup):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(setup)
+    while s.recv(1 << 20):
+        pass
+setups = [command(b"PSUBSCRIBE", b"__keyspace@0__:key:*")] * subscribers + \
+    [command(b"HELLO", b"3") + command(b"CLIENT", b"TRACKING", b"ON", b"BCAST", b"PREFIX", b"key:")] * trackers
+for setup in setups:
+    threading.Thread(target=drain, args=(setup,), daemon=True).start()
+print("ready", flush=True)
+threading.Event().wait()
+'''
+
+
+class NotifyProbe:
+    """A writer of the key `probe` and two listeners of it, a RESP2 keyspace subscriber and
+    a RESP3 tracking client; each write's acknowledgement and notifications are timed."""
+
+    def __init__(self, port):
+        self.port = port
+        self.sub = socket.create_connection(("127.0.0.1", port))
+        self.sub.sendall(resp("SUBSCRIBE", "__keyspace@0__:probe"))
+        self.sub_f = self.sub.makefile("rb")
+        read_reply(self.sub_f)
+        self.track = socket.create_connection(("127.0.0.1", port))
+        self.track_f = self.track.makefile("rb")
+        self.track.sendall(resp("HELLO", "3") + resp("CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "probe"))
+        read_reply(self.track_f)
+        if read_reply(self.track_f) != "OK":
+            raise RuntimeError("CLIENT TRACKING refused")
+        self.writer = socket.create_connection(("127.0.0.1", port))
+        self.writer_f = self.writer.makefile("rb")
+
+    def run(self, stop):
+        """Writes until `stop` is set: [(ack - sent, keyspace - ack, invalidation - ack)] in
+        seconds."""
+        heard = {"keyspace": [], "tracking": []}
+
+        def listen(name, f, kind):
+            try:
+                while True:
+                    msg = read_reply(f)
+                    if isinstance(msg, list) and msg and msg[0] == kind:
+                        heard[name].append(time.monotonic())
+            except (OSError, ValueError, ConnectionError):
+                pass
+
+        threads = [threading.Thread(target=listen, args=a, daemon=True)
+                   for a in (("keyspace", self.sub_f, "message"), ("tracking", self.track_f, "invalidate"))]
+        for t in threads:
+            t.start()
+        sent, acked = [], []
+        i = 0
+        while not stop.is_set():
+            i += 1
+            sent.append(time.monotonic())
+            self.writer.sendall(resp("SET", "probe", i))
+            if read_reply(self.writer_f) != "OK":
+                raise RuntimeError("probe SET failed")
+            acked.append(time.monotonic())
+            time.sleep(NOTIFY_PROBE_SECONDS)
+        # The last notifications may still be on their way.
+        deadline = time.monotonic() + 5
+        while min(len(heard["keyspace"]), len(heard["tracking"])) < len(acked) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for s in (self.sub, self.track):
+            s.shutdown(socket.SHUT_RDWR)
+        for t in threads:
+            t.join()
+        n = min(len(acked), len(heard["keyspace"]), len(heard["tracking"]))
+        if n < len(acked):
+            print("warning: %d of %d probe writes not heard of" % (len(acked) - n, len(acked)), file=sys.stderr)
+        return [(acked[j] - sent[j], heard["keyspace"][j] - acked[j], heard["tracking"][j] - acked[j])
+                for j in range(n)]
+
+
+def percentile(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def notifications_suite(opts, tmp):
+    started = []
+    v, vport = start_valkey(tmp)
+    started.append(("Valkey, no persistence", vport, vport))
+    for name, binary in [("walrus durable", None), ("baseline walrus durable", opts.baseline)]:
+        if name.startswith("baseline") and not binary:
+            continue
+        v, vport = start_valkey(tmp, WALRUS_VALKEY_SETTINGS)
+        _, wport = start_walrus(tmp, vport, durable=True, binary=binary)
+        started.append((name, wport, vport))
+    for name, port, vport in started:
+        call(vport, "CONFIG", "SET", "notify-keyspace-events", "KEA")
+        Proc([sys.executable, "-c", NOTIFY_DRAIN, str(port), str(NOTIFY_SUBSCRIBERS), str(NOTIFY_TRACKERS)], "ready")
+    wname, wargs, n = NOTIFY_WRITERS
+    rows = {name: [] for name, _, _ in started}
+    for r in range(opts.rounds):
+        for name, port, _ in started:
+            probe = NotifyProbe(port)
+            stop = threading.Event()
+            out = {}
+            th = threading.Thread(target=lambda: out.update(delays=probe.run(stop)), daemon=True)
+            th.start()
+            try:
+                bench = redis_benchmark(port, wargs, max(1, int(n * opts.scale)))
+            finally:
+                stop.set()
+                th.join()
+            delays = out["delays"]
+            ms = lambda i, q: 1000 * percentile([d[i] for d in delays], q)
+            # The probe's acknowledgement, its notification and invalidation after it (p50, p99),
+            # and its notification after the SET was sent: what a subscriber waits in all.
+            rows[name].append((*bench[:3], ms(0, 0.5), ms(1, 0.5), ms(1, 0.99), ms(2, 0.5), ms(2, 0.99),
+                               1000 * statistics.median(d[0] + d[1] for d in delays)))
+        print("round %d/%d done" % (r + 1, opts.rounds), file=sys.stderr)
+    med = lambda xs, i: statistics.median(x[i] for x in xs)
+    # Ratios: medians of per-round ops/s against Valkey alone, and against the baseline build.
+    against = [rows[started[0][0]], rows.get("baseline walrus durable")]
+    print("\nnotifications suite: %s beside %d keyspace subscribers (RESP2, a pattern) and %d tracking clients "
+          "(RESP3, BCAST); a probe SET every %g s with a keyspace subscriber and a tracking client of its own; "
+          "%d rounds, medians; ratios: median of per-round ops/s; delays from the probe's acknowledgement to its "
+          "notification (negative: the notification came first)\n"
+          % (wname, NOTIFY_SUBSCRIBERS, NOTIFY_TRACKERS, NOTIFY_PROBE_SECONDS, opts.rounds))
+    print("| setup | SET ops/s | vs Valkey | vs baseline | SET p50 ms | SET p99 ms | probe ack ms | keyspace p50 ms | keyspace p99 ms "
+          "| invalidation p50 ms | invalidation p99 ms | keyspace after the SET was sent, p50 ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, _, _ in started:
+        xs = rows[name]
+        ratios = ["%.2fx" % statistics.median(x[0] / f[0] for x, f in zip(xs, base)) if base else "n/a"
+                  for base in against]
+        print("| %s | %.0f | %s | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |"
+              % (name, med(xs, 0), *ratios, *(med(xs, i) for i in range(1, 9))))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--suite", choices=["proxy", "durability", "connect", "restore", "scripts", "compare", "role", "hostile",
-                                        "tls", "socket", "archive"],
+                                        "tls", "socket", "notifications", "archive"],
                     default="proxy")
     ap.add_argument("--rounds", type=int, default=None, help="default 5 (restore, compare: 3)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies every workload's request count")
     ap.add_argument("--no-build", action="store_true")
     ap.add_argument("--baseline", metavar="BINARY",
-                    help="proxy, durability, connect, compare, role: also run this walrus binary (e.g. a build of an older commit) as a setup")
+                    help="proxy, durability, connect, compare, role, notifications: also run this walrus binary (e.g. a build of an "
+                         "older commit) as a setup")
     ap.add_argument("--dataset-mb", type=int, default=1024,
                     help="restore, archive: MiB of SETs (200-byte values, 240 bytes each) written into each setup")
     ap.add_argument("--segment-mb", type=int, default=0,
@@ -1475,7 +1651,7 @@ def main():
         # timed workloads, and examples/faultfs, the slow disks.
         targets = ["--bin", "walrus", "--example", "loadgen", "--example", "faultfs"] if opts.suite == "compare" else []
         subprocess.run(["cargo", "build", "--release", "--quiet", *targets], cwd=ROOT, check=True)
-    if opts.suite in ("restore", "scripts", "compare", "role", "hostile", "tls", "socket", "archive"):
+    if opts.suite in ("restore", "scripts", "compare", "role", "hostile", "tls", "socket", "notifications", "archive"):
         tmp = tempfile.mkdtemp(prefix="walrus-bench-")
         try:
             if opts.suite == "archive":
@@ -1491,7 +1667,8 @@ def main():
                 bench_tls.tls_suite(opts, tmp)
                 return
             {"restore": restore_suite, "scripts": scripts_suite, "compare": compare_suite,
-             "role": role_suite, "hostile": hostile_suite, "socket": socket_suite}[opts.suite](opts, tmp)
+             "role": role_suite, "hostile": hostile_suite, "socket": socket_suite,
+             "notifications": notifications_suite}[opts.suite](opts, tmp)
         finally:
             for p in reversed(list(LIVE)):
                 p.stop()

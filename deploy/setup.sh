@@ -226,6 +226,14 @@ if ! command -v fusermount3 >/dev/null 2>&1; then
 fi
 echo "setup: $(fusermount3 --version 2>&1 | head -1)"
 
+# strace, which shows that walrus syncs its data directory after making each directory in it
+# (tests/data_dir.rs; skipped without it, or where ptrace is refused).
+if ! command -v strace >/dev/null 2>&1; then
+  echo "setup: installing strace (tests/data_dir.rs)"
+  apt_install strace
+fi
+echo "setup: $(strace -V 2>&1 | head -1)"
+
 # Benchmark-only extras (deploy/bench.py --suite compare): the proxies walrus is compared
 # with, each run by the benchmark itself in front of its own Valkey, and matplotlib for the
 # plot.

@@ -750,3 +750,46 @@ fn python_cluster_clients_reach_every_shard_through_walrus() {
         "some GETs went around walrus"
     );
 }
+
+/// During a slot migration a client sends `ASKING` and then the command for the importing
+/// slot: Valkey keeps the flag for that next command only. Sent in one write behind a write
+/// (walrus adds a ROLE behind every batch that writes), the ASKING reaches the target's
+/// Valkey right before the command it is for, as when the same bytes go to Valkey directly.
+/// (walrus's ROLE went between them: the command got `-MOVED` back to the source, whose
+/// `-ASK` sent the client back again.)
+#[test]
+fn asking_after_a_write_reaches_valkey_right_before_its_command() {
+    let shards = cluster();
+    let (source, target) = (&shards[0], &shards[1]);
+    // A key the target serves, and one of a slot the source owns, which the target imports.
+    let (mut own, mut importing) = (None, None);
+    for i in 0.. {
+        let key = format!("key{i}");
+        let r = String::from_utf8_lossy(&target.cmd(&["GET", &key])).to_string();
+        match r.strip_prefix("-MOVED ") {
+            None => own = own.or(Some(key)),
+            Some(moved) if moved.trim_end().ends_with(&format!(":{}", source.port)) => {
+                let slot = moved.split(' ').next().unwrap().to_string();
+                importing = importing.or(Some((key, slot)));
+            }
+            Some(_) => {}
+        }
+        if own.is_some() && importing.is_some() {
+            break;
+        }
+    }
+    let (own, (key, slot)) = (own.unwrap(), importing.unwrap());
+    let r = target.cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source.id()]);
+    assert_eq!(r, b"+OK\r\n", "{}", show(&r));
+    let mut c = Raw::connect(&target.addr());
+    // ASKING gives a session its own connection to Valkey (as READWRITE does): this one has
+    // it already, as after an earlier redirection.
+    assert_eq!(c.cmd(&["READWRITE"]), b"+OK\r\n");
+    let mut batch = walrus::resp::write::command(["SET", own.as_str(), "1"]).to_vec();
+    batch.extend_from_slice(&walrus::resp::write::command(["ASKING"]));
+    c.send_raw(&batch);
+    assert_eq!(c.read_frame(), b"+OK\r\n");
+    assert_eq!(c.read_frame(), b"+OK\r\n");
+    let r = c.cmd(&["SET", &key, "imported"]);
+    assert_eq!(r, b"+OK\r\n", "{}", show(&r));
+}

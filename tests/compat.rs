@@ -625,6 +625,45 @@ fn select_inside_multi_persists_after_exec() {
     p.expect(&["GET", "indb2"], b"$-1\r\n");
 }
 
+/// A transaction that did not run leaves its client in its database, as in Valkey: a SELECT
+/// queued in it never ran. `p` opens a transaction, queues `SELECT 1`, and `end` ends it
+/// (checking its reply); the client's next write must land in database 0, where another
+/// client reads it. (walrus moved the client on any EXEC: the write landed in database 1.)
+fn select_in_a_transaction_that_did_not_run(c: &Compat, mut p: Pair, end: impl Fn(&mut Pair)) {
+    p.ok(&["MULTI"]);
+    p.expect(&["SELECT", "1"], b"+QUEUED\r\n");
+    end(&mut p);
+    p.ok(&["SET", "x", "v"]);
+    c.pair().expect(&["GET", "x"], b"$1\r\nv\r\n");
+    p.expect(&["GET", "x"], b"$1\r\nv\r\n");
+}
+
+#[test]
+fn select_in_a_transaction_aborted_by_a_queueing_error_does_not_move_the_client() {
+    let c = Compat::start();
+    select_in_a_transaction_that_did_not_run(&c, c.pair(), |p| {
+        p.err(&["NO-SUCH-COMMAND"]);
+        p.starts(&["EXEC"], "-EXECABORT");
+    });
+}
+
+#[test]
+fn select_in_a_transaction_aborted_by_watch_does_not_move_the_client() {
+    let c = Compat::start();
+    let mut p = c.pair();
+    p.ok(&["WATCH", "w"]);
+    c.pair().ok(&["SET", "w", "changed"]);
+    select_in_a_transaction_that_did_not_run(&c, p, |p| p.expect(&["EXEC"], b"*-1\r\n"));
+}
+
+#[test]
+fn select_in_a_discarded_transaction_does_not_move_the_client() {
+    let c = Compat::start();
+    select_in_a_transaction_that_did_not_run(&c, c.pair(), |p| {
+        p.ok(&["DISCARD"]);
+    });
+}
+
 #[test]
 fn watch_aborts_on_concurrent_change() {
     let c = Compat::start();
@@ -850,6 +889,49 @@ fn pubsub_resp3() {
     sub.ok(&["PUNSUBSCRIBE", "c*"]);
     publ.expect(&["PUBLISH", "ch", "none"], b":0\r\n");
     sub.expect(&["GET", "nope"], b"_\r\n");
+}
+
+/// Client-side caching in OPTIN mode: `CLIENT CACHING yes` has the next command's keys
+/// tracked, and only the next one's. `between` is sent with it, in one write behind a write
+/// of another key; then the read of `k`. Another client overwrites `k`: the reader gets its
+/// invalidation, as from Valkey. (walrus's ROLE after the write went between CLIENT CACHING
+/// and the read, which was then not tracked: no invalidation ever came, and a client-side
+/// cache served the old value for good.)
+fn optin_read_is_tracked(between: &[&[&str]]) {
+    let c = Compat::start();
+    let mut p = c.pair();
+    p.hello(&["HELLO", "3"]);
+    p.ok(&["CLIENT", "TRACKING", "ON", "OPTIN"]);
+    c.pair().ok(&["SET", "k", "old"]);
+    let mut batch = walrus::resp::write::command(["SET", "w", "1"]).to_vec();
+    batch.extend_from_slice(&walrus::resp::write::command(["CLIENT", "CACHING", "YES"]));
+    for cmd in between {
+        batch.extend_from_slice(&walrus::resp::write::command(cmd.iter()));
+    }
+    p.send_both(&batch);
+    for _ in 0..2 + between.len() {
+        p.read_same();
+    }
+    p.expect(&["GET", "k"], b"$3\r\nold\r\n");
+    c.pair().ok(&["SET", "k", "new"]);
+    assert_eq!(
+        show(&p.read_same()),
+        show(b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n")
+    );
+}
+
+#[test]
+fn client_caching_yes_after_a_write_has_the_next_read_tracked() {
+    optin_read_is_tracked(&[]);
+}
+
+/// The same with `CLIENT GETNAME` between CLIENT CACHING and the read: Valkey keeps the flag
+/// across CLIENT commands. walrus answers GETNAME itself, and asks nothing of Valkey on the
+/// client's connection to do so. (It sent a PING there, to learn whether the client needs
+/// to authenticate, which cleared the flag.)
+#[test]
+fn client_caching_yes_lasts_across_a_client_command_walrus_answers() {
+    optin_read_is_tracked(&[&["CLIENT", "GETNAME"]]);
 }
 
 #[test]

@@ -8,37 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Every journal write takes this long: a reply that comes much sooner than this after its
-/// write ran cannot be covered by the journal.
-const JOURNAL_DELAY_MS: u64 = 1500;
-/// A reply within this time of its request, while a write it depends on waits for the
-/// journal, is a dirty read.
-const EARLY: Duration = Duration::from_millis(300);
-
-fn send(c: &mut Raw, args: &[&str]) {
-    c.send_raw(&walrus::resp::write::command(
-        args.iter().map(|a| a.as_bytes()),
-    ));
-}
-
-/// Whether a reply arrives within `within`.
-fn replied_within(c: &Raw, within: Duration) -> bool {
-    c.stream.set_read_timeout(Some(within)).unwrap();
-    let mut b = [0u8; 1];
-    let r = c.stream.peek(&mut b);
-    c.stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    matches!(r, Ok(n) if n > 0)
-}
-
-/// Sends `write` on `writer` and waits until Valkey has run it (`probe` on Valkey directly
-/// returns `ran`): from then on its effects are dirty until the journal covers them.
-fn run_unjournaled(writer: &mut Raw, write: &[&str], direct: &mut Raw, probe: &[&str], ran: &[u8]) {
-    send(writer, write);
-    while direct.cmd(probe) != ran {}
-}
-
 /// The journal and the gate still take writes: one is acknowledged and read back.
 fn writes_still_work(c: &mut Raw) {
     assert_eq!(c.cmd(&["SET", "after", "1"]), b"+OK\r\n");
@@ -87,6 +56,9 @@ fn a_scripts_undeclared_keys_are_dirty_for_every_reader() {
     assert_eq!(writer.read_frame(), b":1\r\n");
 }
 
+/// Data shown by a keyless command waits for every pending write; so do counts and sizes of
+/// the writes Valkey ran (INFO stats, memory, commandstats, replication offsets, CLIENT LIST's
+/// buffers): a crash can still lose what they count.
 #[test]
 fn keyless_commands_that_show_data_wait_and_the_others_do_not() {
     let v = Valkey::start_with(&["--enable-debug-command", "yes"]);
@@ -103,6 +75,7 @@ fn keyless_commands_that_show_data_wait_and_the_others_do_not() {
     let mut free = Raw::connect(&w.addr);
     for cmd in [
         &["INFO", "server"][..],
+        &["INFO", "clients", "cpu"],
         &["PING"],
         &["CONFIG", "GET", "maxmemory"],
         &["TIME"],
@@ -123,10 +96,21 @@ fn keyless_commands_that_show_data_wait_and_the_others_do_not() {
             "{cmd:?} waited for the write to be durable"
         );
     }
-    // COMMANDLOG (Valkey 8.1) shows a large write's arguments; MEMORY STATS counts keys.
+    // COMMANDLOG (Valkey 8.1) shows a large write's arguments; MEMORY STATS counts keys;
+    // the others count or size the writes Valkey ran.
     let mut shows: Vec<&[&str]> = vec![
         &["INFO", "keyspace"],
         &["INFO"],
+        &["INFO", "server", "stats"],
+        &["INFO", "memory"],
+        &["INFO", "persistence"],
+        &["INFO", "commandstats"],
+        &["INFO", "replication"],
+        &["ROLE"],
+        &["CLIENT", "LIST"],
+        &["CLIENT", "INFO"],
+        &["MEMORY", "MALLOC-STATS"],
+        &["LATENCY", "HISTOGRAM", "set"],
         &["SLOWLOG", "GET"],
         &["DEBUG", "DIGEST"],
         &["MEMORY", "STATS"],
@@ -406,7 +390,19 @@ fn client_kills(direct: &mut Raw) -> u64 {
         .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
 }
 
-/// When walrus drops an upstream socket itself (here: a reply over `max_reply_bytes`),
+/// walrus gives up an upstream connection that owes replies and hears nothing from Valkey
+/// for `upstream.reply_timeout_ms` (here its least, 2 s) while a script keeps Valkey busy
+/// (for 10 s of CPU); it asks Valkey to close the connection until Valkey can.
+const STALL: &str = "[upstream]\nreply_timeout_ms = 2000\n";
+/// Valkey answers nothing but `-BUSY` once a script has run this long: not in these tests.
+const NOT_BUSY: [&str; 2] = ["--busy-reply-threshold", "60000"];
+
+/// [`STALL`] for a managed Valkey.
+fn managed_stall() -> String {
+    format!("{STALL}extra_args = {NOT_BUSY:?}\n")
+}
+
+/// When walrus drops an upstream socket itself (here: Valkey stopped answering on it),
 /// Valkey may still hold commands of it, read but not run. The offset that settles the
 /// connection's writes must be asked only once Valkey has closed that client, or those
 /// commands run after it and their effects are read before the journal has them. Whether
@@ -414,30 +410,18 @@ fn client_kills(direct: &mut Raw) -> u64 {
 /// the race: walrus has Valkey kill the dropped client before it asks the offset.
 #[test]
 fn a_socket_walrus_drops_itself_is_closed_in_valkey_before_its_writes_settle() {
-    let v = Valkey::start();
-    let w = Walrus::build()
-        .upstream(&v.addr())
-        .config("[proxy]\nmax_reply_bytes = 4096\n")
-        .start();
+    let v = Valkey::start_with(&NOT_BUSY);
+    let w = Walrus::build().upstream(&v.addr()).config(STALL).start();
     let mut direct = Raw::connect(&v.addr());
-    assert_eq!(
-        direct.cmd(&["SET", "big", &"b".repeat(64 << 10)]),
-        b"+OK\r\n"
-    );
     let kills = client_kills(&mut direct);
     let mut c = Raw::connect(&w.addr);
-    let replies = overflow_between_writes(&mut c);
-    assert_eq!(
-        replies[1], "-ERR walrus: upstream reply larger than 4096 bytes (proxy.max_reply_bytes)⏎",
-        "{replies:?}"
-    );
-    // A keyspace-wide read answers once the dropped connection's writes have settled.
-    let r = c.cmd(&["DBSIZE"]);
-    assert!(r.starts_with(b":"), "{}", show(&r));
+    stall_between_writes(&mut c);
+    await_settled(&mut c);
     assert_eq!(
         client_kills(&mut direct),
         kills + 1,
-        "walrus did not close the dropped connection on Valkey's side: {replies:?}"
+        "walrus did not close the dropped connection on Valkey's side: {}",
+        w.proc.log_text()
     );
     writes_still_work(&mut c);
 }
@@ -448,14 +432,8 @@ fn a_socket_walrus_drops_itself_is_closed_in_valkey_before_its_writes_settle() {
 /// Another identity's pooled connection (a RESP3 client's) and the replica link stay.
 #[test]
 fn on_a_unix_socket_the_dropped_socket_alone_is_closed_in_valkey_by_its_id() {
-    let w = Walrus::build()
-        .config("[proxy]\nmax_reply_bytes = 4096\n")
-        .start();
+    let w = Walrus::build().config(&managed_stall()).start();
     let mut direct = Raw::connect(&managed_valkey_addr(&w.addr));
-    assert_eq!(
-        direct.cmd(&["SET", "big", &"b".repeat(64 << 10)]),
-        b"+OK\r\n"
-    );
     let mut resp3 = Raw::connect(&w.addr);
     assert!(resp3.cmd(&["HELLO", "3"]).starts_with(b"%"));
     assert_eq!(resp3.cmd(&["SET", "r3", "1"]), b"+OK\r\n");
@@ -464,10 +442,8 @@ fn on_a_unix_socket_the_dropped_socket_alone_is_closed_in_valkey_by_its_id() {
     let links = w.proc.log_text().matches("replica link attached").count();
     let kills = client_kills(&mut direct);
     let mut c = Raw::connect(&w.addr);
-    let replies = overflow_between_writes(&mut c);
-    assert!(replies[1].contains("proxy.max_reply_bytes"), "{replies:?}");
-    let r = c.cmd(&["DBSIZE"]);
-    assert!(r.starts_with(b":"), "{}", show(&r));
+    stall_between_writes(&mut c);
+    await_settled(&mut c);
     assert_eq!(
         client_kills(&mut direct),
         kills + 1,
@@ -493,31 +469,25 @@ fn on_a_unix_socket_the_dropped_socket_alone_is_closed_in_valkey_by_its_id() {
 /// user, before the client's AUTH (issue 25's review: the guard was missing for such users).
 #[test]
 fn a_client_user_without_client_id_is_still_closed_in_valkey_by_its_id() {
-    let w = Walrus::build()
-        .config("[proxy]\nmax_reply_bytes = 4096\n")
-        .start();
+    let w = Walrus::build().config(&managed_stall()).start();
     let mut direct = Raw::connect(&managed_valkey_addr(&w.addr));
-    for cmd in [
-        &["SET", "big", &"b".repeat(64 << 10)][..],
-        &[
-            "ACL",
-            "SETUSER",
-            "app",
-            "on",
-            ">pw",
-            "~*",
-            "&*",
-            "+@all",
-            "-client|id",
-        ],
-    ] {
-        assert_eq!(direct.cmd(cmd), b"+OK\r\n");
-    }
+    let r = direct.cmd(&[
+        "ACL",
+        "SETUSER",
+        "app",
+        "on",
+        ">pw",
+        "~*",
+        "&*",
+        "+@all",
+        "-client|id",
+    ]);
+    assert_eq!(r, b"+OK\r\n");
     let kills = client_kills(&mut direct);
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["AUTH", "app", "pw"]), b"+OK\r\n");
-    let replies = overflow_between_writes(&mut c);
-    assert!(replies[1].contains("proxy.max_reply_bytes"), "{replies:?}");
+    stall_between_writes(&mut c);
+    await_settled(&mut c);
     assert_eq!(
         client_kills(&mut direct),
         kills + 1,
@@ -530,20 +500,91 @@ fn a_client_user_without_client_id_is_still_closed_in_valkey_by_its_id() {
     writes_still_work(&mut c);
 }
 
-/// Sends `SET before`, `GET big` and `SET after` in one write, so that the connection
-/// walrus drops for GET's reply (over `proxy.max_reply_bytes`) has a write whose reply is
-/// still owed; returns the three replies as shown.
-fn overflow_between_writes(c: &mut Raw) -> Vec<String> {
+/// Sends `SET before`, a script that keeps Valkey busy ([`STALL`]), and `SET after` in one
+/// write: walrus gives the connection up while the script and `SET after` are owed, and
+/// they get its error.
+fn stall_between_writes(c: &mut Raw) {
+    // (TIME inside a script is the time the script started.)
+    let busy = "local s = os.clock() while os.clock() - s < 10 do end return 1";
     let pipeline: Vec<u8> = [
         &["SET", "before", "1"][..],
-        &["GET", "big"],
+        &["EVAL", busy, "0"],
         &["SET", "after", "1"],
     ]
     .iter()
     .flat_map(|a| walrus::resp::write::command(a.iter()).to_vec())
     .collect();
     c.send_raw(&pipeline);
-    (0..3).map(|_| show(&c.read_frame())).collect()
+    let replies: Vec<String> = (0..3).map(|_| show(&c.read_frame())).collect();
+    assert!(
+        replies[1..].iter().all(|r| r.starts_with("-ERR walrus:")),
+        "{replies:?}"
+    );
+}
+
+/// Returns once a keyspace-wide read answers, which it does once the writes of the
+/// connection walrus dropped have settled, after Valkey closed it. Until the script ends,
+/// the pool's new connection cannot be set up: requests get that error meanwhile.
+fn await_settled(c: &mut Raw) {
+    let deadline = std::time::Instant::now() + START_TIMEOUT;
+    loop {
+        let r = c.cmd(&["DBSIZE"]);
+        if r.starts_with(b":") {
+            return;
+        }
+        assert!(
+            r.starts_with(b"-ERR walrus: Valkey is unavailable")
+                && std::time::Instant::now() < deadline,
+            "{}",
+            show(&r)
+        );
+    }
+}
+
+/// A reply that had arrived when its connection broke is a real outcome. A session with its
+/// own connection sends a write and `BLPOP q 0` in one write (the ROLE walrus sends behind
+/// them waits for the BLPOP); Valkey answers the write and blocks; someone kills the
+/// connection in Valkey. The write is acknowledged once the journal covers Valkey's offset
+/// asked afterwards, of the same Valkey; the BLPOP, unanswered, gets the error of a lost
+/// connection. (Both got that error: the write's `+OK` had arrived, and was dropped.)
+#[test]
+fn a_reply_that_arrived_before_its_connection_broke_is_acknowledged() {
+    let v = Valkey::start();
+    let w = Walrus::build().upstream(&v.addr()).start();
+    let mut c = Raw::connect(&w.addr);
+    // A command that may block gives the session its own connection.
+    assert_eq!(c.cmd(&["BLPOP", "q", "0.01"]), b"*-1\r\n");
+    let batch: Vec<u8> = [&["SET", "before", "1"][..], &["BLPOP", "q", "0"]]
+        .iter()
+        .flat_map(|a| walrus::resp::write::command(a.iter()).to_vec())
+        .collect();
+    c.send_raw(&batch);
+    let mut direct = Raw::connect(&v.addr());
+    let deadline = std::time::Instant::now() + START_TIMEOUT;
+    let id = loop {
+        let list = String::from_utf8(direct.cmd(&["CLIENT", "LIST"])).unwrap();
+        let blocked = list
+            .lines()
+            .find(|l| l.split(' ').any(|f| f == "cmd=blpop"));
+        if let Some(id) = blocked.and_then(|l| l.split(' ').find_map(|f| f.strip_prefix("id="))) {
+            break id.to_string();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the BLPOP never blocked: {list}"
+        );
+    };
+    assert_eq!(direct.cmd(&["CLIENT", "KILL", "ID", &id]), b":1\r\n");
+    assert_eq!(show(&c.read_frame()), "+OK⏎");
+    let lost = show(&c.read_frame());
+    assert!(
+        lost.contains("connection to Valkey lost before the reply"),
+        "{lost}"
+    );
+    assert_eq!(
+        Raw::connect(&w.addr).cmd(&["GET", "before"]),
+        b"$1\r\n1\r\n"
+    );
 }
 
 /// The ids of Valkey's RESP3 clients (`CLIENT LIST`).
@@ -673,13 +714,11 @@ fn a_client_waiting_in_a_blocking_pop_holds_up_no_one_elses_reads() {
 fn after_a_restart_behind_valkey_reads_wait_for_the_journal_to_catch_up() {
     let v = Valkey::start();
     let data = tempfile::tempdir().unwrap();
-    let delay = format!("sleep({JOURNAL_DELAY_MS})");
     let start = || {
         Walrus::build()
             .upstream(&v.addr())
-            .config("io_backend = \"sync\"\n")
             .data(data.path())
-            .failpoint("journal::write", &delay)
+            .slow_journal(JOURNAL_DELAY_MS)
             .start()
     };
     let mut w = start();
@@ -748,8 +787,8 @@ fn a_reply_held_past_max_hold_gets_an_error_and_the_key_waits_for_the_journal() 
     let v = Valkey::start();
     let w = Walrus::build()
         .upstream(&v.addr())
-        .config("io_backend = \"sync\"\n[durability]\nmax_hold_ms = 300\n")
-        .failpoint("journal::write", "sleep(2000)")
+        .config("[durability]\nmax_hold_ms = 300\n")
+        .slow_journal(2000)
         .start();
     let mut c = Raw::connect(&w.addr);
     let r = show(&c.cmd(&["SET", "k", "v"]));

@@ -180,14 +180,15 @@ fn exported_aof_loads_into_stock_valkey_with_the_same_data() {
     write_dataset(&w, &v.addr());
     let original = snapshot(&v.addr());
 
-    // While walrus runs, its journal is locked: the export refuses, clearly.
+    // While walrus runs, its data directory is locked: the export refuses, naming it.
     let out_dir = tempfile::tempdir().unwrap();
     let aof = out_dir.path().join("appendonly.aof");
     let busy = export_aof(&data, &aof);
     assert_eq!(busy.status.code(), Some(1), "{busy:?}");
     let err = text(&busy.stderr);
+    let owner = format!("is in use by pid {} on ", w.proc.child.id());
     assert!(
-        err.starts_with("walrus: ") && err.contains("in use by a running walrus; stop it first"),
+        err.starts_with("walrus: ") && err.contains(&owner) && err.contains("stop that one first"),
         "{err}"
     );
     assert!(!aof.exists());
@@ -334,4 +335,31 @@ fn damaged_checkpoint_fails_the_export_naming_the_file() {
         0,
         "the failed export left a file"
     );
+}
+
+/// `--out` inside walrus's own `journal/` or `checkpoints/` (however it is named) is
+/// refused with exit 2 before anything is read or written, as `backup --to` is: the export,
+/// renamed over a segment, replaced it.
+#[test]
+fn an_export_into_walruss_own_directories_is_refused() {
+    let (tmp, data) = fixture_data_dir();
+    std::os::unix::fs::symlink(data.join("journal"), tmp.path().join("link")).unwrap();
+    let segment = data.join("journal/seg-00002.wal");
+    let before = std::fs::read(&segment).unwrap();
+    for (out, inside) in [
+        (segment.clone(), "journal"),
+        (tmp.path().join("link/seg-00002.wal"), "journal"),
+        (data.join("checkpoints/dump.rdb"), "checkpoints"),
+    ] {
+        let o = export_aof(&data, &out);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{}: {err}", out.display());
+        let live = data.join(inside).canonicalize().unwrap();
+        assert!(
+            err.contains(&format!("is inside walrus's own {}", live.display())),
+            "{err}"
+        );
+    }
+    assert_eq!(std::fs::read(&segment).unwrap(), before);
+    assert!(!data.join("checkpoints/dump.rdb").exists());
 }

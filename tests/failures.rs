@@ -301,7 +301,7 @@ fn a_valkey_that_stops_answering_gets_requests_an_error_not_a_hang() {
     let v = Valkey::start();
     let w = Walrus::build()
         .upstream(&v.addr())
-        .config("[upstream]\nreply_timeout_ms = 300\n")
+        .config("[upstream]\nreply_timeout_ms = 2000\n")
         .start();
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["SET", "k", "v"]), b"+OK\r\n");
@@ -311,6 +311,15 @@ fn a_valkey_that_stops_answering_gets_requests_an_error_not_a_hang() {
     assert_eq!(watching.cmd(&["WATCH", "k"]), b"+OK\r\n");
     let mut popping = Raw::connect(&w.addr);
     popping.send_raw(&walrus::resp::write::command(["BLPOP", "jobs", "0"]));
+    // It waits in Valkey before Valkey stops (opening its connection then would fail).
+    let mut direct = Raw::connect(&v.addr());
+    let deadline = std::time::Instant::now() + START_TIMEOUT;
+    while info_field(&mut direct, "clients", "blocked_clients").as_deref() != Some("1") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the BLPOP never blocked"
+        );
+    }
     let pid = v.proc.child.id() as i32;
     unsafe { libc::kill(pid, libc::SIGSTOP) };
     let r = show(&c.cmd(&["GET", "k"]));

@@ -12,10 +12,10 @@
 mod harness;
 
 use std::path::{Path, PathBuf};
-use walrus::checkpoint::store::Checkpoint;
+use walrus::checkpoint::store::{Checkpoint, Recorded};
 use walrus::journal::format::{encode_record, Kind, RecordHeader, FORMAT_VERSION, HEADER_BYTES};
 use walrus::journal::format::{RecordKey, UNKEYED_FORMAT_VERSION};
-use walrus::journal::manifest::Manifest;
+use walrus::journal::manifest::{DataDirId, Manifest};
 
 fn fuzz_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz")
@@ -161,6 +161,14 @@ fn walrus_seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         "upgraded",
         unkeyed.render().into_bytes(),
     ));
+    let identity = DataDirId::try_from("0123456789abcdef0123456789abcdef".to_string()).unwrap();
+    let mut identified = m.clone();
+    identified.data_dir_id = Some(identity.clone());
+    out.push((
+        "journal_manifest",
+        "with-identity",
+        identified.render().into_bytes(),
+    ));
     // Padded to a block with newlines, as `replace_file` leaves it.
     let mut padded = m.render().into_bytes();
     padded.resize(4096, b'\n');
@@ -178,6 +186,20 @@ fn walrus_seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         newest_server: None,
     };
     out.push(("checkpoint_manifest", "current", c.render().into_bytes()));
+    let made = Recorded {
+        data_dir_id: Some(identity.clone()),
+        checkpoint: None,
+    };
+    out.push(("checkpoint_manifest", "made", made.render().into_bytes()));
+    let identified = Recorded {
+        data_dir_id: Some(identity),
+        checkpoint: Some(c.clone()),
+    };
+    out.push((
+        "checkpoint_manifest",
+        "with-identity",
+        identified.render().into_bytes(),
+    ));
     let upgraded = Checkpoint {
         written_by: Some("Valkey 8.1.8".into()),
         newest_server: Some("Valkey 9.1.2".into()),

@@ -9,10 +9,19 @@
 //! INFO keyspace, RANDOMKEY, EXISTS, SCAN), increment counters and read them (INCR, GET),
 //! push and pop jobs on queues (BLPOP with a timeout, and one consumer blocked in BLPOP 0),
 //! publish and subscribe, and write large values (and, rarely, a transaction of them too
-//! large for one journal entry). Meanwhile a fault loop (`generator/faults.rs`) SIGKILLs
-//! walrus, Valkey or both, sometimes in the middle of a restore, fails checkpoints and
-//! manifests, slows the journal, breaks walrus's upstream connections, writes around walrus
-//! and, on faultfs, cuts the power (`generator/power.rs`). Each mode ends with everything
+//! large for one journal entry). They send commands of several keys (`generator/registers.rs`:
+//! MSET, DEL, UNLINK, MGET, EXISTS; BLMPOP, BLMOVE), use other databases and SELECT inside
+//! MULTI (`generator/databases.rs`), write keys that expire (`generator/expiry.rs`), speak
+//! RESP3 (half the workers), send administrative commands walrus must refuse
+//! (`generator/admin.rs`), and listen to keyspace notifications and tracking invalidations
+//! (`generator/sidechannel.rs`). Meanwhile a fault loop (`generator/faults.rs`) SIGKILLs
+//! walrus, Valkey or both, sometimes in the middle of a restore or of its handshake, fails
+//! checkpoints and manifests, slows the journal, breaks walrus's upstream connections,
+//! writes around walrus, freezes Valkey (`generator/freeze.rs`), stops walrus with SIGTERM
+//! and starts a second walrus on its data directory (`generator/stops.rs`) and, on faultfs,
+//! cuts the power (`generator/power.rs`). With a slowed journal, no reply may reveal a write
+//! before the journal can hold it: a dirty read seen without a crash
+//! (`generator/release.rs`). Each mode ends with everything
 //! killed and restored from disk, and a final read of every key. The checks are in
 //! `generator/history.rs` and its companions (as things happen) and `generator/check.rs`
 //! (against the final state). `generator/runner.rs` runs it all.
@@ -32,6 +41,8 @@
 //!   `generator/reshard.rs`). The second and third tests run these modes alone.
 //! - `WALRUS_GEN_FAULTS`: a comma-separated list of fault names (`KillShards,MoveSlot`,
 //!   ...): only those of the mode's table, to look at one kind at a time.
+//! - `WALRUS_GEN_OPS`: a comma-separated list of the workers' operations (`Append`,
+//!   `RegWrite`, `Database`, `Expire`, `Refused`, ...: `generator/workers.rs`): only those.
 //! - `WALRUS_GEN_FIX=redis-cli`: a cut slot move is finished with `redis-cli --cluster fix`
 //!   rather than by running the rest of the move (`generator/reshard.rs` says why that loses
 //!   acknowledged writes, walrus or not).

@@ -566,3 +566,174 @@ fn clients_that_vanish_mid_pipeline_leave_nothing_behind() {
     }
     assert_eq!(metric(&metrics, "walrus_clients_connected"), 1.0);
 }
+
+/// One client's reply over walrus's limits (nested deeper than `proxy.max_reply_depth`, or
+/// larger than `proxy.max_reply_bytes`; Valkey answers both) costs that client alone: it
+/// gets an error naming the limit, and another client's 20 INCRs, in flight behind it on the
+/// pooled connection they share, all get their own replies; the connection stays. (walrus
+/// dropped the connection: the INCRs in flight were answered "the command may or may not
+/// have run", although every one of them ran, and a client that retried counted twice.)
+#[test]
+fn a_reply_over_the_limits_costs_its_client_alone() {
+    let v = Valkey::start();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .config("[proxy]\nmax_reply_bytes = 1048576\n")
+        .args(&["--metrics-listen", &metrics])
+        .start();
+    let mut direct = Raw::connect(&v.addr());
+    assert_eq!(direct.cmd(&["SET", "big", &"b".repeat(2 << 20)]), OK);
+    let deep = "local r = 1 for i = 1, 200 do r = {r} end return r";
+    let large = "return redis.call('GET', 'big')";
+    for (round, (script, limit)) in [(deep, "max_reply_depth"), (large, "max_reply_bytes")]
+        .into_iter()
+        .enumerate()
+    {
+        // Valkey holds what may write (EVAL, INCR) until CLIENT UNPAUSE: the INCRs reach it
+        // behind the script, on the connection both clients share.
+        assert_eq!(direct.cmd(&["CLIENT", "PAUSE", "60000", "WRITE"]), OK);
+        let mut refused = Raw::connect(&w.addr);
+        refused.send_raw(&walrus::resp::write::command(["EVAL", script, "0"]));
+        await_blocked_client(&mut direct);
+        let incr = walrus::resp::write::command(["INCR", &format!("n{round}")]);
+        let mut other = Raw::connect(&w.addr);
+        other.send_raw(&incr.repeat(20));
+        // A new client's first 4 requests go at once (its window).
+        await_query_buffer(&mut direct, 4 * incr.len());
+        assert_eq!(direct.cmd(&["CLIENT", "UNPAUSE"]), OK);
+        let r = show(&refused.read_frame());
+        assert!(
+            r.starts_with("-ERR walrus: upstream reply") && r.contains(limit),
+            "{r}"
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&(0..20).flat_map(|_| other.read_frame()).collect::<Vec<_>>()),
+            String::from_utf8_lossy(&incr_replies(20))
+        );
+        assert_eq!(refused.cmd(&["EVAL", "return 1", "0"]), b":1\r\n");
+    }
+    assert_eq!(metric(&metrics, "walrus_upstream_reconnects_total"), 0.0);
+}
+
+/// Returns once a client of Valkey has `bytes` or more read and not yet run (CLIENT LIST's
+/// `qbuf`).
+fn await_query_buffer(valkey: &mut Raw, bytes: usize) {
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        let list = String::from_utf8_lossy(&valkey.cmd(&["CLIENT", "LIST"])).to_string();
+        let most = list
+            .split(' ')
+            .filter_map(|f| f.strip_prefix("qbuf=")?.parse::<usize>().ok())
+            .max()
+            .unwrap_or(0);
+        if most >= bytes {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no client of Valkey has {bytes} bytes waiting: {list}"
+        );
+    }
+}
+
+/// A client that sends its whole pipeline before it reads a reply (redis-py's
+/// `Pipeline.execute()`, bulk loads and batch reads): 400,000 GETs of a 40-byte value, 8 MB
+/// of requests, then every reply. walrus reads on while the replies pile up, as Valkey
+/// does, and the client gets every one. (walrus stopped reading it once 1 MiB of its replies
+/// was unwritten, while the client read nothing until its send was done: neither side moved
+/// again, and no limit ended it.)
+#[test]
+fn a_pipeline_sent_whole_before_its_replies_are_read_is_served() {
+    const GETS: usize = 400_000;
+    let v = Valkey::start();
+    let w = Walrus::build().upstream(&v.addr()).start();
+    let mut c = Raw::connect(&w.addr);
+    let value = "v".repeat(40);
+    assert_eq!(c.cmd(&["SET", "k", &value]), OK);
+    let pipeline = walrus::resp::write::command(["GET", "k"]).repeat(GETS);
+    c.stream.set_write_timeout(Some(START_TIMEOUT)).unwrap();
+    c.stream
+        .write_all(&pipeline)
+        .expect("walrus stopped reading the pipeline");
+    let reply = bulk(&value);
+    let mut replies = vec![0; reply.len() * GETS];
+    c.stream.read_exact(&mut replies).unwrap();
+    for (i, r) in replies.chunks(reply.len()).enumerate() {
+        assert!(r == reply, "reply {i}: {}", show(r));
+    }
+}
+
+/// The same with transactions in it (MULTI is a barrier: every earlier reply must have
+/// arrived before it runs): 8 of them, each behind a read of a 2 MiB value (more than the
+/// sockets between walrus and the client hold), then 400,000 reads of a small one. A
+/// barrier waits for Valkey, never for the client to read, which it does only once its send
+/// is done. (It waited for the client once the replies before it filled the sockets:
+/// neither side moved again.)
+#[test]
+fn a_pipeline_with_transactions_sent_whole_before_its_replies_are_read_is_served() {
+    let v = Valkey::start();
+    let w = Walrus::build().upstream(&v.addr()).start();
+    let mut c = Raw::connect(&w.addr);
+    let big = "b".repeat(2 << 20);
+    assert_eq!(c.cmd(&["SET", "big", &big]), OK);
+    assert_eq!(c.cmd(&["SET", "k", "v"]), OK);
+    let block = [&["GET", "big"][..], &["MULTI"], &["INCR", "n"], &["EXEC"]]
+        .iter()
+        .flat_map(|a| walrus::resp::write::command(a.iter()).to_vec())
+        .collect::<Vec<u8>>();
+    let pipeline = [
+        block.repeat(8),
+        walrus::resp::write::command(["GET", "k"]).repeat(400_000),
+    ]
+    .concat();
+    let mut want: Vec<u8> = (1..=8)
+        .flat_map(|i| {
+            [
+                bulk(&big),
+                format!("+OK\r\n+QUEUED\r\n*1\r\n:{i}\r\n").into_bytes(),
+            ]
+            .concat()
+        })
+        .collect();
+    want.extend_from_slice(&bulk("v").repeat(400_000));
+    c.stream.set_write_timeout(Some(START_TIMEOUT)).unwrap();
+    c.stream
+        .write_all(&pipeline)
+        .expect("walrus stopped reading the pipeline");
+    let mut replies = vec![0; want.len()];
+    c.stream.read_exact(&mut replies).unwrap();
+    assert!(replies == want, "the replies differ");
+}
+
+/// A client that never reads and keeps sending is read on, and closed once what walrus holds
+/// for it (its unwritten replies and the requests it sent meanwhile) reaches
+/// `proxy.max_output_bytes`, with its reason: a log line and
+/// `walrus_clients_output_closed_total`. Another client is served all along. (walrus stopped
+/// reading it and kept it paused for good: its sends blocked, and nothing said why.)
+#[test]
+fn a_client_that_never_reads_and_keeps_sending_is_closed_at_its_output_limit() {
+    let v = Valkey::start();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .config("[proxy]\nmax_output_bytes = 4194304\n")
+        .args(&["--metrics-listen", &metrics])
+        .start();
+    let mut c = Raw::connect(&w.addr);
+    let value = "v".repeat(1 << 10);
+    assert_eq!(c.cmd(&["SET", "k", &value]), OK);
+    let hostile = connect_slow(&w.addr, 4096).unwrap();
+    let writer = std::thread::spawn(move || {
+        let gets = walrus::resp::write::command(["GET", "k"]).repeat(64);
+        while (&hostile).write_all(&gets).is_ok() {}
+    });
+    let line = w.proc.wait_line(
+        "closed a client that does not read its replies",
+        START_TIMEOUT,
+    );
+    assert!(line.contains("proxy.max_output_bytes"), "{line}");
+    writer.join().unwrap();
+    assert_eq!(metric(&metrics, "walrus_clients_output_closed_total"), 1.0);
+    assert_eq!(c.cmd(&["GET", "k"]), bulk(&value));
+}

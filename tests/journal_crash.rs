@@ -120,7 +120,7 @@ fn crash_child_writer() {
 /// The crash loops run one at a time. A child spawned by one loop holds, from fork to exec,
 /// copies of the parent's open descriptors, among them the other loop's journal lock while
 /// that loop checks its journal; the other loop's next child could then find its journal
-/// "open in another process".
+/// "in use".
 static ONE_LOOP_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn crash_loop(backend: &str, rounds: u32) {

@@ -1,5 +1,6 @@
 //! End-to-end tests of the journal handle: append, durability, reopen, replay, ring full,
 //! release, large entries, both backends.
+mod common;
 
 use std::sync::Arc;
 
@@ -259,67 +260,12 @@ fn geometry_change_is_refused() {
     );
 }
 
-/// Blocks io_uring_setup(2) with EPERM for the calling thread and threads it creates later,
-/// as Docker's and containerd's default seccomp profiles do.
-fn block_io_uring_in_this_thread() {
-    use libc::{sock_filter, sock_fprog};
-    const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
-    const BPF_JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
-    const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
-    let nr = libc::SYS_io_uring_setup as u32;
-    let filter = [
-        // seccomp_data.nr is at offset 0.
-        sock_filter {
-            code: BPF_LD_W_ABS,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        },
-        sock_filter {
-            code: BPF_JEQ_K,
-            jt: 0,
-            jf: 1,
-            k: nr,
-        },
-        sock_filter {
-            code: BPF_RET_K,
-            jt: 0,
-            jf: 0,
-            k: libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
-        },
-        sock_filter {
-            code: BPF_RET_K,
-            jt: 0,
-            jf: 0,
-            k: libc::SECCOMP_RET_ALLOW,
-        },
-    ];
-    let prog = sock_fprog {
-        len: filter.len() as u16,
-        filter: filter.as_ptr() as *mut sock_filter,
-    };
-    // SAFETY: plain prctl calls with a valid, live filter program.
-    unsafe {
-        assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
-        assert_eq!(
-            libc::prctl(
-                libc::PR_SET_SECCOMP,
-                libc::SECCOMP_MODE_FILTER,
-                &prog as *const sock_fprog
-            ),
-            0,
-            "installing the seccomp filter: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-}
-
 #[test]
 fn auto_falls_back_to_sync_when_seccomp_blocks_io_uring() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_path_buf();
     std::thread::spawn(move || {
-        block_io_uring_in_this_thread();
+        common::seccomp::refuse_io_uring().expect("installing the seccomp filter");
         let forced = JournalConfig {
             io_backend: IoBackendChoice::IoUring,
             ..cfg(IoBackendChoice::IoUring)
@@ -353,6 +299,71 @@ fn auto_falls_back_to_sync_when_seccomp_blocks_io_uring() {
     .unwrap();
 }
 
+/// On a device where every synchronous write takes a while (a network volume), both
+/// backends keep several writes in flight. The kernel serializes the syncs of one file on its
+/// inode lock, so a backend that followed each write with fdatasync would have one sync in
+/// flight whatever its threads (one write per device latency); O_DSYNC writes to one file
+/// overlap (docs/faultfs.md). faultfs counts the synchronous replies waiting out their
+/// latency: appenders that each wait for their entry keep the writer loop busy, and two of
+/// them must be waiting at once.
+#[test]
+fn both_backends_keep_several_synchronous_writes_in_flight_on_a_slow_device() {
+    let Some(fs) = common::faultfs::FaultFs::mount() else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    for backend in [IoBackendChoice::Sync, IoBackendChoice::Auto] {
+        let dir = fs.path(&format!("{backend:?}"));
+        std::fs::create_dir(&dir).unwrap();
+        // Segments large enough that every write of the test goes to one file: writes to two
+        // files would overlap in any case.
+        let cfg = JournalConfig {
+            segment_size_bytes: 4 << 20,
+            ..cfg(backend)
+        };
+        let (j, rec) = Journal::open(&dir, &cfg).unwrap();
+        // Long enough that the status poll sees writes waiting, short enough for a quick test.
+        fs.ok("latency 100000");
+        let (j, stop) = (
+            Arc::new(j),
+            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        );
+        let offset = Arc::new(std::sync::Mutex::new(0u64));
+        let appenders: Vec<_> = (0..4)
+            .map(|_| {
+                let (j, stop, offset) = (j.clone(), stop.clone(), offset.clone());
+                rt.spawn(async move {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let t = {
+                            let mut o = offset.lock().unwrap();
+                            *o += 100;
+                            j.try_append(&Entry {
+                                repl_id: REPL_ID,
+                                repl_offset_end: *o,
+                                payload: payload(*o, 100),
+                            })
+                            .unwrap()
+                        };
+                        t.wait().await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        fs.await_status("delayed", |n| n >= 2);
+        assert!(rec.backend.dsync, "{backend:?}: {}", rec.backend);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        fs.ok("latency 0");
+        for a in appenders {
+            rt.block_on(a).unwrap();
+        }
+        Arc::into_inner(j).unwrap().close().unwrap();
+    }
+}
+
 #[test]
 fn second_writer_is_refused_while_open() {
     let dir = tempfile::tempdir().unwrap();
@@ -362,7 +373,8 @@ fn second_writer_is_refused_while_open() {
         .err()
         .expect("second open must fail")
         .to_string();
-    assert!(err.contains("open in another process"), "{err}");
+    let owner = format!("is in use by pid {} on ", std::process::id());
+    assert!(err.contains(&owner), "{err}");
     j.close().unwrap();
     let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
     j.close().unwrap();

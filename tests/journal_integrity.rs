@@ -268,6 +268,53 @@ async fn append_each(
     }
 }
 
+/// A MANIFEST copied in from another journal (another data directory's) seals none of this
+/// ring's records with its key: recovery read that as a clean end at the first record, the
+/// journal empty and its entries lost, and a scan (`verify`) said OK. Now both refuse it,
+/// naming the file, before anything is written; with its own manifest back, the journal
+/// opens with every entry.
+#[tokio::test]
+async fn another_journals_manifest_is_refused_not_read_as_an_empty_log() {
+    let cfg = engine_cfg(4);
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    for (dir, len) in [(&a, 100), (&b, 300)] {
+        let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
+        append_all(&j, 1..=20, len).await;
+        j.release_through_blocking(20).unwrap();
+        append_all(&j, 21..=30, len).await;
+        j.close().unwrap();
+    }
+    let manifest = a.path().join("MANIFEST");
+    let own = std::fs::read(&manifest).unwrap();
+    std::fs::copy(b.path().join("MANIFEST"), &manifest).unwrap();
+    let foreign = std::fs::read(&manifest).unwrap();
+    let refusals = [
+        walrus::journal::open::scan_dir(a.path(), &cfg).err(),
+        Journal::open(a.path(), &cfg).err(),
+    ];
+    for e in refusals {
+        let e = e
+            .expect("another journal's manifest must be refused")
+            .to_string();
+        assert!(
+            e.contains(&format!(
+                "{}: its record key seals none",
+                manifest.display()
+            )),
+            "{e}"
+        );
+    }
+    assert_eq!(
+        std::fs::read(&manifest).unwrap(),
+        foreign,
+        "the manifest was written"
+    );
+    std::fs::write(&manifest, own).unwrap();
+    let (j, rec) = Journal::open(a.path(), &cfg).unwrap();
+    assert_eq!((rec.entries, rec.end.last_lsn()), (10, 30));
+    j.close().unwrap();
+}
+
 /// The repair reproduction: bit rot in entry 30, a repair with a smaller look-ahead
 /// than the service's, then a clean close, then fewer entries than were cut. Every later
 /// open, with any look-ahead, is clean.

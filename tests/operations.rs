@@ -18,6 +18,7 @@ const METRICS: &[(&str, &str)] = &[
     ("walrus_clients_accepted_total", "counter"),
     ("walrus_clients_rejected_total", "counter"),
     ("walrus_clients_output_closed_total", "counter"),
+    ("walrus_clients_notice_closed_total", "counter"),
     // Client-facing TLS: exported when `tls.listen` is set (the test below sets it).
     ("walrus_tls_certificate_expiry_timestamp_seconds", "gauge"),
     ("walrus_tls_reloads_total", "counter"),

@@ -19,6 +19,7 @@ fn upstream(addr: String) -> Upstream {
         address: addr,
         credentials: None,
         connect_timeout: Duration::from_secs(5),
+        reply_timeout: Duration::from_secs(5),
         limits: Limits::default(),
         process: None,
         tls: None,

@@ -344,6 +344,62 @@ fn valkey_ahead_beyond_its_backlog_becomes_the_new_checkpoint() {
     );
 }
 
+/// A full resync records its RDB as the checkpoint only once every entry journaled before
+/// it is durable: its `from_lsn` (the first entry a restore replays) is where the journal's
+/// durable end will be after any crash. Recorded earlier, a crash dropped the entries still in
+/// flight, the next run numbered its entries from the durable end, below `from_lsn`, and a
+/// restore skipped them: acknowledged writes lost.
+#[test]
+fn a_full_resync_records_its_checkpoint_only_after_the_journal_before_it_is_durable() {
+    let data = tempfile::tempdir().unwrap();
+    let data = data.path().join("data");
+    let v = Valkey::start_with(&["--enable-debug-command", "yes"]);
+    let port = v.port.to_string();
+    let mut w = Walrus::build()
+        .upstream(&v.addr())
+        .data(&data)
+        // Valkey's new history is then adopted with a full resync.
+        .config("[restore]\non_conflict = \"valkey-wins\"\n")
+        .slow_journal(3000)
+        .start();
+    // A write journaled, not yet durable (its reply waits for the slow device)...
+    let mut c = Raw::connect(&w.addr);
+    send(&mut c, &["SET", "in-flight", "1"]);
+    let mut direct = Raw::connect(&v.addr());
+    while direct.cmd(&["EXISTS", "in-flight"]) != b":1\r\n" {}
+    // ... when Valkey changes its history: the link adopts it with a full resync.
+    assert_eq!(direct.cmd(&["DEBUG", "CHANGE-REPL-ID"]), OK);
+    assert!(direct
+        .cmd(&["CLIENT", "KILL", "TYPE", "replica"])
+        .starts_with(b":"));
+    w.proc.wait_line(
+        "full resync: RDB stored durably and recorded",
+        START_TIMEOUT,
+    );
+    w.proc.signal(libc::SIGKILL);
+    w.proc
+        .wait_exit(std::time::Duration::from_secs(10))
+        .unwrap();
+    // The next run acknowledges a write, and Valkey is then lost: the restore must bring it.
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .data(&data)
+        .config("[restore]\non_conflict = \"valkey-wins\"\n")
+        .start();
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["SET", "acknowledged", "1"]), OK);
+    drop(direct);
+    drop(v);
+    let _v = Valkey::start_with(&["--port", &port]);
+    w.proc
+        .wait_line("Valkey continued with a partial resync", START_TIMEOUT);
+    // Clients get -LOADING until the link has attached again.
+    w.proc.wait_line("replica link attached", START_TIMEOUT);
+    let mut c = Raw::connect(&w.addr);
+    let got = show(&c.cmd(&["GET", "acknowledged"]));
+    assert_eq!(got, show(&bulk("1")), "{}", w.proc.log_text());
+}
+
 #[test]
 fn a_live_restore_is_counted_and_a_conflict_while_running_keeps_clients_out() {
     let v = Valkey::start();

@@ -1,12 +1,14 @@
-//! The checkpoint manifest (`walrus::checkpoint::store::Checkpoint`, the `CHECKPOINT`
-//! file): the record a restore trusts to name its RDB, and the server versions in it.
+//! The checkpoint manifest (`walrus::checkpoint::store::Recorded`, the `CHECKPOINT` file):
+//! the data directory's identity, and the record a restore trusts to name its RDB, with the
+//! server versions in it.
 //!
-//! Input: the file's bytes. Checked: no panic; a record that parses names a file inside the
-//! checkpoint directory, an RDB, renders to a text that parses as the same record, and its
-//! server versions read back as themselves.
+//! Input: the file's bytes. Checked: no panic; a manifest that parses holds an identity, a
+//! record or both, and renders to a text that parses as the same; a record in it names a
+//! file inside the checkpoint directory, an RDB, and its server versions read back as
+//! themselves.
 
 use std::path::{Component, Path};
-use walrus::checkpoint::store::Checkpoint;
+use walrus::checkpoint::store::{Checkpoint, Recorded};
 use walrus::journal::manifest::seal;
 use walrus::upstream::server::ServerVersion;
 
@@ -15,8 +17,12 @@ pub fn run(data: &[u8]) {
         return;
     };
     for text in [text.to_string(), seal(text)] {
-        if let Ok(c) = Checkpoint::parse(&text) {
-            check_record(&c);
+        if let Ok(m) = Recorded::parse(&text) {
+            assert!(m.data_dir_id.is_some() || m.checkpoint.is_some(), "{m:?}");
+            assert_eq!(Recorded::parse(&m.render()).as_ref(), Ok(&m));
+            if let Some(c) = &m.checkpoint {
+                check_record(c);
+            }
         }
     }
     for line in text.lines() {

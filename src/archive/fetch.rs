@@ -257,6 +257,7 @@ fn write_chain(
         };
         items
     });
+    let id = copy.data_dir_id();
     let mut append_failed = None;
     let walked = chain::walk_entries(entries, cp, |slice| {
         backup::append_slice(&copy, slice, runtime, geometry).map_err(|e| {
@@ -273,7 +274,7 @@ fn write_chain(
         return Err(ArchiveError::Local(e.to_string()));
     }
     let end = walked.map_err(|e| ArchiveError::Corrupt(e.to_string()))?;
-    backup::record_copy(dir, cp, closed, end.entries)
+    backup::record_copy(dir, cp, id, closed, end.entries)
         .map_err(|e| ArchiveError::Local(e.to_string()))?;
     Ok(end)
 }

@@ -1,8 +1,7 @@
-//! Who a data directory is, to the archive: an identity made once and kept in it, and the
-//! writer of the archive it was restored from, which it may take over.
-//!
-//! Kept in `<data>/archive/`: `IDENTITY` (random, hex) and `RESTORED_FROM` (the archive
-//! writer's identity when a restore from the archive made this directory).
+//! Who a data directory is, to the archive: its identity (`data_dir_id`, drawn when its
+//! journal was made and kept in both its manifests), and the writer of the archive it was
+//! restored from, which it may take over (`<data>/archive/RESTORED_FROM`, written by a restore
+//! from the archive).
 
 use super::ArchiveError;
 use std::path::{Path, PathBuf};
@@ -21,22 +20,12 @@ fn dir(data_dir: &Path) -> PathBuf {
     data_dir.join("archive")
 }
 
-/// The identity of `data_dir`, made on first use (blocking).
-pub fn of(data_dir: &Path) -> Result<Identity, ArchiveError> {
+/// The data directory `data_dir` whose identity is `id`, as the archive knows it (blocking).
+pub fn of(
+    data_dir: &Path,
+    id: &crate::journal::manifest::DataDirId,
+) -> Result<Identity, ArchiveError> {
     let d = dir(data_dir);
-    let path = d.join("IDENTITY");
-    let id = match std::fs::read_to_string(&path) {
-        Ok(t) => t.trim().to_string(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let mut b = [0u8; 16];
-            getrandom::fill(&mut b)
-                .map_err(|e| ArchiveError::Local(format!("no randomness: {e}")))?;
-            let id = crate::journal::manifest::hex_encode(&b);
-            write(&d, "IDENTITY", &id)?;
-            id
-        }
-        Err(e) => return Err(local("reading", &path, e)),
-    };
     let restored_from = match std::fs::read_to_string(d.join("RESTORED_FROM")) {
         Ok(t) => Some(t.trim().to_string()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -44,7 +33,7 @@ pub fn of(data_dir: &Path) -> Result<Identity, ArchiveError> {
     };
     let abs = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
     Ok(Identity {
-        id,
+        id: id.to_string(),
         name: format!("{}:{}", hostname(), abs.display()),
         restored_from,
     })
@@ -89,22 +78,20 @@ fn hostname() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::journal::manifest::DataDirId;
 
     #[test]
-    fn an_identity_is_made_once_and_kept() {
+    fn a_restore_is_noted_until_the_archive_is_taken_over() {
         let tmp = tempfile::tempdir().unwrap();
-        let a = of(tmp.path()).unwrap();
-        assert_eq!(a.id.len(), 32);
-        assert_eq!(of(tmp.path()).unwrap(), a);
-        assert_eq!(a.restored_from, None);
+        let id = DataDirId::random().unwrap();
+        let a = of(tmp.path(), &id).unwrap();
+        assert_eq!((a.id, a.restored_from), (id.to_string(), None));
         note_restored(tmp.path(), "someone").unwrap();
         assert_eq!(
-            of(tmp.path()).unwrap().restored_from.as_deref(),
+            of(tmp.path(), &id).unwrap().restored_from.as_deref(),
             Some("someone")
         );
         forget_restored(tmp.path()).unwrap();
-        assert_eq!(of(tmp.path()).unwrap().restored_from, None);
-        let other = tempfile::tempdir().unwrap();
-        assert_ne!(of(other.path()).unwrap().id, a.id);
+        assert_eq!(of(tmp.path(), &id).unwrap().restored_from, None);
     }
 }

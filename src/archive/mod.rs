@@ -8,7 +8,8 @@
 //! - [`object`]: what the objects are called and the journal objects' format: each names its
 //!   timeline, replication id, offset and LSN ranges, and carries a CRC.
 //! - [`manifest`]: the one object replaced, conditionally: the writer and the restore points;
-//!   [`owner`]: two walruses never write one archive; [`identity`]: the data directory's.
+//!   [`owner`]: two walruses never write one archive; [`identity`]: the data directory's
+//!   (its `data_dir_id`).
 //! - [`upload`]: the uploader task, which reads the journal by the chain's rule ([`read`])
 //!   and merges small objects ([`merge`]); [`timeline`]: a timeline's objects read back;
 //!   [`retention`]: restore points kept by count and age, and what only the others needed.
@@ -98,8 +99,8 @@ pub async fn start(
     let a = &config.archive;
     let store = store::Store::open(&a.url, a)?;
     let data_dir = config.data.dir.clone();
-    let dir = data_dir.clone();
-    let identity = tokio::task::spawn_blocking(move || identity::of(&dir))
+    let (dir, id) = (data_dir.clone(), journal.data_dir_id());
+    let identity = tokio::task::spawn_blocking(move || identity::of(&dir, &id))
         .await
         .map_err(|e| ArchiveError::Local(e.to_string()))??;
     let timeout = Duration::from_millis(a.request_timeout_ms);

@@ -19,9 +19,10 @@ struct Node {
 fn node(data: &Path) -> Node {
     let cfg = JournalConfig::small_for_tests(64 * 1024, 8);
     let (journal, _) = Journal::open(&data.join("journal"), &cfg).unwrap();
+    let local = LocalStore::open(&data.join("checkpoints"), &journal.data_dir_id()).unwrap();
     Node {
         journal: Arc::new(journal),
-        local: LocalStore::open(&data.join("checkpoints")).unwrap(),
+        local,
         data: data.to_path_buf(),
     }
 }
@@ -95,7 +96,7 @@ fn uploader(n: &Node, store: &store::Store, status: Arc<ArchiveStatus>) -> uploa
         local: n.local.clone(),
         pin: Pin::default(),
         data_dir: n.data.clone(),
-        identity: identity::of(&n.data).unwrap(),
+        identity: identity::of(&n.data, &n.journal.data_dir_id()).unwrap(),
         settings: settings(),
         status,
     }
@@ -170,9 +171,10 @@ async fn the_journal_and_its_checkpoint_are_archived_merged_and_restored() {
     assert_eq!((chain.offset, chain.entries), (120, 9));
     assert!(!to.join(fetch::STAGING).exists());
     // It may take the archive over: it was restored from it.
+    let id = crate::journal::manifest::DataDirId::random().unwrap();
     assert_eq!(
-        identity::of(&to).unwrap().restored_from,
-        Some(identity::of(&n.data).unwrap().id)
+        identity::of(&to, &id).unwrap().restored_from,
+        Some(n.journal.data_dir_id().to_string())
     );
     task.abort();
     clock.abort();
@@ -184,14 +186,15 @@ async fn a_second_walrus_is_refused_and_a_restored_one_takes_the_archive_over() 
     let store = dir_store(&tmp.path().join("bucket"));
     let first = tmp.path().join("first");
     std::fs::create_dir_all(&first).unwrap();
-    let me = identity::of(&first).unwrap();
+    let ids = [(); 2].map(|_| crate::journal::manifest::DataDirId::random().unwrap());
+    let me = identity::of(&first, &ids[0]).unwrap();
     let o = owner::claim(&store, &me, &first).await.unwrap();
     assert_eq!(o.manifest.writer.identity, me.id);
     // The same walrus again: still its own.
     owner::claim(&store, &me, &first).await.unwrap();
     let second = tmp.path().join("second");
     std::fs::create_dir_all(&second).unwrap();
-    let other = identity::of(&second).unwrap();
+    let other = identity::of(&second, &ids[1]).unwrap();
     let e = owner::claim(&store, &other, &second).await.unwrap_err();
     assert!(matches!(e, ArchiveError::Owner(_)), "{e}");
     assert!(
@@ -201,11 +204,11 @@ async fn a_second_walrus_is_refused_and_a_restored_one_takes_the_archive_over() 
     // Restored from the first's archive, the second takes it over on a timeline of its own,
     // and the first finds out at its next manifest write.
     identity::note_restored(&second, &me.id).unwrap();
-    let restored = identity::of(&second).unwrap();
+    let restored = identity::of(&second, &ids[1]).unwrap();
     let took = owner::claim(&store, &restored, &second).await.unwrap();
     assert_eq!(took.manifest.writer.identity, other.id);
     assert_eq!(took.manifest.timeline, o.manifest.timeline + 1);
-    assert_eq!(identity::of(&second).unwrap().restored_from, None);
+    assert_eq!(identity::of(&second, &ids[1]).unwrap().restored_from, None);
     let mut stale = o.clone();
     let e = owner::replace(&store, &me, &mut stale, o.manifest.clone())
         .await

@@ -200,7 +200,7 @@ pub async fn run(
                 // checkpoints failing: writes fail or wait on it anyway, and the retry after
                 // it is back succeeds. Counted as failing, a full ring refused writes for
                 // that second after every Valkey restart.
-                if !e.is_valkey_unreachable() {
+                if !e.is_valkey_unreachable() && same_valkey(&up, &durability, epoch).await {
                     cfg.failing
                         .store(true, std::sync::atomic::Ordering::Relaxed);
                 }
@@ -221,6 +221,25 @@ pub async fn run(
         if failed {
             tokio::time::sleep(RETRY_AFTER_FAILURE).await;
         }
+    }
+}
+
+/// Whether the Valkey process a checkpoint of `epoch` was taken of is still the one walrus
+/// follows, and answers: a checkpoint cut short by Valkey's death (a connection closed in the
+/// middle of its RDB, before the supervisor or the link noticed) is no sign that checkpoints
+/// fail, and the retry after the restore succeeds.
+async fn same_valkey(up: &Upstream, durability: &Durability, epoch: u64) -> bool {
+    let Some((now, run_id)) = durability.attached(None) else {
+        return false;
+    };
+    if now != epoch {
+        return false;
+    }
+    match Conn::control(up).await {
+        Ok(mut conn) => crate::upstream::server::run_id(&mut conn)
+            .await
+            .is_ok_and(|answering| answering == run_id),
+        Err(_) => false,
     }
 }
 
@@ -402,7 +421,7 @@ mod tests {
             last = Some(journal.append(entry).await.unwrap());
         }
         last.unwrap().wait().await.unwrap();
-        let store = Store::open(&tmp.path().join("checkpoints")).unwrap();
+        let store = store::tests::open(&tmp.path().join("checkpoints"));
         let rdb = store::tests::stored(&store, &a, 30, b"REDIS0011body");
         store
             .record_or_discard(&rdb, "Valkey 9.1.2", &a, 30, 4)

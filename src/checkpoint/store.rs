@@ -1,5 +1,5 @@
 //! The checkpoint store: RDB files under `<data>/checkpoints/` and the small manifest that
-//! names the current one.
+//! names the current one, and the data directory's identity.
 //!
 //! The manifest (`CHECKPOINT`, TOML with a CRC line, replaced atomically like the journal's)
 //! is the only authority on which RDB a restore starts from: a file is trusted only while
@@ -13,8 +13,15 @@
 //! reads that format and runs every command those servers may have journaled. (Manifests
 //! written before walrus recorded these have none of them; the format is then read from the
 //! RDB's header, which a verification reads anyway.)
+//!
+//! The manifest is written when the data directory is made, before there is any checkpoint,
+//! with the data directory's identity (the journal's: [`DataDirId`]); every record keeps it.
+//! So a data directory always has one, and one that is missing is lost, never "no checkpoint
+//! yet"; and one copied in from another data directory is told apart
+//! (`crate::restore::data_dir` decides what a data directory holds before any of it is
+//! opened).
 
-use crate::journal::manifest::{replace_file, seal, unseal};
+use crate::journal::manifest::{create_dir_durably, replace_file, seal, unseal, DataDirId};
 use crate::upstream::server::ServerVersion;
 use crate::valkey::handshake::REPLID_LEN;
 use crate::valkey::rdb::{self, StoredRdb};
@@ -69,28 +76,60 @@ impl Checkpoint {
             .filter_map(|s| s.parse().ok())
     }
 
-    /// The manifest's text for this record, sealed with its CRC line.
+    /// A manifest's text holding this record alone (no identity), sealed with its CRC line.
     pub fn render(&self) -> String {
-        let body = toml::to_string(&ManifestFile {
-            checkpoint: self.clone(),
-        })
-        .expect("checkpoint record serializes");
-        seal(&body)
+        Recorded {
+            data_dir_id: None,
+            checkpoint: Some(self.clone()),
+        }
+        .render()
     }
 
-    /// Reads a manifest's text (as [`render`](Self::render) wrote it): its CRC line, then
-    /// the record, which must name an RDB in the checkpoint directory (a name `path_for`
-    /// could have made: not `..`, not the manifest, not a `.tmp` that `open` deletes) and a
-    /// replication id that can be Valkey's.
+    /// The record of a manifest's text ([`Recorded::parse`]); an error if it records none.
     pub fn parse(text: &str) -> Result<Checkpoint, String> {
+        Recorded::parse(text)?
+            .checkpoint
+            .ok_or_else(|| "it records no checkpoint".to_string())
+    }
+}
+
+/// What the manifest holds: the data directory's identity (absent in manifests written
+/// before walrus recorded one), and the current checkpoint, once there is one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Recorded {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_dir_id: Option<DataDirId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<Checkpoint>,
+}
+
+impl Recorded {
+    /// The manifest's text, sealed with its CRC line.
+    pub fn render(&self) -> String {
+        seal(&toml::to_string(self).expect("checkpoint manifest serializes"))
+    }
+
+    /// Reads a manifest's text (as [`render`](Self::render) wrote it): its CRC line, then an
+    /// identity, a record, or both. A record must name an RDB in the checkpoint directory (a
+    /// name `path_for` could have made: not `..`, not the manifest, not a `.tmp` that `open`
+    /// deletes) and a replication id that can be Valkey's.
+    pub fn parse(text: &str) -> Result<Recorded, String> {
         let body = unseal(text)?;
-        let m: ManifestFile = toml::from_str(body).map_err(|e| e.to_string())?;
-        let c = m.checkpoint;
-        let names_an_rdb = c.file.ends_with(".rdb") && !c.file.contains('/');
-        if c.replid.len() != REPLID_LEN || !names_an_rdb || c.from_lsn == 0 {
-            return Err(format!("invalid record {c:?}"));
+        let m: Recorded = toml::from_str(body).map_err(|e| e.to_string())?;
+        match &m.checkpoint {
+            None if m.data_dir_id.is_none() => {
+                return Err("it holds neither an identity nor a checkpoint".into())
+            }
+            Some(c) => {
+                let names_an_rdb = c.file.ends_with(".rdb") && !c.file.contains('/');
+                if c.replid.len() != REPLID_LEN || !names_an_rdb || c.from_lsn == 0 {
+                    return Err(format!("invalid record {c:?}"));
+                }
+            }
+            None => {}
         }
-        Ok(c)
+        Ok(m)
     }
 }
 
@@ -105,12 +144,6 @@ mod hex_u64 {
         let text = String::deserialize(d)?;
         u64::from_str_radix(&text, 16).map_err(serde::de::Error::custom)
     }
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ManifestFile {
-    checkpoint: Checkpoint,
 }
 
 /// Why the store cannot be used.
@@ -130,6 +163,9 @@ pub enum StoreError {
 #[derive(Debug, Clone)]
 pub struct Store {
     dir: PathBuf,
+    /// The identity every manifest written carries (`None`: a store read as it is, from a
+    /// manifest written before identities).
+    data_dir_id: Option<DataDirId>,
     /// The manifest's record as last read or written, shared by every clone.
     recorded: Arc<Mutex<Option<Checkpoint>>>,
     /// Held by whoever replaces the manifest (a checkpoint's record, the link's note of a
@@ -139,29 +175,66 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens the store, creating the directory, and deletes what a crash left behind:
-    /// half-written `*.tmp` files, and RDBs the manifest does not name (stored, but the
-    /// crash came before they were recorded, or recorded over before they were deleted).
-    pub fn open(dir: &Path) -> Result<Store, StoreError> {
+    /// Opens the store of the data directory `data_dir_id` names, creating the directory,
+    /// writing the identity into the manifest where it lacks one (a new data directory, or
+    /// one written before identities), and deleting what a crash left behind: half-written
+    /// `*.tmp` files, and RDBs the manifest does not name (stored, but the crash came before
+    /// they were recorded, or recorded over before they were deleted). An RDB is deleted
+    /// only on a manifest's word: with no manifest, one is an error, and a manifest of
+    /// another data directory is one too (`crate::restore::data_dir` refuses both first,
+    /// saying why and what to do); a manifest whose own RDB is gone removes none.
+    pub fn open(dir: &Path, data_dir_id: &DataDirId) -> Result<Store, StoreError> {
         let io = |source| StoreError::Io {
             path: dir.to_path_buf(),
             source,
         };
-        std::fs::create_dir_all(dir).map_err(io)?;
-        let mut store = Store {
+        create_dir_durably(dir).map_err(io)?;
+        let found = Store::manifest(dir)?;
+        let rdbs = Store::rdbs(dir).map_err(io)?;
+        let bad = |why: String| StoreError::Manifest {
+            path: dir.join(CHECKPOINT_FILE),
+            why,
+        };
+        let current = found.as_ref().and_then(|m| m.checkpoint.clone());
+        match &found {
+            None if !rdbs.is_empty() => {
+                return Err(bad(format!(
+                    "missing, and {} holds {}: not removed on a guess",
+                    dir.display(),
+                    rdbs.join(", ")
+                )))
+            }
+            Some(Recorded {
+                data_dir_id: Some(id),
+                checkpoint: Some(_),
+            }) if id != data_dir_id => {
+                return Err(bad(format!(
+                    "of data directory {id}, not of this one ({data_dir_id})"
+                )))
+            }
+            _ => {}
+        }
+        let store = Store {
             dir: dir.to_path_buf(),
-            recorded: Arc::default(),
+            data_dir_id: Some(data_dir_id.clone()),
+            recorded: Arc::new(Mutex::new(current.clone())),
             writer: Arc::default(),
         };
-        let current = store.current()?;
-        store.recorded = Arc::new(Mutex::new(current.clone()));
+        if found.is_none_or(|m| m.data_dir_id.as_ref() != Some(data_dir_id)) {
+            store.write_manifest(current.as_ref())?;
+        }
+        // A manifest naming a file that is gone has lost its word on the others: they stay,
+        // and the verification of the named one refuses the start.
+        let named_there = current.as_ref().is_none_or(|c| store.path_of(c).is_file());
         for e in std::fs::read_dir(dir).map_err(io)? {
             let p = e.map_err(io)?.path();
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
             // Only files are walrus's leftovers: a directory here is someone else's, kept.
             let stale = p.is_file()
                 && (name.ends_with(".tmp")
-                    || (name.ends_with(".rdb") && current.as_ref().is_none_or(|c| c.file != name)));
+                    || (name.ends_with(".rdb")
+                        && named_there
+                        && current.as_ref().is_none_or(|c| c.file != name)));
             if stale {
                 tracing::info!(path = %p.display(), "removing a stale checkpoint file");
                 std::fs::remove_file(&p).map_err(io)?;
@@ -174,13 +247,45 @@ impl Store {
     /// (`walrus verify` reads a stopped walrus's directory, or a backup, without changing
     /// it; `open` would delete what it takes for a crash's leftovers).
     pub fn read_only(dir: &Path) -> Result<Store, StoreError> {
-        let store = Store {
+        let found = Store::manifest(dir)?;
+        Ok(Store {
             dir: dir.to_path_buf(),
-            recorded: Arc::default(),
+            data_dir_id: found.as_ref().and_then(|m| m.data_dir_id.clone()),
+            recorded: Arc::new(Mutex::new(found.and_then(|m| m.checkpoint))),
             writer: Arc::default(),
+        })
+    }
+
+    /// The manifest in `dir`, as it is; `None` when there is none.
+    pub fn manifest(dir: &Path) -> Result<Option<Recorded>, StoreError> {
+        let path = dir.join(CHECKPOINT_FILE);
+        let bad = |why: String| StoreError::Manifest {
+            path: path.clone(),
+            why,
         };
-        *store.recorded.lock().expect("checkpoint record lock") = store.current()?;
-        Ok(store)
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Recorded::parse(&text).map(Some).map_err(bad),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(bad(e.to_string())),
+        }
+    }
+
+    /// The names of the RDBs in `dir` (none if there is no `dir`), sorted.
+    pub fn rdbs(dir: &Path) -> std::io::Result<Vec<String>> {
+        let entries = match std::fs::read_dir(dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            r => r?,
+        };
+        let mut names = Vec::new();
+        for e in entries {
+            let p = e?.path();
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            if p.is_file() && name.ends_with(".rdb") {
+                names.push(name.to_string());
+            }
+        }
+        names.sort();
+        Ok(names)
     }
 
     pub fn dir(&self) -> &Path {
@@ -284,17 +389,7 @@ impl Store {
 
     /// The recorded checkpoint, read from the manifest.
     pub fn current(&self) -> Result<Option<Checkpoint>, StoreError> {
-        let path = self.dir.join(CHECKPOINT_FILE);
-        let bad = |why: String| StoreError::Manifest {
-            path: path.clone(),
-            why,
-        };
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(bad(e.to_string())),
-        };
-        Checkpoint::parse(&text).map(Some).map_err(bad)
+        Ok(Store::manifest(&self.dir)?.and_then(|m| m.checkpoint))
     }
 
     /// Records a stored RDB, written by the server `written_by` names, as the current
@@ -379,14 +474,23 @@ impl Store {
 
     /// Replaces the manifest with `c`, atomically (under the writer lock).
     fn write(&self, c: &Checkpoint) -> Result<(), StoreError> {
-        replace_file(&self.dir, CHECKPOINT_FILE, c.render().as_bytes()).map_err(|e| {
+        self.write_manifest(Some(c))?;
+        *self.recorded.lock().expect("checkpoint record lock") = Some(c.clone());
+        Ok(())
+    }
+
+    /// Replaces the manifest with the store's identity and `checkpoint`, atomically.
+    fn write_manifest(&self, checkpoint: Option<&Checkpoint>) -> Result<(), StoreError> {
+        let m = Recorded {
+            data_dir_id: self.data_dir_id.clone(),
+            checkpoint: checkpoint.cloned(),
+        };
+        replace_file(&self.dir, CHECKPOINT_FILE, m.render().as_bytes()).map_err(|e| {
             StoreError::Manifest {
                 path: self.dir.join(CHECKPOINT_FILE),
                 why: e.to_string(),
             }
-        })?;
-        *self.recorded.lock().expect("checkpoint record lock") = Some(c.clone());
-        Ok(())
+        })
     }
 
     fn remove_others(&self, keep: &str) {
@@ -438,6 +542,16 @@ impl Store {
 pub(crate) mod tests {
     use super::*;
 
+    /// The identity the tests' data directories have.
+    pub(crate) fn id() -> DataDirId {
+        DataDirId::try_from("0123456789abcdef0123456789abcdef".to_string()).unwrap()
+    }
+
+    /// The store in `dir`, of the tests' data directory.
+    pub(crate) fn open(dir: &Path) -> Store {
+        Store::open(dir, &id()).unwrap()
+    }
+
     pub(crate) fn rdb_bytes(body: &[u8]) -> Vec<u8> {
         let mut d = rdb::RdbDigest::default();
         d.update(body);
@@ -470,7 +584,7 @@ pub(crate) mod tests {
     #[test]
     fn record_replaces_verify_detects_damage_open_cleans_up() {
         let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path()).unwrap();
+        let store = open(tmp.path());
         assert_eq!(store.current().unwrap(), None);
         let a = "a".repeat(40);
         let first = stored(&store, &a, 10, b"REDIS0011first");
@@ -494,7 +608,7 @@ pub(crate) mod tests {
         // Leftovers of a crash: a temp file and an unrecorded RDB.
         std::fs::write(tmp.path().join("x.rdb.tmp"), b"half").unwrap();
         let orphan = stored(&store, &a, 200, b"REDIS0011orphan");
-        let reopened = Store::open(tmp.path()).unwrap();
+        let reopened = open(tmp.path());
         assert!(!tmp.path().join("x.rdb.tmp").exists() && !orphan.path.exists());
         assert!(second.path.exists());
         assert_eq!(reopened.current().unwrap(), Some(c2));
@@ -508,6 +622,55 @@ pub(crate) mod tests {
             reopened.current(),
             Err(StoreError::Manifest { .. })
         ));
+    }
+
+    /// The manifest is written with the data directory's identity before there is any
+    /// checkpoint, and keeps it in every record; an RDB is removed only on a manifest's word.
+    #[test]
+    fn the_manifest_carries_the_identity_and_rdbs_go_only_on_its_word() {
+        let tmp = tempfile::tempdir().unwrap();
+        let manifest = || Store::manifest(tmp.path()).unwrap();
+        let store = open(tmp.path());
+        let empty = Recorded {
+            data_dir_id: Some(id()),
+            checkpoint: None,
+        };
+        assert_eq!(manifest(), Some(empty.clone()));
+        assert_eq!(store.current().unwrap(), None);
+        // An RDB stored but not recorded (a first checkpoint interrupted): a leftover.
+        let a = "a".repeat(40);
+        let left = stored(&store, &a, 10, b"REDIS0011left");
+        open(tmp.path());
+        assert!(!left.path.exists());
+        let rdb = stored(&store, &a, 10, b"REDIS0011body");
+        let c = store.record(&rdb, "Valkey 9.1.2", &a, 10, 1).unwrap();
+        assert_eq!(manifest().unwrap().data_dir_id, Some(id()));
+        // A manifest written before identities takes this one; one of another data
+        // directory, recording a checkpoint, is refused, and nothing is removed.
+        std::fs::write(tmp.path().join(CHECKPOINT_FILE), c.render()).unwrap();
+        assert_eq!(manifest().unwrap().data_dir_id, None);
+        assert_eq!(open(tmp.path()).current().unwrap(), Some(c.clone()));
+        assert_eq!(manifest().unwrap().data_dir_id, Some(id()));
+        let other = DataDirId::random().unwrap();
+        let e = Store::open(tmp.path(), &other).unwrap_err().to_string();
+        assert!(e.contains(&format!("of data directory {}", id())), "{e}");
+        // A manifest whose RDB is gone: the others stay.
+        std::fs::rename(&rdb.path, tmp.path().join("moved.rdb")).unwrap();
+        open(tmp.path());
+        assert!(tmp.path().join("moved.rdb").exists());
+        std::fs::rename(tmp.path().join("moved.rdb"), &rdb.path).unwrap();
+        // No manifest: the RDB stays, and the store does not open.
+        std::fs::remove_file(tmp.path().join(CHECKPOINT_FILE)).unwrap();
+        let e = Store::open(tmp.path(), &id()).unwrap_err().to_string();
+        assert!(e.contains("not removed on a guess"), "{e}");
+        assert!(rdb.path.exists());
+        // A manifest holds an identity, a checkpoint, or both.
+        assert_eq!(Recorded::parse(&empty.render()), Ok(empty));
+        let nothing = Recorded {
+            data_dir_id: None,
+            checkpoint: None,
+        };
+        assert!(Recorded::parse(&nothing.render()).is_err());
     }
 
     /// Found by fuzzing (fuzz/regressions/checkpoint_manifest): a record naming a file that
@@ -538,7 +701,7 @@ pub(crate) mod tests {
     #[test]
     fn manifests_without_a_format_are_read_and_verified_by_the_rdbs_header() {
         let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path()).unwrap();
+        let store = open(tmp.path());
         let a = "a".repeat(40);
         let rdb = stored(&store, &a, 10, b"VALKEY080body");
         let c = store.record(&rdb, "Valkey 9.1.2", &a, 10, 1).unwrap();
@@ -549,7 +712,11 @@ pub(crate) mod tests {
             newest_server: None,
             ..c.clone()
         };
-        let body = toml::to_string(&ManifestFile { checkpoint: old }).unwrap();
+        let body = toml::to_string(&Recorded {
+            data_dir_id: None,
+            checkpoint: Some(old),
+        })
+        .unwrap();
         assert!(!body.contains("rdb_version"), "{body}");
         replace_file(tmp.path(), CHECKPOINT_FILE, seal(&body).as_bytes()).unwrap();
         let read = store.current().unwrap().unwrap();
@@ -570,7 +737,7 @@ pub(crate) mod tests {
     #[test]
     fn a_new_rdb_never_replaces_the_recorded_one_and_offsets_never_go_back() {
         let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path()).unwrap();
+        let store = open(tmp.path());
         let a = "a".repeat(40);
         let first = stored(&store, &a, 10, b"REDIS0011first");
         let c1 = store.record(&first, "Valkey 9.1.2", &a, 10, 1).unwrap();
@@ -610,7 +777,7 @@ pub(crate) mod tests {
     #[test]
     fn an_rdb_removed_by_a_concurrent_record_is_never_recorded() {
         let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path()).unwrap();
+        let store = open(tmp.path());
         let a = "a".repeat(40);
         let links = stored(&store, &a, 20, b"REDIS0011link");
         let checkpoints = stored(&store, &a, 10, b"REDIS0011checkpoint");
@@ -629,7 +796,7 @@ pub(crate) mod tests {
     #[test]
     fn the_newest_server_that_fed_the_journal_is_noted_once() {
         let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path()).unwrap();
+        let store = open(tmp.path());
         let v = |s: &str| s.parse::<ServerVersion>().unwrap();
         // No checkpoint yet: nothing to note.
         store.note_server(&v("Valkey 9.1.2")).unwrap();

@@ -53,7 +53,7 @@ pub struct BackupArgs {
     #[arg(long, default_value_t = 3600)]
     pub timeout_secs: u64,
     /// Offline: copy this stopped walrus's data directory instead of asking a running one
-    /// (its journal's lock is taken: a running walrus is refused).
+    /// (its lock is taken: a running walrus is refused).
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
     /// Offline only: the copy's ring has this many segments (resizing) [default: the
@@ -86,6 +86,14 @@ pub fn backup(args: BackupArgs) -> ExitCode {
         return ExitCode::from(super::EXIT_FIX);
     };
     if let Some(from) = &args.data_dir {
+        let (journal_dir, _) = crate::restore::verify::data_dirs(from);
+        let _owner = match super::data_dir::lock_for_command(
+            &journal_dir,
+            crate::journal::lock::Access::Exclusive,
+        ) {
+            Ok(lock) => lock,
+            Err(code) => return code,
+        };
         let geometry = (args.segment_size_bytes, args.segments);
         return match crate::restore::backup::offline(from, &args.to, geometry) {
             Ok(summary) => {

@@ -140,9 +140,8 @@ async fn go(cmd: ArchiveCommand) -> Result<String, ArchiveError> {
             let plan = fetch::latest(&store).await?.ok_or_else(|| {
                 ArchiveError::Config(format!("{} has no restore point yet", store.url()))
             })?;
-            std::fs::create_dir_all(&a.data_dir).map_err(|e| {
-                ArchiveError::Local(format!("creating {}: {e}", a.data_dir.display()))
-            })?;
+            // One walrus at a time owns a data directory: a running one is not written under.
+            let _owner = super::data_dir::own(&a.data_dir).map_err(ArchiveError::Local)?;
             let geometry = (config.journal.segment_size_bytes, config.journal.segments);
             let r = fetch::restore(&store, plan, &a.data_dir, geometry).await?;
             Ok(format!(

@@ -1,9 +1,73 @@
 //! The data directory is walrus's user's alone: the journal and the checkpoints hold the
 //! dataset, and a restore trusts that no other user can read it ([`crate::restore`]'s
-//! listener lets processes of walrus's own user through).
+//! listener lets processes of walrus's own user through). And it is one walrus's at a time:
+//! `serve` and the offline commands take its lock ([`lock`]) before anything else.
 
+use crate::journal::lock::{Access, DirLock};
+use crate::journal::manifest::create_dir_durably;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
+
+/// Takes the data directory's lock (`DIR/LOCK`, [`DirLock`]) before anything is done in it:
+/// exclusive for `serve` and the commands that write (a second `serve` would start a
+/// valkey-server on the first one's socket, and its stop would unlink it), shared for those
+/// that only read (what they read must not move under them). The refusal names the owner
+/// and what to do, and nothing has been changed by then. It is exit 1 by the command's rule
+/// (`cli`): the same command succeeds once the owner stops, so a unit that systemd starts
+/// while a person's walrus holds the directory takes over when that one stops, within its
+/// restart limit.
+pub fn lock(dir: &Path, access: Access) -> Result<DirLock, String> {
+    DirLock::take(dir, access).map_err(|e| match e {
+        crate::journal::JournalError::InUse { .. } => format!(
+            "data directory {e}; one walrus at a time owns a data directory (docs/operations.md, \
+             \"One walrus per data directory\"): stop that one first, or use another directory. \
+             Nothing was changed"
+        ),
+        e => format!("data directory {}: {e}", dir.display()),
+    })
+}
+
+/// The data directory a journal directory belongs to: its parent, when it is the
+/// `journal/` that `serve` makes in one (a journal made elsewhere, `journal init --dir X`,
+/// has its own lock only).
+pub fn of_journal(journal_dir: &Path) -> Option<&Path> {
+    journal_dir
+        .file_name()
+        .is_some_and(|n| n == "journal")
+        .then(|| journal_dir.parent())
+        .flatten()
+        .map(|p| {
+            if p.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                p
+            }
+        })
+}
+
+/// The data directory `serve` works in, created (durably: [`create_dir_durably`]) and
+/// locked.
+pub fn own(dir: &Path) -> Result<DirLock, String> {
+    create_dir_durably(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    lock(dir, Access::Exclusive)
+}
+
+/// [`lock`] for an offline command on `journal_dir`: its data directory's, if it belongs to
+/// one that exists (a command on a directory that does not exist says so itself, and
+/// creates nothing). A refusal is printed, and its exit code returned.
+pub fn lock_for_command(
+    journal_dir: &Path,
+    access: Access,
+) -> Result<Option<DirLock>, std::process::ExitCode> {
+    of_journal(journal_dir)
+        .filter(|d| d.is_dir())
+        .map(|d| lock(d, access))
+        .transpose()
+        .map_err(|e| {
+            eprintln!("walrus: {e}");
+            std::process::ExitCode::from(super::EXIT_RETRY)
+        })
+}
 
 /// What walrus creates is its user's alone, whatever the umask it was started with (022
 /// makes files anyone can read): the journal, checkpoints, backups, AOF exports, and the

@@ -15,6 +15,7 @@ use crate::journal::config::JournalConfig;
 use crate::journal::engine::{Journal, OpenOptions};
 use crate::journal::error::JournalError;
 use crate::journal::format::{HeaderError, RecordHeader, HEADER_BYTES};
+use crate::journal::lock::Access;
 use crate::journal::manifest::Manifest;
 use crate::journal::open::{initialize, scan_dir};
 use crate::journal::recovery::{ScanReport, Tail};
@@ -90,13 +91,33 @@ pub enum JournalCommand {
         /// walrus's data directory (holding journal/ and checkpoints/), or its journal/.
         #[arg(long)]
         dir: PathBuf,
-        /// The AOF to write (replaced atomically if it exists).
+        /// The AOF to write (replaced atomically if it exists); not inside walrus's journal/
+        /// or checkpoints/.
         #[arg(long)]
         out: PathBuf,
     },
 }
 
 pub fn run(cmd: JournalCommand) -> ExitCode {
+    // The data directory's lock for the journal the command works on, before anything
+    // else: exclusive where it writes, shared where its verdict must not see files move
+    // (init takes it once it knows the directory from the configuration). Inspect takes
+    // none: it shows what is on disk at one moment, of a running walrus too.
+    let (dir, access) = match &cmd {
+        JournalCommand::Init { .. } | JournalCommand::Inspect { .. } => return run_locked(cmd),
+        JournalCommand::Verify { dir, .. } => (dir.clone(), Access::Shared),
+        JournalCommand::Repair { dir, .. } => (dir.clone(), Access::Exclusive),
+        JournalCommand::ExportAof { dir, .. } => {
+            (crate::restore::verify::data_dirs(dir).0, Access::Exclusive)
+        }
+    };
+    match super::data_dir::lock_for_command(&dir, access) {
+        Ok(_owner) => run_locked(cmd),
+        Err(code) => code,
+    }
+}
+
+fn run_locked(cmd: JournalCommand) -> ExitCode {
     match cmd {
         JournalCommand::Init {
             dir,
@@ -186,6 +207,10 @@ fn init(dir: Option<PathBuf>, file: Option<PathBuf>, g: GeometryArgs, quiet: boo
         }
     };
     let dir = dir.unwrap_or_else(|| config.data.dir.join("journal"));
+    let _owner = match super::data_dir::lock_for_command(&dir, Access::Exclusive) {
+        Ok(lock) => lock,
+        Err(code) => return code,
+    };
     let (dir, cfg) = (dir.as_path(), &config.journal);
     match initialize(dir, cfg, &mut progress_bar(quiet)) {
         Ok((_, created)) => {
@@ -244,6 +269,10 @@ fn print_report(dir: &Path, m: &Manifest, r: &ScanReport) {
         geo.ring_bytes(),
         m.epoch
     );
+    match &m.data_dir_id {
+        Some(id) => println!("data directory: {id} (checkpoints/CHECKPOINT must carry the same)"),
+        None => println!("data directory: no identity yet (written before walrus recorded one)"),
+    }
     let cp = &m.checkpoint;
     println!(
         "checkpoint: released through LSN {}; log starts at position {} (seg_seq {}) with LSN {}",
@@ -399,7 +428,7 @@ fn export_aof(dir: &Path, out: &Path) -> ExitCode {
         }
         Err(e) => {
             eprintln!("walrus: {e}");
-            ExitCode::FAILURE
+            super::exit_code(&e)
         }
     }
 }

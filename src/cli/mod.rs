@@ -5,10 +5,11 @@
 //! file; `completions` and `man` document the command itself.
 //!
 //! Exit codes, one rule for every command: 0 done; 1 failed, and the same command may
-//! succeed later (Valkey not reachable yet, an I/O error, a busy lock); 2 nothing will
-//! change until a person acts: a usage or configuration error, a journal whose geometry is
-//! not the configuration's, a corrupted journal, a request walrus refuses as given (an admin
-//! request answered 4xx). clap exits 2 on usage errors too; a configuration file that does
+//! succeed later (Valkey not reachable yet, an I/O error, a busy lock: another walrus owns
+//! the data directory, until it stops); 2 nothing will change until a person acts: a usage
+//! or configuration error, a journal whose geometry is not the configuration's, a corrupted
+//! journal, a data directory whose parts do not prove what it holds (a lost or foreign
+//! manifest), a request walrus refuses as given (an admin request answered 4xx). clap exits 2 on usage errors too; a configuration file that does
 //! not exist yet is 1, as it may yet be written. The systemd unit restarts on 1 and not on
 //! 2 (`RestartPreventExitStatus=2`), so a mistake is reported once, not retried forever.
 
@@ -97,6 +98,9 @@ fn exit_code(e: &(dyn std::error::Error + 'static)) -> ExitCode {
                 A::Config(_) | A::Owner(_) | A::Corrupt(_) => EXIT_FIX,
                 A::Store(_) | A::Local(_) => EXIT_RETRY,
             });
+        }
+        if let Some(crate::restore::RestoreError::Refused(_)) = e.downcast_ref() {
+            return ExitCode::from(EXIT_FIX);
         }
         let must_fix = e.downcast_ref::<JournalError>().is_some_and(|j| {
             matches!(

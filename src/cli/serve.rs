@@ -30,6 +30,18 @@ pub fn run(args: ServeArgs) -> ExitCode {
             return super::exit_code(e.as_ref());
         }
     };
+    // The data directory's owner first, before ports, TLS files or Valkey: a second walrus
+    // on it must leave it, and the first one's Valkey, as they were.
+    let _owner = match uses_data_dir(&config)
+        .then(|| super::data_dir::own(&config.data.dir))
+        .transpose()
+    {
+        Ok(lock) => lock,
+        Err(e) => {
+            eprintln!("walrus: {e}");
+            return ExitCode::from(super::EXIT_RETRY);
+        }
+    };
     init_tracing(&config.log);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.proxy.worker_threads())
@@ -78,6 +90,12 @@ fn load(args: &ServeArgs) -> Result<Config, Fatal> {
     Ok(config)
 }
 
+/// Whether walrus keeps anything in `data.dir`: the journal and checkpoints, or the managed
+/// Valkey's working directory.
+fn uses_data_dir(config: &Config) -> bool {
+    config.durability.enabled || config.upstream.mode == UpstreamMode::Managed
+}
+
 fn init_tracing(log: &crate::config::LogConfig) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(log.filter().unwrap_or_default()))
@@ -110,7 +128,7 @@ async fn serve(config: Config) -> Result<(), Fatal> {
         None => drop(hup),
     }
     let ports = Ports::claim(&config, tls).await?;
-    if config.durability.enabled || config.upstream.mode == UpstreamMode::Managed {
+    if uses_data_dir(&config) {
         let dir = &config.data.dir;
         super::data_dir::make_private(dir)
             .map_err(|e| format!("data.dir {}: {e}", dir.display()))?;
@@ -145,6 +163,7 @@ async fn serve(config: Config) -> Result<(), Fatal> {
         address,
         credentials: config.credentials()?,
         connect_timeout: Duration::from_millis(config.upstream.connect_timeout_ms),
+        reply_timeout: Duration::from_millis(config.upstream.reply_timeout_ms),
         limits: config.proxy.limits(),
         process: managed.as_ref().map(|m| m.process()),
         tls: upstream_tls,
@@ -275,7 +294,6 @@ async fn run_proxy(
         upstream: up.clone(),
         durability: durable.as_ref().map(|d| d.durability.clone()),
         oracle: OffsetOracle::new(),
-        reply_timeout: Duration::from_millis(config.upstream.reply_timeout_ms),
         max_in_flight: config.upstream.max_in_flight_requests,
     });
     if let Some(d) = &ctx.durability {
@@ -317,6 +335,7 @@ async fn run_proxy(
         max_push_bytes: config.proxy.max_push_bytes,
         max_output_bytes: config.proxy.max_output_bytes(),
         allow_admin_commands: config.proxy.allow_admin_commands,
+        allow_monitor: config.proxy.allow_monitor,
         cert_user: config.tls.auth_clients_user,
         max_write_bytes: if config.durability.enabled {
             // Room for the SELECT or MULTI/EXEC Valkey may wrap around it in the stream.

@@ -1,10 +1,13 @@
-//! `walrus verify --data-dir DIR`: the checks of [`crate::restore::verify`], printed.
+//! `walrus verify --data-dir DIR`: the checks of [`crate::restore::verify`], printed, under
+//! the data directory's shared lock (a running walrus refuses it: what it writes would move
+//! under the check).
 //!
 //! Exit codes, by the command's one rule (`cli`'s module doc): 0 a restore from DIR would
 //! succeed; 2 it would not, or DIR is no data directory: the problem is named, and a person
-//! must act, as on any damaged journal.
+//! must act, as on any damaged journal; 1 a walrus runs on it.
 
 use crate::checkpoint::rates::Rates;
+use crate::journal::lock::Access;
 use crate::restore::verify::{verify_data_dir, VerifyError};
 use clap::Args;
 use std::path::PathBuf;
@@ -23,6 +26,11 @@ pub struct VerifyArgs {
 }
 
 pub fn verify(args: VerifyArgs) -> ExitCode {
+    let (journal_dir, _) = crate::restore::verify::data_dirs(&args.data_dir);
+    let _reading = match super::data_dir::lock_for_command(&journal_dir, Access::Shared) {
+        Ok(lock) => lock,
+        Err(code) => return code,
+    };
     let v = match verify_data_dir(&args.data_dir, args.recovery_lookahead_bytes) {
         Ok(v) => v,
         Err(VerifyError::NotADataDir(why)) => {
@@ -45,6 +53,17 @@ pub fn verify(args: VerifyArgs) -> ExitCode {
         m.segment_size_bytes,
         v.scan.entries
     );
+    if v.verdict.adopt {
+        println!(
+            "identity: a manifest lacks this data directory's identity (written before walrus recorded one); the next start writes it into both"
+        );
+    }
+    if !v.verdict.leftovers.is_empty() {
+        println!(
+            "leftovers: {} (a checkpoint interrupted before it was recorded); the next start removes them",
+            v.verdict.leftovers.join(", ")
+        );
+    }
     let Some(r) = &v.restore else {
         println!("OK: no checkpoint and no journal entries: walrus starts a new history from this directory");
         return ExitCode::SUCCESS;

@@ -34,6 +34,9 @@ pub struct Flags {
     pub no_mandatory_keys: bool,
     /// In the `@scripting` ACL category (EVAL, FCALL, ...): may write whatever the script does.
     pub scripting: bool,
+    /// Served while a script keeps Valkey busy, when it refuses everything else with
+    /// `-BUSY`: SCRIPT KILL, FUNCTION KILL, FUNCTION STATS, and connection commands.
+    pub allow_busy: bool,
 }
 
 impl Flags {
@@ -182,6 +185,7 @@ fn parse_info(e: &OwnedFrame) -> Result<CommandInfo, String> {
             "noscript" => flags.noscript = true,
             "movablekeys" => flags.movablekeys = true,
             "no_mandatory_keys" => flags.no_mandatory_keys = true,
+            "allow_busy" => flags.allow_busy = true,
             _ => {}
         }
     }

@@ -133,7 +133,8 @@ pub struct RestoreConfig {
     /// (`crate::restore::decide`, case (c)).
     pub on_conflict: OnConflict,
     /// How long Valkey may take for each step of a restore: connecting to walrus, the
-    /// handshake, and between two signs of progress while it loads.
+    /// handshake, and between two signs of progress while it loads. A Valkey that is gone
+    /// (another process answers) ends the restore at once, which starts over with the new one.
     #[serde(deserialize_with = "crate::units::millis")]
     #[schemars(with = "crate::units::Millis")]
     pub timeout_ms: u64,
@@ -167,7 +168,8 @@ pub struct DurabilityConfig {
     #[serde(deserialize_with = "crate::units::size")]
     #[schemars(with = "crate::units::Size")]
     pub max_rdb_bytes: u64,
-    /// Longest a reply waits for the journal, or a write for room, before it gets an error.
+    /// Longest a reply waits for the journal, or a write for room, before it gets an error; a
+    /// keyspace notification or tracking invalidation held that long closes its client.
     #[serde(deserialize_with = "crate::units::millis")]
     #[schemars(with = "crate::units::Millis")]
     pub max_hold_ms: u64,
@@ -213,13 +215,16 @@ pub struct ProxyConfig {
     #[schemars(with = "crate::units::Size")]
     pub max_reply_bytes: usize,
     pub max_pipeline_requests: usize,
-    /// RESP3 pushes (Pub/Sub messages, tracking invalidations) queued for a client that does
-    /// not read them; past it the client is disconnected.
+    /// Messages Valkey sends a client unasked (RESP3 pushes, RESP2 Pub/Sub messages) queued
+    /// for it, waiting for the journal (a keyspace notification or tracking invalidation, and
+    /// what follows it) or for a client that does not read them; past it the client is
+    /// disconnected.
     #[serde(deserialize_with = "crate::units::size")]
     #[schemars(with = "crate::units::Size")]
     pub max_push_bytes: usize,
-    /// Reply bytes a client has not read (walrus could not write them to its socket) before
-    /// it is disconnected, as Valkey's `client-output-buffer-limit` does; unset: one reply of
+    /// Reply bytes a client has not read (walrus could not write them to its socket), and the
+    /// requests it sent meanwhile (read on, unhandled, while its replies pile up), before it
+    /// is disconnected, as Valkey's `client-output-buffer-limit` does; unset: one reply of
     /// the largest size walrus passes on (`max_reply_bytes`), so that no reply is too large
     /// for a client that reads slowly.
     #[serde(deserialize_with = "crate::units::size_opt")]
@@ -234,6 +239,10 @@ pub struct ProxyConfig {
     /// relies on (REPLICAOF, FAILOVER, SHUTDOWN, CONFIG SET of the settings it needs, ...):
     /// for an operator who knows what each does.
     pub allow_admin_commands: bool,
+    /// Relay MONITOR, which shows every command with its arguments as Valkey runs it: the
+    /// values of writes a crash can still lose among them, before the journal holds them
+    /// (refused otherwise, naming this setting).
+    pub allow_monitor: bool,
 }
 
 impl Default for ProxyConfig {
@@ -255,6 +264,7 @@ impl Default for ProxyConfig {
             shutdown_timeout_ms: 10_000,
             worker_threads: 0,
             allow_admin_commands: false,
+            allow_monitor: false,
         }
     }
 }

@@ -157,6 +157,22 @@ fn a_restore_budget_must_be_some_seconds() {
     assert_eq!(c.checkpoint.max_restore_seconds, 0.5);
 }
 
+/// Each piece of an RDB Valkey sends must come within `upstream.reply_timeout_ms`, and
+/// Valkey sends one newline a second while it prepares one: a shorter bound would cut every
+/// full sync and checkpoint of a dataset that takes longer to save.
+#[test]
+fn a_reply_timeout_below_two_keepalives_is_refused_with_the_reason() {
+    let mut c = Config::default();
+    c.upstream.reply_timeout_ms = 1999;
+    let err = c.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("upstream.reply_timeout_ms: 1999") && err.contains("a newline a second"),
+        "{err}"
+    );
+    c.upstream.reply_timeout_ms = 2000;
+    c.validate().unwrap();
+}
+
 /// Found by review: on rings of 4 to 9 segments the default trigger came at the segment
 /// where the ring refuses writes, so the first failed checkpoint refused them; and an
 /// explicit trigger past the ring's own high mark, or at one segment (always in use), was

@@ -51,11 +51,15 @@ pub struct UpstreamConfig {
     pub password: String,
     pub password_file: String,
     pub pool_size: usize,
+    /// How long opening a connection to Valkey may take: the connect, the TLS handshake and
+    /// the commands that set it up (AUTH, CLIENT ID, RESET, HELLO).
     #[serde(deserialize_with = "crate::units::millis")]
     #[schemars(with = "crate::units::Millis")]
     pub connect_timeout_ms: u64,
-    /// How long a pooled connection may owe replies with no byte from Valkey before it is
-    /// given up, failing the requests on it.
+    /// How long walrus waits for Valkey on an open connection: each reply, each write, each
+    /// piece of an RDB it sends; a connection that owes clients replies with no byte from
+    /// Valkey this long is given up, failing the requests on it. At least 2000 (Valkey sends
+    /// a newline a second while it prepares an RDB).
     #[serde(deserialize_with = "crate::units::millis")]
     #[schemars(with = "crate::units::Millis")]
     pub reply_timeout_ms: u64,
@@ -97,8 +101,8 @@ impl Default for UpstreamConfig {
             // and GETs than four connections.
             pool_size: 1,
             connect_timeout_ms: 2_000,
-            // Far above any command Valkey serves in normal use (a script past Valkey's
-            // busy-reply-threshold, 5 s, gets other clients -BUSY, not silence).
+            // Far above any command Valkey serves in normal use, and above its
+            // busy-reply-threshold (5 s), past which a script gets other clients -BUSY.
             reply_timeout_ms: 30_000,
             // Far more than a connection needs to stay busy (a batch is at most 256 KiB),
             // and a bound on what a Valkey that answers slowly can make walrus keep: about

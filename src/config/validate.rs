@@ -4,6 +4,10 @@
 use super::{AuthClients, CertUser, Config, UpstreamMode};
 use std::net::SocketAddr;
 
+/// How often Valkey sends a replica a newline while it prepares an RDB (its replication
+/// cron, once a second): what a transfer's progress bound must leave room for, twice.
+const KEEPALIVE_MS: u64 = 1000;
+
 impl Config {
     /// `[tls]`'s settings that need no file; the files themselves are read and checked by
     /// `net::tls` when walrus starts and at `walrus config check`.
@@ -117,7 +121,15 @@ impl Config {
             ));
         }
         at_least("upstream.connect_timeout_ms", u.connect_timeout_ms, 1)?;
-        at_least("upstream.reply_timeout_ms", u.reply_timeout_ms, 100)?;
+        // Each piece of an RDB Valkey sends (a full sync, a checkpoint) must come within
+        // the reply timeout, and Valkey sends a newline a second while it prepares one.
+        if u.reply_timeout_ms < 2 * KEEPALIVE_MS {
+            return Err(format!(
+                "invalid value for upstream.reply_timeout_ms: {} (must be at least {}: it also bounds each piece of an RDB Valkey sends, and Valkey sends a newline a second while it prepares one)",
+                u.reply_timeout_ms,
+                2 * KEEPALIVE_MS
+            ));
+        }
         at_least(
             "upstream.max_in_flight_requests",
             u.max_in_flight_requests as u64,

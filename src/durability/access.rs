@@ -5,12 +5,18 @@
 //! - scripts and functions may touch undeclared keys in any database: they touch everything
 //!   (only reading it, for an EVAL whose shebang declares `no-writes`: Valkey refuses its
 //!   writes);
+//! - SCRIPT KILL and FUNCTION KILL stop a script that has written nothing (Valkey refuses to
+//!   kill one that has: `-UNKILLABLE`): they change no data and show none; FUNCTION STATS
+//!   shows how many functions the dataset holds: it reads everything, and writes nothing;
 //! - MOVE and COPY ... DB write a database their key specs do not name;
 //! - FLUSHDB empties one database;
 //! - a command with no key arguments that is neither a write nor flagged `readonly` may
 //!   still show data (INFO keyspace, SLOWLOG GET, COMMANDLOG GET, MEMORY STATS, DEBUG, a
-//!   command a newer Valkey adds): it reads the keyspace as a whole, unless it is known to
-//!   reveal nothing ([`reveals_nothing`]: a short list, and Pub/Sub).
+//!   command a newer Valkey adds), or counts and sizes of the writes Valkey ran (INFO stats,
+//!   memory, persistence, replication, commandstats; ROLE's offset; CLIENT LIST; MEMORY
+//!   MALLOC-STATS; LATENCY HISTOGRAM):
+//!   it reads the keyspace as a whole, unless it is known to reveal nothing
+//!   ([`reveals_nothing`]: a short list, and Pub/Sub).
 
 use super::dirty::Scope;
 use crate::commands::Keys;
@@ -47,6 +53,11 @@ pub fn access(class: &crate::commands::Class, args: &[Bytes], raw_len: usize, db
     let Some(info) = &class.info else {
         return Access::Write(Scope::All);
     };
+    match info.name.as_str() {
+        "script|kill" | "function|kill" => return Access::Free,
+        "function|stats" => return Access::Read(Scope::All),
+        _ => {}
+    }
     // Scripts and functions (Valkey flags them `no_mandatory_keys`) may touch keys they do
     // not declare, in any database: standalone Valkey allows it. Whatever they declare,
     // they count as touching everything.
@@ -86,44 +97,51 @@ pub fn access(class: &crate::commands::Class, args: &[Bytes], raw_len: usize, db
     }
 }
 
-/// Keyless commands (neither writes nor `readonly`) that show nothing of the dataset, so
-/// that their replies need not wait for pending writes: connection and transaction
-/// control, server configuration and introspection that lists no keys or values, and
-/// Pub/Sub (channels and messages are not the dataset; what PUBLISH delivers is a side
-/// effect, as in a restore). INFO waits only for the sections that count keys.
+/// Keyless commands (neither writes nor `readonly`) that show nothing of the dataset, nor
+/// how many writes Valkey ran or how large they were, so that their replies need not wait
+/// for pending writes: connection and transaction control, server configuration and
+/// introspection that lists no keys or values, and Pub/Sub (channels and messages are not
+/// the dataset; what PUBLISH delivers is a side effect, as in a restore). A count or a size
+/// of writes a crash can still lose (used_memory, commandstats' calls, a client's query
+/// buffer, the replication offset in ROLE and INFO replication) would show them as surely
+/// as a key count does.
 fn reveals_nothing(info: &crate::commands::CommandInfo, args: &[Bytes]) -> bool {
     if info.flags.pubsub {
         return true;
     }
     let name = info.name.as_str();
     if name == "info" {
+        // Sections a newer Valkey adds wait.
+        const FREE: [&str; 5] = ["server", "clients", "cpu", "modules", "cluster"];
         let sections = &args[1..];
         return !sections.is_empty()
-            && !sections.iter().any(|s| {
-                ["keyspace", "all", "everything", "default"]
-                    .iter()
-                    .any(|k| s.eq_ignore_ascii_case(k.as_bytes()))
-            });
+            && sections
+                .iter()
+                .all(|s| FREE.iter().any(|f| s.eq_ignore_ascii_case(f.as_bytes())));
     }
     let container = name.split('|').next().unwrap_or(name);
     match container {
         // Connection and transaction control; answers about the server, not the data.
-        "ping" | "echo" | "time" | "lastsave" | "role" | "lolwut" | "hello" | "auth" | "select"
-        | "quit" | "reset" | "multi" | "discard" | "unwatch" | "wait" | "waitaof" | "readonly"
+        "ping" | "echo" | "time" | "lastsave" | "lolwut" | "hello" | "auth" | "select" | "quit"
+        | "reset" | "multi" | "discard" | "unwatch" | "wait" | "waitaof" | "readonly"
         | "readwrite" | "asking" | "save" | "bgsave" | "bgrewriteaof" => true,
         // Every subcommand of these describes commands, clients, users, settings or
-        // timings: no key and no value. (SCRIPT and FUNCTION are `@scripting`: walrus counts
-        // them as writes of everything.)
-        "command" | "client" | "config" | "acl" | "latency" | "module" => true,
+        // timings: no key and no value; but CLIENT LIST and INFO show each connection's
+        // buffers and last command, and LATENCY HISTOGRAM counts each command's calls.
+        // (SCRIPT and FUNCTION are `@scripting`: walrus counts them as writes of everything,
+        // but for their KILL and STATS: see `access`.)
+        "client" => !matches!(name, "client|list" | "client|info"),
+        "latency" => name != "latency|histogram",
+        "command" | "config" | "acl" | "module" => true,
         // Some subcommands of these show data (MEMORY STATS counts keys, SLOWLOG GET and
-        // COMMANDLOG GET show arguments).
-        "memory" => matches!(name, "memory|help" | "memory|malloc-stats" | "memory|purge"),
+        // COMMANDLOG GET show arguments, MALLOC-STATS and DOCTOR the allocator's sizes).
+        "memory" => matches!(name, "memory|help" | "memory|purge"),
         "slowlog" | "commandlog" => !name.ends_with("|get"),
         "object" => name == "object|help",
         // The cluster's topology and state, which lives in nodes.conf, not in the journal:
         // cluster clients refresh it while a shard's writes wait (a full ring), and must
-        // not wait with them. Counting or listing a slot's keys shows data (SLOT-STATS
-        // counts them too).
+        // not wait with them (CLUSTER SHARDS shows replication offsets all the same).
+        // Counting or listing a slot's keys shows data (SLOT-STATS counts them too).
         "cluster" => !matches!(
             name,
             "cluster|countkeysinslot" | "cluster|getkeysinslot" | "cluster|slot-stats"

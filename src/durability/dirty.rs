@@ -15,6 +15,9 @@
 //! barrier* instead: it is released once the journal covers Valkey's offset after the read
 //! ran, which covers the pop if the read saw it ([`DirtyKeys::blocked_overlaps`]).
 //!
+//! A notice (a keyspace notification, a tracking invalidation: [`super::notices`]) waits as a
+//! read of the keys it names would ([`DirtyKeys::pending_for_notice`]).
+//!
 //! [`settled_through`]: DirtyKeys::settled_through
 
 use bytes::Bytes;
@@ -49,6 +52,9 @@ pub struct DirtyKeys {
     blocked_keys: HashMap<(u32, Bytes), u32>,
     blocked_wide: u32,
     blocked_total: u32,
+    /// The highest database a write was marked in: a notice that names keys without their
+    /// database (a tracking invalidation) looks for them in every one up to it.
+    max_db: u32,
 }
 
 fn bump(slot: &mut Option<Mark>, generation: u64) {
@@ -66,6 +72,7 @@ impl DirtyKeys {
         self.last_generation += 1;
         let generation = self.last_generation;
         self.pending.insert(generation);
+        self.note_db(scope);
         match scope {
             Scope::Keys { db, keys } => {
                 for k in keys {
@@ -122,19 +129,44 @@ impl DirtyKeys {
         if self.pending.is_empty() {
             return None;
         }
-        let newest = |m: Option<&Mark>| m.map(|m| m.newest_generation);
         match scope {
-            Scope::Keys { db, keys } => {
-                let mut g = newest(self.all.as_ref()).max(newest(self.dbs.get(db)));
-                for k in keys {
-                    // Hashing a (db, key) pair needs an owned key; the clone is a refcount bump.
-                    g = g.max(newest(self.keys.get(&(*db, k.clone()))));
-                }
-                g
-            }
+            Scope::Keys { db, keys } => self.newest_of(*db, keys),
             // A scan of a database, or of everything, can see any pending write.
             Scope::Db(_) | Scope::All => self.pending.last().copied(),
         }
+    }
+
+    /// The newest pending write's generation among those that may have written `keys` of
+    /// `db` (theirs, their database's, everything's).
+    fn newest_of(&self, db: u32, keys: &[Bytes]) -> Option<u64> {
+        let newest = |m: Option<&Mark>| m.map(|m| m.newest_generation);
+        let mut g = newest(self.all.as_ref()).max(newest(self.dbs.get(&db)));
+        for k in keys {
+            // Hashing a (db, key) pair needs an owned key; the clone is a refcount bump.
+            g = g.max(newest(self.keys.get(&(db, k.clone()))));
+        }
+        g
+    }
+
+    /// For a notice naming `keys` of `db`, or of whichever database (`None`): the generation
+    /// to wait for, or `None` when none of them is dirty. As for a read, except near a
+    /// blocking write in flight that may have written one of them (BLMOVE's destination,
+    /// which no generation marks): then it waits for every write pending now. A blocked
+    /// command is served right after the write that readied its key, before Valkey runs
+    /// anything else, so that write's offset covers what it wrote, and that write is pending
+    /// now or durable already (the notice came after it).
+    pub fn pending_for_notice(&self, db: Option<u32>, keys: &[Bytes]) -> Option<u64> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        let dbs = match db {
+            Some(db) => db..=db,
+            None => 0..=self.max_db,
+        };
+        if self.blocked_total > 0 && dbs.clone().any(|db| self.blocked_in(db, keys)) {
+            return self.pending.last().copied();
+        }
+        dbs.filter_map(|db| self.newest_of(db, keys)).max()
     }
 
     /// Every write with a generation up to this one is settled.
@@ -148,6 +180,7 @@ impl DirtyKeys {
     /// Registers a blocking write (no generation: see the module doc).
     pub fn mark_blocked(&mut self, scope: &Scope) {
         self.blocked_total += 1;
+        self.note_db(scope);
         match scope {
             Scope::Keys { db, keys } => {
                 for k in keys {
@@ -185,13 +218,22 @@ impl DirtyKeys {
             return false;
         }
         match scope {
-            Scope::Keys { db, keys } => {
-                self.blocked_wide > 0
-                    || keys
-                        .iter()
-                        .any(|k| self.blocked_keys.contains_key(&(*db, k.clone())))
-            }
+            Scope::Keys { db, keys } => self.blocked_in(*db, keys),
             Scope::Db(_) | Scope::All => true,
+        }
+    }
+
+    /// Whether a blocking write in flight may write one of `keys` of `db`.
+    fn blocked_in(&self, db: u32, keys: &[Bytes]) -> bool {
+        self.blocked_wide > 0
+            || keys
+                .iter()
+                .any(|k| self.blocked_keys.contains_key(&(db, k.clone())))
+    }
+
+    fn note_db(&mut self, scope: &Scope) {
+        if let Scope::Keys { db, .. } | Scope::Db(db) = scope {
+            self.max_db = self.max_db.max(*db);
         }
     }
 
@@ -274,6 +316,35 @@ mod tests {
         d.unmark_blocked(&keys(0, &["jobs"]));
         assert!(!d.blocked_overlaps(&Scope::All));
         assert!(d.is_empty());
+    }
+
+    #[test]
+    fn a_notice_waits_as_a_read_of_its_keys_in_its_database_or_in_any() {
+        let mut d = DirtyKeys::default();
+        let k: &[Bytes] = &[Bytes::from_static(b"k")];
+        assert_eq!(d.pending_for_notice(None, k), None);
+        let a = d.mark(&keys(3, &["k"]));
+        let other = d.mark(&keys(0, &["other"]));
+        assert_eq!(d.pending_for_notice(Some(3), k), Some(a));
+        assert_eq!(d.pending_for_notice(Some(0), k), None);
+        assert_eq!(
+            d.pending_for_notice(None, k),
+            Some(a),
+            "a tracking invalidation names no database: k of database 3 is dirty"
+        );
+        // A blocking write that may write `k` (BLMOVE's destination) takes no generation:
+        // the notice waits for every write pending, the one that served it among them.
+        d.mark_blocked(&keys(5, &["k"]));
+        assert_eq!(d.pending_for_notice(Some(5), k), Some(other));
+        assert_eq!(d.pending_for_notice(None, k), Some(other));
+        assert_eq!(d.pending_for_notice(Some(4), k), None);
+        d.unmark(a, &keys(3, &["k"]));
+        d.unmark(other, &keys(0, &["other"]));
+        assert_eq!(
+            d.pending_for_notice(Some(5), k),
+            None,
+            "nothing pending: what served the blocked write is durable"
+        );
     }
 
     #[test]

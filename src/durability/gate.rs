@@ -4,6 +4,7 @@
 
 use super::dirty::{DirtyKeys, Scope};
 use super::marks::{self, WriteMark};
+use super::notices::Progress;
 use super::queue::{Held, HeldQueue};
 use super::status::{Refusal, Status};
 use bytes::Bytes;
@@ -22,10 +23,10 @@ pub(super) struct State {
     /// that restarted before the link noticed.
     history_start: u64,
     /// The history epoch (module doc).
-    epoch: u64,
+    pub(super) epoch: u64,
     /// The Valkey process (`run_id`) the link is attached to, or was last.
     run_id: String,
-    dirty: DirtyKeys,
+    pub(super) dirty: DirtyKeys,
     /// Write batches waiting for `durable_offset` to reach their offset, and reads waiting
     /// for every write up to a generation to be durable.
     pub(super) held: HeldQueue,
@@ -41,16 +42,19 @@ pub struct Durability {
     /// Writes pending right now, blocking ones included, published after every change under
     /// the lock. A read reply that finds zero skips the lock: a write marked later was sent
     /// to Valkey after that reply arrived, so the read cannot have seen it.
-    pending_writes: AtomicUsize,
+    pub(super) pending_writes: AtomicUsize,
     /// Blocking writes in flight, published likewise: a read about to be sent checks it
     /// without the lock (one marked later was sent after the read, which cannot see it).
     blocked_writes: AtomicUsize,
     /// The history epoch and whether a restore runs, published under the lock for the read
     /// path, which checks them without taking it.
-    epoch_now: AtomicU64,
+    pub(super) epoch_now: AtomicU64,
     restoring: AtomicBool,
     /// Woken when writes may proceed again (room freed, status changed).
     pub(super) room: Notify,
+    /// Where the writes stand, for held notices ([`super::notices`]): published with the
+    /// pending-write count.
+    pub(super) progress: tokio::sync::watch::Sender<Progress>,
     /// Raised when a connection reached another Valkey process than the one the link
     /// follows: the link checks at once instead of at its next probe.
     doubt: Notify,
@@ -90,6 +94,11 @@ impl Durability {
             epoch_now: AtomicU64::new(0),
             restoring: AtomicBool::new(false),
             room: Notify::new(),
+            progress: tokio::sync::watch::Sender::new(Progress {
+                epoch: 0,
+                settled_through: 0,
+                failed: false,
+            }),
             doubt: Notify::new(),
             max_pending_bytes,
             max_held_bytes,
@@ -107,13 +116,20 @@ impl Durability {
         self.state.lock().expect("durability state lock")
     }
 
-    /// Publishes the pending-write count; call with the lock held, after marking or
-    /// unmarking.
+    /// Publishes the pending-write count and the progress held notices wait on; call with
+    /// the lock held, after marking or unmarking, a new epoch or a journal failure.
     fn publish(&self, s: &State) {
         let blocked = s.dirty.blocked_writes() as usize;
         self.blocked_writes.store(blocked, Ordering::SeqCst);
         self.pending_writes
             .store(s.dirty.pending_writes() + blocked, Ordering::SeqCst);
+        let now = Progress {
+            epoch: s.epoch,
+            settled_through: s.dirty.settled_through(),
+            failed: matches!(s.status, Status::Failed(_)),
+        };
+        self.progress
+            .send_if_modified(|p| std::mem::replace(p, now) != now);
     }
 
     pub fn status(&self) -> Status {
@@ -243,6 +259,7 @@ impl Durability {
             // It ran on a Valkey whose history the journal does not follow.
             s.unmark(marks);
             let reads = s.ready_reads();
+            self.publish(&s);
             drop(s);
             let why = Refusal::HistoryChanged.reply();
             replies.into_iter().for_each(|h| h.fail(&why));
@@ -253,6 +270,7 @@ impl Durability {
         if offset <= s.durable_offset {
             s.unmark(marks);
             let reads = s.ready_reads();
+            self.publish(&s);
             drop(s);
             replies.into_iter().chain(reads).for_each(Held::release);
             return;
@@ -264,11 +282,12 @@ impl Durability {
         s.held.hold_batch(offset, replies, marks);
     }
 
-    /// A batch whose offset can never be known (its connection broke, ROLE failed): its
-    /// replies get `why`. Its writes may have run, so their keys stay dirty until the journal
-    /// passes `offset_hint` (Valkey's offset learned afterwards, on a connection of `epoch`).
-    /// Without a hint, reads held behind them get an error (never the value they might
-    /// show) and the marks go to the orphan resolver, which keeps asking.
+    /// A batch whose ROLE never told its offset (its connection broke, ROLE failed). With
+    /// `offset_hint` (Valkey's offset learned afterwards, from the process the batch ran on,
+    /// of `epoch`), it settles there: its replies are real outcomes, released once the journal
+    /// passes it, and its writes' keys stay dirty until then. Without one, its replies get
+    /// `why`, reads held behind its writes get an error (never the value they might show),
+    /// and the marks go to the orphan resolver, which keeps asking.
     pub fn abandon_batch(
         &self,
         replies: Vec<Held>,
@@ -276,27 +295,25 @@ impl Durability {
         why: Bytes,
         offset_hint: Option<(u64, u64)>,
     ) {
+        if let Some((offset, epoch)) = offset_hint {
+            return self.settle_batch(offset, epoch, replies, marks);
+        }
         replies.into_iter().for_each(|h| h.fail(&why));
         if marks.is_empty() {
             return;
         }
-        match offset_hint {
-            Some((offset, epoch)) => self.settle_batch(offset, epoch, Vec::new(), marks),
-            None => {
-                // Reads wait on generations, which blocking writes do not take.
-                let lost_from = marks
-                    .iter()
-                    .filter(|m| !m.blocked)
-                    .map(|m| m.generation)
-                    .min()
-                    .unwrap_or(u64::MAX);
-                let failed = self.lock().take_reads_from(lost_from);
-                let err = Refusal::LostWrite.reply();
-                failed.into_iter().for_each(|h| h.fail(&err));
-                // Dropped unsettled, outside the lock: they become orphans.
-                drop(marks);
-            }
-        }
+        // Reads wait on generations, which blocking writes do not take.
+        let lost_from = marks
+            .iter()
+            .filter(|m| !m.blocked)
+            .map(|m| m.generation)
+            .min()
+            .unwrap_or(u64::MAX);
+        let failed = self.lock().take_reads_from(lost_from);
+        let err = Refusal::LostWrite.reply();
+        failed.into_iter().for_each(|h| h.fail(&err));
+        // Dropped unsettled, outside the lock: they become orphans.
+        drop(marks);
     }
 
     /// A write that never got a reply or was never sent: releases its marks. Nothing it
@@ -492,6 +509,7 @@ impl Durability {
         s.status = Status::Failed(why.to_string());
         let err = Refusal::of(&s.status).reply();
         let out = s.take_held();
+        self.publish(&s);
         drop(s);
         out.into_iter().for_each(|h| h.fail(&err));
         self.room.notify_waiters();

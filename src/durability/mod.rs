@@ -5,18 +5,24 @@
 //! - Every upstream batch that writes ends with `ROLE`, whose reply (Valkey's replication
 //!   offset after the batch) walrus strips; the batch's write replies are released once the
 //!   journal's durable offset reaches it. `ROLE` never goes inside MULTI/EXEC (the transaction's
-//!   replies wait for the `ROLE` after EXEC). For users whose ACL forbids `ROLE`, walrus asks on
-//!   its own control connection instead. A command walrus refuses while a transaction queues
+//!   replies wait for the `ROLE` after EXEC), nor between a command whose effect Valkey keeps
+//!   for the next command only (ASKING, CLIENT CACHING) and that command: it goes before it
+//!   (`compat::client_caching_yes_after_a_write_has_the_next_read_tracked`). For users whose
+//!   ACL forbids `ROLE`, walrus asks on its own control connection instead. A command walrus refuses while a transaction queues
 //!   (too large for the journal, `-MISCONF`, `-LOADING`) aborts it as Valkey's own queue-time
 //!   errors do: EXEC answers `-EXECABORT` and nothing runs.
 //! - Reads are held while any key they read is *dirty* (written, not yet durable) when their
 //!   reply arrives, until those writes are durable; keyspace-wide reads (KEYS, SCAN, DBSIZE,
 //!   RANDOMKEY, INFO with its keyspace section, SLOWLOG GET, COMMANDLOG GET, MEMORY STATS,
-//!   FUNCTION DUMP/LIST, DEBUG, read-only scripts) wait for every pending write. So does every
-//!   other command without key arguments, unless it is known to show nothing of the data
-//!   (connection and transaction control, CONFIG, CLIENT, COMMAND, ACL, LATENCY, SCRIPT, Pub/Sub:
-//!   the list in `src/durability/access.rs`): a command a newer Valkey adds waits rather than
-//!   leaks. Reads of clean keys are never delayed.
+//!   FUNCTION DUMP/LIST/STATS, DEBUG, read-only scripts) wait for every pending write, and so
+//!   do the commands that count or size the writes Valkey ran (INFO's sections but server,
+//!   clients, cpu, modules and cluster; ROLE's replication offset; CLIENT LIST and CLIENT
+//!   INFO; MEMORY MALLOC-STATS and DOCTOR; LATENCY HISTOGRAM): a crash can still lose what
+//!   they count. So does every other command without key arguments, unless it is known to
+//!   show nothing of the data (connection and transaction control, CONFIG, the rest of CLIENT,
+//!   COMMAND, ACL, the rest of LATENCY, SCRIPT KILL and FUNCTION KILL, Pub/Sub, the cluster's
+//!   topology: the list in `src/durability/access.rs`): a command a newer Valkey adds waits
+//!   rather than leaks. Reads of clean keys are never delayed.
 //! - A blocking write (BLPOP, BLMOVE, XREADGROUP ... BLOCK) has written nothing while it waits:
 //!   it holds up no other client's read. A read that may see what one wrote once served (its
 //!   keys, or the whole keyspace) is held until the journal covers Valkey's offset after the
@@ -27,9 +33,15 @@
 //!   not declare, in any database, so they count as touching every key: a script's write makes
 //!   every read wait for it, and a read-only script waits for every pending write.
 //! - A write's dirty mark is cleared only once the journal covers Valkey's offset after it, or
-//!   when the write provably never ran. When a connection breaks and Valkey's offset cannot be
-//!   learned, the keys stay dirty and walrus keeps asking, with backoff; reads held behind such
-//!   a write get an error.
+//!   when the write provably never ran. When a connection breaks, the replies that had arrived
+//!   are real outcomes: they settle at Valkey's offset asked afterwards of the same Valkey
+//!   process, as do the marks of writes still owed. When that offset cannot be learned (at
+//!   once: Valkey busy or unreachable), the replies get an error, the keys stay dirty and
+//!   walrus keeps asking, with backoff; reads held behind such a write get an error. A
+//!   connection walrus gives up itself (none within `upstream.reply_timeout_ms`, a push over
+//!   its limit) may still hold commands Valkey has yet to run: the offset that settles its
+//!   writes is learned only once Valkey has closed it (`CLIENT KILL`, asked again while Valkey
+//!   cannot answer; a busy Valkey closes it once its script ends).
 //! - A write request larger than the journal takes in one entry (`journal.max_entry_bytes`:
 //!   576 MiB, so that the largest value a client may send fits, or on a smaller ring the largest
 //!   entry it holds) is refused before it reaches
@@ -64,16 +76,33 @@
 //!   similar error, and a write that found no room `-MISCONF`. The write's keys stay dirty:
 //!   what it wrote shows only once it is durable
 //!   (`durability_rules::a_reply_held_past_max_hold_gets_an_error_and_the_key_waits_for_the_journal`).
-//! - Pub/Sub messages, keyspace notifications, CLIENT TRACKING invalidations and what MONITOR
-//!   shows are side effects and are not held: a subscriber can see an event for a write that a
-//!   crash then loses. The data itself, read with any command, never is. A restore replays
-//!   data, never messages: the journal holds every PUBLISH (Valkey propagates them to its
-//!   replicas), and a restore turns each into newlines of the same length (a primary may send
-//!   those; the offsets keep their meaning), so no subscriber gets a message published before
-//!   a crash (`restore::a_restore_replays_no_published_message`). `export-aof` leaves them out.
+//! - Keyspace notifications and CLIENT TRACKING invalidations report writes, so they are held
+//!   like data ([`notices`]): each reaches its client only once the journal covers the write
+//!   it reports, as a read of its keys would, in RESP2 and RESP3, on keyspace and keyevent
+//!   channels, through patterns, for tracking by key or by prefix and redirected
+//!   (`side_channels`). A tracking invalidation names keys but not their database: it waits
+//!   for those keys in every database. One that names no key walrus can map (a flush's, a
+//!   notification it cannot read) waits for every pending write. A client's other messages
+//!   keep Valkey's order behind a held one, within `proxy.max_push_bytes`. One that cannot be
+//!   released within `durability.max_hold_ms`, or whose write Valkey may have lost (it
+//!   restarted before the journal covered it, or the journal failed), is never delivered: its
+//!   client gets the reason and is closed, since a subscriber or a client-side cache that
+//!   silently missed it would go on with stale data
+//!   (`side_channels::a_notification_held_past_max_hold_closes_its_subscriber_with_the_reason`).
+//!   What no client of walrus marked dirty is not held: Valkey's own expirations (their
+//!   PEXPIREAT is journaled, so a restore expires the key again) and, in external mode, writes
+//!   of clients that go around walrus, whose replies walrus never held either.
+//! - Messages sent with PUBLISH are not data (what clients tell each other, not what they
+//!   read) and pass as they come, behind any held notice. A restore replays data, never
+//!   messages: the journal holds every PUBLISH (Valkey propagates them to its replicas), and a
+//!   restore turns each into newlines of the same length (a primary may send those; the
+//!   offsets keep their meaning), so no subscriber gets a message published before a crash
+//!   (`restore::a_restore_replays_no_published_message`). `export-aof` leaves them out.
 //!   Keyspace notifications are another matter: replaying data fires them, for whoever
 //!   subscribed to the Valkey being restored. No client of walrus can be subscribed then (its
 //!   connections wait for the restore); a client connected to Valkey around walrus can.
+//! - MONITOR shows every command with its arguments as Valkey runs it, before the journal
+//!   holds it: it is refused, naming `proxy.allow_monitor`, which relays it unheld.
 //! - What Valkey does not replicate is not journaled, so a restore does not bring it back:
 //!   CONFIG SET, ACL SETUSER, SCRIPT LOAD, CLIENT state. It is configuration, not data: give a
 //!   managed Valkey its settings in `upstream.extra_args` (an `aclfile` among them), and load
@@ -98,6 +127,7 @@ pub mod dirty;
 mod gate;
 mod hold;
 pub mod marks;
+pub mod notices;
 mod output;
 mod queue;
 mod status;

@@ -8,6 +8,10 @@
 //! replies of any size. Past the limit a reply is dropped (an empty one is sent in its
 //! place, so the session wakes) and the client is marked over: its session closes it, as
 //! Valkey closes a client past its limit, without writing anything more.
+//!
+//! While a client's replies pile up, its session reads on what it sends (it may be sending a
+//! whole pipeline before it reads a reply) without handling it: those requests count against
+//! the same limit (`ahead`), since they are held only because the client does not read.
 
 use bytes::Bytes;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -15,11 +19,13 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 
 /// One client's reply bytes walrus holds: handed over and not yet taken by the session
-/// (`parked`), and taken but not yet written to the client's socket (`unwritten`).
+/// (`parked`), and taken but not yet written to the client's socket (`unwritten`); and the
+/// bytes of requests it read ahead while those piled up (`ahead`).
 #[derive(Debug)]
 pub struct ClientOutput {
     parked: AtomicUsize,
     unwritten: AtomicUsize,
+    ahead: AtomicUsize,
     /// Set once, for good: a reply was dropped, so nothing after it may be written.
     over: AtomicBool,
     limit: usize,
@@ -30,6 +36,7 @@ impl ClientOutput {
         Arc::new(ClientOutput {
             parked: AtomicUsize::new(0),
             unwritten: AtomicUsize::new(0),
+            ahead: AtomicUsize::new(0),
             over: AtomicBool::new(false),
             limit,
         })
@@ -46,8 +53,8 @@ impl ClientOutput {
         if self.over.load(Ordering::Acquire) {
             return false;
         }
-        let parked = self.parked.fetch_add(n, Ordering::AcqRel) + n;
-        if parked.saturating_add(self.unwritten.load(Ordering::Acquire)) > self.limit {
+        self.parked.fetch_add(n, Ordering::AcqRel);
+        if self.held() > self.limit {
             self.parked.fetch_sub(n, Ordering::AcqRel);
             self.over.store(true, Ordering::Release);
             return false;
@@ -64,16 +71,31 @@ impl ClientOutput {
     /// The session holds `n` bytes unwritten: `false` if that takes the client past its
     /// limit (the client is then over, for good).
     pub fn unwritten(&self, n: usize) -> bool {
-        self.unwritten.store(n, Ordering::Release);
-        if n.saturating_add(self.parked.load(Ordering::Acquire)) > self.limit {
+        self.set(&self.unwritten, n)
+    }
+
+    /// The session holds `n` bytes of requests read ahead, unhandled, while the client's
+    /// replies pile up: `false` if that takes the client past its limit (the client is then
+    /// over, for good).
+    pub fn ahead(&self, n: usize) -> bool {
+        self.set(&self.ahead, n)
+    }
+
+    fn set(&self, count: &AtomicUsize, n: usize) -> bool {
+        count.store(n, Ordering::Release);
+        if self.held() > self.limit {
             self.over.store(true, Ordering::Release);
         }
         !self.over()
     }
 
-    /// Bytes held for the client: handed over, or taken and not yet written.
+    /// Bytes held for the client: replies handed over, or taken and not yet written, and
+    /// requests read ahead.
     pub fn held(&self) -> usize {
-        self.parked() + self.unwritten.load(Ordering::Acquire)
+        [&self.parked, &self.unwritten, &self.ahead]
+            .into_iter()
+            .map(|c| c.load(Ordering::Acquire))
+            .fold(0, usize::saturating_add)
     }
 
     /// Bytes handed over and not yet taken by the session.
@@ -153,6 +175,16 @@ mod tests {
         a.send(Bytes::from_static(b"123"));
         assert!(ra.try_recv().unwrap().is_empty());
         assert!(!output.unwritten(0), "over for good");
+    }
+
+    #[test]
+    fn requests_read_ahead_share_the_limit() {
+        let output = ClientOutput::new(10);
+        assert!(output.ahead(6));
+        assert!(output.unwritten(4));
+        assert_eq!(output.held(), 10);
+        assert!(!output.ahead(7), "over");
+        assert!(!output.ahead(0), "over for good");
     }
 
     #[test]

@@ -49,6 +49,10 @@ pub enum Refusal {
     LostWrite,
     #[error("ERR walrus: Valkey's replication history changed before this write was journaled; it may be lost")]
     HistoryChanged,
+    /// A notice ([`super::notices`]) that will never be released; the text says why. Its
+    /// client is closed after it.
+    #[error("ERR walrus: a keyspace notification or tracking invalidation for this connection {0}; the connection is closed, so that no subscriber or client-side cache goes on without it")]
+    NoticeWithheld(Arc<str>),
 }
 
 impl Refusal {

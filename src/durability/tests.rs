@@ -248,3 +248,35 @@ fn reads_held_behind_a_lost_write_get_an_error() {
     assert!(r_rx.try_recv().unwrap().starts_with(b"-ERR"));
     assert_eq!(d.snapshot().2, 0);
 }
+
+/// A batch whose connection broke after its replies arrived, with Valkey's offset learned
+/// afterwards: the replies are real outcomes, released once the journal covers it (they got
+/// the error for a lost connection); without one, they get that error.
+#[test]
+fn replies_of_a_broken_batch_settle_at_the_offset_learned_afterwards() {
+    let d = Durability::new(1 << 20, 1 << 20);
+    d.attach("p", 100, true, true, 0);
+    let e = d.epoch();
+    let mark = d.begin_write(key("a")).unwrap();
+    let (w, mut w_rx) = held("+OK\r\n");
+    d.abandon_batch(
+        vec![w],
+        vec![mark],
+        Bytes::from_static(b"-ERR lost\r\n"),
+        Some((150, e)),
+    );
+    assert!(
+        w_rx.try_recv().is_err(),
+        "held until the journal covers 150"
+    );
+    d.set_durable(150);
+    assert_eq!(&w_rx.try_recv().unwrap()[..], b"+OK\r\n");
+    let (w, mut w_rx) = held("+OK\r\n");
+    d.abandon_batch(
+        vec![w],
+        Vec::new(),
+        Bytes::from_static(b"-ERR lost\r\n"),
+        None,
+    );
+    assert_eq!(&w_rx.try_recv().unwrap()[..], b"-ERR lost\r\n");
+}

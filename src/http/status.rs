@@ -56,6 +56,8 @@ pub struct Status {
     pub ring_segments_total: Option<u64>,
     pub ring_bytes_used: Option<u64>,
     pub ring_bytes_total: Option<u64>,
+    /// The journal's I/O backend and its flags, as its open logs them.
+    pub journal_backend: Option<String>,
     /// The recorded checkpoint (null: none).
     pub checkpoint_file: Option<String>,
     pub checkpoint_offset: Option<u64>,
@@ -129,7 +131,9 @@ impl Sources {
         s.valkey_offset = Some(executed);
         s.durable_offset = Some(durable);
         s.lag_bytes = Some(executed.saturating_sub(durable));
-        if let Some(j) = d.journal.upgrade().map(|j| j.status()) {
+        if let Some(journal) = d.journal.upgrade() {
+            s.journal_backend = Some(journal.backend().to_string());
+            let j = journal.status();
             s.ring_segments_used = Some(j.used_segments);
             s.ring_segments_total = Some(u64::from(j.segments));
             s.ring_bytes_used = Some(j.write_pos - j.head_pos);
@@ -207,6 +211,12 @@ impl Status {
                     opt(self.ring_bytes_used),
                     opt(self.ring_bytes_total)
                 ),
+            );
+            line(
+                "journal",
+                self.journal_backend
+                    .clone()
+                    .unwrap_or_else(|| "not open".into()),
             );
             line(
                 "checkpoint",

@@ -13,7 +13,7 @@ use super::config::JournalConfig;
 use super::error::{Corruption, JournalError};
 use super::format::REPL_ID_BYTES;
 use super::io::BackendInfo;
-use super::manifest::{hex_encode, Checkpoint, Manifest};
+use super::manifest::{hex_encode, Checkpoint, DataDirId, Manifest};
 use super::reader::{EntryIter, ReplayFrom};
 use super::recovery::{LogEnd, ScanLimits, ScanStart, Scanner, Tail};
 use super::ring::{FileRing, Geometry};
@@ -121,8 +121,8 @@ pub struct Journal {
     pub(super) manifest: Arc<Mutex<Manifest>>,
     pub(super) thread: Option<JoinHandle<()>>,
     pub(super) backend: BackendInfo,
-    /// Exclusive flock on `dir/LOCK`, held while open: one writer per journal.
-    pub(super) _lock: std::fs::File,
+    /// The journal directory's lock, held while open: one writer per journal.
+    pub(super) _lock: super::lock::DirLock,
 }
 
 impl Journal {
@@ -205,6 +205,22 @@ impl Journal {
         self.shared.room_wanted.load(Ordering::Acquire)
     }
 
+    /// Waits until every entry appended so far is durable, and returns the LSN the next
+    /// append gets. A checkpoint recorded from there (its `from_lsn`) is never ahead of the
+    /// journal's durable end: otherwise a crash would drop the entries before it, and the
+    /// next run's entries, numbered from the durable end, would fall below `from_lsn`, where
+    /// a restore skips them.
+    pub async fn settled(&self) -> Result<u64, JournalError> {
+        let next = self.status().next_lsn;
+        Ticket {
+            lsn: next - 1,
+            shared: self.shared.clone(),
+        }
+        .wait()
+        .await?;
+        Ok(next)
+    }
+
     /// The durable position; changes as writes complete.
     pub fn durable(&self) -> watch::Receiver<Durable> {
         self.shared.durable_tx.subscribe()
@@ -229,6 +245,17 @@ impl Journal {
             writes_inline: self.shared.writes_inline.load(Ordering::Relaxed),
             room_wanted: self.shared.room_wanted.load(Ordering::Acquire),
         }
+    }
+
+    /// The data directory's identity, as the journal's manifest records it (every journal
+    /// open for writing has one).
+    pub fn data_dir_id(&self) -> DataDirId {
+        self.manifest
+            .lock()
+            .expect("manifest mutex poisoned")
+            .data_dir_id
+            .clone()
+            .expect("set at every open for writing")
     }
 
     /// Entries up to this LSN were released (the manifest's checkpoint pointer).

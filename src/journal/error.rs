@@ -1,5 +1,6 @@
 //! Errors of the journal engine.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Where recovery found mid-log corruption, and the proof that it is not a torn tail.
@@ -73,6 +74,10 @@ pub enum JournalError {
     Failed(Arc<str>),
     #[error("journal is closed")]
     Closed,
+    /// A directory's lock is held by another owner ([`super::lock`]): trying again succeeds
+    /// once it lets go.
+    #[error("{} is in use by {holder}", dir.display())]
+    InUse { dir: PathBuf, holder: String },
     #[error("{0}")]
     InvalidArgument(String),
 }

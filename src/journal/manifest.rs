@@ -1,5 +1,5 @@
 //! The manifest (superblock): format version, ring geometry, writer epoch, the records'
-//! key, and the checkpoint.
+//! key, the data directory's identity, and the checkpoint.
 //!
 //! It is small TOML followed by a CRC line, replaced atomically without allocating (see
 //! [`replace_file`]: the new version goes into `MANIFEST.prev` in place, then the two names
@@ -20,6 +20,49 @@ pub const MANIFEST_FILE: &str = "MANIFEST";
 pub const LAYOUT_VERSION: u32 = 2;
 /// Journals made before the key: read, and upgraded at their next open for writing.
 pub const UNKEYED_LAYOUT_VERSION: u32 = 1;
+
+/// A data directory's identity: 128 random bits drawn when its journal is made, written into
+/// the journal's manifest and the checkpoints' (`crate::checkpoint::store`), so that a
+/// manifest copied in from another data directory is told from the directory's own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct DataDirId(String);
+
+impl DataDirId {
+    /// A fresh identity from the operating system's random source.
+    pub fn random() -> std::io::Result<DataDirId> {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes).map_err(std::io::Error::other)?;
+        Ok(DataDirId(hex_encode(&bytes)))
+    }
+}
+
+impl TryFrom<String> for DataDirId {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<DataDirId, String> {
+        if s.len() == 32
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            Ok(DataDirId(s))
+        } else {
+            Err(format!("data_dir_id {s:?} is not 32 lowercase hex digits"))
+        }
+    }
+}
+
+impl From<DataDirId> for String {
+    fn from(id: DataDirId) -> String {
+        id.0
+    }
+}
+
+impl std::fmt::Display for DataDirId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
 
 /// Where recovery starts: the first retained entry. Everything before it is released.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,6 +93,12 @@ impl Checkpoint {
             prev_repl_offset: 0,
             prev_epoch: 0,
         }
+    }
+
+    /// The last entry this says was written: released, or before the log's start (0: none).
+    pub fn written_through(&self) -> u64 {
+        self.released_through_lsn
+            .max(self.start_lsn.saturating_sub(1))
     }
 
     pub fn prev_repl_id(&self) -> Result<[u8; REPL_ID_BYTES], JournalError> {
@@ -90,6 +139,10 @@ pub struct Manifest {
     /// a journal made keyed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unkeyed_below_pos: Option<u64>,
+    /// The data directory's identity ([`DataDirId`]): drawn at init, or at the first open
+    /// for writing of a journal made before identities.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_dir_id: Option<DataDirId>,
     pub checkpoint: Checkpoint,
 }
 
@@ -108,6 +161,7 @@ impl Manifest {
             keyed_from_epoch: 0,
             resumed_at_pos: None,
             unkeyed_below_pos: None,
+            data_dir_id: None,
             checkpoint: Checkpoint::initial(),
         }
     }
@@ -325,6 +379,25 @@ pub fn fsync_dir(dir: &Path) -> Result<(), JournalError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| JournalError::io(format!("fsync of directory {}", dir.display()), e))
+}
+
+/// Creates `dir` and its missing parents, and makes each new name durable: a directory's
+/// name lives in its parent, which syncing the files inside does not sync. Without it, a
+/// power cut soon after a first start could take `journal/` or `checkpoints/` away, with
+/// everything synced inside them since.
+pub fn create_dir_durably(dir: &Path) -> std::io::Result<()> {
+    let mut created = Vec::new();
+    let mut next = Some(dir);
+    while let Some(p) = next.filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
+        created.push(p);
+        next = p.parent();
+    }
+    fs::create_dir_all(dir)?;
+    for p in created {
+        let parent = p.parent().filter(|p| !p.as_os_str().is_empty());
+        File::open(parent.unwrap_or(Path::new(".")))?.sync_all()?;
+    }
+    Ok(())
 }
 
 fn crc64(bytes: &[u8]) -> u64 {

@@ -13,6 +13,7 @@
 //! - [`buf`]: aligned buffers and their pool; [`batcher`]: group commit into buffers.
 //! - [`writer`]: the writer loop over an [`writer::IoBackend`]; [`io`]: the io_uring and
 //!   sync backends and their selection.
+//! - [`lock`]: a directory's one owner (the journal's, and the data directory's).
 //! - [`open`]: opening (lock, init, recovery, repair, epoch bump); [`engine`]: the
 //!   [`Journal`] handle; [`reader`]: replay. `walrus journal ...` is in `crate::cli::journal`.
 //!
@@ -25,6 +26,7 @@ pub mod engine;
 pub mod error;
 pub mod format;
 pub mod io;
+pub mod lock;
 pub mod manifest;
 pub mod open;
 pub mod reader;

@@ -14,43 +14,24 @@ use super::engine::{Journal, OpenOptions, Recovered};
 use super::error::JournalError;
 use super::format::RecordKey;
 use super::io::start_writer;
-use super::manifest::Manifest;
-use super::recovery::{scan, ScanLimits, ScanReport, ScanStart, Tail};
-use super::ring::{init_missing_segments, missing_segments, segment_path, FileRing, Geometry};
+use super::lock::{Access, DirLock};
+use super::manifest::{create_dir_durably, DataDirId, Manifest};
+use super::recovery::{key_seals_the_ring, scan, ScanLimits, ScanReport, ScanStart, Tail};
+use super::ring::{
+    init_missing_segments, missing_segments, segment_path, FileRing, Geometry, RingRead,
+};
 use super::writer::{Durable, WriterState};
 
-const LOCK_FILE: &str = "LOCK";
-
-/// Takes an exclusive, non-blocking flock on `dir/LOCK` (released when the file closes,
-/// including when the process dies).
-fn lock_dir(dir: &Path) -> Result<std::fs::File, JournalError> {
-    use std::os::fd::AsRawFd;
-    std::fs::create_dir_all(dir)
-        .map_err(|e| JournalError::io(format!("creating {}", dir.display()), e))?;
-    let path = dir.join(LOCK_FILE);
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| JournalError::io(format!("opening {}", path.display()), e))?;
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(JournalError::io(
-            format!(
-                "journal {} is open in another process (flock on {})",
-                dir.display(),
-                path.display()
-            ),
-            e,
-        ));
-    }
-    Ok(f)
+fn create_dir(dir: &Path) -> Result<(), JournalError> {
+    create_dir_durably(dir).map_err(|e| JournalError::io(format!("creating {}", dir.display()), e))
 }
 
 fn new_key() -> Result<RecordKey, JournalError> {
     RecordKey::random().map_err(|e| JournalError::io("drawing the journal's record key", e))
+}
+
+fn new_id() -> Result<DataDirId, JournalError> {
+    DataDirId::random().map_err(|e| JournalError::io("drawing the data directory's identity", e))
 }
 
 /// Loads the manifest and checks it against the configured geometry.
@@ -80,8 +61,7 @@ pub fn initialize(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(Manifest, u32), JournalError> {
     cfg.validate()?;
-    std::fs::create_dir_all(dir)
-        .map_err(|e| JournalError::io(format!("creating {}", dir.display()), e))?;
+    create_dir(dir)?;
     let geo = Geometry {
         segment_size_bytes: cfg.segment_size_bytes,
         segments: cfg.segments,
@@ -111,7 +91,8 @@ pub fn initialize(
     let m = match existing {
         Some(m) => m,
         None => {
-            let m = Manifest::new(cfg.segment_size_bytes, cfg.segments, new_key()?);
+            let mut m = Manifest::new(cfg.segment_size_bytes, cfg.segments, new_key()?);
+            m.data_dir_id = Some(new_id()?);
             m.store(dir)?;
             m
         }
@@ -168,7 +149,31 @@ pub fn scan_dir(dir: &Path, cfg: &JournalConfig) -> Result<(Manifest, ScanReport
         ScanStart::at(&m.checkpoint)?,
         ScanLimits::of(&m, cfg.lookahead_bytes()),
     )?;
+    check_key(dir, FileRing::open(dir, geo)?, geo, &m, &report)?;
     Ok((m, report))
+}
+
+/// Refuses a manifest whose key seals none of its ring's records ([`key_seals_the_ring`]),
+/// asked when a scan accepted no record although the manifest says entries were written
+/// (released, or the log's start moved past them).
+fn check_key(
+    dir: &Path,
+    ring: impl RingRead,
+    geo: Geometry,
+    m: &Manifest,
+    report: &ScanReport,
+) -> Result<(), JournalError> {
+    let written = m.checkpoint.written_through();
+    if report.records > 0 || written == 0 || key_seals_the_ring(ring, geo, ScanLimits::of(m, 0))? {
+        return Ok(());
+    }
+    Err(JournalError::Manifest(format!(
+        "{}: its record key seals none of the records in the journal's segments, although it says \
+         entries through LSN {written} were written: it is another journal's manifest (copied in \
+         from another data directory?), and recovery would read this journal as empty. Put back \
+         this journal's own MANIFEST (from a backup, or from the copy it was made from)",
+        dir.join(super::manifest::MANIFEST_FILE).display()
+    )))
 }
 
 /// Iterates a journal's entries from `from` to the end of its log, without opening it for
@@ -255,7 +260,8 @@ impl Journal {
         opts: OpenOptions,
     ) -> Result<(Journal, Recovered), JournalError> {
         cfg.validate()?;
-        let lock = lock_dir(dir)?;
+        create_dir(dir)?;
+        let lock = DirLock::take(dir, Access::Exclusive)?;
         let geo = Geometry {
             segment_size_bytes: cfg.segment_size_bytes,
             segments: cfg.segments,
@@ -288,6 +294,7 @@ impl Journal {
             ScanStart::at(&checkpoint)?,
             ScanLimits::of(&manifest, cfg.lookahead_bytes()),
         )?;
+        check_key(dir, &mut ring, geo, &manifest, &report)?;
         let mut cut_corruption = None;
         match &report.tail {
             Tail::Corrupt(c) if !opts.accept_data_loss => {
@@ -310,6 +317,11 @@ impl Journal {
         manifest.resume_at(report.end.end_pos);
         // A journal made before record keys: its records stay readable, new ones are keyed.
         manifest.upgrade(new_key)?;
+        // One made before data directories had an identity gets one; the checkpoints'
+        // manifest takes it too, once the two are found to agree (`crate::restore::data_dir`).
+        if manifest.data_dir_id.is_none() {
+            manifest.data_dir_id = Some(new_id()?);
+        }
         manifest.store(dir)?;
         crate::fault::fail_point!("journal::repair::stored", cut_corruption.is_some());
         let end = report.end;

@@ -79,6 +79,15 @@ impl ScanLimits {
 }
 
 impl ScanStart {
+    /// The start of a journal that never released anything: the ring's first byte, LSN 1.
+    pub const ORIGIN: ScanStart = ScanStart {
+        pos: 0,
+        lsn: 1,
+        repl_id: [0; REPL_ID_BYTES],
+        repl_offset: 0,
+        epoch: 0,
+    };
+
     /// Where a scan resumes after the entry that ends the log at `end`.
     pub fn after(end: &LogEnd) -> ScanStart {
         ScanStart {
@@ -582,6 +591,24 @@ impl<R: RingRead> Scanner<R> {
         })
     }
 
+    /// The first position in `[from, stop)` holding the record magic, if any.
+    fn find_magic(&mut self, from: u64, stop: u64) -> std::io::Result<Option<u64>> {
+        const HAY_BYTES: u64 = 64 * 1024;
+        let magic = MAGIC.to_le_bytes();
+        let mut p = from;
+        while p < stop {
+            let hay_end = (p + HAY_BYTES).min(self.geo.seg_end(p)).min(stop);
+            let hay = self.win.get(p, (hay_end - p) as usize)?;
+            if let Some(i) = memchr::memmem::find(hay, &magic) {
+                return Ok(Some(p + i as u64));
+            }
+            // The magic may straddle the end of this piece, unless a segment ends there.
+            let overlap = (magic.len() as u64 - 1) * u64::from(hay_end < self.geo.seg_end(p));
+            p = (hay_end - overlap).max(p + 1);
+        }
+        Ok(None)
+    }
+
     /// Searches the bytes from `bad_pos` on for a valid current-lap record, of an epoch not
     /// older than the log's last record (nor than the newest run's, past where it began),
     /// whose durable hint covers `expected_lsn`. Every
@@ -593,8 +620,6 @@ impl<R: RingRead> Scanner<R> {
         bad_pos: u64,
         expected_lsn: u64,
     ) -> std::io::Result<Option<(u64, RecordHeader)>> {
-        const HAY_BYTES: u64 = 64 * 1024;
-        let magic = MAGIC.to_le_bytes();
         // The log's own epochs never decrease; and where the log still ends where the
         // newest run's open said it ends, anything older past it was cut by that open.
         let cut_by_last_open = self.limits.resumed_at_pos.is_some_and(|r| bad_pos >= r);
@@ -605,16 +630,7 @@ impl<R: RingRead> Scanner<R> {
         };
         let stop = (bad_pos.saturating_add(self.limits.lookahead_bytes)).min(self.limit_pos);
         let mut p = bad_pos;
-        while p < stop {
-            let hay_end = (p + HAY_BYTES).min(self.geo.seg_end(p)).min(stop);
-            let hay = self.win.get(p, (hay_end - p) as usize)?;
-            let Some(i) = memchr::memmem::find(hay, &magic) else {
-                // The magic may straddle the end of this piece, unless a segment ends there.
-                let overlap = (magic.len() as u64 - 1) * u64::from(hay_end < self.geo.seg_end(p));
-                p = (hay_end - overlap).max(p + 1);
-                continue;
-            };
-            let c = p + i as u64;
+        while let Some(c) = self.find_magic(p, stop)? {
             p = c + 1;
             let Ok(h) = self.decode_at(c)? else {
                 continue;
@@ -642,4 +658,31 @@ pub fn scan<R: RingRead>(
     Scanner::new(ring, geo, start, limits)
         .finish()
         .map_err(|e| JournalError::io("reading journal segments", e))
+}
+
+/// Whether the manifest's key is its ring's. A manifest copied in from another journal has
+/// another key: every record of this ring then fails its checksum, and a scan reads the log
+/// as empty (a clean end at its first record), losing it. Asked when a scan accepted no
+/// record although the manifest says entries were written: the ring then holds records of
+/// this journal (the released ones, or older laps'), sealed with its key, unless the key is
+/// not its own. `false`: the ring holds well-formed records and not one is sealed with the
+/// key (a client's value may hold record-like bytes, never the key). Reads only until the
+/// first record that is, which in a journal's own ring comes soon.
+pub fn key_seals_the_ring<R: RingRead>(
+    ring: R,
+    geo: Geometry,
+    limits: ScanLimits,
+) -> Result<bool, JournalError> {
+    let mut s = Scanner::new(ring, geo, ScanStart::ORIGIN, limits);
+    let io = |e| JournalError::io("reading journal segments", e);
+    let (mut p, mut sealed_otherwise) = (0, false);
+    while let Some(c) = s.find_magic(p, geo.ring_bytes()).map_err(io)? {
+        p = c + 1;
+        match s.decode_at(c).map_err(io)? {
+            Ok(_) => return Ok(true),
+            Err(Reject::Crc | Reject::Format(_)) => sealed_otherwise = true,
+            Err(_) => {}
+        }
+    }
+    Ok(!sealed_otherwise)
 }

@@ -344,13 +344,13 @@ pub static JOURNAL_RING_BYTES: LazyLock<IntCounter> = LazyLock::new(|| {
 pub static JOURNAL_WRITE: LazyLock<Histogram> = LazyLock::new(|| {
     latency(
         "journal_write_duration_seconds",
-        "Journal writes, from submission until durable (pwrite + fdatasync, or one O_DSYNC write).",
+        "Journal writes, from submission until durable (one O_DSYNC write, with the hand-off to the thread or ring that runs it).",
     )
 });
 pub static JOURNAL_FSYNC: LazyLock<Histogram> = LazyLock::new(|| {
     latency(
         "journal_fsync_duration_seconds",
-        "The sync part of journal writes: fdatasync on the sync backend; with O_DSYNC (io_uring) the whole write, which includes it.",
+        "The device part of journal writes: the O_DSYNC write itself, which includes its sync (either backend).",
     )
 });
 pub static RING_FILL: LazyLock<Gauge> = LazyLock::new(|| {
@@ -429,6 +429,12 @@ pub static CLIENTS_OUTPUT_CLOSED: LazyLock<IntCounter> = LazyLock::new(|| {
     counter(
         "clients_output_closed_total",
         "Clients disconnected because they did not read their replies (over proxy.max_output_bytes).",
+    )
+});
+pub static CLIENTS_NOTICE_CLOSED: LazyLock<IntCounter> = LazyLock::new(|| {
+    counter(
+        "clients_notice_closed_total",
+        "Clients disconnected because a keyspace notification or tracking invalidation for them could never be released (its write was not journaled within durability.max_hold_ms, or may be lost).",
     )
 });
 pub static UPSTREAM_IN_FLIGHT_FULL: LazyLock<IntCounter> = LazyLock::new(|| {
@@ -516,5 +522,6 @@ pub fn register_all() {
     LazyLock::force(&UPSTREAM_RECONNECTS);
     LazyLock::force(&UPSTREAM_IN_FLIGHT_FULL);
     LazyLock::force(&CLIENTS_OUTPUT_CLOSED);
+    LazyLock::force(&CLIENTS_NOTICE_CLOSED);
     LazyLock::force(&REPLICA_LINK_UP);
 }

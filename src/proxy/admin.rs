@@ -9,6 +9,9 @@
 //!
 //! Scripts and function libraries (EVAL, EVAL_RO, SCRIPT LOAD, FUNCTION LOAD) that may
 //! call `set_repl` are refused too: [`script`] says which, reading them with [`lua`].
+//!
+//! MONITOR breaks the durability rule instead, and is refused the same way unless
+//! `proxy.allow_monitor` lets it through ([`MONITOR`]).
 
 pub mod lua;
 pub mod script;
@@ -27,12 +30,23 @@ pub struct Refusal {
 impl Refusal {
     /// The error a client gets.
     pub fn error(&self) -> String {
+        self.error_unless("proxy.allow_admin_commands")
+    }
+
+    /// The error a client gets, naming the `setting` that lets the command through.
+    pub fn error_unless(&self, setting: &str) -> String {
         format!(
-            "ERR walrus: {} is refused: {} (proxy.allow_admin_commands lets it through)",
+            "ERR walrus: {} is refused: {} ({setting} lets it through)",
             self.what, self.why
         )
     }
 }
+
+/// MONITOR, refused unless `proxy.allow_monitor`.
+pub const MONITOR: Refusal = Refusal {
+    what: "MONITOR",
+    why: Cow::Borrowed("it shows every command with its arguments as Valkey runs it, the values of writes a crash can still lose among them, before the journal holds them"),
+};
 
 /// Old names Valkey still accepts for settings walrus depends on.
 const ALIASES: [(&str, &str); 2] = [

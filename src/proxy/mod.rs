@@ -8,12 +8,14 @@
 //! - [`route`]: the rule for where a command runs.
 //! - [`pool`] and [`pipeline`]: the shared, pipelined upstream connections.
 //! - [`pinned`]: dedicated connections for stateful sessions.
-//! - [`pushes`]: RESP3 pushes (client tracking, pub/sub) on their way to a client.
+//! - [`pushes`]: messages Valkey sends unasked (RESP3 pushes, RESP2 Pub/Sub) on their way to a
+//!   client, and [`notices`]: which of them report writes, held until those are durable.
 //! - [`admin`]: the admin commands walrus refuses or answers itself.
 
 pub mod admin;
 pub mod cert_user;
 pub mod identity;
+pub mod notices;
 pub mod pinned;
 pub mod pipeline;
 pub mod pool;
@@ -42,12 +44,16 @@ pub struct Shared {
     /// Largest write request that can be journaled as one entry (`journal.max_entry_bytes`
     /// when durable): a larger one is refused before it reaches Valkey.
     pub max_write_bytes: usize,
-    /// RESP3 pushes queued for one client before it is disconnected.
+    /// Messages Valkey sends unasked (RESP3 pushes, RESP2 Pub/Sub) queued for one client
+    /// before it is disconnected.
     pub max_push_bytes: usize,
-    /// Reply bytes a client has not read before it is disconnected (`proxy.max_output_bytes`).
+    /// Reply bytes a client has not read, and requests it sent meanwhile, before it is
+    /// disconnected (`proxy.max_output_bytes`).
     pub max_output_bytes: usize,
     /// `proxy.allow_admin_commands`: pass on what [`admin`] refuses.
     pub allow_admin_commands: bool,
+    /// `proxy.allow_monitor`: relay MONITOR, which shows writes before they are durable.
+    pub allow_monitor: bool,
     /// `tls.auth_clients_user`: while certificates map to ACL users, AUTH naming a
     /// certificate user is refused ([`cert_user`]).
     pub cert_user: crate::config::CertUser,

@@ -10,9 +10,14 @@
 //! Each slot has a supervisor task that connects, runs the [`pipeline`](super::pipeline)
 //! until it breaks, and reconnects with exponential backoff. While it connects (bounded by
 //! `upstream.connect_timeout_ms`), requests for the slot wait: a connection that broke once
-//! (killed, or dropped by walrus for a reply over its limits) costs its clients nothing
+//! (killed, or given up by walrus when Valkey stopped answering) costs its clients nothing
 //! more. Once an attempt has failed, requests fail at once with its error instead of
 //! hanging while Valkey is down.
+//!
+//! Each pool also keeps a connection aside ([`Pool::aside`]), opened on first use, for the
+//! commands Valkey serves while a script keeps it busy (flagged `allow_busy`: SCRIPT KILL,
+//! FUNCTION KILL, FUNCTION STATS): on a shared connection they would queue behind the very
+//! script they are sent to end.
 
 use super::pipeline::{self, PipelineCtx, PipelinedRequest};
 use crate::config::Credentials;
@@ -58,6 +63,7 @@ struct Slot {
 }
 
 pub struct Pool {
+    /// The shared slots, then the one kept aside ([`Pool::aside`]).
     slots: Vec<Slot>,
     /// How long a request waits for its slot to (re)connect.
     connect_timeout: Duration,
@@ -66,6 +72,17 @@ pub struct Pool {
     first_attempts: Vec<watch::Receiver<bool>>,
     /// Which managed child serves Valkey's address ([`Upstream::process`]).
     process: Option<watch::Receiver<u64>>,
+    /// What a slot's supervisor needs, for the slot kept aside, started on first use.
+    launch: Launch,
+    aside_started: std::sync::Once,
+}
+
+/// Who a pool's connections act for, and how they reconnect.
+struct Launch {
+    ctx: Arc<PipelineCtx>,
+    key: PoolKey,
+    creds: Option<Credentials>,
+    backoff_max: Duration,
 }
 
 impl Default for Slot {
@@ -94,24 +111,37 @@ impl Pool {
         let (senders, first_attempts): (Vec<_>, Vec<_>) =
             (0..size).map(|_| watch::channel(false)).unzip();
         let pool = Arc::new(Pool {
-            slots: (0..size).map(|_| Slot::default()).collect(),
+            slots: (0..=size).map(|_| Slot::default()).collect(),
             connect_timeout: ctx.upstream.connect_timeout,
             next: AtomicUsize::new(0),
             first_attempts,
             process: ctx.upstream.process.clone(),
+            launch: Launch {
+                ctx,
+                key,
+                creds,
+                backoff_max,
+            },
+            aside_started: std::sync::Once::new(),
         });
         for (i, tx) in senders.into_iter().enumerate() {
-            tokio::spawn(supervise(
-                Arc::downgrade(&pool),
-                i,
-                ctx.clone(),
-                key.clone(),
-                creds.clone(),
-                backoff_max,
-                tx,
-            ));
+            pool.supervise(i, tx);
         }
         pool
+    }
+
+    /// Starts the supervisor of slot `i`.
+    fn supervise(self: &Arc<Self>, i: usize, first_attempt: watch::Sender<bool>) {
+        let l = &self.launch;
+        tokio::spawn(supervise(
+            Arc::downgrade(self),
+            i,
+            l.ctx.clone(),
+            l.key.clone(),
+            l.creds.clone(),
+            l.backoff_max,
+            first_attempt,
+        ));
     }
 
     /// Waits for each slot's first connection attempt, so that the first requests do not
@@ -125,7 +155,16 @@ impl Pool {
     /// Picks a slot for a new client. A client keeps its slot: its commands then reach
     /// Valkey in the order it sent them.
     pub fn pick(&self) -> usize {
-        self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len()
+        self.next.fetch_add(1, Ordering::Relaxed) % (self.slots.len() - 1)
+    }
+
+    /// The queue of the connection kept aside for the commands Valkey serves while a script
+    /// keeps it busy, or why there is none; connects it on first use.
+    pub async fn aside(self: &Arc<Self>) -> Result<mpsc::Sender<PipelinedRequest>, String> {
+        let slot = self.slots.len() - 1;
+        self.aside_started
+            .call_once(|| self.supervise(slot, watch::channel(false).0));
+        self.sender(slot).await
     }
 
     /// The queue of the slot's live connection, or why there is none; waits while the slot
@@ -179,16 +218,7 @@ async fn supervise(
         let up = &ctx.upstream;
         let mut process = up.process.clone();
         let reached = process.as_mut().map_or(0, |p| *p.borrow_and_update());
-        let conn = tokio::time::timeout(
-            up.connect_timeout,
-            Conn::for_client(up, creds.as_ref(), key.resp3),
-        )
-        .await
-        .unwrap_or_else(|_| {
-            Err(crate::upstream::client::UpstreamError::ConnectTimeout(
-                up.address.clone(),
-            ))
-        });
+        let conn = Conn::for_client(up, creds.as_ref(), key.resp3).await;
         let Some(p) = pool.upgrade() else { return };
         match conn {
             Ok(conn) => {
@@ -328,13 +358,13 @@ mod tests {
                 address,
                 credentials: None,
                 connect_timeout: Duration::from_secs(5),
+                reply_timeout: Duration::from_secs(30),
                 limits: crate::resp::Limits::default(),
                 process: None,
                 tls: None,
             },
             durability: None,
             oracle: OffsetOracle::new(),
-            reply_timeout: Duration::from_secs(30),
             max_in_flight: 64,
         });
         let pools = Arc::new(Pools::new(ctx, 1, Duration::from_millis(100)));

@@ -1,8 +1,22 @@
-//! RESP3 pushes of a dedicated connection (Pub/Sub messages, tracking invalidations) on
-//! their way to a client that may not read them. Bounded in bytes, like Valkey's
-//! `client-output-buffer-limit pubsub`: past `proxy.max_push_bytes` queued, the connection is
-//! dropped and the client disconnected, rather than walrus's memory growing without limit.
+//! Messages Valkey sends a client unasked, on their way to it: the RESP3 pushes of a dedicated
+//! connection (Pub/Sub messages, tracking invalidations), and the messages of a RESP2 Pub/Sub
+//! relay ([`super::pinned`]).
+//!
+//! A notice among them (a keyspace notification, a tracking invalidation: [`super::notices`])
+//! waits until the journal covers the write it reports ([`crate::durability::notices`]), and
+//! every message after it waits behind it: a client gets its messages in Valkey's order. One
+//! that can never go closes the client, with the reason. Messages that report no write
+//! (PUBLISH, subscription confirmations) pass as they come when nothing is held before them.
+//!
+//! Bounded in bytes, like Valkey's `client-output-buffer-limit pubsub`: past
+//! `proxy.max_push_bytes` queued (waiting for the journal, or for a client that does not
+//! read), the connection is dropped and the client disconnected, rather than walrus's memory
+//! growing without limit. Bounded in time by the notices' own bound
+//! (`durability.max_hold_ms`).
 
+use super::notices;
+use crate::durability::notices::{Notice, Notices};
+use crate::durability::Durability;
 use bytes::Bytes;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -13,18 +27,34 @@ struct Queued {
     overflowed: AtomicBool,
 }
 
+/// A message and, for a notice that must wait, what it waits for.
+struct Push {
+    bytes: Bytes,
+    notice: Option<Notice>,
+}
+
 pub struct PushSender {
-    tx: mpsc::UnboundedSender<Bytes>,
+    tx: mpsc::UnboundedSender<Push>,
     queued: Arc<Queued>,
     limit: usize,
+    /// `None` when durability is off: nothing waits.
+    gate: Option<Arc<Durability>>,
+    /// The history epoch of the connection the messages come from.
+    epoch: u64,
 }
 
 pub struct PushReceiver {
-    rx: mpsc::UnboundedReceiver<Bytes>,
+    rx: mpsc::UnboundedReceiver<Push>,
     queued: Arc<Queued>,
+    /// The next message, taken from the channel and waiting for its notice to be released
+    /// (kept here, so that a wait given up by `select!` loses nothing).
+    front: Option<Push>,
+    notices: Option<Notices>,
 }
 
-pub fn channel(limit: usize) -> (PushSender, PushReceiver) {
+/// A queue of at most `limit` bytes for one client; `gate`: the durability gate its notices
+/// wait on.
+pub fn channel(limit: usize, gate: Option<&Arc<Durability>>) -> (PushSender, PushReceiver) {
     let (tx, rx) = mpsc::unbounded_channel();
     let queued = Arc::new(Queued {
         bytes: AtomicUsize::new(0),
@@ -35,31 +65,95 @@ pub fn channel(limit: usize) -> (PushSender, PushReceiver) {
             tx,
             queued: queued.clone(),
             limit,
+            gate: gate.cloned(),
+            epoch: 0,
         },
-        PushReceiver { rx, queued },
+        PushReceiver {
+            rx,
+            queued,
+            front: None,
+            notices: gate.map(|g| g.notices()),
+        },
     )
 }
 
 impl PushSender {
-    /// Queues a push; `Err` with the bytes that would be queued when over the limit (the
-    /// caller ends the connection).
+    /// The messages come from a connection of history `epoch`: a notice from an older one
+    /// is never released.
+    pub fn in_epoch(mut self, epoch: u64) -> PushSender {
+        self.epoch = epoch;
+        self
+    }
+
+    /// Queues a message as it arrives from Valkey; `Err` with the bytes that would be queued
+    /// when over the limit (the caller ends the connection).
     pub fn send(&self, push: Bytes) -> Result<(), usize> {
         let queued = self.queued.bytes.fetch_add(push.len(), Ordering::AcqRel) + push.len();
         if queued > self.limit {
             self.queued.overflowed.store(true, Ordering::Release);
             return Err(queued);
         }
+        let notice = self.gate.as_ref().and_then(|g| {
+            let names = notices::names(&push)?;
+            g.notice(&names, self.epoch)
+        });
         // The receiver is gone only when the client is.
-        let _ = self.tx.send(push);
+        let _ = self.tx.send(Push {
+            bytes: push,
+            notice,
+        });
         Ok(())
     }
 }
 
 impl PushReceiver {
-    pub async fn recv(&mut self) -> Option<Bytes> {
-        let push = self.rx.recv().await?;
-        self.queued.bytes.fetch_sub(push.len(), Ordering::AcqRel);
-        Some(push)
+    /// The next message, once it may go; `Err`: the error the client gets before it is
+    /// closed, for a notice that never may. Cancel-safe.
+    pub async fn recv(&mut self) -> Option<Result<Bytes, Bytes>> {
+        if self.front.is_none() {
+            self.front = Some(self.rx.recv().await?);
+        }
+        if let (
+            Some(Push {
+                notice: Some(n), ..
+            }),
+            Some(notices),
+        ) = (&self.front, &mut self.notices)
+        {
+            if let Err(why) = notices.released(n).await {
+                return Some(Err(withheld(why)));
+            }
+        }
+        Some(Ok(self.take_front()))
+    }
+
+    /// The next message if it may go now, without waiting.
+    pub fn try_recv(&mut self) -> Option<Result<Bytes, Bytes>> {
+        if self.front.is_none() {
+            self.front = Some(self.rx.try_recv().ok()?);
+        }
+        if let (
+            Some(Push {
+                notice: Some(n), ..
+            }),
+            Some(notices),
+        ) = (&self.front, &mut self.notices)
+        {
+            match notices.ready(n) {
+                Ok(true) => {}
+                Ok(false) => return None,
+                Err(why) => return Some(Err(withheld(why))),
+            }
+        }
+        Some(Ok(self.take_front()))
+    }
+
+    fn take_front(&mut self) -> Bytes {
+        let push = self.front.take().expect("a message is at the front");
+        self.queued
+            .bytes
+            .fetch_sub(push.bytes.len(), Ordering::AcqRel);
+        push.bytes
     }
 
     /// The sender gave up because the client did not read its pushes.
@@ -68,16 +162,57 @@ impl PushReceiver {
     }
 }
 
+/// A notice that will never go: its client is closed, told why.
+fn withheld(why: crate::durability::Refusal) -> Bytes {
+    crate::metrics::CLIENTS_NOTICE_CLOSED.inc();
+    tracing::warn!("closing a client: {why}");
+    why.reply()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::durability::dirty::Scope;
+    use std::time::Duration;
 
     #[tokio::test]
     async fn pushes_past_the_limit_are_refused_until_the_client_reads() {
-        let (tx, mut rx) = channel(10);
+        let (tx, mut rx) = channel(10, None);
         assert!(tx.send(Bytes::from_static(b"123456")).is_ok());
         assert_eq!(tx.send(Bytes::from_static(b"123456")), Err(12));
         assert!(rx.overflowed());
-        assert_eq!(&rx.recv().await.unwrap()[..], b"123456");
+        assert_eq!(&rx.recv().await.unwrap().unwrap()[..], b"123456");
+    }
+
+    fn message(channel: &str, payload: &str) -> Bytes {
+        Bytes::from(format!(
+            ">3\r\n$7\r\nmessage\r\n${}\r\n{channel}\r\n${}\r\n{payload}\r\n",
+            channel.len(),
+            payload.len()
+        ))
+    }
+
+    #[tokio::test]
+    async fn a_held_notice_keeps_every_message_after_it_waiting() {
+        let gate = Durability::new(u64::MAX, u64::MAX).with_max_hold(Duration::from_secs(60));
+        gate.attach("run", 100, true, false, 100);
+        let gate = Arc::new(gate);
+        let (tx, mut rx) = channel(1 << 20, Some(&gate));
+        let tx = tx.in_epoch(gate.epoch());
+        let mark = gate
+            .begin_write(Scope::Keys {
+                db: 0,
+                keys: vec![Bytes::from_static(b"k")],
+            })
+            .unwrap();
+        let notice = message("__keyspace@0__:k", "set");
+        let published = message("news", "hello");
+        tx.send(notice.clone()).unwrap();
+        tx.send(published.clone()).unwrap();
+        assert!(rx.try_recv().is_none(), "k's write is not durable");
+        gate.settle_batch(150, gate.epoch(), Vec::new(), vec![mark]);
+        gate.set_durable(150);
+        assert_eq!(rx.recv().await.unwrap().unwrap(), notice);
+        assert_eq!(rx.try_recv().unwrap().unwrap(), published);
     }
 }

@@ -19,8 +19,10 @@
 //!   READONLY/READWRITE/ASKING, and every command Valkey flags `blocking` (BLPOP, BLMOVE, BZPOPMIN, WAIT, WAITAOF, ...; XREAD and
 //!   XREADGROUP only with BLOCK). From then on the client has a dedicated upstream
 //!   connection, pipelined and gated like a pooled one, until it sends RESET. RESP2 Pub/Sub
-//!   and MONITOR are relayed instead ([`is_relay_mode`]): like Pub/Sub messages, what
-//!   MONITOR shows is a side effect, not gated by durability.
+//!   and MONITOR are relayed instead ([`is_relay_mode`]): the relay holds keyspace
+//!   notifications and tracking invalidations as the pushes of a dedicated connection are
+//!   held ([`super::pushes`]); what MONITOR shows is not gated, so it is refused unless
+//!   `proxy.allow_monitor` ([`super::admin::MONITOR`]).
 //!
 //! Only the names in this file are hard-coded; everything else comes from the command table.
 
@@ -122,6 +124,13 @@ pub fn route(info: Option<&CommandInfo>, req: &Request) -> Route {
         _ if may_block(info, req) => Route::Pin,
         _ => Route::Pool,
     }
+}
+
+/// Commands whose effect Valkey keeps for the next command only (`resetClient` in its
+/// networking.c): ASKING, and CLIENT CACHING (kept across CLIENT commands). CLIENT REPLY
+/// SKIP is the other, and walrus refuses it.
+pub fn is_one_shot(info: &CommandInfo) -> bool {
+    matches!(info.name.as_str(), "asking" | "client|caching")
 }
 
 /// Whether the request may block: Valkey flags the command `blocking`, and XREAD and

@@ -38,7 +38,7 @@ use crate::restore::primary::Finish;
 use crate::restore::{self, Holding, RestoreError};
 use crate::upstream::backoff::Backoff;
 use crate::upstream::client::{Conn, UpstreamError};
-use crate::upstream::{server, Upstream};
+use crate::upstream::Upstream;
 use crate::valkey::handshake::{ack, handshake, Purpose, SyncStart};
 use crate::valkey::rdb;
 use crate::valkey::task::AbortOnDrop;
@@ -52,8 +52,6 @@ use tokio::sync::{watch, Notify};
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 const READ_CHUNK_BYTES: usize = 256 << 10;
-/// How often the link checks that Valkey is still the process it attached to.
-const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
 pub struct LinkConfig {
     /// Where checkpoints (full-resync RDBs among them) are stored and recorded.
@@ -358,7 +356,7 @@ async fn synchronize(
             }
             let dest = cfg.store.path_for(&replid, offset)?;
             let stored = rdb::receive(&mut conn, &dest, cfg.max_rdb_bytes).await?;
-            let from_lsn = journal.status().next_lsn;
+            let from_lsn = journal.settled().await?;
             let store = cfg.store.clone();
             let (r, s) = (replid.clone(), stored.clone());
             let written_by = view.version.to_string();
@@ -420,31 +418,13 @@ async fn synchronize(
     Ok(synced)
 }
 
-/// Resolves once Valkey at `up` is another process than `run_id`: probed every
-/// [`PROBE_INTERVAL`], and at once when a connection doubts it. An unreachable Valkey is not
-/// a replaced one (a full `maxclients`, say, while the stream flows): only another `run_id`
-/// ends the attachment.
+/// Resolves once Valkey at `up` is another process than `run_id`
+/// ([`crate::valkey::process::replaced`]), and at once when a connection doubts it.
 async fn replaced(up: &Upstream, durability: &Durability, run_id: &str) -> LinkError {
-    let mut probe: Option<Conn> = None;
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(PROBE_INTERVAL) => {}
-            _ = durability.doubted() => {}
-        }
-        if probe.is_none() {
-            probe = Conn::control(up).await.ok();
-        }
-        let Some(conn) = probe.as_mut() else { continue };
-        match tokio::time::timeout(up.connect_timeout, server::run_id(conn)).await {
-            Ok(Ok(now)) if now != run_id => {
-                return LinkError::Raced(format!(
-                    "Valkey restarted (process {run_id} is gone, {now} answers); attaching to it"
-                ))
-            }
-            Ok(Ok(_)) => {}
-            _ => probe = None,
-        }
-    }
+    let now = crate::valkey::process::replaced(up, run_id, || durability.doubted()).await;
+    LinkError::Raced(format!(
+        "Valkey restarted (process {run_id} is gone, {now} answers); attaching to it"
+    ))
 }
 
 /// Appends an entry; when the ring is full, waits for a checkpoint to release segments

@@ -19,13 +19,16 @@
 //! A backup is written into a staging directory beside its target (`.NAME.partial`) and
 //! renamed into place once complete and synced: a backup cut short (walrus killed, the
 //! disk full) is never found under the name asked for, so neither `walrus verify` nor
-//! `walrus serve` can take half a backup for a whole one. It gives up, releasing the pin,
+//! `walrus serve` can take half a backup for a whole one. The staging directory is locked
+//! while it is written, so the next backup beside it, to any name, removes those that
+//! backups cut short left. It gives up, releasing the pin,
 //! when walrus stops or when the ring wants room (an append was refused for it): a backup
 //! must not hold back the checkpoint that frees the ring, or writes would wait on it.
 
 use super::chain::{self, ChainError};
-use crate::checkpoint::store::{Checkpoint, Store, CHECKPOINT_FILE};
+use crate::checkpoint::store::{Checkpoint, Recorded, Store, CHECKPOINT_FILE};
 use crate::checkpoint::{CheckpointError, Pin, Request};
+use crate::journal::lock::{Access, DirLock};
 use crate::journal::manifest::{fsync_dir, replace_file, Manifest};
 use crate::journal::{Entry, IoBackendChoice, Journal, JournalConfig, JournalError};
 use std::path::{Path, PathBuf};
@@ -212,6 +215,66 @@ fn resolve(path: &Path) -> std::io::Result<PathBuf> {
 struct Target {
     to: PathBuf,
     staging: PathBuf,
+    /// The staging directory's lock: a backup writing it is not one cut short.
+    _lock: DirLock,
+}
+
+/// The one of walrus's `live` directories that `path` would be inside once the symlinks
+/// above it are resolved, if any: a backup or an export written there could replace a file
+/// walrus keeps, or be removed as a leftover.
+pub(super) fn live_dir_of(path: &Path, live: &[PathBuf]) -> Result<Option<PathBuf>, String> {
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut resolved =
+        resolve(parent).map_err(|e| format!("cannot resolve {}: {e}", parent.display()))?;
+    resolved.extend(path.file_name());
+    Ok(live
+        .iter()
+        .filter_map(|d| d.canonicalize().ok())
+        .find(|live| resolved.starts_with(live)))
+}
+
+/// Removes the staging directories that backups cut short left beside `staging` (this
+/// backup's), whatever their target: a `.NAME.partial` directory whose lock no backup holds,
+/// holding nothing but what a backup writes (this target's own is walrus's whatever it
+/// holds). One that cannot be removed is left, and said.
+fn remove_abandoned(staging: &Path) {
+    const WRITTEN: [&str; 3] = [crate::journal::lock::LOCK_FILE, "journal", "checkpoints"];
+    let parent = staging.parent().unwrap_or(Path::new("."));
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        let name = e.file_name();
+        let a_staging = name
+            .to_str()
+            .and_then(|n| n.strip_prefix('.')?.strip_suffix(".partial"))
+            .is_some_and(|target| !target.is_empty());
+        if !a_staging || !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let a_backups = path == staging
+            || std::fs::read_dir(&path).is_ok_and(|mut inside| {
+                inside.all(|f| f.is_ok_and(|f| WRITTEN.iter().any(|w| f.file_name() == *w)))
+            });
+        // Held: a backup is writing it now.
+        let Some(_held) = a_backups
+            .then(|| DirLock::take(&path, Access::Exclusive).ok())
+            .flatten()
+        else {
+            continue;
+        };
+        match std::fs::remove_dir_all(&path) {
+            Ok(()) => tracing::info!("removed {}, left by a backup cut short", path.display()),
+            Err(e) => tracing::warn!(
+                "cannot remove {}, left by a backup cut short: {e}",
+                path.display()
+            ),
+        }
+    }
 }
 
 impl Target {
@@ -238,21 +301,13 @@ impl Target {
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
-        let resolved = resolve(parent)
-            .map_err(|e| Failed(format!("cannot resolve {}: {e}", parent.display())))?
-            .join(name);
-        for dir in live {
-            let Ok(live) = dir.canonicalize() else {
-                continue;
-            };
-            if resolved.starts_with(&live) {
-                return Err(Refused(format!(
-                    "{} is inside walrus's own {}: back up elsewhere (e.g. a backups/ directory \
-                     beside journal/ and checkpoints/, better on another volume)",
-                    to.display(),
-                    live.display()
-                )));
-            }
+        if let Some(live) = live_dir_of(to, live).map_err(Failed)? {
+            return Err(Refused(format!(
+                "{} is inside walrus's own {}: back up elsewhere (e.g. a backups/ directory \
+                 beside journal/ and checkpoints/, better on another volume)",
+                to.display(),
+                live.display()
+            )));
         }
         match std::fs::symlink_metadata(to) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -284,19 +339,30 @@ impl Target {
         staging_name.push(name);
         staging_name.push(".partial");
         let staging = parent.join(staging_name);
-        // Left by a backup cut short: named for this target, it is nobody else's. A symlink
-        // there is removed, not followed.
+        // What backups cut short left here (walrus killed, the disk full), for this target or
+        // another; then a file or symlink in the way of this one's (named for this target,
+        // it is nobody else's; removed, not followed).
+        remove_abandoned(&staging);
         match std::fs::symlink_metadata(&staging) {
-            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&staging),
-            Ok(_) => std::fs::remove_file(&staging),
-            Err(_) => Ok(()),
+            Ok(m) if !m.is_dir() => std::fs::remove_file(&staging)
+                .map_err(|e| Failed(format!("cannot remove {}: {e}", staging.display())))?,
+            _ => {}
         }
-        .map_err(|e| Failed(format!("cannot remove {}: {e}", staging.display())))?;
-        std::fs::create_dir(&staging)
-            .map_err(|e| Refused(format!("cannot create {}: {e}", staging.display())))?;
+        std::fs::create_dir(&staging).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => Failed(format!(
+                "another backup is writing {} ({} is in use)",
+                to.display(),
+                staging.display()
+            )),
+            _ => Refused(format!("cannot create {}: {e}", staging.display())),
+        })?;
+        // Held until the copy is renamed into place, or removed: a later backup leaves it.
+        let lock = DirLock::take(&staging, Access::Exclusive)
+            .map_err(|e| Failed(format!("cannot lock {}: {e}", staging.display())))?;
         Ok(Target {
             to: to.to_path_buf(),
             staging,
+            _lock: lock,
         })
     }
 
@@ -407,6 +473,10 @@ pub fn offline(
     geometry: (Option<u64>, Option<u32>),
 ) -> Result<Summary, BackupError> {
     let (journal_dir, cp_dir) = super::verify::data_dirs(from);
+    super::data_dir::check(&journal_dir, &cp_dir, None).map_err(|e| match e {
+        super::RestoreError::Refused(why) => Refused(why),
+        e => Failed(e.to_string()),
+    })?;
     let m = Manifest::load(&journal_dir)
         .map_err(|e| Refused(e.to_string()))?
         .ok_or_else(|| Refused(format!("no journal in {}", journal_dir.display())))?;
@@ -492,6 +562,7 @@ fn copy_into(
         .map_err(|e| Failed(e.to_string()))?;
     crate::fault::fail_point!("backup::rdb_copied");
 
+    let id = copy.data_dir_id();
     let mut failure = None;
     let walked = chain::walk(journal, &cp, |slice| {
         if let Some(why) = give_up() {
@@ -512,7 +583,7 @@ fn copy_into(
     }
     let end = walked.map_err(|e| Failed(e.to_string()))?;
     crate::fault::fail_point!("backup::journal_copied");
-    let record = record_copy(dir, &cp, closed, end.entries)?;
+    let record = record_copy(dir, &cp, id, closed, end.entries)?;
     crate::fault::fail_point!("backup::manifest_written");
     Ok(Summary {
         to: dir.to_path_buf(),
@@ -550,12 +621,13 @@ pub(crate) fn append_slice(
         })
 }
 
-/// Records the copied checkpoint `cp` in `dir`'s checkpoint manifest, the copy's journal
-/// (closed as `closed`, with `entries` written) starting at LSN 1, once every entry is
-/// durable; then syncs `dir`.
+/// Records the copied checkpoint `cp` in `dir`'s checkpoint manifest, with the copy's
+/// identity `id`, the copy's journal (closed as `closed`, with `entries` written) starting at
+/// LSN 1, once every entry is durable; then syncs `dir`.
 pub(crate) fn record_copy(
     dir: &Path,
     cp: &Checkpoint,
+    id: crate::journal::manifest::DataDirId,
     closed: Result<crate::journal::Durable, JournalError>,
     entries: u64,
 ) -> Result<Checkpoint, BackupError> {
@@ -570,10 +642,15 @@ pub(crate) fn record_copy(
         from_lsn: 1,
         ..cp.clone()
     };
+    // The copy is a data directory of its own: its journal's identity.
+    let manifest = Recorded {
+        data_dir_id: Some(id),
+        checkpoint: Some(record.clone()),
+    };
     replace_file(
         &dir.join("checkpoints"),
         CHECKPOINT_FILE,
-        record.render().as_bytes(),
+        manifest.render().as_bytes(),
     )
     .map_err(|e| Failed(e.to_string()))?;
     fsync_dir(dir).map_err(|e| Failed(e.to_string()))?;
@@ -648,7 +725,7 @@ mod tests {
             }
             last.unwrap().wait().await.unwrap();
         });
-        let store = Store::open(&dir.join("checkpoints")).unwrap();
+        let store = crate::checkpoint::store::tests::open(&dir.join("checkpoints"));
         let rdb = stored(&store, &a, 30, b"REDIS0011body");
         store
             .record_or_discard(&rdb, "Valkey 9.1.2", &a, 30, 2)
@@ -696,9 +773,23 @@ mod tests {
         assert!(!to.exists());
         let parent = tmp.path().join("backups");
         assert_eq!(std::fs::read_dir(&parent).unwrap().count(), 0);
-        // A staging directory left by a crash is not a backup, and the next one replaces it.
-        std::fs::create_dir_all(parent.join(".b1.partial/checkpoints")).unwrap();
+        // A staging directory left by a crash is not a backup, and the next one replaces it;
+        // so are those of backups to other names, unless a backup holds one, or it holds
+        // what no backup writes.
+        for left in [".b1.partial", ".b0.partial", ".b2.partial"] {
+            std::fs::create_dir_all(parent.join(left).join("checkpoints")).unwrap();
+        }
+        let writing = DirLock::take(&parent.join(".b2.partial"), Access::Exclusive).unwrap();
+        std::fs::create_dir_all(parent.join(".notes.partial")).unwrap();
+        std::fs::write(parent.join(".notes.partial/notes.txt"), b"mine").unwrap();
         let done = write(&journal, &store, &to, &|| None).unwrap();
+        assert!(!parent.join(".b0.partial").exists());
+        assert!(parent.join(".b2.partial/checkpoints").is_dir());
+        assert!(parent.join(".notes.partial/notes.txt").is_file());
+        drop(writing);
+        for kept in [".b2.partial", ".notes.partial"] {
+            std::fs::remove_dir_all(parent.join(kept)).unwrap();
+        }
         assert_eq!(done.to, to);
         assert_eq!(done.entries, 4, "the entries after the checkpoint's offset");
         assert!(to.join("checkpoints").join(CHECKPOINT_FILE).is_file());

@@ -62,6 +62,18 @@ impl ExportSummary {
 /// preamble (blocking). `data_dir` is walrus's data directory (holding `journal/` and
 /// `checkpoints/`), or its journal directory.
 pub fn export_aof(data_dir: &Path, out: &Path) -> Result<ExportSummary, super::RestoreError> {
+    let (journal_dir, cp_dir) = super::verify::data_dirs(data_dir);
+    let live = super::backup::live_dir_of(out, &[journal_dir.clone(), cp_dir.clone()])
+        .map_err(super::RestoreError::Export)?;
+    if let Some(live) = live {
+        return Err(super::RestoreError::Refused(format!(
+            "--out {} is inside walrus's own {}: write the export elsewhere (there it could \
+             replace a file walrus keeps, or be removed as a leftover)",
+            out.display(),
+            live.display()
+        )));
+    }
+    super::data_dir::check(&journal_dir, &cp_dir, None)?;
     export(data_dir, out).map_err(super::RestoreError::Export)
 }
 
@@ -94,14 +106,13 @@ fn export(data_dir: &Path, out: &Path) -> Result<ExportSummary, String> {
             journal_dir.display()
         ));
     }
-    // The journal first: its lock proves no walrus is running, before the checkpoint store
-    // is opened (which removes files a running walrus could be writing).
+    // The journal first: its lock proves no walrus is running, before the checkpoint is read.
     let cfg = JournalConfig {
         io_backend: IoBackendChoice::Sync,
         ..JournalConfig::for_geometry(manifest.segment_size_bytes, manifest.segments)
     };
     let (journal, _) = Journal::open(&journal_dir, &cfg).map_err(|e| match e {
-        JournalError::Io { ref source, .. } if source.raw_os_error() == Some(libc::EWOULDBLOCK) => {
+        JournalError::InUse { .. } => {
             format!(
                 "the journal in {} is in use by a running walrus; stop it first ({e})",
                 journal_dir.display()
@@ -109,7 +120,7 @@ fn export(data_dir: &Path, out: &Path) -> Result<ExportSummary, String> {
         }
         e => format!("cannot open the journal: {e}"),
     })?;
-    let store = Store::open(&cp_dir).map_err(|e| e.to_string())?;
+    let store = Store::read_only(&cp_dir).map_err(|e| e.to_string())?;
     let cp = store
         .current()
         .map_err(|e| e.to_string())?

@@ -82,6 +82,7 @@ pub async fn run(
     .map_err(|e| other(format!("cannot start the second valkey-server: {e}")))?;
     let second_up = Upstream {
         address: second.address.clone(),
+        process: Some(second.process()),
         ..up.clone()
     };
     let loaded = super::run(

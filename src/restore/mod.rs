@@ -2,6 +2,8 @@
 //! any restart of walrus, of Valkey, or of both.
 //!
 //! - [`decide`]: what to do with the Valkey the replica link finds, as one table.
+//! - [`data_dir`]: whether a data directory's parts prove what it holds, decided before
+//!   anything opens it.
 //! - [`chain`]: the checkpoint plus the journal after it, checked, as a byte stream.
 //! - [`primary`]: walrus as Valkey's primary for the length of a restore.
 //! - [`messages`]: what a restore leaves out of the stream it replays (published messages).
@@ -18,6 +20,7 @@
 
 pub mod backup;
 pub mod chain;
+pub mod data_dir;
 pub mod decide;
 pub mod export;
 pub mod in_place;
@@ -47,6 +50,8 @@ pub enum RestoreError {
     #[error("{0}")]
     Store(#[from] StoreError),
     #[error("{0}")]
+    Journal(#[from] crate::journal::JournalError),
+    #[error("{0}")]
     Chain(#[from] ChainError),
     #[error("restore failed: {0}")]
     Load(#[from] primary::LoadError),
@@ -55,6 +60,10 @@ pub enum RestoreError {
     /// `walrus journal export-aof`: the text names the file and what to do.
     #[error("{0}")]
     Export(String),
+    /// Nothing will change until a person acts: a request that cannot work as given, or a
+    /// data directory whose parts do not prove what it holds. The text says what to do.
+    #[error("{0}")]
+    Refused(String),
     /// This Valkey cannot take what walrus holds (a downgrade); nothing was sent.
     #[error("{0}")]
     Unloadable(String),
@@ -95,17 +104,10 @@ impl Holding {
 }
 
 /// Reads and checks what walrus holds (blocking): the checkpoint's file against the
-/// manifest, and every journal entry of its chain. `None`: no checkpoint yet.
+/// manifest, and every journal entry of its chain. `None`: no checkpoint yet (which
+/// [`data_dir::check`] allows only where the journal holds nothing).
 pub fn holding(store: &Store, journal: &Journal) -> Result<Option<Holding>, RestoreError> {
     let Some(cp) = store.current()? else {
-        let entries = (journal.status().next_lsn - 1).saturating_sub(journal.released_through());
-        if entries > 0 {
-            return Err(RestoreError::Other(format!(
-                "the journal holds {entries} entries but {} records no checkpoint to apply them to; \
-                 refusing to start (move the data directory aside to start over)",
-                store.dir().display()
-            )));
-        }
         return Ok(None);
     };
     let next_lsn = journal.status().next_lsn;
@@ -192,12 +194,11 @@ pub async fn run(
 ) -> Result<(Position, Holding), RestoreError> {
     let started = Instant::now();
     // Entries appended before Valkey was lost must be on disk before they are read back.
-    let mut durable = journal.durable();
-    let next = journal.status().next_lsn;
-    durable
-        .wait_for(|d| d.lsn + 1 >= next || d.failed)
-        .await
-        .map_err(|_| RestoreError::Other("the journal closed".into()))?;
+    // (A journal that failed holds what became durable before it did: that is restored.)
+    match journal.settled().await {
+        Ok(_) | Err(crate::journal::JournalError::Failed(_)) => {}
+        Err(e) => return Err(RestoreError::Other(format!("the journal: {e}"))),
+    }
     let unchanged = verified.filter(|h| {
         h.next_lsn == journal.status().next_lsn && store.recorded().as_ref() == Some(&h.checkpoint)
     });

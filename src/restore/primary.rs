@@ -21,6 +21,14 @@
 //! If anything fails before `REPLICAOF NO ONE`, Valkey stays a replica of a primary that is
 //! gone: it refuses writes and the next attempt starts over (the decision table treats a
 //! replica of walrus's history as one to restore).
+//!
+//! Nothing waits for a Valkey that is gone: the load is for one process (its `run_id`), and
+//! ends at once when another one answers at Valkey's address (the managed child died and the
+//! supervisor started the next, or an external Valkey restarted;
+//! [`crate::valkey::process::replaced`]), before its connection to walrus is through as much
+//! as after; the replica link then decides again, and restores the new one. A Valkey that
+//! is there but stops (stopped, partitioned) ends it after `restore.timeout_ms` without a
+//! sign of progress: a connection, an acknowledgement, a piece of the stream it takes.
 
 use super::chain::{self, ChainEnd, ChainError};
 use super::listener::{accept_replica, read_command, OneTimeAuth, Replica};
@@ -31,7 +39,8 @@ use crate::net::{ReadHalf, WriteHalf};
 use crate::resp::{write, Limits};
 use crate::upstream::client::{Conn, UpstreamError};
 use crate::upstream::tls::replicates_with_tls;
-use crate::upstream::Upstream;
+use crate::upstream::{server, Upstream};
+use crate::valkey::process;
 use crate::valkey::task::AbortOnDrop;
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
@@ -58,6 +67,9 @@ pub enum LoadError {
     Timeout(&'static str, Duration),
     #[error("Valkey's replication connection to walrus: {0}")]
     Protocol(String),
+    /// Another Valkey process answers than the one being loaded.
+    #[error("the Valkey being restored is gone (process {was}); {now} answers now: starting over with it")]
+    Gone { was: String, now: String },
 }
 
 /// How long each phase of a load took.
@@ -99,6 +111,7 @@ pub struct Load<'a> {
 /// checkpoint and the journal.
 pub async fn load(l: Load<'_>) -> Result<Option<Phases>, LoadError> {
     let (up, timeout) = (l.up, l.timeout);
+    let was = server::run_id(&mut Conn::control(up).await?).await?;
     let tls = replica_tls(up).await?;
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
@@ -116,8 +129,13 @@ pub async fn load(l: Load<'_>) -> Result<Option<Phases>, LoadError> {
                 _ => LoadError::Io(e),
             })?;
         send(&l, replica).await
-    }
-    .await;
+    };
+    let loaded = tokio::select! {
+        r = loaded => r,
+        now = process::replaced(up, &was, std::future::pending) => {
+            Err(LoadError::Gone { was: was.clone(), now })
+        }
+    };
     auth.restore(up).await;
     loaded
 }
@@ -142,17 +160,19 @@ async fn send(l: &Load<'_>, replica: Replica) -> Result<Option<Phases>, LoadErro
     let _stop_reader = AbortOnDrop(reader);
 
     let started = Instant::now();
-    wr.send_all(
-        format!(
-            "+FULLRESYNC {} {}\r\n${}\r\n",
-            cp.replid, cp.offset, cp.size
-        )
-        .as_bytes(),
-    )
-    .await?;
-    send_rdb(&mut wr, &store.path_of(cp), progress).await?;
+    let header = format!(
+        "+FULLRESYNC {} {}\r\n${}\r\n",
+        cp.replid, cp.offset, cp.size
+    );
+    let mut out = Sender {
+        wr: &mut wr,
+        timeout,
+        progress,
+    };
+    out.send(header.as_bytes()).await?;
+    send_rdb(&mut out, &store.path_of(cp)).await?;
     crate::fault::fail_point!("restore::rdb_sent");
-    let streamed = send_stream(&mut wr, journal.clone(), cp, progress).await?;
+    let streamed = send_stream(&mut out, journal.clone(), cp).await?;
     crate::fault::fail_point!("restore::stream_sent");
     if streamed.offset != end.offset {
         return Err(LoadError::Protocol(format!(
@@ -165,7 +185,7 @@ async fn send(l: &Load<'_>, replica: Replica) -> Result<Option<Phases>, LoadErro
     // then record an offset past the journal's end, where no PSYNC from the journal can
     // continue (a promoted one keeps the bytes in its backlog and sends them back).
     if finish == Finish::Promote {
-        wr.send_all(&write::command(["REPLCONF", "GETACK", "*"]))
+        out.send(&write::command(["REPLCONF", "GETACK", "*"]))
             .await?;
     }
     // Loading a large RDB keeps Valkey from acknowledging for a while: the time limit runs
@@ -275,11 +295,31 @@ async fn read_acks(
     }
 }
 
-async fn send_rdb(
-    wr: &mut WriteHalf,
-    path: &std::path::Path,
-    progress: &Progress,
-) -> Result<(), LoadError> {
+/// Writes to the Valkey being loaded: each piece within `timeout` (`restore.timeout_ms`), a
+/// bound on progress, however large the whole.
+struct Sender<'a> {
+    wr: &'a mut WriteHalf,
+    timeout: Duration,
+    progress: &'a Progress,
+}
+
+impl Sender<'_> {
+    async fn send(&mut self, bytes: &[u8]) -> Result<(), LoadError> {
+        tokio::time::timeout(self.timeout, self.wr.send_all(bytes))
+            .await
+            .map_err(|_| LoadError::Timeout("take what walrus sends", self.timeout))??;
+        Ok(())
+    }
+
+    /// A piece of the RDB or the stream: counted as progress.
+    async fn send_counted(&mut self, bytes: &[u8]) -> Result<(), LoadError> {
+        self.send(bytes).await?;
+        self.progress.add(bytes.len() as u64);
+        Ok(())
+    }
+}
+
+async fn send_rdb(out: &mut Sender<'_>, path: &std::path::Path) -> Result<(), LoadError> {
     let mut file = tokio::fs::File::open(path).await?;
     let mut chunk = vec![0u8; CHUNK_BYTES];
     loop {
@@ -287,18 +327,16 @@ async fn send_rdb(
         if n == 0 {
             return Ok(());
         }
-        wr.send_all(&chunk[..n]).await?;
-        progress.add(n as u64);
+        out.send_counted(&chunk[..n]).await?;
     }
 }
 
 /// Sends the journal's stream after the checkpoint; the chain is walked (and checked) again
 /// on a blocking thread while the socket takes what it has read.
 async fn send_stream(
-    wr: &mut WriteHalf,
+    out: &mut Sender<'_>,
     journal: Arc<Journal>,
     cp: &Checkpoint,
-    progress: &Progress,
 ) -> Result<ChainEnd, LoadError> {
     let (tx, mut rx) = mpsc::channel::<Bytes>(READ_AHEAD_SLICES);
     let cp = cp.clone();
@@ -322,8 +360,7 @@ async fn send_stream(
     });
     while let Some(bytes) = rx.recv().await {
         for piece in bytes.chunks(CHUNK_BYTES) {
-            wr.send_all(piece).await?;
-            progress.add(piece.len() as u64);
+            out.send_counted(piece).await?;
         }
     }
     walker

@@ -2,15 +2,18 @@
 //! load? Offline: walrus stopped, or a backup copy. Nothing is written (the journal is read
 //! with [`replay_dir`], the store with [`Store::read_only`]).
 //!
-//! The same checks a restore makes before it touches Valkey ([`super::holding`]): the
-//! journal's log scanned as recovery scans it (a torn tail is normal, mid-log corruption is
-//! not), the checkpoint's RDB against its manifest (size, CRC-64, format), and the chain
+//! The same checks `serve` makes before it touches Valkey: what the directory holds
+//! ([`data_dir::check`]: its parts belong together), the journal's log scanned as recovery
+//! scans it (a torn tail is normal, mid-log corruption is not; a manifest whose key seals no
+//! record is another journal's), then as a restore does ([`super::holding`]): the
+//! checkpoint's RDB against its manifest (size, CRC-64, format), and the chain
 //! ([`chain::walk_entries`]): the journal continues the checkpoint's stream from its offset
 //! to the end with no hole.
 
 use super::chain::{self, ChainEnd};
+use super::data_dir;
 use crate::checkpoint::rates::Rates;
-use crate::checkpoint::store::{Checkpoint, Store, CHECKPOINT_FILE};
+use crate::checkpoint::store::{Checkpoint, Store};
 use crate::journal::manifest::{Manifest, MANIFEST_FILE};
 use crate::journal::open::{replay_dir, scan_dir};
 use crate::journal::recovery::ScanReport;
@@ -36,6 +39,8 @@ pub struct Verified {
     pub journal_dir: PathBuf,
     pub manifest: Manifest,
     pub scan: ScanReport,
+    /// What the next start writes or removes ([`data_dir::Verdict`]).
+    pub verdict: data_dir::Verdict,
     /// `None`: no checkpoint and no journal entries, a directory walrus starts fresh from.
     pub restore: Option<Restorable>,
 }
@@ -76,6 +81,10 @@ pub fn verify_data_dir(dir: &Path, lookahead: Option<u64>) -> Result<Verified, V
         )));
     }
     let (journal_dir, cp_dir) = data_dirs(dir);
+    let fails = |e: &dyn std::fmt::Display| VerifyError::Fails(e.to_string());
+    // The same decision `serve` makes, before the scan and with its entries.
+    let check = |entries| data_dir::check(&journal_dir, &cp_dir, entries).map_err(|e| fails(&e));
+    check(None)?;
     if !journal_dir.join(MANIFEST_FILE).is_file() {
         return Err(VerifyError::NotADataDir(format!(
             "no journal in {} (no {MANIFEST_FILE}): --data-dir must be walrus's data directory, \
@@ -87,48 +96,25 @@ pub fn verify_data_dir(dir: &Path, lookahead: Option<u64>) -> Result<Verified, V
         recovery_lookahead_bytes: lookahead,
         ..Default::default()
     };
-    let fails = |e: &dyn std::fmt::Display| VerifyError::Fails(e.to_string());
     let (manifest, scan) = scan_dir(&journal_dir, &cfg).map_err(|e| fails(&e))?;
     if let Some(corrupt) = scan.corruption(&journal_dir) {
         return Err(VerifyError::Fails(corrupt));
     }
-    let store = if cp_dir.join(CHECKPOINT_FILE).is_file() {
-        Some(Store::read_only(&cp_dir).map_err(|e| fails(&e))?)
-    } else {
-        None
-    };
-    let Some(cp) = store.as_ref().and_then(|s| s.recorded()) else {
-        if scan.entries > 0 {
-            return Err(VerifyError::Fails(format!(
-                "the journal holds {} entries but {} records no checkpoint to apply them to: \
-                 walrus would refuse to start",
-                scan.entries,
-                cp_dir.join(CHECKPOINT_FILE).display()
-            )));
-        }
-        // An RDB that no manifest names is what a copy cut short leaves (its manifest is
-        // written last): `serve` would remove it as stale and start empty.
-        let unnamed = std::fs::read_dir(&cp_dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .find(|e| e.path().is_file() && e.file_name().to_string_lossy().ends_with(".rdb"));
-        if let Some(rdb) = unnamed {
-            return Err(VerifyError::Fails(format!(
-                "{} holds {} but no {CHECKPOINT_FILE} names it: an incomplete copy, which \
-                 walrus would start empty from",
-                cp_dir.display(),
-                rdb.file_name().to_string_lossy()
-            )));
-        }
+    let retained = scan
+        .end
+        .last_lsn()
+        .saturating_sub(manifest.checkpoint.released_through_lsn);
+    let verdict = check(Some(retained))?;
+    let store = Store::read_only(&cp_dir).map_err(|e| fails(&e))?;
+    let Some(cp) = store.recorded() else {
         return Ok(Verified {
             journal_dir,
             manifest,
             scan,
+            verdict,
             restore: None,
         });
     };
-    let store = store.expect("a recorded checkpoint comes from a store");
     let rdb_version = store.verify(&cp).map_err(|e| fails(&e))?;
     let entries =
         replay_dir(&journal_dir, &cfg, ReplayFrom::Lsn(cp.from_lsn)).map_err(|e| fails(&e))?;
@@ -137,6 +123,7 @@ pub fn verify_data_dir(dir: &Path, lookahead: Option<u64>) -> Result<Verified, V
         journal_dir,
         manifest,
         scan,
+        verdict,
         restore: Some(Restorable {
             checkpoint: cp,
             rdb_version,

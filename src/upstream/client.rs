@@ -2,6 +2,21 @@
 //! `[upstream.tls]`) with a timeout, `AUTH`, optional
 //! `HELLO 3`, `SELECT`, then either a simple request/response control client ([`Conn::call`],
 //! decoding with the redis-protocol crate) or the bare socket handed to the proxy.
+//!
+//! Every exchange with Valkey has a bound, and this type owns it, from the [`Upstream`] the
+//! connection was opened with, so that no path can forget it:
+//! - `upstream.connect_timeout_ms` bounds opening a connection as a whole: the connect, the
+//!   TLS handshake and the commands that set it up ([`Conn::control`]'s AUTH,
+//!   [`Conn::for_client`]'s AUTH, CLIENT ID, RESET and HELLO);
+//! - `upstream.reply_timeout_ms` bounds every wait on an open connection: each write, each
+//!   reply, and each piece of a transfer ([`Conn::read_more`]), so that a bulk transfer (an
+//!   RDB Valkey sends) is bounded by its progress, not by its total (Valkey sends a newline
+//!   a second while it prepares one). The proxy's pipelined connections, which take the
+//!   socket over ([`Conn::into_parts`]), apply the same setting to the replies they owe.
+//!
+//! A stopped or partitioned Valkey therefore costs whoever waits for it an error within
+//! these bounds ([`UpstreamError::ConnectTimeout`], [`UpstreamError::NoReply`]), never a
+//! hang.
 
 use super::Upstream;
 use crate::config::Credentials;
@@ -9,6 +24,7 @@ use crate::net::{Address, Stream};
 use crate::resp::{write, ReplyScanner};
 use bytes::{Bytes, BytesMut};
 use redis_protocol::resp2::types::OwnedFrame;
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Why a connection to Valkey failed or broke.
@@ -19,7 +35,9 @@ pub enum UpstreamError {
         addr: String,
         source: std::io::Error,
     },
-    #[error("timed out connecting to Valkey at {0} (upstream.connect_timeout_ms)")]
+    /// The connect, its TLS handshake or the commands that set the connection up did not
+    /// finish in time.
+    #[error("no connection to Valkey at {0} within upstream.connect_timeout_ms (connecting, or setting it up)")]
     ConnectTimeout(String),
     /// The TLS handshake failed; the text says what (certificate not trusted, name mismatch).
     #[error("TLS handshake with Valkey at {addr} failed: {problem}")]
@@ -63,6 +81,8 @@ pub struct Conn {
     /// Valkey's reply to `CLIENT ID` on a connection that acts for a client
     /// ([`Conn::for_client`]): how walrus names it in `CLIENT KILL`.
     pub client_id: Option<Bytes>,
+    /// How long any read or write may wait for Valkey (`upstream.reply_timeout_ms`).
+    reply_timeout: Duration,
 }
 
 impl Conn {
@@ -98,24 +118,24 @@ impl Conn {
             scanner: ReplyScanner::new(up.limits),
             tls_addr,
             client_id: None,
+            reply_timeout: up.reply_timeout,
         })
     }
 
     /// Connects as walrus itself, with the configured credentials. The replies are to
     /// walrus's own commands (the command table, INFO, ROLE), not to clients': the limits
     /// that protect walrus from a client's reply do not apply to them.
-    /// The AUTH is bounded by `upstream.connect_timeout_ms` too: a Valkey that accepts
-    /// connections but does not answer (stopped, partitioned) must not hold up whoever waits
-    /// for a control connection (the offset oracle, the orphan resolver, held reads).
+    /// The AUTH is part of opening it, within `upstream.connect_timeout_ms`.
     pub async fn control(up: &Upstream) -> Result<Conn, UpstreamError> {
-        let mut conn = Conn::connect(up).await?;
-        conn.scanner = ReplyScanner::new(crate::resp::Limits::default());
-        if let Some(c) = &up.credentials {
-            tokio::time::timeout(up.connect_timeout, conn.auth(c))
-                .await
-                .map_err(|_| UpstreamError::ConnectTimeout(up.address.clone()))??;
-        }
-        Ok(conn)
+        opening(up, async {
+            let mut conn = Conn::connect(up).await?;
+            conn.scanner = ReplyScanner::new(crate::resp::Limits::default());
+            if let Some(c) = &up.credentials {
+                conn.auth(c).await?;
+            }
+            Ok(conn)
+        })
+        .await
     }
 
     /// Opens a connection that acts for a client: authenticated as the client's user (not as
@@ -128,7 +148,17 @@ impl Conn {
     /// must close it first, by a name that is its alone, and a client's user may not be
     /// allowed `CLIENT ID`. Then the client's `AUTH`, or `RESET` back to the default user, as
     /// a new connection has it. One write, so no more round trips than the `AUTH` alone.
+    /// All of it within `upstream.connect_timeout_ms`. (Valkey answers each of these commands
+    /// while a script keeps it busy: they are flagged `allow_busy`.)
     pub async fn for_client(
+        up: &Upstream,
+        creds: Option<&Credentials>,
+        resp3: bool,
+    ) -> Result<Conn, UpstreamError> {
+        opening(up, Conn::set_up_for_client(up, creds, resp3)).await
+    }
+
+    async fn set_up_for_client(
         up: &Upstream,
         creds: Option<&Credentials>,
         resp3: bool,
@@ -174,13 +204,17 @@ impl Conn {
         self.expect_ok(auth_command(c)).await
     }
 
-    /// Writes bytes without reading a reply.
+    /// Writes bytes without reading a reply, within `upstream.reply_timeout_ms` (a Valkey
+    /// that stopped reading fills the socket's buffers).
     pub async fn stream_write(&mut self, bytes: &[u8]) -> Result<(), UpstreamError> {
         let written = async {
             self.stream.write_all(bytes).await?;
             self.stream.flush().await
         };
-        written.await.map_err(|e| self.io_error(e))
+        match tokio::time::timeout(self.reply_timeout, written).await {
+            Err(_) => Err(UpstreamError::NoReply(self.reply_timeout)),
+            Ok(r) => r.map_err(|e| self.io_error(e)),
+        }
     }
 
     /// An I/O error, or on TLS the peer's alert or certificate problem behind it, explained.
@@ -237,12 +271,33 @@ impl Conn {
             if let Some(n) = self.scanner.scan(&self.buf)? {
                 return Ok(self.buf.split_to(n).freeze());
             }
-            let read = self.stream.read_buf(&mut self.buf).await;
-            if read.map_err(|e| self.io_error(e))? == 0 {
-                return Err(UpstreamError::Closed);
-            }
+            self.read_more().await?;
         }
     }
+
+    /// Reads what Valkey sends next into [`Conn::buf`]: the one way this connection reads,
+    /// whatever it reads (replies, status lines, an RDB), each read within
+    /// `upstream.reply_timeout_ms`. `Closed` at the end of the stream.
+    pub async fn read_more(&mut self) -> Result<(), UpstreamError> {
+        let read = tokio::time::timeout(self.reply_timeout, self.stream.read_buf(&mut self.buf))
+            .await
+            .map_err(|_| UpstreamError::NoReply(self.reply_timeout))?;
+        if read.map_err(|e| self.io_error(e))? == 0 {
+            return Err(UpstreamError::Closed);
+        }
+        Ok(())
+    }
+}
+
+/// Opens a connection with `open` (connect, then its set-up commands), within
+/// `upstream.connect_timeout_ms` as a whole.
+async fn opening(
+    up: &Upstream,
+    open: impl std::future::Future<Output = Result<Conn, UpstreamError>>,
+) -> Result<Conn, UpstreamError> {
+    tokio::time::timeout(up.connect_timeout, open)
+        .await
+        .unwrap_or_else(|_| Err(UpstreamError::ConnectTimeout(up.address.clone())))
 }
 
 pub struct ConnParts {

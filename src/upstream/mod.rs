@@ -25,7 +25,12 @@ pub struct Upstream {
     /// walrus's own credentials, for control connections. Client traffic never uses them:
     /// it runs as the user each client authenticated as.
     pub credentials: Option<Credentials>,
+    /// How long opening a connection may take: connect, TLS handshake and the commands
+    /// that set it up (`upstream.connect_timeout_ms`).
     pub connect_timeout: Duration,
+    /// How long walrus waits for Valkey on an open connection, for each reply and each
+    /// write, and between two pieces of a transfer (`upstream.reply_timeout_ms`).
+    pub reply_timeout: Duration,
     pub limits: crate::resp::Limits,
     /// Managed mode: which child process serves the address, counted up at each start
     /// ([`managed::ManagedValkey::process`]). A connection opened to an earlier one is

@@ -14,12 +14,17 @@ use std::path::Path;
 /// link, owned by this process's user and closed to everyone else. The error names the path
 /// and what to do.
 pub fn prepare(dir: &Path) -> Result<(), String> {
-    if let Some(parent) = dir.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
-    }
+    let parent = dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    crate::journal::manifest::create_dir_durably(parent)
+        .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {}
+        // Its name made durable, as every directory walrus makes in the data directory.
+        Ok(()) => std::fs::File::open(parent)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?,
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
     }

@@ -26,7 +26,6 @@ use crate::resp::write;
 use crate::upstream::client::{Conn, UpstreamError};
 use crate::upstream::server::ServerVersion;
 use bytes::BytesMut;
-use tokio::io::AsyncReadExt;
 
 /// A Valkey replication id: 40 hex characters.
 pub const REPLID_LEN: usize = 40;
@@ -162,9 +161,7 @@ pub async fn read_line(conn: &mut Conn) -> Result<String, UpstreamError> {
         if let Some(line) = take_line(&mut conn.buf)? {
             return Ok(line);
         }
-        if conn.stream.read_buf(&mut conn.buf).await? == 0 {
-            return Err(UpstreamError::Closed);
-        }
+        conn.read_more().await?;
     }
 }
 

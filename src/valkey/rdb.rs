@@ -15,7 +15,7 @@ use super::handshake::read_line;
 use crate::upstream::client::{Conn, UpstreamError};
 use bytes::Buf;
 use std::path::{Path, PathBuf};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 pub const EOF_MARK_LEN: usize = 40;
 const READ_CHUNK_BYTES: usize = 256 << 10;
@@ -252,9 +252,8 @@ async fn copy_payload(
             return Ok(());
         }
         conn.buf.reserve(READ_CHUNK_BYTES);
-        if conn.stream.read_buf(&mut conn.buf).await? == 0 {
-            return Err(UpstreamError::Closed);
-        }
+        // Each piece within upstream.reply_timeout_ms: bounded by progress, not by a total.
+        conn.read_more().await?;
     }
 }
 

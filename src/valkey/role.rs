@@ -64,7 +64,7 @@ pub fn client_name(
         if !UNNAMED_WARNED.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 reply = %String::from_utf8_lossy(r).trim_end(),
-                "Valkey refused CLIENT ID to walrus's user on its Unix socket, where every connection has the same address: when walrus drops a client's connection itself (a reply over proxy.max_reply_bytes), it cannot have Valkey close it first, and a write Valkey runs after may be acknowledged before the journal has it; allow walrus's user +client|id (logged once)"
+                "Valkey refused CLIENT ID to walrus's user on its Unix socket, where every connection has the same address: when walrus drops a client's connection itself (no reply within upstream.reply_timeout_ms), it cannot have Valkey close it first, and a write Valkey runs after may be acknowledged before the journal has it; allow walrus's user +client|id (logged once)"
             );
         }
     }
@@ -76,8 +76,33 @@ pub fn client_name(
 /// Used when a batch's inline `ROLE` is refused (the client's ACL user lacks `+role`, or is
 /// not authenticated) and when a connection breaks with writes in flight. Every reply of the
 /// batch has arrived by then, so the batch ran before this ROLE does: the offset covers it.
+///
+/// The same connection tells which Valkey process answers ([`OffsetOracle::run_id`]): with
+/// `INFO server`, or, while a script keeps Valkey busy (it refuses INFO with `-BUSY`, as it
+/// refuses everything but what a person needs to recover), by being the connection that
+/// found that process before and still hears from it: a connection does not outlive the
+/// server process it reached.
 pub struct OffsetOracle {
-    conn: tokio::sync::Mutex<Option<Conn>>,
+    conn: tokio::sync::Mutex<Option<Control>>,
+}
+
+/// walrus's control connection, and the Valkey process it found.
+struct Control {
+    conn: Conn,
+    /// The `run_id` an `INFO server` on this connection named.
+    process: Option<String>,
+}
+
+/// What became of a connection walrus asked Valkey to close ([`OffsetOracle::close`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closing {
+    /// Valkey answered the `CLIENT KILL`: it runs nothing more of that connection.
+    Closed,
+    /// Another process answers: the connection went with the one it reached.
+    Gone,
+    /// Valkey cannot say now: unreachable, or busy with a script (it closes no client
+    /// until the script ends, and runs what that client sent before then). Ask again.
+    Unknown,
 }
 
 impl OffsetOracle {
@@ -92,55 +117,99 @@ impl OffsetOracle {
     /// again at 1 in another, where the id names someone else (and the connection is gone
     /// with the process it reached). The kill goes on the connection that found the process,
     /// so no restart comes in between.
-    pub async fn close(&self, up: &Upstream, name: ClientName, run_id: &str) {
+    pub async fn close(&self, up: &Upstream, name: ClientName, run_id: &str) -> Closing {
         let mut slot = self.conn.lock().await;
-        let Some(found) = call(&mut slot, up, &write::command(["INFO", "server"])).await else {
-            return;
-        };
-        if crate::upstream::server::run_id_of(&String::from_utf8_lossy(&found)).ok()
-            != Some(run_id.to_string())
-        {
-            return;
+        match process(&mut slot, up).await {
+            None => return Closing::Unknown,
+            Some(p) if p != run_id => return Closing::Gone,
+            Some(_) => {}
         }
-        let conn = slot.as_mut().expect("the connection that answered");
+        let control = slot.as_mut().expect("the connection that answered");
         // "-ERR No such client" when Valkey already closed it: fine. Not tried again on
         // another connection, which might reach another process.
-        let kill = name.kill_command();
-        let killed = tokio::time::timeout(up.connect_timeout, conn.call_raw(&kill)).await;
-        if !matches!(killed, Ok(Ok(_))) {
-            *slot = None;
+        match control.conn.call_raw(&name.kill_command()).await {
+            Ok(reply) if is_busy(&reply) => Closing::Unknown,
+            Ok(_) => Closing::Closed,
+            Err(_) => {
+                *slot = None;
+                Closing::Unknown
+            }
         }
     }
 
-    /// Valkey's replication offset now; `None` if Valkey is unreachable.
+    /// The replication offset of the Valkey process `run_id` now, asked on the connection
+    /// that found it (no restart comes in between); `None` if another process answers (its
+    /// offsets say nothing of what ran on this one), or Valkey is unreachable or busy.
+    pub async fn offset_of(&self, up: &Upstream, run_id: &str) -> Option<u64> {
+        let mut slot = self.conn.lock().await;
+        if process(&mut slot, up).await? != run_id {
+            return None;
+        }
+        let control = slot.as_mut().expect("the connection that answered");
+        match control.conn.call_raw(&write::command(["ROLE"])).await {
+            Ok(reply) => parse_role_offset(&reply),
+            Err(_) => {
+                *slot = None;
+                None
+            }
+        }
+    }
+
+    /// Valkey's replication offset now; `None` if Valkey is unreachable (or busy).
     pub async fn offset(&self, up: &Upstream) -> Option<u64> {
-        parse_role_offset(&self.ask(up, &write::command(["ROLE"])).await?)
+        let mut slot = self.conn.lock().await;
+        parse_role_offset(&call(&mut slot, up, &write::command(["ROLE"])).await?)
     }
 
     /// The Valkey process (`run_id`) answering now; `None` if Valkey is unreachable.
     pub async fn run_id(&self, up: &Upstream) -> Option<String> {
-        // The bulk string's lines, its length line first (which names no field).
-        let reply = self.ask(up, &write::command(["INFO", "server"])).await?;
-        crate::upstream::server::run_id_of(&String::from_utf8_lossy(&reply)).ok()
-    }
-
-    async fn ask(&self, up: &Upstream, cmd: &[u8]) -> Option<Bytes> {
-        call(&mut *self.conn.lock().await, up, cmd).await
+        process(&mut *self.conn.lock().await, up).await
     }
 }
 
+/// The Valkey process answering on the control connection: the `run_id` its `INFO server`
+/// names, or, when Valkey answers `-BUSY`, the one this same connection found before.
+async fn process(slot: &mut Option<Control>, up: &Upstream) -> Option<String> {
+    let reply = call(slot, up, &write::command(["INFO", "server"])).await?;
+    let control = slot.as_mut().expect("the connection that answered");
+    // The bulk string's lines, its length line first (which names no field).
+    match crate::upstream::server::run_id_of(&String::from_utf8_lossy(&reply)) {
+        Ok(id) => {
+            control.process = Some(id.clone());
+            Some(id)
+        }
+        Err(_) if is_busy(&reply) => control.process.clone(),
+        Err(_) => None,
+    }
+}
+
+/// Valkey's refusal while a script or function runs past `busy-reply-threshold`.
+fn is_busy(reply: &[u8]) -> bool {
+    reply.starts_with(b"-BUSY ")
+}
+
 /// Sends `cmd` on the control connection `slot` (opened if there is none) and returns its
-/// reply, within `upstream.connect_timeout_ms`; a broken or stuck connection is opened again
-/// and the command sent once more.
-async fn call(slot: &mut Option<Conn>, up: &Upstream, cmd: &[u8]) -> Option<Bytes> {
+/// reply. A broken connection (Valkey restarted) is opened again and the command sent once
+/// more; one that got no reply within `upstream.reply_timeout_ms` is dropped, and not tried
+/// again: a Valkey that stopped answering does not answer a new connection either.
+async fn call(slot: &mut Option<Control>, up: &Upstream, cmd: &[u8]) -> Option<Bytes> {
     for _ in 0..2 {
         if slot.is_none() {
-            *slot = Some(Conn::control(up).await.ok()?);
+            let conn = Conn::control(up).await.ok()?;
+            *slot = Some(Control {
+                conn,
+                process: None,
+            });
         }
-        let conn = slot.as_mut().expect("just connected");
-        match tokio::time::timeout(up.connect_timeout, conn.call_raw(cmd)).await {
-            Ok(Ok(reply)) => return Some(reply),
-            _ => *slot = None, // broken or stuck: reconnect once
+        let control = slot.as_mut().expect("just connected");
+        match control.conn.call_raw(cmd).await {
+            Ok(reply) => return Some(reply),
+            Err(e) => {
+                *slot = None;
+                if matches!(e, crate::upstream::client::UpstreamError::NoReply(_)) {
+                    return None;
+                }
+            }
         }
     }
     None
@@ -221,6 +290,7 @@ mod tests {
             address: valkey.address.clone(),
             credentials: None,
             connect_timeout: std::time::Duration::from_secs(5),
+            reply_timeout: std::time::Duration::from_secs(5),
             limits: crate::resp::Limits::default(),
             process: None,
             tls: None,
@@ -232,7 +302,10 @@ mod tests {
         let id = client_name(Some(&reply[..n]), None).expect("an id");
         let oracle = super::OffsetOracle::new();
         let run_id = oracle.run_id(&up).await.expect("Valkey's run_id");
-        oracle.close(&up, id, "another process's run_id").await;
+        assert_eq!(
+            oracle.close(&up, id, "another process's run_id").await,
+            super::Closing::Gone
+        );
         victim.write_all(b"PING\r\n").unwrap();
         let n = victim.read(&mut reply).unwrap();
         assert_eq!(
@@ -240,7 +313,7 @@ mod tests {
             b"+PONG\r\n",
             "killed by a kill meant for another process"
         );
-        oracle.close(&up, id, &run_id).await;
+        assert_eq!(oracle.close(&up, id, &run_id).await, super::Closing::Closed);
         victim.write_all(b"PING\r\n").ok();
         assert_eq!(victim.read(&mut reply).unwrap_or(0), 0, "not killed");
         valkey.stop().await;

@@ -7,6 +7,7 @@ pub mod certs;
 pub mod faultfs;
 pub mod pair;
 pub mod seaweed;
+pub mod seccomp;
 pub mod server;
 pub mod tls;
 #[allow(unused_imports)] // each test binary uses a different part
@@ -254,6 +255,7 @@ pub struct WalrusBuilder<'a> {
     open_files: Option<u64>,
     journal: Option<String>,
     listen: Option<String>,
+    refuse_io_uring: bool,
 }
 
 impl<'a> WalrusBuilder<'a> {
@@ -305,6 +307,14 @@ impl<'a> WalrusBuilder<'a> {
         self
     }
 
+    /// A journal device that takes `delay_ms` for every write: the sync backend, whose
+    /// writes the fail point `journal::write` then delays.
+    pub fn slow_journal(mut self, delay_ms: u64) -> Self {
+        // Before whatever tables the test adds: a key of the `[journal]` table.
+        self.config.insert_str(0, "io_backend = \"sync\"\n");
+        self.failpoint("journal::write", &format!("sleep({delay_ms})"))
+    }
+
     /// The client address to listen on (a restart that must keep its port); otherwise a
     /// free port.
     pub fn listen(mut self, addr: &str) -> Self {
@@ -315,6 +325,13 @@ impl<'a> WalrusBuilder<'a> {
     /// Starts walrus with this open-files limit (soft and hard).
     pub fn open_files(mut self, n: u64) -> Self {
         self.open_files = Some(n);
+        self
+    }
+
+    /// Starts walrus (and so its managed Valkey) under a seccomp filter that refuses io_uring
+    /// with EPERM, as containerd's and Docker's RuntimeDefault profiles do ([`seccomp`]).
+    pub fn refuse_io_uring(mut self) -> Self {
+        self.refuse_io_uring = true;
         self
     }
 
@@ -351,6 +368,7 @@ impl<'a> WalrusBuilder<'a> {
             open_files,
             journal,
             listen,
+            refuse_io_uring,
         } = self;
         let dir = tempfile::tempdir().unwrap();
         let data_dir = data
@@ -414,6 +432,11 @@ impl<'a> WalrusBuilder<'a> {
                     Ok(())
                 });
             }
+        }
+        if refuse_io_uring {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: the filter's installation allocates nothing and calls only prctl.
+            unsafe { cmd.pre_exec(seccomp::refuse_io_uring) };
         }
         if !args.contains(&"--metrics-listen") {
             cmd.args(["--metrics-listen", ""]);
@@ -493,8 +516,7 @@ impl Walrus {
     pub fn slow(v: &Valkey, delay_ms: u64) -> Walrus {
         Walrus::build()
             .upstream(&v.addr())
-            .config("io_backend = \"sync\"\n")
-            .failpoint("journal::write", &format!("sleep({delay_ms})"))
+            .slow_journal(delay_ms)
             .start()
     }
 }
@@ -719,6 +741,44 @@ impl Raw {
             std::thread::yield_now();
         }
     }
+}
+
+/// A slowed journal's delay (`Walrus::slow`) for the durability rule's tests: a reply that
+/// comes much sooner than this after its write ran cannot be covered by the journal.
+pub const JOURNAL_DELAY_MS: u64 = 1500;
+/// A reply within this time of its request, while a write it depends on waits for the
+/// journal, is a dirty read.
+pub const EARLY: Duration = Duration::from_millis(300);
+
+/// Sends a command without reading its reply.
+pub fn send(c: &mut Raw, args: &[&str]) {
+    c.send_raw(&walrus::resp::write::command(
+        args.iter().map(|a| a.as_bytes()),
+    ));
+}
+
+/// Whether a reply (or any message) arrives within `within`.
+pub fn replied_within(c: &Raw, within: Duration) -> bool {
+    c.stream.set_read_timeout(Some(within)).unwrap();
+    let mut b = [0u8; 1];
+    let r = c.stream.peek(&mut b);
+    c.stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    matches!(r, Ok(n) if n > 0)
+}
+
+/// Sends `write` on `writer` and waits until Valkey has run it (`probe` on Valkey directly
+/// returns `ran`): from then on its effects are dirty until the journal covers them.
+pub fn run_unjournaled(
+    writer: &mut Raw,
+    write: &[&str],
+    direct: &mut Raw,
+    probe: &[&str],
+    ran: &[u8],
+) {
+    send(writer, write);
+    while direct.cmd(probe) != ran {}
 }
 
 /// `sub` subscribes to `channel` (RESP2) and receives `message` as `publisher` publishes it
@@ -986,4 +1046,69 @@ pub fn http_request(addr: &str, method: &str, path: &str) -> (u16, String) {
     s.read_to_string(&mut text).unwrap();
     let code = text.split_whitespace().nth(1).unwrap().parse().unwrap();
     (code, text.split_once("\r\n\r\n").unwrap().1.to_string())
+}
+
+/// Copies the tree `from` into `to` (created).
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+/// tests/fixtures/data-dir-0.1.0: the data directory of walrus 0.1.0 (commit 99b17f7),
+/// before data directories had an identity, in managed mode with the ring
+/// [`FIXTURE_RING`]: `SET key:N value-N` for N in 0..50, `walrus checkpoint` (which
+/// released the journal through LSN 51), N in 50..100, then SIGTERM.
+pub const FIXTURE_RING: &str =
+    "[journal]\nsegment_size = 65536\nsegments = 4\nmax_write_bytes = 16384\n";
+
+/// A copy of tests/fixtures/data-dir-0.1.0 to work on: the temporary directory (kept for
+/// the copy's life) and the data directory in it.
+pub fn fixture_data_dir() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    copy_dir(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/data-dir-0.1.0"),
+        &data,
+    );
+    (tmp, data)
+}
+
+/// Appends 40 entries of 1000 bytes to `j` (`[i; 1000]` for LSN i), one write each, so that
+/// later records carry durable hints covering earlier ones; returns the write position
+/// after each.
+pub async fn append_numbered_entries(j: &walrus::journal::Journal) -> Vec<u64> {
+    let mut positions = Vec::new();
+    for i in 1..=40u64 {
+        let t = j
+            .try_append(&walrus::journal::Entry {
+                repl_id: [b'r'; 40],
+                repl_offset_end: i * 1000,
+                payload: bytes::Bytes::from(vec![i as u8; 1000]),
+            })
+            .unwrap();
+        t.wait().await.unwrap();
+        positions.push(j.status().write_pos);
+    }
+    positions
+}
+
+/// Flips one bit of the journal's first segment at `pos`: damage inside a record.
+pub fn flip_journal_byte(dir: &std::path::Path, pos: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join("seg-00000.wal"))
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, pos).unwrap();
+    f.write_all_at(&[b[0] ^ 0x40], pos).unwrap();
 }

@@ -3,13 +3,14 @@
 
 use crate::conn::{cmd, describe, Reply};
 use crate::counters::COUNTERS;
-use crate::history::{Fate, History, LISTS, NEVER, QUEUES};
-use crate::keys::{counter_key, is_queue, list_key, queue_key, PATTERN};
+use crate::history::{list_db, Fate, History, ALL_LISTS, LISTS, NEVER, QUEUES};
+use crate::keys::{comes_and_goes, counter_key, done_key, list_key, queue_key, PATTERN, TAGS};
 use crate::route::{Batch, Router};
 use crate::shared::Ctx;
 use crate::system::AROUND_KEYS;
 use crate::values::big_version;
 use crate::workers::bulks;
+use crate::{expiry, registers};
 use redis_protocol::resp2::types::OwnedFrame;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -17,7 +18,14 @@ use std::time::{Duration, Instant};
 
 /// What walrus holds at the end.
 pub struct Final {
+    /// Every list, those of the other databases after database 0's.
     pub lists: Vec<Vec<Vec<u8>>>,
+    /// The done lists, one per tag.
+    pub done: Vec<Vec<Vec<u8>>>,
+    pub registers: Vec<Option<Vec<u8>>>,
+    pub expiring: Vec<Option<Vec<u8>>>,
+    /// When the expiring keys were read.
+    pub read_at: std::time::SystemTime,
     pub queues: Vec<Vec<Vec<u8>>>,
     /// Each large value's length and first bytes.
     pub bigs: BTreeMap<String, (i64, Vec<u8>)>,
@@ -68,11 +76,30 @@ pub fn read_final(ctx: &Arc<Ctx>, big_keys: &[String]) -> Result<Final, String> 
             f => Err(format!("LRANGE {key}: {f:?}")),
         }
     };
-    let lists = (0..LISTS)
+    let mut lists: Vec<Vec<Vec<u8>>> = (0..LISTS)
         .map(|k| range(&list_key(k)))
         .collect::<Result<_, _>>()?;
     let queues = (0..QUEUES)
         .map(|q| range(&queue_key(q)))
+        .collect::<Result<_, _>>()?;
+    let done = (0..TAGS.len())
+        .map(|t| range(&done_key(t)))
+        .collect::<Result<_, _>>()?;
+    let mut get = |key: &str| -> Result<Option<Vec<u8>>, String> {
+        match ask(&["GET", key])? {
+            OwnedFrame::BulkString(b) => Ok(Some(b)),
+            OwnedFrame::Null => Ok(None),
+            f => Err(format!("GET {key}: {f:?}")),
+        }
+    };
+    let registers = registers::keys()
+        .iter()
+        .map(|k| get(k))
+        .collect::<Result<_, _>>()?;
+    let read_at = std::time::SystemTime::now();
+    let expiring = expiry::keys()
+        .iter()
+        .map(|k| get(k))
         .collect::<Result<_, _>>()?;
     let mut bigs = BTreeMap::new();
     for key in big_keys {
@@ -97,8 +124,32 @@ pub fn read_final(ctx: &Arc<Ctx>, big_keys: &[String]) -> Result<Final, String> 
             f => return Err(format!("GET {key}: {f:?}")),
         });
     }
+    // The other databases' lists (none in cluster mode): SELECT, LRANGE, SELECT 0 on one
+    // connection.
+    for k in LISTS..ALL_LISTS {
+        if ctx.cluster() {
+            lists.push(Vec::new());
+            continue;
+        }
+        let db = list_db(k).to_string();
+        let c = [
+            cmd(&["SELECT", &db]),
+            cmd(&["LRANGE", &list_key(k), "0", "-1"]),
+            cmd(&["SELECT", "0"]),
+        ];
+        let replies = router.exchange_at(&ctx.target.get(), &c);
+        match replies.map(|mut r| r.remove(1)) {
+            Some(Reply::Frame(OwnedFrame::Array(items))) => lists
+                .push(bulks(items).ok_or_else(|| format!("LRANGE {}: not strings", list_key(k)))?),
+            other => return Err(format!("the final LRANGE in database {db}: {other:?}")),
+        }
+    }
     Ok(Final {
         lists,
+        done,
+        registers,
+        expiring,
+        read_at,
         queues,
         bigs,
         counters,
@@ -151,7 +202,7 @@ impl History {
     pub fn check_final(&mut self, f: &Final) {
         self.settle();
         let mut present: HashMap<u32, (usize, usize)> = HashMap::new();
-        for key in 0..LISTS {
+        for key in 0..ALL_LISTS {
             let Some(ids) = self.observe_list(key, None, &f.lists[key], "the final LRANGE") else {
                 continue;
             };
@@ -165,6 +216,8 @@ impl History {
         self.final_queues(f);
         self.final_bigs(f);
         self.final_counters(&f.counters);
+        self.final_regs(&f.registers);
+        self.final_expiry(&f.expiring, f.read_at);
         self.final_keyspace(f);
     }
 
@@ -308,6 +361,7 @@ impl History {
             self.pops_seen_then_lost(q, &ids);
             queued.extend(ids);
         }
+        self.final_done(&f.done, &queued);
         let vanished: Vec<u32> = (0..self.jobs.len() as u32)
             .filter(|j| {
                 let job = &self.jobs[*j as usize];
@@ -388,11 +442,14 @@ impl History {
         }
         // Queues come and go, and so may the keys written around walrus; every other key,
         // once there, stays.
-        let stays = f.keys.iter().filter(|k| !is_queue(k)).count();
-        if self.max_dbsize > stays + QUEUES + AROUND_KEYS {
+        let stays = f.keys.iter().filter(|k| !comes_and_goes(k)).count();
+        // The keys that come and go, and the one a script let through would write
+        // (`admin.rs`).
+        let transient = QUEUES + f.registers.len() + f.expiring.len() + 1;
+        if self.max_dbsize > stays + transient + AROUND_KEYS {
             self.violation(format!(
-                "dirty read: DBSIZE showed {}, but only {stays} keys, {QUEUES} queues and \
-                 {AROUND_KEYS} keys written around walrus can exist",
+                "dirty read: DBSIZE showed {}, but only {stays} keys, {transient} that come and \
+                 go and {AROUND_KEYS} keys written around walrus can exist",
                 self.max_dbsize
             ));
         }

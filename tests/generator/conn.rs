@@ -51,13 +51,43 @@ pub enum Wait {
 
 pub struct Conn {
     raw: Raw,
+    /// Speaks RESP3 (`HELLO 3` when it connected): its replies are read as RESP3 and given
+    /// to the checks in their RESP2 shapes (`from_resp3`).
+    resp3: bool,
 }
 
 impl Conn {
     pub fn connect(addr: &str) -> Option<Conn> {
+        Conn::connect_as(addr, false)
+    }
+
+    /// A connection that speaks RESP3 if `resp3` (its `HELLO 3` answered, or no connection).
+    pub fn connect_as(addr: &str, resp3: bool) -> Option<Conn> {
         let raw = Raw::try_connect(addr).ok()?;
         raw.stream.set_write_timeout(Some(HANG_BOUND)).ok()?;
-        Some(Conn { raw })
+        let mut conn = Conn { raw, resp3 };
+        if resp3 {
+            conn.send(&[cmd(&["HELLO", "3"])]).ok()?;
+            match conn.reply(Instant::now() + HANG_BOUND) {
+                Ok(Reply::Frame(_)) => {}
+                _ => return None,
+            }
+        }
+        Some(conn)
+    }
+
+    /// The next reply, in the protocol this connection speaks, waiting until `deadline` at
+    /// most; RESP3 pushes (none come unless the client asked for them) are passed over.
+    pub fn reply(&mut self, deadline: Instant) -> Result<Reply, Wait> {
+        loop {
+            let bytes = self.read(deadline)?;
+            if !self.resp3 {
+                return Ok(parse(&bytes));
+            }
+            if let Ok(reply) = parse3(&bytes) {
+                return Ok(reply);
+            }
+        }
     }
 
     /// A connection to the current walrus, waiting while there is none (it is restarting);
@@ -112,16 +142,17 @@ impl Conn {
     /// Sends `cmds` at once (a pipeline) and reads their replies. A request without a reply
     /// within `HANG_BOUND` is reported as a hang; after a lost reply the rest are lost too.
     pub fn call(&mut self, ctx: &Ctx, cmds: &[Cmd]) -> Vec<Reply> {
-        let deadline = Instant::now() + HANG_BOUND;
+        let sent = Instant::now();
+        let deadline = sent + HANG_BOUND;
         let mut out = Vec::with_capacity(cmds.len());
         let hung = match self.send(cmds) {
             Err(w) => (w == Wait::TimedOut)
                 .then(|| format!("walrus did not read `{}`", describe(&cmds[0]))),
             Ok(()) => cmds
                 .iter()
-                .find_map(|c| match self.read(deadline) {
-                    Ok(bytes) => {
-                        out.push(parse(&bytes));
+                .find_map(|c| match self.reply(deadline) {
+                    Ok(reply) => {
+                        out.push(reply);
                         None
                     }
                     Err(w) => Some(
@@ -133,6 +164,14 @@ impl Conn {
         if let Some(what) = hung {
             ctx.h()
                 .violation(format!("hang: {what} within {HANG_BOUND:?}"));
+        } else if !blocking(&cmds[0]) && ctx.freeze_hang(sent, Instant::now()) {
+            ctx.h().violation(format!(
+                "hang: `{}`, sent while Valkey was frozen, got no reply within {:?} \
+                 (upstream.reply_timeout_ms is {} ms)",
+                describe(&cmds[0]),
+                crate::freeze::FREEZE_BOUND,
+                crate::node::REPLY_TIMEOUT_MS
+            ));
         }
         out.resize_with(cmds.len(), || Reply::Lost);
         out
@@ -147,8 +186,8 @@ impl Conn {
             'replies: while out.len() < cmds.len() {
                 // Waits in short slices, so that it notices the end of the run.
                 loop {
-                    match self.read(Instant::now() + Duration::from_millis(250)) {
-                        Ok(bytes) => break out.push(parse(&bytes)),
+                    match self.reply(Instant::now() + Duration::from_millis(250)) {
+                        Ok(reply) => break out.push(reply),
                         Err(Wait::TimedOut) if !ctx.stopping() => {}
                         Err(_) => break 'replies,
                     }
@@ -165,4 +204,61 @@ pub fn parse(bytes: &[u8]) -> Reply {
         OwnedFrame::Error(e) => Reply::Error(e),
         f => Reply::Frame(f),
     }
+}
+
+/// A RESP3 frame in its RESP2 shape (what the checks read): maps and sets as arrays, numbers
+/// as integers, every string as a bulk string, errors as errors. `Err`: a push, as an
+/// array.
+pub fn parse3(bytes: &[u8]) -> Result<Reply, Vec<OwnedFrame>> {
+    use redis_protocol::resp3::types::OwnedFrame as F3;
+    let Ok(Some((f, _))) = redis_protocol::resp3::decode::complete::decode(bytes) else {
+        let text = String::from_utf8_lossy(bytes);
+        return Ok(Reply::Error(format!("not RESP3: {text}")));
+    };
+    fn two(f: F3) -> OwnedFrame {
+        match f {
+            F3::BlobString { data, .. }
+            | F3::SimpleString { data, .. }
+            | F3::VerbatimString { data, .. }
+            | F3::BigNumber { data, .. } => OwnedFrame::BulkString(data),
+            F3::Number { data, .. } => OwnedFrame::Integer(data),
+            F3::Boolean { data, .. } => OwnedFrame::Integer(data as i64),
+            F3::Double { data, .. } => OwnedFrame::BulkString(data.to_string().into_bytes()),
+            F3::Null => OwnedFrame::Null,
+            F3::Array { data, .. } | F3::Push { data, .. } => {
+                OwnedFrame::Array(data.into_iter().map(two).collect())
+            }
+            F3::Set { data, .. } => OwnedFrame::Array(data.into_iter().map(two).collect()),
+            F3::Map { data, .. } => OwnedFrame::Array(
+                data.into_iter()
+                    .flat_map(|(k, v)| [two(k), two(v)])
+                    .collect(),
+            ),
+            F3::SimpleError { data, .. } => OwnedFrame::Error(data),
+            F3::BlobError { data, .. } => {
+                OwnedFrame::Error(String::from_utf8_lossy(&data).into_owned())
+            }
+            other => OwnedFrame::Error(format!("an unexpected RESP3 frame: {other:?}")),
+        }
+    }
+    Ok(match f {
+        F3::SimpleError { data, .. } => Reply::Error(data),
+        F3::BlobError { data, .. } => Reply::Error(String::from_utf8_lossy(&data).into_owned()),
+        // `+OK` stays a simple string, as in RESP2.
+        F3::SimpleString { data, .. } => Reply::Frame(OwnedFrame::SimpleString(data)),
+        F3::Push { data, .. } => return Err(data.into_iter().map(two).collect()),
+        f => match two(f) {
+            OwnedFrame::Error(e) => Reply::Error(e),
+            f => Reply::Frame(f),
+        },
+    })
+}
+
+/// A command Valkey may keep unanswered by design (BLPOP, BLMOVE, ...), which walrus's reply
+/// timeout leaves alone.
+fn blocking(c: &Cmd) -> bool {
+    let name = c[0].to_ascii_uppercase();
+    [b"BL".as_slice(), b"BR", b"BZ"]
+        .iter()
+        .any(|p| name.starts_with(p))
 }

@@ -24,6 +24,8 @@ pub struct Counter {
     pub max_acked: u64,
     /// The highest value a read showed.
     pub max_read: u64,
+    /// The stamp of every INCR sent, in order (`release.rs`).
+    incrs: Vec<crate::release::Stamp>,
 }
 
 impl Counter {
@@ -38,6 +40,8 @@ impl History {
     /// Registers an INCR of counter `c` about to be sent; returns its send time.
     pub fn incr_sent(&mut self, c: usize) -> u64 {
         self.counters[c].sent += 1;
+        let sent = self.stamp();
+        self.counters[c].incrs.push(sent);
         self.tick()
     }
 
@@ -46,6 +50,13 @@ impl History {
         match reply {
             Reply::Frame(OwnedFrame::Integer(v)) => {
                 self.count("ack: counter increment");
+                let seen = self.seen();
+                let incrs = std::mem::take(&mut self.counters[c].incrs);
+                // An INCR's reply shows its own increment, and every one before it.
+                self.count_revealed(&incrs, v.max(0) as u64, &seen, |_| {
+                    format!("the acknowledgement of an INCR of {} ({v})", counter_key(c))
+                });
+                self.counters[c].incrs = incrs;
                 self.counters[c].max_acked = self.counters[c].max_acked.max(v.max(0) as u64);
                 // It ran after everything shown before it was sent: it is above all of it.
                 self.shown_counter(c, send_ts, v, 1, "INCR");
@@ -62,6 +73,12 @@ impl History {
     /// A read of counter `c` sent at `send_ts` showed `value` (0: no key).
     pub fn observe_counter(&mut self, c: usize, send_ts: u64, value: i64) {
         self.count("check: counter read");
+        let seen = self.seen();
+        let incrs = std::mem::take(&mut self.counters[c].incrs);
+        self.count_revealed(&incrs, value.max(0) as u64, &seen, |_| {
+            format!("a read of {} showed {value}", counter_key(c))
+        });
+        self.counters[c].incrs = incrs;
         self.counters[c].max_read = self.counters[c].max_read.max(value.max(0) as u64);
         self.shown_counter(c, send_ts, value, 0, "a read");
     }

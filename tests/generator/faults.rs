@@ -8,7 +8,7 @@ use crate::cluster::{kill_shards, revive_with, Kill};
 use crate::common::Rng;
 use crate::shared::{pick, Ctx};
 use crate::system::{Flag, Mode, System, RECOVERY};
-use crate::{power, reshard};
+use crate::{freeze, power, reshard, stops};
 use std::time::{Duration, Instant};
 
 /// Logged when a restore starts loading Valkey.
@@ -46,6 +46,15 @@ enum Fault {
     /// Cluster: a slot of the clients' keys moved with MIGRATE, perhaps cut short by a kill
     /// and then fixed (`reshard.rs`).
     MoveSlot,
+    /// SIGSTOP Valkey for longer than walrus's reply timeout, then SIGCONT (`freeze.rs`).
+    FreezeValkey,
+    /// SIGTERM walrus: a graceful stop, then a start on the same data (`stops.rs`).
+    Sigterm,
+    /// A second walrus started on the running one's data directory (`stops.rs`).
+    SecondWalrus,
+    /// SIGKILL Valkey, then the next Valkey too as soon as the restore reaches it: walrus
+    /// must start over with the one after, well before `restore.timeout_ms`.
+    KillInHandshake,
 }
 
 /// What the fault loop injects, and how often.
@@ -59,6 +68,21 @@ pub struct Plan {
     pub pause_spread_ms: u64,
 }
 
+/// The faults of the shard under test in cluster mode (the second walrus's probe write and
+/// a freeze of one shard's Valkey are for the modes of one walrus).
+const CLUSTER: &[(Fault, u64)] = &[
+    (Fault::KillWalrus, 20),
+    (Fault::KillValkey, 20),
+    (Fault::KillDuringRestore, 8),
+    (Fault::FailingCheckpoints, 16),
+    (Fault::FailingManifests, 6),
+    (Fault::DropConnections, 10),
+    (Fault::DropReplicaLink, 6),
+    (Fault::WriteAround, 8),
+    (Fault::Sigterm, 6),
+    (Fault::KillInHandshake, 5),
+];
+
 const MANAGED: &[(Fault, u64)] = &[
     (Fault::KillWalrus, 20),
     (Fault::KillValkey, 20),
@@ -68,6 +92,10 @@ const MANAGED: &[(Fault, u64)] = &[
     (Fault::DropConnections, 10),
     (Fault::DropReplicaLink, 6),
     (Fault::WriteAround, 8),
+    (Fault::FreezeValkey, 3),
+    (Fault::Sigterm, 6),
+    (Fault::SecondWalrus, 4),
+    (Fault::KillInHandshake, 5),
 ];
 
 const EXTERNAL: &[(Fault, u64)] = &[
@@ -80,6 +108,10 @@ const EXTERNAL: &[(Fault, u64)] = &[
     (Fault::DropConnections, 10),
     (Fault::DropReplicaLink, 6),
     (Fault::WriteAround, 8),
+    (Fault::FreezeValkey, 3),
+    (Fault::Sigterm, 6),
+    (Fault::SecondWalrus, 4),
+    (Fault::KillInHandshake, 5),
 ];
 
 /// Every fault of managed mode on the shard under test, and the faults of several shards,
@@ -101,6 +133,10 @@ const SHARDS: &[(Fault, u64)] = &[
 /// Stop injecting once this many violations are known: the run has said enough.
 const ENOUGH: usize = 200;
 
+/// How long walrus may take to serve again after the Valkey it was restoring died in the
+/// handshake: well below `restore.timeout_ms` (60 s), after which a restore gives up anyway.
+const RESTORE_AGAIN: Duration = Duration::from_secs(30);
+
 /// Injects faults until `deadline`. `Err`: walrus did not come back from one.
 pub fn run(
     sys: &mut System,
@@ -110,7 +146,8 @@ pub fn run(
     deadline: Instant,
 ) -> Result<(), String> {
     let mut table = match sys.mode {
-        Mode::Managed | Mode::Cluster => MANAGED,
+        Mode::Managed => MANAGED,
+        Mode::Cluster => CLUSTER,
         Mode::External => EXTERNAL,
         Mode::Shards => SHARDS,
     }
@@ -144,8 +181,10 @@ pub fn run(
             (_, true) if rng.below(3) == 0 => Fault::FailingManifests,
             _ => pick(rng, &table),
         };
-        let what = inject(sys, ctx, rng, fault).map_err(|e| format!("after {fault:?}: {e}"))?;
-        ctx.h().count(&format!("fault: {what}"));
+        ctx.h().release.begin();
+        let what = inject(sys, ctx, rng, fault).map_err(|e| format!("after {fault:?}: {e}"));
+        ctx.h().release.end();
+        ctx.h().count(&format!("fault: {}", what?));
     }
 }
 
@@ -201,6 +240,33 @@ fn inject(sys: &mut System, ctx: &Ctx, rng: &mut Rng, fault: Fault) -> Result<St
             }
         }
         Fault::PowerLoss => return power::power_loss(sys, ctx, rng),
+        Fault::FreezeValkey => return freeze::freeze(sys, ctx, rng),
+        Fault::Sigterm => return stops::sigterm(sys, ctx),
+        // Its probe write needs a ring that takes writes.
+        Fault::SecondWalrus if sys.flag(Flag::Checkpoint) || sys.flag(Flag::Manifest) => {
+            return Ok("SecondWalrus skipped (checkpoints failing)".into())
+        }
+        Fault::SecondWalrus => return stops::second_walrus(sys, ctx),
+        Fault::KillInHandshake if sys.flag(Flag::Checkpoint) || !sys.durable => {
+            return inject(sys, ctx, rng, Fault::KillValkey);
+        }
+        Fault::KillInHandshake => {
+            let before = sys.lines(RESTORING);
+            if !sys.kill_valkey() {
+                return Ok("Valkey kill skipped (it was restarting)".into());
+            }
+            sys.await_lines(RESTORING, before, RECOVERY);
+            if !sys.kill_valkey() {
+                return Ok("KillInHandshake: the restore's Valkey was gone already".into());
+            }
+            if let Err(e) = sys.await_serving(RESTORE_AGAIN) {
+                ctx.h().violation(format!(
+                    "slow restore: the Valkey walrus was restoring died in the handshake, and \
+                     walrus did not serve again within {RESTORE_AGAIN:?} ({e})"
+                ));
+                recover(sys, ctx)?;
+            }
+        }
         Fault::KillShards => return kill_shards(sys, ctx, rng),
         Fault::MoveSlot => return reshard::move_slot(sys, ctx, rng),
         Fault::DropConnections | Fault::DropReplicaLink => {
@@ -220,6 +286,7 @@ fn inject(sys: &mut System, ctx: &Ctx, rng: &mut Rng, fault: Fault) -> Result<St
 /// once it serves reads.
 pub fn relaunch(sys: &mut System, ctx: &Ctx) -> Result<(), String> {
     let (delay, backend) = sys.launch()?;
+    ctx.h().release.started(journal_delay(sys));
     if delay > 0 {
         ctx.h().count(&format!(
             "fault: walrus started with a {delay} ms journal delay"
@@ -229,6 +296,16 @@ pub fn relaunch(sys: &mut System, ctx: &Ctx) -> Result<(), String> {
         .count(&format!("start: walrus with the {backend} journal backend"));
     ctx.target.set(&sys.addr());
     recover(sys, ctx)
+}
+
+/// The journal delay the check that needs no crash holds the current walrus to
+/// (`release.rs`): none in cluster mode, whose other shards' journals are not slowed.
+pub fn journal_delay(sys: &System) -> u64 {
+    if sys.mode.cluster() {
+        0
+    } else {
+        sys.delay_ms
+    }
 }
 
 /// Returns once walrus serves reads again. While checkpoints fail it gets `PATIENCE`, then

@@ -12,11 +12,22 @@ use crate::counters::{Counter, COUNTERS};
 use crate::keys::list_key;
 use crate::pubsub::Msg;
 use crate::queues::Job;
+use crate::registers::Reg;
+use crate::release::{Release, Stamp};
 use crate::values::Big;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 /// Append-only lists: appends, transactions and scripts write them, readers read them.
 pub const LISTS: usize = 6;
+/// Databases other than 0 (`databases.rs`), each with one append-only list of its own.
+pub const DBS: usize = 3;
+/// Every append-only list: those of database 0, then one in each other database.
+pub const ALL_LISTS: usize = LISTS + DBS;
+
+/// The database list `key` lives in.
+pub fn list_db(key: usize) -> usize {
+    key.saturating_sub(LISTS - 1).min(DBS)
+}
 /// Queue lists: producers push jobs, consumers pop them (two of each tag).
 pub const QUEUES: usize = 4;
 /// Large values per worker, each written only by its worker (so versions run in order).
@@ -55,6 +66,10 @@ pub struct Elem {
     pub fate: Fate,
     /// Its 1-based position, as the acknowledgement reported it.
     pub pos: Option<usize>,
+    /// When it was sent, for the check that needs no crash (`release.rs`).
+    pub sent: Stamp,
+    /// When its client learned its fate (`NEVER` while pending): it ran before, if at all.
+    pub settled_ts: u64,
 }
 
 /// Elements written by one request: an RPUSH of several, a transaction, a script.
@@ -77,6 +92,11 @@ pub struct List {
     acked: Vec<(u64, usize)>,
     /// The largest LLEN seen.
     pub max_len: usize,
+    /// The stamp of every element sent to it, in order: LLEN may show no more of them than
+    /// may be durable.
+    stamps: Vec<Stamp>,
+    /// The elements sent to it, in order.
+    pub sent: Vec<u32>,
 }
 
 impl List {
@@ -90,6 +110,8 @@ impl List {
 pub struct History {
     /// Seed and mode, for every message.
     pub tag: String,
+    /// When the mode's run started: each violation printed says how long after.
+    pub started: std::time::Instant,
     clock: u64,
     pub elems: Vec<Elem>,
     pub groups: Vec<Group>,
@@ -107,21 +129,53 @@ pub struct History {
     /// Keys (not queues) some keyless read or EXISTS saw.
     pub seen_keys: BTreeSet<String>,
     pub max_dbsize: usize,
+    /// The register keys (`registers.rs`), by index.
+    pub regs: Vec<Reg>,
+    /// Each register value written: its key and operation.
+    pub reg_values: Vec<(usize, usize)>,
+    /// The keys that expire (`expiry.rs`).
+    pub expiry: crate::expiry::Expiry,
+    /// The journal delay and epochs of the check that needs no crash (`release.rs`).
+    pub release: Release,
     pub counts: BTreeMap<String, u64>,
     pub violations: Vec<String>,
 }
 
-/// How many violations are printed as they are found (all are kept).
-const PRINTED: usize = 50;
+/// Whether an error reply is one walrus or Valkey gives while restoring, detached, refusing
+/// writes or after losing a connection: expected under faults.
+pub fn expected_error(msg: &str) -> bool {
+    const EXPECTED: &[&str] = &[
+        "LOADING",
+        "MISCONF",
+        "NOREPLICAS",
+        "MASTERDOWN",
+        "READONLY",
+        "ERR walrus:",
+        // Cluster mode: a node restarted in place says so until it has rejoined
+        // (Valkey's rejoin delay, up to 5 s).
+        "CLUSTERDOWN",
+        // A redirect no longer followed (`route.rs`: too many hops, or in a transaction
+        // whose EXEC ran), and a command of several keys of a slot being moved, split
+        // between its two nodes: refused, or of unknown outcome.
+        "MOVED ",
+        "ASK ",
+        "TRYAGAIN",
+    ];
+    EXPECTED.iter().any(|p| msg.starts_with(p))
+}
+
+/// How many violations of each kind are printed as they are found (all are kept).
+const PRINTED: usize = 10;
 
 impl History {
     pub fn new(tag: String) -> History {
         History {
             tag,
+            started: std::time::Instant::now(),
             clock: 0,
             elems: Vec::new(),
             groups: Vec::new(),
-            lists: (0..LISTS).map(|_| List::default()).collect(),
+            lists: (0..ALL_LISTS).map(|_| List::default()).collect(),
             jobs: Vec::new(),
             unknown_pops: 0,
             seen_jobs: HashSet::new(),
@@ -131,6 +185,10 @@ impl History {
             counters: (0..COUNTERS).map(|_| Counter::default()).collect(),
             seen_keys: BTreeSet::new(),
             max_dbsize: 0,
+            regs: crate::registers::all(),
+            reg_values: Vec::new(),
+            expiry: crate::expiry::Expiry::new(),
+            release: Release::default(),
             counts: BTreeMap::new(),
             violations: Vec::new(),
         }
@@ -155,8 +213,16 @@ impl History {
     }
 
     pub fn violation(&mut self, what: String) {
-        if self.violations.len() < PRINTED {
-            eprintln!("VIOLATION ({}): {what}", self.tag);
+        self.violation_found(what, self.started.elapsed());
+    }
+
+    /// A violation found `after` the mode started (one decided later, at its end).
+    pub fn violation_found(&mut self, what: String, after: std::time::Duration) {
+        let kind = |v: &str| v.split(':').next().unwrap_or_default().to_string();
+        let k = kind(&what);
+        if self.violations.iter().filter(|v| kind(v) == k).count() < PRINTED {
+            let after = after.as_secs_f64();
+            eprintln!("VIOLATION ({}, after {after:.1} s): {what}", self.tag);
         }
         self.violations.push(what);
     }
@@ -172,24 +238,7 @@ impl History {
     /// it is one walrus or Valkey gives while restoring, detached, refusing writes or after
     /// losing a connection; anything else is reported.
     pub fn error(&mut self, to: &str, msg: &str) {
-        const EXPECTED: &[&str] = &[
-            "LOADING",
-            "MISCONF",
-            "NOREPLICAS",
-            "MASTERDOWN",
-            "READONLY",
-            "ERR walrus:",
-            // Cluster mode: a node restarted in place says so until it has rejoined
-            // (Valkey's rejoin delay, up to 5 s).
-            "CLUSTERDOWN",
-            // A redirect no longer followed (`route.rs`: too many hops, or in a transaction
-            // whose EXEC ran), and a command of several keys of a slot being moved, split
-            // between its two nodes: refused, or of unknown outcome.
-            "MOVED ",
-            "ASK ",
-            "TRYAGAIN",
-        ];
-        if EXPECTED.iter().any(|p| msg.starts_with(p)) {
+        if expected_error(msg) {
             // Counted by kind: the text up to its first clause (a redirect's first word).
             let redirect = msg.starts_with("MOVED ") || msg.starts_with("ASK ");
             let ends: &[char] = if redirect { &[' '] } else { &[';', '(', ','] };
@@ -236,6 +285,7 @@ impl History {
     /// Registers the elements of one request about to be sent, one per entry of `keys`.
     pub fn appends(&mut self, what: &'static str, keys: &[usize]) -> Vec<u32> {
         let send_ts = self.tick();
+        let sent = self.stamp();
         let group = self.groups.len();
         let members: Vec<u32> = (0..keys.len())
             .map(|i| (self.elems.len() + i) as u32)
@@ -248,7 +298,12 @@ impl History {
                 ack_ts: NEVER,
                 fate: Fate::Pending,
                 pos: None,
+                sent,
+                settled_ts: NEVER,
             });
+            self.lists[key].stamps.push(sent);
+            let e = (self.elems.len() - 1) as u32;
+            self.lists[key].sent.push(e);
         }
         self.groups.push(Group {
             what,
@@ -291,6 +346,7 @@ impl History {
             );
             el.fate = Fate::Acked;
             el.ack_ts = ts;
+            el.settled_ts = ts;
             el.pos = Some(pos);
             let list = &mut self.lists[el.key];
             if pos == 0 {
@@ -319,6 +375,12 @@ impl History {
         }
         self.count_n("ack: list append", placed.len() as u64);
         self.report(found);
+        for &(e, _) in placed {
+            let sent = self.elems[e as usize].sent;
+            self.reveals(&sent, |h| {
+                format!("the acknowledgement of {}", h.describe(e))
+            });
+        }
     }
 
     pub fn unknown(&mut self, elems: &[u32]) {
@@ -330,8 +392,10 @@ impl History {
     }
 
     fn settle_elems(&mut self, elems: &[u32], fate: Fate) {
+        let ts = self.tick();
         for &e in elems {
             let el = &mut self.elems[e as usize];
+            el.settled_ts = ts;
             assert_eq!(
                 el.fate,
                 Fate::Pending,
@@ -425,6 +489,16 @@ impl History {
             }
             list.longest = ids.clone();
         }
+        if send_ts.is_some() {
+            let seen = self.seen();
+            for &e in &ids {
+                let sent = self.elems[e as usize].sent;
+                self.revealed_at(&sent, &seen, |h| {
+                    format!("{what} of {} showed {}", list_key(key), h.describe(e))
+                });
+            }
+        }
+        let list = &mut self.lists[key];
         if let Some(ts) = send_ts {
             let need = list.required(ts);
             if ids.len() < need {
@@ -444,6 +518,12 @@ impl History {
     /// An LLEN sent at `send_ts`.
     pub fn observe_len(&mut self, key: usize, send_ts: u64, len: i64) {
         self.count("check: list length");
+        let seen = self.seen();
+        let stamps = std::mem::take(&mut self.lists[key].stamps);
+        self.count_revealed(&stamps, len.max(0) as u64, &seen, |_| {
+            format!("LLEN {} showed {len}", list_key(key))
+        });
+        self.lists[key].stamps = stamps;
         let list = &mut self.lists[key];
         let need = list.required(send_ts);
         list.max_len = list.max_len.max(len.max(0) as usize);

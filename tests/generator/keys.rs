@@ -50,9 +50,15 @@ pub fn is_client_key(key: &str) -> bool {
     parts(key).is_some()
 }
 
-/// Queues come and go (popped empty, they vanish); every other client key stays.
-pub fn is_queue(key: &str) -> bool {
-    parts(key).is_some_and(|rest| rest.starts_with('q'))
+/// Queues (popped empty, they vanish), registers (deleted) and expiring keys come and go;
+/// every other client key stays.
+pub fn comes_and_goes(key: &str) -> bool {
+    parts(key).is_some_and(|rest| rest.starts_with(['q', 'r', 'x']))
+}
+
+/// Where jobs that BLMOVE takes from the queues of tag `t` go.
+pub fn done_key(t: usize) -> String {
+    format!("{{{}}}:done", TAGS[t])
 }
 
 /// The indexes below `n` whose keys share `i`'s tag, from `i` on (wrapping around).

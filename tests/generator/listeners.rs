@@ -100,12 +100,16 @@ pub fn blocked_consumer(ctx: Arc<Ctx>, seed: u64) {
                 .map(|&q| queue_key(q).into_bytes()),
         );
         c.push(b"0".to_vec());
-        ctx.h().count("op: queue pop, blocking");
+        let sent = {
+            let mut h = ctx.h();
+            h.count("op: queue pop, blocking");
+            h.stamp()
+        };
         let reply = router
             .exchange(std::slice::from_ref(&c), Batch::Blocking)
             .map_or(Reply::Lost, |mut r| r.remove(0));
         let lost = matches!(reply, Reply::Lost);
-        if !settle_pop(&mut ctx.h(), &c, reply) && !lost {
+        if !settle_pop(&mut ctx.h(), &c, reply, &sent, None) && !lost {
             // Paces retries while walrus restores (workload, not synchronization).
             std::thread::sleep(Duration::from_millis(50));
         }

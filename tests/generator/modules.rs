@@ -1,5 +1,7 @@
 // The generator's modules, for each test binary that runs it (tests/generator.rs,
 // tests/power_loss.rs): `include!`d at the binary's root, where they expect each other.
+#[path = "admin.rs"]
+mod admin;
 #[path = "check.rs"]
 mod check;
 #[path = "cluster.rs"]
@@ -8,8 +10,14 @@ mod cluster;
 mod conn;
 #[path = "counters.rs"]
 mod counters;
+#[path = "databases.rs"]
+mod databases;
+#[path = "expiry.rs"]
+mod expiry;
 #[path = "faults.rs"]
 mod faults;
+#[path = "freeze.rs"]
+mod freeze;
 #[path = "history.rs"]
 mod history;
 #[path = "keys.rs"]
@@ -28,6 +36,10 @@ mod pubsub;
 mod queues;
 #[path = "reads.rs"]
 mod reads;
+#[path = "registers.rs"]
+mod registers;
+#[path = "release.rs"]
+mod release;
 #[path = "reshard.rs"]
 mod reshard;
 #[path = "route.rs"]
@@ -36,6 +48,10 @@ mod route;
 mod runner;
 #[path = "shared.rs"]
 mod shared;
+#[path = "sidechannel.rs"]
+mod sidechannel;
+#[path = "stops.rs"]
+mod stops;
 #[path = "system.rs"]
 mod system;
 #[path = "transactions.rs"]

@@ -9,6 +9,11 @@ use std::time::{Duration, Instant};
 
 pub const CLUSTER: &str = "[cluster]\nenabled = true\n";
 
+/// `upstream.reply_timeout_ms` of the generator's walruses: short, so that a frozen Valkey
+/// (`freeze.rs`) costs its clients seconds, not the default 30: the least walrus accepts (a
+/// Valkey preparing an RDB sends a newline a second).
+pub const REPLY_TIMEOUT_MS: u64 = 2000;
+
 /// The configuration of a walrus running its own Valkey, whose Unix socket is in
 /// `socket_dir` ([`valkey_socket`]): outside the data directory, which may be on faultfs, a
 /// FUSE file system that cannot hold a socket. In cluster mode with its bus on `bus_port`: a
@@ -20,7 +25,10 @@ pub fn managed_config(
     cluster: bool,
     socket_dir: &std::path::Path,
 ) -> String {
-    let mut config = format!("[upstream]\nsocket_dir = {:?}\n", socket_dir.display().to_string());
+    let mut config = format!(
+        "[upstream]\nsocket_dir = {:?}\nreply_timeout_ms = {REPLY_TIMEOUT_MS}\n",
+        socket_dir.display().to_string()
+    );
     if !durable {
         // Without a journal walrus is no replica: Valkey would refuse all writes.
         config.push_str("extra_args = [\"--min-replicas-to-write\", \"0\"]\n");
@@ -42,7 +50,11 @@ pub fn valkey_socket(socket_dir: &std::path::Path) -> String {
 pub fn listening(proc: Proc, config_dir: tempfile::TempDir) -> Result<Walrus, (String, String)> {
     let Some(line) = proc.try_wait_line(LISTENING, START_TIMEOUT) else {
         let log = proc.log_text();
-        let errors: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).collect();
+        // Logged errors, and what it printed before its log began (a configuration refused).
+        let errors: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("ERROR") || l.starts_with("walrus: "))
+            .collect();
         let why = format!(
             "walrus did not start (it exited, or did not listen within {START_TIMEOUT:?}); \
              its errors: {}",

@@ -13,17 +13,24 @@ pub struct Job {
     pub fate: Fate,
     /// When its acknowledged pop was stamped.
     pub popped: u64,
+    /// Its acknowledged pop was a BLMOVE to its tag's done list (`keys::done_key`).
+    pub moved: bool,
+    /// When it was sent, for the check that needs no crash (`release.rs`).
+    pub sent: crate::release::Stamp,
 }
 
 impl History {
     pub fn new_job(&mut self, queue: usize) -> u32 {
         let send_ts = self.tick();
+        let sent = self.stamp();
         self.jobs.push(Job {
             queue,
             send_ts,
             ack_ts: NEVER,
             fate: Fate::Pending,
             popped: NEVER,
+            moved: false,
+            sent,
         });
         (self.jobs.len() - 1) as u32
     }
@@ -34,7 +41,11 @@ impl History {
         if acked {
             job.fate = Fate::Acked;
             job.ack_ts = ts;
+            let sent = job.sent;
             self.count("ack: job push");
+            self.reveals(&sent, |_| {
+                format!("the acknowledgement of the push of j{j}")
+            });
         } else {
             job.fate = Fate::Unknown;
             self.count("unknown: job push");
@@ -55,8 +66,15 @@ impl History {
         j.map(|j| j as u32)
     }
 
-    /// An acknowledged pop of `item` from the queue named `key`.
-    pub fn popped(&mut self, key: &[u8], item: &[u8]) {
+    /// An acknowledged pop of `item` from the queue named `key`, by a request stamped `sent`
+    /// (a BLMOVE to the done list if `moved`).
+    pub fn popped(&mut self, key: &[u8], item: &[u8], sent: &crate::release::Stamp, moved: bool) {
+        self.reveals(sent, |_| {
+            format!(
+                "the acknowledgement of a pop of {}",
+                String::from_utf8_lossy(item)
+            )
+        });
         let ts = self.tick();
         self.count("ack: job pop");
         self.count("check: popped job");
@@ -77,6 +95,7 @@ impl History {
             ));
         } else {
             job.popped = ts;
+            job.moved = moved;
         }
     }
 
@@ -107,7 +126,12 @@ impl History {
                     queue_key(queue)
                 ));
             }
-            let popped = self.jobs[j as usize].popped;
+            let (popped, sent) = (self.jobs[j as usize].popped, self.jobs[j as usize].sent);
+            if send_ts != NEVER {
+                self.reveals(&sent, |_| {
+                    format!("{what} of {} showed j{j}", queue_key(queue))
+                });
+            }
             if popped < send_ts {
                 self.violation(format!(
                     "popped job reappeared: {what} of {} sent at t={send_ts} shows j{j}, whose \
@@ -149,6 +173,43 @@ impl History {
             "check: queue read against the end",
             self.queue_reads[queue].len() as u64,
         );
+        self.report(found);
+    }
+}
+
+impl History {
+    /// The done lists at the end (one per tag): every job a BLMOVE acknowledged is there,
+    /// and every job there was pushed, and is no longer queued.
+    pub fn final_done(&mut self, done: &[Vec<Vec<u8>>], queued: &HashSet<u32>) {
+        let mut found = Vec::new();
+        let mut there = HashSet::new();
+        for (t, items) in done.iter().enumerate() {
+            for item in items {
+                let j = parse_id(item, b'j').filter(|&j| j < self.jobs.len());
+                let Some(j) = j.map(|j| j as u32) else {
+                    found.push(format!(
+                        "phantom: the final {} shows {:?}",
+                        crate::keys::done_key(t),
+                        String::from_utf8_lossy(item)
+                    ));
+                    continue;
+                };
+                if !there.insert(j) || queued.contains(&j) {
+                    found.push(format!(
+                        "duplicate: j{j} is in a done list twice, or queued too"
+                    ));
+                }
+            }
+        }
+        for (j, job) in self.jobs.iter().enumerate() {
+            if job.moved && !there.contains(&(j as u32)) {
+                found.push(format!(
+                    "lost acknowledged write: j{j}, moved by an acknowledged BLMOVE, is not in \
+                     its done list"
+                ));
+            }
+        }
+        self.count("check: done lists");
         self.report(found);
     }
 }

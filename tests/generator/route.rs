@@ -53,6 +53,8 @@ pub struct Router {
     /// Where each slot lives, as MOVED replies said.
     slots: HashMap<u16, String>,
     conns: HashMap<String, Conn>,
+    /// Its connections speak RESP3.
+    resp3: bool,
 }
 
 impl Router {
@@ -62,7 +64,14 @@ impl Router {
             rng: Rng(seed),
             slots: HashMap::new(),
             conns: HashMap::new(),
+            resp3: false,
         }
+    }
+
+    /// The same, its connections speaking RESP3 (`HELLO 3` first).
+    pub fn resp3(mut self) -> Router {
+        self.resp3 = true;
+        self
     }
 
     /// Drops every connection: a session that keeps failing starts afresh, as a client
@@ -279,7 +288,7 @@ impl Router {
     fn conn(&mut self, addr: &str) -> Option<Option<&mut Conn>> {
         if !self.conns.contains_key(addr) {
             let c = loop {
-                if let Some(c) = Conn::connect(addr) {
+                if let Some(c) = Conn::connect_as(addr, self.resp3) {
                     break c;
                 }
                 if self.ctx.stopping() {

@@ -9,7 +9,7 @@ use crate::history::{History, BIG_SLOTS};
 use crate::keys::big_key;
 use crate::shared::{mix, Ctx};
 use crate::system::{Mode, System};
-use crate::{check, faults, listeners, workers};
+use crate::{check, faults, listeners, sidechannel, workers};
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -113,6 +113,11 @@ fn run(mode: Mode, s: &Settings, fs: Option<FaultFs>, duration: Duration) -> Rep
         Vec::new()
     };
     let ctx = Arc::new(Ctx::new(History::new(tag), &sys.addr(), walruses));
+    ctx.h().release.started(faults::journal_delay(&sys));
+    ctx.h().count(&format!(
+        "start: the first walrus with a {} ms journal delay",
+        sys.delay_ms
+    ));
     let mut threads = Vec::new();
     for id in 0..workers::WORKERS {
         let w = workers::Worker::new(id, ctx.clone(), mix(seed, 100 + id as u64));
@@ -128,6 +133,18 @@ fn run(mode: Mode, s: &Settings, fs: Option<FaultFs>, duration: Duration) -> Rep
         "blocked consumer",
         std::thread::spawn(move || listeners::blocked_consumer(c, consumer_seed)),
     ));
+    if !mode.cluster() {
+        let (c, side_seed) = (ctx.clone(), mix(seed, 7));
+        threads.push((
+            "keyspace subscriber",
+            std::thread::spawn(move || sidechannel::notifications(c, side_seed)),
+        ));
+        let (c, side_seed) = (ctx.clone(), mix(seed, 8));
+        threads.push((
+            "tracking client",
+            std::thread::spawn(move || sidechannel::tracking(c, side_seed)),
+        ));
+    }
 
     let deadline = Instant::now() + duration;
     let faults = catch_unwind(AssertUnwindSafe(|| {
@@ -170,6 +187,11 @@ fn run(mode: Mode, s: &Settings, fs: Option<FaultFs>, duration: Duration) -> Rep
     }
     let logs = sys.logs();
     drop(sys);
+    let resyncs: Vec<_> = logs
+        .iter()
+        .flat_map(|(_, text)| crate::release::resyncs(text))
+        .collect();
+    ctx.h().settle_suspects(&resyncs);
     let mut h = ctx.h();
     Report {
         counts: std::mem::take(&mut h.counts),

@@ -4,7 +4,7 @@
 use crate::history::History;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Where walrus listens now: a restarted walrus listens on a new port.
 pub struct Target {
@@ -39,6 +39,8 @@ pub struct Ctx {
     /// addresses a client may ever be redirected to. Empty otherwise.
     walruses: Vec<String>,
     stop: AtomicBool,
+    /// When Valkey was frozen (`freeze.rs`): from, and until unless it still is.
+    frozen: Mutex<Vec<(Instant, Option<Instant>)>>,
 }
 
 impl Ctx {
@@ -51,7 +53,34 @@ impl Ctx {
             },
             walruses,
             stop: AtomicBool::new(false),
+            frozen: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Valkey is frozen from `since`, or (`None`) no longer.
+    pub fn freeze(&self, since: Option<Instant>) {
+        let mut frozen = self.frozen.lock().unwrap();
+        match since {
+            Some(t) => frozen.push((t, None)),
+            None => {
+                if let Some(last) = frozen.last_mut() {
+                    last.1 = Some(Instant::now());
+                }
+            }
+        }
+    }
+
+    /// A request sent at `sent` was answered at `answered`: if it was sent while Valkey was
+    /// frozen, and Valkey was still frozen `FREEZE_BOUND` later, it waited too long.
+    pub fn freeze_hang(&self, sent: Instant, answered: Instant) -> bool {
+        let bound = crate::freeze::FREEZE_BOUND;
+        answered.saturating_duration_since(sent) > bound
+            && self
+                .frozen
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|&(from, until)| sent >= from && until.is_none_or(|u| sent + bound <= u))
     }
 
     /// Where keyless commands may go: any walrus of the cluster, else the one walrus.
@@ -61,6 +90,11 @@ impl Ctx {
         } else {
             self.walruses.clone()
         }
+    }
+
+    /// Cluster mode: clients follow redirects, and there is only database 0.
+    pub fn cluster(&self) -> bool {
+        !self.walruses.is_empty()
     }
 
     pub fn is_walrus(&self, addr: &str) -> bool {

@@ -74,11 +74,13 @@ const EXTERNAL_VALKEY: &[&str] = &[
     "1",
 ];
 
-/// Journal write delays a walrus start picks from: mostly none, sometimes a slow device.
-const DELAYS_MS: &[u64] = &[0, 0, 0, 0, 0, 2, 10, 50];
+/// Journal write delays a walrus start picks from: a slow device two starts in three, so
+/// that the check that needs no crash (`release.rs`) sees most of a run.
+const DELAYS_MS: &[u64] = &[0, 0, 10, 20, 50, 50];
 
 /// The journal backends a walrus on faultfs starts with, one chosen per start: io_uring
-/// (`auto`: O_DIRECT|O_DSYNC writes, what production runs) or `sync` (pwrite + fdatasync).
+/// (`auto`: O_DIRECT|O_DSYNC writes, what production runs) or `sync` (the same writes, pwrite
+/// on threads).
 /// On the test's own disk, always `sync`, where the journal's fault injection acts.
 const FAULTFS_BACKENDS: &[&str] = &["auto", "sync"];
 
@@ -111,6 +113,8 @@ pub struct System {
     /// The delay faultfs gives each synchronous write and sync, as this walrus's start
     /// chose (a power loss changes it for a moment).
     latency_us: u64,
+    /// The journal delay the current walrus started with (`release.rs`).
+    pub delay_ms: u64,
     /// Cluster mode: walrus's client port, which the cluster knows the shard by, the same
     /// across restarts; the other two shards; the node ids, this shard's first.
     listen: Option<u16>,
@@ -145,6 +149,7 @@ impl System {
             rng: Rng(seed),
             fs,
             latency_us: 0,
+            delay_ms: 0,
             listen: mode.cluster().then(free_port),
             peers: Vec::new(),
             ids: Vec::new(),
@@ -185,11 +190,21 @@ impl System {
         // A manifest that cannot be written stops walrus at start (docs/failure-modes.md,
         // row 10): documented, so not a fault to look for here.
         self.set_flag(Flag::Manifest, false);
-        let delay = DELAYS_MS[self.rng.below(DELAYS_MS.len() as u64) as usize];
-        let checkpoint = format!("return(ENOSPC@{})", self.checkpoint_flag.display());
-        let manifest = format!("return(EIO@{})", self.manifest_flag.display());
-        let upstream = self.valkey_addr();
-        let mut slow = None;
+        // The first start always slows its journal: the check that needs no crash sees the
+        // run from its start.
+        let first = self.delay_ms == 0 && self.logs.is_empty();
+        let delays = if first { &DELAYS_MS[2..] } else { DELAYS_MS };
+        let delay = delays[self.rng.below(delays.len() as u64) as usize];
+        let mut failpoints = vec![
+            (
+                "rdb::write",
+                format!("return(ENOSPC@{})", self.checkpoint_flag.display()),
+            ),
+            (
+                "manifest::write",
+                format!("return(EIO@{})", self.manifest_flag.display()),
+            ),
+        ];
         let backend = match &self.fs {
             Some(fs) => {
                 // The slow device is faultfs's: each synchronous write and sync waits, so a
@@ -200,15 +215,40 @@ impl System {
             }
             None => {
                 if delay > 0 {
-                    slow = Some(format!("sleep({delay})"));
+                    failpoints.push(("journal::write", format!("sleep({delay})")));
                 }
                 "sync"
             }
         };
-        let config = format!("io_backend = \"{backend}\"\n{CONFIG}");
         let listen = self.listen.map(|p| format!("127.0.0.1:{p}"));
+        let (proc, config_dir) = self.spawn_walrus(backend, &failpoints, listen.as_deref());
+        self.delay_ms = delay;
+        match node::listening(proc, config_dir) {
+            Ok(w) => self.walrus = Some(w),
+            Err((log, why)) => {
+                // Kept for the report.
+                self.logs.push(("walrus".into(), log));
+                return Err(why);
+            }
+        }
+        Ok((delay, backend))
+    }
+
+    /// Spawns a walrus on the data directory with journal backend `backend`, fail points
+    /// `failpoints` (name, actions), listening on `listen` (else a free port).
+    fn spawn_walrus(
+        &self,
+        backend: &str,
+        failpoints: &[(&str, String)],
+        listen: Option<&str>,
+    ) -> (crate::common::Proc, tempfile::TempDir) {
+        let config = format!("io_backend = \"{backend}\"\n{CONFIG}");
+        let upstream = self.valkey_addr();
         let build = match self.mode {
-            Mode::External => Walrus::build().upstream(&upstream).config(&config),
+            Mode::External => Walrus::build().upstream(&upstream).config(&format!(
+                "{config}[upstream]\nreply_timeout_ms = {}\n",
+                node::REPLY_TIMEOUT_MS
+            )),
             mode => {
                 let managed = node::managed_config(
                     self.valkey_port,
@@ -219,27 +259,48 @@ impl System {
                 Walrus::build().config(&format!("{config}{managed}"))
             }
         };
-        let build = match &listen {
+        let build = match listen {
             Some(l) => build.listen(l),
             None => build,
         };
-        let build = build
-            .failpoint("rdb::write", &checkpoint)
-            .failpoint("manifest::write", &manifest);
-        let build = match &slow {
-            Some(s) => build.failpoint("journal::write", s),
-            None => build,
-        };
-        let (proc, config_dir) = build.data(&self.data).spawn();
-        match node::listening(proc, config_dir) {
-            Ok(w) => self.walrus = Some(w),
-            Err((log, why)) => {
-                // Kept for the report.
-                self.logs.push(("walrus".into(), log));
-                return Err(why);
-            }
+        let build = failpoints
+            .iter()
+            .fold(build, |b, (name, actions)| b.failpoint(name, actions));
+        build.data(&self.data).spawn()
+    }
+
+    /// Starts a second walrus on the running one's data directory (its configuration, but
+    /// its own client port), without waiting for it.
+    pub fn spawn_second(&self) -> (crate::common::Proc, tempfile::TempDir) {
+        self.spawn_walrus("sync", &[], None)
+    }
+
+    /// Stops walrus with SIGTERM; returns how it exited, `None` if it did not within
+    /// `bound` (it is SIGKILLed then). Its managed Valkey is gone too when this returns.
+    pub fn stop_walrus(&mut self, bound: Duration) -> Option<std::process::ExitStatus> {
+        let mut w = self.walrus.take()?;
+        let valkey = node::managed_valkey(&w);
+        w.proc.signal(libc::SIGTERM);
+        let status = w.proc.wait_exit(bound);
+        if status.is_none() {
+            w.proc.signal(libc::SIGKILL);
+            w.proc.wait_exit(Duration::from_secs(10));
         }
-        Ok((delay, backend))
+        if let Some(pid) = valkey {
+            // Walrus stops its Valkey as it stops; one left behind is killed.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            crate::common::wait_dead(pid);
+        }
+        self.logs.push(("walrus".into(), w.proc.log_text()));
+        status
+    }
+
+    /// The pid of Valkey: the managed one's, or external mode's.
+    pub fn valkey_pid(&self) -> Option<i32> {
+        match self.mode {
+            Mode::External => self.valkey.as_ref().map(|v| v.proc.child.id() as i32),
+            _ => self.walrus.as_ref().and_then(node::managed_valkey),
+        }
     }
 
     /// Sends a faultfs command (`crash`, `recover`...); returns its reply. Panics without

@@ -2,7 +2,7 @@
 //! what keyless reads and EXISTS saw of the keyspace.
 
 use crate::history::{Fate, History};
-use crate::keys::{is_client_key, is_queue};
+use crate::keys::{comes_and_goes, is_client_key};
 
 /// The first bytes of a large value: which key and which version of it.
 pub fn big_header(key: &str, version: usize) -> String {
@@ -31,6 +31,8 @@ pub fn big_version(key: &str, head: &[u8]) -> Option<usize> {
 pub struct Big {
     /// (size, fate) of version i + 1.
     pub versions: Vec<(usize, Fate)>,
+    /// When version i + 1 was sent (`release.rs`).
+    stamps: Vec<crate::release::Stamp>,
     /// (acknowledgement time, highest version acknowledged until then).
     acked: Vec<(u64, usize)>,
     pub max_seen: usize,
@@ -39,8 +41,10 @@ pub struct Big {
 impl History {
     /// Registers the next version of `key`; returns it (from 1).
     pub fn new_big(&mut self, key: &str, size: usize) -> usize {
+        let sent = self.stamp();
         let big = self.bigs.entry(key.to_string()).or_default();
         big.versions.push((size, Fate::Pending));
+        big.stamps.push(sent);
         big.versions.len()
     }
 
@@ -54,6 +58,14 @@ impl History {
             if fate == Fate::Acked {
                 let high = big.acked.last().map_or(0, |a| a.1).max(*version);
                 big.acked.push((ts, high));
+            }
+        }
+        if fate == Fate::Acked {
+            for (key, version) in writes {
+                let sent = self.bigs[key].stamps[version - 1];
+                self.reveals(&sent, |_| {
+                    format!("the acknowledgement of {key} version {version}")
+                });
             }
         }
         let what = match fate {
@@ -82,6 +94,11 @@ impl History {
                  did not run"
             ));
         }
+        if v > 0 {
+            let sent = big.stamps[v - 1];
+            self.reveals(&sent, |_| format!("a read of {key} showed version {v}"));
+        }
+        let big = &self.bigs[key];
         let n = big.acked.partition_point(|&(t, _)| t < send_ts);
         let need = n.checked_sub(1).map_or(0, |i| big.acked[i].1);
         if v < need {
@@ -99,7 +116,7 @@ impl History {
         self.count("check: keyspace read");
         for k in keys {
             let k = String::from_utf8_lossy(k);
-            if is_client_key(&k) && !is_queue(&k) {
+            if is_client_key(&k) && !comes_and_goes(&k) {
                 self.seen_keys.insert(k.into_owned());
             }
         }

@@ -3,15 +3,17 @@
 //! large value, an INCR) and records what it sent and what came back in the history.
 
 use crate::common::Rng;
-use crate::conn::{cmd, describe, Cmd, Reply};
+use crate::conn::{cmd, describe, Cmd, Conn, Reply};
 use crate::counters::COUNTERS;
 use crate::history::{History, LISTS, QUEUES};
-use crate::keys::{counter_key, list_key, queue_key, same_tag, CHANNEL};
+use crate::keys::{counter_key, done_key, list_key, queue_key, same_tag, tag, CHANNEL};
 use crate::large::LargeWrite;
 use crate::reads::ReadOp;
+use crate::release::Stamp;
 use crate::route::{Batch, Router};
 use crate::shared::{mix, pick, Ctx};
 use crate::transactions::{Tx, TxKind};
+use crate::{admin, databases, expiry, registers};
 use redis_protocol::resp2::types::OwnedFrame;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +23,7 @@ pub const WORKERS: usize = 5;
 /// A script that appends, counted as an append: its LLEN reply is the element's position.
 const SCRIPT: &str = "redis.call('RPUSH', KEYS[1], ARGV[1]) return redis.call('LLEN', KEYS[1])";
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 enum Op {
     Append,
     Pipeline,
@@ -34,12 +36,27 @@ enum Op {
     Large,
     Abandon,
     Counter,
+    /// MSET, DEL, UNLINK of several keys (`registers.rs`).
+    RegWrite,
+    /// MGET, EXISTS of several keys.
+    RegRead,
+    /// A register write with an MGET of its keys right behind it, on another connection
+    /// (not in cluster mode).
+    RegChase,
+    /// SELECT inside MULTI, on a connection of its own (`databases.rs`; not in cluster mode).
+    Database,
+    /// Writes of keys that expire (`expiry.rs`), and reads of them.
+    Expire,
+    ExpireRead,
+    /// An administrative command walrus must refuse (`admin.rs`).
+    Refused,
 }
 
 const OPS: &[(Op, u64)] = &[
     (Op::Append, 18),
     (Op::Pipeline, 10),
-    (Op::Script, 6),
+    // A script counts as touching every key: while one is not durable, every read waits.
+    (Op::Script, 2),
     (Op::Transaction, 10),
     (Op::Read, 24),
     (Op::Push, 9),
@@ -49,7 +66,34 @@ const OPS: &[(Op, u64)] = &[
     (Op::Large, 2),
     (Op::Abandon, 2),
     (Op::Counter, 8),
+    (Op::RegWrite, 12),
+    (Op::RegRead, 12),
+    (Op::RegChase, 6),
+    (Op::Database, 5),
+    (Op::Expire, 4),
+    (Op::ExpireRead, 4),
+    (Op::Refused, 1),
 ];
+
+/// The operations of a run: every one of `OPS` (but `Database` and `RegChase` in cluster
+/// mode), or those `WALRUS_GEN_OPS` names (`Append,RegWrite,...`), to look at one kind at a
+/// time.
+fn ops(cluster: bool) -> Vec<(Op, u64)> {
+    let only = std::env::var("WALRUS_GEN_OPS")
+        .ok()
+        .filter(|v| !v.is_empty());
+    let ops: Vec<(Op, u64)> = OPS
+        .iter()
+        .copied()
+        .filter(|(op, _)| !(cluster && matches!(op, Op::Database | Op::RegChase)))
+        .filter(|(op, _)| {
+            only.as_ref()
+                .is_none_or(|o| o.split(',').any(|n| n.trim() == format!("{op:?}")))
+        })
+        .collect();
+    assert!(!ops.is_empty(), "WALRUS_GEN_OPS: none of {only:?}");
+    ops
+}
 
 pub struct Worker {
     id: usize,
@@ -58,22 +102,36 @@ pub struct Worker {
     router: Router,
     /// Steps in a row that met an error.
     failing: u32,
+    /// Its connection for `databases.rs`, whose database it changes.
+    db_conn: Option<Conn>,
+    /// Its two connections for `registers::write_chased`.
+    chase: Option<(Conn, Conn)>,
 }
 
 impl Worker {
+    /// Worker `id`; a RESP3 client half the time.
     pub fn new(id: usize, ctx: Arc<Ctx>, seed: u64) -> Worker {
+        let router = Router::new(ctx.clone(), mix(seed, 1));
+        let router = if mix(seed, 2) % 2 == 0 {
+            router.resp3()
+        } else {
+            router
+        };
         Worker {
             id,
-            router: Router::new(ctx.clone(), mix(seed, 1)),
+            router,
             ctx,
             rng: Rng(seed),
             failing: 0,
+            db_conn: None,
+            chase: None,
         }
     }
 
     pub fn run(mut self) {
+        let ops = ops(self.ctx.cluster());
         while !self.ctx.stopping() {
-            let clean = match pick(&mut self.rng, OPS) {
+            let clean = match pick(&mut self.rng, &ops) {
                 Op::Append => self.appends(1, "op: append"),
                 Op::Pipeline => {
                     let n = 2 + self.below(4);
@@ -88,6 +146,19 @@ impl Worker {
                 Op::Large => self.large(),
                 Op::Abandon => self.abandon(),
                 Op::Counter => self.incr(),
+                Op::RegWrite => {
+                    registers::write(&mut self.router, &self.ctx, &mut self.rng, self.id)
+                }
+                Op::RegRead => registers::read(&mut self.router, &self.ctx, &mut self.rng),
+                Op::RegChase => {
+                    registers::write_chased(&mut self.chase, &self.ctx, &mut self.rng, self.id)
+                }
+                Op::Database => {
+                    databases::transaction(&mut self.db_conn, &self.ctx, &mut self.rng, self.id)
+                }
+                Op::Expire => expiry::write(&mut self.router, &self.ctx, &mut self.rng, self.id),
+                Op::ExpireRead => expiry::read(&mut self.router, &self.ctx, &mut self.rng),
+                Op::Refused => admin::refused(&self.ctx, &mut self.rng),
             };
             if clean {
                 self.failing = 0;
@@ -274,18 +345,49 @@ impl Worker {
         false
     }
 
-    /// BLPOP of one or more queues of one tag (one slot) with a short timeout.
+    /// BLPOP or BLMPOP of one or more queues of one tag (one slot), or BLMOVE of one to the
+    /// tag's done list, with a short timeout.
     fn pop(&mut self) -> bool {
         let queues = same_tag(self.below(QUEUES), QUEUES);
         let n = 1 + self.below(queues.len());
-        let mut c = cmd(&["BLPOP"]);
-        c.extend(queues[..n].iter().map(|&q| queue_key(q).into_bytes()));
-        c.push(b"0.5".to_vec());
-        self.ctx.h().count("op: queue pop");
+        let names: Vec<String> = queues[..n].iter().map(|&q| queue_key(q)).collect();
+        let (c, moved_from) = match self.below(4) {
+            0 => {
+                let done = done_key(tag(queues[0]));
+                let c = cmd(&["BLMOVE", &names[0], &done, "LEFT", "RIGHT", "0.5"]);
+                (c, Some(names[0].clone()))
+            }
+            1 => {
+                let mut c = cmd(&["BLMPOP", "0.5", &n.to_string()]);
+                c.extend(names.iter().map(|q| q.clone().into_bytes()));
+                c.extend(cmd(&["LEFT", "COUNT", "1"]));
+                (c, None)
+            }
+            _ => {
+                let mut c = cmd(&["BLPOP"]);
+                c.extend(names.iter().map(|q| q.clone().into_bytes()));
+                c.push(b"0.5".to_vec());
+                (c, None)
+            }
+        };
+        let sent = {
+            let mut h = self.ctx.h();
+            h.count(&format!(
+                "op: queue pop, {}",
+                String::from_utf8_lossy(&c[0])
+            ));
+            h.stamp()
+        };
         let Some(mut replies) = self.exchange(std::slice::from_ref(&c)) else {
             return true;
         };
-        settle_pop(&mut self.ctx.h(), &c, replies.remove(0))
+        settle_pop(
+            &mut self.ctx.h(),
+            &c,
+            replies.remove(0),
+            &sent,
+            moved_from.as_deref(),
+        )
     }
 
     /// INCR of one of the shared counters (`counters.rs`).
@@ -342,11 +444,20 @@ impl Worker {
             1 => Batch::Pipeline,
             _ => Batch::Transaction { stepwise: false },
         };
+        // A transaction too large for one journal entry takes a full resync: writes sent
+        // meanwhile may be durable without a journal write (`release.rs`).
+        let huge = write.cmds.len() > 1;
+        if huge {
+            self.ctx.h().release.begin();
+        }
         // Never sent (the run stopped): as good as lost.
         let replies = self
             .router
             .exchange(&write.cmds, batch)
             .unwrap_or_else(|| write.cmds.iter().map(|_| Reply::Lost).collect());
+        if huge {
+            self.ctx.h().release.end();
+        }
         let clean = write.settle(&mut self.ctx.h(), replies);
         if !clean && write.cmds.len() > 1 {
             // The connection may still be inside MULTI.
@@ -382,14 +493,30 @@ pub fn settle_push(h: &mut History, elems: &[u32], reply: Reply, c: &Cmd) -> boo
     false
 }
 
-/// A BLPOP's reply: a job popped, nothing (timed out), or a pop that may have happened.
-pub fn settle_pop(h: &mut History, c: &Cmd, reply: Reply) -> bool {
+/// A pop's reply (BLPOP's `[queue, job]`, BLMPOP's `[queue, [job]]`, BLMOVE's job, from
+/// the queue `moved_from`): a job popped, nothing (timed out), or a pop that may have
+/// happened. `sent`: the pop's stamp.
+pub fn settle_pop(
+    h: &mut History,
+    c: &Cmd,
+    reply: Reply,
+    sent: &Stamp,
+    moved_from: Option<&str>,
+) -> bool {
     match reply {
+        Reply::Frame(OwnedFrame::BulkString(job)) if moved_from.is_some() => {
+            h.popped(moved_from.unwrap().as_bytes(), &job, sent, true);
+            return true;
+        }
         Reply::Frame(OwnedFrame::Array(mut kv)) if kv.len() == 2 => {
+            let job = match kv.pop().unwrap() {
+                OwnedFrame::Array(mut one) if one.len() == 1 => one.pop().unwrap(),
+                job => job,
+            };
             if let (OwnedFrame::BulkString(job), OwnedFrame::BulkString(key)) =
-                (kv.pop().unwrap(), kv.pop().unwrap())
+                (job, kv.pop().unwrap())
             {
-                h.popped(&key, &job);
+                h.popped(&key, &job, sent, false);
                 return true;
             }
             h.unexpected(&describe(c), &"a pair of non-strings");

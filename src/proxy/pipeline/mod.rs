@@ -11,8 +11,9 @@
 //! whose reply (Valkey's replication offset right after the batch) is swallowed too; the
 //! batch's write replies are handed to the durability gate with that offset. `ROLE` never
 //! goes between MULTI and EXEC, where it would be queued: a transaction's replies wait for
-//! the `ROLE` after its EXEC. Read replies are checked against the dirty-key map as they
-//! arrive.
+//! the `ROLE` after its EXEC. Nor after a command whose effect Valkey keeps for the next
+//! command only (ASKING, CLIENT CACHING): it would be that next command, so the `ROLE` due
+//! then goes before it. Read replies are checked against the dirty-key map as they arrive.
 //!
 //! A ROLE reply proves an offset only from a Valkey with a replication backlog (see
 //! [`parse_role_offset`](crate::valkey::role::parse_role_offset)); every batch is also tagged with the connection's history epoch, so
@@ -20,9 +21,13 @@
 //! With durability on, a new connection waits for the replica link to be attached before it
 //! serves anything (requests meanwhile get `-LOADING`).
 //!
-//! If the connection breaks, every request in flight on it, and every one still queued for
-//! it, is dropped; the requester sees its reply channel close and answers its client with an
-//! error. Nothing is retried: a write's outcome is unknown once its connection is gone.
+//! If the connection breaks, every request in flight on it without a reply, and every one
+//! still queued for it, is dropped; the requester sees its reply channel close and answers
+//! its client with an error. Nothing is retried: such a write's outcome is unknown once its
+//! connection is gone. Replies that had arrived are real outcomes: once Valkey runs nothing
+//! more of the connection, they are released when the journal covers Valkey's offset asked
+//! then, of the same Valkey process; while Valkey cannot tell (busy with a script,
+//! unreachable), they get the error at once rather than wait for it.
 
 mod reader;
 mod writer;
@@ -31,11 +36,12 @@ use reader::Reader;
 use writer::writer;
 
 use super::pushes::PushSender;
-use crate::durability::{dirty::Scope, Durability, Refusal, ReplyTx, WriteMark};
+use crate::durability::{dirty::Scope, Durability, Held, Refusal, ReplyTx, WriteMark};
 use crate::resp::write;
+use crate::upstream::backoff::Backoff;
 use crate::upstream::client::{Conn, ConnParts, UpstreamError};
 use crate::upstream::Upstream;
-use crate::valkey::role::{client_name, OffsetOracle};
+use crate::valkey::role::{client_name, ClientName, Closing, OffsetOracle};
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
@@ -86,6 +92,10 @@ pub struct PipelinedRequest {
     /// It may wait in Valkey as long as it asks (BLPOP 0, WAIT, XREAD BLOCK): while it is
     /// owed, the connection's silence is no sign of a Valkey that stopped answering.
     pub may_block: bool,
+    /// What it sets lasts for the next command only (ASKING, CLIENT CACHING:
+    /// [`route::is_one_shot`](crate::proxy::route::is_one_shot)): nothing walrus adds may
+    /// come between it and that command.
+    pub one_shot: bool,
 }
 
 /// What every pipeline shares.
@@ -94,11 +104,6 @@ pub struct PipelineCtx {
     /// `None` when durability is off: no ROLE, no holding.
     pub durability: Option<Arc<Durability>>,
     pub oracle: OffsetOracle,
-    /// How long a connection may owe replies without a byte from Valkey before it is given
-    /// up (`upstream.reply_timeout_ms`): a Valkey that stopped answering (stopped,
-    /// partitioned) must not hang the clients whose requests it carries. Not while a
-    /// request that may block (BLPOP, WAIT) is owed.
-    pub reply_timeout: Duration,
     /// Requests written (or batched) whose replies have not arrived, per connection
     /// (`upstream.max_in_flight_requests`): bounds memory while Valkey is slow to answer
     /// (the reply timeout closes a connection that stops answering altogether). Past it
@@ -151,7 +156,7 @@ pub async fn run(
     let gated = ctx.durability.is_some();
     let mut reader = Reader {
         ctx: ctx.clone(),
-        pushes,
+        pushes: pushes.map(|p| p.in_epoch(epoch)),
         awaiting: Vec::new(),
         marks: Vec::new(),
         epoch,
@@ -161,8 +166,8 @@ pub async fn run(
         r = writer(wr, first, requests, inflight_tx, gated, reader.blocking.clone()) => r,
         r = reader.run(rd, buf, scanner, &mut inflight_rx) => r,
     };
-    // Settle what the broken connection leaves behind: write replies still waiting for an
-    // offset, and marks of writes that got no reply at all.
+    // Settle what the broken connection leaves behind: replies that arrived (real outcomes)
+    // still waiting for an offset, and marks of writes that got no reply at all.
     if let Some(d) = &ctx.durability {
         inflight_rx.close();
         let mut marks = std::mem::take(&mut reader.marks);
@@ -173,17 +178,67 @@ pub async fn run(
         }
         let awaiting = std::mem::take(&mut reader.awaiting);
         if !awaiting.is_empty() || !marks.is_empty() {
-            // walrus may have closed the socket itself (a reply over its limits) while Valkey
-            // still holds commands of it to run: close it on Valkey's side first, so that the
-            // offset learned afterwards covers everything it will ever run.
-            if let Some(name) = client_name(client_id.as_deref(), local) {
-                ctx.oracle.close(&ctx.upstream, name, &run_id).await;
-            }
-            let hint = ctx.oracle.offset(&ctx.upstream).await;
-            d.abandon_batch(awaiting, marks, lost_reply(), hint.map(|o| (o, epoch)));
+            let lost = Lost {
+                ctx: ctx.clone(),
+                name: client_name(client_id.as_deref(), local),
+                run_id,
+                epoch,
+            };
+            // In a task of its own: the slot reconnects meanwhile.
+            tokio::spawn(lost.settle(d.clone(), awaiting, marks));
         }
     }
     result
+}
+
+/// Waits between asking Valkey to close a broken connection.
+const CLOSE_RETRY_MIN: Duration = Duration::from_millis(50);
+const CLOSE_RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// A broken connection whose writes' outcome is unknown.
+struct Lost {
+    ctx: Arc<PipelineCtx>,
+    /// How Valkey names it, if it can be named.
+    name: Option<ClientName>,
+    /// The Valkey process it reached.
+    run_id: String,
+    epoch: u64,
+}
+
+impl Lost {
+    /// Settles its writes' replies and marks at Valkey's offset once Valkey runs nothing
+    /// more of the connection: the replies that arrived are real outcomes, released once the
+    /// journal covers that offset, asked of the Valkey process the connection reached. walrus
+    /// may have closed the socket itself (no reply within `upstream.reply_timeout_ms`, a push
+    /// over its limit) while Valkey still holds commands of it to run: Valkey closes it
+    /// first, so that the offset learned afterwards covers everything it will ever run. While
+    /// Valkey cannot close it (busy with a script, which it runs to its end first, and the
+    /// commands behind it after; unreachable), the replies get their error at once, the keys
+    /// stay dirty, and walrus asks again, with backoff.
+    async fn settle(self, d: Arc<Durability>, mut awaiting: Vec<Held>, marks: Vec<WriteMark>) {
+        let why = lost_reply();
+        if !self.close().await {
+            d.abandon_batch(std::mem::take(&mut awaiting), Vec::new(), why.clone(), None);
+            let mut backoff = Backoff::new(CLOSE_RETRY_MIN, CLOSE_RETRY_MAX);
+            while !self.close().await {
+                tokio::time::sleep(backoff.advance()).await;
+            }
+        }
+        let hint = self
+            .ctx
+            .oracle
+            .offset_of(&self.ctx.upstream, &self.run_id)
+            .await;
+        d.abandon_batch(awaiting, marks, why, hint.map(|o| (o, self.epoch)));
+    }
+
+    /// Whether Valkey runs nothing more of the connection: it closed it, or another process
+    /// answers (the connection went with the one it reached), or it cannot be named.
+    async fn close(&self) -> bool {
+        let Some(name) = self.name else { return true };
+        let up = &self.ctx.upstream;
+        self.ctx.oracle.close(up, name, &self.run_id).await != Closing::Unknown
+    }
 }
 
 /// Waits until the gate is attached and this connection is known to reach the Valkey

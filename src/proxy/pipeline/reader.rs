@@ -1,6 +1,8 @@
 //! The reader half: delimits replies, hands each to its requester in order, swallows
 //! walrus's own `SELECT` and `ROLE` replies, and hands write replies to the durability gate
-//! with the offset the `ROLE` after them reports.
+//! with the offset the `ROLE` after them reports. A reply past walrus's limits costs its own
+//! requester alone: it gets an error naming the limit, the reply is skipped as it arrives,
+//! and the connection serves on.
 
 use super::{Inflight, PipelineCtx, Release};
 use crate::durability::{Held, ReplyTx, WriteMark};
@@ -40,18 +42,34 @@ impl Reader {
         mut scanner: ReplyScanner,
         inflight: &mut mpsc::Receiver<Inflight>,
     ) -> Result<(), UpstreamError> {
-        // One timer for the connection's life, reset once a period rather than armed for
-        // every read: whether Valkey was heard from since the last tick, and whether replies
-        // were owed, unheard, at that tick.
-        let tick = tokio::time::sleep(self.ctx.reply_timeout);
+        // How long the connection may owe replies without a byte from Valkey before it is
+        // given up (`upstream.reply_timeout_ms`): a Valkey that stopped answering (stopped,
+        // partitioned) must not hang the clients whose requests it carries. Not while a
+        // request that may block (BLPOP, WAIT) is owed. One timer for the connection's life,
+        // reset once a period rather than armed for every read: whether Valkey was heard
+        // from since the last tick, and whether replies were owed, unheard, at that tick.
+        let period = self.ctx.upstream.reply_timeout;
+        let tick = tokio::time::sleep(period);
         tokio::pin!(tick);
         let (mut heard, mut owed_at_tick) = (false, false);
         loop {
             loop {
+                if scanner.discarding() {
+                    let (n, done) = scanner.discard(&buf)?;
+                    bytes::Buf::advance(&mut buf, n);
+                    if !done {
+                        break;
+                    }
+                }
                 let n = match scanner.scan(&buf) {
                     Ok(Some(n)) => n,
                     Ok(None) => break,
-                    Err(e) => return Err(self.refuse_reply(e, inflight)),
+                    // A push is no one's reply: the pushes' client is disconnected instead.
+                    Err(e) if e.is_limit() && buf.first() != Some(&b'>') => {
+                        self.refuse_reply(e, inflight)?;
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
                 };
                 let frame = if n < SHARE_FROM_BYTES {
                     let small = Bytes::copy_from_slice(&buf[..n]);
@@ -106,7 +124,6 @@ impl Reader {
                     // Replies owed at two ticks in a row with no byte from Valkey between
                     // them: no reply that comes within the timeout is cut. Not while a
                     // request that may block is owed: Valkey is silent then by design.
-                    let period = self.ctx.reply_timeout;
                     tick.as_mut().reset(tokio::time::Instant::now() + period);
                     let owed = !inflight.is_empty() && self.blocking.load(Ordering::SeqCst) == 0;
                     if std::mem::take(&mut heard) || !owed {
@@ -123,21 +140,27 @@ impl Reader {
         }
     }
 
-    /// The next reply breaks walrus's limits (`proxy.max_reply_bytes`, `max_reply_depth`):
-    /// its request gets an error that names the limit, and the connection is dropped. A write
-    /// it belongs to did run, so its mark stays, to settle with the connection's others.
+    /// The next reply breaks walrus's limits (`proxy.max_reply_bytes`, `max_reply_depth`, a
+    /// line longer than walrus reads as one): its request gets, in its place, an error that
+    /// names the limit, released as the reply would have been (a write's once the journal
+    /// covers it: it ran). The scanner skips the reply as it arrives.
     fn refuse_reply(
         &mut self,
         e: crate::resp::ScanError,
         inflight: &mut mpsc::Receiver<Inflight>,
-    ) -> UpstreamError {
-        if let Ok(Inflight::Client(tx, release, _)) = inflight.try_recv() {
-            if let Release::Offset(mark) = release {
-                self.marks.extend(mark);
+    ) -> Result<(), UpstreamError> {
+        match inflight.try_recv() {
+            Ok(Inflight::Client(tx, release, may_block)) => {
+                if may_block {
+                    self.blocking.fetch_sub(1, Ordering::SeqCst);
+                }
+                tracing::debug!("refused a reply: {e}");
+                self.reply(tx, release, write::error(&format!("ERR walrus: {e}")));
+                Ok(())
             }
-            tx.send(write::error(&format!("ERR walrus: {e}")));
+            // walrus's own SELECT and ROLE are never answered that long: not Valkey.
+            _ => Err(e.into()),
         }
-        e.into()
     }
 
     fn reply(&mut self, tx: ReplyTx, release: Release, frame: Bytes) {

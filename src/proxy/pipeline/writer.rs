@@ -1,6 +1,7 @@
 //! The writer half: takes what is queued, writes it in one batch (a `SELECT` first when a
-//! request's database differs, a `ROLE` last when the batch writes), and tells the reader
-//! whom each reply belongs to before the command goes out.
+//! request's database differs, a `ROLE` last when the batch writes, or before a one-shot
+//! command: [`PipelinedRequest::one_shot`]), and tells the reader whom each reply belongs to
+//! before the command goes out.
 
 use super::{Inflight, PipelinedRequest, Release, TxCmd};
 use crate::net::WriteHalf;
@@ -63,6 +64,14 @@ pub(super) async fn writer(
         tokio::task::yield_now().await;
         let mut next = Some(first);
         while let Some(req) = next.take() {
+            // A one-shot command's effect must reach the command after it: the offset of
+            // the writes before it is asked first. (A database the client selects may still
+            // come between them: Valkey clears the effect on the client's SELECT too.)
+            if req.one_shot && role_due && !in_multi {
+                owe(&inflight, Inflight::Role, &mut wr, &mut out).await?;
+                out.extend_from_slice(&role);
+                role_due = false;
+            }
             if let Some(want) = req.db {
                 if db != Some(want) {
                     owe(&inflight, Inflight::Select, &mut wr, &mut out).await?;

@@ -24,10 +24,11 @@ impl Session {
             in_multi: true,
             answered_by_push: false,
             may_block: false,
+            one_shot: false,
         };
         let reply = self.send(request, rx).await;
         let reply = self.wait(reply).await;
-        self.in_multi = &reply[..] == write::OK;
+        self.transaction.opened(&reply);
         self.owe(Pending::Ready(reply));
     }
 
@@ -36,9 +37,7 @@ impl Session {
     /// answers no one), the queued writes' marks are released, and EXEC gets Valkey's
     /// `-EXECABORT`.
     pub(super) async fn abort_exec(&mut self) {
-        self.tx_marks.release();
-        self.in_multi = false;
-        self.selected_in_multi = None;
+        self.transaction.discard();
         let (reply, rx) = self.reply_channel();
         let discard = PipelinedRequest {
             db: None,
@@ -49,6 +48,7 @@ impl Session {
             in_multi: true,
             answered_by_push: false,
             may_block: false,
+            one_shot: false,
         };
         // Sent or not (a lost connection ends the transaction anyway), EXEC's answer is the
         // same. Its +OK is taken, not left counted against the client's output.
@@ -59,22 +59,12 @@ impl Session {
         )));
     }
 
+    /// Where `req` stands in a transaction: only a dedicated connection has one.
     pub(super) fn tx_cmd(&self, req: &Request) -> TxCmd {
         if !self.dedicated() {
             return TxCmd::Other;
         }
-        let n = req.name();
-        if !self.in_multi && n.eq_ignore_ascii_case(b"MULTI") {
-            TxCmd::Multi
-        } else if self.in_multi
-            && (n.eq_ignore_ascii_case(b"EXEC") || n.eq_ignore_ascii_case(b"DISCARD"))
-        {
-            TxCmd::End
-        } else if self.in_multi && n.eq_ignore_ascii_case(b"SELECT") {
-            TxCmd::SelectInMulti
-        } else {
-            TxCmd::Other
-        }
+        self.transaction.classify(req)
     }
 
     /// How the reply will be released (see [`crate::durability`]); `Err` is the refusal.
@@ -86,15 +76,16 @@ impl Session {
             // EXEC's reply shows what the transaction read and wrote: it waits for the
             // offset after it.
             d.admit_read()?;
-            return Ok(Release::Offset(std::mem::take(&mut self.tx_marks.marks)));
+            return Ok(Release::Offset(self.transaction.take_marks()));
         }
         let class = crate::commands::Class::of(self.command(), &req.args);
         // Queued on this connection behind a command that may still be blocked.
         let behind = self.dedicated() && self.behind_blocking();
+        let in_multi = self.transaction.is_open();
         match durability::access(&class, &req.args, req.raw.len(), self.id.db) {
             Access::Free => Ok(Release::Free),
             // Inside MULTI a read only answers +QUEUED; EXEC is gated.
-            Access::Read(_) if self.in_multi => Ok(Release::Free),
+            Access::Read(_) if in_multi => Ok(Release::Free),
             Access::Read(scope) => {
                 d.admit_read()?;
                 // It may see what a blocking write in flight wrote: the ROLE after it in its
@@ -115,12 +106,12 @@ impl Session {
             // A blocking write (BLPOP, BLMOVE, XREADGROUP ... BLOCK) may wait for hours, and
             // so does a write sent after a blocking command on the same connection: no read
             // may wait for them (see `durability::dirty`). Inside MULTI nothing blocks.
-            Access::Write(scope) if !self.in_multi && (self.blocking_request || behind) => {
+            Access::Write(scope) if !in_multi && (self.blocking_request || behind) => {
                 d.write_room().await?;
                 Ok(Release::Offset(vec![d.begin_blocked(scope)?]))
             }
             Access::Write(scope) => {
-                let scope = if self.selected_in_multi.is_some() {
+                let scope = if self.transaction.selects() {
                     Scope::All
                 } else {
                     scope
@@ -131,37 +122,14 @@ impl Session {
                 } else {
                     d.begin_write(scope)?
                 };
-                if self.in_multi {
+                if in_multi {
                     // +QUEUED reveals nothing and must not wait (the client may wait for
                     // it before sending EXEC): the mark rides with EXEC.
-                    self.tx_marks.marks.push(mark);
+                    self.transaction.queue_write(mark);
                     return Ok(Release::Free);
                 }
                 Ok(Release::Offset(vec![mark]))
             }
         }
-    }
-}
-
-/// Dirty-key marks of the writes queued in an open transaction. A transaction the client
-/// never finishes (it leaves, or sends RESET) runs nothing: dropping this cleans its keys.
-#[derive(Default)]
-pub(super) struct TxMarks {
-    pub(super) marks: Vec<crate::durability::WriteMark>,
-    pub(super) durability: Option<Arc<crate::durability::Durability>>,
-}
-
-impl TxMarks {
-    pub(super) fn release(&mut self) {
-        let marks = std::mem::take(&mut self.marks);
-        if let Some(d) = &self.durability {
-            d.cancel_write(marks);
-        }
-    }
-}
-
-impl Drop for TxMarks {
-    fn drop(&mut self) {
-        self.release();
     }
 }

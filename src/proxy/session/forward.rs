@@ -2,7 +2,7 @@
 //! (dedicated) connection once it has connection state ([`super::route`]), each request
 //! registered with the durability gate on its way.
 
-use super::{Pending, Session};
+use super::{transaction, Pending, Session};
 use crate::metrics;
 use crate::proxy::identity::Identity;
 use crate::proxy::pinned;
@@ -42,8 +42,9 @@ impl Session {
         };
         let conn = pinned::open(&self.shared, &start).await?;
         let (tx, rx) = mpsc::channel(DEDICATED_QUEUE_REQUESTS);
-        let (push_tx, push_rx) = pushes::channel(self.shared.max_push_bytes);
         let ctx = self.shared.pools.ctx().clone();
+        let (push_tx, push_rx) =
+            pushes::channel(self.shared.max_push_bytes, ctx.durability.as_ref());
         tokio::spawn(async move {
             if let Err(e) = pipeline::run(conn, rx, ctx, Some(push_tx)).await {
                 tracing::debug!("dedicated upstream connection ended: {e}");
@@ -67,10 +68,7 @@ impl Session {
         self.tx = pool.sender(slot).await.ok();
         self.upstream = Runs::Pooled { pool, slot };
         self.pushes = None;
-        self.tx_marks.release();
-        self.in_multi = false;
-        self.selected_in_multi = None;
-        self.tx_refused = false;
+        self.transaction.discard();
     }
 
     /// Sends a client command upstream, registering it with the durability gate.
@@ -79,45 +77,41 @@ impl Session {
         if tx == TxCmd::Multi {
             return self.multi(req).await;
         }
-        if tx == TxCmd::End
-            && std::mem::take(&mut self.tx_refused)
-            && req.name().eq_ignore_ascii_case(b"EXEC")
-        {
+        let exec = tx == TxCmd::End && req.name().eq_ignore_ascii_case(b"EXEC");
+        if exec && self.transaction.aborts() {
             return self.abort_exec().await;
         }
         let release = match self.admit(&req, tx).await {
             Ok(g) => g,
             Err(refused) => {
-                self.tx_refused |= self.in_multi && tx != TxCmd::End;
+                if tx != TxCmd::End {
+                    self.transaction.refuse();
+                }
                 self.owe(Pending::Ready(refused.reply()));
                 return;
             }
         };
+        // The database a SELECT queued in the transaction moves the client to, if EXEC's
+        // reply says it ran.
+        let mut select = None;
         match tx {
-            TxCmd::End => {
-                self.in_multi = false;
-                // A SELECT queued in the transaction takes effect with EXEC (assumed to run:
-                // an aborted transaction leaves walrus's idea of the database off).
-                let selected = self.selected_in_multi.take();
-                if req.name().eq_ignore_ascii_case(b"EXEC") {
-                    self.id.db = selected.unwrap_or(self.id.db);
-                }
-            }
-            TxCmd::SelectInMulti => {
-                let db = req.args.get(1).and_then(|a| crate::resp::parse_i64(a));
-                self.selected_in_multi = db
-                    .filter(|&d| d >= 0 && d < self.shared.databases as i64)
-                    .map(|d| d as u32);
-            }
+            TxCmd::End => select = self.transaction.end().filter(|_| exec),
+            TxCmd::SelectInMulti => self
+                .transaction
+                .queue_select(req.args.get(1).map(|a| &a[..]), self.shared.databases),
             TxCmd::Other | TxCmd::Multi => {}
         }
-        let db = (!self.in_multi && tx != TxCmd::End).then_some(self.id.db);
+        let in_multi = self.transaction.is_open();
+        let db = (!in_multi && tx != TxCmd::End).then_some(self.id.db);
         let answered_by_push =
-            self.dedicated() && self.id.resp3 && route::is_subscription(&req) && !self.in_multi;
+            self.dedicated() && self.id.resp3 && route::is_subscription(&req) && !in_multi;
         if answered_by_push && self.drain().await.is_err() {
             // The confirmation push must not overtake replies still held for durability.
             return;
         }
+        // What Valkey serves while a script keeps it busy must not queue behind the script on
+        // a shared connection.
+        let aside = !self.dedicated() && self.command().is_some_and(|c| c.flags.allow_busy);
         let (reply, rx) = self.reply_channel();
         let request = PipelinedRequest {
             db,
@@ -125,15 +119,28 @@ impl Session {
             reply,
             release,
             tx,
-            in_multi: self.in_multi,
+            in_multi,
             answered_by_push,
-            may_block: self.blocking_request && !self.in_multi,
+            may_block: self.blocking_request && !in_multi,
+            one_shot: self.command().is_some_and(|c| route::is_one_shot(c)),
         };
-        let p = self.send(request, rx).await;
-        match p {
+        let p = if aside {
+            self.send_aside(request, rx).await
+        } else {
+            self.send(request, rx).await
+        };
+        match (p, select) {
             // Its confirmation arrives as a push; nothing to wait for in band.
-            Pending::Wait(_) if answered_by_push => {}
-            p => self.owe(p),
+            (Pending::Wait(_), _) if answered_by_push => {}
+            // Which database the client's next command runs in is EXEC's reply's to say.
+            (p, Some(db)) => {
+                let reply = self.wait(p).await;
+                if transaction::ran(&reply) {
+                    self.id.db = db;
+                }
+                self.owe(Pending::Ready(reply));
+            }
+            (p, None) => self.owe(p),
         }
     }
 
@@ -161,6 +168,25 @@ impl Session {
             }
         }
         self.refuse(req, "connection lost")
+    }
+
+    /// Queues `req` on the connection its pool keeps aside ([`Pool::aside`]); `rx` is the
+    /// receiving end of `req.reply`.
+    async fn send_aside(&mut self, req: PipelinedRequest, rx: oneshot::Receiver<Bytes>) -> Pending {
+        let Runs::Pooled { pool, .. } = &self.upstream else {
+            return self.send(req, rx).await;
+        };
+        let sent = match pool.clone().aside().await {
+            Ok(sender) => sender
+                .send(req)
+                .await
+                .map_err(|back| (back.0, "connection lost".to_string())),
+            Err(reason) => Err((req, reason)),
+        };
+        match sent {
+            Ok(()) => Pending::Wait(rx),
+            Err((req, reason)) => self.refuse(req, &reason),
+        }
     }
 
     /// A request that was never sent: its write mark is released at once.

@@ -11,28 +11,17 @@ impl Session {
     /// the connection-state commands walrus answers itself must be refused alike (and a
     /// SELECT accepted here would later fail on the shared connection, breaking it for every
     /// client on it). Whether this client needs to authenticate is asked once, with a PING
-    /// on its own pooled connection: `Some` is Valkey's `-NOAUTH` reply.
+    /// on a pooled connection of its identity (never on its dedicated connection, where the
+    /// PING would be the command after its last one, and take what CLIENT CACHING or ASKING
+    /// set for the next): `Some` is Valkey's `-NOAUTH` reply.
     async fn noauth(&mut self) -> Option<Bytes> {
-        if self.id.creds.is_some() || self.needs_no_auth || self.in_multi {
+        if self.id.creds.is_some() || self.needs_no_auth || self.transaction.is_open() {
             return None;
         }
-        let (reply, rx) = self.reply_channel();
-        let probe = self
-            .send(
-                PipelinedRequest {
-                    db: None,
-                    cmd: write::command(["PING"]),
-                    reply,
-                    release: Release::Free,
-                    tx: TxCmd::Other,
-                    in_multi: false,
-                    answered_by_push: false,
-                    may_block: false,
-                },
-                rx,
-            )
+        let pool = self.shared.pools.get(self.id.pool_key(), None).await;
+        let reply = self
+            .ask_pool(&pool, pool.pick(), None, write::command(["PING"]))
             .await;
-        let reply = self.wait(probe).await;
         if reply.starts_with(b"-NOAUTH") {
             return Some(reply);
         }
@@ -54,7 +43,7 @@ impl Session {
             }
         }
         match cmd {
-            Local::Select if self.in_multi => {
+            Local::Select if self.transaction.is_open() => {
                 // Queued with the transaction: Valkey answers it.
                 self.forward(req).await;
                 Flow::Continue
@@ -247,30 +236,43 @@ impl Session {
             Some(v) => write::command([b"HELLO".as_slice(), v]),
             None => write::command(["HELLO"]),
         };
-        let (tx, rx) = self.reply_channel();
-        let request = PipelinedRequest {
-            db: Some(id.db),
-            cmd: hello,
-            reply: tx,
-            release: Release::Free,
-            tx: TxCmd::Other,
-            in_multi: false,
-            answered_by_push: false,
-            may_block: false,
-        };
-        let reply = match pool.sender(slot).await {
-            Err(reason) => pipeline::unavailable(&reason),
-            Ok(sender) => match sender.send(request).await {
-                Err(_) => pipeline::unavailable("connection lost"),
-                Ok(()) => replies::received(&self.output, rx.await),
-            },
-        };
+        let reply = self.ask_pool(&pool, slot, Some(id.db), hello).await;
         if !reply.starts_with(b"-") {
             self.id = id;
             self.tx = pool.sender(slot).await.ok();
             self.upstream = Runs::Pooled { pool, slot };
         }
         self.ready(reply)
+    }
+
+    /// Sends `cmd` (one of walrus's own, which reads and writes nothing) on `slot` of `pool`
+    /// and returns its reply.
+    async fn ask_pool(
+        &self,
+        pool: &crate::proxy::pool::Pool,
+        slot: usize,
+        db: Option<u32>,
+        cmd: Bytes,
+    ) -> Bytes {
+        let (reply, rx) = self.reply_channel();
+        let request = PipelinedRequest {
+            db,
+            cmd,
+            reply,
+            release: Release::Free,
+            tx: TxCmd::Other,
+            in_multi: false,
+            answered_by_push: false,
+            may_block: false,
+            one_shot: false,
+        };
+        match pool.sender(slot).await {
+            Err(reason) => pipeline::unavailable(&reason),
+            Ok(sender) => match sender.send(request).await {
+                Err(_) => pipeline::unavailable("connection lost"),
+                Ok(()) => replies::received(&self.output, rx.await),
+            },
+        }
     }
 
     /// Reads `HELLO [protover [AUTH user pass] [SETNAME name]]` as Valkey does: the identity

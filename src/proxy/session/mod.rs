@@ -10,9 +10,14 @@
 //! room under the durability bounds ([`crate::durability`]); the upstream connection holds
 //! its reply until the journal covers it.
 //!
-//! Backpressure: at most `max_pipeline_requests` replies may be pending; past that the
-//! session stops reading the client until replies drain, and a client that does not read its
-//! replies stalls only itself.
+//! Backpressure never waits for a client that cannot move. While its window of pending
+//! replies is full (at most `max_pipeline_requests`), the session stops reading the client:
+//! the wait is for Valkey or the journal. While its replies pile up unwritten, the session
+//! stops handling its requests but reads on: the client may be sending a whole pipeline
+//! before it reads a reply (redis-py's `Pipeline.execute()`, bulk loads), as Valkey's
+//! clients may. What it holds for the client then, replies and requests, is bounded by
+//! `proxy.max_output_bytes`, past which the client is closed, saying why. A client that does
+//! not read its replies costs only itself.
 
 use super::identity::Identity;
 use super::pinned;
@@ -34,17 +39,18 @@ mod admit;
 mod forward;
 mod local;
 mod replies;
+mod transaction;
 
-use admit::TxMarks;
 use forward::Runs;
+use transaction::Transaction;
 
 use replies::{next_reply, Meter, Owed};
 
 const READ_CHUNK_BYTES: usize = 16 << 10;
 /// Reply bytes held for a client (unwritten, or waiting to be taken) past which walrus stops
 /// handling its requests: a client that does not read its replies gets no more work done
-/// for it (TCP's backpressure then reaches it), and what it still has in flight is bounded
-/// by `proxy.max_output_bytes`.
+/// for it, and what it sends meanwhile is read and held, unhandled, counted against
+/// `proxy.max_output_bytes` with its replies.
 const OUTPUT_PAUSE_BYTES: usize = 1 << 20;
 /// Replies a new client may have pending before it has shown that it reads them: its
 /// window then grows by one for each reply taken while its output keeps up (doubling every
@@ -52,7 +58,8 @@ const OUTPUT_PAUSE_BYTES: usize = 1 << 20;
 /// output piles up. Whatever the window, what a client has in flight is kept to half its
 /// output limit at the size of the largest reply it had lately: a client that pipelines
 /// reads of a large value and never reads costs Valkey (and the clients whose replies
-/// share its upstream connection) a few of them, then waits, paused, within its limit.
+/// share its upstream connection) a few of them, then waits, paused, within its limit (or
+/// is closed at it, if it keeps sending).
 const INITIAL_WINDOW_REQUESTS: usize = 4;
 
 enum Pending {
@@ -79,17 +86,8 @@ struct Session {
     tx: Option<mpsc::Sender<PipelinedRequest>>,
     /// RESP3 pushes from a dedicated connection.
     pushes: Option<PushReceiver>,
-    /// Inside MULTI (on the dedicated connection).
-    in_multi: bool,
-    /// The database a SELECT queued in the current transaction switches to: the keys of
-    /// the transaction's writes may then be in any database.
-    selected_in_multi: Option<u32>,
-    /// Dirty-key marks of the writes queued in the current transaction; EXEC carries them.
-    tx_marks: TxMarks,
-    /// walrus refused a command while the current transaction was queueing (too large, a
-    /// watermark, a restore, one it refuses itself): as after Valkey's own queue-time
-    /// errors, EXEC runs nothing.
-    tx_refused: bool,
+    /// The client's transaction, on the dedicated connection.
+    transaction: Transaction,
     /// An unauthenticated client was found not to need authentication (see [`Session::noauth`]).
     needs_no_auth: bool,
     pending: VecDeque<Owed>,
@@ -134,13 +132,7 @@ pub async fn run(
         upstream: Runs::Pooled { pool, slot },
         tx,
         pushes: None,
-        in_multi: false,
-        selected_in_multi: None,
-        tx_marks: TxMarks {
-            marks: Vec::new(),
-            durability: shared.pools.ctx().durability.clone(),
-        },
-        tx_refused: false,
+        transaction: Transaction::new(shared.pools.ctx().durability.clone()),
         needs_no_auth: false,
         pending: VecDeque::new(),
         meter: None,
@@ -156,15 +148,15 @@ pub async fn run(
     };
     let mut rbuf = BytesMut::new();
     let mut parser = RequestParser::new(shared.limits);
+    // The client is read until it closes its side, a protocol error, QUIT, or the end of a
+    // shutdown's drain. Requests already read are handled either way.
     let mut reading = true;
     let mut draining = false;
-    // Requests already read and not yet handled: handling stopped while the client's replies
-    // were piling up.
+    // Requests read and not yet handled: handling stopped while the session was paused.
     let mut unhandled = false;
-    // While paused, the socket is watched for the client's going away (a peek: nothing is
-    // consumed) once per change: `true` once the peek found requests waiting, or the end of
-    // what the client sends with requests read and not yet handled (they are handled as
-    // replies drain, as Valkey runs what a client sent before it left).
+    // While paused and not reading, the socket is watched for the client's going away (a
+    // peek: nothing is consumed) once per change: `true` once the peek found requests
+    // waiting.
     let mut peeked = false;
     let _report = OutputReport(s.output.clone());
     loop {
@@ -172,20 +164,77 @@ pub async fn run(
             // As Valkey drops a client past its output buffer limit: nothing more is written.
             return;
         }
-        if !reading && s.pending.is_empty() {
+        let paused = s.paused();
+        if unhandled && !paused {
+            unhandled = false;
+            s.output.ahead(0);
+            loop {
+                // A long pipeline: replies are taken as they come, not left waiting against
+                // the output limit until the whole read is handled; while they cannot be
+                // written (or wait behind one the gate holds), the rest of the pipeline
+                // waits too, as new reads do.
+                if s.paused() {
+                    if s.take_ready().is_err() {
+                        return;
+                    }
+                    if s.paused() {
+                        unhandled = true;
+                        break;
+                    }
+                }
+                let req = match parser.next(&mut rbuf) {
+                    Ok(Some(req)) => req,
+                    Ok(None) => break,
+                    Err(e) => {
+                        metrics::PROTOCOL_ERRORS.inc();
+                        tracing::debug!("client protocol error: {e}");
+                        s.queue(Pending::Ready(e.reply()), None, false);
+                        reading = false;
+                        break;
+                    }
+                };
+                let info = shared.table.lookup(&req.args).cloned();
+                s.blocking_request = info.as_ref().is_some_and(|i| route::may_block(i, &req));
+                s.meter = Some(Meter::new(info));
+                match s.handle(req).await {
+                    Flow::Continue => {}
+                    Flow::Close => {
+                        reading = false;
+                        break;
+                    }
+                    Flow::Abort => return,
+                    Flow::Relay(req) => {
+                        if s.drain().await.is_err() || s.flush().await.is_err() {
+                            return;
+                        }
+                        match pinned::open(&s.shared, &s.id).await {
+                            Ok(conn) => {
+                                let Session { wr, .. } = s;
+                                pinned::relay(shared, conn, req, rd, rbuf, parser, wr, shutdown)
+                                    .await;
+                                return;
+                            }
+                            Err(e) => s.owe(Pending::Ready(e)),
+                        }
+                    }
+                }
+            }
+            continue;
+        }
+        if !reading && !unhandled && s.pending.is_empty() {
             break;
         }
-        let paused = s.paused();
-        let can_read = reading && !paused;
-        // A client gone while its session is paused must not keep a command blocked in
-        // Valkey (BLPOP q 0), nor its connection, nor its slot. Behind a command that may
-        // block, its requests are read on and left unhandled, as Valkey reads a blocked
-        // client's into its query buffer (to proxy.max_query_buffer_bytes): its leaving is
-        // seen however much it sent. Otherwise what it sends waits in the socket (TCP's
-        // backpressure), and the socket is watched; replies settle, so it is read again.
-        // (Not when shutting down: then what is buffered is what is handled.)
-        let buffer = reading && paused && !draining && s.behind_blocking();
-        let watch = reading && paused && !buffer && !peeked;
+        // A paused client is read on, its requests left unhandled, while its replies pile up
+        // (it may be sending a whole pipeline before it reads a reply, as redis-py does:
+        // waiting for it to read would wait for good), within proxy.max_output_bytes with
+        // its replies; and behind a command that may block, as Valkey reads a blocked
+        // client's into its query buffer (to proxy.max_query_buffer_bytes), so that its
+        // leaving ends the command however much it sent. Otherwise (its window is full: the
+        // wait is for Valkey or the journal) what it sends waits in the socket, and the
+        // socket is watched. (Not when shutting down: then what is buffered is what is
+        // handled.)
+        let ahead = reading && paused && !draining && (s.piled_up || s.behind_blocking());
+        let watch = reading && paused && !ahead && !peeked;
         let wanted = parser.bytes_wanted().max(rbuf.len() + READ_CHUNK_BYTES / 4);
         tokio::select! {
             biased;
@@ -208,11 +257,18 @@ pub async fn run(
                     // Out of band, as Valkey sends it: pushes are not replies to any request.
                     // Behind the replies already queued: a partly written reply is never
                     // interrupted.
-                    Some(p) => {
+                    Some(Ok(p)) => {
                         s.out.extend_from_slice(&p);
                         if s.write_ready().is_err() {
                             return;
                         }
+                    }
+                    // A notice that will never be released: the client is told why, as far
+                    // as its socket takes it now, and closed.
+                    Some(Err(why)) => {
+                        s.out.extend_from_slice(&why);
+                        let _ = s.write_ready();
+                        return;
                     }
                     None if s.pushes.as_ref().is_some_and(|p| p.overflowed()) => {
                         // Valkey disconnects a subscriber past its output buffer limit too.
@@ -229,80 +285,26 @@ pub async fn run(
                     }
                 }
             }
-            r = read_more(&mut rd, &mut rbuf, wanted, draining, unhandled && !buffer, watch), if can_read || buffer || watch => {
+            r = read_more(&mut rd, &mut rbuf, wanted, draining, watch), if (reading && !paused) || ahead || watch => {
                 match r {
                     // The client closed its side, or is gone. A command that may block ends
                     // with it, as Valkey frees a blocked client that leaves.
                     Read::Closed if s.behind_blocking() => return,
-                    Read::Closed if watch && unhandled => {
-                        peeked = true;
-                        continue;
-                    }
-                    // What it is owed is written (or fails to be, if it is gone), then it
-                    // is closed, as Valkey answers what it read before a client left.
-                    Read::Closed | Read::Drained => {
-                        reading = false;
-                        continue;
-                    }
-                    Read::Waiting => {
-                        peeked = true;
-                        continue;
-                    }
-                    // (select! builds every branch's future, disabled or not: cleared only here.)
-                    Read::Data => unhandled = false,
-                }
-                if rbuf.len() > shared.max_query_buffer_bytes {
-                    tracing::warn!("closing client that reached max query buffer length ({} bytes)", rbuf.len());
-                    return;
-                }
-                loop {
-                    // A long pipeline: replies are taken as they come, not left waiting
-                    // against the output limit until the whole read is handled; while they
-                    // cannot be written (or wait behind one the gate holds), the rest of the
-                    // pipeline waits too, as new reads do.
-                    if s.paused() {
-                        if s.take_ready().is_err() {
+                    // What it sent is handled and what it is owed written (or fails to be,
+                    // if it is gone), then it is closed, as Valkey answers what it read
+                    // before a client left.
+                    Read::Closed | Read::Drained => reading = false,
+                    Read::Waiting => peeked = true,
+                    Read::Data => {
+                        if rbuf.len() > shared.max_query_buffer_bytes {
+                            tracing::warn!("closing client that reached max query buffer length ({} bytes)", rbuf.len());
                             return;
                         }
-                        if s.paused() {
-                            unhandled = true;
-                            break;
+                        // Past its output limit with its replies, it is closed for them.
+                        if ahead && s.piled_up && !s.output.ahead(rbuf.len()) {
+                            return;
                         }
-                    }
-                    let req = match parser.next(&mut rbuf) {
-                        Ok(Some(req)) => req,
-                        Ok(None) => break,
-                        Err(e) => {
-                            metrics::PROTOCOL_ERRORS.inc();
-                            tracing::debug!("client protocol error: {e}");
-                            s.queue(Pending::Ready(e.reply()), None, false);
-                            reading = false;
-                            break;
-                        }
-                    };
-                    let info = shared.table.lookup(&req.args).cloned();
-                    s.blocking_request = info.as_ref().is_some_and(|i| route::may_block(i, &req));
-                    s.meter = Some(Meter::new(info));
-                    match s.handle(req).await {
-                        Flow::Continue => {}
-                        Flow::Close => {
-                            reading = false;
-                            break;
-                        }
-                        Flow::Abort => return,
-                        Flow::Relay(req) => {
-                            if s.drain().await.is_err() {
-                                return;
-                            }
-                            match pinned::open(&s.shared, &s.id).await {
-                                Ok(conn) => {
-                                    let Session { wr, .. } = s;
-                                    pinned::relay(shared, conn, req, rd, rbuf, parser, wr, shutdown).await;
-                                    return;
-                                }
-                                Err(e) => s.owe(Pending::Ready(e)),
-                            }
-                        }
+                        unhandled = true;
                     }
                 }
             }
@@ -328,15 +330,14 @@ enum Read {
 }
 
 /// Reads from the client into `rbuf`, with room for `wanted` bytes; when `draining`, only
-/// what is already buffered in the socket; with requests `unhandled` in `rbuf`, nothing (they
-/// are handled first); when `watching` a paused client, nothing either, but whether it is
-/// gone. While it waits for a client with nothing buffered, `rbuf` holds no memory.
+/// what is already buffered in the socket; when `watching` a paused client, nothing, but
+/// whether it is gone. While it waits for a client with nothing buffered, `rbuf` holds no
+/// memory.
 async fn read_more(
     rd: &mut ReadHalf,
     rbuf: &mut BytesMut,
     wanted: usize,
     draining: bool,
-    unhandled: bool,
     watching: bool,
 ) -> Read {
     if watching {
@@ -344,9 +345,6 @@ async fn read_more(
             Ok(0) | Err(_) => Read::Closed,
             Ok(_) => Read::Waiting,
         };
-    }
-    if unhandled {
-        return Read::Data;
     }
     loop {
         if rbuf.capacity() < wanted {
@@ -371,7 +369,7 @@ async fn read_more(
     }
 }
 
-async fn next_push(pushes: &mut Option<PushReceiver>) -> Option<Bytes> {
+async fn next_push(pushes: &mut Option<PushReceiver>) -> Option<Result<Bytes, Bytes>> {
     pushes
         .as_mut()
         .expect("guarded by the select condition")
@@ -388,7 +386,7 @@ impl Drop for OutputReport {
         if self.0.over() {
             metrics::CLIENTS_OUTPUT_CLOSED.inc();
             tracing::warn!(
-                "closed a client that does not read its replies ({} bytes held, over proxy.max_output_bytes)",
+                "closed a client that does not read its replies ({} bytes of its replies, and of requests it sent meanwhile, held: over proxy.max_output_bytes)",
                 self.0.held()
             );
         }
@@ -396,9 +394,9 @@ impl Drop for OutputReport {
 }
 
 impl Session {
-    /// Replies pile up (unwritten, or waiting behind one not yet released), or the client
-    /// has its window's worth pending: read no more requests, and handle no more of those
-    /// already read, until they drain. Each pile-up also halves the window.
+    /// Replies pile up (unwritten, or waiting behind one not yet released: `piled_up`), or
+    /// the client has its window's worth pending: handle no more of its requests until they
+    /// drain. Each pile-up also halves the window.
     fn paused(&mut self) -> bool {
         let piled_up = self.out.len() + self.output.parked() >= OUTPUT_PAUSE_BYTES;
         if piled_up && !std::mem::replace(&mut self.piled_up, true) {
@@ -440,6 +438,10 @@ impl Session {
                 Flow::Continue
             }
             Route::Pin if route::is_relay_mode(&req, self.id.resp3) => {
+                if req.name().eq_ignore_ascii_case(b"monitor") && !self.shared.allow_monitor {
+                    let refusal = super::admin::MONITOR.error_unless("proxy.allow_monitor");
+                    return self.ready(write::error(&refusal));
+                }
                 if self.dedicated() {
                     return self.ready(write::error(
                         "ERR walrus: this connection already has a transaction, blocking or tracking state; \
@@ -464,7 +466,9 @@ impl Session {
     /// A reply walrus gives itself. An error while a transaction queues aborts it, as
     /// Valkey's own queue-time errors do.
     fn ready(&mut self, reply: Bytes) -> Flow {
-        self.tx_refused |= self.in_multi && reply.first() == Some(&b'-');
+        if reply.first() == Some(&b'-') {
+            self.transaction.refuse();
+        }
         self.owe(Pending::Ready(reply));
         Flow::Continue
     }

@@ -174,10 +174,12 @@ impl Session {
         Ok(())
     }
 
-    /// Waits for every pending reply and writes them: the barrier before anything that
-    /// changes which upstream connection the client's next command runs on. Replies are
-    /// written as they come, within the client's output limit: past it, this fails and the
-    /// session closes the client.
+    /// Waits for every pending reply and takes it into the client's output: the barrier
+    /// before anything that changes which upstream connection the client's next command runs
+    /// on (it must run after them). It waits for Valkey and the journal, never for the
+    /// client, who may be sending more before it reads: replies are written as its socket
+    /// takes them, here and then by the session's loop, within its output limit (past it,
+    /// this fails and the session closes the client).
     pub(super) async fn drain(&mut self) -> std::io::Result<()> {
         while let Some(owed) = self.pending.pop_front() {
             let reply = received(&self.output, owed.reply.await);
@@ -190,6 +192,6 @@ impl Session {
                 return Err(std::io::Error::other("over proxy.max_output_bytes"));
             }
         }
-        self.flush().await
+        Ok(())
     }
 }

@@ -105,7 +105,8 @@ impl ManagedValkey {
         /// in a row mean something else.
         const PICKS: usize = 5;
         let dir = dir.to_path_buf();
-        std::fs::create_dir_all(&dir)
+        // Durably: in cluster mode it holds the node's identity (nodes.conf).
+        crate::journal::manifest::create_dir_durably(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let socket_dir = socket
             .parent()
