@@ -1,7 +1,8 @@
 //! The `walrus` command: `serve` runs the proxy; `status`, `checkpoint` and `backup` ask a
 //! running walrus (over its metrics endpoint, [`http_client`]); `verify` checks a data
-//! directory offline; `restore` restores one to a point in time; `journal` maintains the
-//! journal; `config` checks a configuration
+//! directory offline; `restore` restores one to a point in time; `archive` lists, restores
+//! from and verifies the archive; `journal` maintains the journal; `config` checks a
+//! configuration
 //! file; `completions` and `man` document the command itself.
 //!
 //! Exit codes, one rule for every command: 0 done; 1 failed, and the same command may
@@ -14,6 +15,7 @@
 //! 2 (`RestartPreventExitStatus=2`), so a mistake is reported once, not retried forever.
 
 mod admin;
+mod archive;
 mod config;
 mod data_dir;
 mod durable;
@@ -90,6 +92,15 @@ fn exit_code(e: &(dyn std::error::Error + 'static)) -> ExitCode {
                 _ => EXIT_FIX,
             });
         }
+        // Another walrus's archive, a damaged one, or [archive] that cannot work: a person
+        // must act. An archive that cannot be reached (a bootstrap) is retried.
+        if let Some(a) = e.downcast_ref::<crate::archive::ArchiveError>() {
+            use crate::archive::ArchiveError as A;
+            return ExitCode::from(match a {
+                A::Config(_) | A::Owner(_) | A::Corrupt(_) => EXIT_FIX,
+                A::Store(_) | A::Local(_) => EXIT_RETRY,
+            });
+        }
         if let Some(crate::restore::RestoreError::Refused(_)) = e.downcast_ref() {
             return ExitCode::from(EXIT_FIX);
         }
@@ -146,6 +157,10 @@ pub enum Command {
     /// --before-command FLUSHALL): what a stopped walrus's data directory or a backup holds,
     /// up to there, into a new data directory that `walrus serve` starts from.
     Restore(restore::RestoreArgs),
+    /// The archive in object storage: list its restore points, restore a data directory
+    /// from it, verify it with a restore drill.
+    #[command(subcommand)]
+    Archive(archive::ArchiveCommand),
     /// Journal maintenance: init, inspect, verify, repair, export-aof.
     #[command(subcommand)]
     Journal(journal::JournalCommand),
@@ -200,6 +215,7 @@ pub fn main() -> ExitCode {
         Command::Backup(args) => admin::backup(args),
         Command::Verify(args) => verify::verify(args),
         Command::Restore(args) => restore::run(args),
+        Command::Archive(cmd) => archive::run(cmd),
         Command::Journal(cmd) => journal::run(cmd),
         Command::Config(cmd) => config::run(cmd),
         Command::Completions(args) => manual::completions(args),

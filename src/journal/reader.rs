@@ -8,7 +8,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::error::JournalError;
 use super::format::{is_timed, Kind, ENTRY_TIME_BYTES, REPL_ID_BYTES};
-use super::recovery::Scanner;
+use super::recovery::{ScanStart, Scanner};
 use super::ring::RingRead;
 
 /// One entry read back from the journal.
@@ -44,6 +44,8 @@ pub struct EntryIter<R> {
     /// The entry being assembled begins with its time (its FIRST record's format).
     assembling_timed: bool,
     done: bool,
+    /// Where a scan resumes after the last entry returned.
+    resume: Option<ScanStart>,
 }
 
 impl<R: RingRead> EntryIter<R> {
@@ -55,7 +57,14 @@ impl<R: RingRead> EntryIter<R> {
             assembling: BytesMut::new(),
             assembling_timed: false,
             done: false,
+            resume: None,
         }
+    }
+
+    /// Where a new replay ([`crate::journal::Journal::replay_at`]) goes on after the last
+    /// entry this one returned, without reading the log from its start again.
+    pub fn resume_point(&self) -> Option<ScanStart> {
+        self.resume
     }
 
     fn wanted(&self, lsn: u64, repl_offset_end: u64) -> bool {
@@ -113,6 +122,7 @@ impl<R: RingRead> Iterator for EntryIter<R> {
                     (self.assembling.split().freeze(), self.assembling_timed)
                 }
             };
+            self.resume = Some(ScanStart::after(&self.scanner.end()));
             let entry = |time_ms, payload| ReplayEntry {
                 lsn: h.lsn,
                 repl_id: h.repl_id,
