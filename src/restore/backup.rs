@@ -681,11 +681,8 @@ fn copy_into(
         return Err(why);
     }
     let end = walked.map_err(|e| Failed(e.to_string()))?;
-    if let Some(c) = cut.filter(|c| c.at.offset != end.offset) {
-        return Err(Failed(format!(
-            "the journal ended at offset {} where the cut was decided at {}: decide it again",
-            end.offset, c.at.offset
-        )));
+    if let Some(c) = cut {
+        c.reached(&end).map_err(Failed)?;
     }
     crate::fault::fail_point!("backup::journal_copied");
     let record = record_copy(dir, &cp, id, closed, end.entries)?;

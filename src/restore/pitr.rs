@@ -131,6 +131,18 @@ impl Cut {
     pub fn kept_bytes(&self) -> u64 {
         self.at.offset - self.checkpoint.offset
     }
+
+    /// A copy made up to the cut ended where it was decided: the data did not change
+    /// between the two reads.
+    pub fn reached(&self, end: &ChainEnd) -> Result<(), String> {
+        if end.offset == self.at.offset {
+            return Ok(());
+        }
+        Err(format!(
+            "the stream ended at offset {} where the cut was decided at {}: decide it again",
+            end.offset, self.at.offset
+        ))
+    }
 }
 
 fn time_or_unknown(t: Option<u64>) -> String {
