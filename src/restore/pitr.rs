@@ -146,7 +146,7 @@ impl Cut {
 }
 
 fn time_or_unknown(t: Option<u64>) -> String {
-    t.map_or_else(|| "at an unrecorded time".into(), |t| format_time(t))
+    t.map_or_else(|| "at an unrecorded time".into(), format_time)
 }
 
 impl std::fmt::Display for Cut {
