@@ -67,6 +67,13 @@ pub struct Summary {
 impl std::fmt::Display for Summary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "backup written to {}", self.to.display())?;
+        self.write_contents(f)
+    }
+}
+
+impl Summary {
+    /// What the copy holds: its checkpoint and journal.
+    pub fn write_contents(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
             "checkpoint: {} ({} bytes of RDB, offset {})",

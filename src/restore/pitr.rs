@@ -146,7 +146,19 @@ impl Cut {
 }
 
 fn time_or_unknown(t: Option<u64>) -> String {
-    t.map_or_else(|| "at an unrecorded time".into(), format_time)
+    t.map_or_else(|| "at an unknown time".into(), format_time)
+}
+
+/// When the entries from `first` to `last` were journaled, as far as they say.
+fn journaled(first: Option<u64>, last: Option<u64>) -> String {
+    match (first, last) {
+        (Some(a), Some(b)) => format!("journaled {} to {}", format_time(a), format_time(b)),
+        (None, Some(b)) => format!(
+            "journaled up to {} (the oldest without their time)",
+            format_time(b)
+        ),
+        (_, None) => "without their time (a walrus before times wrote them)".into(),
+    }
 }
 
 impl std::fmt::Display for Cut {
@@ -162,12 +174,11 @@ impl std::fmt::Display for Cut {
         )?;
         writeln!(
             f,
-            "journal after it: {} entries, offsets {}..{}, journaled {} to {}",
+            "journal after it: {} entries, offsets {}..{}, {}",
             self.end.entries,
             cp.offset,
             self.end.offset,
-            time_or_unknown(self.first_time_ms),
-            time_or_unknown(self.last_time_ms)
+            journaled(self.first_time_ms, self.last_time_ms)
         )?;
         if !self.matches.is_empty() {
             writeln!(f, "matches, oldest first:")?;
@@ -185,7 +196,7 @@ impl std::fmt::Display for Cut {
         }
         writeln!(
             f,
-            "cut ({}): at offset {} of history {}, after {} entries ({} bytes of stream) journaled up to {}; leaves out {} entries ({} bytes of stream)",
+            "cut ({}): at offset {} of history {}, after {} entries ({} bytes of stream, the last journaled {}); leaves out {} entries ({} bytes of stream)",
             self.until,
             self.at.offset,
             self.end

@@ -24,7 +24,13 @@ pub struct Restored {
 impl std::fmt::Display for Restored {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}", self.cut)?;
-        write!(f, "{}", self.copy)
+        let to = self.copy.to.display();
+        writeln!(f, "data directory {to} written")?;
+        self.copy.write_contents(f)?;
+        writeln!(
+            f,
+            "start walrus with --data-dir {to} to restore Valkey from it"
+        )
     }
 }
 
