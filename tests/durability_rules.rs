@@ -679,9 +679,9 @@ fn a_client_waiting_in_a_blocking_pop_holds_up_no_one_elses_reads() {
     send(&mut worker, &["BLPOP", "jobs", "0"]);
     let mut direct = Raw::connect(&v.addr());
     // Blocked in Valkey: INFO clients counts it.
-    while !String::from_utf8_lossy(&direct.cmd(&["INFO", "clients"])).contains("blocked_clients:1")
-    {
-    }
+    await_state("the BLPOP blocked in Valkey", || {
+        String::from_utf8_lossy(&direct.cmd(&["INFO", "clients"])).contains("blocked_clients:1")
+    });
     let mut other = Raw::connect(&w.addr);
     assert_eq!(other.cmd(&["SET", "k", "v"]), b"+OK\r\n");
     for (cmd, want) in [
@@ -759,9 +759,9 @@ fn a_write_queued_behind_a_blocking_pop_holds_up_no_one_elses_reads() {
     out.extend_from_slice(&walrus::resp::write::command(["SET", "after-pop", "1"]));
     worker.send_raw(&out);
     let mut direct = Raw::connect(&v.addr());
-    while !String::from_utf8_lossy(&direct.cmd(&["INFO", "clients"])).contains("blocked_clients:1")
-    {
-    }
+    await_state("the BLPOP blocked in Valkey", || {
+        String::from_utf8_lossy(&direct.cmd(&["INFO", "clients"])).contains("blocked_clients:1")
+    });
     // Another client's write, then its read of another key held while that write is pending.
     let mut other = Raw::connect(&w.addr);
     assert_eq!(other.cmd(&["SET", "b", "1"]), b"+OK\r\n");

@@ -328,18 +328,22 @@ fn a_valkey_that_stops_answering_gets_requests_an_error_not_a_hang() {
     assert!(r.starts_with("-ERR walrus: "), "{r}");
     assert!(watched.starts_with("-ERR walrus: "), "{watched}");
     // The pooled connection was given up: the first request after may find it reconnecting.
-    while !c.cmd(&["RPUSH", "jobs", "j1"]).starts_with(b":") {}
+    await_state("RPUSH through a reconnected pool", || {
+        c.cmd(&["RPUSH", "jobs", "j1"]).starts_with(b":")
+    });
     assert_eq!(
         show(&popping.read_frame()),
         show(b"*2\r\n$4\r\njobs\r\n$2\r\nj1\r\n")
     );
-    loop {
+    await_state("GET k answered again", || {
         let r = c.cmd(&["GET", "k"]);
-        if r == b"$1\r\nv\r\n" {
-            break;
-        }
-        assert!(r.starts_with(b"-ERR walrus: "), "{}", show(&r));
-    }
+        assert!(
+            r == b"$1\r\nv\r\n" || r.starts_with(b"-ERR walrus: "),
+            "{}",
+            show(&r)
+        );
+        r == b"$1\r\nv\r\n"
+    });
 }
 
 /// A client's dedicated connection ends with the Valkey it reached: its subscriptions (or
@@ -388,5 +392,7 @@ fn without_info_new_upstream_connections_are_refused_naming_the_reason() {
         direct.cmd(&["ACL", "SETUSER", "default", "+info"]),
         b"+OK\r\n"
     );
-    while !c.cmd(&["HELLO", "3"]).starts_with(b"%") {}
+    await_state("HELLO 3 answered once INFO is allowed", || {
+        c.cmd(&["HELLO", "3"]).starts_with(b"%")
+    });
 }

@@ -25,6 +25,18 @@ use walrus::resp::{Limits, ReplyScanner};
 
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Polls `holds` until it is true, for state no event announces (Valkey's INFO, a pool
+/// reconnecting); after `START_TIMEOUT` the test fails naming `what` instead of spinning on.
+pub fn await_state(what: &str, mut holds: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + START_TIMEOUT;
+    while !holds() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not within {START_TIMEOUT:?}: {what}"
+        );
+    }
+}
+
 pub fn valkey_server_bin() -> PathBuf {
     walrus::upstream::binary::find("").expect("a valkey-server binary (run deploy/setup.sh)")
 }
