@@ -144,6 +144,13 @@ fn walrus_seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         "after-a-checkpoint",
         m.render().into_bytes(),
     ));
+    let mut untimed = m.clone();
+    untimed.layout_version = 2;
+    out.push((
+        "journal_manifest",
+        "layout-2",
+        untimed.render().into_bytes(),
+    ));
     let mut unkeyed = m.clone();
     unkeyed.layout_version = 1;
     unkeyed.record_key_hex = None;
@@ -184,6 +191,7 @@ fn walrus_seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         rdb_version: Some(80),
         written_by: Some("Valkey 9.1.2".into()),
         newest_server: None,
+        time_ms: Some(1_796_332_725_250),
     };
     out.push(("checkpoint_manifest", "current", c.render().into_bytes()));
     let made = Recorded {
@@ -214,6 +222,7 @@ fn walrus_seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     let old = Checkpoint {
         rdb_version: None,
         written_by: None,
+        time_ms: None,
         ..c
     };
     out.push((

@@ -380,14 +380,16 @@ fn second_writer_is_refused_while_open() {
     j.close().unwrap();
 }
 
-/// Ring space per entry is the record itself (96-byte header + payload), not a 4 KiB block
+/// Ring space per entry is the record itself (96-byte header, the entry's 8-byte time and its
+/// payload), not a 4 KiB block
 /// per group commit, at one appender and any entry size: a write continues the previous
 /// write's last block. Under concurrency a write opened while the one before is in flight
 /// starts at the next block instead (so that the two overlap), which costs at most a block
 /// of ring per write. A reopened journal continues at the end too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_entries_use_their_own_bytes_of_ring_and_at_most_a_block_per_write() {
-    const HEADER: u64 = 96;
+    // A record's header and its entry's time.
+    const HEADER: u64 = 96 + 8;
     const BLOCK: u64 = 4096;
     for backend in [IoBackendChoice::Sync, IoBackendChoice::Auto] {
         for (len, appenders) in [

@@ -7,7 +7,7 @@ mod common;
 
 use bytes::Bytes;
 use walrus::journal::format::{
-    encode_record, Kind, RecordHeader, RecordKey, FORMAT_VERSION, HEADER_BYTES,
+    encode_record, Kind, RecordHeader, RecordKey, ENTRY_TIME_BYTES, FORMAT_VERSION, HEADER_BYTES,
     UNKEYED_FORMAT_VERSION,
 };
 use walrus::journal::manifest::Manifest;
@@ -494,7 +494,7 @@ async fn a_format_1_journal_is_read_and_upgraded() {
         assert_eq!(rec.end.last_lsn(), 60);
         assert_replays(&j, 55, 60);
         let m = Manifest::load(dir.path()).unwrap().unwrap();
-        assert_eq!(m.layout_version, 2);
+        assert_eq!(m.layout_version, 3);
         assert_eq!(m.keyed_from_epoch, m.epoch);
         let j = std::sync::Arc::new(j);
         append_each(&j, 61..=64, format1_entry).await;
@@ -543,10 +543,9 @@ async fn a_format_1_record_in_a_value_after_the_upgrade_is_no_record() {
         report.end.last_epoch,
     );
     let f = x.div_ceil(4096) * 4096;
-    assert!(
-        x % 4096 != 0 && x + HEADER_BYTES as u64 <= f,
-        "fixture ends at {x}"
-    );
+    // Where the value starts: after its entry's header and time.
+    let value_at = x + (HEADER_BYTES + ENTRY_TIME_BYTES) as u64;
+    assert!(x % 4096 != 0 && value_at <= f, "fixture ends at {x}");
     let seg_path = dir.path().join(format!("seg-{:05}.wal", g.seg_index(x)));
     let sector_off = (g.seg_off(x) / 512 * 512) as usize;
     let old_sector = std::fs::read(&seg_path).unwrap()[sector_off..sector_off + 512].to_vec();
@@ -563,7 +562,7 @@ async fn a_format_1_record_in_a_value_after_the_upgrade_is_no_record() {
     };
     let mut forged = vec![0u8; HEADER_BYTES + FLUSHALL.len()];
     encode_record(RecordKey(0), &h, FLUSHALL, &mut forged);
-    let at = (f - (x + HEADER_BYTES as u64)) as usize;
+    let at = (f - value_at) as usize;
     let mut value = vec![b'v'; at + forged.len() + 100];
     value[at..at + forged.len()].copy_from_slice(&forged);
     {
@@ -765,7 +764,7 @@ fn the_largest_entry_allowed_is_always_admitted_once_everything_is_released() {
                             max_write_bytes: w as usize,
                             max_entry_bytes: max,
                         });
-                        if let Err(e) = b.append(&[0; 40], max, &payload, 0) {
+                        if let Err(e) = b.append(&[0; 40], max, &payload, 0, 0) {
                             panic!(
                                 "S={s} N={n} W={w} buffers={} entry {max} at offset {o}: {e:?}",
                                 inflight + 1

@@ -25,7 +25,7 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use walrus::journal::format::HEADER_BYTES;
+use walrus::journal::format::{ENTRY_TIME_BYTES, HEADER_BYTES};
 use walrus::journal::reader::{EntryIter, ReplayEntry};
 use walrus::journal::recovery::{ScanReport, Scanner, Tail};
 use walrus::journal::ring::{Geometry, MemRing};
@@ -748,10 +748,11 @@ fn a_forged_record_where_the_log_resumes_is_not_an_entry() {
     log.append(100, &[7; 100]).expect("room in an empty ring");
     log.flush();
     // Entry 2 continues the first block right after entry 1; its payload starts a header
-    // later, and the forged record lies at the next block boundary.
-    let entry_2_at = HEADER_BYTES as u64 + 100;
+    // and its time later, and the forged record lies at the next block boundary.
+    let stored = (HEADER_BYTES + ENTRY_TIME_BYTES) as u64;
+    let entry_2_at = stored + 100;
     let forged_at = 4096;
-    let prefix = (forged_at - entry_2_at - HEADER_BYTES as u64) as usize;
+    let prefix = (forged_at - entry_2_at - stored) as usize;
     let mut value = vec![b'x'; prefix];
     // forged_payload's first record has the lap given and the epoch before the one given.
     value.extend(forged_payload(
@@ -795,11 +796,12 @@ fn a_release_after_a_crash_never_moves_the_checkpoint_past_live_entries() {
     let geo = geometry(4);
     let mut log = MemLog::new(geo, 16 * 1024);
     // Entry 1 runs from segment 0 into segment 1: seven full 16 KiB buffers, then its LAST
-    // (388 bytes) at 114688, in the last buffer of segment 1, ending at 115172. Entry 2
+    // (388 bytes, its time counted in the first) at 114688, in the last buffer of segment
+    // 1, ending at 115172. Entry 2
     // does not fit the rest of that buffer but fits a buffer: it goes to a fresh one at the
     // next block (118784), where the segment end splits it: FIRST there (the first entry
     // start of segment 1), LAST at the start of segment 2.
-    let one = 7 * (16 * 1024 - HEADER_BYTES as u64) + 388;
+    let one = 7 * (16 * 1024 - HEADER_BYTES as u64) + 388 - ENTRY_TIME_BYTES as u64;
     assert_eq!(log.append(one, &vec![1; one as usize]), Some(1));
     assert_eq!(log.append(one + 16_000, &vec![2; 16_000]), Some(2));
     let writes = log.take_writes();

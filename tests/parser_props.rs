@@ -214,6 +214,7 @@ proptest! {
             rdb_version: Some(11),
             written_by: Some(format!("Valkey {major}.1.2")),
             newest_server: Some(format!("Redis {major}.0.0")),
+            time_ms: Some(offset / 7),
         };
         let text = c.render();
         prop_assert_eq!(walrus::checkpoint::store::Checkpoint::parse(&text), Ok(c));

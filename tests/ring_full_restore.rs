@@ -17,8 +17,9 @@ use std::process::Command;
 const OK: &[u8] = b"+OK\r\n";
 const SEGMENT: u64 = 1 << 20;
 const SEGMENTS: u64 = 16;
-/// A record's header (src/journal/format.rs, HEADER_BYTES).
-const HEADER: u64 = 96;
+/// A record's header and its entry's time (src/journal/format.rs, HEADER_BYTES and
+/// ENTRY_TIME_BYTES): what a whole entry costs besides its stream bytes.
+const HEADER: u64 = 96 + 8;
 /// The sync backend, a fast disk watcher, and no PING from Valkey to its replicas (each
 /// would be an entry of its own, in the way of filling the ring to an exact byte).
 const CONFIG: &str = "io_backend = \"sync\"\n[disk]\ncheck_interval_ms = 50\n[upstream]\n\

@@ -8,6 +8,11 @@
 //! `checkpoints/`) once complete and synced; a walrus never starts from a restore cut short
 //! (`refuse_partial`), and the next restore removes what one left.
 //!
+//! With a point in time (`--until TIME | --until-offset N | --before-command CMD`), the
+//! restore starts from the newest restore point the cut can be made after (its checkpoint at
+//! or before the cut), and the stream after it stops at the cut: decided and applied by the
+//! functions a local point-in-time restore uses ([`crate::restore::pitr`]).
+//!
 //! Also here: `walrus archive list` (the restore points) and `walrus archive verify`, the
 //! restore drill: a restore into a scratch directory, checked as `walrus verify` checks a
 //! data directory, then removed.
@@ -22,17 +27,22 @@ use crate::journal::reader::ReplayEntry;
 use crate::journal::JournalError;
 use crate::restore::backup;
 use crate::restore::chain::{self, ChainError};
+use crate::restore::pitr::{self, Cut, Until};
+use crate::restore::RestoreError;
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
 /// Where a restore from the archive is staged inside the data directory.
 pub const STAGING: &str = ".archive-restore";
 
-/// A restore point, and the journal objects that carry it forward.
+/// A restore point, the journal objects that carry it forward, and where a point-in-time
+/// restore cuts them (`None`: everything they hold).
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub manifest: Manifest,
     pub point: RestorePoint,
     pub cover: Cover,
+    pub cut: Option<Cut>,
 }
 
 /// What a restore from the archive wrote.
@@ -46,6 +56,9 @@ pub struct Restored {
 
 impl std::fmt::Display for Restored {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(cut) = &self.plan.cut {
+            write!(f, "{cut}")?;
+        }
         let p = &self.plan.point;
         writeln!(
             f,
@@ -83,6 +96,7 @@ pub async fn list(store: &Store) -> Result<Vec<Plan>, ArchiveError> {
             manifest: manifest.clone(),
             point: point.clone(),
             cover: timeline::cover(&by_timeline[&point.timeline], point.offset),
+            cut: None,
         });
     }
     Ok(out)
@@ -102,7 +116,72 @@ pub async fn latest(store: &Store) -> Result<Option<Plan>, ArchiveError> {
         manifest,
         point,
         cover,
+        cut: None,
     }))
+}
+
+/// The plan for a restore up to `until`: the latest restore point, all of it, for
+/// [`Until::End`]; otherwise the newest restore point after which the cut can be made, tried
+/// newest first (each try reads its journal objects once), and the cut.
+pub async fn plan(store: &Store, until: &Until) -> Result<Plan, ArchiveError> {
+    let none = || ArchiveError::Config(format!("{} has no restore point yet", store.url()));
+    if *until == Until::End {
+        return latest(store).await?.ok_or_else(none);
+    }
+    let mut plans = list(store).await?;
+    if plans.is_empty() {
+        return Err(none());
+    }
+    plans.sort_by_key(|p| (p.point.timeline, p.point.offset, p.point.created));
+    let mut refusals = Vec::new();
+    for mut plan in plans.into_iter().rev() {
+        // What the restore point alone shows to be after the cut is not read.
+        let after = match until {
+            Until::Offset(o) => plan.point.offset > *o,
+            Until::Time(t) => plan.point.time_ms.is_some_and(|c| c > *t),
+            Until::End | Until::BeforeCommand(_) => false,
+        };
+        if after {
+            continue;
+        }
+        let cp = checkpoint_of(&plan.point)?;
+        let (store2, objects, until2) = (store.clone(), plan.cover.objects.clone(), until.clone());
+        let runtime = tokio::runtime::Handle::current();
+        let found = tokio::task::spawn_blocking(move || {
+            let failure = RefCell::new(None);
+            let found = pitr::find_cut(
+                &cp,
+                object_entries(&store2, &objects, &runtime, &failure),
+                &until2,
+            );
+            match failure.into_inner() {
+                Some(e) => Err(e),
+                None => Ok(found),
+            }
+        })
+        .await
+        .map_err(|e| ArchiveError::Local(e.to_string()))??;
+        match found {
+            Ok(cut) => {
+                plan.cut = Some(cut);
+                return Ok(plan);
+            }
+            Err(RestoreError::Refused(why)) => refusals.push(format!(
+                "from timeline {} offset {}: {why}",
+                plan.point.timeline, plan.point.offset
+            )),
+            Err(e) => return Err(ArchiveError::Corrupt(e.to_string())),
+        }
+    }
+    Err(ArchiveError::Config(format!(
+        "{until}: no restore point of {} can be cut so{}",
+        store.url(),
+        if refusals.is_empty() {
+            " (every one is after it)".to_string()
+        } else {
+            format!(":\n  {}", refusals.join("\n  "))
+        }
+    )))
 }
 
 /// Refuses to start from a data directory a restore from the archive was cut short in.
@@ -162,17 +241,7 @@ pub async fn restore(
     std::fs::create_dir_all(staging.join("checkpoints"))
         .map_err(|e| local("creating", &staging, e))?;
     let p = &plan.point;
-    let cp = Checkpoint {
-        file: format!("checkpoint-{}-{}.rdb", p.replid, p.offset),
-        replid: p.replid.clone(),
-        offset: p.offset,
-        size: p.size,
-        crc64: p.crc64().map_err(ArchiveError::Corrupt)?,
-        from_lsn: 1,
-        rdb_version: p.rdb_version,
-        written_by: p.written_by.clone(),
-        newest_server: p.newest_server.clone(),
-    };
+    let cp = checkpoint_of(p)?;
     let rdb = staging.join("checkpoints").join(&cp.file);
     store.get_to_file(&p.key, &rdb).await?;
     let cp_dir = staging.join("checkpoints");
@@ -186,14 +255,21 @@ pub async fn restore(
     let copy =
         backup::new_journal(&staging, geometry).map_err(|e| ArchiveError::Local(e.to_string()))?;
     let runtime = tokio::runtime::Handle::current();
-    let (store2, staging2, cp2, objects) = (
+    let (store2, staging2, cp2, objects, cut) = (
         store.clone(),
         staging.clone(),
         cp.clone(),
         plan.cover.objects.clone(),
+        plan.cut.clone(),
     );
     let written = tokio::task::spawn_blocking(move || {
-        write_chain(&store2, &objects, &cp2, copy, &staging2, geometry, &runtime)
+        let chain = Chain {
+            store: &store2,
+            objects: &objects,
+            cp: &cp2,
+            cut: cut.as_ref(),
+        };
+        write_chain(chain, copy, &staging2, geometry, &runtime)
     })
     .await
     .map_err(|e| ArchiveError::Local(e.to_string()))??;
@@ -215,20 +291,34 @@ pub async fn restore(
     })
 }
 
-/// Downloads each object in turn and appends the stream after the checkpoint to `copy`, by
-/// the chain's rule; then records the checkpoint. Blocking.
-fn write_chain(
-    store: &Store,
-    objects: &[JournalObject],
-    cp: &Checkpoint,
-    copy: crate::journal::Journal,
-    dir: &Path,
-    geometry: (u64, u32),
-    runtime: &tokio::runtime::Handle,
-) -> Result<chain::ChainEnd, ArchiveError> {
-    let mut failure: Option<ArchiveError> = None;
+/// The checkpoint a restore point records, as the data directory made from it records it.
+fn checkpoint_of(p: &RestorePoint) -> Result<Checkpoint, ArchiveError> {
+    Ok(Checkpoint {
+        file: format!("checkpoint-{}-{}.rdb", p.replid, p.offset),
+        replid: p.replid.clone(),
+        offset: p.offset,
+        size: p.size,
+        crc64: p.crc64().map_err(ArchiveError::Corrupt)?,
+        from_lsn: 1,
+        rdb_version: p.rdb_version,
+        written_by: p.written_by.clone(),
+        newest_server: p.newest_server.clone(),
+        time_ms: p.time_ms,
+    })
+}
+
+/// The entries of `objects`, each object downloaded in its turn (blocking), numbered from
+/// LSN 1: the walk checks the stream, not the LSNs of the journal the objects came from, and
+/// a cut names entries by these numbers. A download or an object that does not decode ends
+/// them with an error, its cause left in `failure`.
+fn object_entries<'a>(
+    store: &'a Store,
+    objects: &'a [JournalObject],
+    runtime: &'a tokio::runtime::Handle,
+    failure: &'a RefCell<Option<ArchiveError>>,
+) -> impl Iterator<Item = Result<ReplayEntry, JournalError>> + 'a {
     let mut lsn = 0u64;
-    let entries = objects.iter().flat_map(|o| {
+    objects.iter().flat_map(move |o| {
         let got = runtime.block_on(store.get(&o.key())).and_then(|b| {
             let b = b.ok_or_else(|| ArchiveError::Corrupt(format!("{} is gone", o.key())))?;
             o.decode(b)
@@ -238,25 +328,50 @@ fn write_chain(
             Ok(es) => es
                 .into_iter()
                 .map(|e| {
-                    // LSNs of the new journal: the walk checks the stream, not the LSNs of
-                    // the journal the objects came from.
                     lsn += 1;
                     Ok(ReplayEntry {
                         lsn,
                         repl_id: o.replid,
                         repl_offset_end: e.end,
                         payload: e.payload,
+                        time_ms: e.time_ms,
                     })
                 })
                 .collect(),
             Err(e) => {
                 let text = e.to_string();
-                failure = Some(e);
+                *failure.borrow_mut() = Some(e);
                 vec![Err(JournalError::InvalidArgument(text))]
             }
         };
         items
-    });
+    })
+}
+
+/// What a restore writes after the checkpoint: the objects' stream, up to the cut if any.
+struct Chain<'a> {
+    store: &'a Store,
+    objects: &'a [JournalObject],
+    cp: &'a Checkpoint,
+    cut: Option<&'a Cut>,
+}
+
+/// Downloads each object in turn and appends the stream after the checkpoint (up to the
+/// cut) to `copy`, by the chain's rule; then records the checkpoint. Blocking.
+fn write_chain(
+    chain: Chain,
+    copy: crate::journal::Journal,
+    dir: &Path,
+    geometry: (u64, u32),
+    runtime: &tokio::runtime::Handle,
+) -> Result<chain::ChainEnd, ArchiveError> {
+    let failure = RefCell::new(None);
+    let entries = object_entries(chain.store, chain.objects, runtime, &failure);
+    let entries: Box<dyn Iterator<Item = _>> = match chain.cut {
+        Some(c) => Box::new(pitr::through(entries, c.at)),
+        None => Box::new(entries),
+    };
+    let cp = chain.cp;
     let id = copy.data_dir_id();
     let mut append_failed = None;
     let walked = chain::walk_entries(entries, cp, |slice| {
@@ -267,13 +382,16 @@ fn write_chain(
         })
     });
     let closed = copy.close();
-    if let Some(e) = failure {
+    if let Some(e) = failure.into_inner() {
         return Err(e);
     }
     if let Some(e) = append_failed {
         return Err(ArchiveError::Local(e.to_string()));
     }
     let end = walked.map_err(|e| ArchiveError::Corrupt(e.to_string()))?;
+    if let Some(c) = chain.cut {
+        c.reached(&end).map_err(ArchiveError::Corrupt)?;
+    }
     backup::record_copy(dir, cp, id, closed, end.entries)
         .map_err(|e| ArchiveError::Local(e.to_string()))?;
     Ok(end)

@@ -54,6 +54,10 @@ pub struct RestorePoint {
     pub written_by: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub newest_server: Option<String>,
+    /// When walrus recorded the checkpoint (ms since the Unix epoch; none from a walrus
+    /// before times): a point-in-time restore to an earlier time cannot start from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_ms: Option<u64>,
 }
 
 impl RestorePoint {
@@ -127,6 +131,7 @@ mod tests {
                     rdb_version: Some(11),
                     written_by: Some("Valkey 9.1.2".into()),
                     newest_server: None,
+                    time_ms: None,
                 },
                 RestorePoint {
                     timeline: 2,
@@ -163,6 +168,7 @@ mod tests {
                 rdb_version: None,
                 written_by: None,
                 newest_server: None,
+                time_ms: None,
             }
         }
     }

@@ -17,17 +17,23 @@
 //! the archive over. Each journal object holds entries of one replication id; its LSNs are
 //! those of the writer's journal, for the record (the offsets are what a restore follows).
 //!
-//! A journal object: `WALRUSA1`, a header (timeline, first and last LSN, start and end
+//! A journal object: `WALRUSA2`, a header (timeline, first and last LSN, start and end
 //! offset, entry count, level, when it was written, the replication id), the entries (LSN,
-//! end offset, length, payload), and a CRC-64 of everything before it.
+//! end offset, when walrus journaled it in ms since the Unix epoch or 0 if unrecorded,
+//! length, payload), and a CRC-64 of everything before it. Objects of the first format,
+//! `WALRUSA1`, are the same without the entries' times: they are read as untimed (a
+//! point-in-time restore cannot place a time among them).
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 pub const MANIFEST_KEY: &str = "MANIFEST";
-const MAGIC: &[u8; 8] = b"WALRUSA1";
+const MAGIC: &[u8; 8] = b"WALRUSA2";
+/// The first format: entries without their time.
+const MAGIC_UNTIMED: &[u8; 8] = b"WALRUSA1";
 const REPLID: usize = crate::journal::format::REPL_ID_BYTES;
 const HEADER_BYTES: usize = 8 + 8 * 6 + 4 + 1 + REPLID;
-const ENTRY_HEADER_BYTES: usize = 8 + 8 + 4;
+const ENTRY_HEADER_BYTES: usize = 8 + 8 + 8 + 4;
+const ENTRY_HEADER_BYTES_UNTIMED: usize = 8 + 8 + 4;
 
 /// A journal object, as its name says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +56,8 @@ pub struct ArchivedEntry {
     /// The stream offset after the entry.
     pub end: u64,
     pub payload: Bytes,
+    /// When walrus journaled it (ms since the Unix epoch), if recorded.
+    pub time_ms: Option<u64>,
 }
 
 impl ArchivedEntry {
@@ -138,6 +146,7 @@ impl JournalObject {
         for e in entries {
             b.put_u64_le(e.lsn);
             b.put_u64_le(e.end);
+            b.put_u64_le(e.time_ms.unwrap_or(0));
             b.put_u32_le(e.payload.len() as u32);
             b.put_slice(&e.payload);
         }
@@ -149,9 +158,19 @@ impl JournalObject {
     /// The entries of an object read back, checked against its CRC, its header and this
     /// name: consecutive LSNs and offsets from `start` to `end`.
     pub fn decode(&self, bytes: Bytes) -> Result<Vec<ArchivedEntry>, String> {
-        if bytes.len() < HEADER_BYTES + 8 || &bytes[..8] != MAGIC {
-            return Err("not a walrus journal object (no WALRUSA1 header)".into());
+        let timed = match bytes.get(..8) {
+            Some(m) if m == MAGIC => true,
+            Some(m) if m == MAGIC_UNTIMED => false,
+            _ => return Err("not a walrus journal object (no WALRUSA2 or WALRUSA1 header)".into()),
+        };
+        if bytes.len() < HEADER_BYTES + 8 {
+            return Err("cut short".into());
         }
+        let entry_header = if timed {
+            ENTRY_HEADER_BYTES
+        } else {
+            ENTRY_HEADER_BYTES_UNTIMED
+        };
         let body = bytes.len() - 8;
         let stored = u64::from_le_bytes(bytes[body..].try_into().expect("8 bytes"));
         let crc = super::store::crc64(&bytes[..body]);
@@ -181,10 +200,12 @@ impl JournalObject {
         let mut out = Vec::with_capacity(count);
         let (mut at, mut lsn) = (start, first_lsn);
         for _ in 0..count {
-            if h.remaining() < ENTRY_HEADER_BYTES {
+            if h.remaining() < entry_header {
                 return Err("cut short".into());
             }
-            let (e_lsn, e_end, len) = (h.get_u64_le(), h.get_u64_le(), h.get_u32_le() as usize);
+            let (e_lsn, e_end) = (h.get_u64_le(), h.get_u64_le());
+            let time_ms = if timed { h.get_u64_le() } else { 0 };
+            let len = h.get_u32_le() as usize;
             if h.remaining() < len || e_lsn != lsn || e_end != at + len as u64 {
                 return Err(format!(
                     "entry {e_lsn} does not follow LSN {} at offset {at}",
@@ -195,6 +216,7 @@ impl JournalObject {
                 lsn: e_lsn,
                 end: e_end,
                 payload: h.copy_to_bytes(len),
+                time_ms: (time_ms > 0).then_some(time_ms),
             });
             at = e_end;
             lsn += 1;
@@ -242,6 +264,7 @@ mod tests {
                     lsn: from_lsn + i as u64,
                     end: at,
                     payload: Bytes::from(vec![b'a' + i as u8; n]),
+                    time_ms: (i > 0).then_some(1000 + i as u64),
                 }
             })
             .collect()
@@ -272,6 +295,31 @@ mod tests {
             ..o.clone()
         };
         assert!(other.decode(bytes).unwrap_err().contains("header says"));
+        // An object of the first format, without the entries' times, reads as untimed.
+        let mut old = BytesMut::new();
+        old.put_slice(MAGIC_UNTIMED);
+        for v in [2, 7, 9, 100, 109, 1] {
+            old.put_u64_le(v);
+        }
+        old.put_u32_le(3);
+        old.put_u8(0);
+        old.put_slice(&replid);
+        for e in &es {
+            old.put_u64_le(e.lsn);
+            old.put_u64_le(e.end);
+            old.put_u32_le(e.payload.len() as u32);
+            old.put_slice(&e.payload);
+        }
+        let crc = super::super::store::crc64(&old);
+        old.put_u64_le(crc);
+        let untimed: Vec<_> = es
+            .iter()
+            .map(|e| ArchivedEntry {
+                time_ms: None,
+                ..e.clone()
+            })
+            .collect();
+        assert_eq!(o.decode(old.freeze()).unwrap(), untimed);
         for bad in [
             "journal/2/x.wal",
             "journal/00000002/00000000000000000109-00000000000000000100.0123456789abcdef0123456789abcdef01234567.7-9.L0.wal",

@@ -96,6 +96,7 @@ pub(super) fn read_batch(journal: &Journal, r: Read) -> Result<Batch, JournalErr
             lsn: e.lsn,
             end: e.repl_offset_end,
             payload: e.payload.slice((pos - start) as usize..),
+            time_ms: e.time_ms,
         });
         bytes += len;
         pos = e.repl_offset_end;

@@ -453,6 +453,7 @@ impl Uploader {
             rdb_version: lc.rdb_version,
             written_by: lc.written_by.clone(),
             newest_server: lc.newest_server.clone(),
+            time_ms: lc.time_ms,
         });
         let removed = super::retention::retain(
             &mut next.restore_points,

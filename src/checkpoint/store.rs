@@ -57,6 +57,10 @@ pub struct Checkpoint {
     /// (Valkey was upgraded under walrus): its commands may be in the journal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub newest_server: Option<String>,
+    /// When walrus recorded it, in milliseconds since the Unix epoch: the dataset it holds is
+    /// no later (a point-in-time restore to an earlier time cannot start from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_ms: Option<u64>,
 }
 
 /// A checkpoint's figures: its RDB's size, the offset it covers, its first journal entry.
@@ -419,6 +423,7 @@ impl Store {
             rdb_version: Some(stored.version),
             written_by: Some(written_by.to_string()),
             newest_server: None,
+            time_ms: Some(crate::units::time::now_ms()),
         };
         {
             let _writing = self.writer.lock().expect("manifest writer lock");
@@ -588,7 +593,10 @@ pub(crate) mod tests {
         assert_eq!(store.current().unwrap(), None);
         let a = "a".repeat(40);
         let first = stored(&store, &a, 10, b"REDIS0011first");
+        let before = crate::units::time::now_ms();
         let c1 = store.record(&first, "Valkey 9.1.2", &a, 10, 1).unwrap();
+        let after = crate::units::time::now_ms();
+        assert!(c1.time_ms.is_some_and(|t| (before..=after).contains(&t)));
         assert_eq!(store.current().unwrap(), Some(c1.clone()));
         assert_eq!(store.verify(&c1).unwrap(), 11);
         assert_eq!(c1.rdb_version, Some(11));
@@ -687,6 +695,7 @@ pub(crate) mod tests {
             rdb_version: Some(11),
             written_by: None,
             newest_server: None,
+            time_ms: Some(1_796_332_725_250),
         };
         assert_eq!(Checkpoint::parse(&c.render()), Ok(c.clone()));
         for file in ["..", "", "CHECKPOINT", "x.rdb.tmp", "../x.rdb", "sub/x.rdb"] {

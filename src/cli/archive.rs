@@ -18,8 +18,10 @@ pub enum ArchiveCommand {
     /// after it goes.
     List(Source),
     /// Make a new data directory from the archive's latest restore point (a lost node's
-    /// replacement); `walrus serve --data-dir DIR` then restores Valkey from it, and takes
-    /// the archive over.
+    /// replacement), or up to a point in time (--until TIME, --until-offset N,
+    /// --before-command FLUSHALL, cut as `walrus restore` cuts) from the newest restore point
+    /// before it; `walrus serve --data-dir DIR` then restores Valkey from it, and takes the
+    /// archive over.
     Restore(RestoreArgs),
     /// The restore drill: restore the latest restore point into a scratch directory, check
     /// it as `walrus verify` checks a data directory, and remove it. Exit 0 a restore would
@@ -46,6 +48,8 @@ pub struct RestoreArgs {
     /// The data directory to make (new, or holding no journal and no checkpoint).
     #[arg(long, value_name = "DIR")]
     pub data_dir: PathBuf,
+    #[command(flatten)]
+    pub until: super::restore::UntilArgs,
 }
 
 #[derive(Debug, Args)]
@@ -137,9 +141,8 @@ async fn go(cmd: ArchiveCommand) -> Result<String, ArchiveError> {
         }
         ArchiveCommand::Restore(a) => {
             let (config, store) = open(&a.source)?;
-            let plan = fetch::latest(&store).await?.ok_or_else(|| {
-                ArchiveError::Config(format!("{} has no restore point yet", store.url()))
-            })?;
+            let until = a.until.until().map_err(ArchiveError::Config)?;
+            let plan = fetch::plan(&store, &until).await?;
             // One walrus at a time owns a data directory: a running one is not written under.
             let _owner = super::data_dir::own(&a.data_dir).map_err(ArchiveError::Local)?;
             let geometry = (config.journal.segment_size_bytes, config.journal.segments);

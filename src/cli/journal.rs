@@ -83,8 +83,9 @@ pub enum JournalCommand {
     /// Write the current checkpoint plus the journal after it as one AOF for valkey-server.
     ///
     /// The file is the checkpoint's RDB (as the AOF's preamble) followed by the commands the
-    /// journal holds after it, without the replication-only PING and REPLCONF. To load it, put
-    /// it in an empty directory as appendonly.aof and run
+    /// journal holds after it, without the replication-only PING and REPLCONF; up to a point
+    /// in time with --until, --until-offset or --before-command (as `walrus restore` cuts).
+    /// To load it, put it in an empty directory as appendonly.aof and run
     /// `valkey-server --appendonly yes --dir THAT_DIR`. Stop walrus first: the export takes
     /// the journal's lock.
     ExportAof {
@@ -95,6 +96,8 @@ pub enum JournalCommand {
         /// or checkpoints/.
         #[arg(long)]
         out: PathBuf,
+        #[command(flatten)]
+        until: super::restore::UntilArgs,
     },
 }
 
@@ -138,7 +141,7 @@ fn run_locked(cmd: JournalCommand) -> ExitCode {
             accept_data_loss,
             recovery_lookahead_bytes,
         } => repair(&dir, accept_data_loss, recovery_lookahead_bytes),
-        JournalCommand::ExportAof { dir, out } => export_aof(&dir, &out),
+        JournalCommand::ExportAof { dir, out, until } => export_aof(&dir, &out, &until),
     }
 }
 
@@ -398,9 +401,19 @@ fn repair(dir: &Path, accept_data_loss: bool, lookahead: Option<u64>) -> ExitCod
     }
 }
 
-fn export_aof(dir: &Path, out: &Path) -> ExitCode {
-    match crate::restore::export::export_aof(dir, out) {
+fn export_aof(dir: &Path, out: &Path, until: &super::restore::UntilArgs) -> ExitCode {
+    let until = match until.until() {
+        Ok(u) => u,
+        Err(e) => {
+            eprintln!("walrus: {e}");
+            return ExitCode::from(super::EXIT_FIX);
+        }
+    };
+    match crate::restore::export::export_aof(dir, out, &until) {
         Ok(s) => {
+            if let Some(cut) = &s.cut {
+                print!("{cut}");
+            }
             println!("wrote {}: {} bytes", s.out.display(), s.file_bytes());
             println!(
                 "checkpoint: {} ({} bytes of RDB), history {} at offset {}",

@@ -1,7 +1,8 @@
 //! The `walrus` command: `serve` runs the proxy; `status`, `checkpoint` and `backup` ask a
 //! running walrus (over its metrics endpoint, [`http_client`]); `verify` checks a data
-//! directory offline; `archive` lists, restores from and verifies the archive; `journal`
-//! maintains the journal; `config` checks a configuration
+//! directory offline; `restore` restores one to a point in time; `archive` lists, restores
+//! from and verifies the archive; `journal` maintains the journal; `config` checks a
+//! configuration
 //! file; `completions` and `man` document the command itself.
 //!
 //! Exit codes, one rule for every command: 0 done; 1 failed, and the same command may
@@ -24,6 +25,7 @@ pub mod journal;
 mod learn;
 mod listeners;
 mod manual;
+mod restore;
 mod serve;
 mod status;
 mod verify;
@@ -151,6 +153,10 @@ pub enum Command {
     /// Check a data directory offline (walrus stopped, or a backup): would a restore from
     /// it succeed, and what would it load? Exit 0 yes, 2 no (the problem is named).
     Verify(verify::VerifyArgs),
+    /// Restore a data directory to a point in time (--until TIME, --until-offset N,
+    /// --before-command FLUSHALL): what a stopped walrus's data directory or a backup holds,
+    /// up to there, into a new data directory that `walrus serve` starts from.
+    Restore(restore::RestoreArgs),
     /// The archive in object storage: list its restore points, restore a data directory
     /// from it, verify it with a restore drill.
     #[command(subcommand)]
@@ -208,6 +214,7 @@ pub fn main() -> ExitCode {
         Command::Checkpoint(args) => admin::checkpoint(args),
         Command::Backup(args) => admin::backup(args),
         Command::Verify(args) => verify::verify(args),
+        Command::Restore(args) => restore::run(args),
         Command::Archive(cmd) => archive::run(cmd),
         Command::Journal(cmd) => journal::run(cmd),
         Command::Config(cmd) => config::run(cmd),

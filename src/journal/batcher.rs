@@ -24,7 +24,7 @@ use super::buf::{BufPool, IoBuf};
 use super::error::JournalError;
 use super::format::{
     align_down, align_up, entry_buffers_bound, record_fits_at, seal_crc, Kind, RecordHeader,
-    RecordKey, BLOCK_BYTES, FORMAT_VERSION, HEADER_BYTES, REPL_ID_BYTES,
+    RecordKey, BLOCK_BYTES, ENTRY_TIME_BYTES, FORMAT_VERSION, HEADER_BYTES, REPL_ID_BYTES,
 };
 use super::recovery::EntryStart;
 use super::ring::{Geometry, RingRead};
@@ -121,6 +121,30 @@ fn vouch_for_rewritten(key: RecordKey, buf: &mut IoBuf, rewritten: usize, durabl
     seal_crc(key, hdr, &payload[..h.payload_len as usize]);
 }
 
+/// An entry as stored: its time, then its payload, one byte run cut into records.
+struct Stored<'a> {
+    time: [u8; ENTRY_TIME_BYTES],
+    payload: &'a [u8],
+}
+
+impl Stored<'_> {
+    fn len(&self) -> usize {
+        ENTRY_TIME_BYTES + self.payload.len()
+    }
+
+    /// Fills `out` with the stored bytes from `from` on.
+    fn copy_to(&self, from: usize, out: &mut [u8]) {
+        let to = from + out.len();
+        let time = &self.time[from.min(ENTRY_TIME_BYTES)..to.min(ENTRY_TIME_BYTES)];
+        let (head, tail) = out.split_at_mut(time.len());
+        head.copy_from_slice(time);
+        tail.copy_from_slice(
+            &self.payload
+                [from.saturating_sub(ENTRY_TIME_BYTES)..to.saturating_sub(ENTRY_TIME_BYTES)],
+        );
+    }
+}
+
 /// Where the caller's entry landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Placed {
@@ -156,6 +180,9 @@ pub struct Batcher {
     last_repl_offset: u64,
     /// Epoch of the last complete entry (this run's once it appended one).
     last_epoch: u32,
+    /// The time stamped on the last entry this run appended: no later entry of the run gets
+    /// an earlier one, whatever the wall clock does.
+    last_time_ms: u64,
     failed: Option<Arc<str>>,
     closed: bool,
     /// First entry start in each segment sequence still retained: checkpoint candidates.
@@ -223,6 +250,7 @@ impl Batcher {
             last_repl_id: init.last_repl_id,
             last_repl_offset: init.last_repl_offset,
             last_epoch: init.last_epoch,
+            last_time_ms: 0,
             failed: None,
             closed: false,
             starts,
@@ -290,8 +318,8 @@ impl Batcher {
         }
     }
 
-    /// Walks the placement of a `len`-byte entry without writing. Returns (buffers to open,
-    /// logical end position).
+    /// Walks the placement of an entry of `len` stored bytes (its time and its payload)
+    /// without writing. Returns (buffers to open, logical end position).
     fn plan(&self, len: usize) -> (usize, u64) {
         let mut p = if self.cur.is_some() {
             self.pos
@@ -335,7 +363,8 @@ impl Batcher {
         }
     }
 
-    /// Encodes one entry into the write buffers. Non-blocking: errors are RingFull, Busy,
+    /// Encodes one entry, stamped with `time_ms` (raised to the run's last stamp if the clock
+    /// went back), into the write buffers. Non-blocking: errors are RingFull, Busy,
     /// EntryTooLarge, Failed or Closed, and leave no trace.
     pub fn append(
         &mut self,
@@ -343,6 +372,7 @@ impl Batcher {
         repl_offset_end: u64,
         payload: &[u8],
         durable_hint: u64,
+        time_ms: u64,
     ) -> Result<Placed, JournalError> {
         if let Some(why) = &self.failed {
             return Err(JournalError::Failed(why.clone()));
@@ -356,7 +386,8 @@ impl Batcher {
                 max_entry_bytes: self.max_entry_bytes,
             });
         }
-        let (new_bufs, end) = self.plan(payload.len());
+        let stored_len = ENTRY_TIME_BYTES + payload.len();
+        let (new_bufs, end) = self.plan(stored_len);
         let limit = self.geo.write_limit(self.head_pos);
         if end > limit {
             return Err(JournalError::RingFull {
@@ -367,14 +398,20 @@ impl Batcher {
         let free = self.pool.free_count();
         if new_bufs > free {
             let extra = new_bufs - free;
-            let large = payload.len() > self.pool.buffer_bytes();
+            let large = stored_len > self.pool.buffer_bytes();
             if !large || self.extra_buffers_out + extra > self.max_extra_buffers {
                 return Err(JournalError::Busy);
             }
         }
         let lsn = self.next_lsn;
-        self.place(lsn, repl_id, repl_offset_end, payload, durable_hint);
+        let time_ms = time_ms.max(self.last_time_ms);
+        let stored = Stored {
+            time: time_ms.to_le_bytes(),
+            payload,
+        };
+        self.place(lsn, repl_id, repl_offset_end, &stored, durable_hint);
         assert_eq!(self.pos, end, "placement disagrees with plan");
+        self.last_time_ms = time_ms;
         self.entry_end = end;
         self.next_lsn += 1;
         self.last_repl_id = *repl_id;
@@ -413,10 +450,10 @@ impl Batcher {
         lsn: u64,
         repl_id: &[u8; REPL_ID_BYTES],
         repl_offset_end: u64,
-        payload: &[u8],
+        stored: &Stored,
         hint: u64,
     ) {
-        let whole = HEADER_BYTES + payload.len();
+        let whole = HEADER_BYTES + stored.len();
         if let Some(c) = &self.cur {
             if c.room() < whole && whole <= self.pool.buffer_bytes() {
                 self.seal_current(false);
@@ -430,8 +467,8 @@ impl Batcher {
                 self.open_buffer();
             }
             let cur = self.cur.as_mut().expect("opened above");
-            let frag = (payload.len() - off).min(cur.room() - HEADER_BYTES);
-            let last = off + frag == payload.len();
+            let frag = (stored.len() - off).min(cur.room() - HEADER_BYTES);
+            let last = off + frag == stored.len();
             let kind = match (first, last) {
                 (true, true) => Kind::Full,
                 (true, false) => Kind::First,
@@ -469,7 +506,7 @@ impl Batcher {
             let full = cur.buf.as_full_mut();
             let (hdr, rest) = full[at..at + HEADER_BYTES + frag].split_at_mut(HEADER_BYTES);
             h.write_fields(hdr);
-            rest.copy_from_slice(&payload[off..off + frag]);
+            stored.copy_to(off, rest);
             seal_crc(self.key, hdr, rest);
             cur.buf.set_len(at + HEADER_BYTES + frag);
             if last {

@@ -130,14 +130,24 @@ impl Journal {
         self.backend
     }
 
-    /// Appends without waiting. Errors immediately with RingFull (release segments first),
-    /// Busy (every write buffer is queued), EntryTooLarge, Failed or Closed.
+    /// Appends without waiting, stamped with the wall clock now. Errors immediately with
+    /// RingFull (release segments first), Busy (every write buffer is queued), EntryTooLarge,
+    /// Failed or Closed.
     pub fn try_append(&self, entry: &Entry) -> Result<Ticket, JournalError> {
+        self.try_append_at(entry, crate::units::time::now_ms())
+    }
+
+    /// [`try_append`](Self::try_append), stamped with `time_ms` instead: a copy keeps the
+    /// times its entries had (0: unknown). A stamp below the last of this run is raised to it.
+    pub fn try_append_at(&self, entry: &Entry, time_ms: u64) -> Result<Ticket, JournalError> {
         let hint = self.shared.durable_lsn.load(Ordering::Acquire);
-        let placed =
-            self.shared
-                .lock()
-                .append(&entry.repl_id, entry.repl_offset_end, &entry.payload, hint);
+        let placed = self.shared.lock().append(
+            &entry.repl_id,
+            entry.repl_offset_end,
+            &entry.payload,
+            hint,
+            time_ms,
+        );
         // Written only when it changes: no read-modify-write on every append.
         let full = matches!(placed, Err(JournalError::RingFull { .. }));
         if self.shared.room_wanted.load(Ordering::Acquire) != full {
@@ -157,12 +167,26 @@ impl Journal {
     /// Appends, waiting for a free write buffer when all are queued (Busy). RingFull and
     /// the other errors are returned immediately.
     pub async fn append(&self, entry: Entry) -> Result<Ticket, JournalError> {
+        self.append_stamped(entry, crate::units::time::now_ms).await
+    }
+
+    /// [`append`](Self::append), stamped with `time_ms` (see
+    /// [`try_append_at`](Self::try_append_at)).
+    pub async fn append_at(&self, entry: Entry, time_ms: u64) -> Result<Ticket, JournalError> {
+        self.append_stamped(entry, || time_ms).await
+    }
+
+    async fn append_stamped(
+        &self,
+        entry: Entry,
+        time_ms: impl Fn() -> u64,
+    ) -> Result<Ticket, JournalError> {
         loop {
             let notified = self.shared.buffers_freed.notified();
             tokio::pin!(notified);
             // Register before trying, so a buffer freed in between is not missed.
             notified.as_mut().enable();
-            match self.try_append(&entry) {
+            match self.try_append_at(&entry, time_ms()) {
                 Err(JournalError::Busy) => notified.await,
                 other => return other,
             }

@@ -6,6 +6,11 @@
 //!
 //! The log is a logical byte stream; logical position `pos` lives in segment sequence
 //! `pos / S` (S = segment size), stored in file `(pos / S) % N`, at offset `pos % S`.
+//!
+//! An entry written in the current format (3) begins with its time: the wall clock when
+//! walrus journaled it, [`ENTRY_TIME_BYTES`] little-endian milliseconds since the Unix
+//! epoch, before the stream bytes, in the entry's first record (or across its first
+//! fragments). Records keep their layout: only what an entry's payload holds changed.
 
 use crc64fast::Digest;
 
@@ -17,10 +22,16 @@ pub const HEADER_BYTES: usize = 96;
 pub const CRC_COVERED_HEADER_BYTES: usize = 88;
 /// "WJL1" read as little-endian u32: walrus journal log.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"WJL1");
-/// Version of the records this build writes: checksums keyed with the journal's secret.
-pub const FORMAT_VERSION: u8 = 2;
+/// Version of the records this build writes: checksums keyed with the journal's secret, and
+/// each entry's time before its stream bytes.
+pub const FORMAT_VERSION: u8 = 3;
+/// Records written before entries carried their time (keyed); read, never written.
+pub const UNTIMED_FORMAT_VERSION: u8 = 2;
 /// Records written before the key existed (unkeyed checksum); read, never written.
 pub const UNKEYED_FORMAT_VERSION: u8 = 1;
+/// The time at the start of an entry of the current format: milliseconds since the Unix
+/// epoch, little-endian (0: unknown, an entry copied from a journal that had no times).
+pub const ENTRY_TIME_BYTES: usize = 8;
 /// Length of a Valkey replication id.
 pub const REPL_ID_BYTES: usize = 40;
 
@@ -71,10 +82,16 @@ impl RecordKey {
     }
 }
 
+/// Whether the entries of records of `version` begin with their time.
+pub fn is_timed(version: u8) -> bool {
+    version >= FORMAT_VERSION
+}
+
 /// Decoded header fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordHeader {
-    /// FORMAT_VERSION, or UNKEYED_FORMAT_VERSION for a record of a journal made before keys.
+    /// FORMAT_VERSION; UNTIMED_FORMAT_VERSION or UNKEYED_FORMAT_VERSION for a record of a
+    /// journal made before entries carried their time, or before keys.
     pub version: u8,
     pub kind: Kind,
     pub payload_len: u32,
@@ -107,25 +124,28 @@ pub fn record_fits_at(seg_off: u64, segment_size_bytes: u64) -> bool {
     segment_size_bytes.saturating_sub(seg_off) > HEADER_BYTES as u64
 }
 
-/// The most ring an entry of `len` payload bytes can take, counted from the end of the log
-/// before it, for writes of at most `max_write_bytes` in segments of `segment_size_bytes`.
+/// The most ring an entry of `len` bytes of stream can take (stored with its time,
+/// [`ENTRY_TIME_BYTES`] more), counted from the end of the log before it, for writes of at
+/// most `max_write_bytes` in segments of `segment_size_bytes`.
 ///
-/// With H = HEADER_BYTES, B = BLOCK_BYTES, W, S: the entry may first skip to the next block
+/// With L = len + ENTRY_TIME_BYTES, H = HEADER_BYTES, B = BLOCK_BYTES, W, S: the entry may
+/// first skip to the next block
 /// (< B) or, near a segment's end, to the next segment (<= H); each record costs H, and
 /// each write buffer it fills leaves at most H unused at its end. A span of X bytes touches
 /// at most X/W + X/S + 3 buffers (one per W, one more per segment end, the first and last
-/// partial), so X <= len + B + 8H + 2H (X/W + X/S), that is
-/// X <= (len + B + 8H) * W * S / (W * S - 2H (W + S)). docs/journal.md ("Large entries")
+/// partial), so X <= L + B + 8H + 2H (X/W + X/S), that is
+/// X <= (L + B + 8H) * W * S / (W * S - 2H (W + S)). docs/journal.md ("Large entries")
 /// gives the admission rule built on it.
 pub fn entry_span_bound(len: u64, max_write_bytes: u64, segment_size_bytes: u64) -> u64 {
     let (h, b) = (HEADER_BYTES as u128, BLOCK_BYTES as u128);
     let (w, s) = (u128::from(max_write_bytes), u128::from(segment_size_bytes));
+    let stored = u128::from(len) + ENTRY_TIME_BYTES as u128;
     let denominator = (w * s).saturating_sub(2 * h * (w + s)).max(1);
-    let bound = (u128::from(len) + b + 8 * h) * w * s;
+    let bound = (stored + b + 8 * h) * w * s;
     u64::try_from(bound.div_ceil(denominator)).unwrap_or(u64::MAX)
 }
 
-/// The most write buffers an entry of `len` bytes can fill: one per `max_write_bytes` of
+/// The most write buffers an entry of `len` bytes of stream can fill: one per `max_write_bytes` of
 /// its span, one more per segment end it crosses, and the first and last partial ones
 /// (see [`entry_span_bound`]).
 pub fn entry_buffers_bound(len: u64, max_write_bytes: u64, segment_size_bytes: u64) -> u64 {
@@ -173,7 +193,7 @@ impl RecordHeader {
             return Err(HeaderError::Magic);
         }
         let version = bytes[4];
-        if version != FORMAT_VERSION && version != UNKEYED_FORMAT_VERSION {
+        if !(UNKEYED_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(HeaderError::Version(version));
         }
         let kind = Kind::from_u8(bytes[5]).ok_or(HeaderError::Kind(bytes[5]))?;

@@ -16,8 +16,11 @@ use super::format::{RecordKey, REPL_ID_BYTES};
 
 pub const MANIFEST_FILE: &str = "MANIFEST";
 /// Version of the manifest and segment layout this build writes: 2 added the records' key
-/// (format 2 records).
-pub const LAYOUT_VERSION: u32 = 2;
+/// (format 2 records), 3 each entry's time (format 3 records).
+pub const LAYOUT_VERSION: u32 = 3;
+/// Journals made before entries carried their time: read, and upgraded at their next open
+/// for writing.
+pub const UNTIMED_LAYOUT_VERSION: u32 = 2;
 /// Journals made before the key: read, and upgraded at their next open for writing.
 pub const UNKEYED_LAYOUT_VERSION: u32 = 1;
 
@@ -190,20 +193,21 @@ impl Manifest {
         }
     }
 
-    /// Upgrades a layout 1 manifest at an open for writing, after its epoch bump and
-    /// [`resume_at`](Self::resume_at): this run's records and every later one are keyed;
-    /// older ones, below where this run resumes, stay readable as format 1. `new_key` is
-    /// called only then.
+    /// Upgrades a manifest of an older layout at an open for writing, after its epoch bump
+    /// and [`resume_at`](Self::resume_at): this run's records and every later one are of the
+    /// current format. Older ones stay readable as they are: format 2 (keyed, untimed) by
+    /// their version, which the key seals; format 1 (unkeyed) only below where this run
+    /// resumes. `new_key` is called only for a layout 1 journal, which has no key.
     pub fn upgrade(
         &mut self,
         new_key: impl FnOnce() -> Result<RecordKey, JournalError>,
     ) -> Result<(), JournalError> {
         if self.layout_version == UNKEYED_LAYOUT_VERSION {
-            self.layout_version = LAYOUT_VERSION;
             self.record_key_hex = Some(format!("{:016x}", new_key()?.0));
             self.keyed_from_epoch = self.epoch;
             self.unkeyed_below_pos = Some(self.resumed_at_pos.expect("resume_at comes first"));
         }
+        self.layout_version = LAYOUT_VERSION;
         Ok(())
     }
 
@@ -219,11 +223,11 @@ impl Manifest {
         let m: Manifest =
             toml::from_str(body).map_err(|e| JournalError::Manifest(e.to_string()))?;
         let keyed = match m.layout_version {
-            LAYOUT_VERSION => true,
+            LAYOUT_VERSION | UNTIMED_LAYOUT_VERSION => true,
             UNKEYED_LAYOUT_VERSION => false,
             v => {
                 return Err(JournalError::Manifest(format!(
-                    "layout_version {v} is not supported (this build reads {UNKEYED_LAYOUT_VERSION} and {LAYOUT_VERSION})"
+                    "layout_version {v} is not supported (this build reads {UNKEYED_LAYOUT_VERSION} to {LAYOUT_VERSION})"
                 )))
             }
         };

@@ -7,7 +7,7 @@
 use bytes::{Bytes, BytesMut};
 
 use super::error::JournalError;
-use super::format::{Kind, REPL_ID_BYTES};
+use super::format::{is_timed, Kind, ENTRY_TIME_BYTES, REPL_ID_BYTES};
 use super::recovery::{ScanStart, Scanner};
 use super::ring::RingRead;
 
@@ -18,7 +18,11 @@ pub struct ReplayEntry {
     pub repl_id: [u8; REPL_ID_BYTES],
     /// Replication offset at the end of this entry; it starts at `repl_offset_end - payload.len()`.
     pub repl_offset_end: u64,
+    /// The stream's bytes (without the entry's time).
     pub payload: Bytes,
+    /// When walrus journaled it (milliseconds since the Unix epoch): `None` for an entry
+    /// written before entries carried their time (or copied from one).
+    pub time_ms: Option<u64>,
 }
 
 /// Where replay starts.
@@ -37,6 +41,8 @@ pub struct EntryIter<R> {
     from: ReplayFrom,
     upto_lsn: u64,
     assembling: BytesMut,
+    /// The entry being assembled begins with its time (its FIRST record's format).
+    assembling_timed: bool,
     done: bool,
     /// Where a scan resumes after the last entry returned.
     resume: Option<ScanStart>,
@@ -49,6 +55,7 @@ impl<R: RingRead> EntryIter<R> {
             from,
             upto_lsn,
             assembling: BytesMut::new(),
+            assembling_timed: false,
             done: false,
             resume: None,
         }
@@ -99,36 +106,43 @@ impl<R: RingRead> Iterator for EntryIter<R> {
             if !want {
                 continue;
             }
-            match h.kind {
-                Kind::Full => {
-                    let payload = Bytes::copy_from_slice(rec.payload);
-                    self.resume = Some(ScanStart::after(&self.scanner.end()));
-                    return Some(Ok(ReplayEntry {
-                        lsn: h.lsn,
-                        repl_id: h.repl_id,
-                        repl_offset_end: h.repl_offset_end,
-                        payload,
-                    }));
-                }
+            let (stored, timed) = match h.kind {
+                Kind::Full => (Bytes::copy_from_slice(rec.payload), is_timed(h.version)),
                 Kind::First | Kind::Middle => {
                     if h.kind == Kind::First {
                         self.assembling.clear();
+                        self.assembling_timed = is_timed(h.version);
                     }
                     self.assembling.extend_from_slice(rec.payload);
+                    continue;
                 }
                 Kind::Last => {
                     self.assembling.extend_from_slice(rec.payload);
-                    let payload = self.assembling.split().freeze();
                     debug_assert!(self.wanted(h.lsn, h.repl_offset_end));
-                    self.resume = Some(ScanStart::after(&self.scanner.end()));
-                    return Some(Ok(ReplayEntry {
-                        lsn: h.lsn,
-                        repl_id: h.repl_id,
-                        repl_offset_end: h.repl_offset_end,
-                        payload,
-                    }));
+                    (self.assembling.split().freeze(), self.assembling_timed)
                 }
+            };
+            self.resume = Some(ScanStart::after(&self.scanner.end()));
+            let entry = |time_ms, payload| ReplayEntry {
+                lsn: h.lsn,
+                repl_id: h.repl_id,
+                repl_offset_end: h.repl_offset_end,
+                payload,
+                time_ms,
+            };
+            if !timed {
+                return Some(Ok(entry(None, stored)));
             }
+            if stored.len() < ENTRY_TIME_BYTES {
+                self.done = true;
+                return Some(Err(JournalError::InvalidArgument(format!(
+                    "journal entry {} is shorter than the time every entry of its format begins with",
+                    h.lsn
+                ))));
+            }
+            let time = u64::from_le_bytes(stored[..ENTRY_TIME_BYTES].try_into().unwrap());
+            let payload = stored.slice(ENTRY_TIME_BYTES..);
+            return Some(Ok(entry((time > 0).then_some(time), payload)));
         }
         None
     }

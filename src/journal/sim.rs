@@ -102,13 +102,17 @@ impl MemLog {
         })
     }
 
-    /// Appends an entry; returns its LSN, or None when the ring is full.
+    /// Appends an entry, stamped with its offset (deterministic); returns its LSN, or None
+    /// when the ring is full.
     pub fn append(&mut self, repl_offset_end: u64, payload: &[u8]) -> Option<u64> {
         loop {
-            match self
-                .batcher
-                .append(&SIM_REPL_ID, repl_offset_end, payload, self.durable_lsn)
-            {
+            match self.batcher.append(
+                &SIM_REPL_ID,
+                repl_offset_end,
+                payload,
+                self.durable_lsn,
+                repl_offset_end,
+            ) {
                 Ok(p) => return Some(p.lsn),
                 // Pool exhausted: apply queued writes (as the writer thread would), retry.
                 Err(super::error::JournalError::Busy) => self.flush(),
@@ -385,12 +389,13 @@ pub fn fuzz_recovery(data: &[u8]) {
             }
             _ => {
                 // A record of a plausible shape, sealed with the journal's own key (a
-                // leftover of walrus's own, not a client's), dropped at a block boundary.
+                // leftover of walrus's own, not a client's: an entry's time and some bytes),
+                // dropped at a block boundary.
                 let at = pos / 4096 * 4096;
                 let h = super::format::RecordHeader {
                     version: super::format::FORMAT_VERSION,
                     kind: super::format::Kind::Full,
-                    payload_len: u32::from(v),
+                    payload_len: u32::from(v) + super::format::ENTRY_TIME_BYTES as u32,
                     epoch: u32::from(v % 3),
                     seg_seq: geo.seg_seq(at) + u64::from(v % 2),
                     lsn: u64::from(v) % (appended.len() as u64 + 3),
@@ -398,8 +403,9 @@ pub fn fuzz_recovery(data: &[u8]) {
                     durable_hint: u64::from(v),
                     repl_id: SIM_REPL_ID,
                 };
-                let mut rec = vec![0u8; super::format::HEADER_BYTES + usize::from(v)];
-                let payload = vec![v; usize::from(v)];
+                let len = super::format::ENTRY_TIME_BYTES + usize::from(v);
+                let mut rec = vec![0u8; super::format::HEADER_BYTES + len];
+                let payload = vec![v; len];
                 super::format::encode_record(SIM_KEY, &h, &payload, &mut rec);
                 log.ring.write_at(geo, at, &rec);
             }

@@ -26,11 +26,14 @@
 //! must not hold back the checkpoint that frees the ring, or writes would wait on it.
 
 use super::chain::{self, ChainError};
+use super::pitr::Cut;
 use crate::checkpoint::store::{Checkpoint, Recorded, Store, CHECKPOINT_FILE};
 use crate::checkpoint::{CheckpointError, Pin, Request};
 use crate::journal::lock::{Access, DirLock};
 use crate::journal::manifest::{fsync_dir, replace_file, Manifest};
+use crate::journal::open::{replay_dir, scan_dir};
 use crate::journal::{Entry, IoBackendChoice, Journal, JournalConfig, JournalError};
+use crate::journal::{ReplayEntry, ReplayFrom};
 use std::path::{Path, PathBuf};
 
 /// Why a backup did not happen.
@@ -64,6 +67,13 @@ pub struct Summary {
 impl std::fmt::Display for Summary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "backup written to {}", self.to.display())?;
+        self.write_contents(f)
+    }
+}
+
+impl Summary {
+    /// What the copy holds: its checkpoint and journal.
+    pub fn write_contents(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
             "checkpoint: {} ({} bytes of RDB, offset {})",
@@ -182,7 +192,15 @@ impl Backups {
                     None
                 }
             };
-            target.write(&journal, &store, copy, geometry, &runtime, &give_up)
+            target.write(
+                &Read::Open(&journal),
+                &store,
+                copy,
+                geometry,
+                &runtime,
+                &give_up,
+                None,
+            )
         })
         .await
         .map_err(|e| Failed(format!("the backup task failed: {e}")))?;
@@ -419,23 +437,26 @@ impl Target {
 
     /// The copy, into the staging directory, then renamed to the target (blocking). On
     /// failure what it wrote is removed.
+    #[allow(clippy::too_many_arguments)]
     fn write(
         self,
-        journal: &Journal,
+        read: &Read,
         store: &Store,
         copy: Journal,
         geometry: (u64, u32),
         runtime: &tokio::runtime::Handle,
         give_up: &dyn Fn() -> Option<String>,
+        cut: Option<&Cut>,
     ) -> Result<Summary, BackupError> {
         let copied = copy_into(
-            journal,
+            read,
             store,
             copy,
             &self.staging,
             geometry,
             runtime,
             give_up,
+            cut,
         )
         .and_then(|summary| {
             if let Some(why) = give_up() {
@@ -472,70 +493,148 @@ pub fn offline(
     to: &Path,
     geometry: (Option<u64>, Option<u32>),
 ) -> Result<Summary, BackupError> {
-    let (journal_dir, cp_dir) = super::verify::data_dirs(from);
-    super::data_dir::check(&journal_dir, &cp_dir, None).map_err(|e| match e {
-        super::RestoreError::Refused(why) => Refused(why),
-        e => Failed(e.to_string()),
-    })?;
-    let m = Manifest::load(&journal_dir)
-        .map_err(|e| Refused(e.to_string()))?
-        .ok_or_else(|| Refused(format!("no journal in {}", journal_dir.display())))?;
-    let geometry = (
-        geometry.0.unwrap_or(m.segment_size_bytes),
-        geometry.1.unwrap_or(m.segments),
-    );
-    let live = [journal_dir.clone(), cp_dir.clone()];
+    let stopped = Stopped::of(from, geometry)?;
     // The journal's lock first: against a running walrus nothing is touched, not even a
     // staging directory its own backup may be writing.
     let cfg = JournalConfig {
         io_backend: IoBackendChoice::Sync,
-        ..JournalConfig::for_geometry(m.segment_size_bytes, m.segments)
+        ..JournalConfig::for_geometry(
+            stopped.manifest.segment_size_bytes,
+            stopped.manifest.segments,
+        )
     };
-    let (journal, _) = Journal::open(&journal_dir, &cfg).map_err(|e| {
+    let (journal, _) = Journal::open(&stopped.journal_dir, &cfg).map_err(|e| {
         Failed(format!(
             "cannot open the journal (is walrus still running?): {e}"
         ))
     })?;
-    let copied = Target::prepare(to, &live).and_then(|target| {
-        let opened = Store::read_only(&cp_dir)
-            .map_err(|e| Failed(e.to_string()))
-            .and_then(|store| {
-                let rdb = store.recorded().map_or(0, |cp| cp.size);
-                // walrus is stopped: the file system only has to hold the copy.
-                target.check_room(rdb + geometry.0 * u64::from(geometry.1), &live, None)?;
-                let copy = new_journal(&target.staging, geometry)?;
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| Failed(format!("cannot start a runtime: {e}")))?;
-                Ok((store, copy, runtime))
-            });
-        match opened {
-            Ok((store, copy, runtime)) => {
-                target.write(&journal, &store, copy, geometry, runtime.handle(), &|| None)
-            }
-            Err(e) => Err(target.abandon(e)),
-        }
-    });
+    let copied = stopped.copy(&Read::Open(&journal), to, None);
     journal
         .close()
         .map_err(|e| Failed(format!("closing the journal: {e}")))?;
     copied
 }
 
-/// RDB, then the chain into a new journal, then the manifest that names the RDB, each
-/// synced, into `dir`. `give_up` is asked between entries and between blocks of the RDB.
+/// A data directory no walrus runs in (stopped, or a backup), checked as `serve` checks it,
+/// to be copied.
+pub(super) struct Stopped {
+    pub journal_dir: PathBuf,
+    pub cp_dir: PathBuf,
+    pub manifest: Manifest,
+    /// The copy's ring.
+    pub geometry: (u64, u32),
+}
+
+impl Stopped {
+    /// `from`'s parts, which must prove what it holds ([`super::data_dir::check`]); the
+    /// copy's ring is `geometry` (`from`'s where not given).
+    pub fn of(from: &Path, geometry: (Option<u64>, Option<u32>)) -> Result<Stopped, BackupError> {
+        let (journal_dir, cp_dir) = super::verify::data_dirs(from);
+        super::data_dir::check(&journal_dir, &cp_dir, None).map_err(|e| match e {
+            super::RestoreError::Refused(why) => Refused(why),
+            e => Failed(e.to_string()),
+        })?;
+        let manifest = Manifest::load(&journal_dir)
+            .map_err(|e| Refused(e.to_string()))?
+            .ok_or_else(|| Refused(format!("no journal in {}", journal_dir.display())))?;
+        let geometry = (
+            geometry.0.unwrap_or(manifest.segment_size_bytes),
+            geometry.1.unwrap_or(manifest.segments),
+        );
+        Ok(Stopped {
+            journal_dir,
+            cp_dir,
+            manifest,
+            geometry,
+        })
+    }
+
+    /// Copies the checkpoint and the journal after it, read through `read`, up to `cut`
+    /// (all of it: `None`), into the new data directory `to` (blocking).
+    pub fn copy(&self, read: &Read, to: &Path, cut: Option<&Cut>) -> Result<Summary, BackupError> {
+        let live = [self.journal_dir.clone(), self.cp_dir.clone()];
+        let geometry = self.geometry;
+        Target::prepare(to, &live).and_then(|target| {
+            let opened = Store::read_only(&self.cp_dir)
+                .map_err(|e| Failed(e.to_string()))
+                .and_then(|store| {
+                    let rdb = store.recorded().map_or(0, |cp| cp.size);
+                    // walrus is stopped: the file system only has to hold the copy.
+                    target.check_room(rdb + geometry.0 * u64::from(geometry.1), &live, None)?;
+                    let copy = new_journal(&target.staging, geometry)?;
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(|e| Failed(format!("cannot start a runtime: {e}")))?;
+                    Ok((store, copy, runtime))
+                });
+            match opened {
+                Ok((store, copy, runtime)) => target.write(
+                    read,
+                    &store,
+                    copy,
+                    geometry,
+                    runtime.handle(),
+                    &|| None,
+                    cut,
+                ),
+                Err(e) => Err(target.abandon(e)),
+            }
+        })
+    }
+}
+
+/// Where a copy reads the journal after the checkpoint.
+pub(super) enum Read<'a> {
+    /// A journal open for writing (a running walrus's): its durable entries.
+    Open(&'a Journal),
+    /// A journal directory as it is, opened by no one: read only.
+    Dir(&'a Path),
+}
+
+/// Entries read from a journal.
+pub(super) type Entries<'a> = Box<dyn Iterator<Item = Result<ReplayEntry, JournalError>> + 'a>;
+
+impl<'a> Read<'a> {
+    /// The entries from `from_lsn` on; of a directory, only once its log proves clean (mid-log
+    /// corruption is refused, naming the place, as `walrus verify` does).
+    pub fn entries(&self, from_lsn: u64) -> Result<Entries<'a>, JournalError> {
+        match self {
+            Read::Open(j) => Ok(Box::new(j.replay(ReplayFrom::Lsn(from_lsn))?)),
+            Read::Dir(dir) => {
+                let cfg = JournalConfig::default();
+                let (_, report) = scan_dir(dir, &cfg)?;
+                if let Some(corrupt) = report.corruption(dir) {
+                    return Err(JournalError::InvalidArgument(corrupt));
+                }
+                Ok(Box::new(replay_dir(dir, &cfg, ReplayFrom::Lsn(from_lsn))?))
+            }
+        }
+    }
+}
+
+/// RDB, then the chain (up to `cut`, if one is given) into a new journal, then the manifest
+/// that names the RDB, each synced, into `dir`. `give_up` is asked between entries and between
+/// blocks of the RDB.
+#[allow(clippy::too_many_arguments)]
 fn copy_into(
-    journal: &Journal,
+    read: &Read,
     store: &Store,
     copy: Journal,
     dir: &Path,
     (segment_size_bytes, segments): (u64, u32),
     runtime: &tokio::runtime::Handle,
     give_up: &dyn Fn() -> Option<String>,
+    cut: Option<&Cut>,
 ) -> Result<Summary, BackupError> {
     let gave_up = |why: String| Failed(format!("the backup gave up: {why}"));
     let (cp, mut rdb) = open_recorded(store).map_err(Failed)?;
+    if cut.is_some_and(|c| c.checkpoint != cp) {
+        return Err(Failed(format!(
+            "the checkpoint changed since the cut was decided (now {}): decide it again",
+            cp.file
+        )));
+    }
     let cp_dir = dir.join("checkpoints");
     std::fs::create_dir_all(&cp_dir)
         .map_err(|e| Failed(format!("cannot create {}: {e}", cp_dir.display())))?;
@@ -564,7 +663,14 @@ fn copy_into(
 
     let id = copy.data_dir_id();
     let mut failure = None;
-    let walked = chain::walk(journal, &cp, |slice| {
+    let entries = read
+        .entries(cp.from_lsn)
+        .map_err(|e| Failed(format!("reading the journal: {e}")))?;
+    let entries: Entries = match cut {
+        Some(c) => Box::new(super::pitr::through(entries, c.at)),
+        None => entries,
+    };
+    let walked = chain::walk_entries(entries, &cp, |slice| {
         if let Some(why) = give_up() {
             failure = Some(gave_up(why));
             return Err(ChainError::Journal(JournalError::InvalidArgument(
@@ -582,6 +688,9 @@ fn copy_into(
         return Err(why);
     }
     let end = walked.map_err(|e| Failed(e.to_string()))?;
+    if let Some(c) = cut {
+        c.reached(&end).map_err(Failed)?;
+    }
     crate::fault::fail_point!("backup::journal_copied");
     let record = record_copy(dir, &cp, id, closed, end.entries)?;
     crate::fault::fail_point!("backup::manifest_written");
@@ -609,8 +718,9 @@ pub(crate) fn append_slice(
         repl_offset_end: slice.end,
         payload: slice.bytes,
     };
+    // The copy keeps each entry's time: `--until TIME` cuts a copy as its original.
     runtime
-        .block_on(copy.append(entry))
+        .block_on(copy.append_at(entry, slice.time_ms.unwrap_or(0)))
         .map(drop)
         .map_err(|e| match e {
             JournalError::RingFull { .. } => Refused(format!(
@@ -746,12 +856,13 @@ mod tests {
         let target = Target::prepare(to, &[])?;
         let copy = new_journal(&target.staging, (64 * 1024, 4))?;
         target.write(
-            journal,
+            &Read::Open(journal),
             store,
             copy,
             (64 * 1024, 4),
             runtime.handle(),
             give_up,
+            None,
         )
     }
 

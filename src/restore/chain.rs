@@ -29,6 +29,8 @@ pub struct Slice {
     pub bytes: Bytes,
     /// Replication offset after these bytes.
     pub end: u64,
+    /// When the entry was journaled ([`ReplayEntry::time_ms`]): a copy keeps it.
+    pub time_ms: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -113,6 +115,7 @@ pub fn walk_entries(
             repl_id: e.repl_id,
             bytes,
             end: e.repl_offset_end,
+            time_ms: e.time_ms,
         })?;
     }
     Ok(end)

@@ -241,6 +241,7 @@ mod tests {
                 rdb_version: None,
                 written_by: None,
                 newest_server: None,
+                time_ms: None,
             }),
         })
     }

@@ -19,12 +19,13 @@
 //! to the journal but what every open writes (the manifest's epoch).
 
 use super::chain::{self, ChainError};
+use super::commands::Commands;
+use super::pitr::{Cut, Until};
 use crate::checkpoint::store::{Checkpoint, Store};
 use crate::journal::manifest::{fsync_dir, Manifest, MANIFEST_FILE};
 use crate::journal::ring::segment_path;
 use crate::journal::{IoBackendChoice, Journal, JournalConfig, JournalError};
-use crate::resp::{Limits, RequestParser};
-use bytes::BytesMut;
+use crate::journal::{ReplayEntry, ReplayFrom};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -49,6 +50,8 @@ pub struct ExportSummary {
     /// bytes.
     pub commands_dropped: u64,
     pub bytes_dropped: u64,
+    /// Where a point-in-time export cut the journal (`None`: it holds all of it).
+    pub cut: Option<Cut>,
 }
 
 impl ExportSummary {
@@ -58,10 +61,14 @@ impl ExportSummary {
     }
 }
 
-/// Writes the current checkpoint plus the journal after it to `out` as one AOF with an RDB
-/// preamble (blocking). `data_dir` is walrus's data directory (holding `journal/` and
-/// `checkpoints/`), or its journal directory.
-pub fn export_aof(data_dir: &Path, out: &Path) -> Result<ExportSummary, super::RestoreError> {
+/// Writes the current checkpoint plus the journal after it, up to where `until` cuts it
+/// ([`super::pitr`]), to `out` as one AOF with an RDB preamble (blocking). `data_dir` is
+/// walrus's data directory (holding `journal/` and `checkpoints/`), or its journal directory.
+pub fn export_aof(
+    data_dir: &Path,
+    out: &Path,
+    until: &Until,
+) -> Result<ExportSummary, super::RestoreError> {
     let (journal_dir, cp_dir) = super::verify::data_dirs(data_dir);
     let live = super::backup::live_dir_of(out, &[journal_dir.clone(), cp_dir.clone()])
         .map_err(super::RestoreError::Export)?;
@@ -74,25 +81,30 @@ pub fn export_aof(data_dir: &Path, out: &Path) -> Result<ExportSummary, super::R
         )));
     }
     super::data_dir::check(&journal_dir, &cp_dir, None)?;
-    export(data_dir, out).map_err(super::RestoreError::Export)
+    export(data_dir, out, until)
 }
 
-fn export(data_dir: &Path, out: &Path) -> Result<ExportSummary, String> {
+fn export(
+    data_dir: &Path,
+    out: &Path,
+    until: &Until,
+) -> Result<ExportSummary, super::RestoreError> {
+    use super::RestoreError::Export;
     let (journal_dir, cp_dir) = super::verify::data_dirs(data_dir);
     let manifest = Manifest::load(&journal_dir)
-        .map_err(|e| e.to_string())?
+        .map_err(|e| Export(e.to_string()))?
         .ok_or_else(|| {
-            format!(
+            Export(format!(
                 "no journal in {} (no {MANIFEST_FILE}): --dir must be walrus's data directory, \
                  the one holding journal/ and checkpoints/",
                 journal_dir.display()
-            )
+            ))
         })?;
     if !cp_dir.join("CHECKPOINT").is_file() {
-        return Err(format!(
+        return Err(Export(format!(
             "no checkpoint in {}: walrus records its first one when it first attaches to Valkey",
             cp_dir.display()
-        ));
+        )));
     }
     // Opening a journal creates missing segment files, zero-filled: that would hide a lost
     // one instead of reporting it.
@@ -100,37 +112,49 @@ fn export(data_dir: &Path, out: &Path) -> Result<ExportSummary, String> {
         .map(|i| segment_path(&journal_dir, i))
         .find(|p| !p.is_file())
     {
-        return Err(format!(
+        return Err(Export(format!(
             "journal segment {} is missing; `walrus journal verify --dir {}` tells what is left",
             missing.display(),
             journal_dir.display()
-        ));
+        )));
     }
     // The journal first: its lock proves no walrus is running, before the checkpoint is read.
     let cfg = JournalConfig {
         io_backend: IoBackendChoice::Sync,
         ..JournalConfig::for_geometry(manifest.segment_size_bytes, manifest.segments)
     };
-    let (journal, _) = Journal::open(&journal_dir, &cfg).map_err(|e| match e {
-        JournalError::InUse { .. } => {
-            format!(
+    let (journal, _) = Journal::open(&journal_dir, &cfg).map_err(|e| {
+        Export(match e {
+            JournalError::InUse { .. } => format!(
                 "the journal in {} is in use by a running walrus; stop it first ({e})",
                 journal_dir.display()
-            )
-        }
-        e => format!("cannot open the journal: {e}"),
+            ),
+            e => format!("cannot open the journal: {e}"),
+        })
     })?;
-    let store = Store::read_only(&cp_dir).map_err(|e| e.to_string())?;
+    let store = Store::read_only(&cp_dir).map_err(|e| Export(e.to_string()))?;
     let cp = store
         .current()
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("no checkpoint recorded in {}", cp_dir.display()))?;
-    store.verify(&cp).map_err(|e| e.to_string())?;
-    let result = write_atomically(out, |w| write_aof(w, &store, &cp, &journal));
+        .map_err(|e| Export(e.to_string()))?
+        .ok_or_else(|| Export(format!("no checkpoint recorded in {}", cp_dir.display())))?;
+    store.verify(&cp).map_err(|e| Export(e.to_string()))?;
+    let replay = || journal.replay(ReplayFrom::Lsn(cp.from_lsn));
+    let cut = match until {
+        Until::End => None,
+        until => Some(super::pitr::find_cut(&cp, replay()?, until)?),
+    };
+    let result = write_atomically(out, |w| {
+        let entries = replay().map_err(|e| e.to_string())?;
+        match &cut {
+            Some(c) => write_aof(w, &store, &cp, super::pitr::through(entries, c.at)),
+            None => write_aof(w, &store, &cp, entries),
+        }
+    });
     let closed = journal.close();
-    let mut summary = result?;
-    closed.map_err(|e| format!("closing the journal: {e}"))?;
+    let mut summary = result.map_err(Export)?;
+    closed.map_err(|e| Export(format!("closing the journal: {e}")))?;
     summary.out = out.to_path_buf();
+    summary.cut = cut;
     Ok(summary)
 }
 
@@ -174,14 +198,14 @@ fn write_aof(
     w: &mut impl Write,
     store: &Store,
     cp: &Checkpoint,
-    journal: &Journal,
+    entries: impl Iterator<Item = Result<ReplayEntry, JournalError>>,
 ) -> Result<ExportSummary, String> {
     let path = store.path_of(cp);
     let rdb_bytes = copy_rdb(w, &path)?;
     let mut filter = Filter::new(cp.offset);
     // The closure can only fail with a ChainError: the real reason waits here.
     let mut failure: Option<String> = None;
-    let walked = chain::walk(journal, cp, |slice| {
+    let walked = chain::walk_entries(entries, cp, |slice| {
         filter.feed(&slice.bytes, w).map_err(|e| {
             failure = Some(e);
             ChainError::Journal(JournalError::InvalidArgument("export failed".into()))
@@ -204,6 +228,7 @@ fn write_aof(
         commands_kept: filter.kept,
         commands_dropped: filter.dropped,
         bytes_dropped: filter.dropped_bytes,
+        cut: None,
     })
 }
 
@@ -215,14 +240,9 @@ fn copy_rdb(w: &mut impl Write, path: &Path) -> Result<u64, String> {
     std::io::copy(&mut f, w).map_err(|e| format!("copying checkpoint {}: {e}", path.display()))
 }
 
-/// Cuts the stream into commands (with the client request parser: the stream is made of
-/// the same arrays of bulk strings) and keeps all but the replication-only ones. A command
-/// may continue from one journal slice into the next: it waits in `pending`.
+/// Keeps the stream's commands ([`Commands`]) but the replication-only ones.
 struct Filter {
-    parser: RequestParser,
-    pending: BytesMut,
-    /// Replication offset of the first byte not yet consumed (the start of `pending`).
-    offset: u64,
+    commands: Commands,
     kept: u64,
     kept_bytes: u64,
     dropped: u64,
@@ -232,15 +252,7 @@ struct Filter {
 impl Filter {
     fn new(offset: u64) -> Filter {
         Filter {
-            // A command is as large as Valkey accepted it; the journal's entry limit already
-            // bounded what was stored.
-            parser: RequestParser::new(Limits {
-                max_bulk_bytes: usize::MAX / 2,
-                max_array_len: usize::MAX / 2,
-                ..Limits::default()
-            }),
-            pending: BytesMut::new(),
-            offset,
+            commands: Commands::new(offset),
             kept: 0,
             kept_bytes: 0,
             dropped: 0,
@@ -250,53 +262,35 @@ impl Filter {
 
     /// Writes the whole commands `bytes` completes.
     fn feed(&mut self, bytes: &[u8], w: &mut impl Write) -> Result<(), String> {
-        self.pending.extend_from_slice(bytes);
-        loop {
-            // The parser would take anything else for an inline command.
-            if self.pending.first().is_some_and(|&b| b != b'*') {
-                return Err(format!(
-                    "the journal's stream holds something other than a command at replication offset {}: {:?}",
-                    self.offset,
-                    String::from_utf8_lossy(&self.pending[..self.pending.len().min(64)])
-                ));
-            }
-            let parsed = self.parser.next(&mut self.pending).map_err(|e| {
-                format!(
-                    "the journal's stream is not RESP at replication offset {}: {}",
-                    self.offset, e.0
-                )
-            })?;
-            let Some(req) = parsed else {
-                return Ok(());
-            };
-            let n = req.raw.len() as u64;
-            let name = req.name();
+        let Filter {
+            commands,
+            kept,
+            kept_bytes,
+            dropped,
+            dropped_bytes,
+        } = self;
+        commands.feed(bytes, |c| {
+            let n = c.end - c.start;
+            let name = c.name();
             if name.eq_ignore_ascii_case(b"PING")
                 || name.eq_ignore_ascii_case(b"REPLCONF")
                 || super::messages::is_message(name)
             {
-                self.dropped += 1;
-                self.dropped_bytes += n;
+                *dropped += 1;
+                *dropped_bytes += n;
             } else {
-                w.write_all(&req.raw)
+                w.write_all(&c.request.raw)
                     .map_err(|e| format!("writing the output: {e}"))?;
-                self.kept += 1;
-                self.kept_bytes += n;
+                *kept += 1;
+                *kept_bytes += n;
             }
-            self.offset += n;
-        }
+            Ok(())
+        })
     }
 
     /// The stream must end after a whole command.
     fn finish(&self) -> Result<(), String> {
-        if self.pending.is_empty() {
-            return Ok(());
-        }
-        Err(format!(
-            "the journal's stream ends inside a command ({} bytes from replication offset {})",
-            self.pending.len(),
-            self.offset
-        ))
+        self.commands.finish()
     }
 }
 
@@ -348,12 +342,5 @@ mod tests {
         }
         let (_, f) = run(&[&stream[..stream.len() - 3]]);
         assert!(f.finish().unwrap_err().contains("ends inside a command"));
-    }
-
-    #[test]
-    fn rejects_what_is_not_a_command() {
-        let mut f = Filter::new(7);
-        let err = f.feed(b"+OK\r\n", &mut Vec::new()).unwrap_err();
-        assert!(err.contains("offset 7"), "{err}");
     }
 }

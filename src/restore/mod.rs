@@ -20,13 +20,16 @@
 
 pub mod backup;
 pub mod chain;
+pub mod commands;
 pub mod data_dir;
 pub mod decide;
 pub mod export;
 pub mod in_place;
 pub mod listener;
 pub mod messages;
+pub mod pitr;
 pub mod primary;
+pub mod rewind;
 pub mod verify;
 
 use crate::checkpoint::rates::LearnedRates;
@@ -67,6 +70,15 @@ pub enum RestoreError {
     /// This Valkey cannot take what walrus holds (a downgrade); nothing was sent.
     #[error("{0}")]
     Unloadable(String),
+}
+
+impl From<backup::BackupError> for RestoreError {
+    fn from(e: backup::BackupError) -> RestoreError {
+        match e {
+            backup::BackupError::Refused(why) => RestoreError::Refused(why),
+            backup::BackupError::Failed(why) => RestoreError::Other(why),
+        }
+    }
 }
 
 /// Bytes sent so far out of the total, for the progress log and metrics.
@@ -337,6 +349,7 @@ mod tests {
                 rdb_version: Some(rdb_version),
                 written_by: Some(written_by.into()),
                 newest_server: newest.map(Into::into),
+                time_ms: None,
             },
             rdb_version,
             end: ChainEnd {

@@ -8,6 +8,8 @@
 //! case. Kubernetes' `Ki`, `Mi`, `Gi` (and `KiB`, ...) are powers of 1024 too, so that a
 //! size copied from a volume claim does as well.
 
+pub mod time;
+
 use serde::{de, Deserialize, Deserializer};
 
 /// A number, or a string holding one and a unit.

@@ -1,0 +1,118 @@
+//! `walrus restore`: a point-in-time restore (`crate::restore::pitr` says where each cut
+//! falls). With `--data-dir NEW`, offline: what a data directory (a stopped walrus's, or a
+//! backup) holds, up to the cut, into a new data directory that `walrus serve` starts from.
+//! `--dry-run` says where the cut falls, and changes nothing.
+
+use crate::restore::pitr::{BeforeCommand, Until};
+use clap::Args;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Where a point-in-time restore stops: at most one of these (none: everything).
+#[derive(Debug, Args)]
+pub struct UntilArgs {
+    /// The writes journaled at or before this time, RFC 3339 with its offset
+    /// (2026-12-03T21:18:45Z, 2026-12-03T22:18:45.250+01:00).
+    #[arg(long, value_name = "TIME", value_parser = crate::units::time::parse_time,
+          conflicts_with_all = ["until_offset", "before_command"])]
+    pub until: Option<u64>,
+    /// The commands that end at or before this replication offset (a transaction only
+    /// whole).
+    #[arg(long, value_name = "OFFSET", conflicts_with = "before_command")]
+    pub until_offset: Option<u64>,
+    /// Everything before a command: its name, and if given its first arguments as written
+    /// ("FLUSHALL", "FLUSHDB", "DEL important-key"); before its transaction's MULTI when it
+    /// is in one. The newest such command, unless --occurrence counts further back.
+    #[arg(long, value_name = "COMMAND")]
+    pub before_command: Option<String>,
+    /// With --before-command: which one, counting back from the newest (1: the newest).
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "before_command",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub occurrence: u32,
+}
+
+impl UntilArgs {
+    pub fn until(&self) -> Result<Until, String> {
+        if let Some(t) = self.until {
+            return Ok(Until::Time(t));
+        }
+        if let Some(o) = self.until_offset {
+            return Ok(Until::Offset(o));
+        }
+        let Some(command) = &self.before_command else {
+            return Ok(Until::End);
+        };
+        let words: Vec<Vec<u8>> = command
+            .split_whitespace()
+            .map(|w| w.as_bytes().to_vec())
+            .collect();
+        if words.is_empty() {
+            return Err("--before-command needs a command name".into());
+        }
+        Ok(Until::BeforeCommand(BeforeCommand {
+            words,
+            occurrence: self.occurrence,
+        }))
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    /// The data directory to restore from: a stopped walrus's, or a backup (read only; its
+    /// lock is shared, so a running walrus's is refused).
+    #[arg(long, value_name = "DIR")]
+    pub from_dir: PathBuf,
+    /// The new data directory to write (new or empty): `walrus serve --data-dir` restores
+    /// Valkey from it. Not needed with --dry-run.
+    #[arg(long, value_name = "DIR", required_unless_present = "dry_run")]
+    pub data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub until: UntilArgs,
+    /// Say where the cut falls and what it keeps and leaves out; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// The new data directory's ring: this many segments [default: the original's].
+    #[arg(long)]
+    pub segments: Option<u32>,
+    /// The new data directory's segment size in bytes [default: the original's].
+    #[arg(long, value_parser = crate::units::parse_size)]
+    pub segment_size_bytes: Option<u64>,
+}
+
+pub fn run(args: RestoreArgs) -> ExitCode {
+    let until = match args.until.until() {
+        Ok(u) => u,
+        Err(e) => {
+            eprintln!("walrus: {e}");
+            return ExitCode::from(super::EXIT_FIX);
+        }
+    };
+    let (journal_dir, _) = crate::restore::verify::data_dirs(&args.from_dir);
+    let _reading =
+        match super::data_dir::lock_for_command(&journal_dir, crate::journal::lock::Access::Shared)
+        {
+            Ok(lock) => lock,
+            Err(code) => return code,
+        };
+    let done = match (&args.data_dir, args.dry_run) {
+        (_, true) => crate::restore::rewind::plan(&args.from_dir, &until).map(|c| c.to_string()),
+        (Some(to), false) => crate::restore::rewind::into_new_dir(
+            &args.from_dir,
+            to,
+            &until,
+            (args.segment_size_bytes, args.segments),
+        )
+        .map(|r| r.to_string()),
+        (None, false) => unreachable!("clap requires --data-dir without --dry-run"),
+    };
+    match done {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("walrus: restore failed: {e}");
+            super::exit_code(&e)
+        }
+    }
+}
