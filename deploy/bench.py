@@ -19,6 +19,8 @@ and the median of the per-round ratios against the first setup.
                                          # (faultfs: 1 ms and 5 ms per synchronous write)
     deploy/bench.py --suite compare --rounds 1 --scale 0.05 --out /tmp/r.md --plot /tmp/r.png   # quick
     deploy/bench.py --suite compare --disks 5ms --rounds 1 --scale 0.2   # one regime
+    deploy/bench.py --suite compare --disks local --workload "SET 180 KiB" --setup always --setup "walrus durable"
+                                         # one workload against some setups (names containing the texts)
     deploy/bench.py --suite role --baseline OLD_BINARY
                                          # what walrus's ROLE calls cost inside Valkey (its
                                          # commandstats) under durable SETs, this build and another
@@ -775,9 +777,9 @@ def start_haproxy(tmp, upstream_port):
     return p, port
 
 
-def compare_setups(tmp, baseline=None, names=None):
-    """Starts the setups (those in `names` only, if given), each with its own Valkey, its files
-    under `tmp`."""
+def compare_setups(tmp, baseline=None, names=None, texts=None):
+    """Starts the setups (those in `names` only, if given, and whose name contains one of
+    `texts`, if given), each with its own Valkey, its files under `tmp`."""
     def valkey_alone(extra, about):
         def start(name):
             v, port = start_valkey(tmp, extra)
@@ -826,7 +828,8 @@ def compare_setups(tmp, baseline=None, names=None):
     ]
     out = []
     for name, start in catalogue:
-        if names is None or name in names or name.startswith("baseline"):
+        own = name.removeprefix("baseline ")  # a baseline's setup goes with this build's
+        if (names is None or own in names) and (not texts or any(text in own for text in texts)):
             out.append(start(name))
     return out
 
@@ -1239,7 +1242,7 @@ def compare_regime(opts, tmp, regime):
     started = []
     try:
         floor = sync_write_floor(root)
-        started = compare_setups(root, opts.baseline, SLOW_DISK_SETUPS if disk else None)
+        started = compare_setups(root, opts.baseline, SLOW_DISK_SETUPS if disk else None, opts.setup)
         for s in started:
             if s.metrics:  # which journal backend walrus really runs
                 info_ = [k for k in scrape(s.metrics) if k.startswith("walrus_journal_info{")]
@@ -1264,7 +1267,12 @@ def compare_regime(opts, tmp, regime):
 
 
 def compare_suite(opts, tmp):
+    global COMPARE_WORKLOADS
     began = time.monotonic()
+    if opts.workload:
+        COMPARE_WORKLOADS = [w for w in COMPARE_WORKLOADS if any(text in w[0] for text in opts.workload)]
+        if not COMPARE_WORKLOADS:
+            sys.exit("--workload: no compare workload's name contains %s" % " or ".join(opts.workload))
     for path, build in ((LOADGEN, "loadgen"), (FAULTFS, "faultfs")):
         if not os.path.exists(path):
             sys.exit("%s missing: cargo build --release --example %s" % (path, build))
@@ -1636,6 +1644,10 @@ def main():
     ap.add_argument("--disks", default="local,1ms,5ms",
                     help="compare: the disk regimes, in order: local (the temp dir's disk), 1ms and 5ms (faultfs "
                          "in latency mode on it); default all three")
+    ap.add_argument("--workload", action="append", metavar="TEXT",
+                    help="compare: only the workloads whose name contains TEXT (repeatable)")
+    ap.add_argument("--setup", action="append", metavar="TEXT",
+                    help="compare: only the setups whose name contains TEXT (repeatable; a --baseline's follow its own)")
     opts = ap.parse_args()
     if opts.rounds is None:
         opts.rounds = 3 if opts.suite in ("restore", "compare") else 5
