@@ -35,6 +35,9 @@ and the median of the per-round ratios against the first setup.
                                          # SET writers beside keyspace subscribers and tracking clients:
                                          # the writers' ops/s, and the delay from a write's acknowledgement
                                          # to its notification and invalidation; Valkey, walrus, another build
+    deploy/bench.py --suite archive      # durable SETs without an archive, with one, with ack = "archive"
+                                         # (SeaweedFS on this machine); bytes and requests per stream
+                                         # byte; a restart vs a bootstrap from the archive (deploy/bench_archive.py)
 
 Needs: valkey-server (deploy/setup.sh installs it) and redis-benchmark (redis-tools); compare
 also nutcracker, haproxy and matplotlib (deploy/setup.sh --bench).
@@ -1620,7 +1623,7 @@ def notifications_suite(opts, tmp):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--suite", choices=["proxy", "durability", "connect", "restore", "scripts", "compare", "role", "hostile",
-                                        "tls", "socket", "notifications"],
+                                        "tls", "socket", "notifications", "archive"],
                     default="proxy")
     ap.add_argument("--rounds", type=int, default=None, help="default 5 (restore, compare: 3)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies every workload's request count")
@@ -1629,7 +1632,7 @@ def main():
                     help="proxy, durability, connect, compare, role, notifications: also run this walrus binary (e.g. a build of an "
                          "older commit) as a setup")
     ap.add_argument("--dataset-mb", type=int, default=1024,
-                    help="restore: MiB of SETs (200-byte values, 240 bytes each) written into each setup")
+                    help="restore, archive: MiB of SETs (200-byte values, 240 bytes each) written into each setup")
     ap.add_argument("--segment-mb", type=int, default=0,
                     help="restore: journal segment size (16 segments); 0: large enough that walrus never checkpoints by itself")
     ap.add_argument("--checkpoint-at", type=float, default=0.5,
@@ -1650,7 +1653,7 @@ def main():
                     help="compare: only the setups whose name contains TEXT (repeatable; a --baseline's follow its own)")
     opts = ap.parse_args()
     if opts.rounds is None:
-        opts.rounds = 3 if opts.suite in ("restore", "compare") else 5
+        opts.rounds = 3 if opts.suite in ("restore", "compare", "archive") else 5
     # Ctrl-C (even when started with SIGINT ignored, as in a background job) and SIGTERM
     # unwind through the cleanup below.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -1660,9 +1663,14 @@ def main():
         # timed workloads, and examples/faultfs, the slow disks.
         targets = ["--bin", "walrus", "--example", "loadgen", "--example", "faultfs"] if opts.suite == "compare" else []
         subprocess.run(["cargo", "build", "--release", "--quiet", *targets], cwd=ROOT, check=True)
-    if opts.suite in ("restore", "scripts", "compare", "role", "hostile", "tls", "socket", "notifications"):
+    if opts.suite in ("restore", "scripts", "compare", "role", "hostile", "tls", "socket", "notifications", "archive"):
         tmp = tempfile.mkdtemp(prefix="walrus-bench-")
         try:
+            if opts.suite == "archive":
+                sys.modules.setdefault("bench", sys.modules[__name__])
+                import bench_archive
+                bench_archive.archive_suite(opts, tmp)
+                return
             if opts.suite == "tls":
                 # bench_tls.py (beside this file) uses this module's helpers, and its children
                 # must land in this LIVE list: it imports this very module, not a second copy.

@@ -759,6 +759,7 @@ fn chart_lints_and_renders_valid_consistent_manifests_for_every_value_set() {
         "local-storage-monitoring-values.yaml",
         "auth-values.yaml",
         "io-uring-values.yaml",
+        "archive-values.yaml",
     ] {
         assert!(
             names.contains(&wanted),
@@ -803,6 +804,23 @@ fn chart_lints_and_renders_valid_consistent_manifests_for_every_value_set() {
                     .valkey_args
                     .windows(2)
                     .any(|w| w == ["--maxmemory-clients", "5%"]));
+            }
+            "archive-values.yaml" => {
+                // The archive's settings reach walrus.toml through config:, its credentials
+                // the container from a Secret, the identity the ServiceAccount.
+                assert_eq!(d.config.archive.url, "s3://walrus-archive/prod-cache");
+                assert!(d.config.archive.bootstrap);
+                let doc = |kind: &str| d.docs.iter().find(|x| x["kind"].s() == kind).unwrap();
+                let pod = &doc("StatefulSet")["spec"]["template"]["spec"];
+                let walrus = pod["containers"].named("walrus").unwrap();
+                let key = &walrus["env"].named("AWS_SECRET_ACCESS_KEY").unwrap()["valueFrom"];
+                assert_eq!(key["secretKeyRef"]["name"].s(), "walrus-s3");
+                assert_eq!(
+                    doc("ServiceAccount")["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
+                        .s(),
+                    "arn:aws:iam::123456789012:role/walrus-archive"
+                );
+                assert_eq!(pod["serviceAccountName"].s(), "demo-walrus");
             }
             "auth-values.yaml" => {
                 assert_eq!(d.secret, Some(("walrus-valkey".into(), "password".into())));

@@ -519,6 +519,53 @@ async fn an_interrupted_initialization_is_finished_by_the_next_open() {
     assert!(err.contains("is not zero-filled"), "{err}");
 }
 
+/// A replay goes on from where an earlier one stopped (its resume point), reading nothing
+/// before it, also across segments and entries fragmented over them; a resume point that a
+/// release has left behind is refused, never read as recycled data.
+#[tokio::test]
+async fn a_replay_resumes_where_another_stopped_and_never_behind_a_release() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = JournalConfig {
+        segments: 8,
+        ..cfg(IoBackendChoice::Sync)
+    };
+    let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
+    let j = Arc::new(j);
+    let mut off = 0u64;
+    let mut last = None;
+    for (i, len) in [30_000usize, 50_000, 10, 90_000, 40_000, 7]
+        .into_iter()
+        .enumerate()
+    {
+        off += len as u64;
+        let entry = Entry {
+            repl_id: REPL_ID,
+            repl_offset_end: off,
+            payload: payload(i as u64 + 1, len),
+        };
+        last = Some(j.append(entry).await.unwrap());
+    }
+    last.unwrap().wait().await.unwrap();
+    let all: Vec<_> = j
+        .replay(ReplayFrom::Lsn(1))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect();
+    let mut first = j.replay(ReplayFrom::Lsn(1)).unwrap();
+    for _ in 0..3 {
+        first.next().unwrap().unwrap();
+    }
+    let at = first.resume_point().unwrap();
+    assert_eq!(at.lsn, 4);
+    let rest: Vec<_> = j.replay_at(at).unwrap().map(|e| e.unwrap()).collect();
+    assert_eq!(rest, all[3..]);
+    // Released through LSN 4: the head moved past where the resume point is.
+    j.release_through(4).await.unwrap();
+    assert!(j.status().head_pos > at.pos);
+    let e = j.replay_at(at).err().expect("refused");
+    assert!(e.to_string().contains("released"), "{e}");
+}
+
 /// A checkpoint asks for the replication id of the last durable entry: it is known from
 /// what was appended, without reading the ring (a scan from the checkpoint through a ring
 /// of hundreds of MB delayed every checkpoint under load by seconds). Entries of an earlier

@@ -175,6 +175,21 @@ pub const POINTS: &[Point] = &[
         "a backup: `.<name>.partial` renamed to `<name>`, the parent directory not synced",
     ),
     point(
+        "archive::checkpoint_uploaded",
+        Kind::Crash,
+        "the archive: a checkpoint's RDB uploaded, the manifest not updated",
+    ),
+    point(
+        "archive::journal_uploaded",
+        Kind::Crash,
+        "the archive: a journal object uploaded, the uploader's position not moved",
+    ),
+    point(
+        "archive::merged",
+        Kind::Crash,
+        "the archive: a merged journal object uploaded, the objects it replaces not deleted",
+    ),
+    point(
         "restore::before_replicaof",
         Kind::Crash,
         "a restore: Valkey's one-time password set, REPLICAOF not sent yet",

@@ -28,6 +28,8 @@ pub struct DurableSources {
     /// Weak: the journal must close at shutdown while the endpoint still answers.
     pub journal: Weak<Journal>,
     pub store: Store,
+    /// The archive, when `[archive]` is set.
+    pub archive: Option<Arc<crate::archive::status::ArchiveStatus>>,
 }
 
 /// The status, flat: one key per figure (docs/operations.md lists them).
@@ -68,6 +70,20 @@ pub struct Status {
     /// How long a restore would take now (the checkpointer's estimate).
     pub restore_estimate_seconds: f64,
     pub disk_watermark_reached: bool,
+    /// `archive.url` (null: no archive).
+    pub archive_url: Option<String>,
+    /// How long the oldest durable entry not in the archive has waited (0: caught up).
+    pub archive_lag_seconds: Option<f64>,
+    pub archive_lag_bytes: Option<u64>,
+    pub archive_restore_points: Option<u64>,
+    /// The timeline walrus writes (docs/archive.md).
+    pub archive_timeline: Option<u64>,
+    /// Unix time of the newest restore point, and of the last upload.
+    pub archive_newest_restore_point: Option<i64>,
+    pub archive_last_upload: Option<i64>,
+    /// The last upload's failure, until one succeeds; or why walrus stopped writing it.
+    pub archive_error: Option<String>,
+    pub archive_stopped: bool,
 }
 
 impl Sources {
@@ -132,6 +148,17 @@ impl Sources {
             s.checkpoint_offset = Some(c.offset);
             s.checkpoint_size_bytes = Some(c.size);
             s.checkpoint_file = Some(c.file);
+        }
+        if let Some(a) = d.archive.as_ref().map(|a| a.snapshot()) {
+            s.archive_lag_seconds = Some(a.lag_seconds);
+            s.archive_lag_bytes = Some(a.lag_bytes);
+            s.archive_restore_points = Some(a.restore_points as u64);
+            s.archive_timeline = Some(a.timeline);
+            s.archive_newest_restore_point = a.newest_restore_point;
+            s.archive_last_upload = a.last_upload;
+            s.archive_stopped = a.stopped.is_some();
+            s.archive_error = a.stopped.or(a.error);
+            s.archive_url = Some(a.url);
         }
         s
     }
@@ -202,6 +229,25 @@ impl Status {
                     _ => "none".into(),
                 },
             );
+        }
+        if let Some(url) = &self.archive_url {
+            let mut a = format!(
+                "{url}: {:.1} s behind ({} bytes), {} restore points",
+                self.archive_lag_seconds.unwrap_or(0.0),
+                opt(self.archive_lag_bytes),
+                opt(self.archive_restore_points)
+            );
+            if let Some(e) = &self.archive_error {
+                a.push_str(&format!(
+                    "; {}: {e}",
+                    if self.archive_stopped {
+                        "stopped"
+                    } else {
+                        "failing"
+                    }
+                ));
+            }
+            line("archive", a);
         }
         line(
             "restore",

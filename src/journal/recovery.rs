@@ -88,6 +88,17 @@ impl ScanStart {
         epoch: 0,
     };
 
+    /// Where a scan resumes after the entry that ends the log at `end`.
+    pub fn after(end: &LogEnd) -> ScanStart {
+        ScanStart {
+            pos: end.end_pos,
+            lsn: end.next_lsn,
+            repl_id: end.last_repl_id,
+            repl_offset: end.last_repl_offset,
+            epoch: end.last_epoch,
+        }
+    }
+
     /// Where recovery starts: the checkpoint's first retained record and what came before.
     pub fn at(cp: &Checkpoint) -> Result<ScanStart, JournalError> {
         Ok(ScanStart {
@@ -357,6 +368,11 @@ impl<R: RingRead> Scanner<R> {
             segments: Vec::new(),
             stopped: false,
         }
+    }
+
+    /// Where the log ends so far: after the last complete entry read.
+    pub fn end(&self) -> LogEnd {
+        self.end
     }
 
     /// The well-formed, correctly keyed record at `c`, whatever its place in the sequence.

@@ -12,8 +12,10 @@ use prometheus::{
 };
 use std::sync::{LazyLock, Mutex};
 
+mod archive;
 mod recovery;
 mod tls;
+pub use archive::*;
 pub use recovery::*;
 pub use tls::*;
 
@@ -281,16 +283,19 @@ pub enum Refusal {
     TooLarge,
     /// No room for writes (pending bytes, held memory) within `durability.max_hold_ms`.
     NoRoom,
+    /// The archive lags past `archive.max_lag_ms` (with `archive.enforce_max_lag`).
+    ArchiveLag,
 }
 
 impl Refusal {
-    const ALL: [Refusal; 6] = [
+    const ALL: [Refusal; 7] = [
         Refusal::Detached,
         Refusal::JournalFailed,
         Refusal::Restoring,
         Refusal::DiskWatermark,
         Refusal::TooLarge,
         Refusal::NoRoom,
+        Refusal::ArchiveLag,
     ];
 
     fn label(self) -> &'static str {
@@ -301,6 +306,7 @@ impl Refusal {
             Refusal::DiskWatermark => "disk_watermark",
             Refusal::TooLarge => "too_large",
             Refusal::NoRoom => "no_room",
+            Refusal::ArchiveLag => "archive_lag",
         }
     }
 

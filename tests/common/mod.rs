@@ -6,6 +6,7 @@
 pub mod certs;
 pub mod faultfs;
 pub mod pair;
+pub mod seaweed;
 pub mod seccomp;
 pub mod server;
 pub mod tls;
@@ -1026,10 +1027,21 @@ impl Drop for Tmpfs {
 
 /// `GET path` on walrus's metrics endpoint: (status code, body).
 pub fn http_get(addr: &str, path: &str) -> (u16, String) {
+    http_request(addr, "GET", path)
+}
+
+/// `METHOD path`, without a body, over HTTP/1.1 to `addr`, the connection closed after the
+/// answer: (status code, body).
+pub fn http_request(addr: &str, method: &str, path: &str) -> (u16, String) {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .unwrap();
+    s.write_all(
+        format!(
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
     let mut text = String::new();
     s.read_to_string(&mut text).unwrap();
     let code = text.split_whitespace().nth(1).unwrap().parse().unwrap();
