@@ -169,6 +169,10 @@ def start_valkey(tmp, extra=()):
     return Proc(args, "Ready to accept connections"), port
 
 
+# --walrus-config: more TOML for every walrus started (both builds), after its own.
+WALRUS_CONFIG = ""
+
+
 def start_walrus(tmp, upstream_port, durable, binary=None, config="", metrics=""):
     """walrus in external mode in front of the Valkey at upstream_port (or at a Unix socket,
     given as "unix:/path"); `config`: more of its TOML (other sections than [durability]),
@@ -176,7 +180,7 @@ def start_walrus(tmp, upstream_port, durable, binary=None, config="", metrics=""
     d = tempfile.mkdtemp(dir=tmp)
     conf = os.path.join(d, "walrus.toml")
     with open(conf, "w") as f:
-        f.write("[durability]\nenabled = %s\n%s" % ("true" if durable else "false", config))
+        f.write("[durability]\nenabled = %s\n%s\n%s" % ("true" if durable else "false", config, WALRUS_CONFIG))
     binary = binary or os.path.join(TARGET, "release", "walrus")
     args = [binary, "serve", "--config", conf, "--listen", "127.0.0.1:0", "--metrics-listen", metrics,
             "--upstream", upstream_port if isinstance(upstream_port, str) else "127.0.0.1:%d" % upstream_port,
@@ -1647,11 +1651,16 @@ def main():
     ap.add_argument("--disks", default="local,1ms,5ms",
                     help="compare: the disk regimes, in order: local (the temp dir's disk), 1ms and 5ms (faultfs "
                          "in latency mode on it); default all three")
+    ap.add_argument("--walrus-config", metavar="TOML", default="",
+                    help="more TOML for every walrus (both builds), e.g. '[disk]\\nhigh_watermark = 0.97\\n"
+                         "low_watermark = 0.96' on a shared disk fuller than the default marks allow")
     ap.add_argument("--workload", action="append", metavar="TEXT",
                     help="compare: only the workloads whose name contains TEXT (repeatable)")
     ap.add_argument("--setup", action="append", metavar="TEXT",
                     help="compare: only the setups whose name contains TEXT (repeatable; a --baseline's follow its own)")
     opts = ap.parse_args()
+    global WALRUS_CONFIG
+    WALRUS_CONFIG = opts.walrus_config.replace("\\n", "\n")
     if opts.rounds is None:
         opts.rounds = 3 if opts.suite in ("restore", "compare", "archive") else 5
     # Ctrl-C (even when started with SIGINT ignored, as in a background job) and SIGTERM
