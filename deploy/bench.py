@@ -798,7 +798,8 @@ def compare_setups(tmp, baseline=None, names=None, texts=None):
             v, vport = start_valkey(tmp, WALRUS_VALKEY_SETTINGS)
             metrics = "127.0.0.1:%d" % free_port()
             w, port = start_walrus(tmp, vport, durable, binary=binary, config=config, metrics=metrics)
-            toml = ("[durability] enabled = %s %s" % (str(durable).lower(), config.replace("\n", " "))).strip()
+            toml = ("[durability] enabled = %s %s %s" % (str(durable).lower(), config.replace("\n", " "),
+                                                         WALRUS_CONFIG.replace("\n", " "))).strip()
             return Setup(name, port, v, w, metrics, durable,
                          about="walrus%s in external mode, `%s`, data dir beside the others; its Valkey with the "
                          "replication settings walrus asks for" % (" (%s)" % binary if binary else "", toml))
