@@ -19,6 +19,8 @@ and the median of the per-round ratios against the first setup.
                                          # (faultfs: 1 ms and 5 ms per synchronous write)
     deploy/bench.py --suite compare --rounds 1 --scale 0.05 --out /tmp/r.md --plot /tmp/r.png   # quick
     deploy/bench.py --suite compare --disks 5ms --rounds 1 --scale 0.2   # one regime
+    deploy/bench.py --suite compare --disks local --workload "SET 180 KiB" --setup always --setup "walrus durable"
+                                         # one workload against some setups (names containing the texts)
     deploy/bench.py --suite role --baseline OLD_BINARY
                                          # what walrus's ROLE calls cost inside Valkey (its
                                          # commandstats) under durable SETs, this build and another
@@ -167,6 +169,10 @@ def start_valkey(tmp, extra=()):
     return Proc(args, "Ready to accept connections"), port
 
 
+# --walrus-config: more TOML for every walrus started (both builds), after its own.
+WALRUS_CONFIG = ""
+
+
 def start_walrus(tmp, upstream_port, durable, binary=None, config="", metrics=""):
     """walrus in external mode in front of the Valkey at upstream_port (or at a Unix socket,
     given as "unix:/path"); `config`: more of its TOML (other sections than [durability]),
@@ -174,7 +180,7 @@ def start_walrus(tmp, upstream_port, durable, binary=None, config="", metrics=""
     d = tempfile.mkdtemp(dir=tmp)
     conf = os.path.join(d, "walrus.toml")
     with open(conf, "w") as f:
-        f.write("[durability]\nenabled = %s\n%s" % ("true" if durable else "false", config))
+        f.write("[durability]\nenabled = %s\n%s\n%s" % ("true" if durable else "false", config, WALRUS_CONFIG))
     binary = binary or os.path.join(TARGET, "release", "walrus")
     args = [binary, "serve", "--config", conf, "--listen", "127.0.0.1:0", "--metrics-listen", metrics,
             "--upstream", upstream_port if isinstance(upstream_port, str) else "127.0.0.1:%d" % upstream_port,
@@ -778,9 +784,9 @@ def start_haproxy(tmp, upstream_port):
     return p, port
 
 
-def compare_setups(tmp, baseline=None, names=None):
-    """Starts the setups (those in `names` only, if given), each with its own Valkey, its files
-    under `tmp`."""
+def compare_setups(tmp, baseline=None, names=None, texts=None):
+    """Starts the setups (those in `names` only, if given, and whose name contains one of
+    `texts`, if given), each with its own Valkey, its files under `tmp`."""
     def valkey_alone(extra, about):
         def start(name):
             v, port = start_valkey(tmp, extra)
@@ -792,7 +798,8 @@ def compare_setups(tmp, baseline=None, names=None):
             v, vport = start_valkey(tmp, WALRUS_VALKEY_SETTINGS)
             metrics = "127.0.0.1:%d" % free_port()
             w, port = start_walrus(tmp, vport, durable, binary=binary, config=config, metrics=metrics)
-            toml = ("[durability] enabled = %s %s" % (str(durable).lower(), config.replace("\n", " "))).strip()
+            toml = ("[durability] enabled = %s %s %s" % (str(durable).lower(), config.replace("\n", " "),
+                                                         WALRUS_CONFIG.replace("\n", " "))).strip()
             return Setup(name, port, v, w, metrics, durable,
                          about="walrus%s in external mode, `%s`, data dir beside the others; its Valkey with the "
                          "replication settings walrus asks for" % (" (%s)" % binary if binary else "", toml))
@@ -829,7 +836,8 @@ def compare_setups(tmp, baseline=None, names=None):
     ]
     out = []
     for name, start in catalogue:
-        if names is None or name in names or name.startswith("baseline"):
+        own = name.removeprefix("baseline ")  # a baseline's setup goes with this build's
+        if (names is None or own in names) and (not texts or any(text in own for text in texts)):
             out.append(start(name))
     return out
 
@@ -1242,7 +1250,7 @@ def compare_regime(opts, tmp, regime):
     started = []
     try:
         floor = sync_write_floor(root)
-        started = compare_setups(root, opts.baseline, SLOW_DISK_SETUPS if disk else None)
+        started = compare_setups(root, opts.baseline, SLOW_DISK_SETUPS if disk else None, opts.setup)
         for s in started:
             if s.metrics:  # which journal backend walrus really runs
                 info_ = [k for k in scrape(s.metrics) if k.startswith("walrus_journal_info{")]
@@ -1267,7 +1275,12 @@ def compare_regime(opts, tmp, regime):
 
 
 def compare_suite(opts, tmp):
+    global COMPARE_WORKLOADS
     began = time.monotonic()
+    if opts.workload:
+        COMPARE_WORKLOADS = [w for w in COMPARE_WORKLOADS if any(text in w[0] for text in opts.workload)]
+        if not COMPARE_WORKLOADS:
+            sys.exit("--workload: no compare workload's name contains %s" % " or ".join(opts.workload))
     for path, build in ((LOADGEN, "loadgen"), (FAULTFS, "faultfs")):
         if not os.path.exists(path):
             sys.exit("%s missing: cargo build --release --example %s" % (path, build))
@@ -1639,7 +1652,16 @@ def main():
     ap.add_argument("--disks", default="local,1ms,5ms",
                     help="compare: the disk regimes, in order: local (the temp dir's disk), 1ms and 5ms (faultfs "
                          "in latency mode on it); default all three")
+    ap.add_argument("--walrus-config", metavar="TOML", default="",
+                    help="more TOML for every walrus (both builds), e.g. '[disk]\\nhigh_watermark = 0.97\\n"
+                         "low_watermark = 0.96' on a shared disk fuller than the default marks allow")
+    ap.add_argument("--workload", action="append", metavar="TEXT",
+                    help="compare: only the workloads whose name contains TEXT (repeatable)")
+    ap.add_argument("--setup", action="append", metavar="TEXT",
+                    help="compare: only the setups whose name contains TEXT (repeatable; a --baseline's follow its own)")
     opts = ap.parse_args()
+    global WALRUS_CONFIG
+    WALRUS_CONFIG = opts.walrus_config.replace("\\n", "\n")
     if opts.rounds is None:
         opts.rounds = 3 if opts.suite in ("restore", "compare", "archive") else 5
     # Ctrl-C (even when started with SIGINT ignored, as in a background job) and SIGTERM

@@ -98,3 +98,53 @@ fn a_value_larger_than_the_room_below_the_trigger_is_journaled_not_stalled() {
     );
     assert_eq!(c.cmd(&["STRLEN", "big"]), b":7340032\r\n");
 }
+
+/// Writes that the test ring (16 MiB) cannot hold three checkpoints' worth of: walrus warns,
+/// naming the README's sizing rule and the segments it asks for, and every write is still
+/// acknowledged and kept.
+#[test]
+fn a_ring_too_small_for_the_write_rate_warns_naming_the_sizing_rule() {
+    let w = Walrus::build().start();
+    let mut c = Raw::connect(&w.addr);
+    let value = "v".repeat(512 << 10);
+    let needle = "cannot hold this write rate";
+    // Up to 100 times the ring: a few seconds of writes at any rate this test sees, more
+    // than three checkpoints of a dataset of tens of MB.
+    let mut written = 0usize;
+    let mut keys = 0usize;
+    while !w.proc.log_text().contains(needle) {
+        assert!(
+            written < 1600 << 20,
+            "no warning after {written} bytes:\n{}",
+            w.proc.log_text()
+        );
+        let mut batch = Vec::new();
+        for i in 0..8 {
+            let key = format!("k{}", (keys + i) % 96);
+            batch.extend_from_slice(&walrus::resp::write::command(["SET", &key, &value]));
+        }
+        c.send_raw(&batch);
+        for _ in 0..8 {
+            assert_eq!(c.read_frame(), b"+OK\r\n");
+        }
+        keys += 8;
+        written += 8 * value.len();
+    }
+    let line = w.proc.wait_line(needle, START_TIMEOUT);
+    assert!(
+        line.contains("WARN")
+            && line.contains("\"Sizing the ring\"")
+            && line.contains("ring of 16777216 bytes")
+            && line.contains("journal.segments = "),
+        "{line}"
+    );
+    let segments: u64 = line
+        .split("journal.segments = ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(segments > 16, "{line}");
+    let last = format!("k{}", (keys - 1) % 96);
+    assert_eq!(c.cmd(&["STRLEN", &last]), b":524288\r\n");
+}

@@ -50,6 +50,7 @@ const METRICS: &[(&str, &str)] = &[
     ("walrus_checkpoint_last_size_bytes", "gauge"),
     ("walrus_checkpoint_started_total", "counter"),
     ("walrus_checkpoint_written_bytes_total", "counter"),
+    ("walrus_checkpoint_paced_seconds_total", "counter"),
     // The archive's, exported only with [archive] (as below).
     ("walrus_archive_info", "gauge"),
     ("walrus_archive_journal_bytes_total", "counter"),

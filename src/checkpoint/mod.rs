@@ -17,6 +17,7 @@
 //! entry, or that arrived after Valkey was lost, is discarded.
 
 pub mod attached;
+pub mod pace;
 mod plan;
 pub mod rates;
 pub mod store;
@@ -52,6 +53,8 @@ pub struct CheckpointConfig {
     pub attached: Arc<attached::Attached>,
     /// Backups in progress ([`Pin`]).
     pub pin: Pin,
+    /// The replica link's pace while a checkpoint runs.
+    pub pace: pace::Pace,
 }
 
 /// Held (read) by a backup while it copies the journal: no entry is released meanwhile, so
@@ -164,6 +167,9 @@ pub async fn run(
             tracing::info!("checkpoint started: {reason}");
         }
         let started = std::time::Instant::now();
+        let expected =
+            planner.checkpoint_seconds(cfg.store.recorded_extent().map_or(0, |c| c.size));
+        let pacing = cfg.pace.begin(expected);
         let result = take(
             &up,
             &journal,
@@ -174,6 +180,7 @@ pub async fn run(
             &mut last_sizes,
         )
         .await;
+        drop(pacing);
         match &result {
             Ok(summary) => {
                 tracing::info!("{summary}");

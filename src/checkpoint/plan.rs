@@ -1,6 +1,7 @@
 //! The checkpointer's side of [`super::trigger`]: gathers the figures the decision needs
 //! from the journal, the checkpoint store and what it measured, publishes the restore
-//! estimate, and warns once when the budget cannot be met.
+//! estimate, and warns once when the budget cannot be met or the ring is smaller than the
+//! sizing rule asks ([`trigger::undersized`]).
 
 use super::rates::LearnedRates;
 use super::store::{Extent, Store};
@@ -31,6 +32,9 @@ pub(super) struct Planner {
     warned: bool,
     /// Nor at this write rate, and the log said so.
     warned_rate: bool,
+    /// The ring is smaller than the sizing rule asks for, and the log said so: once, until
+    /// it holds twice what the rule asks (a rate hovering at the limit warns once).
+    warned_ring: bool,
 }
 
 impl Planner {
@@ -44,6 +48,7 @@ impl Planner {
             asked_memory: None,
             warned: false,
             warned_rate: false,
+            warned_ring: false,
         }
     }
 
@@ -65,6 +70,16 @@ impl Planner {
     /// A checkpoint here took `seconds`: the next one is expected to take as long.
     pub(super) fn took(&mut self, seconds: f64) {
         self.last_duration = Some(seconds);
+    }
+
+    /// How long the next checkpoint is expected to take: as long as the last one here, or
+    /// before any, the larger of Valkey's used memory and the recorded RDB (`rdb_bytes`) at
+    /// [`CHECKPOINT_BYTES_PER_SECOND`].
+    pub(super) fn checkpoint_seconds(&self, rdb_bytes: u64) -> f64 {
+        self.last_duration.unwrap_or_else(|| {
+            self.used_memory.unwrap_or(rdb_bytes).max(rdb_bytes) as f64
+                / CHECKPOINT_BYTES_PER_SECOND
+        })
     }
 
     /// Whether a checkpoint must start now, and why.
@@ -100,6 +115,18 @@ impl Planner {
         }
         self.warned = estimate.floored;
         self.warned_rate = out_of_reach;
+        match trigger::undersized(&f) {
+            Some(u) if !self.warned_ring => {
+                tracing::warn!("{u}");
+                self.warned_ring = true;
+            }
+            Some(_) => {}
+            None => {
+                let holds_twice = trigger::RING_SIZING * f.write_rate * f.checkpoint_seconds * 2.0
+                    <= f.ring_bytes as f64;
+                self.warned_ring &= !holds_twice;
+            }
+        }
         trigger::decide(&f, &self.policy)
     }
 
@@ -108,12 +135,10 @@ impl Planner {
         let recorded = store.recorded_extent();
         let journal_bytes = replayed(recorded, status.durable);
         let rdb_bytes = recorded.map_or(0, |c| c.size);
-        let checkpoint_seconds = self.last_duration.unwrap_or_else(|| {
-            self.used_memory.unwrap_or(rdb_bytes).max(rdb_bytes) as f64
-                / CHECKPOINT_BYTES_PER_SECOND
-        });
+        let checkpoint_seconds = self.checkpoint_seconds(rdb_bytes);
         Figures {
             ring_bytes: u64::from(status.segments) * status.segment_bytes,
+            segment_bytes: status.segment_bytes,
             used_bytes: status.used_segments * status.segment_bytes,
             free_bytes: status.free_bytes,
             write_rate: self.write_rate.sample(now, status.write_pos),

@@ -25,6 +25,11 @@
 //!    to back.
 //!
 //! [`decide`] is the whole decision, a pure function of [`Figures`] and [`Policy`].
+//!
+//! No rule helps a ring smaller than the writes of one checkpoint and the room for the
+//! next: `RING_SIZING × write rate × checkpoint duration` (the README's "Sizing the ring").
+//! Checkpoints then run back to back and writes wait for them; [`undersized`] says so, with
+//! the segments the rule asks for, and the checkpointer warns.
 
 use super::rates::Rates;
 
@@ -34,6 +39,11 @@ const JOURNAL_FLOOR_SHARE: f64 = 0.25;
 /// expected to be: the write rate and the checkpoint's duration are both estimates, and a
 /// ring that fills up makes writes wait.
 const ROOM_MARGIN: f64 = 2.0;
+
+/// The ring the README's sizing rule asks for, in checkpoints' worth of writes: what the
+/// last checkpoint left in it, and the *ring_room* rule's [`ROOM_MARGIN`] times that for the
+/// next one.
+pub const RING_SIZING: f64 = 1.0 + ROOM_MARGIN;
 
 /// The configured limits.
 #[derive(Debug, Clone, Copy)]
@@ -48,6 +58,7 @@ pub struct Policy {
 #[derive(Debug, Clone, Copy)]
 pub struct Figures {
     pub ring_bytes: u64,
+    pub segment_bytes: u64,
     /// The ring's segments in use, in bytes (what `ring_fill_trigger` is a fraction of).
     pub used_bytes: u64,
     /// What the journal may still append before the ring is full.
@@ -177,6 +188,49 @@ impl std::fmt::Display for Reason {
     }
 }
 
+/// A ring smaller than the sizing rule asks for at the current write rate.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Undersized {
+    pub ring_bytes: u64,
+    /// `RING_SIZING × write_rate × checkpoint_seconds`.
+    pub needed_bytes: u64,
+    /// The `journal.segments` that hold it, at the ring's segment size.
+    pub segments: u64,
+    pub write_rate: f64,
+    pub checkpoint_seconds: f64,
+}
+
+impl std::fmt::Display for Undersized {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the journal's ring of {} bytes cannot hold this write rate: the sizing rule \
+             (README.md, \"Sizing the ring\") asks for {RING_SIZING} x write rate x checkpoint \
+             time = {RING_SIZING} x {:.3} MB/s x {:.3} s = {} bytes; checkpoints run back to back \
+             and writes slow down to what they release. Give it journal.segments = {} or more \
+             (docs/operations.md, \"Resizing the ring\")",
+            self.ring_bytes,
+            self.write_rate / 1e6,
+            self.checkpoint_seconds,
+            self.needed_bytes,
+            self.segments
+        )
+    }
+}
+
+/// Whether the ring is smaller than the sizing rule asks for at the current write rate
+/// and checkpoint duration.
+pub fn undersized(f: &Figures) -> Option<Undersized> {
+    let needed = RING_SIZING * f.write_rate * f.checkpoint_seconds;
+    ((f.ring_bytes as f64) < needed).then(|| Undersized {
+        ring_bytes: f.ring_bytes,
+        needed_bytes: needed as u64,
+        segments: (needed / f.segment_bytes.max(1) as f64).ceil() as u64,
+        write_rate: f.write_rate,
+        checkpoint_seconds: f.checkpoint_seconds,
+    })
+}
+
 /// What a restore from the recorded checkpoint and the journal after it would take now.
 pub fn estimate(f: &Figures, p: &Policy) -> Estimate {
     let (rdb_seconds, journal_seconds) = f.rates.restore_seconds(f.rdb_bytes, f.journal_bytes);
@@ -234,6 +288,7 @@ mod tests {
         (
             Figures {
                 ring_bytes: 1000 * MB,
+                segment_bytes: 50 * MB,
                 used_bytes: 250 * MB,
                 free_bytes: 750 * MB,
                 write_rate: 1e6,
@@ -298,6 +353,43 @@ mod tests {
         f.write_rate = 0.0;
         f.free_bytes = 0;
         assert_eq!(decide(&f, &p), None);
+    }
+
+    /// The README's rule: the ring holds three checkpoints' worth of writes, or it is too
+    /// small, and says how many segments would do.
+    #[test]
+    fn a_ring_under_three_checkpoints_of_writes_is_undersized() {
+        let (mut f, _) = quiet();
+        assert_eq!(undersized(&f), None, "1 MB/s for 2 s: 6 MB of 1000");
+        // 50 MB/s of writes and 6 s checkpoints: 900 MB, the 1000 MB ring holds it.
+        f.write_rate = 50e6;
+        f.checkpoint_seconds = 6.0;
+        assert_eq!(undersized(&f), None);
+        // 180 KiB SETs at 100 MB/s, 4 s checkpoints: 1200 MB, 24 segments of 50 MB.
+        f.write_rate = 100e6;
+        f.checkpoint_seconds = 4.0;
+        let u = undersized(&f).expect("undersized");
+        assert_eq!(
+            u,
+            Undersized {
+                ring_bytes: 1000 * MB,
+                needed_bytes: 1200 * MB,
+                segments: 24,
+                write_rate: 100e6,
+                checkpoint_seconds: 4.0,
+            }
+        );
+        let text = u.to_string();
+        assert!(
+            text.contains("ring of 1000000000 bytes cannot hold this write rate")
+                && text.contains("\"Sizing the ring\"")
+                && text.contains("3 x 100.000 MB/s x 4.000 s = 1200000000 bytes")
+                && text.contains("journal.segments = 24 or more"),
+            "{text}"
+        );
+        // One byte over a whole number of segments needs one more.
+        f.checkpoint_seconds = 4.0 + 1.0 / 300e6;
+        assert_eq!(undersized(&f).map(|u| u.segments), Some(25));
     }
 
     #[test]

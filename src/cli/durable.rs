@@ -164,6 +164,7 @@ pub(super) async fn start_durability(
     // Measured by restores (the link's), planned with by checkpoints.
     let rates = Arc::new(checkpoint::rates::LearnedRates::new());
     let pin = checkpoint::Pin::default();
+    let pace = checkpoint::pace::Pace::default();
     let checkpointer = tokio::spawn(checkpoint::run(
         up.clone(),
         journal.clone(),
@@ -183,6 +184,7 @@ pub(super) async fn start_durability(
             failing: checkpoint_failing.clone(),
             attached: attached.clone(),
             pin: pin.clone(),
+            pace: pace.clone(),
         },
         released.clone(),
         requests,
@@ -222,6 +224,7 @@ pub(super) async fn start_durability(
     let link_cfg = LinkConfig {
         store: store.clone(),
         released,
+        pace,
         attached,
         rates,
         max_rdb_bytes: config.durability.max_rdb_bytes,

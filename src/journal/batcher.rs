@@ -177,6 +177,9 @@ pub struct Batcher {
     /// Start of the retained log (checkpoint); bounds how far the ring may be written.
     head_pos: u64,
     last_repl_id: [u8; REPL_ID_BYTES],
+    /// From this LSN to the last appended one, every entry has `last_repl_id` (known without
+    /// reading the ring: a checkpoint asks for the id of the last durable entry).
+    last_repl_id_from: u64,
     last_repl_offset: u64,
     /// Epoch of the last complete entry (this run's once it appended one).
     last_epoch: u32,
@@ -248,6 +251,8 @@ impl Batcher {
             max_entry_bytes: init.max_entry_bytes,
             head_pos: init.head_pos,
             last_repl_id: init.last_repl_id,
+            // Which recovered entries share it is in the ring only.
+            last_repl_id_from: init.next_lsn,
             last_repl_offset: init.last_repl_offset,
             last_epoch: init.last_epoch,
             last_time_ms: 0,
@@ -414,6 +419,9 @@ impl Batcher {
         self.last_time_ms = time_ms;
         self.entry_end = end;
         self.next_lsn += 1;
+        if *repl_id != self.last_repl_id {
+            self.last_repl_id_from = lsn;
+        }
         self.last_repl_id = *repl_id;
         self.last_repl_offset = repl_offset_end;
         self.last_epoch = self.epoch;
@@ -632,6 +640,14 @@ impl Batcher {
             });
         }
         self.starts.iter().rev().find(|s| s.lsn <= lsn + 1).copied()
+    }
+
+    /// The replication id of appended entry `lsn`, when it is known without reading the
+    /// ring: that of the last entry, for every entry since the history last changed.
+    pub fn repl_id_of(&self, lsn: u64) -> Option<[u8; REPL_ID_BYTES]> {
+        (self.last_repl_id_from..self.next_lsn)
+            .contains(&lsn)
+            .then_some(self.last_repl_id)
     }
 
     /// Moves the retained head forward; segments before it may be overwritten.

@@ -333,10 +333,12 @@ impl Journal {
         Ok(EntryIter::new(scanner, ReplayFrom::Lsn(start.lsn), upto))
     }
 
-    /// The replication id at the end of durable entry `lsn`: read from the entry, or from
-    /// the checkpoint when `lsn` is the last entry released (releasing everything moves the
-    /// checkpoint to the end of the log). None when it is neither retained nor the last
-    /// released one. Blocking (reads the segment files).
+    /// The replication id at the end of durable entry `lsn`: that of the entries appended
+    /// since the history last changed, the checkpoint's when `lsn` is the last entry released
+    /// (releasing everything moves the checkpoint to the end of the log), or else read from
+    /// the entry. None when it is neither retained nor the last released one. Blocking (may
+    /// read the segment files: a scan from the checkpoint, which a checkpoint under load,
+    /// asking for the last durable entry, must not wait for).
     pub fn repl_id_after(&self, lsn: u64) -> Result<Option<[u8; REPL_ID_BYTES]>, JournalError> {
         let cp = self
             .manifest
@@ -346,6 +348,11 @@ impl Journal {
             .clone();
         if lsn + 1 == cp.start_lsn {
             return cp.prev_repl_id().map(Some);
+        }
+        if lsn >= cp.start_lsn {
+            if let Some(id) = self.shared.lock().repl_id_of(lsn) {
+                return Ok(Some(id));
+            }
         }
         match self.replay(ReplayFrom::Lsn(lsn))?.next().transpose()? {
             Some(e) if e.lsn == lsn => Ok(Some(e.repl_id)),

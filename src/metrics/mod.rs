@@ -7,8 +7,8 @@
 //! registered with [`on_scrape`].
 
 use prometheus::{
-    Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry,
+    Counter, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry,
 };
 use std::sync::{LazyLock, Mutex};
 
@@ -31,6 +31,10 @@ fn register<M: prometheus::core::Collector + Clone + 'static>(m: M) -> M {
 
 fn counter(name: &str, help: &str) -> IntCounter {
     register(IntCounter::new(name, help).expect("metric"))
+}
+
+fn float_counter(name: &str, help: &str) -> Counter {
+    register(Counter::new(name, help).expect("metric"))
 }
 
 fn gauge(name: &str, help: &str) -> IntGauge {

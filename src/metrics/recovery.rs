@@ -1,8 +1,8 @@
 //! The families of checkpoints and restores: how often and why checkpoints start, what
 //! they write, and what a restore would cost now (the figures the checkpointer plans with).
 
-use super::{counter, counter_vec, float_gauge, gauge};
-use prometheus::{Gauge, IntCounter, IntCounterVec, IntGauge};
+use super::{counter, counter_vec, float_counter, float_gauge, gauge};
+use prometheus::{Counter, Gauge, IntCounter, IntCounterVec, IntGauge};
 use std::sync::LazyLock;
 
 // --- checkpoints -------------------------------------------------------------------------
@@ -38,6 +38,12 @@ pub static CHECKPOINT_WRITTEN_BYTES: LazyLock<IntCounter> = LazyLock::new(|| {
     counter(
         "checkpoint_written_bytes_total",
         "RDB bytes stored and recorded as checkpoints (the checkpointer's and full resyncs'): with walrus_journal_written_bytes_total, what walrus writes per byte of writes.",
+    )
+});
+pub static CHECKPOINT_PACED_SECONDS: LazyLock<Counter> = LazyLock::new(|| {
+    float_counter(
+        "checkpoint_paced_seconds_total",
+        "Seconds the replica link waited before appending, while a checkpoint ran, so that the journal would not fill the ring before it ended (src/checkpoint/pace.rs): writes slowed instead of stalling.",
     )
 });
 static CHECKPOINT_STARTED_VEC: LazyLock<IntCounterVec> = LazyLock::new(|| {
@@ -141,6 +147,7 @@ pub(super) fn register() {
     LazyLock::force(&CHECKPOINT_LAST_DURATION);
     LazyLock::force(&CHECKPOINT_LAST_SIZE);
     LazyLock::force(&CHECKPOINT_WRITTEN_BYTES);
+    LazyLock::force(&CHECKPOINT_PACED_SECONDS);
     for r in CheckpointStart::ALL {
         let _ = CHECKPOINT_STARTED_VEC.with_label_values(&[r.label()]);
     }

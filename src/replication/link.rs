@@ -26,6 +26,7 @@ use super::ack::acknowledge;
 use super::follow::{follow, Covered};
 use super::stream::StreamFramer;
 use crate::checkpoint::attached::{Attached, HistoryStart};
+use crate::checkpoint::pace::{Pace, Pacer};
 use crate::checkpoint::rates::LearnedRates;
 use crate::checkpoint::store::Store;
 use crate::config::OnConflict;
@@ -66,6 +67,8 @@ pub struct LinkConfig {
     pub limits: Limits,
     /// Notified when a checkpoint releases ring segments.
     pub released: Arc<Notify>,
+    /// How fast the journal may fill the ring while a checkpoint runs.
+    pub pace: Pace,
     /// Told where each attachment's history began, for the checkpointer.
     pub attached: Arc<Attached>,
     /// Told how fast each restore loaded, for the checkpointer's restore estimate.
@@ -246,6 +249,7 @@ async fn attach(
     // link stops reading while the ring is full: the watch notices a restarted Valkey then.
     let replaced = replaced(up, durability, &view.run_id);
     tokio::pin!(replaced);
+    let mut pacer = cfg.pace.pacer();
     loop {
         while let Some(entry) = framer.next_entry(&mut buf)? {
             let offset_end = entry.offset_end;
@@ -255,7 +259,7 @@ async fn attach(
                 repl_offset_end: offset_end,
                 payload: entry.payload,
             };
-            append(journal, entry, &cfg.released, replaced.as_mut()).await?;
+            append(journal, entry, &mut pacer, &cfg.released, replaced.as_mut()).await?;
             received.store(offset_end, Ordering::Release);
             if asked {
                 getack.notify_one();
@@ -427,17 +431,24 @@ async fn replaced(up: &Upstream, durability: &Durability, run_id: &str) -> LinkE
     ))
 }
 
-/// Appends an entry; when the ring is full, waits for a checkpoint to release segments
-/// (meanwhile the stream stays in Valkey's replica buffer, and the gate's pending-bytes
-/// bound stops new writes), or for Valkey to be `replaced`: a restore then needs no room in
-/// the ring, and is what lets a checkpoint run again. The ticket is not awaited: durability
-/// is observed through the durable watch.
+/// Appends an entry at the pace a running checkpoint allows; when the ring is full, waits
+/// for a checkpoint to release segments (meanwhile the stream stays in Valkey's replica
+/// buffer, and the gate's pending-bytes bound stops new writes), or for Valkey to be
+/// `replaced`: a restore then needs no room in the ring, and is what lets a checkpoint run
+/// again. The ticket is not awaited: durability is observed through the durable watch.
 async fn append(
     journal: &Journal,
     entry: Entry,
+    pacer: &mut Pacer,
     released: &Notify,
     mut replaced: std::pin::Pin<&mut impl std::future::Future<Output = LinkError>>,
 ) -> Result<(), LinkError> {
+    tokio::select! {
+        waited = pacer.wait(entry.payload.len() as u64, || journal.status().free_bytes) => {
+            crate::metrics::CHECKPOINT_PACED_SECONDS.inc_by(waited.as_secs_f64());
+        }
+        e = replaced.as_mut() => return Err(e),
+    }
     loop {
         let notified = released.notified();
         tokio::pin!(notified);
