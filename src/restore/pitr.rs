@@ -73,6 +73,48 @@ impl BeforeCommand {
     }
 }
 
+impl Until {
+    /// One line, as an in-place rewind's request carries it to a running walrus
+    /// ([`Until::parse`] reads it back): `end`, `time MS`, `offset N`, or `command N WORDS...`.
+    pub fn to_line(&self) -> String {
+        match self {
+            Until::End => "end".into(),
+            Until::Time(t) => format!("time {t}"),
+            Until::Offset(o) => format!("offset {o}"),
+            Until::BeforeCommand(b) => format!("command {} {}", b.occurrence, b.describe()),
+        }
+    }
+
+    pub fn parse(line: &str) -> Result<Until, String> {
+        let mut words = line.split_whitespace();
+        let number = |w: Option<&str>| {
+            w.and_then(|w| w.parse::<u64>().ok())
+                .ok_or_else(|| format!("{line:?}: a number expected"))
+        };
+        let until = match words.next() {
+            Some("end") => Until::End,
+            Some("time") => Until::Time(number(words.next())?),
+            Some("offset") => Until::Offset(number(words.next())?),
+            Some("command") => {
+                let occurrence = u32::try_from(number(words.next())?)
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| format!("{line:?}: the occurrence counts from 1"))?;
+                let words: Vec<Vec<u8>> = words.map(|w| w.as_bytes().to_vec()).collect();
+                if words.is_empty() {
+                    return Err(format!("{line:?}: a command name expected"));
+                }
+                return Ok(Until::BeforeCommand(BeforeCommand { words, occurrence }));
+            }
+            _ => return Err(format!("{line:?}: end, time, offset or command expected")),
+        };
+        match words.next() {
+            None => Ok(until),
+            Some(w) => Err(format!("{line:?}: {w:?} is one word too many")),
+        }
+    }
+}
+
 impl std::fmt::Display for Until {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
