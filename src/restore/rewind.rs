@@ -148,6 +148,19 @@ pub async fn in_place(
     let finish = super::primary::Finish::Promote;
     let (_, holding) =
         super::load(up, &store, source, holding, timeout, rates, finish, started).await?;
+    // The proxy's connections to this Valkey belong to the history before the rewind (the
+    // gate answers their replies -LOADING): closed, they open again in the new one.
+    let closed = async {
+        crate::upstream::client::Conn::control(up)
+            .await?
+            .call(["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"])
+            .await
+    };
+    closed.await.map_err(|e| {
+        RestoreError::Other(format!(
+            "Valkey is rewound, but its clients from before could not be closed: {e}"
+        ))
+    })?;
     Ok((
         Rewound {
             cut,
