@@ -521,7 +521,9 @@ fn the_archive_is_restored_to_a_point_in_time() {
 #[test]
 fn a_flushall_is_undone_in_place_on_a_running_walrus() {
     let metrics = format!("127.0.0.1:{}", free_port());
-    let mut w = Walrus::build().args(&["--metrics-listen", &metrics]).start();
+    let mut w = Walrus::build()
+        .args(&["--metrics-listen", &metrics])
+        .start();
     let data: PathBuf = w.data.path().join("data");
     let mut c = Raw::connect(&w.addr);
     let mut model = Dataset::new();
@@ -565,12 +567,34 @@ fn a_flushall_is_undone_in_place_on_a_running_walrus() {
     assert_eq!(dataset(&w.addr), present);
 
     let attached = |w: &Walrus| w.proc.log_text().matches("replica link attached").count();
+    // A cut the data cannot make is refused, and Valkey goes on untouched.
+    let before = attached(&w);
+    let nowhere = tmp.path().join("nowhere");
+    let out = run_walrus(&[
+        "restore",
+        "--metrics",
+        &metrics,
+        "--keep-present",
+        nowhere.to_str().unwrap(),
+        "--before-command",
+        "DEL never-written",
+        "--confirm",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", output_text(&out));
+    await_state("the link attached again after the refusal", || {
+        attached(&w) > before
+    });
+    assert_eq!(dataset(&w.addr), present);
+    assert_eq!(replid(&w.addr).unwrap(), old_replid);
     let before = attached(&w);
     let out = in_place(true);
     let report = output_text(&out);
     assert!(out.status.success(), "{report}\n{}", w.proc.log_text());
     assert!(
-        report.contains(&format!("the present (before the rewind) kept in {}", keep.display())),
+        report.contains(&format!(
+            "the present (before the rewind) kept in {}",
+            keep.display()
+        )),
         "{report}"
     );
     assert!(keep.join("journal").exists(), "{report}");
@@ -580,7 +604,10 @@ fn a_flushall_is_undone_in_place_on_a_running_walrus() {
     });
     assert_eq!(dataset(&w.addr), model, "{report}\n{}", w.proc.log_text());
     let new_replid = replid(&w.addr).unwrap();
-    assert_ne!(new_replid, old_replid, "a rewind goes on under a new history");
+    assert_ne!(
+        new_replid, old_replid,
+        "a rewind goes on under a new history"
+    );
     assert_eq!(c.cmd(&["SET", "after-the-rewind", "1"]), OK);
     model.insert("after-the-rewind".into(), "1".into());
     assert_eq!(dataset(&w.addr), model);

@@ -136,7 +136,10 @@ pub fn run(args: RestoreArgs) -> ExitCode {
 /// `--keep-present DIR`: asks the running walrus to rewind its Valkey in place (`POST
 /// /rewind`), only with --confirm.
 fn in_place(args: &RestoreArgs, until: &Until) -> ExitCode {
-    let keep = args.keep_present.as_ref().expect("in place: --keep-present");
+    let keep = args
+        .keep_present
+        .as_ref()
+        .expect("in place: --keep-present");
     let Some(keep) = keep.to_str().filter(|k| !k.contains(['\r', '\n'])) else {
         eprintln!(
             "walrus: --keep-present {} must be a UTF-8 path without line breaks",
@@ -165,5 +168,11 @@ fn in_place(args: &RestoreArgs, until: &Until) -> ExitCode {
         return ExitCode::from(super::EXIT_FIX);
     }
     let body = format!("{keep}\n{}\n", until.to_line());
-    super::admin::post(&args.endpoint, "/rewind", &body, args.timeout_secs, "restore in place")
+    super::admin::post(
+        &args.endpoint,
+        "/rewind",
+        &body,
+        args.timeout_secs,
+        "restore in place",
+    )
 }

@@ -219,17 +219,17 @@ async fn rewind_in_place(
     }
     .await;
     let reply = rewound.map(|(rewound, holding)| {
-        tracing::info!(
-            "{}",
-            rewound.to_string().trim_end().replace('\n', "; ")
-        );
+        tracing::info!("{}", rewound.to_string().trim_end().replace('\n', "; "));
         state.held = Some(holding.held());
         state.verified = None;
         state.full_resync = true;
         rewound.to_string()
     });
     if let Err(e) = &reply {
-        tracing::error!("rewind in place failed: {e}; restoring the present");
+        tracing::error!("rewind in place failed: {e}");
+    }
+    if let Err(e) = restore::rewind::close_clients(up).await {
+        tracing::warn!("cannot close the proxy's connections from before the rewind: {e}");
     }
     let _ = r.reply.send(reply);
 }

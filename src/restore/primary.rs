@@ -32,8 +32,8 @@
 
 use super::backup::Read;
 use super::chain::{self, ChainEnd, ChainError};
-use super::pitr::{through, Point};
 use super::listener::{accept_replica, read_command, OneTimeAuth, Replica};
+use super::pitr::{through, Point};
 use super::Progress;
 use crate::checkpoint::store::{Checkpoint, Store};
 use crate::journal::Journal;

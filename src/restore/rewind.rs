@@ -148,19 +148,6 @@ pub async fn in_place(
     let finish = super::primary::Finish::Promote;
     let (_, holding) =
         super::load(up, &store, source, holding, timeout, rates, finish, started).await?;
-    // The proxy's connections to this Valkey belong to the history before the rewind (the
-    // gate answers their replies -LOADING): closed, they open again in the new one.
-    let closed = async {
-        crate::upstream::client::Conn::control(up)
-            .await?
-            .call(["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"])
-            .await
-    };
-    closed.await.map_err(|e| {
-        RestoreError::Other(format!(
-            "Valkey is rewound, but its clients from before could not be closed: {e}"
-        ))
-    })?;
     Ok((
         Rewound {
             cut,
@@ -168,4 +155,18 @@ pub async fn in_place(
         },
         holding,
     ))
+}
+
+/// Closes the proxy's connections to Valkey (its normal clients), after a rewind or one that
+/// was refused: they belong to the history epoch before it (the gate answers their replies
+/// `-LOADING`), and Valkey did not restart, which would have closed them. They open again
+/// in the new epoch.
+pub async fn close_clients(
+    up: &crate::upstream::Upstream,
+) -> Result<(), crate::upstream::client::UpstreamError> {
+    crate::upstream::client::Conn::control(up)
+        .await?
+        .call(["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"])
+        .await
+        .map(drop)
 }
