@@ -576,6 +576,35 @@ mod tests {
 
     const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 
+    #[test]
+    fn a_cut_crosses_to_a_running_walrus_as_one_line_and_back() {
+        let command = |words: &[&str], occurrence| {
+            Until::BeforeCommand(BeforeCommand {
+                words: words.iter().map(|w| w.as_bytes().to_vec()).collect(),
+                occurrence,
+            })
+        };
+        for until in [
+            Until::End,
+            Until::Time(1_764_800_000_123),
+            Until::Offset(187),
+            command(&["FLUSHALL"], 1),
+            command(&["DEL", "important-key"], 3),
+        ] {
+            assert_eq!(Until::parse(&until.to_line()), Ok(until.clone()), "{until}");
+        }
+        for (line, why) in [
+            ("", "end, time, offset or command expected"),
+            ("offset x", "a number expected"),
+            ("offset 1 2", "one word too many"),
+            ("command 0 FLUSHALL", "counts from 1"),
+            ("command 1", "a command name expected"),
+        ] {
+            let e = Until::parse(line).unwrap_err();
+            assert!(e.contains(why), "{line:?}: {e}");
+        }
+    }
+
     fn checkpoint(offset: u64, from_lsn: u64, time_ms: Option<u64>) -> Checkpoint {
         Checkpoint {
             file: "c.rdb".into(),
