@@ -1,7 +1,10 @@
 //! `walrus restore`: a point-in-time restore (`crate::restore::pitr` says where each cut
 //! falls). With `--data-dir NEW`, offline: what a data directory (a stopped walrus's, or a
 //! backup) holds, up to the cut, into a new data directory that `walrus serve` starts from.
-//! `--dry-run` says where the cut falls, and changes nothing.
+//! `--dry-run` says where the cut falls, and changes nothing. With `--keep-present DIR
+//! --confirm`, in place: the running walrus (its metrics endpoint, as `walrus checkpoint`)
+//! keeps the present in DIR and rewinds its Valkey to the cut (`crate::restore::rewind`);
+//! without `--confirm`, what it would do, and exit 2.
 
 use crate::restore::pitr::{BeforeCommand, Until};
 use clap::Args;

@@ -1,8 +1,9 @@
 //! The HTTP endpoint: `/metrics` (Prometheus text format), `/healthz` (200 while the
 //! process and its runtime answer), `/readyz` (200 only when walrus serves data durably;
 //! otherwise 503 with a one-line reason), `/status` (JSON, [`status`]: `walrus status`), and
-//! the admin requests `POST /checkpoint` (`walrus checkpoint`) and `POST /backup` (the body
-//! is the directory: `walrus backup`), from loopback callers only unless
+//! the admin requests `POST /checkpoint` (`walrus checkpoint`), `POST /backup` (the body
+//! is the directory: `walrus backup`) and `POST /rewind` (an in-place point-in-time restore:
+//! `walrus restore --keep-present DIR --confirm`), from loopback callers only unless
 //! `metrics.admin_allow_remote`, with the bearer token of `metrics.admin_token_file` when
 //! one is set ([`token`]; remote callers always need it), and never from a web browser (a
 //! request carrying `Origin`: a page open on walrus's host could otherwise post to it). Every
@@ -22,7 +23,8 @@ use tokio::net::TcpListener;
 pub type Ready = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 /// Admin requests the endpoint accepts: `POST /checkpoint` takes a checkpoint now,
-/// `POST /backup` copies one and the journal after it.
+/// `POST /backup` copies one and the journal after it, `POST /rewind` rewinds Valkey in
+/// place.
 #[derive(Clone)]
 pub struct Admin {
     pub checkpoint: tokio::sync::mpsc::Sender<crate::checkpoint::Request>,

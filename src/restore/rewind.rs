@@ -7,6 +7,10 @@
 //! The restored Valkey does not go on with the history it was cut from as if the rest had not
 //! happened: a restore promotes it, which gives it a new replication id (the old one kept as
 //! its previous id, valid up to the cut), and the journal goes on under the new one.
+//!
+//! In place ([`in_place`]): a running walrus keeps the present in a new data directory (its
+//! way back), then loads its Valkey from that copy up to the cut, the same cut and the same
+//! load as any restore ([`super::load`] with [`super::primary::Source::Dir`]).
 
 use super::backup::{Read, Stopped, Summary};
 use super::pitr::{self, Cut, Until};
