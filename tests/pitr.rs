@@ -521,8 +521,10 @@ fn the_archive_is_restored_to_a_point_in_time() {
 #[test]
 fn a_flushall_is_undone_in_place_on_a_running_walrus() {
     let metrics = format!("127.0.0.1:{}", free_port());
+    // Valkey loaded, not yet promoted: a while in which a client must get -LOADING.
     let mut w = Walrus::build()
         .args(&["--metrics-listen", &metrics])
+        .failpoint("restore::before_promote", "sleep(1000)")
         .start();
     let data: PathBuf = w.data.path().join("data");
     let mut c = Raw::connect(&w.addr);
@@ -587,7 +589,17 @@ fn a_flushall_is_undone_in_place_on_a_running_walrus() {
     assert_eq!(dataset(&w.addr), present);
     assert_eq!(replid(&w.addr).unwrap(), old_replid);
     let before = attached(&w);
-    let out = in_place(true);
+    let out = std::thread::scope(|s| {
+        let rewind = s.spawn(|| in_place(true));
+        w.proc
+            .wait_line("rewind: the present kept; loading Valkey", START_TIMEOUT);
+        assert!(
+            c.cmd(&["GET", "a:0"]).starts_with(b"-LOADING"),
+            "{}",
+            w.proc.log_text()
+        );
+        rewind.join().unwrap()
+    });
     let report = output_text(&out);
     assert!(out.status.success(), "{report}\n{}", w.proc.log_text());
     assert!(
