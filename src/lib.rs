@@ -30,8 +30,8 @@
 //! - [`replication`] (the replica link: Valkey's stream into the journal, the durable
 //!   offset into the gate) and [`proxy`] (client sessions, the shared pool, pinned
 //!   connections, the accept loop).
-//! - [`http`]: `/metrics`, `/healthz`, `/readyz`, `/status`, `POST /checkpoint` and
-//!   `POST /backup`.
+//! - [`http`]: `/metrics`, `/healthz`, `/readyz`, `/status`, `POST /checkpoint`,
+//!   `POST /backup` and `POST /rewind`.
 //! - [`cli`]: the `walrus` command.
 //!
 //! Errors: each layer has one type, and a layer's public functions return only it; private

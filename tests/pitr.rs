@@ -40,6 +40,7 @@ fn stop(w: &mut Walrus) {
 fn dataset(addr: &str) -> Dataset {
     let mut c = Raw::connect(addr);
     let keys = c.cmd(&["KEYS", "*"]);
+    assert!(keys.starts_with(b"*"), "KEYS: {}", show(&keys));
     let text = String::from_utf8_lossy(&keys).into_owned();
     let names: Vec<String> = text
         .split("\r\n")
@@ -510,4 +511,127 @@ fn the_archive_is_restored_to_a_point_in_time() {
         "{}",
         output_text(&out)
     );
+}
+
+/// In place: `walrus restore --keep-present DIR --before-command FLUSHALL --confirm` against
+/// a running (managed) walrus undoes a FLUSHALL: the present is kept in DIR first, Valkey
+/// goes back to the dataset before the FLUSHALL and on under a new replication id, writes
+/// after it are acknowledged and survive a SIGKILL, and DIR brings the present back.
+/// Without --confirm nothing changes (exit 2).
+#[test]
+fn a_flushall_is_undone_in_place_on_a_running_walrus() {
+    let metrics = format!("127.0.0.1:{}", free_port());
+    // Valkey loaded, not yet promoted: a while in which a client must get -LOADING.
+    let mut w = Walrus::build()
+        .args(&["--metrics-listen", &metrics])
+        .failpoint("restore::before_promote", "sleep(1000)")
+        .start();
+    let data: PathBuf = w.data.path().join("data");
+    let mut c = Raw::connect(&w.addr);
+    let mut model = Dataset::new();
+    for i in 0..5 {
+        let (k, v) = (format!("a:{i}"), format!("v{i}"));
+        assert_eq!(c.cmd(&["SET", &k, &v]), OK);
+        model.insert(k, v);
+    }
+    assert_eq!(c.cmd(&["FLUSHALL"]), OK);
+    assert_eq!(c.cmd(&["SET", "after-the-flush", "1"]), OK);
+    let present = dataset(&w.addr);
+    assert_eq!(present.len(), 1, "{present:?}");
+    let replid = |addr: &str| info_field(&mut Raw::connect(addr), "replication", "master_replid");
+    let old_replid = replid(&w.addr).unwrap();
+
+    let tmp = tempfile::tempdir().unwrap();
+    let keep = tmp.path().join("present");
+    let in_place = |confirm: bool| {
+        let mut args = vec![
+            "restore",
+            "--metrics",
+            &metrics,
+            "--keep-present",
+            keep.to_str().unwrap(),
+            "--before-command",
+            "FLUSHALL",
+        ];
+        if confirm {
+            args.push("--confirm");
+        }
+        run_walrus(&args)
+    };
+    let out = in_place(false);
+    assert_eq!(out.status.code(), Some(2), "{}", output_text(&out));
+    assert!(
+        output_text(&out).contains("Run again with --confirm"),
+        "{}",
+        output_text(&out)
+    );
+    assert!(!keep.exists());
+    assert_eq!(dataset(&w.addr), present);
+
+    let attached = |w: &Walrus| w.proc.log_text().matches("replica link attached").count();
+    // A cut the data cannot make is refused, and Valkey goes on untouched.
+    let before = attached(&w);
+    let nowhere = tmp.path().join("nowhere");
+    let out = run_walrus(&[
+        "restore",
+        "--metrics",
+        &metrics,
+        "--keep-present",
+        nowhere.to_str().unwrap(),
+        "--before-command",
+        "DEL never-written",
+        "--confirm",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", output_text(&out));
+    await_state("the link attached again after the refusal", || {
+        attached(&w) > before
+    });
+    assert_eq!(dataset(&w.addr), present);
+    assert_eq!(replid(&w.addr).unwrap(), old_replid);
+    let before = attached(&w);
+    let out = std::thread::scope(|s| {
+        let rewind = s.spawn(|| in_place(true));
+        w.proc
+            .wait_line("rewind: the present kept; loading Valkey", START_TIMEOUT);
+        assert!(
+            c.cmd(&["GET", "a:0"]).starts_with(b"-LOADING"),
+            "{}",
+            w.proc.log_text()
+        );
+        rewind.join().unwrap()
+    });
+    let report = output_text(&out);
+    assert!(out.status.success(), "{report}\n{}", w.proc.log_text());
+    assert!(
+        report.contains(&format!(
+            "the present (before the rewind) kept in {}",
+            keep.display()
+        )),
+        "{report}"
+    );
+    assert!(keep.join("journal").exists(), "{report}");
+    // The link attaches again under the new history (clients get -LOADING until then).
+    await_state("the link attached again after the rewind", || {
+        attached(&w) > before
+    });
+    assert_eq!(dataset(&w.addr), model, "{report}\n{}", w.proc.log_text());
+    let new_replid = replid(&w.addr).unwrap();
+    assert_ne!(
+        new_replid, old_replid,
+        "a rewind goes on under a new history"
+    );
+    assert_eq!(c.cmd(&["SET", "after-the-rewind", "1"]), OK);
+    model.insert("after-the-rewind".into(), "1".into());
+    assert_eq!(dataset(&w.addr), model);
+
+    // The new history is walrus's own: a SIGKILL and a restart restore it.
+    w.kill_with_valkey();
+    let mut again = Walrus::build().data(&data).start();
+    assert_eq!(dataset(&again.addr), model, "{}", again.proc.log_text());
+    stop(&mut again);
+
+    // The way back: the kept present, served as a data directory.
+    let mut back = Walrus::build().data(&keep).start();
+    assert_eq!(dataset(&back.addr), present, "{}", back.proc.log_text());
+    stop(&mut back);
 }

@@ -116,7 +116,13 @@ pub fn backup(args: BackupArgs) -> ExitCode {
     post(&args.endpoint, "/backup", to, args.timeout_secs, "backup")
 }
 
-fn post(endpoint: &Endpoint, path: &str, body: &str, timeout_secs: u64, what: &str) -> ExitCode {
+pub(super) fn post(
+    endpoint: &Endpoint,
+    path: &str,
+    body: &str,
+    timeout_secs: u64,
+    what: &str,
+) -> ExitCode {
     let token = match endpoint.token() {
         Ok(t) => t,
         Err(e) => {

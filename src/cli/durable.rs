@@ -24,6 +24,8 @@ pub(super) struct Durable {
     checkpointer: tokio::task::JoinHandle<()>,
     watcher: tokio::task::JoinHandle<()>,
     pub(super) checkpoint_requests: tokio::sync::mpsc::Sender<checkpoint::Request>,
+    /// In-place rewinds, which the link runs.
+    pub(super) rewinds: tokio::sync::mpsc::Sender<link::Rewind>,
     pub(super) store: Store,
     /// Held by a backup while it copies ([`checkpoint::Pin`]).
     pub(super) pin: checkpoint::Pin,
@@ -221,6 +223,7 @@ pub(super) async fn start_durability(
     } else {
         None
     };
+    let (rewind_requests, rewinds) = tokio::sync::mpsc::channel(1);
     let link_cfg = LinkConfig {
         store: store.clone(),
         released,
@@ -243,6 +246,7 @@ pub(super) async fn start_durability(
             (Some(a), crate::config::Ack::Archive) => Some(a.status.archived()),
             _ => None,
         },
+        rewinds: Some(rewinds),
     };
     let link = tokio::spawn(link::run(
         up.clone(),
@@ -259,6 +263,7 @@ pub(super) async fn start_durability(
         checkpointer,
         watcher,
         checkpoint_requests,
+        rewinds: rewind_requests,
         store,
         pin,
         archive,

@@ -1,11 +1,14 @@
 //! `walrus restore`: a point-in-time restore (`crate::restore::pitr` says where each cut
 //! falls). With `--data-dir NEW`, offline: what a data directory (a stopped walrus's, or a
 //! backup) holds, up to the cut, into a new data directory that `walrus serve` starts from.
-//! `--dry-run` says where the cut falls, and changes nothing.
+//! `--dry-run` says where the cut falls, and changes nothing. With `--keep-present DIR
+//! --confirm`, in place: the running walrus (its metrics endpoint, as `walrus checkpoint`)
+//! keeps the present in DIR and rewinds its Valkey to the cut (`crate::restore::rewind`);
+//! without `--confirm`, what it would do, and exit 2.
 
 use crate::restore::pitr::{BeforeCommand, Until};
 use clap::Args;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// Where a point-in-time restore stops: at most one of these (none: everything).
@@ -60,12 +63,25 @@ impl UntilArgs {
 pub struct RestoreArgs {
     /// The data directory to restore from: a stopped walrus's, or a backup (read only; its
     /// lock is shared, so a running walrus's is refused).
-    #[arg(long, value_name = "DIR")]
-    pub from_dir: PathBuf,
+    #[arg(long, value_name = "DIR", required_unless_present = "keep_present")]
+    pub from_dir: Option<PathBuf>,
     /// The new data directory to write (new or empty): `walrus serve --data-dir` restores
     /// Valkey from it. Not needed with --dry-run.
-    #[arg(long, value_name = "DIR", required_unless_present = "dry_run")]
+    #[arg(long, value_name = "DIR", required_unless_present_any = ["dry_run", "keep_present"])]
     pub data_dir: Option<PathBuf>,
+    /// In place: rewind the running walrus's Valkey (reached at --metrics) to the cut, after
+    /// keeping the present in this directory (absolute, new or empty, on walrus's host): the
+    /// way back. Clients get -LOADING meanwhile; Valkey goes on under a new history.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["from_dir", "data_dir", "dry_run"])]
+    pub keep_present: Option<PathBuf>,
+    /// In place: do it. Without it, say what would be done and change nothing (exit 2).
+    #[arg(long, requires = "keep_present")]
+    pub confirm: bool,
+    #[command(flatten)]
+    pub endpoint: super::admin::Endpoint,
+    /// In place: how long to wait for the rewind, in seconds.
+    #[arg(long, default_value_t = 3600)]
+    pub timeout_secs: u64,
     #[command(flatten)]
     pub until: UntilArgs,
     /// Say where the cut falls and what it keeps and leaves out; change nothing.
@@ -87,7 +103,10 @@ pub fn run(args: RestoreArgs) -> ExitCode {
             return ExitCode::from(super::EXIT_FIX);
         }
     };
-    let (journal_dir, _) = crate::restore::verify::data_dirs(&args.from_dir);
+    let Some(from_dir) = &args.from_dir else {
+        return in_place(&args, &until);
+    };
+    let (journal_dir, _) = crate::restore::verify::data_dirs(from_dir);
     let _reading =
         match super::data_dir::lock_for_command(&journal_dir, crate::journal::lock::Access::Shared)
         {
@@ -95,9 +114,9 @@ pub fn run(args: RestoreArgs) -> ExitCode {
             Err(code) => return code,
         };
     let done = match (&args.data_dir, args.dry_run) {
-        (_, true) => crate::restore::rewind::plan(&args.from_dir, &until).map(|c| c.to_string()),
+        (_, true) => crate::restore::rewind::plan(from_dir, &until).map(|c| c.to_string()),
         (Some(to), false) => crate::restore::rewind::into_new_dir(
-            &args.from_dir,
+            from_dir,
             to,
             &until,
             (args.segment_size_bytes, args.segments),
@@ -115,4 +134,48 @@ pub fn run(args: RestoreArgs) -> ExitCode {
             super::exit_code(&e)
         }
     }
+}
+
+/// `--keep-present DIR`: asks the running walrus to rewind its Valkey in place (`POST
+/// /rewind`), only with --confirm.
+fn in_place(args: &RestoreArgs, until: &Until) -> ExitCode {
+    let keep = args
+        .keep_present
+        .as_ref()
+        .expect("in place: --keep-present");
+    let Some(keep) = keep.to_str().filter(|k| !k.contains(['\r', '\n'])) else {
+        eprintln!(
+            "walrus: --keep-present {} must be a UTF-8 path without line breaks",
+            keep.display()
+        );
+        return ExitCode::from(super::EXIT_FIX);
+    };
+    if !Path::new(keep).is_absolute() {
+        eprintln!("walrus: --keep-present {keep} must be absolute: walrus, not this command, writes it, from its own working directory");
+        return ExitCode::from(super::EXIT_FIX);
+    }
+    if *until == Until::End {
+        eprintln!("walrus: an in-place restore needs where to cut: --until, --until-offset or --before-command");
+        return ExitCode::from(super::EXIT_FIX);
+    }
+    if !args.confirm {
+        eprintln!(
+            "walrus: this would rewind the running walrus at {} in place ({until}): keep the present \
+             (its checkpoint and whole journal) in {keep}, the way back; answer clients -LOADING \
+             while Valkey is loaded up to the cut; then go on under a new history, leaving out \
+             every write after the cut. Writes after the cut are lost to Valkey (kept only in \
+             {keep}). To see where the cut falls first: `walrus backup --to DIR`, then \
+             `walrus restore --from-dir DIR {until} --dry-run`. Run again with --confirm to do it.",
+            args.endpoint.metrics
+        );
+        return ExitCode::from(super::EXIT_FIX);
+    }
+    let body = format!("{keep}\n{}\n", until.to_line());
+    super::admin::post(
+        &args.endpoint,
+        "/rewind",
+        &body,
+        args.timeout_secs,
+        "restore in place",
+    )
 }

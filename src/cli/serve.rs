@@ -257,6 +257,7 @@ async fn run_proxy(
                 stop: stop.clone(),
                 high_watermark: config.disk.high_watermark,
             }),
+            rewinds: d.rewinds.clone(),
         });
         // Weak: the hook lives as long as the process, the journal must close at shutdown.
         let (gate, journal) = (d.durability.clone(), Arc::downgrade(&d.journal));

@@ -1,8 +1,9 @@
 //! The HTTP endpoint: `/metrics` (Prometheus text format), `/healthz` (200 while the
 //! process and its runtime answer), `/readyz` (200 only when walrus serves data durably;
 //! otherwise 503 with a one-line reason), `/status` (JSON, [`status`]: `walrus status`), and
-//! the admin requests `POST /checkpoint` (`walrus checkpoint`) and `POST /backup` (the body
-//! is the directory: `walrus backup`), from loopback callers only unless
+//! the admin requests `POST /checkpoint` (`walrus checkpoint`), `POST /backup` (the body
+//! is the directory: `walrus backup`) and `POST /rewind` (an in-place point-in-time restore:
+//! `walrus restore --keep-present DIR --confirm`), from loopback callers only unless
 //! `metrics.admin_allow_remote`, with the bearer token of `metrics.admin_token_file` when
 //! one is set ([`token`]; remote callers always need it), and never from a web browser (a
 //! request carrying `Origin`: a page open on walrus's host could otherwise post to it). Every
@@ -22,11 +23,14 @@ use tokio::net::TcpListener;
 pub type Ready = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 /// Admin requests the endpoint accepts: `POST /checkpoint` takes a checkpoint now,
-/// `POST /backup` copies one and the journal after it.
+/// `POST /backup` copies one and the journal after it, `POST /rewind` rewinds Valkey in
+/// place.
 #[derive(Clone)]
 pub struct Admin {
     pub checkpoint: tokio::sync::mpsc::Sender<crate::checkpoint::Request>,
     pub backups: Arc<crate::restore::backup::Backups>,
+    /// In-place rewinds, run by the replica link.
+    pub rewinds: tokio::sync::mpsc::Sender<crate::replication::link::Rewind>,
 }
 
 /// Who may make admin requests, known from the start.
@@ -88,7 +92,7 @@ pub async fn serve(
                     Ok(json) => ("200 OK", json),
                     Err(e) => ("500 Internal Server Error", format!("{e}\n").into_bytes()),
                 },
-                ("POST", "/checkpoint" | "/backup") => {
+                ("POST", "/checkpoint" | "/backup" | "/rewind") => {
                     let refused = access
                         .refusal(peer, &head)
                         .or_else(|| not_running(admin.as_ref(), sources.durability));
@@ -101,10 +105,10 @@ pub async fn serve(
                         None => {
                             let admin = admin.as_ref().expect("checked by admin_refusal");
                             tracing::info!(%peer, path, "admin request");
-                            if path == "/checkpoint" {
-                                checkpoint(admin).await
-                            } else {
-                                backup(admin, body).await
+                            match path {
+                                "/checkpoint" => checkpoint(admin).await,
+                                "/backup" => backup(admin, body).await,
+                                _ => rewind(admin, body).await,
                             }
                         }
                     }
@@ -237,6 +241,51 @@ async fn backup(admin: &Admin, body: String) -> (&'static str, Vec<u8>) {
             (status, format!("{why}\n").into_bytes())
         }
     }
+}
+
+/// `POST /rewind`: the body's first line is where the present is kept (an absolute path), its
+/// second the cut ([`crate::restore::pitr::Until::parse`]).
+async fn rewind(admin: &Admin, body: String) -> (&'static str, Vec<u8>) {
+    use crate::restore::RestoreError;
+    let mut lines = body.lines();
+    let way_back = lines.next().unwrap_or("").trim();
+    let until = crate::restore::pitr::Until::parse(lines.next().unwrap_or(""));
+    let until = match until {
+        Ok(u) if !way_back.is_empty() => u,
+        Ok(_) => return bad("the body's first line must be the directory where the present is kept (an absolute path)".into()),
+        Err(why) => return bad(format!("the body's second line must say where to cut: {why}")),
+    };
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    let request = crate::replication::link::Rewind {
+        until,
+        way_back: way_back.into(),
+        backups: admin.backups.clone(),
+        reply,
+    };
+    if admin.rewinds.send(request).await.is_err() {
+        return (
+            "503 Service Unavailable",
+            b"the replica link is not running\n".to_vec(),
+        );
+    }
+    match answer.await {
+        Ok(Ok(text)) => ("200 OK", text.into_bytes()),
+        Ok(Err(why)) => {
+            let status = match why {
+                RestoreError::Refused(_) => "409 Conflict",
+                _ => "500 Internal Server Error",
+            };
+            (status, format!("{why}\n").into_bytes())
+        }
+        Err(_) => (
+            "503 Service Unavailable",
+            b"the replica link stopped\n".to_vec(),
+        ),
+    }
+}
+
+fn bad(why: String) -> (&'static str, Vec<u8>) {
+    ("400 Bad Request", format!("{why}\n").into_bytes())
 }
 
 async fn checkpoint(admin: &Admin) -> (&'static str, Vec<u8>) {

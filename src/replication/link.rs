@@ -80,6 +80,19 @@ pub struct LinkConfig {
     pub restore_route: Route,
     /// `durability.ack = "archive"`: the archive's position, which releases replies.
     pub archived: Option<tokio::sync::watch::Receiver<crate::journal::Durable>>,
+    /// In-place rewinds asked for (`walrus restore --until ... --confirm`): the link runs
+    /// them, since it owns Valkey's attachment.
+    pub rewinds: Option<tokio::sync::mpsc::Receiver<Rewind>>,
+}
+
+/// A request to rewind Valkey in place ([`crate::restore::rewind::in_place`]), answered with
+/// what was done or why not.
+pub struct Rewind {
+    pub until: crate::restore::pitr::Until,
+    /// Where the present is kept (absolute, new or empty).
+    pub way_back: std::path::PathBuf,
+    pub backups: Arc<crate::restore::backup::Backups>,
+    pub reply: tokio::sync::oneshot::Sender<Result<String, RestoreError>>,
 }
 
 /// What the link knows between attachments.
@@ -104,10 +117,11 @@ pub async fn run(
     up: Upstream,
     journal: Arc<Journal>,
     durability: Arc<Durability>,
-    cfg: LinkConfig,
+    mut cfg: LinkConfig,
     holding: Option<Holding>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), LinkError> {
+    let mut rewinds = cfg.rewinds.take();
     let mut state = LinkState {
         held: holding.as_ref().map(|h| h.held()),
         verified: holding,
@@ -124,11 +138,25 @@ pub async fn run(
             tracing::error!("journal failed: the replica link stays down");
             return Ok(());
         }
+        let rewind = async {
+            match rewinds.as_mut() {
+                Some(r) => r.recv().await,
+                None => std::future::pending().await,
+            }
+        };
         let attached = tokio::select! {
-            r = attach(&up, &journal, &durability, &cfg, &mut state) => r,
+            r = attach(&up, &journal, &durability, &cfg, &mut state) => Ok(r),
+            Some(r) = rewind => Err(r),
             _ = stop.wait_for(|s| *s) => return Ok(()),
         };
         durability.detach();
+        let attached = match attached {
+            Ok(r) => r,
+            Err(rewind) => {
+                rewind_in_place(&up, &journal, &durability, &cfg, &mut state, rewind).await;
+                continue;
+            }
+        };
         match attached {
             Err(LinkError::Journal(e @ JournalError::EntryTooLarge { .. })) => {
                 // One transaction or script whose effects exceed an entry: the journal is
@@ -160,6 +188,53 @@ pub async fn run(
             _ = stop.wait_for(|s| *s) => return Ok(()),
         }
     }
+}
+
+/// Rewinds Valkey in place, detached and with clients on `-LOADING`, once everything
+/// journaled is durable (the way back holds all of it). Rewound, the link continues from the
+/// cut with a full resynchronization: its checkpoint, under the id Valkey took when promoted,
+/// starts the new history, and the journal's entries after the cut (before that checkpoint's
+/// first LSN) are never read again. A rewind that fails leaves what walrus holds as it was:
+/// the next attachment finds Valkey behind it and restores the present.
+async fn rewind_in_place(
+    up: &Upstream,
+    journal: &Journal,
+    durability: &Durability,
+    cfg: &LinkConfig,
+    state: &mut LinkState,
+    r: Rewind,
+) {
+    durability.begin_restore();
+    let rewound = async {
+        journal
+            .settled()
+            .await
+            .map_err(|e| RestoreError::Other(format!("the journal: {e}")))?;
+        restore::rewind::in_place(
+            up,
+            &r.backups,
+            &r.until,
+            r.way_back,
+            cfg.restore_timeout,
+            &cfg.rates,
+        )
+        .await
+    }
+    .await;
+    let reply = rewound.map(|(rewound, holding)| {
+        tracing::info!("{}", rewound.to_string().trim_end().replace('\n', "; "));
+        state.held = Some(holding.held());
+        state.verified = None;
+        state.full_resync = true;
+        rewound.to_string()
+    });
+    if let Err(e) = &reply {
+        tracing::error!("rewind in place failed: {e}");
+    }
+    if let Err(e) = restore::rewind::close_clients(up).await {
+        tracing::warn!("cannot close the proxy's connections from before the rewind: {e}");
+    }
+    let _ = r.reply.send(reply);
 }
 
 /// How the handshake of one attachment ended.

@@ -112,6 +112,17 @@ impl Backups {
     /// Takes a checkpoint, then copies it and the journal after it into `to` (absolute, new
     /// or empty).
     pub async fn take(&self, to: PathBuf) -> Result<Summary, BackupError> {
+        self.copy(to, true).await
+    }
+
+    /// Copies the recorded checkpoint and the whole journal after it into `to`, taking no new
+    /// checkpoint: what an in-place rewind starts from, and its way back
+    /// ([`super::rewind`]). The journal must be settled, with no write coming.
+    pub async fn keep(&self, to: PathBuf) -> Result<Summary, BackupError> {
+        self.copy(to, false).await
+    }
+
+    async fn copy(&self, to: PathBuf, checkpoint_first: bool) -> Result<Summary, BackupError> {
         let _one = self.running.try_lock().map_err(|_| {
             Failed("another backup is running; wait for it to finish (one at a time)".into())
         })?;
@@ -136,23 +147,8 @@ impl Backups {
         let geometry = (status.segment_bytes, status.segments);
         drop(journal);
         let target = Target::prepare(&to, &live)?;
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.checkpoint
-            .send(tx)
-            .await
-            .map_err(|_| Failed("the checkpointer is not running".into()))?;
-        match rx.await {
-            Ok(Ok(_)) => {}
-            // Nothing written since the recorded checkpoint: it is the fresh one.
-            Ok(Err(CheckpointError::NotNow(why))) => {
-                tracing::info!("backup: no new checkpoint ({why}); copying the recorded one")
-            }
-            Ok(Err(e)) => {
-                return Err(target.abandon(Failed(format!(
-                    "the checkpoint before the backup failed: {e}"
-                ))))
-            }
-            Err(_) => return Err(target.abandon(Failed("the checkpointer stopped".into()))),
+        if checkpoint_first {
+            self.checkpoint_first(&target).await?;
         }
         let rdb = self.store.recorded().map_or(0, |cp| cp.size);
         let need = rdb + geometry.0 * u64::from(geometry.1);
@@ -206,6 +202,27 @@ impl Backups {
         .map_err(|e| Failed(format!("the backup task failed: {e}")))?;
         drop(pinned);
         copied
+    }
+
+    /// A checkpoint before a backup, so that the copy holds little journal.
+    async fn checkpoint_first(&self, target: &Target) -> Result<(), BackupError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.checkpoint
+            .send(tx)
+            .await
+            .map_err(|_| target.abandon(Failed("the checkpointer is not running".into())))?;
+        match rx.await {
+            Ok(Ok(_)) => Ok(()),
+            // Nothing written since the recorded checkpoint: it is the fresh one.
+            Ok(Err(CheckpointError::NotNow(why))) => {
+                tracing::info!("backup: no new checkpoint ({why}); copying the recorded one");
+                Ok(())
+            }
+            Ok(Err(e)) => Err(target.abandon(Failed(format!(
+                "the checkpoint before the backup failed: {e}"
+            )))),
+            Err(_) => Err(target.abandon(Failed("the checkpointer stopped".into()))),
+        }
     }
 }
 

@@ -224,6 +224,23 @@ pub async fn run(
                 .ok_or_else(|| RestoreError::Other("no checkpoint to restore from".into()))?
         }
     };
+    let source = primary::Source::Open(journal.clone());
+    load(up, store, source, holding, timeout, rates, finish, started).await
+}
+
+/// Loads Valkey with `holding` (verified), its checkpoint from `store` and the stream after
+/// it from `source`, as [`run`] says.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn load(
+    up: &Upstream,
+    store: &Store,
+    source: primary::Source,
+    holding: Holding,
+    timeout: Duration,
+    rates: &LearnedRates,
+    finish: primary::Finish,
+    started: Instant,
+) -> Result<(Position, Holding), RestoreError> {
     let (version, format) = target(up).await.map_err(primary::LoadError::from)?;
     compatible(&holding, &version, format).map_err(RestoreError::Unloadable)?;
     let cp = &holding.checkpoint;
@@ -254,7 +271,7 @@ pub async fn run(
             up,
             store,
             cp,
-            journal: journal.clone(),
+            journal: source,
             end: &holding.end,
             timeout,
             progress: &progress,

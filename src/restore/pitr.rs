@@ -73,6 +73,48 @@ impl BeforeCommand {
     }
 }
 
+impl Until {
+    /// One line, as an in-place rewind's request carries it to a running walrus
+    /// ([`Until::parse`] reads it back): `end`, `time MS`, `offset N`, or `command N WORDS...`.
+    pub fn to_line(&self) -> String {
+        match self {
+            Until::End => "end".into(),
+            Until::Time(t) => format!("time {t}"),
+            Until::Offset(o) => format!("offset {o}"),
+            Until::BeforeCommand(b) => format!("command {} {}", b.occurrence, b.describe()),
+        }
+    }
+
+    pub fn parse(line: &str) -> Result<Until, String> {
+        let mut words = line.split_whitespace();
+        let number = |w: Option<&str>| {
+            w.and_then(|w| w.parse::<u64>().ok())
+                .ok_or_else(|| format!("{line:?}: a number expected"))
+        };
+        let until = match words.next() {
+            Some("end") => Until::End,
+            Some("time") => Until::Time(number(words.next())?),
+            Some("offset") => Until::Offset(number(words.next())?),
+            Some("command") => {
+                let occurrence = u32::try_from(number(words.next())?)
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| format!("{line:?}: the occurrence counts from 1"))?;
+                let words: Vec<Vec<u8>> = words.map(|w| w.as_bytes().to_vec()).collect();
+                if words.is_empty() {
+                    return Err(format!("{line:?}: a command name expected"));
+                }
+                return Ok(Until::BeforeCommand(BeforeCommand { words, occurrence }));
+            }
+            _ => return Err(format!("{line:?}: end, time, offset or command expected")),
+        };
+        match words.next() {
+            None => Ok(until),
+            Some(w) => Err(format!("{line:?}: {w:?} is one word too many")),
+        }
+    }
+}
+
 impl std::fmt::Display for Until {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -533,6 +575,35 @@ mod tests {
     use bytes::Bytes;
 
     const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+
+    #[test]
+    fn a_cut_crosses_to_a_running_walrus_as_one_line_and_back() {
+        let command = |words: &[&str], occurrence| {
+            Until::BeforeCommand(BeforeCommand {
+                words: words.iter().map(|w| w.as_bytes().to_vec()).collect(),
+                occurrence,
+            })
+        };
+        for until in [
+            Until::End,
+            Until::Time(1_764_800_000_123),
+            Until::Offset(187),
+            command(&["FLUSHALL"], 1),
+            command(&["DEL", "important-key"], 3),
+        ] {
+            assert_eq!(Until::parse(&until.to_line()), Ok(until.clone()), "{until}");
+        }
+        for (line, why) in [
+            ("", "end, time, offset or command expected"),
+            ("offset x", "a number expected"),
+            ("offset 1 2", "one word too many"),
+            ("command 0 FLUSHALL", "counts from 1"),
+            ("command 1", "a command name expected"),
+        ] {
+            let e = Until::parse(line).unwrap_err();
+            assert!(e.contains(why), "{line:?}: {e}");
+        }
+    }
 
     fn checkpoint(offset: u64, from_lsn: u64, time_ms: Option<u64>) -> Checkpoint {
         Checkpoint {

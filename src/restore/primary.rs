@@ -30,8 +30,10 @@
 //! is there but stops (stopped, partitioned) ends it after `restore.timeout_ms` without a
 //! sign of progress: a connection, an acknowledgement, a piece of the stream it takes.
 
+use super::backup::Read;
 use super::chain::{self, ChainEnd, ChainError};
 use super::listener::{accept_replica, read_command, OneTimeAuth, Replica};
+use super::pitr::{through, Point};
 use super::Progress;
 use crate::checkpoint::store::{Checkpoint, Store};
 use crate::journal::Journal;
@@ -43,6 +45,7 @@ use crate::upstream::{server, Upstream};
 use crate::valkey::process;
 use crate::valkey::task::AbortOnDrop;
 use bytes::{Bytes, BytesMut};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
@@ -94,13 +97,23 @@ pub enum Finish {
     Save,
 }
 
-/// A load of Valkey: `cp` from `store` and `journal` after it, up to `end` (verified
-/// beforehand), then `finish`. `timeout` bounds each wait for Valkey.
+/// Where the stream after the checkpoint is read.
+#[derive(Clone)]
+pub enum Source {
+    /// walrus's own journal, open for writing: all of its durable entries.
+    Open(Arc<Journal>),
+    /// A data directory's journal that no one writes (an in-place rewind's copy,
+    /// [`super::rewind`]), up to a point-in-time cut.
+    Dir { dir: PathBuf, at: Point },
+}
+
+/// A load of Valkey: `cp` from `store` and the stream after it from `journal`, up to `end`
+/// (verified beforehand), then `finish`. `timeout` bounds each wait for Valkey.
 pub struct Load<'a> {
     pub up: &'a Upstream,
     pub store: &'a Store,
     pub cp: &'a Checkpoint,
-    pub journal: Arc<Journal>,
+    pub journal: Source,
     pub end: &'a ChainEnd,
     pub timeout: Duration,
     pub progress: &'a Progress,
@@ -335,21 +348,28 @@ async fn send_rdb(out: &mut Sender<'_>, path: &std::path::Path) -> Result<(), Lo
 /// on a blocking thread while the socket takes what it has read.
 async fn send_stream(
     out: &mut Sender<'_>,
-    journal: Arc<Journal>,
+    journal: Source,
     cp: &Checkpoint,
 ) -> Result<ChainEnd, LoadError> {
     let (tx, mut rx) = mpsc::channel::<Bytes>(READ_AHEAD_SLICES);
     let cp = cp.clone();
     let walker = tokio::task::spawn_blocking(move || {
         let mut messages = 0;
-        let end = chain::walk(&journal, &cp, |slice| {
+        let mut each = |slice: chain::Slice| {
             // Data, not messages: see `messages`.
             let (bytes, blanked) = super::messages::blank(slice.bytes);
             messages += blanked;
             // The receiver is gone only if the socket failed; that error is reported.
             let _ = tx.blocking_send(bytes);
             Ok(())
-        });
+        };
+        let end = match journal {
+            Source::Open(journal) => chain::walk(&journal, &cp, each),
+            Source::Dir { dir, at } => Read::Dir(&dir)
+                .entries(cp.from_lsn)
+                .map_err(ChainError::from)
+                .and_then(|e| chain::walk_entries(through(e, at), &cp, &mut each)),
+        };
         if messages > 0 {
             tracing::info!(
                 messages,
