@@ -218,6 +218,12 @@ pub fn tracking(ctx: std::sync::Arc<Ctx>, seed: u64) {
             while let Ok(bytes) = conn.read(until) {
                 match parse3(&bytes) {
                     Err(push) => invalidated(&ctx, &mut tracked, push),
+                    // walrus closes a connection whose invalidation the journal will never
+                    // hold (its journal failed), saying so first.
+                    Ok(Reply::Error(e)) => {
+                        ctx.h().error("a tracking client's push", &e);
+                        continue 'connection;
+                    }
                     Ok(other) => ctx.h().unexpected("a tracking client's push", &other),
                 }
             }
