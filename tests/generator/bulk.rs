@@ -1,0 +1,83 @@
+//! A client that sends its whole pipeline before it reads a reply, as redis-py's
+//! `Pipeline.execute()` and bulk loaders do (not in cluster mode): 20,000 to 40,000 reads
+//! of a value of its own, under a long key, written in one go (8 to 16 MB each way, more
+//! than the sockets between it and walrus hold), then every reply read. walrus must read on
+//! while the replies pile up: a send that makes no progress within `HANG_BOUND` is a hang,
+//! and every reply must come, the value or an error a fault explains.
+
+use crate::common::Rng;
+use crate::conn::{cmd, Conn, Reply, Wait, HANG_BOUND};
+use crate::shared::Ctx;
+use redis_protocol::resp2::types::OwnedFrame;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bytes of the key and of the value each read carries and returns.
+const KEY_BYTES: usize = 200;
+const VALUE_BYTES: usize = 200;
+
+/// Sends a whole pipeline every 2 to 6 s, on a new connection (RESP2 or RESP3) each time.
+pub fn pipelines(ctx: Arc<Ctx>, seed: u64) {
+    let mut rng = Rng(seed);
+    let key = format!("{{gen}}:bulk:{}", "k".repeat(KEY_BYTES));
+    let mut round = 0u64;
+    while !ctx.stopping() {
+        // Pacing of the workload (not synchronization): a few pipelines per mode.
+        std::thread::sleep(Duration::from_millis(2000 + rng.below(4000)));
+        round += 1;
+        let Some(mut conn) = Conn::connect_as(&ctx.target.get(), rng.below(2) == 0) else {
+            continue;
+        };
+        let value = format!("{round:0>width$}", width = VALUE_BYTES);
+        let set = cmd(&["SET", &key, &value]);
+        if !matches!(conn.call(&ctx, &[set]).remove(0), Reply::Frame(_)) {
+            continue;
+        }
+        let n = 20_000 + rng.below(20_000) as usize;
+        whole(&ctx, &mut conn, &key, &value, n);
+    }
+}
+
+/// `n` GETs of `key` sent in one write, then their replies, each `value`.
+fn whole(ctx: &Ctx, conn: &mut Conn, key: &str, value: &str, n: usize) {
+    ctx.h().count("op: a whole pipeline before any reply is read");
+    let get = cmd(&["GET", key]);
+    match conn.send(&vec![get; n]) {
+        Ok(()) => {}
+        Err(Wait::TimedOut) => {
+            ctx.h().violation(format!(
+                "hang: walrus stopped reading a pipeline of {n} GETs sent whole before any \
+                 reply is read (its send made no progress within {HANG_BOUND:?})"
+            ));
+            return;
+        }
+        Err(Wait::Closed) => return,
+    }
+    for i in 0..n {
+        let reply = match conn.reply(Instant::now() + HANG_BOUND) {
+            Ok(r) => r,
+            Err(Wait::TimedOut) => {
+                ctx.h().violation(format!(
+                    "hang: reply {i} of a pipeline of {n} GETs sent whole did not come within \
+                     {HANG_BOUND:?}"
+                ));
+                return;
+            }
+            Err(Wait::Closed) => return,
+        };
+        match reply {
+            Reply::Frame(OwnedFrame::BulkString(v)) if v == value.as_bytes() => {}
+            Reply::Error(e) => {
+                // What a fault explains ends the pipeline's checks: its client gives up.
+                ctx.h().error("GET (a whole pipeline)", &e);
+                return;
+            }
+            other => {
+                ctx.h()
+                    .unexpected(&format!("GET {i} of a whole pipeline"), &other);
+                return;
+            }
+        }
+    }
+    ctx.h().count("check: a whole pipeline served");
+}
