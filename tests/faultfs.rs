@@ -291,7 +291,10 @@ fn name_operations_are_durable_once_their_directory_is_synced() {
     // A directory's fsync that fails makes nothing durable.
     std::fs::rename(d.join("old"), d.join("renamed")).unwrap();
     fs.ok("fail sync EIO count 1 path /d");
-    assert_eq!(errno(File::open(&d).unwrap().sync_all().unwrap_err()), libc::EIO);
+    assert_eq!(
+        errno(File::open(&d).unwrap().sync_all().unwrap_err()),
+        libc::EIO
+    );
     fs.ok("crash");
     fs.ok("recover");
     assert_eq!(names(&d), ["old", "x", "y"]);

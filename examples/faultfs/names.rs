@@ -93,7 +93,15 @@ fn rename2(from: &Path, to: &Path, flags: u32) -> Result<(), Errno> {
     let (a, b) = (cpath(from)?, cpath(to)?);
     // SAFETY: valid C strings; renameat2 is atomic on the backing file system, which is
     // what makes the mount's rename atomic.
-    check(unsafe { libc::renameat2(libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), flags) })
+    check(unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            flags,
+        )
+    })
 }
 
 impl Names {
@@ -173,7 +181,8 @@ impl Names {
     /// A free path in the graveyard.
     fn grave_slot(&mut self) -> PathBuf {
         self.next_grave += 1;
-        self.real(Path::new(GRAVE)).join(self.next_grave.to_string())
+        self.real(Path::new(GRAVE))
+            .join(self.next_grave.to_string())
     }
 
     /// `rel` was just created (a file, a symlink, or a directory when `dir`).
