@@ -45,6 +45,10 @@ LABEL org.opencontainers.image.title="walrus" \
       org.opencontainers.image.revision="${COMMIT}" \
       org.opencontainers.image.source="https://github.com/walrus-db/walrus" \
       org.opencontainers.image.licenses="MIT"
+# The CA certificates the archive's HTTPS store (AWS S3, ...) is checked against.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
 RUN groupadd --system --gid 10001 walrus \
  && useradd --system --uid 10001 --gid 10001 --home-dir /data --no-create-home \
       --shell /usr/sbin/nologin walrus \

@@ -35,6 +35,7 @@ LAYERS = [
     ["disk"],
     ["checkpoint"],
     ["restore"],
+    ["archive"],
     ["replication", "proxy"],
     ["http"],
     ["cli"],

@@ -36,7 +36,7 @@ impl Setup {
         match self {
             Setup::UringDirect => "io_uring O_DIRECT|O_DSYNC",
             Setup::UringBufferedDsync => "io_uring buffered O_DSYNC",
-            Setup::SyncFallback => "sync fallback pwrite+fdatasync",
+            Setup::SyncFallback => "sync fallback, O_DSYNC pwrite on threads",
             Setup::Naive => "naive: growing file, fdatasync/entry",
         }
     }

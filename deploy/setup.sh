@@ -7,7 +7,8 @@
 # not become the init system), fuse3 (fusermount3, for faultfs) and the Python cluster
 # clients redis and valkey-glide (PyPI, pinned), the openssl command (certificates for
 # README's TLS example), stunnel4 (TLS in front of valkey-server, for the TLS tests) and
-# lua5.1 (luac5.1, which the script lexer's tests compare with).
+# lua5.1 (luac5.1, which the script lexer's tests compare with), and SeaweedFS (built with
+# Go into the same cache as helm: the S3 store of the archive's tests).
 # Rust is expected to be there already. Safe to run again: it only installs what is missing.
 #
 #   deploy/setup.sh --bench   # also the extras of deploy/bench.py --suite compare only:
@@ -177,6 +178,26 @@ if [ "$(helm_version "$HELM_DIR/helm")" = "$HELM_VERSION" ]; then
 else
   echo "setup: helm $HELM_VERSION at $(command -v helm)"
 fi
+
+# SeaweedFS, the S3-compatible store the archive's tests run against (tests/archive.rs,
+# tests/common/seaweed.rs): built from its Go module like helm, into the same cache. `go
+# install` refuses the module's replace directives, so the module is downloaded and built
+# from its own directory.
+WEED_VERSION="v0.0.0-20261109003541-7506e5f91cd6"
+WEED_STAMP="$HELM_DIR/weed.version"
+if [ ! -x "$HELM_DIR/weed" ] || [ "$(cat "$WEED_STAMP" 2>/dev/null)" != "$WEED_VERSION" ]; then
+  GO="$(command -v go || echo /usr/local/go/bin/go)"
+  if [ ! -x "$GO" ]; then
+    echo "setup: go not found (/usr/local/go/bin/go); it is needed to build SeaweedFS" >&2
+    exit 1
+  fi
+  echo "setup: building SeaweedFS $WEED_VERSION into $HELM_DIR (takes several minutes)"
+  WEED_SRC="$("$GO" mod download -json "github.com/seaweedfs/seaweedfs@$WEED_VERSION" \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')"
+  (cd "$WEED_SRC" && "$GO" build -ldflags "-s -w" -o "$HELM_DIR/weed" ./weed)
+  echo "$WEED_VERSION" > "$WEED_STAMP"
+fi
+echo "setup: SeaweedFS $("$HELM_DIR/weed" version 2>/dev/null | head -1) at $HELM_DIR/weed"
 
 pip_pin kubernetes-validate 1.31.0
 echo "setup: kubernetes-validate $(python3 -m kubernetes_validate --version)"

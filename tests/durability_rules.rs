@@ -714,13 +714,11 @@ fn a_client_waiting_in_a_blocking_pop_holds_up_no_one_elses_reads() {
 fn after_a_restart_behind_valkey_reads_wait_for_the_journal_to_catch_up() {
     let v = Valkey::start();
     let data = tempfile::tempdir().unwrap();
-    let delay = format!("sleep({JOURNAL_DELAY_MS})");
     let start = || {
         Walrus::build()
             .upstream(&v.addr())
-            .config("io_backend = \"sync\"\n")
             .data(data.path())
-            .failpoint("journal::write", &delay)
+            .slow_journal(JOURNAL_DELAY_MS)
             .start()
     };
     let mut w = start();
@@ -789,8 +787,8 @@ fn a_reply_held_past_max_hold_gets_an_error_and_the_key_waits_for_the_journal() 
     let v = Valkey::start();
     let w = Walrus::build()
         .upstream(&v.addr())
-        .config("io_backend = \"sync\"\n[durability]\nmax_hold_ms = 300\n")
-        .failpoint("journal::write", "sleep(2000)")
+        .config("[durability]\nmax_hold_ms = 300\n")
+        .slow_journal(2000)
         .start();
     let mut c = Raw::connect(&w.addr);
     let r = show(&c.cmd(&["SET", "k", "v"]));

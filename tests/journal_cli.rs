@@ -1,7 +1,9 @@
 //! `walrus journal init|inspect|verify|repair` against a real journal, including mid-log
 //! corruption: verify reports where, open refuses, repair cuts with an explicit flag.
 
-use std::os::unix::fs::FileExt;
+mod common;
+use common::{append_numbered_entries, flip_journal_byte};
+
 use std::process::Command;
 
 use bytes::Bytes;
@@ -59,19 +61,7 @@ async fn init_inspect_verify_corruption_repair() {
         ..JournalConfig::small_for_tests(65536, 4)
     };
     let (j, _) = Journal::open(&dir, &cfg).unwrap();
-    let mut positions = Vec::new();
-    for i in 1..=40u64 {
-        let t = j
-            .try_append(&Entry {
-                repl_id: [b'r'; 40],
-                repl_offset_end: i * 1000,
-                payload: Bytes::from(vec![i as u8; 1000]),
-            })
-            .unwrap();
-        // One write per entry: later records carry durable hints covering earlier ones.
-        t.wait().await.unwrap();
-        positions.push(j.status().write_pos);
-    }
+    let positions = append_numbered_entries(&j).await;
     j.close().unwrap();
 
     let (code, out, _) = walrus(&["journal", "verify", "--dir", d]);
@@ -92,16 +82,7 @@ async fn init_inspect_verify_corruption_repair() {
     assert!(out.contains(&format!("data directory: {id}")), "{out}");
 
     // Flip a byte inside entry 11 (entry N starts at the write position after entry N-1).
-    let pos = positions[9] + 200;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(dir.join("seg-00000.wal"))
-        .unwrap();
-    let mut b = [0u8; 1];
-    f.read_exact_at(&mut b, pos).unwrap();
-    f.write_all_at(&[b[0] ^ 0x40], pos).unwrap();
-    drop(f);
+    flip_journal_byte(&dir, positions[9] + 200);
 
     let (code, _, err) = walrus(&["journal", "verify", "--dir", d]);
     assert_eq!(code, 2, "{err}");

@@ -1,5 +1,6 @@
 //! End-to-end tests of the journal handle: append, durability, reopen, replay, ring full,
 //! release, large entries, both backends.
+mod common;
 
 use std::sync::Arc;
 
@@ -259,67 +260,12 @@ fn geometry_change_is_refused() {
     );
 }
 
-/// Blocks io_uring_setup(2) with EPERM for the calling thread and threads it creates later,
-/// as Docker's and containerd's default seccomp profiles do.
-fn block_io_uring_in_this_thread() {
-    use libc::{sock_filter, sock_fprog};
-    const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
-    const BPF_JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
-    const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
-    let nr = libc::SYS_io_uring_setup as u32;
-    let filter = [
-        // seccomp_data.nr is at offset 0.
-        sock_filter {
-            code: BPF_LD_W_ABS,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        },
-        sock_filter {
-            code: BPF_JEQ_K,
-            jt: 0,
-            jf: 1,
-            k: nr,
-        },
-        sock_filter {
-            code: BPF_RET_K,
-            jt: 0,
-            jf: 0,
-            k: libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
-        },
-        sock_filter {
-            code: BPF_RET_K,
-            jt: 0,
-            jf: 0,
-            k: libc::SECCOMP_RET_ALLOW,
-        },
-    ];
-    let prog = sock_fprog {
-        len: filter.len() as u16,
-        filter: filter.as_ptr() as *mut sock_filter,
-    };
-    // SAFETY: plain prctl calls with a valid, live filter program.
-    unsafe {
-        assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
-        assert_eq!(
-            libc::prctl(
-                libc::PR_SET_SECCOMP,
-                libc::SECCOMP_MODE_FILTER,
-                &prog as *const sock_fprog
-            ),
-            0,
-            "installing the seccomp filter: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-}
-
 #[test]
 fn auto_falls_back_to_sync_when_seccomp_blocks_io_uring() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_path_buf();
     std::thread::spawn(move || {
-        block_io_uring_in_this_thread();
+        common::seccomp::refuse_io_uring().expect("installing the seccomp filter");
         let forced = JournalConfig {
             io_backend: IoBackendChoice::IoUring,
             ..cfg(IoBackendChoice::IoUring)
@@ -351,6 +297,71 @@ fn auto_falls_back_to_sync_when_seccomp_blocks_io_uring() {
     })
     .join()
     .unwrap();
+}
+
+/// On a device where every synchronous write takes a while (a network volume), both
+/// backends keep several writes in flight. The kernel serializes the syncs of one file on its
+/// inode lock, so a backend that followed each write with fdatasync would have one sync in
+/// flight whatever its threads (one write per device latency); O_DSYNC writes to one file
+/// overlap (docs/faultfs.md). faultfs counts the synchronous replies waiting out their
+/// latency: appenders that each wait for their entry keep the writer loop busy, and two of
+/// them must be waiting at once.
+#[test]
+fn both_backends_keep_several_synchronous_writes_in_flight_on_a_slow_device() {
+    let Some(fs) = common::faultfs::FaultFs::mount() else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    for backend in [IoBackendChoice::Sync, IoBackendChoice::Auto] {
+        let dir = fs.path(&format!("{backend:?}"));
+        std::fs::create_dir(&dir).unwrap();
+        // Segments large enough that every write of the test goes to one file: writes to two
+        // files would overlap in any case.
+        let cfg = JournalConfig {
+            segment_size_bytes: 4 << 20,
+            ..cfg(backend)
+        };
+        let (j, rec) = Journal::open(&dir, &cfg).unwrap();
+        // Long enough that the status poll sees writes waiting, short enough for a quick test.
+        fs.ok("latency 100000");
+        let (j, stop) = (
+            Arc::new(j),
+            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        );
+        let offset = Arc::new(std::sync::Mutex::new(0u64));
+        let appenders: Vec<_> = (0..4)
+            .map(|_| {
+                let (j, stop, offset) = (j.clone(), stop.clone(), offset.clone());
+                rt.spawn(async move {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let t = {
+                            let mut o = offset.lock().unwrap();
+                            *o += 100;
+                            j.try_append(&Entry {
+                                repl_id: REPL_ID,
+                                repl_offset_end: *o,
+                                payload: payload(*o, 100),
+                            })
+                            .unwrap()
+                        };
+                        t.wait().await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        fs.await_status("delayed", |n| n >= 2);
+        assert!(rec.backend.dsync, "{backend:?}: {}", rec.backend);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        fs.ok("latency 0");
+        for a in appenders {
+            rt.block_on(a).unwrap();
+        }
+        Arc::into_inner(j).unwrap().close().unwrap();
+    }
 }
 
 #[test]
@@ -506,4 +517,51 @@ async fn an_interrupted_initialization_is_finished_by_the_next_open() {
         .expect("refused")
         .to_string();
     assert!(err.contains("is not zero-filled"), "{err}");
+}
+
+/// A replay goes on from where an earlier one stopped (its resume point), reading nothing
+/// before it, also across segments and entries fragmented over them; a resume point that a
+/// release has left behind is refused, never read as recycled data.
+#[tokio::test]
+async fn a_replay_resumes_where_another_stopped_and_never_behind_a_release() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = JournalConfig {
+        segments: 8,
+        ..cfg(IoBackendChoice::Sync)
+    };
+    let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
+    let j = Arc::new(j);
+    let mut off = 0u64;
+    let mut last = None;
+    for (i, len) in [30_000usize, 50_000, 10, 90_000, 40_000, 7]
+        .into_iter()
+        .enumerate()
+    {
+        off += len as u64;
+        let entry = Entry {
+            repl_id: REPL_ID,
+            repl_offset_end: off,
+            payload: payload(i as u64 + 1, len),
+        };
+        last = Some(j.append(entry).await.unwrap());
+    }
+    last.unwrap().wait().await.unwrap();
+    let all: Vec<_> = j
+        .replay(ReplayFrom::Lsn(1))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect();
+    let mut first = j.replay(ReplayFrom::Lsn(1)).unwrap();
+    for _ in 0..3 {
+        first.next().unwrap().unwrap();
+    }
+    let at = first.resume_point().unwrap();
+    assert_eq!(at.lsn, 4);
+    let rest: Vec<_> = j.replay_at(at).unwrap().map(|e| e.unwrap()).collect();
+    assert_eq!(rest, all[3..]);
+    // Released through LSN 4: the head moved past where the resume point is.
+    j.release_through(4).await.unwrap();
+    assert!(j.status().head_pos > at.pos);
+    let e = j.replay_at(at).err().expect("refused");
+    assert!(e.to_string().contains("released"), "{e}");
 }

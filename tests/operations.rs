@@ -50,6 +50,25 @@ const METRICS: &[(&str, &str)] = &[
     ("walrus_checkpoint_last_size_bytes", "gauge"),
     ("walrus_checkpoint_started_total", "counter"),
     ("walrus_checkpoint_written_bytes_total", "counter"),
+    // The archive's, exported only with [archive] (as below).
+    ("walrus_archive_info", "gauge"),
+    ("walrus_archive_journal_bytes_total", "counter"),
+    ("walrus_archive_lag_bytes", "gauge"),
+    ("walrus_archive_lag_seconds", "gauge"),
+    ("walrus_archive_last_upload_timestamp_seconds", "gauge"),
+    (
+        "walrus_archive_newest_restore_point_timestamp_seconds",
+        "gauge",
+    ),
+    (
+        "walrus_archive_oldest_restore_point_timestamp_seconds",
+        "gauge",
+    ),
+    ("walrus_archive_requests_total", "counter"),
+    ("walrus_archive_restore_points", "gauge"),
+    ("walrus_archive_sent_bytes_total", "counter"),
+    ("walrus_archive_stopped", "gauge"),
+    ("walrus_archive_uploads_total", "counter"),
     ("walrus_restore_in_progress", "gauge"),
     ("walrus_restore_sent_bytes", "gauge"),
     ("walrus_restore_total_bytes", "gauge"),
@@ -423,13 +442,15 @@ fn the_metric_name_scan_finds_names_and_rejects_strangers() {
 }
 
 /// The list above is what a running walrus exports: every family, with its type, and no
-/// other (with TLS for clients on, whose families exist only then).
+/// other (with TLS for clients and an archive on, whose families exist only then).
 #[test]
 fn the_metric_list_is_what_walrus_exports() {
     let metrics = format!("127.0.0.1:{}", common::free_port());
     let tls = common::tls::TlsFiles::new();
+    let bucket = tempfile::tempdir().unwrap();
+    let archive = format!("[archive]\nurl = \"file://{}\"\n", bucket.path().display());
     let _w = common::Walrus::build()
-        .config(&tls.toml(""))
+        .config(&format!("{}{archive}", tls.toml("")))
         .args(&["--metrics-listen", &metrics])
         .start();
     let (_, body) = common::http_get(&metrics, "/metrics");

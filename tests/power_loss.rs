@@ -13,8 +13,8 @@
 //! - `WALRUS_GEN_SECONDS`: how long faults are injected (default 36: some 15 power losses);
 //!   the long run is `WALRUS_GEN_SECONDS=1800` (docs/power-loss.md).
 //! - `FAILPOINTS=journal::no_sync=return` (the fail point, for every walrus of the run): a
-//!   negative control. walrus's journal writes are acknowledged before they are durable (no
-//!   O_DSYNC, no fdatasync): a SIGKILL loses none of them, a power loss does, and this test
+//!   negative control. walrus's journal writes are acknowledged before they are durable (the
+//!   segments opened without O_DSYNC): a SIGKILL loses none of them, a power loss does, and this test
 //!   must then fail.
 mod common;
 include!("generator/modules.rs");

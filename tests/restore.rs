@@ -359,8 +359,8 @@ fn a_full_resync_records_its_checkpoint_only_after_the_journal_before_it_is_dura
         .upstream(&v.addr())
         .data(&data)
         // Valkey's new history is then adopted with a full resync.
-        .config("io_backend = \"sync\"\n[restore]\non_conflict = \"valkey-wins\"\n")
-        .failpoint("journal::write", "sleep(3000)")
+        .config("[restore]\non_conflict = \"valkey-wins\"\n")
+        .slow_journal(3000)
         .start();
     // A write journaled, not yet durable (its reply waits for the slow device)...
     let mut c = Raw::connect(&w.addr);
@@ -393,13 +393,11 @@ fn a_full_resync_records_its_checkpoint_only_after_the_journal_before_it_is_dura
     let _v = Valkey::start_with(&["--port", &port]);
     w.proc
         .wait_line("Valkey continued with a partial resync", START_TIMEOUT);
+    // Clients get -LOADING until the link has attached again.
+    w.proc.wait_line("replica link attached", START_TIMEOUT);
     let mut c = Raw::connect(&w.addr);
-    assert_eq!(
-        c.cmd(&["GET", "acknowledged"]),
-        bulk("1"),
-        "{}",
-        w.proc.log_text()
-    );
+    let got = show(&c.cmd(&["GET", "acknowledged"]));
+    assert_eq!(got, show(&bulk("1")), "{}", w.proc.log_text());
 }
 
 #[test]

@@ -276,8 +276,8 @@ fn a_notification_held_past_max_hold_closes_its_subscriber_with_the_reason() {
     let v = Valkey::start();
     let w = Walrus::build()
         .upstream(&v.addr())
-        .config("io_backend = \"sync\"\n[durability]\nmax_hold_ms = 300\n")
-        .failpoint("journal::write", "sleep(2000)")
+        .config("[durability]\nmax_hold_ms = 300\n")
+        .slow_journal(2000)
         .start();
     let mut c = Raw::connect(&w.addr);
     assert_eq!(

@@ -27,11 +27,16 @@ pub(super) struct Durable {
     pub(super) store: Store,
     /// Held by a backup while it copies ([`checkpoint::Pin`]).
     pub(super) pin: checkpoint::Pin,
+    /// The archive's uploader, when `[archive]` is set.
+    pub(super) archive: Option<crate::archive::Archive>,
 }
 
 impl Durable {
     /// Stops the link, then closes the journal (what was appended is written out).
     pub(super) async fn stop(self) {
+        if let Some(a) = self.archive {
+            a.stop().await;
+        }
         self.checkpointer.abort();
         let _ = self.checkpointer.await;
         self.watcher.abort();
@@ -63,6 +68,10 @@ pub(super) async fn start_durability(
     let dir = config.data.dir.join("journal");
     let cp_dir = config.data.dir.join("checkpoints");
     let (journal_dir, checkpoint_dir) = (dir.clone(), cp_dir.clone());
+    if config.archive.bootstrap {
+        bootstrap(config).await?;
+    }
+    crate::archive::fetch::refuse_partial(&config.data.dir)?;
     let cfg = config.journal.clone();
     crate::supervisor::status("starting: opening and verifying the journal and checkpoint");
     let ring_bytes = config.journal.segment_size_bytes * u64::from(config.journal.segments);
@@ -195,6 +204,21 @@ pub(super) async fn start_durability(
         released.clone(),
         stop.clone(),
     ));
+    let archive = if config.archive.enabled() {
+        Some(
+            crate::archive::start(
+                config,
+                journal.clone(),
+                store.clone(),
+                pin.clone(),
+                durability.clone(),
+                checkpoint_requests.clone(),
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
     let link_cfg = LinkConfig {
         store: store.clone(),
         released,
@@ -212,6 +236,10 @@ pub(super) async fn start_durability(
         on_conflict: config.restore.on_conflict,
         restore_timeout: Duration::from_millis(config.restore.timeout_ms),
         restore_route: restore_route(config, managed)?,
+        archived: match (&archive, config.durability.ack) {
+            (Some(a), crate::config::Ack::Archive) => Some(a.status.archived()),
+            _ => None,
+        },
     };
     let link = tokio::spawn(link::run(
         up.clone(),
@@ -230,7 +258,35 @@ pub(super) async fn start_durability(
         checkpoint_requests,
         store,
         pin,
+        archive,
     })
+}
+
+/// `archive.bootstrap`: a data directory that holds nothing is made from the archive's
+/// latest restore point first (a new node replacing a lost one). An archive without one
+/// starts walrus empty; one that cannot be reached stops it (exit 1, to be retried): it
+/// must not start empty beside an archive it cannot see.
+async fn bootstrap(config: &Config) -> Result<(), Fatal> {
+    use crate::archive::fetch;
+    let dir = &config.data.dir;
+    if !fetch::holds_nothing(dir) {
+        tracing::info!(dir = %dir.display(), "archive.bootstrap: the data directory holds data already; starting from it");
+        return Ok(());
+    }
+    crate::supervisor::status("starting: restoring the data directory from the archive");
+    let store = crate::archive::store::Store::open(&config.archive.url, &config.archive)?;
+    let Some(plan) = fetch::latest(&store).await? else {
+        tracing::info!(url = %config.archive.url, "archive.bootstrap: the archive has no restore point yet; starting empty");
+        return Ok(());
+    };
+    tracing::info!(url = %config.archive.url, timeline = plan.point.timeline, offset = plan.point.offset, objects = plan.cover.objects.len(), "archive.bootstrap: restoring the data directory from the archive's latest restore point");
+    let geometry = (config.journal.segment_size_bytes, config.journal.segments);
+    let restored = fetch::restore(&store, plan, dir, geometry).await?;
+    tracing::info!(
+        "archive.bootstrap: done: {}",
+        restored.to_string().trim_end().replace('\n', "; ")
+    );
+    Ok(())
 }
 
 /// How a restore reaches Valkey: as walrus's replica, unless Valkey is a cluster node, which

@@ -1,6 +1,7 @@
 //! The `walrus` command: `serve` runs the proxy; `status`, `checkpoint` and `backup` ask a
 //! running walrus (over its metrics endpoint, [`http_client`]); `verify` checks a data
-//! directory offline; `journal` maintains the journal; `config` checks a configuration
+//! directory offline; `archive` lists, restores from and verifies the archive; `journal`
+//! maintains the journal; `config` checks a configuration
 //! file; `completions` and `man` document the command itself.
 //!
 //! Exit codes, one rule for every command: 0 done; 1 failed, and the same command may
@@ -13,6 +14,7 @@
 //! 2 (`RestartPreventExitStatus=2`), so a mistake is reported once, not retried forever.
 
 mod admin;
+mod archive;
 mod config;
 mod data_dir;
 mod durable;
@@ -88,6 +90,15 @@ fn exit_code(e: &(dyn std::error::Error + 'static)) -> ExitCode {
                 _ => EXIT_FIX,
             });
         }
+        // Another walrus's archive, a damaged one, or [archive] that cannot work: a person
+        // must act. An archive that cannot be reached (a bootstrap) is retried.
+        if let Some(a) = e.downcast_ref::<crate::archive::ArchiveError>() {
+            use crate::archive::ArchiveError as A;
+            return ExitCode::from(match a {
+                A::Config(_) | A::Owner(_) | A::Corrupt(_) => EXIT_FIX,
+                A::Store(_) | A::Local(_) => EXIT_RETRY,
+            });
+        }
         if let Some(crate::restore::RestoreError::Refused(_)) = e.downcast_ref() {
             return ExitCode::from(EXIT_FIX);
         }
@@ -140,6 +151,10 @@ pub enum Command {
     /// Check a data directory offline (walrus stopped, or a backup): would a restore from
     /// it succeed, and what would it load? Exit 0 yes, 2 no (the problem is named).
     Verify(verify::VerifyArgs),
+    /// The archive in object storage: list its restore points, restore a data directory
+    /// from it, verify it with a restore drill.
+    #[command(subcommand)]
+    Archive(archive::ArchiveCommand),
     /// Journal maintenance: init, inspect, verify, repair, export-aof.
     #[command(subcommand)]
     Journal(journal::JournalCommand),
@@ -193,6 +208,7 @@ pub fn main() -> ExitCode {
         Command::Checkpoint(args) => admin::checkpoint(args),
         Command::Backup(args) => admin::backup(args),
         Command::Verify(args) => verify::verify(args),
+        Command::Archive(cmd) => archive::run(cmd),
         Command::Journal(cmd) => journal::run(cmd),
         Command::Config(cmd) => config::run(cmd),
         Command::Completions(args) => manual::completions(args),

@@ -244,6 +244,7 @@ async fn run_proxy(
             gate: d.durability.clone(),
             journal: Arc::downgrade(&d.journal),
             store: d.store.clone(),
+            archive: d.archive.as_ref().map(|a| a.status.clone()),
         });
         let _ = admin.set(crate::http::Admin {
             checkpoint: d.checkpoint_requests.clone(),

@@ -4,6 +4,7 @@
 //! Unknown keys are errors that name the key (serde's `deny_unknown_fields`); values that
 //! parse but make no sense are rejected by [`Config::validate`], naming key and value.
 
+mod archive;
 mod cluster;
 mod tls;
 mod upstream;
@@ -15,6 +16,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 pub use crate::journal::JournalConfig;
+pub use archive::{Ack, ArchiveConfig, ArchiveUrl};
 pub use cluster::{Announce, ClusterConfig, Peer};
 pub use tls::{AuthClients, CertUser, TlsConfig, UpstreamTlsConfig};
 pub use upstream::{
@@ -36,6 +38,7 @@ pub struct Config {
     pub journal: JournalConfig,
     pub cluster: ClusterConfig,
     pub tls: TlsConfig,
+    pub archive: ArchiveConfig,
 }
 
 /// When checkpoints are taken ([`crate::checkpoint`]): only when needed, since each costs
@@ -170,6 +173,9 @@ pub struct DurabilityConfig {
     #[serde(deserialize_with = "crate::units::millis")]
     #[schemars(with = "crate::units::Millis")]
     pub max_hold_ms: u64,
+    /// When a write's reply leaves: once the local journal holds it (`local`), or once the
+    /// archive holds it too (`archive`, which needs `[archive]`).
+    pub ack: Ack,
 }
 
 impl Default for DurabilityConfig {
@@ -180,6 +186,7 @@ impl Default for DurabilityConfig {
             max_held_bytes: 256 << 20,
             max_rdb_bytes: 64 << 30,
             max_hold_ms: 30_000,
+            ack: Ack::Local,
         }
     }
 }
@@ -476,6 +483,20 @@ impl Config {
         // against 0.66..63), and the mark then came only with the ring full.
         let high = self.disk.high_watermark.min((n - 1.0) / n);
         (high, self.disk.low_watermark.min(high - step / 2.0))
+    }
+
+    /// `archive.object_bytes`: as set, or a journal segment's size.
+    pub fn archive_object_bytes(&self) -> u64 {
+        self.archive
+            .object_bytes
+            .unwrap_or(self.journal.segment_size_bytes)
+    }
+
+    /// `archive.checkpoint_after_bytes`: as set, or the ring's size.
+    pub fn archive_checkpoint_after_bytes(&self) -> u64 {
+        self.archive
+            .checkpoint_after_bytes
+            .unwrap_or(self.journal.segment_size_bytes * u64::from(self.journal.segments))
     }
 
     /// The credentials walrus uses for its own connections, reading the password file if set.

@@ -79,6 +79,12 @@ impl Config {
             Ok(())
         }
         self.log.filter()?;
+        self.archive.check(self.durability.ack)?;
+        if self.archive.enabled() && !self.durability.enabled {
+            return Err(
+                "archive.url needs durability.enabled: the archive copies the journal".into(),
+            );
+        }
         let p = &self.proxy;
         at_least("proxy.max_clients", p.max_clients as u64, 1)?;
         at_least("proxy.max_bulk_bytes", p.max_bulk_bytes as u64, 1)?;

@@ -33,6 +33,8 @@ pub(super) struct State {
     /// Why new writes are refused although the journal is attached: a disk watermark
     /// ([`crate::disk`]). The `-MISCONF` reply, ready to send.
     blocked: Option<Refusal>,
+    /// Likewise, the archive lagging past its bound (`archive.enforce_max_lag`).
+    archive_blocked: Option<Refusal>,
 }
 
 pub struct Durability {
@@ -85,6 +87,7 @@ impl Durability {
                 dirty: DirtyKeys::default(),
                 held: HeldQueue::default(),
                 blocked: None,
+                archive_blocked: None,
             }),
             pending_writes: AtomicUsize::new(0),
             blocked_writes: AtomicUsize::new(0),
@@ -492,6 +495,13 @@ impl Durability {
         self.room.notify_waiters();
     }
 
+    /// Refuses new writes with `-MISCONF <why>` while the archive lags past its bound, or
+    /// accepts them again (`None`); independent of the disk's refusal.
+    pub fn block_writes_archive(&self, why: Option<&str>) {
+        self.lock().archive_blocked = why.map(Refusal::archive);
+        self.room.notify_waiters();
+    }
+
     /// The journal failed for good: every held reply gets an error, writes are refused.
     pub fn fail(&self, why: &str) {
         crate::metrics::JOURNAL_FAILED.set(1);
@@ -531,7 +541,10 @@ impl Durability {
 impl State {
     /// Whether a new write may be sent to Valkey now; `Err` is the refusal.
     fn admit_write(&self) -> Result<(), Refusal> {
-        match (&self.status, &self.blocked) {
+        match (
+            &self.status,
+            self.blocked.as_ref().or(self.archive_blocked.as_ref()),
+        ) {
             (Status::Attached, None) => Ok(()),
             (Status::Attached, Some(why)) => Err(why.clone().count()),
             (status, _) => Err(Refusal::of(status).count()),

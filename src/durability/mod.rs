@@ -47,6 +47,13 @@
 //!   entry it holds) is refused before it reaches
 //!   Valkey; a transaction or script whose effects are larger makes the replica link take a full
 //!   resync, whose RDB covers them. No single client can stop the journal.
+//! - With `durability.ack = "archive"`, "the journal" above means the journal and the
+//!   archive ([`crate::archive`]): a reply waits until the archive holds what it reveals too,
+//!   so the loss of the node loses nothing acknowledged
+//!   (`archive::with_ack_archive_every_acknowledged_write_survives_the_loss_of_the_node`). With
+//!   `archive.enforce_max_lag`, writes are refused with `-MISCONF` while the archive is more
+//!   than `archive.max_lag_ms` behind the journal
+//!   (`archive::a_store_that_hangs_is_reported_and_with_enforce_max_lag_refuses_writes`).
 //! - Until the replica link is attached, writes are refused with `-MISCONF` (before that,
 //!   Valkey's offsets do not move and a write would look durable with nothing journaled). If the
 //!   journal fails (an I/O or fsync error, never retried), held replies get an error, writes get

@@ -32,6 +32,9 @@ pub enum Refusal {
     /// A disk watermark; the text names the disk and the mark.
     #[error("MISCONF walrus: {0}")]
     DiskWatermark(Arc<str>),
+    /// The archive lags past `archive.max_lag_ms`; the text says how far and why.
+    #[error("MISCONF walrus: {0}")]
+    ArchiveLag(Arc<str>),
     #[error("MISCONF walrus: no room for writes within {} ms (durability.max_hold_ms): the journal is too far behind Valkey", .0.as_millis())]
     NoRoom(Duration),
     #[error("ERR walrus: this write is {len_bytes} bytes, more than the journal takes in one entry ({max_bytes} bytes, journal.max_entry_bytes): it is refused before it reaches Valkey")]
@@ -68,6 +71,11 @@ impl Refusal {
         Refusal::DiskWatermark(one_line(why))
     }
 
+    /// The archive's refusal.
+    pub(super) fn archive(why: &str) -> Refusal {
+        Refusal::ArchiveLag(one_line(why))
+    }
+
     /// The error reply the client gets.
     pub fn reply(&self) -> Bytes {
         crate::resp::write::error(&self.to_string())
@@ -82,6 +90,7 @@ impl Refusal {
             Refusal::Loading => M::Restoring,
             Refusal::JournalFailed(_) => M::JournalFailed,
             Refusal::DiskWatermark(_) => M::DiskWatermark,
+            Refusal::ArchiveLag(_) => M::ArchiveLag,
             Refusal::NoRoom(_) => M::NoRoom,
             Refusal::TooLarge { .. } => M::TooLarge,
             _ => return self,

@@ -37,9 +37,9 @@ pub const POINTS: &[Point] = &[
         Kind::JournalWrite,
         "each journal write of the `sync` backend: `sleep(<ms>)` makes it that much slower (a \
          slow device); `return(<fault><trigger>)` makes one write fail, and every later one: \
-         `write:<errno>` (the pwrite fails), `fsync:<errno>` (the pwrite succeeds, the \
-         fdatasync fails, and the range gets back what it held, as after a crash that lost \
-         the unsynced pages) or `tear` (only the write's first bytes reach the file, up to the \
+         `write:<errno>` (the pwrite fails), `fsync:<errno>` (the data reaches the file, its \
+         sync fails, and the range gets back what it held, as after a crash that lost the \
+         unsynced pages) or `tear` (only the write's first bytes reach the file, up to the \
          middle of its last block, then the process aborts: a power cut in a write); the \
          trigger is `@<text>` (the first write whose data contains it) or `#<n>` (the n-th)",
     ),
@@ -47,7 +47,8 @@ pub const POINTS: &[Point] = &[
         "journal::no_sync",
         Kind::Switch,
         "`return`: journal writes are acknowledged without being made durable, by either \
-         backend (no O_DSYNC, no fdatasync): the negative control of the power-loss tests",
+         backend (segments opened without O_DSYNC): the negative control of the power-loss \
+         tests",
     ),
     point(
         "journal::init::created",
@@ -172,6 +173,21 @@ pub const POINTS: &[Point] = &[
         "backup::renamed",
         Kind::Crash,
         "a backup: `.<name>.partial` renamed to `<name>`, the parent directory not synced",
+    ),
+    point(
+        "archive::checkpoint_uploaded",
+        Kind::Crash,
+        "the archive: a checkpoint's RDB uploaded, the manifest not updated",
+    ),
+    point(
+        "archive::journal_uploaded",
+        Kind::Crash,
+        "the archive: a journal object uploaded, the uploader's position not moved",
+    ),
+    point(
+        "archive::merged",
+        Kind::Crash,
+        "the archive: a merged journal object uploaded, the objects it replaces not deleted",
     ),
     point(
         "restore::before_replicaof",

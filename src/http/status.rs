@@ -28,6 +28,8 @@ pub struct DurableSources {
     /// Weak: the journal must close at shutdown while the endpoint still answers.
     pub journal: Weak<Journal>,
     pub store: Store,
+    /// The archive, when `[archive]` is set.
+    pub archive: Option<Arc<crate::archive::status::ArchiveStatus>>,
 }
 
 /// The status, flat: one key per figure (docs/operations.md lists them).
@@ -54,6 +56,8 @@ pub struct Status {
     pub ring_segments_total: Option<u64>,
     pub ring_bytes_used: Option<u64>,
     pub ring_bytes_total: Option<u64>,
+    /// The journal's I/O backend and its flags, as its open logs them.
+    pub journal_backend: Option<String>,
     /// The recorded checkpoint (null: none).
     pub checkpoint_file: Option<String>,
     pub checkpoint_offset: Option<u64>,
@@ -66,6 +70,20 @@ pub struct Status {
     /// How long a restore would take now (the checkpointer's estimate).
     pub restore_estimate_seconds: f64,
     pub disk_watermark_reached: bool,
+    /// `archive.url` (null: no archive).
+    pub archive_url: Option<String>,
+    /// How long the oldest durable entry not in the archive has waited (0: caught up).
+    pub archive_lag_seconds: Option<f64>,
+    pub archive_lag_bytes: Option<u64>,
+    pub archive_restore_points: Option<u64>,
+    /// The timeline walrus writes (docs/archive.md).
+    pub archive_timeline: Option<u64>,
+    /// Unix time of the newest restore point, and of the last upload.
+    pub archive_newest_restore_point: Option<i64>,
+    pub archive_last_upload: Option<i64>,
+    /// The last upload's failure, until one succeeds; or why walrus stopped writing it.
+    pub archive_error: Option<String>,
+    pub archive_stopped: bool,
 }
 
 impl Sources {
@@ -113,7 +131,9 @@ impl Sources {
         s.valkey_offset = Some(executed);
         s.durable_offset = Some(durable);
         s.lag_bytes = Some(executed.saturating_sub(durable));
-        if let Some(j) = d.journal.upgrade().map(|j| j.status()) {
+        if let Some(journal) = d.journal.upgrade() {
+            s.journal_backend = Some(journal.backend().to_string());
+            let j = journal.status();
             s.ring_segments_used = Some(j.used_segments);
             s.ring_segments_total = Some(u64::from(j.segments));
             s.ring_bytes_used = Some(j.write_pos - j.head_pos);
@@ -128,6 +148,17 @@ impl Sources {
             s.checkpoint_offset = Some(c.offset);
             s.checkpoint_size_bytes = Some(c.size);
             s.checkpoint_file = Some(c.file);
+        }
+        if let Some(a) = d.archive.as_ref().map(|a| a.snapshot()) {
+            s.archive_lag_seconds = Some(a.lag_seconds);
+            s.archive_lag_bytes = Some(a.lag_bytes);
+            s.archive_restore_points = Some(a.restore_points as u64);
+            s.archive_timeline = Some(a.timeline);
+            s.archive_newest_restore_point = a.newest_restore_point;
+            s.archive_last_upload = a.last_upload;
+            s.archive_stopped = a.stopped.is_some();
+            s.archive_error = a.stopped.or(a.error);
+            s.archive_url = Some(a.url);
         }
         s
     }
@@ -182,6 +213,12 @@ impl Status {
                 ),
             );
             line(
+                "journal",
+                self.journal_backend
+                    .clone()
+                    .unwrap_or_else(|| "not open".into()),
+            );
+            line(
                 "checkpoint",
                 match (&self.checkpoint_file, self.checkpoint_offset) {
                     (Some(f), Some(o)) => format!(
@@ -192,6 +229,25 @@ impl Status {
                     _ => "none".into(),
                 },
             );
+        }
+        if let Some(url) = &self.archive_url {
+            let mut a = format!(
+                "{url}: {:.1} s behind ({} bytes), {} restore points",
+                self.archive_lag_seconds.unwrap_or(0.0),
+                opt(self.archive_lag_bytes),
+                opt(self.archive_restore_points)
+            );
+            if let Some(e) = &self.archive_error {
+                a.push_str(&format!(
+                    "; {}: {e}",
+                    if self.archive_stopped {
+                        "stopped"
+                    } else {
+                        "failing"
+                    }
+                ));
+            }
+            line("archive", a);
         }
         line(
             "restore",

@@ -25,7 +25,7 @@ pub enum IoBackendChoice {
     Auto,
     /// io_uring or fail at startup.
     IoUring,
-    /// pwrite + fdatasync on dedicated threads.
+    /// O_DSYNC pwrite on `max_in_flight_writes` dedicated threads.
     Sync,
 }
 

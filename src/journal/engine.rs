@@ -284,6 +284,31 @@ impl Journal {
         Ok(EntryIter::new(scanner, from, upto))
     }
 
+    /// Iterates durable entries from `start`, a point an earlier replay reached
+    /// ([`EntryIter::resume_point`]): reads only what follows it. `start` must not be behind
+    /// the ring's head (released, maybe recycled): an error says so.
+    pub fn replay_at(&self, start: ScanStart) -> Result<EntryIter<FileRing>, JournalError> {
+        let upto = self.shared.durable_tx.borrow().lsn;
+        let m = self
+            .manifest
+            .lock()
+            .expect("manifest mutex poisoned")
+            .clone();
+        if start.lsn < m.checkpoint.start_lsn || start.pos < m.checkpoint.start_pos {
+            return Err(JournalError::InvalidArgument(format!(
+                "cannot replay from LSN {}: the journal was released through LSN {}",
+                start.lsn, m.checkpoint.released_through_lsn
+            )));
+        }
+        let scanner = Scanner::new(
+            FileRing::open(&self.dir, self.geo)?,
+            self.geo,
+            start,
+            ScanLimits::of(&m, self.cfg.lookahead_bytes()),
+        );
+        Ok(EntryIter::new(scanner, ReplayFrom::Lsn(start.lsn), upto))
+    }
+
     /// The replication id at the end of durable entry `lsn`: read from the entry, or from
     /// the checkpoint when `lsn` is the last entry released (releasing everything moves the
     /// checkpoint to the end of the log). None when it is neither retained nor the last

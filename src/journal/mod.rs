@@ -40,5 +40,5 @@ pub use engine::{Entry, Journal, JournalStatus, OpenOptions, Recovered, Ticket};
 pub use error::{Corruption, JournalError};
 pub use io::{BackendInfo, BackendKind};
 pub use reader::{ReplayEntry, ReplayFrom};
-pub use recovery::{LogEnd, Tail};
+pub use recovery::{LogEnd, ScanStart, Tail};
 pub use writer::Durable;

@@ -8,7 +8,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::error::JournalError;
 use super::format::{Kind, REPL_ID_BYTES};
-use super::recovery::Scanner;
+use super::recovery::{ScanStart, Scanner};
 use super::ring::RingRead;
 
 /// One entry read back from the journal.
@@ -38,6 +38,8 @@ pub struct EntryIter<R> {
     upto_lsn: u64,
     assembling: BytesMut,
     done: bool,
+    /// Where a scan resumes after the last entry returned.
+    resume: Option<ScanStart>,
 }
 
 impl<R: RingRead> EntryIter<R> {
@@ -48,7 +50,14 @@ impl<R: RingRead> EntryIter<R> {
             upto_lsn,
             assembling: BytesMut::new(),
             done: false,
+            resume: None,
         }
+    }
+
+    /// Where a new replay ([`crate::journal::Journal::replay_at`]) goes on after the last
+    /// entry this one returned, without reading the log from its start again.
+    pub fn resume_point(&self) -> Option<ScanStart> {
+        self.resume
     }
 
     fn wanted(&self, lsn: u64, repl_offset_end: u64) -> bool {
@@ -93,6 +102,7 @@ impl<R: RingRead> Iterator for EntryIter<R> {
             match h.kind {
                 Kind::Full => {
                     let payload = Bytes::copy_from_slice(rec.payload);
+                    self.resume = Some(ScanStart::after(&self.scanner.end()));
                     return Some(Ok(ReplayEntry {
                         lsn: h.lsn,
                         repl_id: h.repl_id,
@@ -110,6 +120,7 @@ impl<R: RingRead> Iterator for EntryIter<R> {
                     self.assembling.extend_from_slice(rec.payload);
                     let payload = self.assembling.split().freeze();
                     debug_assert!(self.wanted(h.lsn, h.repl_offset_end));
+                    self.resume = Some(ScanStart::after(&self.scanner.end()));
                     return Some(Ok(ReplayEntry {
                         lsn: h.lsn,
                         repl_id: h.repl_id,

@@ -79,6 +79,26 @@ impl ScanLimits {
 }
 
 impl ScanStart {
+    /// The start of a journal that never released anything: the ring's first byte, LSN 1.
+    pub const ORIGIN: ScanStart = ScanStart {
+        pos: 0,
+        lsn: 1,
+        repl_id: [0; REPL_ID_BYTES],
+        repl_offset: 0,
+        epoch: 0,
+    };
+
+    /// Where a scan resumes after the entry that ends the log at `end`.
+    pub fn after(end: &LogEnd) -> ScanStart {
+        ScanStart {
+            pos: end.end_pos,
+            lsn: end.next_lsn,
+            repl_id: end.last_repl_id,
+            repl_offset: end.last_repl_offset,
+            epoch: end.last_epoch,
+        }
+    }
+
     /// Where recovery starts: the checkpoint's first retained record and what came before.
     pub fn at(cp: &Checkpoint) -> Result<ScanStart, JournalError> {
         Ok(ScanStart {
@@ -348,6 +368,11 @@ impl<R: RingRead> Scanner<R> {
             segments: Vec::new(),
             stopped: false,
         }
+    }
+
+    /// Where the log ends so far: after the last complete entry read.
+    pub fn end(&self) -> LogEnd {
+        self.end
     }
 
     /// The well-formed, correctly keyed record at `c`, whatever its place in the sequence.
@@ -648,14 +673,7 @@ pub fn key_seals_the_ring<R: RingRead>(
     geo: Geometry,
     limits: ScanLimits,
 ) -> Result<bool, JournalError> {
-    let start = ScanStart {
-        pos: 0,
-        lsn: 1,
-        repl_id: [0; REPL_ID_BYTES],
-        repl_offset: 0,
-        epoch: 0,
-    };
-    let mut s = Scanner::new(ring, geo, start, limits);
+    let mut s = Scanner::new(ring, geo, ScanStart::ORIGIN, limits);
     let io = |e| JournalError::io("reading journal segments", e);
     let (mut p, mut sealed_otherwise) = (0, false);
     while let Some(c) = s.find_magic(p, geo.ring_bytes()).map_err(io)? {

@@ -48,13 +48,7 @@ pub struct MemLog {
 
 impl MemLog {
     pub fn new(geo: Geometry, max_write_bytes: usize) -> MemLog {
-        let start = ScanStart {
-            pos: 0,
-            lsn: 1,
-            repl_id: [0; REPL_ID_BYTES],
-            repl_offset: 0,
-            epoch: 0,
-        };
+        let start = ScanStart::ORIGIN;
         assert!(
             max_write_bytes >= 2 * super::format::BLOCK_BYTES,
             "journal.max_write_bytes is at least two blocks"

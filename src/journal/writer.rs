@@ -26,7 +26,7 @@ pub struct Durable {
     pub failed: bool,
 }
 
-/// An I/O backend: performs one write durably (O_DSYNC, or write + fdatasync).
+/// An I/O backend: performs one write durably (to a segment opened O_DSYNC).
 ///
 /// Writes are block-aligned, whole blocks, inside one segment file. The writer loop keeps
 /// up to `max_in_flight()` of them outstanding. Swapping tokio-uring for another io_uring

@@ -12,8 +12,10 @@ use prometheus::{
 };
 use std::sync::{LazyLock, Mutex};
 
+mod archive;
 mod recovery;
 mod tls;
+pub use archive::*;
 pub use recovery::*;
 pub use tls::*;
 
@@ -281,16 +283,19 @@ pub enum Refusal {
     TooLarge,
     /// No room for writes (pending bytes, held memory) within `durability.max_hold_ms`.
     NoRoom,
+    /// The archive lags past `archive.max_lag_ms` (with `archive.enforce_max_lag`).
+    ArchiveLag,
 }
 
 impl Refusal {
-    const ALL: [Refusal; 6] = [
+    const ALL: [Refusal; 7] = [
         Refusal::Detached,
         Refusal::JournalFailed,
         Refusal::Restoring,
         Refusal::DiskWatermark,
         Refusal::TooLarge,
         Refusal::NoRoom,
+        Refusal::ArchiveLag,
     ];
 
     fn label(self) -> &'static str {
@@ -301,6 +306,7 @@ impl Refusal {
             Refusal::DiskWatermark => "disk_watermark",
             Refusal::TooLarge => "too_large",
             Refusal::NoRoom => "no_room",
+            Refusal::ArchiveLag => "archive_lag",
         }
     }
 
@@ -338,13 +344,13 @@ pub static JOURNAL_RING_BYTES: LazyLock<IntCounter> = LazyLock::new(|| {
 pub static JOURNAL_WRITE: LazyLock<Histogram> = LazyLock::new(|| {
     latency(
         "journal_write_duration_seconds",
-        "Journal writes, from submission until durable (pwrite + fdatasync, or one O_DSYNC write).",
+        "Journal writes, from submission until durable (one O_DSYNC write, with the hand-off to the thread or ring that runs it).",
     )
 });
 pub static JOURNAL_FSYNC: LazyLock<Histogram> = LazyLock::new(|| {
     latency(
         "journal_fsync_duration_seconds",
-        "The sync part of journal writes: fdatasync on the sync backend; with O_DSYNC (io_uring) the whole write, which includes it.",
+        "The device part of journal writes: the O_DSYNC write itself, which includes its sync (either backend).",
     )
 });
 pub static RING_FILL: LazyLock<Gauge> = LazyLock::new(|| {

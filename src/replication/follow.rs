@@ -9,6 +9,7 @@
 use crate::durability::Durability;
 use crate::journal::{Durable, Journal};
 use std::sync::{Arc, Weak};
+use tokio::sync::watch;
 
 /// The replication offset the journal covers durably in the current history.
 #[derive(Debug, Clone, Copy)]
@@ -37,11 +38,20 @@ impl Covered {
 }
 
 /// Runs until the journal closes or fails. `journal` is weak: an aborted follower may be
-/// dropped a moment after the link, and the journal must close at shutdown.
-pub async fn follow(journal: Weak<Journal>, durability: Arc<Durability>, mut covered: Covered) {
+/// dropped a moment after the link, and the journal must close at shutdown. With
+/// `archived` (`durability.ack = "archive"`), replies are released as the archive's
+/// position moves (it never passes the journal's durable one); a journal that fails fails
+/// the gate all the same.
+pub async fn follow(
+    journal: Weak<Journal>,
+    durability: Arc<Durability>,
+    mut covered: Covered,
+    archived: Option<watch::Receiver<Durable>>,
+) {
     let Some(mut durable) = journal.upgrade().map(|j| j.durable()) else {
         return;
     };
+    let mut archived = archived;
     loop {
         let d = *durable.borrow_and_update();
         if d.failed {
@@ -50,8 +60,19 @@ pub async fn follow(journal: Weak<Journal>, durability: Arc<Durability>, mut cov
             }
             return;
         }
-        durability.set_durable(covered.advance(&d));
-        if durable.changed().await.is_err() {
+        let release = match archived.as_mut() {
+            Some(a) => *a.borrow_and_update(),
+            None => d,
+        };
+        durability.set_durable(covered.advance(&release));
+        let moved = match archived.as_mut() {
+            Some(a) => tokio::select! {
+                r = durable.changed() => r,
+                r = a.changed() => r,
+            },
+            None => durable.changed().await,
+        };
+        if moved.is_err() {
             return;
         }
     }

@@ -75,6 +75,8 @@ pub struct LinkConfig {
     pub restore_timeout: Duration,
     /// How a restore reaches Valkey (a cluster node refuses to be a replica).
     pub restore_route: Route,
+    /// `durability.ack = "archive"`: the archive's position, which releases replies.
+    pub archived: Option<tokio::sync::watch::Receiver<crate::journal::Durable>>,
 }
 
 /// What the link knows between attachments.
@@ -226,6 +228,7 @@ async fn attach(
         Arc::downgrade(journal),
         durability.clone(),
         covered,
+        cfg.archived.clone(),
     )));
     let _stop_acker = AbortOnDrop(tokio::spawn(acknowledge(
         wr,

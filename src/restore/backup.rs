@@ -571,19 +571,7 @@ fn copy_into(
                 "the backup gave up".into(),
             )));
         }
-        let entry = Entry {
-            repl_id: slice.repl_id,
-            repl_offset_end: slice.end,
-            payload: slice.bytes,
-        };
-        runtime.block_on(copy.append(entry)).map(drop).map_err(|e| {
-            let why = match e {
-                JournalError::RingFull { .. } => Refused(format!(
-                    "the backup's ring ({segments} segments of {segment_size_bytes} bytes) \
-                     cannot hold the journal after the checkpoint: give it a larger ring ({e})"
-                )),
-                e => Failed(format!("writing the backup's journal: {e}")),
-            };
+        append_slice(&copy, slice, runtime, (segment_size_bytes, segments)).map_err(|why| {
             let text = why.to_string();
             failure = Some(why);
             ChainError::Journal(JournalError::InvalidArgument(text))
@@ -594,26 +582,8 @@ fn copy_into(
         return Err(why);
     }
     let end = walked.map_err(|e| Failed(e.to_string()))?;
-    let durable = closed.map_err(|e| Failed(format!("closing the backup's journal: {e}")))?;
     crate::fault::fail_point!("backup::journal_copied");
-    if durable.lsn != end.entries {
-        return Err(Failed(format!(
-            "the backup's journal holds {} entries durably, {} were written",
-            durable.lsn, end.entries
-        )));
-    }
-    let record = Checkpoint {
-        from_lsn: 1,
-        ..cp.clone()
-    };
-    // The copy is a data directory of its own: its journal's identity.
-    let manifest = Recorded {
-        data_dir_id: Some(id),
-        checkpoint: Some(record.clone()),
-    };
-    replace_file(&cp_dir, CHECKPOINT_FILE, manifest.render().as_bytes())
-        .map_err(|e| Failed(e.to_string()))?;
-    fsync_dir(dir).map_err(|e| Failed(e.to_string()))?;
+    let record = record_copy(dir, &cp, id, closed, end.entries)?;
     crate::fault::fail_point!("backup::manifest_written");
     Ok(Summary {
         to: dir.to_path_buf(),
@@ -626,9 +596,70 @@ fn copy_into(
     })
 }
 
+/// Appends one slice of the chain to a copy's journal (blocking); a ring too small for the
+/// chain is refused as such.
+pub(crate) fn append_slice(
+    copy: &Journal,
+    slice: chain::Slice,
+    runtime: &tokio::runtime::Handle,
+    (segment_size_bytes, segments): (u64, u32),
+) -> Result<(), BackupError> {
+    let entry = Entry {
+        repl_id: slice.repl_id,
+        repl_offset_end: slice.end,
+        payload: slice.bytes,
+    };
+    runtime
+        .block_on(copy.append(entry))
+        .map(drop)
+        .map_err(|e| match e {
+            JournalError::RingFull { .. } => Refused(format!(
+                "the copy's ring ({segments} segments of {segment_size_bytes} bytes) \
+                 cannot hold the journal after the checkpoint: give it a larger ring ({e})"
+            )),
+            e => Failed(format!("writing the copy's journal: {e}")),
+        })
+}
+
+/// Records the copied checkpoint `cp` in `dir`'s checkpoint manifest, with the copy's
+/// identity `id`, the copy's journal (closed as `closed`, with `entries` written) starting at
+/// LSN 1, once every entry is durable; then syncs `dir`.
+pub(crate) fn record_copy(
+    dir: &Path,
+    cp: &Checkpoint,
+    id: crate::journal::manifest::DataDirId,
+    closed: Result<crate::journal::Durable, JournalError>,
+    entries: u64,
+) -> Result<Checkpoint, BackupError> {
+    let durable = closed.map_err(|e| Failed(format!("closing the copy's journal: {e}")))?;
+    if durable.lsn != entries {
+        return Err(Failed(format!(
+            "the copy's journal holds {} entries durably, {entries} were written",
+            durable.lsn
+        )));
+    }
+    let record = Checkpoint {
+        from_lsn: 1,
+        ..cp.clone()
+    };
+    // The copy is a data directory of its own: its journal's identity.
+    let manifest = Recorded {
+        data_dir_id: Some(id),
+        checkpoint: Some(record.clone()),
+    };
+    replace_file(
+        &dir.join("checkpoints"),
+        CHECKPOINT_FILE,
+        manifest.render().as_bytes(),
+    )
+    .map_err(|e| Failed(e.to_string()))?;
+    fsync_dir(dir).map_err(|e| Failed(e.to_string()))?;
+    Ok(record)
+}
+
 /// The backup's journal in `dir`/journal, its ring allocated: a ring of `(segment size,
 /// segments)`.
-fn new_journal(
+pub(crate) fn new_journal(
     dir: &Path,
     (segment_size_bytes, segments): (u64, u32),
 ) -> Result<Journal, BackupError> {

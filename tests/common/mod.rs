@@ -6,6 +6,8 @@
 pub mod certs;
 pub mod faultfs;
 pub mod pair;
+pub mod seaweed;
+pub mod seccomp;
 pub mod server;
 pub mod tls;
 #[allow(unused_imports)] // each test binary uses a different part
@@ -253,6 +255,7 @@ pub struct WalrusBuilder<'a> {
     open_files: Option<u64>,
     journal: Option<String>,
     listen: Option<String>,
+    refuse_io_uring: bool,
 }
 
 impl<'a> WalrusBuilder<'a> {
@@ -304,6 +307,14 @@ impl<'a> WalrusBuilder<'a> {
         self
     }
 
+    /// A journal device that takes `delay_ms` for every write: the sync backend, whose
+    /// writes the fail point `journal::write` then delays.
+    pub fn slow_journal(mut self, delay_ms: u64) -> Self {
+        // Before whatever tables the test adds: a key of the `[journal]` table.
+        self.config.insert_str(0, "io_backend = \"sync\"\n");
+        self.failpoint("journal::write", &format!("sleep({delay_ms})"))
+    }
+
     /// The client address to listen on (a restart that must keep its port); otherwise a
     /// free port.
     pub fn listen(mut self, addr: &str) -> Self {
@@ -314,6 +325,13 @@ impl<'a> WalrusBuilder<'a> {
     /// Starts walrus with this open-files limit (soft and hard).
     pub fn open_files(mut self, n: u64) -> Self {
         self.open_files = Some(n);
+        self
+    }
+
+    /// Starts walrus (and so its managed Valkey) under a seccomp filter that refuses io_uring
+    /// with EPERM, as containerd's and Docker's RuntimeDefault profiles do ([`seccomp`]).
+    pub fn refuse_io_uring(mut self) -> Self {
+        self.refuse_io_uring = true;
         self
     }
 
@@ -350,6 +368,7 @@ impl<'a> WalrusBuilder<'a> {
             open_files,
             journal,
             listen,
+            refuse_io_uring,
         } = self;
         let dir = tempfile::tempdir().unwrap();
         let data_dir = data
@@ -413,6 +432,11 @@ impl<'a> WalrusBuilder<'a> {
                     Ok(())
                 });
             }
+        }
+        if refuse_io_uring {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: the filter's installation allocates nothing and calls only prctl.
+            unsafe { cmd.pre_exec(seccomp::refuse_io_uring) };
         }
         if !args.contains(&"--metrics-listen") {
             cmd.args(["--metrics-listen", ""]);
@@ -492,8 +516,7 @@ impl Walrus {
     pub fn slow(v: &Valkey, delay_ms: u64) -> Walrus {
         Walrus::build()
             .upstream(&v.addr())
-            .config("io_backend = \"sync\"\n")
-            .failpoint("journal::write", &format!("sleep({delay_ms})"))
+            .slow_journal(delay_ms)
             .start()
     }
 }
@@ -1004,10 +1027,21 @@ impl Drop for Tmpfs {
 
 /// `GET path` on walrus's metrics endpoint: (status code, body).
 pub fn http_get(addr: &str, path: &str) -> (u16, String) {
+    http_request(addr, "GET", path)
+}
+
+/// `METHOD path`, without a body, over HTTP/1.1 to `addr`, the connection closed after the
+/// answer: (status code, body).
+pub fn http_request(addr: &str, method: &str, path: &str) -> (u16, String) {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .unwrap();
+    s.write_all(
+        format!(
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
     let mut text = String::new();
     s.read_to_string(&mut text).unwrap();
     let code = text.split_whitespace().nth(1).unwrap().parse().unwrap();
@@ -1045,4 +1079,36 @@ pub fn fixture_data_dir() -> (tempfile::TempDir, PathBuf) {
         &data,
     );
     (tmp, data)
+}
+
+/// Appends 40 entries of 1000 bytes to `j` (`[i; 1000]` for LSN i), one write each, so that
+/// later records carry durable hints covering earlier ones; returns the write position
+/// after each.
+pub async fn append_numbered_entries(j: &walrus::journal::Journal) -> Vec<u64> {
+    let mut positions = Vec::new();
+    for i in 1..=40u64 {
+        let t = j
+            .try_append(&walrus::journal::Entry {
+                repl_id: [b'r'; 40],
+                repl_offset_end: i * 1000,
+                payload: bytes::Bytes::from(vec![i as u8; 1000]),
+            })
+            .unwrap();
+        t.wait().await.unwrap();
+        positions.push(j.status().write_pos);
+    }
+    positions
+}
+
+/// Flips one bit of the journal's first segment at `pos`: damage inside a record.
+pub fn flip_journal_byte(dir: &std::path::Path, pos: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join("seg-00000.wal"))
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, pos).unwrap();
+    f.write_all_at(&[b[0] ^ 0x40], pos).unwrap();
 }

@@ -87,7 +87,8 @@ const EXTERNAL_VALKEY: &[&str] = &[
 const DELAYS_MS: &[u64] = &[0, 0, 10, 20, 50, 50];
 
 /// The journal backends a walrus on faultfs starts with, one chosen per start: io_uring
-/// (`auto`: O_DIRECT|O_DSYNC writes, what production runs) or `sync` (pwrite + fdatasync).
+/// (`auto`: O_DIRECT|O_DSYNC writes, what production runs) or `sync` (the same writes, pwrite
+/// on threads).
 /// On the test's own disk, always `sync`, where the journal's fault injection acts.
 const FAULTFS_BACKENDS: &[&str] = &["auto", "sync"];
 

@@ -1,10 +1,12 @@
 //! I/O backends and their selection.
 //!
-//! - `uring`: tokio-uring on a dedicated thread, files opened O_DSYNC (and O_DIRECT when
-//!   allowed): each completed write is durable, several are in flight.
-//! - `sync`: the portable fallback, pwrite + fdatasync on a few dedicated threads. Chosen
+//! Both open the segment files O_DSYNC (and O_DIRECT when allowed): each completed write is
+//! durable, and several are in flight.
+//!
+//! - `uring`: tokio-uring on a dedicated thread.
+//! - `sync`: the portable fallback, blocking pwrite on `max_in_flight` threads. Chosen
 //!   automatically when io_uring is unavailable (Docker's and containerd's default seccomp
-//!   profiles block it).
+//!   profiles block it; gVisor and old kernels lack it).
 //!
 //! O_DIRECT is probed at startup by writing one aligned block to a probe file: tmpfs and
 //! some overlay file systems refuse it with EINVAL.
@@ -138,7 +140,8 @@ use super::writer::WriterState;
 pub struct BackendInfo {
     pub kind: BackendKind,
     pub direct_io: bool,
-    /// Files opened with O_DSYNC (io_uring); otherwise each write is followed by fdatasync.
+    /// Files opened with O_DSYNC, so that a completed write is durable: always, except
+    /// under the `journal::no_sync` fail point, when nothing syncs.
     pub dsync: bool,
     pub max_in_flight: usize,
 }
@@ -153,7 +156,7 @@ impl std::fmt::Display for BackendInfo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = match self.kind {
             BackendKind::IoUring => "io_uring",
-            BackendKind::Sync => "sync (pwrite+fdatasync)",
+            BackendKind::Sync => "sync (pwrite on threads)",
         };
         write!(
             f,
@@ -237,22 +240,22 @@ pub fn start_writer(
     shared: Arc<WriterState>,
 ) -> Result<(BackendInfo, JoinHandle<()>), JournalError> {
     let direct = resolve_direct(dir, cfg)?;
+    let dsync = !crate::fault::journal_no_sync();
     let depth = cfg.max_in_flight_writes as usize;
+    let info = |kind| BackendInfo {
+        kind,
+        direct_io: direct,
+        dsync,
+        max_in_flight: depth,
+    };
     if cfg.io_backend != IoBackendChoice::Sync {
-        let dsync = !crate::fault::journal_no_sync();
         let files = open_segments(dir, geo, direct, dsync)?;
         match uring::start(files, depth, shared.clone()) {
-            Ok(handle) => {
-                let info = BackendInfo {
-                    kind: BackendKind::IoUring,
-                    direct_io: direct,
-                    dsync,
-                    max_in_flight: depth,
-                };
-                return Ok((info, handle));
-            }
+            Ok(handle) => return Ok((info(BackendKind::IoUring), handle)),
             Err(e) if cfg.io_backend == IoBackendChoice::Auto => {
-                tracing::warn!(error = %e, "io_uring unavailable, using the sync backend (pwrite + fdatasync)");
+                // Not a warning: the fallback keeps as many writes in flight, and a container
+                // runtime's default seccomp profile refuses io_uring on every start.
+                tracing::info!(error = %e, "io_uring unavailable, using the sync backend (O_DSYNC pwrite on {depth} threads)");
             }
             Err(e) => {
                 return Err(JournalError::io(
@@ -262,15 +265,7 @@ pub fn start_writer(
             }
         }
     }
-    let files = open_segments(dir, geo, direct, false)?;
+    let files = open_segments(dir, geo, direct, dsync)?;
     let handle = sync::start(files, depth, shared)?;
-    Ok((
-        BackendInfo {
-            kind: BackendKind::Sync,
-            direct_io: direct,
-            dsync: false,
-            max_in_flight: depth,
-        },
-        handle,
-    ))
+    Ok((info(BackendKind::Sync), handle))
 }

@@ -1,10 +1,13 @@
-//! The portable backend: pwrite + fdatasync on `max_in_flight` worker threads.
+//! The portable backend: blocking pwrite on `max_in_flight` worker threads, to segment files
+//! opened O_DSYNC (and O_DIRECT when allowed), as the io_uring backend opens them.
 //!
 //! The writer loop runs on its own thread in a current-thread tokio runtime; each write is
-//! handed to a worker, which writes it and fdatasyncs the segment file before replying.
-//! Several workers give several writes in flight, like io_uring's queue depth. When no
-//! other write is outstanding, the writer-loop thread performs the write itself: at queue
-//! depth 1 this saves the hand-off to a worker and back.
+//! handed to a worker, whose pwrite returns once the data is durable. Several workers give
+//! several writes in flight, like io_uring's queue depth (its io-wq workers do the same
+//! blocking write). A separate fdatasync per write would not overlap: the syncs of one file
+//! serialize on its inode lock, so on a device of latency L the writes would go one per L
+//! however many workers wait. When no other write is outstanding, the writer-loop thread
+//! performs the write itself: at queue depth 1 this saves the hand-off to a worker and back.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -55,7 +58,7 @@ impl IoBackend for SyncBackend {
             let files = self.files.clone();
             return super::either::Left(async move {
                 let _guard = guard;
-                let res = write_and_sync(&files[seg_index as usize], &buf, seg_off);
+                let res = write_durable(&files[seg_index as usize], &buf, seg_off);
                 (res, buf)
             });
         }
@@ -81,19 +84,18 @@ impl IoBackend for SyncBackend {
     }
 }
 
-pub(super) fn write_and_sync(f: &File, buf: &IoBuf, seg_off: u64) -> std::io::Result<()> {
+/// One write to a segment opened O_DSYNC: durable when it returns (unless the
+/// `journal::no_sync` fail point opened the segments without it).
+fn write_durable(f: &File, buf: &IoBuf, seg_off: u64) -> std::io::Result<()> {
     #[cfg(feature = "failpoints")]
     if let Some(fault) = crate::fault::points::journal_write(buf.as_slice()) {
         return faulty_write(f, buf.as_slice(), seg_off, fault);
     }
-    f.write_all_at(buf.as_slice(), seg_off)?;
-    if crate::fault::journal_no_sync() {
-        return Ok(());
-    }
     let started = std::time::Instant::now();
-    let synced = f.sync_data();
+    let written = f.write_all_at(buf.as_slice(), seg_off);
+    // O_DSYNC: the write is the sync.
     crate::metrics::JOURNAL_FSYNC.observe(started.elapsed().as_secs_f64());
-    synced
+    written
 }
 
 /// A journal write with an injected fault ([`crate::fault`]).
@@ -110,8 +112,9 @@ fn faulty_write(
     match fault {
         JournalFault::Write(errno) => Err(Error::from_raw_os_error(errno)),
         JournalFault::Fsync(errno) => {
-            // The data reached the page cache, the writeback failed, and the kernel dropped
-            // the pages: after a crash the range holds what it held before.
+            // The data reached the page cache, its writeback (the O_DSYNC write's sync)
+            // failed, and the kernel dropped the pages: after a crash the range holds what
+            // it held before.
             // Segment files are open write-only (and maybe O_DIRECT): read the old bytes
             // through a second, read-only descriptor, and write them back from an aligned
             // buffer.
@@ -147,7 +150,7 @@ fn worker(files: Arc<Vec<File>>, jobs: Arc<Mutex<mpsc::Receiver<Job>>>) {
                 Err(_) => return, // backend dropped: shut down
             }
         };
-        let res = write_and_sync(&files[job.seg_index as usize], &job.buf, job.seg_off);
+        let res = write_durable(&files[job.seg_index as usize], &job.buf, job.seg_off);
         let _ = job.reply.send((res, job.buf));
     }
 }

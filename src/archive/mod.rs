@@ -1,0 +1,202 @@
+//! The archive: checkpoints and the journal copied continuously to object storage (S3 or any
+//! S3-compatible store, or a mounted directory), so that the loss of this node's disk loses
+//! at most the last `archive.max_lag_ms` of acknowledged writes (nothing with
+//! `durability.ack = "archive"`), and a new node starts from it.
+//!
+//! - [`store`]: the objects' store (S3 through `object_store`, [`s3`]; or a directory,
+//!   [`dir`]).
+//! - [`object`]: what the objects are called and the journal objects' format: each names its
+//!   timeline, replication id, offset and LSN ranges, and carries a CRC.
+//! - [`manifest`]: the one object replaced, conditionally: the writer and the restore points;
+//!   [`owner`]: two walruses never write one archive; [`identity`]: the data directory's
+//!   (its `data_dir_id`).
+//! - [`upload`]: the uploader task, which reads the journal by the chain's rule ([`read`])
+//!   and merges small objects ([`merge`]); [`timeline`]: a timeline's objects read back;
+//!   [`retention`]: restore points kept by count and age, and what only the others needed.
+//! - [`status`]: how far behind the archive is, for `/status`, the metrics and the gate
+//!   (`archive.enforce_max_lag`'s `-MISCONF`, `durability.ack = "archive"`).
+//! - [`fetch`]: a data directory made from a restore point (`walrus archive restore`, a
+//!   bootstrap), and the restore drill `walrus archive verify`.
+//!
+//! The archive never slows the path that acknowledges writes: the uploader reads what the
+//! journal made durable already. With the default `durability.ack = "local"`, a walrus that
+//! cannot reach its archive serves on, says so (`/status`, the log, `walrus_archive_*`), and
+//! catches up once it can; with `archive.enforce_max_lag`, writes get `-MISCONF` while the
+//! archive is more than `archive.max_lag_ms` behind.
+
+mod dir;
+pub mod fetch;
+pub mod identity;
+pub mod manifest;
+mod merge;
+pub mod object;
+pub mod owner;
+mod read;
+pub mod retention;
+mod s3;
+pub mod status;
+pub mod store;
+pub mod timeline;
+pub mod upload;
+
+use crate::checkpoint::store::Store as LocalStore;
+use crate::checkpoint::Pin;
+use crate::config::{Ack, Config};
+use crate::durability::Durability;
+use crate::journal::Journal;
+use status::ArchiveStatus;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Why the archive cannot be used, or an upload or a restore from it failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    /// `[archive]` cannot work as given: a person must change it.
+    #[error("{0}")]
+    Config(String),
+    /// A request to the store failed (unreachable, refused, slow): it may succeed later.
+    #[error("archive store: {0}")]
+    Store(String),
+    /// Something on this node failed (reading the journal or a checkpoint, a local file).
+    #[error("{0}")]
+    Local(String),
+    /// Another walrus writes the archive.
+    #[error("{0}")]
+    Owner(String),
+    /// An object is not what its name or the manifest says.
+    #[error("archive damaged: {0}")]
+    Corrupt(String),
+}
+
+/// The archive's tasks, running.
+pub struct Archive {
+    pub status: Arc<ArchiveStatus>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Archive {
+    /// Stops the uploader (before the journal closes); an upload in flight is abandoned,
+    /// and the next start finds the archive's end again.
+    pub async fn stop(self) {
+        for t in self.tasks {
+            t.abort();
+            let _ = t.await;
+        }
+    }
+}
+
+/// Starts archiving: checks that the archive is this walrus's to write (a refusal names the
+/// walrus that writes it; an unreachable store is not a refusal: walrus starts, and the
+/// uploader keeps trying), then starts the uploader and the lag clock.
+pub async fn start(
+    config: &Config,
+    journal: Arc<Journal>,
+    local: LocalStore,
+    pin: Pin,
+    durability: Arc<Durability>,
+    checkpoint: tokio::sync::mpsc::Sender<crate::checkpoint::Request>,
+) -> Result<Archive, ArchiveError> {
+    let a = &config.archive;
+    let store = store::Store::open(&a.url, a)?;
+    let data_dir = config.data.dir.clone();
+    let (dir, id) = (data_dir.clone(), journal.data_dir_id());
+    let identity = tokio::task::spawn_blocking(move || identity::of(&dir, &id))
+        .await
+        .map_err(|e| ArchiveError::Local(e.to_string()))??;
+    let timeout = Duration::from_millis(a.request_timeout_ms);
+    match tokio::time::timeout(timeout, owner::claim(&store, &identity, &data_dir)).await {
+        Ok(Err(e @ (ArchiveError::Owner(_) | ArchiveError::Corrupt(_)))) => return Err(e),
+        Ok(Err(e)) => tracing::warn!(
+            "the archive cannot be reached now ({e}); serving, and uploading once it can"
+        ),
+        Err(_) => {
+            tracing::warn!(url = %a.url, "the archive did not answer within archive.request_timeout_ms; serving, and uploading once it can")
+        }
+        Ok(Ok(_)) => {
+            tracing::info!(url = %a.url, identity = %identity.id, "archiving checkpoints and the journal")
+        }
+    }
+    let max_lag = Duration::from_millis(a.max_lag_ms);
+    let status = Arc::new(ArchiveStatus::new(a.url.clone(), max_lag));
+    let ack = match config.durability.ack {
+        Ack::Local => "local",
+        Ack::Archive => "archive",
+    };
+    crate::metrics::register_archive(&a.url, ack);
+    let s = status.clone();
+    crate::metrics::on_scrape(move || s.publish_metrics());
+    let mut tasks = vec![tokio::spawn(clock(journal.durable(), status.clone()))];
+    if a.enforce_max_lag {
+        tasks.push(tokio::spawn(bound(status.clone(), durability, max_lag)));
+    }
+    let uploader = upload::Uploader {
+        checkpoint: Some(checkpoint),
+        store,
+        journal,
+        local,
+        pin,
+        data_dir,
+        identity,
+        settings: upload::Settings {
+            max_lag,
+            object_bytes: config.archive_object_bytes(),
+            merge_objects: a.merge_objects,
+            checkpoint_after_bytes: config.archive_checkpoint_after_bytes(),
+            checkpoint_interval: Duration::from_millis(a.checkpoint_interval_ms),
+            keep_restore_points: a.keep_restore_points,
+            keep_for: Duration::from_millis(a.keep_for_ms),
+            max_backoff: Duration::from_millis(a.max_backoff_ms),
+            owner_check_interval: Duration::from_millis(a.owner_check_interval_ms),
+            ack_archive: config.durability.ack == Ack::Archive,
+        },
+        status: status.clone(),
+    };
+    tasks.push(tokio::spawn(uploader.run()));
+    Ok(Archive { status, tasks })
+}
+
+/// Notes when the journal's durable position moves, for the archive's lag.
+async fn clock(
+    mut durable: tokio::sync::watch::Receiver<crate::journal::Durable>,
+    status: Arc<ArchiveStatus>,
+) {
+    loop {
+        let d = *durable.borrow_and_update();
+        status.durable(d, Instant::now());
+        if durable.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// `archive.enforce_max_lag`: writes are refused while the archive lags past `max_lag`.
+async fn bound(status: Arc<ArchiveStatus>, gate: Arc<Durability>, max_lag: Duration) {
+    let mut tick = tokio::time::interval((max_lag / 8).max(Duration::from_millis(5)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut refusing = false;
+    loop {
+        tick.tick().await;
+        let lag = status.lag(Instant::now());
+        let over = lag > max_lag;
+        if over == refusing {
+            continue;
+        }
+        refusing = over;
+        if over {
+            let why = format!(
+                "writes are refused: the archive is {:.1} s behind the journal, past archive.max_lag_ms ({} ms){}",
+                lag.as_secs_f64(),
+                max_lag.as_millis(),
+                status.error().map(|e| format!(": {e}")).unwrap_or_default()
+            );
+            tracing::warn!("{why}");
+            gate.block_writes_archive(Some(&why));
+        } else {
+            tracing::info!("the archive caught up: writes are accepted again");
+            gate.block_writes_archive(None);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,374 @@
+//! The archive end to end on a directory store, without Valkey: a journal and a checkpoint
+//! archived, merged, restored into a new data directory, verified; the archive refused to a
+//! second walrus and taken over by a directory restored from it.
+
+use super::*;
+use crate::checkpoint::store::tests::stored;
+use crate::journal::{Entry, JournalConfig};
+use std::path::Path;
+use std::time::Instant;
+
+const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+
+struct Node {
+    journal: Arc<Journal>,
+    local: LocalStore,
+    data: std::path::PathBuf,
+}
+
+fn node(data: &Path) -> Node {
+    let cfg = JournalConfig::small_for_tests(64 * 1024, 8);
+    let (journal, _) = Journal::open(&data.join("journal"), &cfg).unwrap();
+    let local = LocalStore::open(&data.join("checkpoints"), &journal.data_dir_id()).unwrap();
+    Node {
+        journal: Arc::new(journal),
+        local,
+        data: data.to_path_buf(),
+    }
+}
+
+/// Appends entries of 10 bytes each, ending at offsets `ends`; waits for them.
+async fn append(n: &Node, ends: impl IntoIterator<Item = u64>) {
+    append_sized(n, ends, 10).await
+}
+
+/// Appends entries of `size` bytes each, ending at offsets `ends`; waits for them.
+async fn append_sized(n: &Node, ends: impl IntoIterator<Item = u64>, size: usize) {
+    let mut last = None;
+    for end in ends {
+        let entry = Entry {
+            repl_id: A.as_bytes().try_into().unwrap(),
+            repl_offset_end: end,
+            payload: bytes::Bytes::from(format!("{end:>size$}")),
+        };
+        last = Some(n.journal.append(entry).await.unwrap());
+    }
+    last.unwrap().wait().await.unwrap();
+}
+
+/// Records a local checkpoint at `offset` whose journal starts at `from_lsn`.
+fn checkpoint(n: &Node, offset: u64, from_lsn: u64) {
+    let rdb = stored(
+        &n.local,
+        A,
+        offset,
+        format!("REDIS0011at{offset}").as_bytes(),
+    );
+    n.local
+        .record_or_discard(&rdb, "Valkey 9.1.2", A, offset, from_lsn)
+        .unwrap();
+}
+
+/// Waits (bounded) until the archive's manifest has a restore point at `offset`.
+async fn await_point(store: &store::Store, offset: u64) -> manifest::Manifest {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some((m, _)) = owner::read(store).await.unwrap() {
+            if m.restore_points.iter().any(|r| r.offset == offset) {
+                return m;
+            }
+        }
+        assert!(Instant::now() < deadline, "no restore point at {offset}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn settings() -> upload::Settings {
+    upload::Settings {
+        max_lag: Duration::from_millis(40),
+        object_bytes: 1 << 20,
+        merge_objects: 3,
+        checkpoint_after_bytes: 1 << 30,
+        checkpoint_interval: Duration::ZERO,
+        keep_restore_points: 7,
+        keep_for: Duration::ZERO,
+        max_backoff: Duration::from_millis(50),
+        owner_check_interval: Duration::from_secs(60),
+        ack_archive: false,
+    }
+}
+
+fn uploader(n: &Node, store: &store::Store, status: Arc<ArchiveStatus>) -> upload::Uploader {
+    upload::Uploader {
+        checkpoint: None,
+        store: store.clone(),
+        journal: n.journal.clone(),
+        local: n.local.clone(),
+        pin: Pin::default(),
+        data_dir: n.data.clone(),
+        identity: identity::of(&n.data, &n.journal.data_dir_id()).unwrap(),
+        settings: settings(),
+        status,
+    }
+}
+
+/// Waits (bounded) until the archive holds LSN `lsn`.
+async fn archived(status: &ArchiveStatus, lsn: u64) {
+    let mut rx = status.archived();
+    let reached =
+        tokio::time::timeout(Duration::from_secs(20), rx.wait_for(|d| d.lsn >= lsn)).await;
+    assert!(
+        reached.is_ok(),
+        "not archived through {lsn}: {:?}",
+        status.snapshot()
+    );
+}
+
+fn dir_store(root: &Path) -> store::Store {
+    std::fs::create_dir_all(root).unwrap();
+    store::Store::open(
+        &format!("file://{}", root.display()),
+        &crate::config::ArchiveConfig::default(),
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_journal_and_its_checkpoint_are_archived_merged_and_restored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = node(&tmp.path().join("data"));
+    let store = dir_store(&tmp.path().join("bucket"));
+    // Entries 1..=5 end at 10..=50; the checkpoint at 30 covers the first three.
+    append(&n, (1..=5).map(|i| i * 10)).await;
+    let rdb = stored(&n.local, A, 30, b"REDIS0011body");
+    n.local
+        .record_or_discard(&rdb, "Valkey 9.1.2", A, 30, 2)
+        .unwrap();
+    let status = Arc::new(ArchiveStatus::new("test".into(), Duration::from_millis(40)));
+    let clock = tokio::spawn(clock(n.journal.durable(), status.clone()));
+    let task = tokio::spawn(uploader(&n, &store, status.clone()).run());
+    archived(&status, 5).await;
+    // Uploads come one by one; every third is merged with the two before.
+    for i in 6..=12 {
+        append(&n, [i * 10]).await;
+        archived(&status, i).await;
+    }
+    // A merge's parts go once the merged object is up (after the upload that made it due
+    // was counted).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (objects, cover) = loop {
+        let objects = timeline::objects(&store, 1).await.unwrap();
+        let cover = timeline::cover(&objects, 30);
+        if cover.redundant.is_empty() {
+            break (objects, cover);
+        }
+        assert!(Instant::now() < deadline, "{:?}", cover.redundant);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(cover.end, 120);
+    assert!(cover.objects.iter().any(|o| o.level == 1), "{objects:?}");
+    assert!(cover.objects.len() < 9, "{objects:?}");
+    // A new data directory from the archive holds the checkpoint and the stream after it.
+    let plan = fetch::latest(&store).await.unwrap().unwrap();
+    assert_eq!((plan.point.offset, plan.point.timeline), (30, 1));
+    let to = tmp.path().join("new");
+    let restored = fetch::restore(&store, plan, &to, (64 * 1024, 8))
+        .await
+        .unwrap();
+    assert_eq!((restored.entries, restored.end_offset), (9, 120));
+    let v = crate::restore::verify::verify_data_dir(&to, None).unwrap();
+    let chain = v.restore.unwrap().chain;
+    assert_eq!((chain.offset, chain.entries), (120, 9));
+    assert!(!to.join(fetch::STAGING).exists());
+    // It may take the archive over: it was restored from it.
+    let id = crate::journal::manifest::DataDirId::random().unwrap();
+    assert_eq!(
+        identity::of(&to, &id).unwrap().restored_from,
+        Some(n.journal.data_dir_id().to_string())
+    );
+    task.abort();
+    clock.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_walrus_is_refused_and_a_restored_one_takes_the_archive_over() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = dir_store(&tmp.path().join("bucket"));
+    let first = tmp.path().join("first");
+    std::fs::create_dir_all(&first).unwrap();
+    let ids = [(); 2].map(|_| crate::journal::manifest::DataDirId::random().unwrap());
+    let me = identity::of(&first, &ids[0]).unwrap();
+    let o = owner::claim(&store, &me, &first).await.unwrap();
+    assert_eq!(o.manifest.writer.identity, me.id);
+    // The same walrus again: still its own.
+    owner::claim(&store, &me, &first).await.unwrap();
+    let second = tmp.path().join("second");
+    std::fs::create_dir_all(&second).unwrap();
+    let other = identity::of(&second, &ids[1]).unwrap();
+    let e = owner::claim(&store, &other, &second).await.unwrap_err();
+    assert!(matches!(e, ArchiveError::Owner(_)), "{e}");
+    assert!(
+        e.to_string().contains(&me.name) && e.to_string().contains(&me.id),
+        "{e}"
+    );
+    // Restored from the first's archive, the second takes it over on a timeline of its own,
+    // and the first finds out at its next manifest write.
+    identity::note_restored(&second, &me.id).unwrap();
+    let restored = identity::of(&second, &ids[1]).unwrap();
+    let took = owner::claim(&store, &restored, &second).await.unwrap();
+    assert_eq!(took.manifest.writer.identity, other.id);
+    assert_eq!(took.manifest.timeline, o.manifest.timeline + 1);
+    assert_eq!(identity::of(&second, &ids[1]).unwrap().restored_from, None);
+    let mut stale = o.clone();
+    let e = owner::replace(&store, &me, &mut stale, o.manifest.clone())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ArchiveError::Owner(_)), "{e}");
+    assert!(owner::claim(&store, &me, &first).await.is_err());
+}
+
+/// Journal released locally before it was archived (the store was gone meanwhile): the next
+/// restore point carries the archive on, and a restore from it has everything after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_released_before_it_was_archived_is_carried_on_by_a_new_restore_point() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = node(&tmp.path().join("data"));
+    let bucket = tmp.path().join("bucket");
+    let store = dir_store(&bucket);
+    // Entries of 20 KB: three to a 64 KiB segment.
+    let kb = 20_000;
+    append_sized(&n, (1..=3).map(|i| i * kb), kb as usize).await;
+    checkpoint(&n, kb, 2);
+    let status = Arc::new(ArchiveStatus::new("test".into(), Duration::from_millis(40)));
+    let clock = tokio::spawn(clock(n.journal.durable(), status.clone()));
+    let task = tokio::spawn(uploader(&n, &store, status.clone()).run());
+    archived(&status, 3).await;
+    // The store goes away; the journal goes on, a checkpoint is taken, and the segments
+    // before it are released (and may be recycled).
+    std::fs::rename(&bucket, tmp.path().join("away")).unwrap();
+    append_sized(&n, (4..=9).map(|i| i * kb), kb as usize).await;
+    checkpoint(&n, 7 * kb, 8);
+    n.journal.release_through(7).await.unwrap();
+    assert!(n.journal.status().head_pos > 0, "nothing was released");
+    std::fs::rename(tmp.path().join("away"), &bucket).unwrap();
+    archived(&status, 9).await;
+    let m = await_point(&store, 7 * kb).await;
+    assert_eq!(m.restore_points.len(), 2, "{m:?}");
+    // The first restore point's stream stops where the released journal began: entries 4
+    // to 7 are in the new one's RDB, not in the archive's journal.
+    let objects = timeline::objects(&store, 1).await.unwrap();
+    assert_eq!(timeline::cover(&objects, kb).end, 3 * kb, "{objects:?}");
+    let plan = fetch::latest(&store).await.unwrap().unwrap();
+    assert_eq!(plan.point.offset, 7 * kb);
+    let to = tmp.path().join("new");
+    let restored = fetch::restore(&store, plan, &to, (64 * 1024, 8))
+        .await
+        .unwrap();
+    assert_eq!((restored.entries, restored.end_offset), (2, 9 * kb));
+    task.abort();
+    clock.abort();
+}
+
+/// Retention: past `keep_restore_points`, the oldest restore point goes, with its RDB and
+/// the journal objects only it needed; what the others need stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_deletes_what_only_a_removed_restore_point_needed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = node(&tmp.path().join("data"));
+    let bucket = tmp.path().join("bucket");
+    let store = dir_store(&bucket);
+    append(&n, (1..=3).map(|i| i * 10)).await;
+    checkpoint(&n, 10, 2);
+    let status = Arc::new(ArchiveStatus::new("test".into(), Duration::from_millis(40)));
+    let clock = tokio::spawn(clock(n.journal.durable(), status.clone()));
+    let mut up = uploader(&n, &store, status.clone());
+    up.settings.checkpoint_after_bytes = 25;
+    up.settings.keep_restore_points = 2;
+    up.settings.merge_objects = 0;
+    let task = tokio::spawn(up.run());
+    await_point(&store, 10).await;
+    archived(&status, 3).await;
+    append(&n, (4..=6).map(|i| i * 10)).await;
+    archived(&status, 6).await;
+    checkpoint(&n, 40, 5);
+    await_point(&store, 40).await;
+    append(&n, (7..=9).map(|i| i * 10)).await;
+    archived(&status, 9).await;
+    checkpoint(&n, 70, 8);
+    let m = await_point(&store, 70).await;
+    let offsets: Vec<u64> = m.restore_points.iter().map(|r| r.offset).collect();
+    assert_eq!(offsets, [40, 70]);
+    // The first restore point's RDB goes (after the manifest no longer names it); so does
+    // every journal object before 40.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let objects = loop {
+        let rdbs = store.list("checkpoints/", None).await.unwrap();
+        let objects = timeline::objects(&store, 1).await.unwrap();
+        if rdbs.len() == 2 && objects.iter().all(|o| o.end > 40) {
+            break objects;
+        }
+        assert!(Instant::now() < deadline, "{rdbs:?} {objects:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(timeline::cover(&objects, 40).end, 90);
+    task.abort();
+    clock.abort();
+}
+
+/// Writes came, no checkpoint did, and the newest restore point is older than
+/// `checkpoint_interval`: the uploader asks the checkpointer for one, once per interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_restore_point_gets_a_checkpoint_asked_for() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = node(&tmp.path().join("data"));
+    let store = dir_store(&tmp.path().join("bucket"));
+    append(&n, (1..=3).map(|i| i * 10)).await;
+    checkpoint(&n, 30, 4);
+    let status = Arc::new(ArchiveStatus::new("test".into(), Duration::from_millis(40)));
+    let clock = tokio::spawn(clock(n.journal.durable(), status.clone()));
+    let (tx, mut asked) = tokio::sync::mpsc::channel(4);
+    let mut up = uploader(&n, &store, status.clone());
+    up.checkpoint = Some(tx);
+    up.settings.checkpoint_interval = Duration::from_millis(200);
+    let task = tokio::spawn(up.run());
+    await_point(&store, 30).await;
+    // Nothing written since the restore point: nothing asked, however long.
+    let quiet = tokio::time::timeout(Duration::from_millis(600), asked.recv()).await;
+    assert!(
+        quiet.is_err(),
+        "a checkpoint was asked for with no write since"
+    );
+    append(&n, [40]).await;
+    let request = tokio::time::timeout(Duration::from_secs(20), asked.recv()).await;
+    assert!(matches!(request, Ok(Some(_))), "no checkpoint asked for");
+    task.abort();
+    clock.abort();
+}
+
+/// Valkey upgraded under walrus after its checkpoint: the restore point says so, and a data
+/// directory restored from it records the newer server (a restore then refuses an older
+/// Valkey, as one from the local disk does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_server_noted_after_the_checkpoint_reaches_the_restore_point() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = node(&tmp.path().join("data"));
+    let store = dir_store(&tmp.path().join("bucket"));
+    append(&n, (1..=3).map(|i| i * 10)).await;
+    checkpoint(&n, 30, 4);
+    let status = Arc::new(ArchiveStatus::new("test".into(), Duration::from_millis(40)));
+    let task = tokio::spawn(uploader(&n, &store, status.clone()).run());
+    await_point(&store, 30).await;
+    n.local
+        .note_server(&"Valkey 9.9.0".parse().unwrap())
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (m, _) = owner::read(&store).await.unwrap().unwrap();
+        if m.restore_points[0].newest_server.as_deref() == Some("Valkey 9.9.0") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{m:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let plan = fetch::latest(&store).await.unwrap().unwrap();
+    let to = tmp.path().join("new");
+    fetch::restore(&store, plan, &to, (64 * 1024, 8))
+        .await
+        .unwrap();
+    let cp = LocalStore::read_only(&to.join("checkpoints"))
+        .unwrap()
+        .recorded()
+        .unwrap();
+    assert_eq!(cp.newest_server.as_deref(), Some("Valkey 9.9.0"));
+    task.abort();
+}
