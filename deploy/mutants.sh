@@ -56,6 +56,10 @@ for patch in "${patches[@]}"; do
         after=$(sed -n 's/^VIOLATION (\([^)]*\)).*/\1/p' <<< "$first")
         kind=$(sed 's/^VIOLATION ([^)]*): \([^:]*\):.*/\1/' <<< "$first")
         printf '| %s | %s | yes | %s: %s |\n' "$name" "$test" "$after" "$kind"
+    elif grep -q '^test result: FAILED' "$log"; then
+        # A test that checks by assertions (crash_points): its first failure.
+        what=$(grep -m1 -A1 'panicked at' "$log" | tail -1 | cut -c1-200)
+        printf '| %s | %s | yes | test failed: %s |\n' "$name" "$test" "$what"
     elif grep -q 'test result:' "$log"; then
         printf '| %s | %s | no | |\n' "$name" "$test"
     else
