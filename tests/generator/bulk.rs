@@ -3,7 +3,7 @@
 //! of a value of its own, under a long key, written in one go (13 to 17 MB of requests,
 //! 18 to 24 MB of replies: more than the sockets between it and walrus hold, both ways),
 //! then every reply read. walrus must read on while the replies pile up: a send it takes
-//! none of for `STALL_BOUND`, or not all of within `HANG_BOUND`, is a hang, and every reply
+//! none of for `STALL_BOUND` (8 s), or not all of within `HANG_BOUND`, is a hang, and every reply
 //! must come, the value or an error a fault explains.
 
 use crate::common::Rng;
@@ -14,17 +14,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long walrus may take none of a pipeline it is sent: reads of a key no one else
-/// writes wait for nothing but Valkey, whose every wait walrus bounds
-/// (`upstream.reply_timeout_ms`, `connect_timeout_ms`: 2 s each here). Shorter than
-/// `HANG_BOUND`, so that a stall shows between the faults that restart walrus (one every
-/// few seconds), which end it.
-const STALL_BOUND: Duration = Duration::from_secs(15);
+/// writes wait for nothing but Valkey, whose every wait walrus bounds, so the bound of a
+/// frozen Valkey's requests. Much shorter than `HANG_BOUND`, so that a stall shows between
+/// the faults that restart walrus (one every few seconds), which end it.
+const STALL_BOUND: Duration = crate::freeze::FREEZE_BOUND;
 
 /// Bytes of the key and of the value each read carries and returns.
 const KEY_BYTES: usize = 400;
 const VALUE_BYTES: usize = 600;
 
-/// Sends a whole pipeline every 3 to 8 s, on a new connection (RESP2 or RESP3) each time.
+/// Sends a whole pipeline every 3 to 8 s, on a new connection (RESP2 or RESP3) each time;
+/// again at once after one a fault cut short.
 pub fn pipelines(ctx: Arc<Ctx>, seed: u64) {
     let mut rng = Rng(seed);
     let key = format!("{{gen}}:bulk:{}", "k".repeat(KEY_BYTES));
@@ -45,13 +45,15 @@ pub fn pipelines(ctx: Arc<Ctx>, seed: u64) {
             continue;
         }
         let n = 30_000 + rng.below(10_000) as usize;
-        whole(&ctx, &mut conn, &key, &value, n);
-        pause = Duration::from_millis(3000 + rng.below(5000));
+        if whole(&ctx, &mut conn, &key, &value, n) {
+            pause = Duration::from_millis(3000 + rng.below(5000));
+        }
     }
 }
 
-/// `n` GETs of `key` sent in one write, then their replies, each `value`.
-fn whole(ctx: &Ctx, conn: &mut Conn, key: &str, value: &str, n: usize) {
+/// `n` GETs of `key` sent in one write, then their replies, each `value`. Returns whether
+/// every reply came (`false`: a fault cut it short, or a violation).
+fn whole(ctx: &Ctx, conn: &mut Conn, key: &str, value: &str, n: usize) -> bool {
     ctx.h().count("op: a whole pipeline before any reply is read");
     let get = cmd(&["GET", key]);
     match conn.send_within(&vec![get; n], STALL_BOUND) {
@@ -62,9 +64,9 @@ fn whole(ctx: &Ctx, conn: &mut Conn, key: &str, value: &str, n: usize) {
                  reply is read (none of it taken for {STALL_BOUND:?}, or not all of it within \
                  {HANG_BOUND:?})"
             ));
-            return;
+            return false;
         }
-        Err(Wait::Closed) => return,
+        Err(Wait::Closed) => return false,
     }
     for i in 0..n {
         let reply = match conn.reply(Instant::now() + HANG_BOUND) {
@@ -74,23 +76,24 @@ fn whole(ctx: &Ctx, conn: &mut Conn, key: &str, value: &str, n: usize) {
                     "hang: reply {i} of a pipeline of {n} GETs sent whole did not come within \
                      {HANG_BOUND:?}"
                 ));
-                return;
+                return false;
             }
-            Err(Wait::Closed) => return,
+            Err(Wait::Closed) => return false,
         };
         match reply {
             Reply::Frame(OwnedFrame::BulkString(v)) if v == value.as_bytes() => {}
             Reply::Error(e) => {
                 // What a fault explains ends the pipeline's checks: its client gives up.
                 ctx.h().error("GET (a whole pipeline)", &e);
-                return;
+                return false;
             }
             other => {
                 ctx.h()
                     .unexpected(&format!("GET {i} of a whole pipeline"), &other);
-                return;
+                return false;
             }
         }
     }
     ctx.h().count("check: a whole pipeline served");
+    true
 }
