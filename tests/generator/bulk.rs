@@ -3,7 +3,7 @@
 //! of a value of its own, under a long key, written in one go (13 to 17 MB of requests,
 //! 18 to 24 MB of replies: more than the sockets between it and walrus hold, both ways),
 //! then every reply read. walrus must read on while the replies pile up: a send it takes
-//! none of for `STALL_BOUND` (8 s), or not all of within `HANG_BOUND`, is a hang, and every reply
+//! none of for `STALL_BOUND` (10 s), or not all of within `HANG_BOUND`, is a hang, and every reply
 //! must come, the value or an error a fault explains.
 
 use crate::common::Rng;
