@@ -58,12 +58,12 @@ impl Disk {
     }
 
     /// After a kill: on faultfs, the power cut too (what was not synced is gone). Returns
-    /// how many writes it took (none on a plain disk).
+    /// how many writes and name operations it took (none on a plain disk).
     fn power_cut(&self) -> u64 {
         let Disk::FaultFs(fs) = self else { return 0 };
-        let lost = common::faultfs::fields(&fs.ok("crash"))["writes"];
+        let cut = common::faultfs::fields(&fs.ok("crash"));
         fs.ok("recover");
-        lost
+        cut["writes"] + cut["names"]
     }
 }
 
@@ -276,6 +276,9 @@ enum Op {
     Backup,
     /// Its start, restoring its Valkey (which died with the walrus before it).
     Restore,
+    /// Writes that fill its ring, which then waits for the checkpoint the full ring starts
+    /// by itself (`[checkpoint]`'s rules), and takes them into the segments it releases.
+    Wrap,
 }
 
 /// A crash: the point, how many of its passes the walrus lives through first, and what
@@ -309,14 +312,38 @@ const LIVE_POINTS: &[Row] = &[
 ];
 
 /// The points where a power cut leaves something a kill does not: the RDB's bytes, or the
-/// new CHECKPOINT's text, written and not synced. (Everything else walrus writes is synced
-/// before the next point, and faultfs, like most file systems after a sync of the data,
-/// keeps names: renames and creations are durable at once there.)
+/// new CHECKPOINT's text, written and not synced; the RDB's rename, or CHECKPOINT's or the
+/// journal MANIFEST's replacement, before its directory is synced (faultfs rolls it back).
+/// Everything else walrus writes is synced before the next point.
 const POWER_POINTS: &[Row] = &[
     ("rdb::write", 0, Op::Checkpoint),
     ("rdb::written", 0, Op::Checkpoint),
+    ("rdb::renamed", 0, Op::Checkpoint),
     ("manifest::written", 1, Op::Checkpoint),
+    ("manifest::replaced", 1, Op::Checkpoint),
+    ("manifest::replaced", 2, Op::Checkpoint),
 ];
+
+/// The checkpoint's points again, on a ring of 4 segments of 64 KiB that the writes wrap
+/// (`WRAPPING_RING`): every checkpoint is one the full ring started, with writes waiting to
+/// take the segments it releases.
+const WRAP_POINTS: &[Row] = &[
+    ("rdb::write", 0, Op::Wrap),
+    ("rdb::written", 0, Op::Wrap),
+    ("rdb::synced", 0, Op::Wrap),
+    ("rdb::renamed", 0, Op::Wrap),
+    ("manifest::written", 1, Op::Wrap),
+    ("manifest::replaced", 1, Op::Wrap),
+    ("checkpoint::manifest_switched", 0, Op::Wrap),
+    ("checkpoint::recorded", 0, Op::Wrap),
+    ("manifest::written", 2, Op::Wrap),
+    ("checkpoint::journal_released", 0, Op::Wrap),
+];
+
+/// A ring of 256 KiB, less than the dataset's 600 KiB: the segments each checkpoint releases
+/// are written again soon after, so that entries released too early are gone.
+const WRAPPING_RING: Option<&str> =
+    Some("[journal]\nsegment_size = 65536\nsegments = 4\nmax_write_bytes = 16384\n");
 
 /// Key `n`'s value: 2 KiB of hex, which the RDB's compression cannot shrink (the RDB must
 /// arrive in several pieces past the 64 KiB after which `rdb::write` acts).
@@ -332,6 +359,8 @@ struct Site {
     /// The managed Valkey's socket directory (never on faultfs: FUSE holds no socket) and
     /// the backups.
     run: tempfile::TempDir,
+    /// The journal's configuration, if not the tests' own ([`TEST_JOURNAL`]).
+    journal: Option<&'static str>,
     acked: Vec<u64>,
     next: u64,
     walrus: Option<Live>,
@@ -344,10 +373,11 @@ struct Live {
 }
 
 impl Site {
-    fn new(disk: Disk) -> Site {
+    fn new(disk: Disk, journal: Option<&'static str>) -> Site {
         Site {
             disk,
             run: tempfile::tempdir().unwrap(),
+            journal,
             acked: Vec::new(),
             next: 0,
             walrus: None,
@@ -367,6 +397,10 @@ impl Site {
             .data(&data)
             .config(&config)
             .args(&["--metrics-listen", &metrics]);
+        let build = match self.journal {
+            Some(journal) => build.journal(journal),
+            None => build,
+        };
         let (proc, dir) = match point {
             Some((p, skip)) => build
                 .failpoint(p, &format!("{skip}*off->return(kill)"))
@@ -408,16 +442,29 @@ impl Site {
         self.walrus.as_ref().expect("a walrus runs")
     }
 
-    /// Writes `n` keys, every one acknowledged.
+    /// Writes until `n` keys are acknowledged. A write refused because the ring is full
+    /// (`-MISCONF`, until its checkpoint frees room) is not acknowledged: the next key is
+    /// tried.
     fn write(&mut self, n: u64) {
         let mut c = Raw::connect(&self.live().w.addr);
-        for _ in 0..n {
+        let deadline = std::time::Instant::now() + START_TIMEOUT;
+        let mut acked = 0;
+        while acked < n {
             let k = self.next;
             self.next += 1;
             let r = c.cmd(&["SET", &format!("k{k}"), &value(k)]);
+            if Site::ring_full(&r) && std::time::Instant::now() < deadline {
+                continue;
+            }
             assert_eq!(show(&r), show(b"+OK\r\n"), "SET k{k}");
             self.acked.push(k);
+            acked += 1;
         }
+    }
+
+    /// Whether `reply` refused a write because the ring is full.
+    fn ring_full(reply: &[u8]) -> bool {
+        reply.starts_with(b"-MISCONF")
     }
 
     /// Writes until the walrus dies under the connection; keeps what was acknowledged.
@@ -434,6 +481,7 @@ impl Site {
             self.next += 1;
             match c.try_cmd(&["SET", &format!("k{k}"), &value(k)]) {
                 Some(r) if r == b"+OK\r\n" => self.acked.push(k),
+                Some(r) if Site::ring_full(&r) => {}
                 Some(r) => panic!("SET k{k}: {}", show(&r)),
                 // Killed: this write's fate is unknown.
                 None => return,
@@ -506,6 +554,12 @@ impl Site {
                 let (mut proc, _dir, _) = self.spawn(Some((point, skip)));
                 Site::killed_at(&mut proc, point);
             }
+            Op::Wrap => {
+                self.start(Some((point, skip)), &format!("the start before {point}"));
+                self.write_until_killed();
+                let mut live = self.walrus.take().unwrap();
+                Site::killed_at(&mut live.w.proc, point);
+            }
             Op::Checkpoint | Op::Backup => {
                 self.start(Some((point, skip)), &format!("the start before {point}"));
                 self.write(20);
@@ -540,9 +594,14 @@ impl Site {
             assert!(lost > 0, "{point}: the power cut took nothing: just a kill");
         }
         self.start(None, &after);
+        if op == Op::Wrap {
+            // The ring may be full enough at the start for a checkpoint to be under way:
+            // what the start restored is the check.
+            return;
+        }
         self.one_checkpoint(&after);
         match op {
-            Op::Restore => {}
+            Op::Restore | Op::Wrap => {}
             Op::Checkpoint => {
                 let again = self.admin(op, &backup).output().unwrap();
                 assert!(again.status.success(), "{after}: {}", output_text(&again));
@@ -578,9 +637,10 @@ fn valkey_pid_in(log: &str) -> i32 {
         .unwrap_or_else(|| panic!("no Valkey start in the log:\n{log}"))
 }
 
-/// Every row of `points` on one data directory, under writes.
-fn crash_live(disk: Disk, points: &[Row]) {
-    let mut site = Site::new(disk);
+/// Every row of `points` on one data directory (with `journal`'s configuration, if
+/// given), under writes.
+fn crash_live(disk: Disk, journal: Option<&'static str>, points: &[Row]) {
+    let mut site = Site::new(disk, journal);
     site.start(None, "the first start");
     // A dataset of 600 KiB.
     site.write(300);
@@ -596,13 +656,18 @@ fn crash_live(disk: Disk, points: &[Row]) {
 
 #[test]
 fn checkpoint_backup_and_restore_killed_at_every_step_lose_nothing_acknowledged() {
-    crash_live(Disk::plain(), LIVE_POINTS);
+    crash_live(Disk::plain(), None, LIVE_POINTS);
+}
+
+#[test]
+fn checkpoints_of_a_ring_that_wraps_killed_at_every_step_lose_nothing_acknowledged() {
+    crash_live(Disk::plain(), WRAPPING_RING, WRAP_POINTS);
 }
 
 #[test]
 fn a_checkpoint_cut_by_a_power_loss_loses_nothing_acknowledged() {
     let Some(disk) = Disk::faultfs() else { return };
-    crash_live(disk, POWER_POINTS);
+    crash_live(disk, None, POWER_POINTS);
 }
 
 /// Every fail point in the code is in the list (src/fault/points.rs) and the other way

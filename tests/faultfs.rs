@@ -156,9 +156,11 @@ fn crash_drops_unsynced_writes_keeps_synced_ones_and_fences_until_recover() {
     drop(a);
 
     fs.ok("recover");
+    // a's fdatasync made its creation durable too (as ext4 does for a new file); b's
+    // name was never synced, so it is gone with its data.
     assert_eq!(std::fs::read(m.join("a")).unwrap(), b"synced");
-    // The file's creation was metadata, durable at once; its data was not.
-    assert_eq!(std::fs::read(m.join("b")).unwrap(), b"");
+    assert_eq!(errno(std::fs::read(m.join("b")).unwrap_err()), libc::ENOENT);
+    assert_eq!((crash["names"], crash["kept_names"]), (1, 0));
     // The mount works again.
     std::fs::write(m.join("c"), b"after").unwrap();
     assert_eq!(std::fs::read(m.join("c")).unwrap(), b"after");
@@ -184,6 +186,154 @@ fn pending_writes_follow_renames_and_outlive_their_descriptor() {
         .unwrap();
     assert_eq!(std::fs::read(b.join("moved/final")).unwrap(), b"checkpoint");
     assert_eq!(fs.status()["pending_writes"], 0);
+}
+
+/// The names in directory `dir`, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+fn sync_dir(dir: &Path) {
+    File::open(dir).unwrap().sync_all().unwrap();
+}
+
+/// renameat2(a, b, RENAME_EXCHANGE), as walrus replaces its manifests.
+fn exchange(a: &Path, b: &Path) {
+    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    let (ca, cb) = (c(a), c(b));
+    // SAFETY: two valid C strings.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            ca.as_ptr(),
+            libc::AT_FDCWD,
+            cb.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    assert_eq!(r, 0, "renameat2: {}", std::io::Error::last_os_error());
+}
+
+#[test]
+fn name_operations_are_durable_once_their_directory_is_synced() {
+    let Some(fs) = FaultFs::mount() else { return };
+    let m = fs.root();
+    let d = m.join("d");
+    std::fs::create_dir(&d).unwrap();
+    for (name, byte) in [("old", b'o'), ("gone", b'g'), ("tmp", b'n'), ("x", b'x')] {
+        synced_file(&d.join(name), byte, 4);
+    }
+    // A file's data and name synced apart: the directory's fsync covers the name.
+    let y = open(&d.join("y"), 0, true);
+    y.write_all_at(b"yyyy", 0).unwrap();
+    // Only y's name is pending: the synced files made theirs durable, and d's with them.
+    assert_eq!(fs.status()["pending_names"], 1);
+    sync_dir(&d);
+    y.sync_data().unwrap();
+    drop(y);
+    sync_dir(&m);
+    assert_eq!(fs.status()["pending_names"], 0);
+
+    // Not synced: a rename over a file, an exchange, an unlink, a file created and a
+    // directory made.
+    std::fs::rename(d.join("tmp"), d.join("old")).unwrap();
+    exchange(&d.join("x"), &d.join("y"));
+    std::fs::remove_file(d.join("gone")).unwrap();
+    std::fs::write(d.join("new"), b"").unwrap();
+    std::fs::create_dir(m.join("sub")).unwrap();
+    assert_eq!(fs.status()["pending_names"], 5);
+    // Where a removed file waits for its removal to be durable is not shown.
+    assert_eq!(names(&d), ["new", "old", "x", "y"]);
+    assert_eq!(names(&m), ["d", "sub"]);
+    let crash = fields(&fs.ok("crash"));
+    assert_eq!((crash["names"], crash["kept_names"]), (5, 0));
+    fs.ok("recover");
+    assert_eq!(names(&m), ["d"]);
+    assert_eq!(names(&d), ["gone", "old", "tmp", "x", "y"]);
+    for (name, data) in [
+        ("old", b"oooo"),
+        ("tmp", b"nnnn"),
+        ("gone", b"gggg"),
+        ("x", b"xxxx"),
+        ("y", b"yyyy"),
+    ] {
+        assert_eq!(std::fs::read(d.join(name)).unwrap(), data, "{name}");
+    }
+
+    // The same, with the directory synced: they stay.
+    std::fs::rename(d.join("tmp"), d.join("old")).unwrap();
+    exchange(&d.join("x"), &d.join("y"));
+    std::fs::remove_file(d.join("gone")).unwrap();
+    sync_dir(&d);
+    assert_eq!(fs.status()["pending_names"], 0);
+    fs.ok("crash");
+    fs.ok("recover");
+    assert_eq!(names(&d), ["old", "x", "y"]);
+    assert_eq!(std::fs::read(d.join("old")).unwrap(), b"nnnn");
+    assert_eq!(std::fs::read(d.join("x")).unwrap(), b"yyyy");
+
+    // A new directory whose file was synced: the file's entry is durable, and so is the
+    // directory's it depends on (ext4 syncs new parents too); nothing else of the root is.
+    std::fs::create_dir(m.join("made")).unwrap();
+    std::fs::write(m.join("loose"), b"").unwrap();
+    synced_file(&m.join("made/f"), b'f', 4);
+    assert_eq!(fs.status()["pending_names"], 1);
+    fs.ok("crash");
+    fs.ok("recover");
+    assert_eq!(names(&m), ["d", "made"]);
+    assert_eq!(std::fs::read(m.join("made/f")).unwrap(), b"ffff");
+
+    // A directory's fsync that fails makes nothing durable.
+    std::fs::rename(d.join("old"), d.join("renamed")).unwrap();
+    fs.ok("fail sync EIO count 1 path /d");
+    assert_eq!(
+        errno(File::open(&d).unwrap().sync_all().unwrap_err()),
+        libc::EIO
+    );
+    fs.ok("crash");
+    fs.ok("recover");
+    assert_eq!(names(&d), ["old", "x", "y"]);
+}
+
+#[test]
+fn crash_reorder_keeps_the_oldest_name_operations() {
+    let Some(fs) = FaultFs::mount() else { return };
+    let d = fs.path("r");
+    std::fs::create_dir(&d).unwrap();
+    sync_dir(&fs.root());
+    const N: usize = 6;
+    let mut between = false;
+    for seed in 1..=20 {
+        for i in 0..N {
+            synced_file(&d.join(format!("f{i}")), b'f', 1);
+        }
+        sync_dir(&d);
+        for i in 0..N {
+            std::fs::rename(d.join(format!("f{i}")), d.join(format!("g{i}"))).unwrap();
+        }
+        fs.ok(&format!("seed {seed}"));
+        let crash = fields(&fs.ok("crash reorder"));
+        fs.ok("recover");
+        let kept = crash["kept_names"] as usize;
+        assert_eq!(crash["names"] as usize, N);
+        // A prefix, in order: a journal commits in order.
+        let want: Vec<String> = (0..N)
+            .map(|i| format!("{}{i}", if i < kept { 'g' } else { 'f' }))
+            .collect();
+        let mut got = names(&d);
+        got.sort_by_key(|n| n[1..].to_string());
+        assert_eq!(got, want, "seed {seed}");
+        between |= kept > 0 && kept < N;
+        for name in names(&d) {
+            std::fs::remove_file(d.join(name)).unwrap();
+        }
+    }
+    assert!(between, "no seed kept some of the renames and not others");
 }
 
 #[test]
@@ -230,7 +380,8 @@ fn block(byte: u8) -> walrus::journal::buf::IoBuf {
 fn o_direct_writes_without_a_sync_are_lost() {
     let Some(fs) = FaultFs::mount() else { return };
     let m = fs.root();
-    let f = open(&m.join("direct"), libc::O_DIRECT, true);
+    synced_file(&m.join("direct"), 0, 0);
+    let f = open(&m.join("direct"), libc::O_DIRECT, false);
     f.write_all_at(block(b'd').as_slice(), 0).unwrap();
     assert_eq!(std::fs::read(m.join("direct")).unwrap(), [b'd'; 4096]);
     fs.ok("crash");

@@ -94,7 +94,12 @@ pub fn create(
 ) -> Result<(FileAttr, u64), Errno> {
     let mut st = sh.live()?;
     let rel = st.inodes.child(parent, name)?;
-    let file = open_backing(&sh.real(&rel), flags, Some(mode))?;
+    let real = sh.real(&rel);
+    let existed = std::fs::symlink_metadata(&real).is_ok();
+    let file = open_backing(&real, flags, Some(mode))?;
+    if !existed {
+        st.names.made(&rel, false)?;
+    }
     let attr = meta::created(sh, &mut st, rel, owner.0, owner.1)?;
     let ino = attr.ino.0;
     let fh = register(&mut st, ino, file, flags);
@@ -175,9 +180,10 @@ pub fn write(
         } else {
             Default::default()
         };
-        Ok((sync, seq, st.epoch, Instant::now() + delay))
+        let names = st.names.next_seq();
+        Ok((sync, seq, names, st.epoch, Instant::now() + delay))
     })();
-    let (sync, seq, epoch, deadline) = match queued {
+    let (sync, seq, names, epoch, deadline) = match queued {
         Ok(q) => q,
         Err(e) => return reply.error(e),
     };
@@ -192,7 +198,9 @@ pub fn write(
                     // A crash came first: the write is lost (or torn), and says so.
                     Err(Errno::EIO)
                 } else if sync {
-                    st.persist_write(ino, seq)
+                    // As an fsync of the file: its own creation is durable too.
+                    let data = st.persist_write(ino, seq);
+                    data.map(|()| st.persist_names(ino, false, names))
                 } else {
                     Ok(())
                 }
@@ -205,9 +213,10 @@ pub fn write(
     );
 }
 
-/// fsync/fdatasync of a file (`ino` Some) or a directory (None: metadata is durable
-/// already, so only faults, latency and stalls apply). Every write that arrived before it
-/// is durable at its reply; writes arriving during its latency are not covered.
+/// fsync/fdatasync of a file or a directory (`dir`). Every write and every name operation
+/// in the directory that arrived before it is durable at its reply, and so is the file's
+/// or directory's own creation (names.rs); what arrives during its latency is not
+/// covered.
 pub fn fsync(sh: &Arc<Shared>, ino: u64, dir: bool, reply: ReplyEmpty) {
     let queued = (|| {
         let mut st = sh.live()?;
@@ -225,11 +234,12 @@ pub fn fsync(sh: &Arc<Shared>, ino: u64, dir: bool, reply: ReplyEmpty) {
         }
         Ok((
             st.cache.next_seq(),
+            st.names.next_seq(),
             st.epoch,
             Instant::now() + st.faults.latency,
         ))
     })();
-    let (barrier, epoch, deadline) = match queued {
+    let (barrier, names, epoch, deadline) = match queued {
         Ok(q) => q,
         Err(e) => return reply.error(e),
     };
@@ -241,10 +251,13 @@ pub fn fsync(sh: &Arc<Shared>, ino: u64, dir: bool, reply: ReplyEmpty) {
                 let mut st = shared.lock();
                 if st.epoch != epoch {
                     Err(Errno::EIO)
-                } else if dir {
-                    Ok(())
                 } else {
-                    st.persist_before(ino, barrier)
+                    let data = if dir {
+                        Ok(())
+                    } else {
+                        st.persist_before(ino, barrier)
+                    };
+                    data.map(|()| st.persist_names(ino, dir, names))
                 }
             };
             match done {

@@ -13,6 +13,8 @@ use std::sync::Arc;
 
 use fuser::Errno;
 
+use crate::names::Names;
+
 pub const ROOT: u64 = 1;
 
 pub struct Inode {
@@ -76,8 +78,12 @@ impl Inodes {
         self.by_path.get(path).copied()
     }
 
-    /// The path `name` in directory `parent`.
+    /// The path `name` in directory `parent`; none for the graveyard (names.rs), which
+    /// the mount does not show.
     pub fn child(&self, parent: u64, name: &std::ffi::OsStr) -> Result<PathBuf, Errno> {
+        if Names::hidden(parent == ROOT, name) {
+            return Err(Errno::ENOENT);
+        }
         Ok(self.path(parent)?.join(name))
     }
 

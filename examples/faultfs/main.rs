@@ -6,10 +6,11 @@
 //!
 //! Prints "faultfs ready <mountpoint>" once mounted; unmounts on SIGTERM or SIGINT.
 //!
-//! Modules, one concept each: cache (pending writes), crash (what survives), faults
-//! (errors, latency), sched (deferred replies), inodes and handles (the mount's numbers),
-//! state (the shared state and its lock), meta (namespace and attributes), data (file
-//! data and the model), fs (the fuser glue), control (the socket).
+//! Modules, one concept each: cache (pending writes), names (name operations not yet
+//! durable), crash (what survives), faults (errors, latency), sched (deferred replies),
+//! inodes and handles (the mount's numbers), state (the shared state and its lock), meta
+//! (namespace and attributes), data (file data and the model), fs (the fuser glue),
+//! control (the socket).
 
 mod cache;
 mod control;
@@ -20,6 +21,7 @@ mod fs;
 mod handles;
 mod inodes;
 mod meta;
+mod names;
 mod sched;
 mod state;
 
@@ -83,7 +85,8 @@ fn run() -> Result<(), String> {
     if !m.is_dir() {
         return Err(format!("{} is not a directory", backing.display()));
     }
-    let sh = state::Shared::new(backing, (m.dev(), m.ino()));
+    let sh = state::Shared::new(backing.clone(), (m.dev(), m.ino()))
+        .map_err(|e| format!("{}: {e}", backing.join(names::GRAVE).display()))?;
     let listener = control::bind(&control_path)
         .map_err(|e| format!("control socket {}: {e}", control_path.display()))?;
 

@@ -1,6 +1,7 @@
 //! The namespace and attributes: lookup, getattr/setattr, mkdir, unlink, rename, readdir,
-//! statfs. These act on the backing directory at once and are durable when they return:
-//! the model loses data, not metadata (docs/faultfs.md says what that leaves out).
+//! statfs. These act on the backing directory at once. Attributes (sizes, modes, times) are
+//! durable when they return; names only once their directory is synced: names.rs records
+//! each name operation so that a crash can take it back (docs/faultfs.md).
 
 use std::ffi::{CString, OsStr};
 use std::fs::Metadata;
@@ -12,6 +13,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{Errno, FileAttr, FileType, INodeNo, RenameFlags, TimeOrNow};
 
 use crate::handles::DirEntry;
+use crate::inodes::ROOT;
+use crate::names::Names;
 use crate::state::{Shared, State};
 
 /// How long the kernel may cache attributes and names: not at all. A crash changes sizes
@@ -214,6 +217,7 @@ pub fn mkdir(
     std::fs::DirBuilder::new()
         .mode(mode & 0o7777)
         .create(sh.real(&rel))?;
+    st.names.made(&rel, true)?;
     created(sh, &mut st, rel, uid, gid)
 }
 
@@ -228,6 +232,7 @@ pub fn symlink(
     let mut st = sh.live()?;
     let rel = st.inodes.child(parent, name)?;
     std::os::unix::fs::symlink(target, sh.real(&rel))?;
+    st.names.made(&rel, false)?;
     created(sh, &mut st, rel, uid, gid)
 }
 
@@ -241,11 +246,7 @@ pub fn readlink(sh: &Shared, ino: u64) -> Result<Vec<u8>, Errno> {
 pub fn remove(sh: &Shared, parent: u64, name: &OsStr, dir: bool) -> Result<(), Errno> {
     let mut st = sh.live()?;
     let rel = st.inodes.child(parent, name)?;
-    if dir {
-        std::fs::remove_dir(sh.real(&rel))?;
-    } else {
-        std::fs::remove_file(sh.real(&rel))?;
-    }
+    st.names.remove(&rel, dir)?;
     // An open unlinked file keeps its handles, writer and pending writes until closed.
     st.inodes.unlinked(&rel);
     Ok(())
@@ -260,18 +261,7 @@ pub fn rename(
     let mut st = sh.live()?;
     let a = st.inodes.child(from.0, from.1)?;
     let b = st.inodes.child(to.0, to.1)?;
-    let (ca, cb) = (cpath(&sh.real(&a))?, cpath(&sh.real(&b))?);
-    // SAFETY: valid C strings; renameat2 is atomic on the backing file system, which is
-    // what makes the mount's rename atomic.
-    check(unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            ca.as_ptr(),
-            libc::AT_FDCWD,
-            cb.as_ptr(),
-            flags.bits(),
-        )
-    })?;
+    st.names.rename(&a, &b, flags)?;
     if flags.contains(RenameFlags::RENAME_EXCHANGE) {
         st.inodes.exchanged(&a, &b);
     } else {
@@ -299,6 +289,9 @@ pub fn list(sh: &Shared, ino: u64) -> Result<Vec<DirEntry>, Errno> {
     for e in std::fs::read_dir(sh.real(&rel))? {
         let e = e?;
         let name = e.file_name();
+        if Names::hidden(ino == ROOT, &name) {
+            continue;
+        }
         // Only the numbers faultfs handed out mean anything to the kernel; an entry not
         // looked up yet shows its backing number, which is as good for d_ino.
         let ino = st

@@ -15,6 +15,7 @@ use crate::crash::{self, Mode, Rng};
 use crate::faults::Faults;
 use crate::handles::Handles;
 use crate::inodes::Inodes;
+use crate::names::Names;
 use crate::sched::Scheduler;
 
 pub struct Shared {
@@ -36,6 +37,7 @@ pub struct State {
     pub inodes: Inodes,
     pub handles: Handles,
     pub cache: Cache,
+    pub names: Names,
     pub faults: Faults,
     /// Set by `crash`, cleared by `recover`: every request fails with EIO meanwhile.
     pub fenced: bool,
@@ -47,21 +49,22 @@ pub struct State {
 }
 
 impl Shared {
-    pub fn new(backing: PathBuf, root_id: (u64, u64)) -> Arc<Shared> {
-        Arc::new(Shared {
-            backing,
+    pub fn new(backing: PathBuf, root_id: (u64, u64)) -> std::io::Result<Arc<Shared>> {
+        Ok(Arc::new(Shared {
             state: Mutex::new(State {
                 inodes: Inodes::new(root_id),
                 handles: Handles::default(),
                 cache: Cache::default(),
+                names: Names::new(&backing)?,
                 faults: Faults::default(),
                 fenced: false,
                 epoch: 0,
                 rng: Rng::new(0),
                 stats: Stats::default(),
             }),
+            backing,
             sched: Scheduler::start(),
-        })
+        }))
     }
 
     /// The state, for any request: EIO while crashed.
@@ -99,6 +102,14 @@ impl State {
         self.write_back(ino, &frags)
     }
 
+    /// An fsync of `ino` (or a synchronous write to it) completed: the name operations it
+    /// covers are durable (names.rs).
+    pub fn persist_names(&mut self, ino: u64, dir: bool, barrier: u64) {
+        if let Some(id) = self.inodes.get(ino).map(|i| i.id) {
+            self.names.synced(id, dir, barrier);
+        }
+    }
+
     fn write_back(&mut self, ino: u64, frags: &[Frag]) -> Result<(), Errno> {
         if frags.is_empty() {
             return Ok(());
@@ -117,9 +128,9 @@ impl State {
         Ok(())
     }
 
-    /// The power loss: pending writes go, but for what `mode` lets survive, and every
-    /// request fails until `recover`. Returns the control reply. The caller then runs the
-    /// deferred completions (they fail: the epoch moved).
+    /// The power loss: pending writes and name operations go, but for what `mode` lets
+    /// survive, and every request fails until `recover`. Returns the control reply. The
+    /// caller then runs the deferred completions (they fail: the epoch moved).
     pub fn crash(&mut self, mode: Mode) -> String {
         self.fenced = true;
         self.epoch += 1;
@@ -139,11 +150,23 @@ impl State {
                 error.get_or_insert(e.to_string());
             }
         }
+        // Names after data: the survivors were written through descriptors, whatever their
+        // files' names are now. A reorder keeps the oldest few name operations (a journal
+        // commits in order), the other modes none.
+        let pending_names = self.names.pending();
+        let keep = match mode {
+            Mode::Reorder if pending_names > 0 => self.rng.below(pending_names as u64 + 1) as usize,
+            _ => 0,
+        };
+        let names = self.names.rollback(keep, &mut self.inodes);
+        if let Some(e) = names.error {
+            error.get_or_insert(e);
+        }
         // Nothing is pending any more: writers of files not open are not needed.
         self.inodes.tidy_all(|_| false);
         let mut reply = format!(
-            "ok crash writes={} bytes={} kept_writes={} kept_bytes={}",
-            out.writes, out.bytes, out.kept_writes, out.kept_bytes
+            "ok crash writes={} bytes={} kept_writes={} kept_bytes={} names={} kept_names={}",
+            out.writes, out.bytes, out.kept_writes, out.kept_bytes, names.pending, names.kept
         );
         if let Some((ino, cut)) = out.torn {
             reply += &format!(" torn_at={cut} torn_path={}", self.inodes.display(ino));
@@ -159,8 +182,10 @@ impl State {
         let (writes, bytes) = self.cache.totals();
         let (held, timed, stalled) = sched.counts();
         format!(
-            "ok pending_writes={writes} pending_bytes={bytes} writes={} syncs={} faults={} \
-             crashes={} fenced={} stalled={} held={held} delayed={timed} latency_us={} epoch={}",
+            "ok pending_writes={writes} pending_bytes={bytes} pending_names={} writes={} \
+             syncs={} faults={} crashes={} fenced={} stalled={} held={held} delayed={timed} \
+             latency_us={} epoch={}",
+            self.names.pending(),
             self.stats.writes,
             self.stats.syncs,
             self.stats.faults,

@@ -64,7 +64,6 @@ impl Conn {
     /// A connection that speaks RESP3 if `resp3` (its `HELLO 3` answered, or no connection).
     pub fn connect_as(addr: &str, resp3: bool) -> Option<Conn> {
         let raw = Raw::try_connect(addr).ok()?;
-        raw.stream.set_write_timeout(Some(HANG_BOUND)).ok()?;
         let mut conn = Conn { raw, resp3 };
         if resp3 {
             conn.send(&[cmd(&["HELLO", "3"])]).ok()?;
@@ -106,16 +105,44 @@ impl Conn {
     }
 
     /// Sends every command in one write. `Err(Wait::TimedOut)`: walrus did not take them
-    /// within `HANG_BOUND`.
+    /// all within `HANG_BOUND` (a long pipeline too: not only a write that makes no
+    /// progress).
     pub fn send(&mut self, cmds: &[Cmd]) -> Result<(), Wait> {
+        self.send_within(cmds, HANG_BOUND)
+    }
+
+    /// The same, and `Err(Wait::TimedOut)` too once walrus took none of it for `stall`.
+    pub fn send_within(&mut self, cmds: &[Cmd], stall: Duration) -> Result<(), Wait> {
         let mut out = Vec::new();
         for c in cmds {
             out.extend_from_slice(&walrus::resp::write::command(c));
         }
-        self.raw.stream.write_all(&out).map_err(|e| match e.kind() {
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Wait::TimedOut,
-            _ => Wait::Closed,
-        })
+        let deadline = Instant::now() + HANG_BOUND;
+        let mut sent = 0;
+        while sent < out.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Wait::TimedOut);
+            }
+            self.raw
+                .stream
+                .set_write_timeout(Some(left.min(stall)))
+                .map_err(|_| Wait::Closed)?;
+            match self.raw.stream.write(&out[sent..]) {
+                Ok(0) => return Err(Wait::Closed),
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(match e.kind() {
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                            Wait::TimedOut
+                        }
+                        _ => Wait::Closed,
+                    })
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Reads one reply, waiting until `deadline` at most. A partial reply stays buffered

@@ -2,6 +2,8 @@
 // tests/power_loss.rs): `include!`d at the binary's root, where they expect each other.
 #[path = "admin.rs"]
 mod admin;
+#[path = "bulk.rs"]
+mod bulk;
 #[path = "check.rs"]
 mod check;
 #[path = "cluster.rs"]
@@ -28,6 +30,8 @@ mod large;
 mod listeners;
 #[path = "node.rs"]
 mod node;
+#[path = "oversized.rs"]
+mod oversized;
 #[path = "power.rs"]
 mod power;
 #[path = "pubsub.rs"]

@@ -9,7 +9,7 @@ use crate::history::{History, BIG_SLOTS};
 use crate::keys::big_key;
 use crate::shared::{mix, Ctx};
 use crate::system::{Mode, System};
-use crate::{check, faults, listeners, sidechannel, workers};
+use crate::{bulk, check, faults, listeners, sidechannel, workers};
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -143,6 +143,16 @@ fn run(mode: Mode, s: &Settings, fs: Option<FaultFs>, duration: Duration) -> Rep
         threads.push((
             "tracking client",
             std::thread::spawn(move || sidechannel::tracking(c, side_seed)),
+        ));
+        let (c, side_seed) = (ctx.clone(), mix(seed, 11));
+        threads.push((
+            "OPTIN client",
+            std::thread::spawn(move || sidechannel::optin(c, side_seed)),
+        ));
+        let (c, bulk_seed) = (ctx.clone(), mix(seed, 12));
+        threads.push((
+            "whole-pipeline client",
+            std::thread::spawn(move || bulk::pipelines(c, bulk_seed)),
         ));
     }
 

@@ -1,8 +1,9 @@
 //! Side channels, checked against durability (not in cluster mode, where keys move and
 //! notifications stay on their node): a subscriber to keyspace notifications of the lists
 //! (`CONFIG SET notify-keyspace-events Kl`, then `PSUBSCRIBE __keyspace@0__:{gen*`, in
-//! RESP2 or RESP3), and a RESP3 client with `CLIENT TRACKING on` that reads the lists and
-//! waits for their invalidations. A notification or an invalidation of a list tells that a
+//! RESP2 or RESP3), a RESP3 client with `CLIENT TRACKING on` that reads the lists and
+//! waits for their invalidations, and one in OPTIN mode that asks for each read to be
+//! tracked (`CLIENT CACHING yes`) right behind a write. A notification or an invalidation of a list tells that a
 //! write to it ran after the subscription (or the tracked read): it must come no sooner than
 //! one such write may be durable (`release.rs`), since it reveals that write as a read
 //! would.
@@ -166,9 +167,6 @@ pub fn tracking(ctx: std::sync::Arc<Ctx>, seed: u64) {
         // Each tracked list and when the read that tracks it was sent.
         let mut tracked: HashMap<usize, u64> = HashMap::new();
         while !ctx.stopping() {
-            if rng.below(20) == 0 {
-                optin(&ctx, rng.next());
-            }
             // Its session is its own (tracking pins it): its reads are never in a batch
             // with another client's write, which walrus would hold them with.
             if rng.below(2) == 0 {
@@ -251,20 +249,32 @@ fn invalidated(ctx: &Ctx, tracked: &mut HashMap<usize, u64>, push: Vec<OwnedFram
 /// How long after a write's acknowledgement its invalidation may take to arrive.
 const INVALIDATION_BOUND: Duration = Duration::from_secs(5);
 
-/// A client in OPTIN mode sends a write and `CLIENT CACHING yes` in one pipeline, then a
-/// read of another key: that read is tracked (Valkey keeps the flag for the next command
-/// only, and nothing walrus adds, its ROLE after a write, may come between). Another client
-/// then writes the key read: its invalidation must arrive, soon after that write is
-/// acknowledged.
-fn optin(ctx: &Ctx, n: u64) {
-    let (key, other) = ("{gen}:optin", "{gen}:optin-w");
-    let Some(mut c) = Conn::connect_as(&ctx.target.get(), true) else {
-        return;
-    };
-    let on = cmd(&["CLIENT", "TRACKING", "on", "OPTIN"]);
-    if !matches!(c.call(ctx, &[on]).remove(0), Reply::Frame(_)) {
-        return;
+/// A client in OPTIN mode, probing again and again (`probe`) on one connection, while
+/// another client writes what it reads; both connect afresh after any failure.
+pub fn optin(ctx: std::sync::Arc<Ctx>, seed: u64) {
+    let mut rng = Rng(seed);
+    while !ctx.stopping() {
+        let on = [cmd(&["CLIENT", "TRACKING", "on", "OPTIN"])];
+        let connected = Conn::connect_as(&ctx.target.get(), true)
+            .and_then(|mut c| matches!(c.call(&ctx, &on).remove(0), Reply::Frame(_)).then_some(c))
+            .zip(Conn::connect(&ctx.target.get()));
+        let Some((mut c, mut w)) = connected else {
+            // Paced while walrus restarts (workload, not synchronization).
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        };
+        ctx.h().count("op: OPTIN client");
+        while !ctx.stopping() && probe(&ctx, &mut c, &mut w, rng.next()) {}
     }
+}
+
+/// One probe: the OPTIN client `c` sends a write and `CLIENT CACHING yes` in one pipeline,
+/// then a read of another key: that read is tracked (Valkey keeps the flag for the next
+/// command only, and nothing walrus adds, its ROLE after a write, may come between). `w`
+/// then writes the key read: its invalidation must arrive, soon after that write is
+/// acknowledged. `false`: a connection failed, or a fault came between.
+fn probe(ctx: &Ctx, c: &mut Conn, w: &mut Conn, n: u64) -> bool {
+    let (key, other) = ("{gen}:optin", "{gen}:optin-w");
     let n = n.to_string();
     let before = ctx.h().seen();
     // The write and the flag in one pipeline, then the read: a batch of walrus's that ends
@@ -273,38 +283,41 @@ fn optin(ctx: &Ctx, n: u64) {
     let read = [cmd(&["GET", key])];
     let ok = |replies: Vec<Reply>| replies.iter().all(|r| matches!(r, Reply::Frame(_)));
     if !ok(c.call(ctx, &batch)) || !ok(c.call(ctx, &read)) {
-        return;
+        return false;
     }
-    let Some(mut w) = Conn::connect(&ctx.target.get()) else {
-        return;
-    };
     if !matches!(
         w.call(ctx, &[cmd(&["SET", key, &n])]).remove(0),
         Reply::Frame(_)
     ) {
-        return;
+        return false;
     }
-    ctx.h()
-        .count("check: OPTIN invalidation after CLIENT CACHING yes");
+    let acked = {
+        let mut h = ctx.h();
+        h.count("check: OPTIN invalidation after CLIENT CACHING yes");
+        h.seen()
+    };
     let deadline = Instant::now() + INVALIDATION_BOUND;
     loop {
         match c.read(deadline).map(|b| parse3(&b)) {
-            Ok(Err(push)) if invalidates(&push, key) => return,
+            Ok(Err(push)) if invalidates(&push, key) => return true,
             Ok(_) => {}
-            Err(Wait::Closed) => return,
+            Err(Wait::Closed) => return false,
             Err(Wait::TimedOut) => break,
         }
     }
-    let mut h = ctx.h();
-    // A fault in between (a Valkey restarted) takes the tracking with it.
-    if !crate::release::Release::quiet_between(&before, &h.seen()) {
-        return;
+    // A fault before the write was acknowledged (a Valkey restarted) may have taken the
+    // tracking with it. One after it cannot: Valkey sent the invalidation when it ran the
+    // write, and walrus holds it until the journal covers that write, as it held the
+    // write's reply; a connection it then loses is closed.
+    if !crate::release::Release::quiet_between(&before, &acked) {
+        return false;
     }
-    h.violation(format!(
+    ctx.h().violation(format!(
         "lost invalidation: a client in OPTIN mode sent `SET {other}; CLIENT CACHING yes` in \
          one pipeline, then `GET {key}`; {key} was then written (acknowledged), and no \
          invalidation came within {INVALIDATION_BOUND:?}"
     ));
+    false
 }
 
 /// Whether a push invalidates `key`.

@@ -50,8 +50,16 @@ impl Mode {
 
 /// A fast disk watcher, so that a ring that a failing checkpoint lets fill refuses writes,
 /// and accepts them again, promptly. The harness's test journal is small (16 x 1 MiB): a
-/// checkpoint every 8 MiB written. The journal's backend comes first (`[journal]`).
-const CONFIG: &str = "[disk]\ncheck_interval_ms = 50\n";
+/// checkpoint every 8 MiB written. Replies up to 8 MiB (`oversized.rs` sends one past
+/// that), and a client's output limit above what a whole pipeline holds (`bulk.rs`). The
+/// journal's backend comes first (`[journal]`).
+fn config() -> String {
+    format!(
+        "[disk]\ncheck_interval_ms = 50\n[proxy]\nmax_reply_bytes = {}\nmax_output_bytes = {}\n",
+        crate::oversized::MAX_REPLY_BYTES,
+        64 << 20
+    )
+}
 
 /// What managed mode gives its Valkey (README, "Valkey settings"), for the external one;
 /// but for the last two, which would refuse every write to a walrus without a journal.
@@ -242,7 +250,7 @@ impl System {
         failpoints: &[(&str, String)],
         listen: Option<&str>,
     ) -> (crate::common::Proc, tempfile::TempDir) {
-        let config = format!("io_backend = \"{backend}\"\n{CONFIG}");
+        let config = format!("io_backend = \"{backend}\"\n{}", config());
         let upstream = self.valkey_addr();
         let build = match self.mode {
             Mode::External => Walrus::build().upstream(&upstream).config(&format!(

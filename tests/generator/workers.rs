@@ -13,7 +13,7 @@ use crate::release::Stamp;
 use crate::route::{Batch, Router};
 use crate::shared::{mix, pick, Ctx};
 use crate::transactions::{Tx, TxKind};
-use crate::{admin, databases, expiry, registers};
+use crate::{admin, databases, expiry, oversized, registers};
 use redis_protocol::resp2::types::OwnedFrame;
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,6 +50,9 @@ enum Op {
     ExpireRead,
     /// An administrative command walrus must refuse (`admin.rs`).
     Refused,
+    /// A reply over walrus's limits, another client's requests behind it (`oversized.rs`;
+    /// not in cluster mode).
+    Oversized,
 }
 
 const OPS: &[(Op, u64)] = &[
@@ -73,10 +76,11 @@ const OPS: &[(Op, u64)] = &[
     (Op::Expire, 4),
     (Op::ExpireRead, 4),
     (Op::Refused, 1),
+    (Op::Oversized, 1),
 ];
 
-/// The operations of a run: every one of `OPS` (but `Database` and `RegChase` in cluster
-/// mode), or those `WALRUS_GEN_OPS` names (`Append,RegWrite,...`), to look at one kind at a
+/// The operations of a run: every one of `OPS` (but `Database`, `RegChase` and `Oversized`
+/// in cluster mode), or those `WALRUS_GEN_OPS` names (`Append,RegWrite,...`), to look at one kind at a
 /// time.
 fn ops(cluster: bool) -> Vec<(Op, u64)> {
     let only = std::env::var("WALRUS_GEN_OPS")
@@ -85,7 +89,7 @@ fn ops(cluster: bool) -> Vec<(Op, u64)> {
     let ops: Vec<(Op, u64)> = OPS
         .iter()
         .copied()
-        .filter(|(op, _)| !(cluster && matches!(op, Op::Database | Op::RegChase)))
+        .filter(|(op, _)| !(cluster && matches!(op, Op::Database | Op::RegChase | Op::Oversized)))
         .filter(|(op, _)| {
             only.as_ref()
                 .is_none_or(|o| o.split(',').any(|n| n.trim() == format!("{op:?}")))
@@ -159,6 +163,7 @@ impl Worker {
                 Op::Expire => expiry::write(&mut self.router, &self.ctx, &mut self.rng, self.id),
                 Op::ExpireRead => expiry::read(&mut self.router, &self.ctx, &mut self.rng),
                 Op::Refused => admin::refused(&self.ctx, &mut self.rng),
+                Op::Oversized => oversized::round(&self.ctx, &mut self.rng),
             };
             if clean {
                 self.failing = 0;
