@@ -137,10 +137,15 @@ pub enum ReadHalf {
 
 impl ReadHalf {
     /// Reads what is there now; `WouldBlock` when nothing is.
+    ///
+    /// Through `poll_read`, not the sockets' own `try_read_buf`: a read that leaves room in
+    /// `buf` found the socket empty, and `poll_read` then forgets the readiness, so the next
+    /// call answers `WouldBlock` without a `recv` until the socket shows more (a session's
+    /// next read, after each request, would otherwise be a `recv` that finds nothing).
     pub fn try_read_buf(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
         match self {
-            ReadHalf::Tcp(r) => r.try_read_buf(buf),
-            ReadHalf::Unix(r) => r.try_read_buf(buf),
+            ReadHalf::Tcp(r) => try_now(|cx| poll_read_buf(Pin::new(r), cx, buf)),
+            ReadHalf::Unix(r) => try_now(|cx| poll_read_buf(Pin::new(r), cx, buf)),
             // rustls may hold decrypted bytes the socket no longer shows: read through it.
             ReadHalf::Tls(s) => try_now(|cx| {
                 let mut g = lock(s);

@@ -156,3 +156,42 @@ async fn reads_take_what_rustls_holds_and_end_at_close_notify() {
     let mut tail = Vec::new();
     assert_eq!(client.read_to_end(&mut tail).await.unwrap(), 0);
 }
+
+/// A read that leaves room in the buffer emptied the socket: the next one answers
+/// `WouldBlock` at once, and `readable` waits for the peer's next bytes, instead of a `recv`
+/// that finds nothing after every request.
+#[tokio::test]
+async fn a_short_read_leaves_the_socket_waiting_for_more() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut peer = TcpStream::connect(listener.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (rd, _) = listener.accept().await.unwrap();
+    let (mut rd, _wr) = Stream::Tcp(rd).into_split();
+    use tokio::io::AsyncWriteExt;
+    peer.write_all(b"PING\r\n").await.unwrap();
+    let mut got = BytesMut::with_capacity(1024);
+    while got.is_empty() {
+        match rd.try_read_buf(&mut got) {
+            Ok(n) => assert!(n > 0, "the peer closed"),
+            Err(e) if e.kind() == WouldBlock => rd.readable().await.unwrap(),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(&got[..], b"PING\r\n");
+    {
+        let mut readable = std::pin::pin!(rd.readable());
+        assert!(
+            std::future::Future::poll(
+                readable.as_mut(),
+                &mut std::task::Context::from_waker(std::task::Waker::noop())
+            )
+            .is_pending(),
+            "the socket still counts as readable after a read emptied it"
+        );
+    }
+    assert_eq!(rd.try_read_buf(&mut got).unwrap_err().kind(), WouldBlock);
+    peer.write_all(b"PING\r\n").await.unwrap();
+    rd.readable().await.unwrap();
+    assert_eq!(rd.try_read_buf(&mut got).unwrap(), 6);
+}
