@@ -55,6 +55,9 @@ fn entries(table_frame: &OwnedFrame) -> Vec<(Vec<String>, OwnedFrame)> {
             }
         }
     }
+    // COMMAND lists them in the order of Valkey's hash table, whose seed differs every run:
+    // sorted, a seed gives the same requests every time.
+    out.sort_by(|a, b| a.0.cmp(&b.0));
     out
 }
 

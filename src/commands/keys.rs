@@ -129,6 +129,12 @@ fn int(m: &[(String, &OwnedFrame)], key: &str) -> Result<i64, String> {
 
 /// The key argument indexes of a request, following each spec in turn.
 ///
+/// A keyword search takes the keys after *every* occurrence of its keyword, where Valkey's
+/// key specs take the first: the command itself may act on another (GEORADIUS and SORT
+/// store into the key after their *last* STORE, and `COMMAND GETKEYS` says so), and a key
+/// walrus marks needlessly only holds a read, while one it misses would let a read show a
+/// write a crash can lose.
+///
 /// The arithmetic is in `i128`: the specs' numbers come from Valkey and a key count from
 /// the client (`EVAL s 9223372036854775807`), and no sum or product of two `i64`s
 /// overflows it. Whatever they say, only indexes of actual arguments come out.
@@ -139,8 +145,8 @@ pub fn extract(specs: &[KeySpec], args: &[Bytes]) -> Keys {
         if spec.incomplete {
             return Keys::Unknown;
         }
-        let first = match &spec.begin {
-            BeginSearch::Index(i) => i128::from(*i),
+        let firsts = match &spec.begin {
+            BeginSearch::Index(i) => vec![i128::from(*i)],
             BeginSearch::Keyword { keyword, startfrom } => {
                 let startfrom = i128::from(*startfrom);
                 let (start, end) = if startfrom > 0 {
@@ -150,81 +156,87 @@ pub fn extract(specs: &[KeySpec], args: &[Bytes]) -> Keys {
                 };
                 let step = if start <= end { 1 } else { -1 };
                 let mut i = start;
-                let mut found = None;
+                let mut found = Vec::new();
                 while i >= 1 && i < argc {
                     if args[i as usize].eq_ignore_ascii_case(keyword) {
-                        found = Some(i + 1);
-                        break;
+                        found.push(i + 1);
                     }
                     if i == end {
                         break;
                     }
                     i += step;
                 }
-                match found {
-                    Some(f) => f,
-                    None => continue, // the keyword is absent: this spec has no keys here
-                }
+                // None found: this spec has no keys here.
+                found
             }
             BeginSearch::Unknown => return Keys::Unknown,
         };
-        if first >= argc {
-            continue;
-        }
-        let (first, last, step) = match spec.find {
-            FindKeys::Range {
-                lastkey,
-                keystep,
-                limit,
-            } => {
-                let (lastkey, keystep, limit) =
-                    (i128::from(lastkey), i128::from(keystep), i128::from(limit));
-                let last = if lastkey >= 0 {
-                    first + lastkey
-                } else if limit <= 1 {
-                    argc + lastkey
-                } else {
-                    first + ((argc - first) / limit + lastkey)
-                };
-                (first, last, keystep)
-            }
-            FindKeys::Keynum {
-                keynumidx,
-                firstkey,
-                keystep,
-            } => {
-                let idx = first + i128::from(keynumidx);
-                let Some(n) = usize::try_from(idx)
-                    .ok()
-                    .and_then(|i| args.get(i))
-                    .and_then(|a| crate::resp::parse_i64(a))
-                else {
-                    return Keys::Unknown;
-                };
-                if n < 0 {
-                    return Keys::Unknown;
-                }
-                let (n, keystep) = (i128::from(n), i128::from(keystep));
-                let first = first + i128::from(firstkey);
-                (first, first + (n - 1) * keystep, keystep)
-            }
-            FindKeys::Unknown => return Keys::Unknown,
-        };
-        if step <= 0 {
-            return Keys::Unknown;
-        }
-        let mut i = first;
-        while i <= last {
-            if i >= argc || i < 1 {
-                // More keys declared than arguments given: Valkey rejects the command, and
-                // walrus must not guess which keys it meant.
+        for first in firsts {
+            if find(&spec.find, first, args, &mut out).is_none() {
                 return Keys::Unknown;
             }
-            out.push(i as usize);
-            i += step;
         }
     }
     Keys::Args(out)
+}
+
+/// Appends the indexes of the keys `find` locates from `first` to `out`; `None` when they
+/// cannot be known.
+fn find(find: &FindKeys, first: i128, args: &[Bytes], out: &mut Vec<usize>) -> Option<()> {
+    let argc = args.len() as i128;
+    if first >= argc {
+        return Some(());
+    }
+    let (first, last, step) = match *find {
+        FindKeys::Range {
+            lastkey,
+            keystep,
+            limit,
+        } => {
+            let (lastkey, keystep, limit) =
+                (i128::from(lastkey), i128::from(keystep), i128::from(limit));
+            let last = if lastkey >= 0 {
+                first + lastkey
+            } else if limit <= 1 {
+                argc + lastkey
+            } else {
+                first + ((argc - first) / limit + lastkey)
+            };
+            (first, last, keystep)
+        }
+        FindKeys::Keynum {
+            keynumidx,
+            firstkey,
+            keystep,
+        } => {
+            let idx = first + i128::from(keynumidx);
+            let n = usize::try_from(idx)
+                .ok()
+                .and_then(|i| args.get(i))
+                .and_then(|a| crate::resp::parse_i64(a))?;
+            if n < 0 {
+                return None;
+            }
+            let (n, keystep) = (i128::from(n), i128::from(keystep));
+            let first = first + i128::from(firstkey);
+            (first, first + (n - 1) * keystep, keystep)
+        }
+        FindKeys::Unknown => return None,
+    };
+    if step <= 0 {
+        return None;
+    }
+    let mut i = first;
+    while i <= last {
+        if i >= argc || i < 1 {
+            // More keys declared than arguments given: Valkey rejects the command, and
+            // walrus must not guess which keys it meant.
+            return None;
+        }
+        out.push(i as usize);
+        i += step;
+    }
+    Some(())
 }
 
 #[cfg(test)]
@@ -352,6 +364,27 @@ mod tests {
             extract(&[spec], &args("XREAD COUNT 2 STREAMS a b 0 0")),
             Keys::Args(vec![4, 5])
         );
+    }
+
+    /// GEORADIUSBYMEMBER's specs (Valkey 9) name the key after a STORE or STOREDIST from
+    /// the fifth argument on; the command stores into the one after the last of them.
+    #[test]
+    fn every_occurrence_of_a_keyword_names_a_key() {
+        let store = |keyword: &[u8]| KeySpec {
+            begin: BeginSearch::Keyword {
+                keyword: keyword.to_vec(),
+                startfrom: 5,
+            },
+            find: FindKeys::Range {
+                lastkey: 0,
+                keystep: 1,
+                limit: 0,
+            },
+            incomplete: false,
+        };
+        let specs = [range(1, 0, 1, 0), store(b"STORE"), store(b"STOREDIST")];
+        let request = args("GEORADIUSBYMEMBER a1 a2 STOREDIST 0 STOREDIST a6 STOREDIST a8");
+        assert_eq!(extract(&specs, &request), Keys::Args(vec![1, 6, 8]));
     }
 
     #[test]
