@@ -182,8 +182,17 @@ fn settle(
         }
         return false;
     }
+    // A WATCH, or the SET that fires it, refused by a fault: EXEC runs as if unwatched.
+    let fired = end == End::Watched
+        && replies[multi - 2..multi].iter().all(|r| {
+            let ok = matches!(r, Reply::Frame(OwnedFrame::SimpleString(s)) if s == b"OK");
+            if let Reply::Error(e) = r {
+                h.error("WATCH or SET before MULTI", e);
+            }
+            ok
+        });
     match (&replies[last], end) {
-        (Reply::Frame(OwnedFrame::Array(items)), End::Exec) => match items.as_slice() {
+        (Reply::Frame(OwnedFrame::Array(items)), End::Exec | End::Watched) if !fired => match items.as_slice() {
             [OwnedFrame::SimpleString(_), OwnedFrame::Integer(n)] if *n > 0 => {
                 h.ack(&[(elem, *n as usize)]);
                 true
