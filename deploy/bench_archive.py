@@ -58,6 +58,9 @@ def start_seaweed(tmp):
     args = [weed_binary(), "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.telemetry=false",
             "-dir=%s" % os.path.join(d, "data"), "-master.port=%d" % p[0], "-master.port.grpc=%d" % p[1],
             "-volume.port=%d" % p[2], "-volume.port.grpc=%d" % p[3], "-master.volumeSizeLimitMB=1024",
+            # SeaweedFS's default of 8 volumes (8 GiB here) fills in the third round: the store
+            # then refuses every upload, and with ack = "archive" every write.
+            "-volume.max=64",
             "-filer", "-filer.port=%d" % p[4], "-filer.port.grpc=%d" % p[5],
             "-s3", "-s3.port=%d" % p[6], "-s3.port.grpc=%d" % p[7], "-s3.port.iceberg=0", "-s3.port.lance=0",
             "-s3.config=%s" % os.path.join(d, "s3.json")]
