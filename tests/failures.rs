@@ -125,6 +125,38 @@ fn sigterm_delivers_every_pipelined_reply_then_closes_and_exits_zero() {
     assert_eq!(direct.cmd(&["GET", "n"]), b"$3\r\n999\r\n");
 }
 
+/// A stop that cannot finish (the runtime's thread held where the drain begins) is cut at
+/// twice `proxy.shutdown_timeout_ms`, with status 1 and a line that says so, and the next
+/// start serves what was acknowledged.
+#[test]
+fn a_stop_that_cannot_finish_is_cut_at_twice_the_shutdown_timeout() {
+    let v = Valkey::start();
+    let data = tempfile::tempdir().unwrap();
+    let mut w = Walrus::build()
+        .upstream(&v.addr())
+        .data(data.path())
+        .config("[proxy]\nshutdown_timeout_ms = 1000\n")
+        .failpoint("stop::drain", "sleep(600000)")
+        .start();
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["SET", "k", "v"]), OK);
+    w.proc.signal(libc::SIGTERM);
+    let status = w.proc.wait_exit(START_TIMEOUT).unwrap_or_else(|| {
+        panic!(
+            "walrus still running {START_TIMEOUT:?} after SIGTERM:\n{}",
+            w.proc.log_text()
+        )
+    });
+    assert_eq!(status.code(), Some(1), "{}", w.proc.log_text());
+    w.proc
+        .wait_line("the stop did not finish within 2000 ms", START_TIMEOUT);
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .data(data.path())
+        .start();
+    assert_eq!(Raw::connect(&w.addr).cmd(&["GET", "k"]), b"$1\r\nv\r\n");
+}
+
 fn info_pid(c: &mut Raw) -> i32 {
     let info = c.cmd(&["INFO", "server"]);
     let text = String::from_utf8_lossy(&info);

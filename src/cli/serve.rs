@@ -116,7 +116,8 @@ async fn serve(config: Config) -> Result<(), Fatal> {
     tracing::info!(version = super::VERSION, "walrus starting");
     let (stop_tx, stop) = watch::channel(false);
     let (hup_tx, hup) = watch::channel(0u64);
-    spawn_signal_handler(stop_tx, hup_tx)?;
+    let stop_bound = Duration::from_millis(config.proxy.shutdown_timeout_ms).saturating_mul(2);
+    spawn_signal_handler(stop_tx, hup_tx, stop_bound)?;
     spawn_watchdog();
     // The TLS files are checked and the ports claimed before anything slow (Valkey's start,
     // the ring's allocation, a restore): a bad certificate or a port in use is reported at
@@ -439,10 +440,15 @@ fn spawn_watchdog() {
     }
 }
 
-/// SIGTERM and SIGINT stop walrus; SIGHUP reads the TLS files again (`hup` counts them).
-/// Without a handler, SIGHUP would end the process: it is handled whatever the
-/// configuration, and said to have nothing to reload when there is no TLS listener.
-fn spawn_signal_handler(stop: watch::Sender<bool>, hup: watch::Sender<u64>) -> Result<(), Fatal> {
+/// SIGTERM and SIGINT stop walrus, within `stop_bound` ([`bound_the_stop`]); SIGHUP reads
+/// the TLS files again (`hup` counts them). Without a handler, SIGHUP would end the
+/// process: it is handled whatever the configuration, and said to have nothing to reload
+/// when there is no TLS listener.
+fn spawn_signal_handler(
+    stop: watch::Sender<bool>,
+    hup: watch::Sender<u64>,
+    stop_bound: Duration,
+) -> Result<(), Fatal> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut hangup = signal(SignalKind::hangup())?;
@@ -464,7 +470,31 @@ fn spawn_signal_handler(stop: watch::Sender<bool>, hup: watch::Sender<u64>) -> R
             _ = int.recv() => tracing::info!("SIGINT received"),
         }
         crate::supervisor::stopping("stopping: draining held replies, then closing the journal");
+        bound_the_stop(stop_bound);
         let _ = stop.send(true);
     });
     Ok(())
+}
+
+/// Ends the process `bound` from now if the stop has not: walrus never hangs, not even on its
+/// way out. Cut there, it is as after a SIGKILL (what it acknowledged is journaled; a managed
+/// Valkey dies with it), and status 1 tells a supervisor to start it again. Watched from a
+/// thread of its own and written with plain system calls, so that it works even when the
+/// runtime's threads, or the log's writer, are stuck.
+fn bound_the_stop(bound: Duration) {
+    std::thread::spawn(move || {
+        // A timer, not synchronization: nothing is awaited but the bound.
+        std::thread::sleep(bound);
+        let line = format!(
+            "walrus: the stop did not finish within {} ms (twice proxy.shutdown_timeout_ms): \
+             exiting now, as a SIGKILL would end it; the next start restores from the journal\n",
+            bound.as_millis()
+        );
+        // SAFETY: a write of a live buffer to stderr, then an exit that runs nothing that
+        // could wait on the stuck threads.
+        unsafe {
+            libc::write(2, line.as_ptr().cast(), line.len());
+            libc::_exit(1);
+        }
+    });
 }

@@ -230,6 +230,8 @@ pub struct ProxyConfig {
     #[serde(deserialize_with = "crate::units::size_opt")]
     #[schemars(with = "crate::units::Size")]
     pub max_output_bytes: Option<usize>,
+    /// On SIGTERM/SIGINT, how long pending replies are waited for before clients are
+    /// closed. A stop still running after twice this ends as a SIGKILL would.
     #[serde(deserialize_with = "crate::units::millis")]
     #[schemars(with = "crate::units::Millis")]
     pub shutdown_timeout_ms: u64,

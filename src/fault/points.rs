@@ -51,6 +51,12 @@ pub const POINTS: &[Point] = &[
          tests",
     ),
     point(
+        "stop::drain",
+        Kind::Crash,
+        "SIGTERM's drain of client sessions begins: `sleep(<ms>)` holds the runtime's thread \
+         there (a stop that cannot finish)",
+    ),
+    point(
         "journal::init::created",
         Kind::Crash,
         "journal init: a segment's `.tmp` created, empty",

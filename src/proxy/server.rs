@@ -67,6 +67,7 @@ pub async fn serve(
         "shutting down: draining client sessions (timeout {shutdown_timeout:?})"
     );
     let _ = session_stop_tx.send(true);
+    crate::fault::fail_point!("stop::drain");
     let drained =
         tokio::time::timeout(shutdown_timeout, permits.acquire_many(max_clients as u32)).await;
     match drained {
