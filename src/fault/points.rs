@@ -16,6 +16,8 @@ pub enum Kind {
     JournalWrite,
     /// `return`: the switch is on.
     Switch,
+    /// Takes `sleep(<ms>)` (no `return`): the thread that reaches it waits there.
+    Stall,
 }
 
 /// A fail point: its name, what its `return` takes, and where it is.
@@ -52,7 +54,7 @@ pub const POINTS: &[Point] = &[
     ),
     point(
         "stop::drain",
-        Kind::Crash,
+        Kind::Stall,
         "SIGTERM's drain of client sessions begins: `sleep(<ms>)` holds the runtime's thread \
          there (a stop that cannot finish)",
     ),
@@ -262,6 +264,7 @@ fn check(kind: Kind, arg: Option<&str>) -> Result<(), String> {
         (Kind::Io, Some(fault)) => FsFault::parse(fault).map(drop),
         (Kind::JournalWrite, Some(plan)) => JournalPlan::parse(plan).map(drop),
         (Kind::Switch, Some(_)) => Err("a switch takes a bare `return`".into()),
+        (Kind::Stall, _) => Err("a stall point takes `sleep(<ms>)`, no `return`".into()),
         (Kind::Crash, _) => Err("a crash point takes `return(kill)`".into()),
         (Kind::Io, None) => Err("expected return(kill) or return(<errno>[@<path>])".into()),
         (Kind::JournalWrite, None) => Err("expected return(<fault><trigger>)".into()),
