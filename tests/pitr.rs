@@ -329,56 +329,41 @@ fn a_cut_restores_exactly_the_writes_up_to_it_and_undoes_a_flushall() {
     );
 
     // export-aof takes the same cut: a stock valkey-server loads the dataset before the
-    // first FLUSHALL.
+    // first FLUSHALL, and the one up to a time.
+    let (exported, report, _dir) = export_aof(
+        &data,
+        &["--before-command", "FLUSHALL", "--occurrence", "2"],
+    );
+    assert!(report.contains("<- the cut"), "{report}");
+    assert_eq!(dataset(&exported.addr()), steps[flush - 1].model);
+    let s = &steps[3];
+    let (exported, _, _dir) = export_aof(&data, &["--until", &format_time(s.time_ms)]);
+    assert_eq!(dataset(&exported.addr()), s.model);
+}
+
+/// A stock valkey-server loading the AOF `walrus journal export-aof` writes of `data` with
+/// `cut`, the export's report, and the AOF's directory.
+fn export_aof(data: &Path, cut: &[&str]) -> (Valkey, String, tempfile::TempDir) {
     let out_dir = tempfile::tempdir().unwrap();
     let aof = out_dir.path().join("appendonly.aof");
-    let out = run_walrus(&[
+    let mut args = vec![
         "journal",
         "export-aof",
         "--dir",
         data.to_str().unwrap(),
         "--out",
         aof.to_str().unwrap(),
-        "--before-command",
-        "FLUSHALL",
-        "--occurrence",
-        "2",
-    ]);
+    ];
+    args.extend_from_slice(cut);
+    let out = run_walrus(&args);
     assert!(out.status.success(), "{}", output_text(&out));
-    assert!(
-        output_text(&out).contains("<- the cut"),
-        "{}",
-        output_text(&out)
-    );
-    let loaded = Valkey::start_with(&[
+    let valkey = Valkey::start_with(&[
         "--appendonly",
         "yes",
         "--dir",
         out_dir.path().to_str().unwrap(),
     ]);
-    assert_eq!(dataset(&loaded.addr()), steps[flush - 1].model);
-    // And --until TIME.
-    std::fs::remove_dir_all(out_dir.path()).unwrap();
-    std::fs::create_dir_all(out_dir.path()).unwrap();
-    let s = &steps[3];
-    let out = run_walrus(&[
-        "journal",
-        "export-aof",
-        "--dir",
-        data.to_str().unwrap(),
-        "--out",
-        aof.to_str().unwrap(),
-        "--until",
-        &format_time(s.time_ms),
-    ]);
-    assert!(out.status.success(), "{}", output_text(&out));
-    let loaded = Valkey::start_with(&[
-        "--appendonly",
-        "yes",
-        "--dir",
-        out_dir.path().to_str().unwrap(),
-    ]);
-    assert_eq!(dataset(&loaded.addr()), s.model);
+    (valkey, output_text(&out), out_dir)
 }
 
 /// tests/fixtures/data-dir-33285bf, written before entries carried their time: `SET key:N
