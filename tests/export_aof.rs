@@ -6,7 +6,6 @@ mod common;
 use common::*;
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 const OK: &[u8] = b"+OK\r\n";
 
@@ -32,15 +31,6 @@ fn reported(stdout: &str, label: &str) -> u64 {
         .last()
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no number before {label:?} in:\n{stdout}"))
-}
-
-fn stop(w: &mut Walrus) {
-    w.proc.signal(libc::SIGTERM);
-    let status = w
-        .proc
-        .wait_exit(Duration::from_secs(30))
-        .unwrap_or_else(|| panic!("walrus did not exit; log:\n{}", w.proc.log_text()));
-    assert!(status.success(), "{status:?}\n{}", w.proc.log_text());
 }
 
 /// The keys checked value by value on both servers: (database, key, command reading it).
@@ -193,7 +183,7 @@ fn exported_aof_loads_into_stock_valkey_with_the_same_data() {
     );
     assert!(!aof.exists());
 
-    stop(&mut w);
+    w.stop();
     let exported = export_aof(&data, &aof);
     let stdout = text(&exported.stdout);
     assert!(
@@ -307,7 +297,7 @@ fn damaged_checkpoint_fails_the_export_naming_the_file() {
     let data = w.data.path().join("data");
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["SET", "k", "v"]), OK);
-    stop(&mut w);
+    w.stop();
 
     let cp_dir = data.join("checkpoints");
     let rdbs: Vec<PathBuf> = std::fs::read_dir(&cp_dir)

@@ -41,15 +41,9 @@ fn written_then_stopped(n: usize) -> (Walrus, std::path::PathBuf) {
     let (mut w, _) = with_metrics(None);
     let mut c = Raw::connect(&w.addr);
     set_keys(&mut c, n);
-    stop(&mut w);
+    w.stop();
     let data = w.data.path().join("data");
     (w, data)
-}
-
-/// Stops walrus as the guide does, with SIGTERM, and awaits its clean exit.
-fn stop(w: &mut Walrus) {
-    w.proc.signal(libc::SIGTERM);
-    assert!(w.proc.wait_exit(START_TIMEOUT).unwrap().success());
 }
 
 /// The guide's resize: an offline backup of `from` into a ring of `segments` at `to`.
@@ -334,7 +328,7 @@ fn the_ring_is_resized_through_an_offline_backup_and_back() {
         assert_eq!(c.cmd(&["GET", &format!("k{i}")]), bulk(format!("v{i}")));
     }
     assert_eq!(c.cmd(&["SET", "in-the-bigger-ring", "1"]), OK);
-    stop(&mut w);
+    w.stop();
     // Coming back: the same, into the original geometry.
     let back = dirs.path().join("back");
     resize(&resized, &back, 16);
@@ -377,7 +371,7 @@ fn an_upgrade_is_a_checkpoint_a_sigterm_and_a_start_on_the_same_data() {
         field(&taken, "checkpoint_offset").parse::<u64>().unwrap() > first.parse().unwrap(),
         "{first} then {taken}"
     );
-    stop(&mut w);
+    w.stop();
     let data = w.data.path().join("data");
     let (w2, metrics) = with_metrics(Some(&data));
     let mut c = Raw::connect(&w2.addr);

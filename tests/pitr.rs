@@ -9,7 +9,6 @@ use common::*;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 use walrus::units::time::{format_time, now_ms};
 
 const OK: &[u8] = b"+OK\r\n";
@@ -25,15 +24,6 @@ struct Step {
     offset: u64,
     time_ms: u64,
     model: Dataset,
-}
-
-fn stop(w: &mut Walrus) {
-    w.proc.signal(libc::SIGTERM);
-    let status = w
-        .proc
-        .wait_exit(Duration::from_secs(30))
-        .unwrap_or_else(|| panic!("walrus did not exit; log:\n{}", w.proc.log_text()));
-    assert!(status.success(), "{status:?}\n{}", w.proc.log_text());
 }
 
 /// Every key and its value, through `addr`.
@@ -146,7 +136,7 @@ fn restored(from: &Path, cut: &[&str]) -> (Dataset, String) {
     assert!(out.status.success(), "restore {cut:?}: {report}");
     let mut w = Walrus::build().data(&to).start();
     let got = dataset(&w.addr);
-    stop(&mut w);
+    w.stop();
     (got, report)
 }
 
@@ -188,7 +178,7 @@ fn a_cut_restores_exactly_the_writes_up_to_it_and_undoes_a_flushall() {
         "{}",
         output_text(&out)
     );
-    stop(&mut w);
+    w.stop();
 
     let step = |what: &str| steps.iter().position(|s| s.what == what).unwrap();
     let flush = step("FLUSHALL");
@@ -318,7 +308,7 @@ fn a_cut_restores_exactly_the_writes_up_to_it_and_undoes_a_flushall() {
     );
     let mut c = Raw::connect(&rw.addr);
     assert_eq!(c.cmd(&["SET", "new", "history"]), OK);
-    stop(&mut rw);
+    rw.stop();
     let again = Walrus::build().data(&to).start();
     let mut want = steps[flush - 1].model.clone();
     want.insert("new".into(), "history".into());
@@ -436,7 +426,7 @@ fn the_archive_is_restored_to_a_point_in_time() {
     }
     let steps = std::mem::take(&mut wr.steps);
     drop(wr);
-    stop(&mut w);
+    w.stop();
     let flush = steps.iter().position(|s| s.what == "FLUSHALL").unwrap();
 
     // The restored data directory's ring: the test walrus's.
@@ -462,7 +452,7 @@ fn the_archive_is_restored_to_a_point_in_time() {
         assert!(out.status.success(), "archive restore {cut:?}: {report}");
         let mut w = Walrus::build().data(&to).start();
         let got = dataset(&w.addr);
-        stop(&mut w);
+        w.stop();
         (got, report)
     };
     let (got, report) = from_archive(&["--before-command", "FLUSHALL"]);
@@ -613,10 +603,10 @@ fn a_flushall_is_undone_in_place_on_a_running_walrus() {
     w.kill_with_valkey();
     let mut again = Walrus::build().data(&data).start();
     assert_eq!(dataset(&again.addr), model, "{}", again.proc.log_text());
-    stop(&mut again);
+    again.stop();
 
     // The way back: the kept present, served as a data directory.
     let mut back = Walrus::build().data(&keep).start();
     assert_eq!(dataset(&back.addr), present, "{}", back.proc.log_text());
-    stop(&mut back);
+    back.stop();
 }

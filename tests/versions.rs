@@ -17,7 +17,6 @@ use common::*;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 const OK: &[u8] = b"+OK\r\n";
 
@@ -144,11 +143,6 @@ fn manifest(data: &Path) -> String {
     std::fs::read_to_string(data.join("checkpoints/CHECKPOINT")).unwrap()
 }
 
-fn stop(w: &mut Walrus) {
-    w.proc.signal(libc::SIGTERM);
-    assert!(w.proc.wait_exit(Duration::from_secs(30)).unwrap().success());
-}
-
 #[test]
 fn each_installed_version_checkpoints_restores_and_exports() {
     for (v, binary) in installed(supported) {
@@ -202,7 +196,7 @@ fn each_installed_version_checkpoints_restores_and_exports() {
             .data(&data)
             .start();
         check(&w.addr, &model);
-        stop(&mut w);
+        w.stop();
 
         // The export loads into a stock server of the same version.
         let out = tempfile::tempdir().unwrap();
@@ -238,7 +232,7 @@ fn an_upgrade_under_walrus_restores_from_the_older_format() {
             );
         }
         write(&w, &v, &step.to_string(), &mut model);
-        stop(&mut w);
+        w.stop();
         last = Some(v);
     }
     eprintln!("Valkey 8.1 to 9.0 to {now}: every write restored");
@@ -271,7 +265,7 @@ fn a_downgrade_below_the_checkpoints_format_is_refused_before_anything_is_sent()
     let r = c.cmd(&["HSETEX", "h", "EX", "100000", "FIELDS", "1", "f", "v"]);
     assert_eq!(r, b":1\r\n");
     assert_eq!(c.cmd(&["SET", "k", "v"]), OK);
-    stop(&mut w);
+    w.stop();
 
     let parts = [
         format!("RDB format 80 written by {now}"),
@@ -311,14 +305,14 @@ fn a_downgrade_below_a_server_whose_commands_the_journal_holds_is_refused() {
         .data(&data)
         .start();
     assert_eq!(Raw::connect(&w.addr).cmd(&["SET", "k", "8"]), OK);
-    stop(&mut w);
+    w.stop();
     let mut w = Walrus::build().data(&data).start();
     assert!(manifest(&data).contains(&format!("newest_server = \"{now}\"")));
     if now.hash_field_ttls() {
         let r = Raw::connect(&w.addr).cmd(&["HSETEX", "h", "EX", "1000", "FIELDS", "1", "f", "v"]);
         assert_eq!(r, b":1\r\n");
     }
-    stop(&mut w);
+    w.stop();
     refused(
         &data,
         &v8,
@@ -340,7 +334,7 @@ fn a_downgrade_below_a_server_whose_commands_the_journal_holds_is_refused() {
     pipeline(&mut c, &sets, OK, Some(&w));
     w.await_checkpoint(taken);
     let mut w = w;
-    stop(&mut w);
+    w.stop();
     if now.valkey && (now.v.0, now.v.1) > (9, 0) {
         refused(
             &data,

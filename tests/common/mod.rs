@@ -474,6 +474,16 @@ impl Walrus {
         WalrusBuilder::default()
     }
 
+    /// Stops walrus with SIGTERM and awaits its clean exit (status 0).
+    pub fn stop(&mut self) {
+        self.proc.signal(libc::SIGTERM);
+        let status = self
+            .proc
+            .wait_exit(START_TIMEOUT)
+            .unwrap_or_else(|| panic!("walrus did not exit; log:\n{}", self.proc.log_text()));
+        assert!(status.success(), "{status:?}\n{}", self.proc.log_text());
+    }
+
     /// SIGKILLs a managed walrus and returns once its Valkey, which dies with it, is gone.
     pub fn kill_with_valkey(&mut self) {
         let pid = valkey_pid(&self.addr);
