@@ -601,3 +601,43 @@ async fn the_last_entries_replication_id_is_known_without_reading_the_ring() {
     }
     assert_eq!(j.repl_id_after(3).unwrap(), Some(REPL_ID));
 }
+
+/// Dropping the last handle of a journal drains what was appended and waits for its writer
+/// thread. On a runtime worker that wait must not take the worker from the other tasks:
+/// walrus runs one worker on two cores, and a drop at shutdown that waited there on a slow or
+/// stalled disk left every session and the stop itself without a thread.
+#[test]
+fn a_journal_dropped_on_a_runtime_worker_leaves_the_worker_to_the_other_tasks() {
+    let Some(fs) = common::faultfs::FaultFs::mount() else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = fs.path("j");
+    std::fs::create_dir(&dir).unwrap();
+    let (j, _) = Journal::open(&dir, &cfg(IoBackendChoice::Sync)).unwrap();
+    fs.ok("stall");
+    let t = j
+        .try_append(&Entry {
+            repl_id: REPL_ID,
+            repl_offset_end: 100,
+            payload: payload(100, 100),
+        })
+        .unwrap();
+    fs.await_status("held", |n| n >= 1);
+    // The drop waits for the held write; another task must run meanwhile.
+    let dropped = rt.spawn(async move { drop(j) });
+    let (tx, rx) = std::sync::mpsc::channel();
+    rt.spawn(async move { tx.send(()).unwrap() });
+    let ran = rx.recv_timeout(std::time::Duration::from_secs(10));
+    fs.ok("resume");
+    rt.block_on(dropped).unwrap();
+    assert!(
+        ran.is_ok(),
+        "no other task ran while a dropped journal waited for its writer"
+    );
+    rt.block_on(t.wait()).unwrap();
+}

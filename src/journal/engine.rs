@@ -426,7 +426,13 @@ impl Journal {
 
 impl Drop for Journal {
     fn drop(&mut self) {
-        // Drain and join: dropping must not lose queued entries silently.
-        self.shutdown();
+        // Drain and join: dropping must not lose queued entries silently. The last handle
+        // can go on a runtime worker (a task that outlived the stop), and the join waits on
+        // the disk: the worker's other tasks move to another thread meanwhile.
+        use tokio::runtime::{Handle, RuntimeFlavor};
+        match Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(|| self.shutdown()),
+            _ => self.shutdown(),
+        }
     }
 }
