@@ -194,6 +194,18 @@ fn a_lost_data_directory_is_replaced_from_the_archive() {
     let text = output_text(&out);
     assert!(out.status.success(), "{text}");
     assert!(text.lines().any(|l| l.starts_with("2 ")), "{text}");
+    // Each restore point says how far in time its journal reaches: after its checkpoint was
+    // recorded, and not after now.
+    for line in text.lines().filter(|l| l.starts_with("2 ")) {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        let recorded = walrus::units::time::parse_time(cols[1]).expect("recorded");
+        let until =
+            walrus::units::time::parse_time(cols[2]).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert!(
+            until >= recorded && until <= walrus::units::time::now_ms(),
+            "{text}"
+        );
+    }
     assert!(
         text.contains(&w2.data.path().join("data").display().to_string()),
         "{text}"

@@ -5,11 +5,15 @@
 //! MANIFEST                                          the writer and the restore points
 //! checkpoints/<timeline>/<offset>.<replid>.<crc64>.rdb
 //!                                                   an RDB, byte for byte as Valkey sent it
-//! journal/<timeline>/<start>-<end>.<replid>.<first LSN>-<last LSN>.L<level>.wal
-//!                                                   journal entries: the stream <start>..<end>
+//! journal/<timeline>/<start>-<end>.<replid>.<first LSN>-<last LSN>.L<level>[.T<first>-<last>].wal
+//!                                                   journal entries: the stream <start>..<end>,
+//!                                                   journaled from time <first> to <last>
 //! ```
 //!
-//! Numbers are zero-padded decimal, so that keys sort as their offsets do. A *timeline* is
+//! Numbers are zero-padded decimal, so that keys sort as their offsets do. The times (ms
+//! since the Unix epoch, of the entries that carry one) are in the name so that a listing
+//! tells how far in time each restore point reaches without reading an object; an object
+//! with no timed entry has no `T` part. A *timeline* is
 //! one unbroken stream: every byte at an offset of a timeline is the same byte, whichever
 //! object holds it, so objects of one timeline may overlap (a merged object and the ones it
 //! replaces, an upload repeated after a crash) and never disagree. A new timeline starts
@@ -47,6 +51,9 @@ pub struct JournalObject {
     pub last_lsn: u64,
     /// 0 for an upload, one more than its parts' for a merge.
     pub level: u8,
+    /// When the first and the last of its timed entries were journaled (ms since the Unix
+    /// epoch); `None` when none is timed.
+    pub times: Option<(u64, u64)>,
 }
 
 /// One entry of a journal object.
@@ -73,14 +80,16 @@ pub fn timeline_dir(kind: &str, timeline: u64) -> String {
 impl JournalObject {
     pub fn key(&self) -> String {
         format!(
-            "{}{:020}-{:020}.{}.{}-{}.L{}.wal",
+            "{}{:020}-{:020}.{}.{}-{}.L{}{}.wal",
             timeline_dir("journal", self.timeline),
             self.start,
             self.end,
             String::from_utf8_lossy(&self.replid),
             self.first_lsn,
             self.last_lsn,
-            self.level
+            self.level,
+            self.times
+                .map_or(String::new(), |(a, b)| format!(".T{a}-{b}"))
         )
     }
 
@@ -92,7 +101,14 @@ impl JournalObject {
         let mut parts = name.split('.');
         let (range, replid, lsns, level) =
             (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-        if parts.next().is_some() {
+        let times = match parts.next() {
+            None => None,
+            Some(t) => {
+                let (a, b) = t.strip_prefix('T')?.split_once('-')?;
+                Some((a.parse().ok()?, b.parse().ok()?))
+            }
+        };
+        if parts.next().is_some() || times.is_some_and(|(a, b)| a > b) {
             return None;
         }
         let (start, end) = range.split_once('-')?;
@@ -105,6 +121,7 @@ impl JournalObject {
             first_lsn: first_lsn.parse().ok()?,
             last_lsn: last_lsn.parse().ok()?,
             level: level.strip_prefix('L')?.parse().ok()?,
+            times,
         };
         (o.start < o.end && o.first_lsn <= o.last_lsn && o.key() == key).then_some(o)
     }
@@ -120,6 +137,7 @@ impl JournalObject {
             first_lsn: first.lsn,
             last_lsn: last.lsn,
             level,
+            times: times_of(entries),
         }
     }
 
@@ -193,6 +211,7 @@ impl JournalObject {
             first_lsn,
             last_lsn,
             level,
+            times: self.times,
         };
         if &named != self {
             return Err(format!("its header says {named:?}"));
@@ -224,8 +243,22 @@ impl JournalObject {
         if h.has_remaining() || at != end || lsn != last_lsn + 1 {
             return Err(format!("its entries end at offset {at}, LSN {}", lsn - 1));
         }
+        if times_of(&out) != self.times {
+            return Err(format!(
+                "its entries were journaled {:?}, its name says {:?}",
+                times_of(&out),
+                self.times
+            ));
+        }
         Ok(out)
     }
+}
+
+/// When the first and the last timed entry were journaled.
+fn times_of(entries: &[ArchivedEntry]) -> Option<(u64, u64)> {
+    let mut times = entries.iter().filter_map(|e| e.time_ms);
+    let first = times.next()?;
+    Some((first, times.last().unwrap_or(first)))
 }
 
 /// A checkpoint's RDB, as its name says.
@@ -279,7 +312,7 @@ mod tests {
         let key = o.key();
         assert_eq!(
             key,
-            "journal/00000002/00000000000000000100-00000000000000000109.0123456789abcdef0123456789abcdef01234567.7-9.L0.wal"
+            "journal/00000002/00000000000000000100-00000000000000000109.0123456789abcdef0123456789abcdef01234567.7-9.L0.T1001-1002.wal"
         );
         assert_eq!(JournalObject::parse_key(&key), Some(o.clone()));
         let bytes = o.encode(&es, 1);
@@ -294,7 +327,16 @@ mod tests {
             end: 110,
             ..o.clone()
         };
-        assert!(other.decode(bytes).unwrap_err().contains("header says"));
+        assert!(other
+            .decode(bytes.clone())
+            .unwrap_err()
+            .contains("header says"));
+        // So is a name whose times are not its entries'.
+        let other = JournalObject {
+            times: Some((1001, 1003)),
+            ..o.clone()
+        };
+        assert!(other.decode(bytes).unwrap_err().contains("name says"));
         // An object of the first format, without the entries' times, reads as untimed.
         let mut old = BytesMut::new();
         old.put_slice(MAGIC_UNTIMED);
@@ -319,11 +361,17 @@ mod tests {
                 ..e.clone()
             })
             .collect();
+        // Its name has no times (none of its entries has one).
+        let o = JournalObject { times: None, ..o };
+        assert_eq!(JournalObject::parse_key(&o.key()), Some(o.clone()));
+        assert!(!o.key().contains(".T"));
         assert_eq!(o.decode(old.freeze()).unwrap(), untimed);
         for bad in [
             "journal/2/x.wal",
             "journal/00000002/00000000000000000109-00000000000000000100.0123456789abcdef0123456789abcdef01234567.7-9.L0.wal",
             "checkpoints/00000002/x.rdb",
+            "journal/00000002/00000000000000000100-00000000000000000109.0123456789abcdef0123456789abcdef01234567.7-9.L0.T1002-1001.wal",
+            "journal/00000002/00000000000000000100-00000000000000000109.0123456789abcdef0123456789abcdef01234567.7-9.L0.X1-2.wal",
         ] {
             assert_eq!(JournalObject::parse_key(bad), None, "{bad}");
         }

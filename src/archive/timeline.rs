@@ -17,6 +17,18 @@ pub struct Cover {
     pub redundant: Vec<JournalObject>,
 }
 
+impl Cover {
+    /// When the last timed entry it holds was journaled: how far in time a restore from it
+    /// can reach (`None`: no timed entry).
+    pub fn journaled_until(&self) -> Option<u64> {
+        self.objects
+            .iter()
+            .filter_map(|o| o.times)
+            .map(|t| t.1)
+            .max()
+    }
+}
+
 /// Every journal object of `timeline`, in key (offset) order; names that are not a journal
 /// object's are left out.
 pub async fn objects(store: &Store, timeline: u64) -> Result<Vec<JournalObject>, ArchiveError> {
@@ -68,6 +80,7 @@ mod tests {
             first_lsn: start + 1,
             last_lsn: end,
             level,
+            times: None,
         }
     }
 

@@ -8,6 +8,7 @@
 use super::{EXIT_FIX, EXIT_RETRY};
 use crate::archive::{fetch, store::Store, ArchiveError};
 use crate::config::Config;
+use crate::units::time::format_time;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -115,11 +116,12 @@ async fn go(cmd: ArchiveCommand) -> Result<String, ArchiveError> {
                 return Ok(format!("{}: no restore point yet\n", store.url()));
             }
             let mut out = format!(
-                "{}: written by {}\n{:<9} {:<20} {:<20} {:>14} {:>8} {:<40}\n",
+                "{}: written by {}\n{:<9} {:<20} {:<24} {:<20} {:>14} {:>8} {:<40}\n",
                 store.url(),
                 plans[0].manifest.writer.name,
                 "timeline",
                 "recorded",
+                "journal to time",
                 "journal to offset",
                 "RDB bytes",
                 "objects",
@@ -127,9 +129,10 @@ async fn go(cmd: ArchiveCommand) -> Result<String, ArchiveError> {
             );
             for p in &plans {
                 out.push_str(&format!(
-                    "{:<9} {:<20} {:<20} {:>14} {:>8} {}:{}\n",
+                    "{:<9} {:<20} {:<24} {:<20} {:>14} {:>8} {}:{}\n",
                     p.point.timeline,
                     p.point.recorded(),
+                    p.cover.journaled_until().map_or("-".into(), format_time),
                     p.cover.end,
                     p.point.size,
                     p.cover.objects.len(),
