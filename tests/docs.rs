@@ -414,3 +414,93 @@ fn the_readmes_first_session_runs_as_it_reads() {
     let w = start();
     run_steps(&blocks[1], &w.addr, &metrics);
 }
+
+/// The walrus command lines of the pages' shell blocks: `walrus ARGS` (or a path to it),
+/// also after `sudo -u USER`, `kubectl exec ... --` and `cargo run ... --`. Returns (page,
+/// the line as shown, ARGS).
+fn walrus_commands() -> Vec<(String, String, Vec<String>)> {
+    let mut out = Vec::new();
+    for page in pages() {
+        let name = page.strip_prefix(root()).unwrap().display().to_string();
+        let text = read(&page);
+        let mut shown = Vec::new();
+        for piece in text.split("```").skip(1).step_by(2) {
+            let Some((lang, body)) = piece.split_once('\n') else {
+                continue;
+            };
+            if matches!(lang, "sh" | "bash" | "console") {
+                shown.push(body.replace("\\\n", " "));
+            }
+        }
+        for body in shown {
+            for line in body.lines() {
+                let line = line.trim().trim_start_matches("$ ");
+                let line = line
+                    .split(" #")
+                    .next()
+                    .unwrap()
+                    .trim_end_matches('&')
+                    .trim();
+                for part in line.split(['|', ';', '&']) {
+                    let mut words: Vec<&str> = part.split_whitespace().collect();
+                    if words.first() == Some(&"sudo") {
+                        words.remove(0);
+                        while words.first().is_some_and(|w| w.starts_with('-')) {
+                            words.drain(..2.min(words.len()));
+                        }
+                    }
+                    if words.first() == Some(&"kubectl") || words.starts_with(&["cargo", "run"]) {
+                        match words.iter().position(|w| *w == "--") {
+                            Some(at) if words[0] == "kubectl" => {
+                                words.drain(..=at);
+                            }
+                            Some(at) => {
+                                words.drain(..at);
+                                words[0] = "walrus";
+                            }
+                            None => continue,
+                        }
+                    }
+                    let Some(program) = words.first() else {
+                        continue;
+                    };
+                    if (*program == "walrus" || program.ends_with("/walrus")) && words.len() > 1 {
+                        let args = words[1..].iter().map(|w| w.to_string()).collect();
+                        out.push((name.clone(), part.trim().to_string(), args));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Every walrus command the README and docs/ show is one walrus takes: its arguments parse
+/// (checked with `--help` after them, which runs nothing; an unknown argument or
+/// subcommand fails before it). What each command then does is run by the suites that
+/// follow each page (`operations_guide`, `pitr`, `export_aof`, `security`, ...).
+#[test]
+fn every_walrus_command_the_pages_show_parses() {
+    let commands = walrus_commands();
+    assert!(
+        commands.len() > 20,
+        "only {} commands found",
+        commands.len()
+    );
+    let mut refused = Vec::new();
+    for (page, line, args) in &commands {
+        let out = Command::new(walrus_bin())
+            .args(args)
+            .arg("--help")
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            let why = String::from_utf8_lossy(&out.stderr);
+            refused.push(format!(
+                "{page}: `{line}`: {}",
+                why.lines().next().unwrap_or("")
+            ));
+        }
+    }
+    assert!(refused.is_empty(), "{}", refused.join("\n"));
+}
