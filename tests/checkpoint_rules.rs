@@ -100,7 +100,7 @@ fn a_value_larger_than_the_room_below_the_trigger_is_journaled_not_stalled() {
 }
 
 /// Writes that the test ring (16 MiB) cannot hold three checkpoints' worth of: walrus warns,
-/// naming the README's sizing rule and the segments it asks for, and every write is still
+/// naming the sizing rule (docs/design.md) and the segments it asks for, and every write is still
 /// acknowledged and kept.
 #[test]
 fn a_ring_too_small_for_the_write_rate_warns_naming_the_sizing_rule() {
@@ -133,7 +133,7 @@ fn a_ring_too_small_for_the_write_rate_warns_naming_the_sizing_rule() {
     let line = w.proc.wait_line(needle, START_TIMEOUT);
     assert!(
         line.contains("WARN")
-            && line.contains("\"Sizing the ring\"")
+            && line.contains("(docs/design.md, \"Sizing the ring\")")
             && line.contains("ring of 16777216 bytes")
             && line.contains("journal.segments = "),
         "{line}"

@@ -1,4 +1,4 @@
-//! Valkey Cluster through walrus (README, "Valkey Cluster"): three primaries on loopback,
+//! Valkey Cluster through walrus (docs/cluster.md, "Valkey Cluster"): three primaries on loopback,
 //! each a managed Valkey in cluster mode behind its own walrus. The cluster is created the
 //! way a user creates one (`redis-cli --cluster create` with the walruses' addresses), a
 //! cluster-aware client (the `redis` crate's) reaches it through walrus, every address a
@@ -586,7 +586,7 @@ fn cluster_mode_refuses_a_valkey_that_cannot_announce_walrus() {
 /// every slot of one shard moved to another: the source's Valkey connects to the address
 /// the cluster announces for the target, its walrus, so each `RESTORE-ASKING` is answered
 /// only once the target's journal holds it, and only then does the source delete the key
-/// (README, "Valkey Cluster", "Resharding"). Killing the target's Valkey right after loses
+/// (docs/cluster.md, "Resharding"). Killing the target's Valkey right after loses
 /// nothing; the source, left without slots, stays a primary that its walrus journals.
 #[test]
 fn resharding_moves_keys_through_the_target_walrus_and_loses_no_acknowledged_write() {

@@ -833,7 +833,7 @@ fn pubsub_resp2() {
 
 /// Valkey answers a RESP2 subscriber's other commands with an error and keeps the
 /// connection. walrus relays a RESP2 subscriber byte for byte and does not follow it out of
-/// subscribed mode, so another command gets an error and the connection is closed (README,
+/// subscribed mode, so another command gets an error and the connection is closed (docs/design.md,
 /// "Stateful sessions"); a new connection is an ordinary client.
 #[test]
 fn a_resp2_subscribers_other_command_closes_its_connection() {
@@ -1464,7 +1464,7 @@ fn server_specific_replies_compare_by_shape() {
 
 /// Valkey lets a client that ran a blocking command subscribe. walrus relays RESP2 Pub/Sub
 /// on a connection of its own, so a session that already holds a dedicated connection
-/// (blocking, transaction or tracking state) gets an error and keeps its connection (README,
+/// (blocking, transaction or tracking state) gets an error and keeps its connection (docs/design.md,
 /// "Stateful sessions").
 #[test]
 fn resp2_subscribe_after_a_blocking_command_is_refused() {

@@ -1063,17 +1063,17 @@ fn chart_refuses_values_that_cannot_work() {
     }
 }
 
-/// The README's install commands, as a new user copies them (the registry a placeholder):
-/// they render a valid deployment with its monitoring, and the image's tag is the one the
-/// README's `docker build` makes.
+/// docs/deploy.md's install commands, as a new user copies them (the registry a
+/// placeholder): they render a valid deployment with its monitoring, and the image's tag is
+/// the one the guide's `docker build` makes.
 #[test]
-fn the_readmes_helm_install_renders() {
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let block = readme
+fn the_deploy_guides_helm_install_renders() {
+    let guide = std::fs::read_to_string(root().join("docs/deploy.md")).unwrap();
+    let block = guide
         .split("```sh\n")
         .find(|b| b.contains("helm install walrus ./helm/walrus"))
         .and_then(|b| b.split("```").next())
-        .expect("README.md has a helm install block")
+        .expect("docs/deploy.md has a helm install block")
         .replace("\\\n", " ")
         .replace("REGISTRY", "registry.example.com");
     let build = block
@@ -1088,17 +1088,17 @@ fn the_readmes_helm_install_renders() {
     let sets: Vec<&str> = install.split_whitespace().skip(4).collect();
     assert!(sets.len() >= 4, "{install}");
     let (ok, out) = template(&sets);
-    assert!(ok, "helm template with the README's values:\n{out}");
+    assert!(ok, "helm template with docs/deploy.md's values:\n{out}");
     assert!(
         out.contains(&format!("image: {image}")) || out.contains(&format!("image: \"{image}\"")),
-        "the chart does not run the image the README builds ({image})"
+        "the chart does not run the image docs/deploy.md builds ({image})"
     );
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("readme.rendered.yaml");
     std::fs::write(&file, &out).unwrap();
     let docs = load(&[&file]);
     validate(&file, &docs);
-    let d = check_deployment("the README's helm install", &docs);
+    let d = check_deployment("docs/deploy.md's helm install", &docs);
     for kind in ["ServiceMonitor", "PrometheusRule", "ConfigMap"] {
         assert!(d.kinds.iter().any(|k| k == kind), "no {kind}");
     }

@@ -1,4 +1,4 @@
-//! The chart's Valkey Cluster (helm/walrus/ci/cluster-values.yaml; README, "Valkey Cluster").
+//! The chart's Valkey Cluster (helm/walrus/ci/cluster-values.yaml; docs/cluster.md, "Valkey Cluster").
 //!
 //! Rendered, validated against the Kubernetes API schemas, and checked for what ties it
 //! together: one pod per primary, walrus managing Valkey in cluster mode and announcing the

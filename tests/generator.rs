@@ -75,7 +75,7 @@ fn generated_histories_keep_walruss_promises() {
 }
 
 /// The same in cluster mode: one shard of a three-primary Valkey Cluster under every fault
-/// of managed mode, restored in place (README, "Valkey Cluster"); the clients' keys on it
+/// of managed mode, restored in place (docs/cluster.md, "Valkey Cluster"); the clients' keys on it
 /// and on another shard.
 #[test]
 fn generated_histories_keep_walruss_promises_on_a_cluster_shard() {

@@ -1,4 +1,4 @@
-//! Security (README, "Security"): the admin endpoint refuses anyone without its token; the
+//! Security (docs/security.md, "Security"): the admin endpoint refuses anyone without its token; the
 //! managed Valkey is reachable by walrus's user alone, on a Unix socket; the restore listener
 //! serves only the Valkey walrus restores.
 

@@ -411,16 +411,16 @@ fn sighup_without_tls_does_not_stop_walrus() {
     let _ = std::io::stdout().flush();
 }
 
-/// README "TLS" as a user follows it: its openssl commands make the certificates, its
+/// docs/security.md, "TLS", as a user follows it: its openssl commands make the certificates, its
 /// `[tls]` table serves them, its ACL user is created, and its client command (redis-cli
 /// for valkey-cli: the same flags) writes through walrus as alice.
 #[test]
-fn the_readmes_tls_example_works_as_written() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let section = &readme[readme
-        .find("\n### TLS\n")
-        .expect("README has a TLS section")..];
+fn the_security_guides_tls_example_works_as_written() {
+    let guide =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/security.md")).unwrap();
+    let section = &guide[guide
+        .find("\n## TLS\n")
+        .expect("docs/security.md has a TLS section")..];
     let block = |lang: &str, nth: usize| -> String {
         let open = format!("```{lang}\n");
         let start = section
@@ -448,7 +448,7 @@ fn the_readmes_tls_example_works_as_written() {
         .replace("0.0.0.0:6390", "127.0.0.1:0");
     let w = Walrus::build().config(&toml).start();
     let port = tls_addr(&w.proc).rsplit(':').next().unwrap().to_string();
-    // The user, as the README creates it.
+    // The user, as the guide creates it.
     let acl = &section[section.find("`ACL SETUSER alice").expect("the ACL user") + 1..];
     let acl: Vec<&str> = acl[..acl.find('`').unwrap()].split(' ').collect();
     let mut direct = Raw::connect(&managed_valkey_addr(&w.addr));

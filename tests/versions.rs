@@ -9,8 +9,7 @@
 //! mode at start and in external mode with Valkey swapped under a running walrus; a server
 //! walrus cannot serve (Redis OSS 6.2) is refused at start, naming what it lacks.
 //!
-//! The whole suite against one version: `deploy/matrix.sh VERSION` (README, "Valkey
-//! versions").
+//! The whole suite against one version: `deploy/matrix.sh VERSION` (docs/versions.md).
 mod common;
 use common::server::{matrix, under_test, Version};
 use common::*;

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 
 /// Bytes of RDB Valkey loads per second before any restore here measured it. The benchmark
-/// machine (a local virtual disk) loads about 240 MB/s (README, "Restore"); network disks
+/// machine (a local virtual disk) loads about 240 MB/s (docs/benchmarks.md, "Restore"); network disks
 /// and small CPUs load several times slower, and a rate that is too high breaks the budget.
 pub const DEFAULT_RDB_LOAD_BYTES_PER_SECOND: f64 = 50e6;
 /// Bytes of journal stream Valkey applies per second before any restore here measured it.

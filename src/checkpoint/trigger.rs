@@ -27,7 +27,7 @@
 //! [`decide`] is the whole decision, a pure function of [`Figures`] and [`Policy`].
 //!
 //! No rule helps a ring smaller than the writes of one checkpoint and the room for the
-//! next: `RING_SIZING × write rate × checkpoint duration` (the README's "Sizing the ring").
+//! next: `RING_SIZING × write rate × checkpoint duration` (docs/design.md, "Sizing the ring").
 //! Checkpoints then run back to back and writes wait for them; [`undersized`] says so, with
 //! the segments the rule asks for, and the checkpointer warns.
 
@@ -40,7 +40,7 @@ const JOURNAL_FLOOR_SHARE: f64 = 0.25;
 /// ring that fills up makes writes wait.
 const ROOM_MARGIN: f64 = 2.0;
 
-/// The ring the README's sizing rule asks for, in checkpoints' worth of writes: what the
+/// The ring the sizing rule (docs/design.md, "Sizing the ring") asks for, in checkpoints' worth of writes: what the
 /// last checkpoint left in it, and the *ring_room* rule's [`ROOM_MARGIN`] times that for the
 /// next one.
 pub const RING_SIZING: f64 = 1.0 + ROOM_MARGIN;
@@ -205,7 +205,7 @@ impl std::fmt::Display for Undersized {
         write!(
             f,
             "the journal's ring of {} bytes cannot hold this write rate: the sizing rule \
-             (README.md, \"Sizing the ring\") asks for {RING_SIZING} x write rate x checkpoint \
+             (docs/design.md, \"Sizing the ring\") asks for {RING_SIZING} x write rate x checkpoint \
              time = {RING_SIZING} x {:.3} MB/s x {:.3} s = {} bytes; checkpoints run back to back \
              and writes slow down to what they release. Give it journal.segments = {} or more \
              (docs/operations.md, \"Resizing the ring\")",
@@ -355,7 +355,7 @@ mod tests {
         assert_eq!(decide(&f, &p), None);
     }
 
-    /// The README's rule: the ring holds three checkpoints' worth of writes, or it is too
+    /// The sizing rule (docs/design.md): the ring holds three checkpoints' worth of writes, or it is too
     /// small, and says how many segments would do.
     #[test]
     fn a_ring_under_three_checkpoints_of_writes_is_undersized() {

@@ -312,7 +312,7 @@ fn restore_route(config: &Config, managed: Option<&ManagedValkey>) -> Result<Rou
             reloader: m.reloader(),
         }),
         None => Route::Refuse(format!(
-            "Valkey is an external cluster node, which refuses REPLICAOF, and walrus cannot restart it from a restored RDB as it does a managed one: stop walrus, write walrus's data out with `walrus journal export-aof --data-dir {}`, start Valkey from that AOF with its nodes.conf, and start walrus with restore.on_conflict = \"valkey-wins\" once (README, \"Valkey Cluster\")",
+            "Valkey is an external cluster node, which refuses REPLICAOF, and walrus cannot restart it from a restored RDB as it does a managed one: stop walrus, write walrus's data out with `walrus journal export-aof --data-dir {}`, start Valkey from that AOF with its nodes.conf, and start walrus with restore.on_conflict = \"valkey-wins\" once (docs/cluster.md, \"Valkey Cluster\")",
             config.data.dir.display()
         )),
     })

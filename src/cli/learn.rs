@@ -39,7 +39,7 @@ pub(super) async fn check_cluster(
         Some(node) => node.check(&mut conn, server).await?,
         None if cluster::enabled(&mut conn).await? => {
             return Err(format!(
-                "Valkey at {} runs in cluster mode, and cluster.enabled is off: CLUSTER SLOTS, MOVED and ASK would send cluster clients to Valkey's own address, around walrus; set cluster.enabled (README, \"Valkey Cluster\")",
+                "Valkey at {} runs in cluster mode, and cluster.enabled is off: CLUSTER SLOTS, MOVED and ASK would send cluster clients to Valkey's own address, around walrus; set cluster.enabled (docs/cluster.md, \"Valkey Cluster\")",
                 up.address
             )
             .into())

@@ -1,5 +1,5 @@
-//! `[cluster]`: walrus in front of one primary of a Valkey Cluster (README, "Valkey
-//! Cluster"). Every address a cluster-aware client is given must be a walrus: Valkey
+//! `[cluster]`: walrus in front of one primary of a Valkey Cluster (docs/cluster.md,
+//! "Valkey Cluster"). Every address a cluster-aware client is given must be a walrus: Valkey
 //! announces walrus's address to clients (`cluster-announce-client-ipv4|ipv6` and
 //! `cluster-announce-client-port`, Valkey 9.0 and later) while its cluster bus and
 //! replication keep Valkey's own.

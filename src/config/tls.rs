@@ -34,7 +34,7 @@ pub struct TlsConfig {
     /// name that names an enabled user), or `off` (`tls-auth-clients-user`, Valkey 9). A
     /// certificate that names no enabled user leaves its client the default user. walrus
     /// cannot show Valkey the client's certificate, so it authenticates as the user itself,
-    /// which only works for a user with no password: `nopass` (README, "TLS"). With CN or
+    /// which only works for a user with no password: `nopass` (docs/security.md, "TLS"). With CN or
     /// URI, such users are certificate users: AUTH naming one is refused, as Valkey refuses
     /// AUTH for a user with no password.
     pub auth_clients_user: CertUser,

@@ -199,7 +199,7 @@ fn check_extra_args(args: &[String]) -> Result<(), String> {
         }
         if OWN_ARGS.contains(&name.to_ascii_lowercase().as_str()) {
             return Err(format!(
-                "{arg:?} is walrus's to set: the managed Valkey listens only on its Unix socket in upstream.socket_dir, reachable by walrus's user alone (README, \"Security\")"
+                "{arg:?} is walrus's to set: the managed Valkey listens only on its Unix socket in upstream.socket_dir, reachable by walrus's user alone (docs/security.md, \"Security\")"
             ));
         }
         // `--save` alone means `save ""` (Valkey's special case).

@@ -1,4 +1,4 @@
-//! The durability rule, written once (the README and docs/data-flow.md point here):
+//! The durability rule, written once (docs/design.md and docs/data-flow.md point here):
 //!
 //! > **A reply leaves walrus only when the journal covers everything it reveals.**
 //!

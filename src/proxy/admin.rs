@@ -113,15 +113,15 @@ pub fn refusal(name: &str, req: &Request) -> Option<Refusal> {
         ),
         "cluster|replicate" => refuse(
             "CLUSTER REPLICATE",
-            "this node would become a replica and load another node's dataset, and walrus journals only a primary's stream (README, \"Valkey Cluster\": primaries only)",
+            "this node would become a replica and load another node's dataset, and walrus journals only a primary's stream (docs/cluster.md, \"Valkey Cluster\": primaries only)",
         ),
         "cluster|failover" => refuse(
             "CLUSTER FAILOVER",
-            "a replica promoted by it may lack writes walrus acknowledged (README, \"Valkey Cluster\": primaries only, each restored in place by its walrus)",
+            "a replica promoted by it may lack writes walrus acknowledged (docs/cluster.md, \"Valkey Cluster\": primaries only, each restored in place by its walrus)",
         ),
         "cluster|migrateslots" => refuse(
             "CLUSTER MIGRATESLOTS",
-            "the target node takes the slots before walrus in front of it has journaled them (Valkey does not wait for its replicas, valkey-io/valkey#2723), and the source then deletes them: a crash of the target in that moment loses acknowledged writes; reshard with MIGRATE through the walruses' addresses (`redis-cli --cluster reshard`, README \"Valkey Cluster\")",
+            "the target node takes the slots before walrus in front of it has journaled them (Valkey does not wait for its replicas, valkey-io/valkey#2723), and the source then deletes them: a crash of the target in that moment loses acknowledged writes; reshard with MIGRATE through the walruses' addresses (`redis-cli --cluster reshard`, docs/cluster.md, \"Valkey Cluster\")",
         ),
         "cluster|flushslot" => refuse(
             "CLUSTER FLUSHSLOT",

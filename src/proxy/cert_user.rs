@@ -70,7 +70,7 @@ pub async fn map(up: &Upstream, how: CertUser, leaf: &CertificateDer<'_>) -> Map
         Ok(Some((user, _))) => {
             CertUserResult::Refused.count();
             let why = format!(
-                "the client certificate names ACL user '{user}', who has a password: walrus cannot present the certificate to Valkey, and can act as a user without its password only if the user is nopass (README, \"TLS\")"
+                "the client certificate names ACL user '{user}', who has a password: walrus cannot present the certificate to Valkey, and can act as a user without its password only if the user is nopass (docs/security.md, \"TLS\")"
             );
             tracing::warn!("refused a TLS client: {why}");
             Mapping::Refused(write::error(&format!("ERR walrus: {why}")))

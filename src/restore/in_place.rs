@@ -15,7 +15,7 @@
 //! The node was restarted empty when its Valkey died; walrus answers `-LOADING` for it until
 //! the link is attached again, and the rest of the cluster sees it up (its bus answers)
 //! while the second server loads. During the reload its bus is down: one longer than
-//! `cluster-node-timeout` has the others mark it failed (README, "Valkey Cluster"). The
+//! `cluster-node-timeout` has the others mark it failed (docs/cluster.md, "Valkey Cluster"). The
 //! cost: the dataset is loaded twice and written to disk once more; the second server needs
 //! the node's memory again while it runs.
 

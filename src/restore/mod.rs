@@ -330,7 +330,7 @@ fn acks_when_loaded(v: &ServerVersion) -> bool {
 
 /// Records a load's phases as restore rates. Only the load is timed, not the verification
 /// before it (a checksummed read of the same bytes on two threads, at start-up outside this
-/// function: 0.69 s of a 6.83 s restart of 1 GB here, README "Restore"), so an estimate
+/// function: 0.69 s of a 6.83 s restart of 1 GB here, docs/benchmarks.md, "Restore"), so an estimate
 /// from learned rates leaves out about a tenth of a restart; the slowest of the recent
 /// restores counts, which covers some of it.
 ///

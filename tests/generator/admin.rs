@@ -1,4 +1,4 @@
-//! Administrative commands walrus must refuse (`src/proxy/admin.rs`, README "Administrative
+//! Administrative commands walrus must refuse (`src/proxy/admin.rs`, docs/design.md "Administrative
 //! commands"; MONITOR, which shows every write before it is durable; SYNC and PSYNC, which
 //! would stream them): each is sent on a connection of its own, which is closed after its
 //! reply. The reply must be an error (one a fault explains, `-LOADING` say, proves nothing

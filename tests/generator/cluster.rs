@@ -1,4 +1,4 @@
-//! Cluster mode (README, "Valkey Cluster"): the cluster's two other primaries, each a walrus
+//! Cluster mode (docs/cluster.md, "Valkey Cluster"): the cluster's two other primaries, each a walrus
 //! running its own Valkey (its cluster bus on a fixed port) on its own data directory, which every restart
 //! reuses (so that it is restored in place, as the shard under test is); the cluster's
 //! creation; the fault that kills several shards at once; and what the faults ask of the

@@ -1,5 +1,5 @@
 //! Slot moves while the clients run, with MIGRATE, made as `redis-cli --cluster reshard`
-//! makes them (README, "Valkey Cluster", "Resharding"): the target imports the slot of one
+//! makes them (docs/cluster.md, "Resharding"): the target imports the slot of one
 //! of the clients' tags, the source migrates it, every key goes by MIGRATE sent through the
 //! source's walrus and naming the target's walrus (which answers RESTORE-ASKING once its
 //! journal holds the key), then each node is told the new owner, the target first. Two moves

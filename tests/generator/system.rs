@@ -20,7 +20,7 @@ pub enum Mode {
     /// Managed, the Valkey one primary of a three-primary Valkey Cluster (the other two
     /// each behind a walrus of their own, untouched by faults until the final restart),
     /// owning the slot of half the clients' keys (`{gen}`; the other half, `{gen2}`, is
-    /// another primary's): restores are in place (README, "Valkey Cluster").
+    /// another primary's): restores are in place (docs/cluster.md, "Valkey Cluster").
     Cluster,
     /// The same cluster, with faults on several shards at once (`cluster.rs`) and slot moves
     /// with MIGRATE, some cut short by a kill (`reshard.rs`), among the faults.
@@ -61,7 +61,7 @@ fn config() -> String {
     )
 }
 
-/// What managed mode gives its Valkey (README, "Valkey settings"), for the external one;
+/// What managed mode gives its Valkey (docs/configuration.md, "Valkey settings"), for the external one;
 /// but for the last two, which would refuse every write to a walrus without a journal.
 const EXTERNAL_VALKEY: &[&str] = &[
     "--repl-diskless-sync",
