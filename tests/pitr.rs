@@ -564,6 +564,10 @@ fn a_flushall_is_undone_in_place_on_a_running_walrus() {
     assert_eq!(dataset(&w.addr), present);
     assert_eq!(replid(&w.addr).unwrap(), old_replid);
     let before = attached(&w);
+    // A client of Valkey's own, beside walrus: the rewind closes it too.
+    let socket = format!("unix:{}", data.join("run/valkey.sock").display());
+    let mut direct = Raw::connect(&socket);
+    assert_eq!(direct.cmd(&["PING"]), b"+PONG\r\n");
     let out = std::thread::scope(|s| {
         let rewind = s.spawn(|| in_place(true));
         w.proc
@@ -585,6 +589,10 @@ fn a_flushall_is_undone_in_place_on_a_running_walrus() {
         "{report}"
     );
     assert!(keep.join("journal").exists(), "{report}");
+    assert!(
+        direct.closed(),
+        "a direct client of Valkey outlived the rewind"
+    );
     // The link attaches again under the new history (clients get -LOADING until then).
     await_state("the link attached again after the rewind", || {
         attached(&w) > before
