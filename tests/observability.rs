@@ -70,6 +70,15 @@ fn metrics_move_as_the_workload_implies() {
         .keys()
         .any(|k| k.starts_with("walrus_journal_info{backend=")));
 
+    // Command counters are made as commands are answered (each result apart), not one
+    // pair per command of Valkey's table before any traffic.
+    let counters = |s: &Samples| {
+        s.keys()
+            .filter(|k| k.starts_with("walrus_commands_total{"))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(counters(&before), Vec::<String>::new());
     let mut c = Raw::connect(&w.addr);
     for i in 0..200 {
         assert_eq!(c.cmd(&["SET", &format!("k{i}"), "v"]), OK);
@@ -100,6 +109,16 @@ fn metrics_move_as_the_workload_implies() {
     assert_eq!(
         moved("walrus_commands_total{cmd=\"other\",result=\"error\"}"),
         1.0
+    );
+    assert_eq!(
+        counters(&after),
+        [
+            "walrus_commands_total{cmd=\"blpop\",result=\"ok\"}",
+            "walrus_commands_total{cmd=\"get\",result=\"ok\"}",
+            "walrus_commands_total{cmd=\"incr\",result=\"error\"}",
+            "walrus_commands_total{cmd=\"other\",result=\"error\"}",
+            "walrus_commands_total{cmd=\"set\",result=\"ok\"}",
+        ]
     );
     let class = |c: &str| {
         moved(&format!(

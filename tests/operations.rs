@@ -450,10 +450,12 @@ fn the_metric_list_is_what_walrus_exports() {
     let tls = common::tls::TlsFiles::new();
     let bucket = tempfile::tempdir().unwrap();
     let archive = format!("[archive]\nurl = \"file://{}\"\n", bucket.path().display());
-    let _w = common::Walrus::build()
+    let w = common::Walrus::build()
         .config(&format!("{}{archive}", tls.toml("")))
         .args(&["--metrics-listen", &metrics])
         .start();
+    // Command counters exist once a command was answered.
+    assert_eq!(common::Raw::connect(&w.addr).cmd(&["PING"]), b"+PONG\r\n");
     let (_, body) = common::http_get(&metrics, "/metrics");
     let mut exported: Vec<(String, String)> = body
         .lines()
