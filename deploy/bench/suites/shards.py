@@ -43,14 +43,16 @@ def always_node(tmp):
     return Proc(args, "Ready to accept connections"), port
 
 
-def walrus_node(tmp):
-    """walrus, durable, in front of its own cluster-mode Valkey (managed mode)."""
+def walrus_node(tmp, local):
+    """walrus, durable, in front of its own cluster-mode Valkey (managed mode); its data under
+    `tmp`, its Valkey's socket under `local`, on a local disk (a FUSE mount, the slow disk,
+    cannot hold a Unix socket)."""
     port = free_port()
     d = tempfile.mkdtemp(dir=tmp, prefix="walrus-")
     conf = os.path.join(d, "walrus.toml")
     with open(conf, "w") as f:
-        f.write('[upstream]\nmode = "managed"\nvalkey_server = "%s"\n[cluster]\nenabled = true\n'
-                % valkey_binary())
+        f.write('[upstream]\nmode = "managed"\nvalkey_server = "%s"\nsocket_dir = "%s"\n'
+                '[cluster]\nenabled = true\n' % (valkey_binary(), tempfile.mkdtemp(dir=local, prefix="sock-")))
     args = [WALRUS, "serve", "--config", conf,
             "--listen", "127.0.0.1:%d" % port, "--metrics-listen", "", "--data-dir", os.path.join(d, "data")]
     env = dict(os.environ, RUST_LOG="warn")
@@ -77,9 +79,10 @@ def form_cluster(ports):
     sys.exit("the cluster of %s did not become ok" % ports)
 
 
-def start(kind, n, tmp):
-    """n nodes of `kind` formed into one cluster: (name, a port to start from)."""
-    nodes = [walrus_node(tmp) if kind == "walrus" else always_node(tmp) for _ in range(n)]
+def start(kind, n, tmp, local):
+    """n nodes of `kind` formed into one cluster, their files under `tmp` (sockets under
+    `local`): (name, a port to start from)."""
+    nodes = [walrus_node(tmp, local) if kind == "walrus" else always_node(tmp) for _ in range(n)]
     ports = [port for _, port in nodes]
     for proc, port in nodes:
         wait_serving(proc, port, timeout=120)
@@ -111,7 +114,7 @@ def main():
             disk = SlowDisk(tmp, latency) if latency is not None else None
             where = disk.root if disk else tmp
             running = len(LIVE)
-            setups = [(n, *start(kind, n, where)) for n in counts for kind in ("walrus", "always")]
+            setups = [(n, *start(kind, n, where, tmp)) for n in counts for kind in ("walrus", "always")]
 
             def one(w, setup):
                 _, wargs, requests = w
