@@ -14,19 +14,11 @@ import resource
 import signal
 import socket
 import struct
-import sys
 import threading
-import time
+
+from bench.resp import resp
 
 STOP = threading.Event()
-
-
-def resp(*args):
-    out = b"*%d\r\n" % len(args)
-    for a in args:
-        a = a if isinstance(a, bytes) else str(a).encode()
-        out += b"$%d\r\n%s\r\n" % (len(a), a)
-    return out
 
 
 def connect(port):

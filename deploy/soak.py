@@ -22,11 +22,10 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import ROOT, LIVE, Proc, free_port, scrape, valkey_binary  # noqa: E402
+from bench.procs import LIVE, ROOT, TARGET, WALRUS, Proc, free_port, valkey_binary
+from bench.servers import scrape
 
-WALRUS = os.path.join(ROOT, "target", "release", "walrus")
-SOAK = os.path.join(ROOT, "target", "release", "examples", "soak")
+SOAK = os.path.join(TARGET, "release", "examples", "soak")
 SEGMENTS = 16
 RING = "journal_ring_bytes_total"
 

@@ -1,4 +1,4 @@
-"""bench.py --suite archive: what the archive (docs/archive.md) costs and gives, against a
+"""deploy/bench.py --suite archive: what the archive (docs/archive.md) costs and gives, against a
 SeaweedFS on this machine (the S3 store of the tests; deploy/setup.sh builds it):
 
 - durable SETs (1 KiB, 50 clients; 180 KiB, 20 clients) through walrus without an archive,
@@ -15,22 +15,17 @@ SeaweedFS on this machine (the S3 store of the tests; deploy/setup.sh builds it)
 The store runs on the same two cores as everything else and answers in microseconds: the
 ratios show what walrus spends on the archive, not a real store's latency.
 """
-import json
 import os
 import shutil
 import statistics
-import sys
-import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 
-import bench
-from bench import (Proc, free_port, start_valkey, start_walrus, redis_benchmark, scrape, fill,
-                   dbsize_check, WalrusManaged, WALRUS_VALKEY_SETTINGS, SET_BYTES)
-
-ACCESS_KEY, SECRET_KEY = "walrusBenchKey", "walrusBenchSecret"
+from ..dataset import SET_BYTES, dbsize_check, fill
+from ..procs import free_port
+from ..runs import median_of, median_ratio, redis_benchmark, rounds, run_rounds, scaled
+from ..servers import (SEAWEED_ACCESS_KEY, SEAWEED_SECRET_KEY, WALRUS_VALKEY_SETTINGS, WalrusManaged, scrape,
+                       start_seaweed, start_valkey, start_walrus, status)
 
 WORKLOADS = [
     ("SET 1 KiB, 50 clients", ["-t", "set", "-d", "1024", "-c", "50", "-r", "100000"], 200000),
@@ -38,60 +33,8 @@ WORKLOADS = [
 ]
 
 
-def weed_binary():
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.environ["HOME"], ".cache")
-    path = os.environ.get("WALRUS_WEED") or os.path.join(cache, "walrus", "bin", "weed")
-    if not os.path.exists(path):
-        sys.exit("%s is missing: run deploy/setup.sh (it builds SeaweedFS)" % path)
-    return path
-
-
-def start_seaweed(tmp):
-    """A SeaweedFS server (master, volume, filer, S3) on free loopback ports, with a bucket
-    "walrus"; returns its S3 endpoint."""
-    d = tempfile.mkdtemp(dir=tmp, prefix="seaweed-")
-    os.makedirs(os.path.join(d, "data"))
-    with open(os.path.join(d, "s3.json"), "w") as f:
-        json.dump({"identities": [{"name": "walrus", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
-                                   "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}, f)
-    p = [free_port() for _ in range(8)]
-    args = [weed_binary(), "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.telemetry=false",
-            "-dir=%s" % os.path.join(d, "data"), "-master.port=%d" % p[0], "-master.port.grpc=%d" % p[1],
-            "-volume.port=%d" % p[2], "-volume.port.grpc=%d" % p[3], "-master.volumeSizeLimitMB=1024",
-            # SeaweedFS's default of 8 volumes (8 GiB here) fills in the third round: the store
-            # then refuses every upload, and with ack = "archive" every write.
-            "-volume.max=64",
-            "-filer", "-filer.port=%d" % p[4], "-filer.port.grpc=%d" % p[5],
-            "-s3", "-s3.port=%d" % p[6], "-s3.port.grpc=%d" % p[7], "-s3.port.iceberg=0", "-s3.port.lance=0",
-            "-s3.config=%s" % os.path.join(d, "s3.json")]
-    weed = Proc(args, "Start Seaweed S3 API Server", timeout=120)
-    deadline = time.monotonic() + 120
-    while weed.when("Volume server start with seed master") is None:
-        if time.monotonic() > deadline:
-            sys.exit("SeaweedFS: no volume server\n" + "\n".join(weed.lines[-20:]))
-        time.sleep(0.1)
-    # The bucket: a directory of the filer's /buckets (the filer may need a moment after the
-    # volume server registers).
-    url = "http://127.0.0.1:%d/buckets/walrus/?op=mkdir" % p[4]
-    while True:
-        try:
-            req = urllib.request.Request(url, method="POST")
-            urllib.request.urlopen(req, timeout=30).read()
-            break
-        except urllib.error.HTTPError as e:
-            if time.monotonic() > deadline:
-                sys.exit("SeaweedFS: cannot make the bucket: %s" % e)
-            time.sleep(0.2)
-    return weed, "http://127.0.0.1:%d" % p[6]
-
-
 def archive_toml(endpoint, prefix):
     return '[archive]\nurl = "s3://walrus/%s"\nendpoint = "%s"\n' % (prefix, endpoint)
-
-
-def status(metrics):
-    with urllib.request.urlopen("http://%s/status" % metrics, timeout=10) as r:
-        return json.loads(r.read())
 
 
 def await_archived(metrics, timeout=900):
@@ -130,25 +73,24 @@ def throughput(opts, tmp, endpoint):
         metrics = "127.0.0.1:%d" % free_port()
         w, wport = start_walrus(tmp, vport, durable=True, config=config, metrics=metrics)
         setups.append((name, wport, metrics))
-    results = {(w, s): [] for w, _, _ in WORKLOADS for s, _, _ in setups}
-    for r in range(opts.rounds):
-        for wname, args, n in WORKLOADS:
-            for sname, port, metrics in setups:
-                probe = LagProbe(metrics) if sname != "no archive" else None
-                row = redis_benchmark(port, args, max(1, int(n * opts.scale)))
-                results[(wname, sname)].append((*row, probe.stop() if probe else 0.0))
-        print("round %d/%d done" % (r + 1, opts.rounds), file=sys.stderr)
+
+    def one(w, setup):
+        _, args, n = w
+        sname, port, metrics = setup
+        probe = LagProbe(metrics) if sname != "no archive" else None
+        row = redis_benchmark(port, args, scaled(n, opts.scale))
+        return (*row, probe.stop() if probe else 0.0)
+
+    results = run_rounds(opts.rounds, WORKLOADS, setups, one)
     print("\narchive suite, %d rounds, medians; ratio: median of per-round ops/s against no archive\n" % opts.rounds)
     print("| workload | setup | ops/s | ratio | p50 ms | p99 ms | largest archive lag s |")
     print("|---|---|---|---|---|---|---|")
-    med = lambda rows, i: statistics.median(x[i] for x in rows)
     for wname, _, _ in WORKLOADS:
         base = results[(wname, "no archive")]
         for sname, _, _ in setups:
             rows = results[(wname, sname)]
-            ratio = statistics.median(b[0] / a[0] for a, b in zip(base, rows))
             print("| %s | %s | %.0f | %.2fx | %.3f | %.3f | %s |" % (
-                wname, sname, med(rows, 0), ratio, med(rows, 1), med(rows, 2),
+                wname, sname, median_of(rows, 0), median_ratio(rows, base, 0), median_of(rows, 1), median_of(rows, 2),
                 "" if sname == "no archive" else "%.2f" % max(x[4] for x in rows)))
     print("\n| setup | stream bytes archived | bytes sent per stream byte | requests per MiB of stream | requests |")
     print("|---|---|---|---|---|")
@@ -179,7 +121,7 @@ def restore(opts, tmp, endpoint):
     dbsize_check(w.port, n, "walrus after the fill")
     w.stop()
     local, archive = [], []
-    for r in range(opts.rounds):
+    for _ in rounds(opts.rounds, "restore "):
         t = time.monotonic()
         w.start(900)
         local.append(time.monotonic() - t)
@@ -195,15 +137,14 @@ def restore(opts, tmp, endpoint):
         w.stop()
         # The bootstrapped node took the archive over: it is the node from here on.
         shutil.rmtree(moved)
-        print("restore round %d/%d done" % (r + 1, opts.rounds), file=sys.stderr)
     print("\n| %d MiB of SETs | seconds until walrus serves (median of %d) |" % (opts.dataset_mb, opts.rounds))
     print("|---|---|")
     print("| restarted on its own disk | %.2f |" % statistics.median(local))
     print("| new node bootstrapped from the archive | %.2f |" % statistics.median(archive))
 
 
-def archive_suite(opts, tmp):
-    os.environ.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY)
-    weed, endpoint = start_seaweed(tmp)
+def run(opts, tmp):
+    os.environ.update(AWS_ACCESS_KEY_ID=SEAWEED_ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SEAWEED_SECRET_KEY)
+    _, endpoint = start_seaweed(tmp)
     throughput(opts, tmp, endpoint)
     restore(opts, tmp, endpoint)

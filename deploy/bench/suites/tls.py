@@ -17,12 +17,13 @@ workload against every setup in turn; the figures are medians over the rounds an
 ratios medians of the per-round ratios.
 """
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 
-import bench
+from ..procs import Proc, cpu_ticks, cpu_us_per_request, free_port
+from ..runs import median_of, median_ratio, redis_benchmark, run_rounds, scaled
+from ..servers import WALRUS_VALKEY_SETTINGS, start_walrus
 
 REDIS = "/usr/bin/redis-server"
 WORKLOADS = [
@@ -55,20 +56,20 @@ def certificates(tmp):
 def start_redis(tmp, certs=None):
     """redis-server with walrus's settings; with `certs`, on a TLS port only (no client
     certificates asked: redis-benchmark and walrus then differ only in the server's TLS)."""
-    port = bench.free_port()
+    port = free_port()
     d = tempfile.mkdtemp(dir=tmp)
     args = [REDIS, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--logfile", "", "--dir", d,
-            *bench.WALRUS_VALKEY_SETTINGS]
+            *WALRUS_VALKEY_SETTINGS]
     if certs:
         args += ["--port", "0", "--tls-port", str(port), "--tls-cert-file", certs["cert"], "--tls-key-file",
                  certs["key"], "--tls-ca-cert-file", certs["ca"], "--tls-auth-clients", "no",
                  "--tls-replication", "yes"]
     else:
         args += ["--port", str(port)]
-    return bench.Proc(args, "Ready to accept connections"), port
+    return Proc(args, "Ready to accept connections"), port
 
 
-def setups(tmp, certs, binary):
+def setups(tmp, certs):
     """[(name, port, server, walrus or None, redis-benchmark's TLS arguments)]."""
     tls_client = ["--tls", "--cacert", certs["ca"]]
     out = []
@@ -76,46 +77,43 @@ def setups(tmp, certs, binary):
     out.append((DIRECT_TLS, port, s, None, tls_client))
     s, port = start_redis(tmp, certs)
     upstream_tls = "[upstream.tls]\nenabled = true\nca_cert_file = %r\n" % certs["ca"]
-    tls_port = bench.free_port()
+    tls_port = free_port()
     # walrus serves the server's certificate (made for 127.0.0.1): the client checks it
     # against the same CA, and sends none, as against the server directly.
     client_tls = "[tls]\nlisten = \"127.0.0.1:%d\"\ncert_file = %r\nkey_file = %r\nauth_clients = \"no\"\n" % (
         tls_port, certs["cert"], certs["key"])
-    w, _ = bench.start_walrus(tmp, port, durable=True, binary=binary, config=upstream_tls + client_tls)
+    w, _ = start_walrus(tmp, port, durable=True, config=upstream_tls + client_tls)
     out.append((TLS_WALRUS_TLS, tls_port, s, w, tls_client))
     s, port = start_redis(tmp, certs)
-    w, wport = bench.start_walrus(tmp, port, durable=True, binary=binary, config=upstream_tls)
+    w, wport = start_walrus(tmp, port, durable=True, config=upstream_tls)
     out.append((WALRUS_TLS, wport, s, w, []))
     s, port = start_redis(tmp)
     out.append((DIRECT, port, s, None, []))
     s, port = start_redis(tmp)
-    w, wport = bench.start_walrus(tmp, port, durable=True, binary=binary)
+    w, wport = start_walrus(tmp, port, durable=True)
     out.append((WALRUS, wport, s, w, []))
     return out
 
 
 def one_run(port, procs, args, n):
     """(ops/s, p50 ms, p99 ms, CPU µs per request of `procs` together)."""
-    ticks = sum(bench.cpu_ticks(p) for p in procs)
-    ops, p50, p99, _ = bench.redis_benchmark(port, args, n)
-    cpu = (sum(bench.cpu_ticks(p) for p in procs) - ticks) / bench.CLK_TCK * 1e6 / n
-    return ops, p50, p99, cpu
+    ticks = [cpu_ticks(p) for p in procs]
+    ops, p50, p99, _ = redis_benchmark(port, args, n)
+    return ops, p50, p99, sum(cpu_us_per_request(p, t, n) for p, t in zip(procs, ticks))
 
 
-def tls_suite(opts, tmp):
+def run(opts, tmp):
     if not os.path.exists(REDIS):
         sys.exit("no %s: deploy/setup.sh installs Debian's redis-server (built with TLS)" % REDIS)
-    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(bench.ROOT, "target"))
-    binary = os.path.join(target, "release", "walrus")
-    started = setups(tmp, certificates(tmp), binary)
-    results = {(w, s[0]): [] for w, _, _ in WORKLOADS for s in started}
-    for r in range(opts.rounds):
-        for wname, wargs, n in WORKLOADS:
-            for name, port, server, walrus, client in started:
-                procs = [p for p in (server, walrus) if p]
-                results[(wname, name)].append(one_run(port, procs, [*client, *wargs], max(1, int(n * opts.scale))))
-        print("round %d/%d done" % (r + 1, opts.rounds), file=sys.stderr)
-    med = lambda rows, i: statistics.median(x[i] for x in rows)
+    started = setups(tmp, certificates(tmp))
+
+    def one(w, setup):
+        _, wargs, n = w
+        _, port, server, walrus, client = setup
+        procs = [p for p in (server, walrus) if p]
+        return one_run(port, procs, [*client, *wargs], scaled(n, opts.scale))
+
+    results = run_rounds(opts.rounds, WORKLOADS, started, one)
     print("\ntls suite, %d rounds, medians; CPU: the server's and walrus's, µs per request; ratios: median "
           "of per-round ratios (ops/s, CPU) against the same path without walrus\n" % opts.rounds)
     print("| workload | setup | ops/s | p50 ms | p99 ms | CPU µs/req | ops/s ratio | CPU ratio |")
@@ -125,13 +123,12 @@ def tls_suite(opts, tmp):
     for wname, _, _ in WORKLOADS:
         for name, *_ in started:
             rows, base = results[(wname, name)], results[(wname, against[name])]
-            ratio = lambda i: statistics.median(x[i] / b[i] for x, b in zip(rows, base) if b[i])
             print("| %s | %s | %.0f | %.3f | %.3f | %.1f | %.2fx | %.2fx |" % (
-                wname, name, med(rows, 0), med(rows, 1), med(rows, 2), med(rows, 3), ratio(0), ratio(3)))
+                wname, name, median_of(rows, 0), median_of(rows, 1), median_of(rows, 2), median_of(rows, 3),
+                median_ratio(rows, base, 0), median_ratio(rows, base, 3)))
     # What TLS to the server adds to walrus: its own TLS path against its plaintext one.
     print("\n| workload | walrus -> TLS vs walrus -> plaintext: ops/s | CPU |")
     print("|---|---|---|")
     for wname, _, _ in WORKLOADS:
         a, b = results[(wname, WALRUS_TLS)], results[(wname, WALRUS)]
-        print("| %s | %.2fx | %.2fx |" % (wname, statistics.median(x[0] / y[0] for x, y in zip(a, b)),
-                                          statistics.median(x[3] / y[3] for x, y in zip(a, b) if y[3])))
+        print("| %s | %.2fx | %.2fx |" % (wname, median_ratio(a, b, 0), median_ratio(a, b, 3)))
