@@ -120,6 +120,19 @@ fn metrics_move_as_the_workload_implies() {
             "walrus_commands_total{cmd=\"set\",result=\"ok\"}",
         ]
     );
+    // The server behind walrus, as INFO through walrus gives it.
+    let info = String::from_utf8(Raw::connect(&w.addr).cmd(&["INFO", "server"])).unwrap();
+    let version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("valkey_version:"))
+        .expect("valkey_version in INFO server");
+    assert_eq!(
+        get(
+            &after,
+            &format!("walrus_valkey_info{{server=\"valkey\",version=\"{version}\"}}")
+        ),
+        1.0
+    );
     let class = |c: &str| {
         moved(&format!(
             "walrus_command_duration_seconds_count{{class=\"{c}\"}}"

@@ -14,6 +14,7 @@ use std::process::{Command, Output};
 /// rules and dashboard may only use what is listed.
 const METRICS: &[(&str, &str)] = &[
     ("walrus_build_info", "gauge"),
+    ("walrus_valkey_info", "gauge"),
     ("walrus_clients_connected", "gauge"),
     ("walrus_clients_accepted_total", "counter"),
     ("walrus_clients_rejected_total", "counter"),

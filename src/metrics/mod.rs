@@ -146,6 +146,29 @@ pub static PINNED_SESSIONS: LazyLock<IntCounter> = LazyLock::new(|| {
     )
 });
 
+/// The server behind walrus, as the replica link last found it (one series).
+static VALKEY_INFO: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register(
+        IntGaugeVec::new(
+            Opts::new(
+                "valkey_info",
+                "The server walrus is in front of, as its replica link last found it: valkey or redis, and its version (always 1).",
+            ),
+            &["server", "version"],
+        )
+        .expect("metric"),
+    )
+});
+
+/// The replica link found `server` (`valkey` or `redis`) at `version`.
+pub fn set_valkey_info(server: &str, version: &str) {
+    // Reset only on a change: a scrape in between would see no series.
+    if VALKEY_INFO.with_label_values(&[server, version]).get() != 1 {
+        VALKEY_INFO.reset();
+        VALKEY_INFO.with_label_values(&[server, version]).set(1);
+    }
+}
+
 // --- commands ----------------------------------------------------------------------------
 
 static COMMANDS_VEC: LazyLock<IntCounterVec> = LazyLock::new(|| {
@@ -199,20 +222,34 @@ impl CommandClass {
 }
 
 /// One command's counters and latency histogram, resolved when the command table is learned.
+/// Its `walrus_commands_total` series are made as the command is first answered, each
+/// result apart (as redis_exporter exports only the commands seen): a table of some 800
+/// commands and subcommands would otherwise put 1,600 series of zeros in every scrape.
 #[derive(Debug, Clone)]
 pub struct CommandCounters {
-    ok: IntCounter,
-    error: IntCounter,
+    cmd: std::sync::Arc<str>,
+    ok: std::sync::OnceLock<IntCounter>,
+    error: std::sync::OnceLock<IntCounter>,
     duration: Histogram,
 }
 
 impl CommandCounters {
     pub fn new(cmd: &str, class: CommandClass) -> CommandCounters {
         CommandCounters {
-            ok: COMMANDS_VEC.with_label_values(&[cmd, "ok"]),
-            error: COMMANDS_VEC.with_label_values(&[cmd, "error"]),
+            cmd: cmd.into(),
+            ok: std::sync::OnceLock::new(),
+            error: std::sync::OnceLock::new(),
             duration: COMMAND_DURATION.with_label_values(&[class.label()]),
         }
+    }
+
+    fn result(&self, result: &'static str) -> &IntCounter {
+        let cell = if result == "ok" {
+            &self.ok
+        } else {
+            &self.error
+        };
+        cell.get_or_init(|| COMMANDS_VEC.with_label_values(&[&self.cmd, result]))
     }
 
     /// Records the time from the command's arrival to its reply.
@@ -222,16 +259,17 @@ impl CommandCounters {
 
     /// Counts a command relayed without pairing its reply (Pub/Sub and MONITOR relays).
     pub fn relayed(&self) {
-        self.ok.inc()
+        self.result("ok").inc()
     }
 
     /// Counts a reply (an error reply starts with `-`).
     pub fn count(&self, reply: &[u8]) {
-        if reply.first() == Some(&b'-') {
-            self.error.inc()
+        let result = if reply.first() == Some(&b'-') {
+            "error"
         } else {
-            self.ok.inc()
-        }
+            "ok"
+        };
+        self.result(result).inc()
     }
 }
 

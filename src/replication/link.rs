@@ -421,6 +421,14 @@ async fn synchronize(
             Some(position)
         }
     };
+    crate::metrics::set_valkey_info(
+        if view.version.valkey {
+            "valkey"
+        } else {
+            "redis"
+        },
+        &view.version.number(),
+    );
     let synced = match handshake(&mut conn, &view.version, Purpose::Link, from.as_ref()).await? {
         SyncStart::Full { replid, offset } => {
             // A new history takes whatever id Valkey answers with (Valkey picks a new one
