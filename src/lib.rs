@@ -5,8 +5,9 @@
 //! `tests/layers.rs` runs that check):
 //!
 //! - [`fault`] (fault injection for tests), [`supervisor`] (systemd's notify protocol and
-//!   watchdog) and [`units`] (sizes and durations as written in configuration): leaves
-//!   that import nothing of walrus.
+//!   watchdog), [`task`] (what tasks share: [`task::AbortOnDrop`], one
+//!   [`task::backoff::Backoff`] for every retry) and [`units`] (sizes and durations as
+//!   written in configuration): leaves that import nothing of walrus.
 //! - [`resp`]: requests parsed and replies delimited, bounded and resumable.
 //! - [`metrics`]: Prometheus families, registered once; the hot path touches atomics only.
 //! - [`journal`]: the recycled ring of log segments that makes writes durable.
@@ -76,6 +77,7 @@ pub mod replication;
 pub mod resp;
 pub mod restore;
 pub mod supervisor;
+pub mod task;
 pub mod units;
 pub mod upstream;
 pub mod valkey;

@@ -3,7 +3,6 @@
 //! runs itself ([`managed`], [`binary`]); which server and RDB format it is ([`server`]);
 //! TLS to it ([`tls`]).
 
-pub mod backoff;
 pub mod binary;
 pub mod client;
 pub mod cluster;
