@@ -38,6 +38,7 @@ LAYERS = [
     ["archive"],
     ["replication", "proxy"],
     ["http"],
+    ["daemon"],
     ["cli"],
 ]
 

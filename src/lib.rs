@@ -33,7 +33,9 @@
 //!   connections, the accept loop).
 //! - [`http`]: `/metrics`, `/healthz`, `/readyz`, `/status`, `POST /checkpoint`,
 //!   `POST /backup` and `POST /rewind`.
-//! - [`cli`]: the `walrus` command.
+//! - [`daemon`]: what `walrus serve` runs: the data directory owned, walrus's tasks started
+//!   in order and supervised, and stopped in order within a bound.
+//! - [`cli`]: the `walrus` command: flags, printing and exit codes, calling in below.
 //!
 //! Errors: each layer has one type, and a layer's public functions return only it; private
 //! helpers may build a message that the public function wraps. [`resp::ParseError`],
@@ -65,6 +67,7 @@ pub mod checkpoint;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod daemon;
 pub mod disk;
 pub mod durability;
 pub mod fault;
