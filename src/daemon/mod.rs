@@ -64,7 +64,7 @@ pub fn run(config: Config) -> Result<(), Fatal> {
 
 /// Whether walrus keeps anything in `data.dir`: the journal and checkpoints, or the managed
 /// Valkey's working directory.
-pub fn uses_data_dir(config: &Config) -> bool {
+fn uses_data_dir(config: &Config) -> bool {
     config.durability.enabled || config.upstream.mode == UpstreamMode::Managed
 }
 
