@@ -44,7 +44,8 @@
 //! (what a refused or failed reply says, rendered to RESP in one place), [`disk::DiskError`],
 //! [`checkpoint::CheckpointError`] (with [`checkpoint::store::StoreError`]),
 //! [`restore::RestoreError`], [`archive::ArchiveError`], [`replication::link::LinkError`]; the proxy's error is the
-//! RESP error reply itself, and [`cli`] prints whatever reaches it and exits non-zero.
+//! RESP error reply itself; [`daemon::Fatal`] carries any of them up, and [`cli`] prints
+//! whatever reaches it and exits non-zero.
 //!
 //! One `SET k v`, from client to reply (docs/data-flow.md walks it with file names):
 //! 1. [`proxy::server`] accepts the client; its [`proxy::session`] parses the request
