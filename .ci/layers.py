@@ -22,7 +22,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 
 # Lowest first. Rooms on one line share a layer (neither may use the other).
 LAYERS = [
-    ["fault", "supervisor", "units"],
+    ["fault", "supervisor", "task", "units"],
     ["resp"],
     ["metrics"],
     ["journal"],
@@ -38,6 +38,7 @@ LAYERS = [
     ["archive"],
     ["replication", "proxy"],
     ["http"],
+    ["daemon"],
     ["cli"],
 ]
 

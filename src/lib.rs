@@ -5,8 +5,9 @@
 //! `tests/layers.rs` runs that check):
 //!
 //! - [`fault`] (fault injection for tests), [`supervisor`] (systemd's notify protocol and
-//!   watchdog) and [`units`] (sizes and durations as written in configuration): leaves
-//!   that import nothing of walrus.
+//!   watchdog), [`task`] (what tasks share: [`task::AbortOnDrop`], one
+//!   [`task::backoff::Backoff`] for every retry) and [`units`] (sizes and durations as
+//!   written in configuration): leaves that import nothing of walrus.
 //! - [`resp`]: requests parsed and replies delimited, bounded and resumable.
 //! - [`metrics`]: Prometheus families, registered once; the hot path touches atomics only.
 //! - [`journal`]: the recycled ring of log segments that makes writes durable.
@@ -32,7 +33,9 @@
 //!   connections, the accept loop).
 //! - [`http`]: `/metrics`, `/healthz`, `/readyz`, `/status`, `POST /checkpoint`,
 //!   `POST /backup` and `POST /rewind`.
-//! - [`cli`]: the `walrus` command.
+//! - [`daemon`]: what `walrus serve` runs: the data directory owned, walrus's tasks started
+//!   in order and supervised, and stopped in order within a bound.
+//! - [`cli`]: the `walrus` command: flags, printing and exit codes, calling in below.
 //!
 //! Errors: each layer has one type, and a layer's public functions return only it; private
 //! helpers may build a message that the public function wraps. [`resp::ParseError`],
@@ -41,7 +44,8 @@
 //! (what a refused or failed reply says, rendered to RESP in one place), [`disk::DiskError`],
 //! [`checkpoint::CheckpointError`] (with [`checkpoint::store::StoreError`]),
 //! [`restore::RestoreError`], [`archive::ArchiveError`], [`replication::link::LinkError`]; the proxy's error is the
-//! RESP error reply itself, and [`cli`] prints whatever reaches it and exits non-zero.
+//! RESP error reply itself; [`daemon::Fatal`] carries any of them up, and [`cli`] prints
+//! whatever reaches it and exits non-zero.
 //!
 //! One `SET k v`, from client to reply (docs/data-flow.md walks it with file names):
 //! 1. [`proxy::server`] accepts the client; its [`proxy::session`] parses the request
@@ -64,6 +68,7 @@ pub mod checkpoint;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod daemon;
 pub mod disk;
 pub mod durability;
 pub mod fault;
@@ -76,6 +81,7 @@ pub mod replication;
 pub mod resp;
 pub mod restore;
 pub mod supervisor;
+pub mod task;
 pub mod units;
 pub mod upstream;
 pub mod valkey;

@@ -52,7 +52,7 @@ fn open_files() -> u64 {
 fn ten_thousand_idle_clients_are_served_cheaply_and_one_more_is_refused() {
     const CLIENTS: usize = 10_000;
     // The test's own 10,000 sockets (walrus raises its own soft limit as far as its hard one
-    // allows, src/cli/fds.rs).
+    // allows, src/daemon/fds.rs).
     if open_files() < CLIENTS as u64 + 1_000 {
         eprintln!("skipped: the open files limit is below {}", CLIENTS + 1_000);
         return;

@@ -9,7 +9,8 @@
 //! a 40-character replication id.
 
 use bytes::BytesMut;
-use walrus::upstream::server::{dump_rdb_version, info_field, run_id_of, ServerVersion};
+use walrus::upstream::info;
+use walrus::upstream::server::{dump_rdb_version, run_id_of, ServerVersion};
 use walrus::valkey::handshake::{parse_psync_reply, take_line, Position, SyncStart, REPLID_LEN};
 use walrus::valkey::role::{parse_role, parse_role_offset};
 use walrus::valkey::view::ValkeyView;
@@ -32,7 +33,8 @@ pub fn run(data: &[u8]) {
         super::checkpoint_manifest::check_version(&v.to_string());
     }
     let _ = run_id_of(server);
-    let _ = info_field(repl, "master_replid");
+    let _ = info::field(repl, "master_replid");
+    let _ = info::keys(keyspace);
     if let Ok(view) = ValkeyView::parse(server, repl, keyspace) {
         let _ = view.describe();
     }

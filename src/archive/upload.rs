@@ -27,6 +27,7 @@ use super::{timeline, ArchiveError};
 use crate::checkpoint::store::{Checkpoint, Store as LocalStore};
 use crate::checkpoint::Pin;
 use crate::journal::{Durable, Journal, ScanStart};
+use crate::task::backoff::Backoff;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -134,6 +135,7 @@ impl Uploader {
         let mut owned: Option<Owned> = None;
         let mut pos: Option<Position> = None;
         let mut failures = 0u32;
+        let mut backoff = Backoff::up_to(self.settings.max_backoff);
         let mut last_failure = String::new();
         let mut durable = self.journal.durable();
         loop {
@@ -143,6 +145,7 @@ impl Uploader {
                         tracing::info!(url = %self.status.url, "the archive is reachable again; catching up");
                     }
                     failures = 0;
+                    backoff.reset();
                     last_failure.clear();
                     match step {
                         Step::Busy => {}
@@ -170,9 +173,7 @@ impl Uploader {
                     // The manifest is read again: a write whose answer was lost may have
                     // happened.
                     owned = None;
-                    let backoff = Duration::from_millis(100 << failures.min(12))
-                        .min(self.settings.max_backoff);
-                    tokio::time::sleep(backoff).await;
+                    tokio::time::sleep(backoff.advance()).await;
                 }
             }
         }

@@ -26,6 +26,7 @@ pub mod trigger;
 use crate::durability::{Durability, Status};
 use crate::journal::Journal;
 use crate::upstream::client::{Conn, UpstreamError};
+use crate::upstream::info;
 use crate::upstream::server::ServerVersion;
 use crate::upstream::Upstream;
 use crate::valkey::handshake::{handshake, Purpose, SyncStart};
@@ -280,10 +281,8 @@ struct Sizes {
 
 /// Valkey's `used_memory`.
 async fn used_memory(conn: &mut Conn) -> Result<u64, UpstreamError> {
-    let text = crate::upstream::server::info(conn, "memory").await?;
-    text.lines()
-        .find_map(|l| l.trim_end().strip_prefix("used_memory:")?.parse().ok())
-        .ok_or_else(|| UpstreamError::Decode("INFO memory has no used_memory".into()))
+    let text = info::section(conn, "memory").await?;
+    info::number(&text, "memory", "used_memory")
 }
 
 /// How large the next RDB will be, and how that was judged: the last RDB grown with

@@ -63,7 +63,7 @@ fn check(file: &std::path::Path) -> Result<Config, super::Fatal> {
     let c = Config::load(file)?;
     c.validate()?;
     // The TLS files, as `serve` reads them at start (expired, key mismatch, no CA).
-    super::listeners::check_tls(&c)?;
+    crate::daemon::listeners::check_tls(&c)?;
     UpstreamTls::from_config(&c.upstream.tls, &c.upstream.address)?;
     Ok(c)
 }

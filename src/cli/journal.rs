@@ -114,7 +114,7 @@ pub fn run(cmd: JournalCommand) -> ExitCode {
             (crate::restore::verify::data_dirs(dir).0, Access::Exclusive)
         }
     };
-    match super::data_dir::lock_for_command(&dir, access) {
+    match super::lock_for_command(&dir, access) {
         Ok(_owner) => run_locked(cmd),
         Err(code) => code,
     }
@@ -210,7 +210,7 @@ fn init(dir: Option<PathBuf>, file: Option<PathBuf>, g: GeometryArgs, quiet: boo
         }
     };
     let dir = dir.unwrap_or_else(|| config.data.dir.join("journal"));
-    let _owner = match super::data_dir::lock_for_command(&dir, Access::Exclusive) {
+    let _owner = match super::lock_for_command(&dir, Access::Exclusive) {
         Ok(lock) => lock,
         Err(code) => return code,
     };

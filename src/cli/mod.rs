@@ -1,9 +1,9 @@
-//! The `walrus` command: `serve` runs the proxy; `status`, `checkpoint` and `backup` ask a
-//! running walrus (over its metrics endpoint, [`http_client`]); `verify` checks a data
-//! directory offline; `restore` restores one to a point in time; `archive` lists, restores
-//! from and verifies the archive; `journal` maintains the journal; `config` checks a
-//! configuration
-//! file; `completions` and `man` document the command itself.
+//! The `walrus` command: `serve` runs the daemon ([`crate::daemon`]); `status`,
+//! `checkpoint` and `backup` ask a running walrus (over its metrics endpoint,
+//! [`http_client`]); `verify` checks a data directory offline; `restore` restores one to a
+//! point in time; `archive` lists, restores from and verifies the archive; `journal`
+//! maintains the journal; `config` checks a configuration file; `completions` and `man`
+//! document the command itself.
 //!
 //! Exit codes, one rule for every command: 0 done; 1 failed, and the same command may
 //! succeed later (Valkey not reachable yet, an I/O error, a busy lock: another walrus owns
@@ -17,13 +17,8 @@
 mod admin;
 mod archive;
 mod config;
-mod data_dir;
-mod durable;
-mod fds;
 mod http_client;
 pub mod journal;
-mod learn;
-mod listeners;
 mod manual;
 mod restore;
 mod serve;
@@ -31,29 +26,19 @@ mod status;
 mod verify;
 
 use crate::config::ConfigError;
+use crate::daemon::data_dir::{lock, of_journal};
+use crate::daemon::{Fatal, VERSION};
+use crate::journal::lock::{Access, DirLock};
 use crate::journal::JournalError;
 use crate::net::tls::TlsError;
 use clap::{Args, Parser, Subcommand};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// Exit code: trying again may succeed.
 pub const EXIT_RETRY: u8 = 1;
 /// Exit code: a person must act first (see the module's doc).
 pub const EXIT_FIX: u8 = 2;
-
-/// The version `--version` prints and the log's first line names: the package's, and the
-/// commit it was built from (build.rs; "unknown" outside a git checkout), and whether the
-/// build has fail points ([`crate::fault`]: a test build).
-#[cfg(not(feature = "failpoints"))]
-pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("WALRUS_COMMIT"), ")");
-#[cfg(feature = "failpoints")]
-pub const VERSION: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (",
-    env!("WALRUS_COMMIT"),
-    ", with fail points: a test build)"
-);
 
 /// The exit code for an error that reached the top: [`EXIT_FIX`] when it, or any error it
 /// wraps, is one a person must fix; otherwise [`EXIT_RETRY`]. A configuration or password
@@ -121,10 +106,19 @@ fn exit_code(e: &(dyn std::error::Error + 'static)) -> ExitCode {
     ExitCode::from(EXIT_RETRY)
 }
 
-/// The CLI's error: why walrus cannot start or go on. Every layer below has its own type
-/// (`JournalError`, `UpstreamError`, `Refusal`, ...); here they meet, are printed for the
-/// operator, and the process exits with [`exit_code`]'s code.
-type Fatal = Box<dyn std::error::Error + Send + Sync>;
+/// [`lock`](crate::daemon::data_dir::lock) for an offline command on `journal_dir`: its data directory's, if it belongs to
+/// one that exists (a command on a directory that does not exist says so itself, and
+/// creates nothing). A refusal is printed, and its exit code returned.
+fn lock_for_command(journal_dir: &Path, access: Access) -> Result<Option<DirLock>, ExitCode> {
+    of_journal(journal_dir)
+        .filter(|d| d.is_dir())
+        .map(|d| lock(d, access))
+        .transpose()
+        .map_err(|e| {
+            eprintln!("walrus: {e}");
+            ExitCode::from(EXIT_RETRY)
+        })
+}
 
 /// walrus: a durability proxy for in-memory Valkey.
 ///
@@ -206,7 +200,7 @@ pub fn main() -> ExitCode {
         eprintln!("walrus: {e}");
         return ExitCode::from(EXIT_FIX);
     }
-    data_dir::private_files();
+    crate::daemon::data_dir::private_files();
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve::run(args),

@@ -27,7 +27,7 @@ pub struct VerifyArgs {
 
 pub fn verify(args: VerifyArgs) -> ExitCode {
     let (journal_dir, _) = crate::restore::verify::data_dirs(&args.data_dir);
-    let _reading = match super::data_dir::lock_for_command(&journal_dir, Access::Shared) {
+    let _reading = match super::lock_for_command(&journal_dir, Access::Shared) {
         Ok(lock) => lock,
         Err(code) => return code,
     };

@@ -11,14 +11,10 @@
 
 use super::dirty::Scope;
 use super::Durability;
-use crate::upstream::backoff::Backoff;
+use crate::task::backoff::Backoff;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::mpsc;
-
-const BACKOFF_MIN: Duration = Duration::from_millis(50);
-const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 /// A write registered with the dirty-key map.
 #[derive(Debug)]
@@ -96,7 +92,7 @@ pub async fn resolve_orphans<F, Fut>(
     let orphans_tx = d.orphans.clone();
     while let Some(first) = orphans.recv().await {
         let mut pending = vec![first];
-        let mut backoff = Backoff::new(BACKOFF_MIN, BACKOFF_MAX);
+        let mut backoff = Backoff::default();
         loop {
             while let Ok(o) = orphans.try_recv() {
                 pending.push(o);
@@ -141,6 +137,7 @@ mod tests {
     use crate::durability::Held;
     use bytes::Bytes;
     use std::sync::Mutex;
+    use std::time::Duration;
 
     fn key(k: &str) -> Scope {
         Scope::Keys {

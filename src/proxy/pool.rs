@@ -21,7 +21,7 @@
 
 use super::pipeline::{self, PipelineCtx, PipelinedRequest};
 use crate::config::Credentials;
-use crate::upstream::backoff::Backoff;
+use crate::task::backoff::Backoff;
 use crate::upstream::client::Conn;
 use crate::upstream::Upstream;
 use std::collections::HashMap;
@@ -35,7 +35,6 @@ use tokio::sync::{mpsc, watch};
 /// most `proxy.max_pipeline_requests` pending anyway; this bounds the sum over the clients
 /// sharing a connection.
 const QUEUE_REQUESTS_MAX: usize = 4096;
-const BACKOFF_MIN: Duration = Duration::from_millis(10);
 
 /// Who a pool's connections act for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -212,7 +211,7 @@ async fn supervise(
     backoff_max: Duration,
     first_attempt: watch::Sender<bool>,
 ) {
-    let mut backoff = Backoff::new(BACKOFF_MIN, backoff_max);
+    let mut backoff = Backoff::up_to(backoff_max);
     loop {
         // Bounded as a whole (AUTH and HELLO too): requests wait while the slot connects.
         let up = &ctx.upstream;

@@ -37,12 +37,12 @@ use crate::restore::decide::{decide, Decision, HeldHistory};
 use crate::restore::in_place::{self, Route};
 use crate::restore::primary::Finish;
 use crate::restore::{self, Holding, RestoreError};
-use crate::upstream::backoff::Backoff;
+use crate::task::backoff::Backoff;
+use crate::task::AbortOnDrop;
 use crate::upstream::client::{Conn, UpstreamError};
 use crate::upstream::Upstream;
 use crate::valkey::handshake::{ack, handshake, Purpose, SyncStart};
 use crate::valkey::rdb;
-use crate::valkey::task::AbortOnDrop;
 use crate::valkey::view::ValkeyView;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -50,8 +50,6 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::sync::{watch, Notify};
 
-const BACKOFF_MIN: Duration = Duration::from_millis(50);
-const BACKOFF_MAX: Duration = Duration::from_secs(2);
 const READ_CHUNK_BYTES: usize = 256 << 10;
 
 pub struct LinkConfig {
@@ -129,7 +127,7 @@ pub async fn run(
         attached_once: false,
         full_resync: false,
     };
-    let mut backoff = Backoff::new(BACKOFF_MIN, BACKOFF_MAX);
+    let mut backoff = Backoff::default();
     loop {
         if journal.durable().borrow().failed {
             // Nothing can become durable any more; the gate already refuses writes. Staying

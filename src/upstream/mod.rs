@@ -1,12 +1,12 @@
 //! Valkey as walrus sees it: where it is ([`Upstream`]), how to open an authenticated
 //! connection to it ([`client`]), and, in managed mode, the valkey-server child that walrus
 //! runs itself ([`managed`], [`binary`]); which server and RDB format it is ([`server`]);
-//! TLS to it ([`tls`]).
+//! TLS to it ([`tls`]); what its `INFO` says ([`info`]).
 
-pub mod backoff;
 pub mod binary;
 pub mod client;
 pub mod cluster;
+pub mod info;
 pub mod managed;
 pub mod server;
 pub mod settings;

@@ -12,7 +12,8 @@
 //! `FUNCTION DUMP` (Redis OSS 7.0 and every Valkey) ends with a two-byte RDB version, the one
 //! the server writes, which is also the newest it loads.
 
-use super::client::{frame_str, Conn, UpstreamError};
+use super::client::{Conn, UpstreamError};
+use super::info;
 use redis_protocol::resp2::types::OwnedFrame;
 use std::fmt;
 
@@ -33,17 +34,17 @@ pub struct ServerVersion {
 impl ServerVersion {
     /// Asks the server on `conn`.
     pub async fn query(conn: &mut Conn) -> Result<ServerVersion, UpstreamError> {
-        ServerVersion::parse(&info(conn, "server").await?)
+        ServerVersion::parse(&info::section(conn, "server").await?)
     }
 
     /// From `INFO server`: `valkey_version` where the server has one (Valkey also reports a
     /// `redis_version` of 7.2.4 for compatibility), `redis_version` otherwise.
     pub fn parse(info_server: &str) -> Result<ServerVersion, UpstreamError> {
-        match info_field(info_server, "valkey_version") {
+        match info::field(info_server, "valkey_version") {
             Some(v) => ServerVersion::from_number(true, v),
             None => ServerVersion::from_number(
                 false,
-                info_field(info_server, "redis_version")
+                info::field(info_server, "redis_version")
                     .ok_or_else(|| UpstreamError::Decode("INFO server names no version".into()))?,
             ),
         }
@@ -128,29 +129,14 @@ pub fn dump_rdb_version(payload: &[u8]) -> Option<u16> {
     Some(u16::from_le_bytes([payload[n], payload[n + 1]]))
 }
 
-/// One section of the server's INFO, as text.
-/// The value of `name` in an `INFO` section's text (`name:value` lines).
-pub fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
-    info.lines()
-        .find_map(|l| l.trim_end().strip_prefix(name)?.strip_prefix(':'))
-}
-
 /// The Valkey process on `conn` (`run_id`, new at every start): a connection that reaches
 /// another process than the one the journal follows must not serve in its name.
 pub async fn run_id(conn: &mut Conn) -> Result<String, UpstreamError> {
-    run_id_of(&info(conn, "server").await?)
+    run_id_of(&info::section(conn, "server").await?)
 }
 
 pub fn run_id_of(info_server: &str) -> Result<String, UpstreamError> {
-    info_field(info_server, "run_id")
-        .map(str::to_string)
-        .ok_or_else(|| UpstreamError::Decode("INFO server has no run_id".into()))
-}
-
-pub async fn info(conn: &mut Conn, section: &str) -> Result<String, UpstreamError> {
-    let reply = conn.call(["INFO", section]).await?;
-    frame_str(&reply)
-        .ok_or_else(|| UpstreamError::Decode(format!("unexpected INFO reply: {reply:?}")))
+    info::required(info_server, "server", "run_id").map(str::to_string)
 }
 
 #[cfg(test)]

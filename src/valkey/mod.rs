@@ -8,7 +8,6 @@
 //! - [`role`]: Valkey's replication offset from `ROLE`, on a client's connection or
 //!   walrus's own ([`role::OffsetOracle`]).
 //! - [`view`]: what `INFO` says about a Valkey ([`view::ValkeyView`]).
-//! - [`task`]: guards for the helper tasks these conversations start.
 //!
 //! Nothing here imports anything above `upstream`, `resp` and `config`.
 
@@ -16,5 +15,4 @@ pub mod handshake;
 pub mod process;
 pub mod rdb;
 pub mod role;
-pub mod task;
 pub mod view;

@@ -3,7 +3,8 @@
 //! with the Valkey it finds ([`crate::restore::decide`]).
 
 use crate::upstream::client::{Conn, UpstreamError};
-use crate::upstream::server::{info, info_field, run_id_of, ServerVersion};
+use crate::upstream::info;
+use crate::upstream::server::{run_id_of, ServerVersion};
 
 /// Valkey's version, replication state and dataset size, from `INFO server`, `INFO
 /// replication` and `INFO keyspace`.
@@ -24,9 +25,9 @@ pub struct ValkeyView {
 
 impl ValkeyView {
     pub async fn query(conn: &mut Conn) -> Result<ValkeyView, UpstreamError> {
-        let server = info(conn, "server").await?;
-        let repl = info(conn, "replication").await?;
-        let keyspace = info(conn, "keyspace").await?;
+        let server = info::section(conn, "server").await?;
+        let repl = info::section(conn, "replication").await?;
+        let keyspace = info::section(conn, "keyspace").await?;
         ValkeyView::parse(&server, &repl, &keyspace)
     }
 
@@ -35,28 +36,8 @@ impl ValkeyView {
         replication: &str,
         keyspace: &str,
     ) -> Result<ValkeyView, UpstreamError> {
-        let field = |name: &str| {
-            info_field(replication, name)
-                .ok_or_else(|| UpstreamError::Decode(format!("INFO replication has no {name}")))
-        };
-        let num = |name: &str| -> Result<i64, UpstreamError> {
-            field(name)?
-                .parse()
-                .map_err(|_| UpstreamError::Decode(format!("INFO replication: bad {name}")))
-        };
-        // Each database line: `db0:keys=12,expires=0,avg_ttl=0`.
-        let keys = keyspace
-            .lines()
-            .filter(|l| l.starts_with("db"))
-            .filter_map(|l| {
-                l.split(':')
-                    .nth(1)?
-                    .split(',')
-                    .next()?
-                    .strip_prefix("keys=")
-            })
-            .map(|n| n.trim().parse::<u64>().unwrap_or(u64::MAX))
-            .fold(0u64, u64::saturating_add);
+        let field = |name: &str| info::required(replication, "replication", name);
+        let num = |name: &str| info::number::<i64>(replication, "replication", name);
         Ok(ValkeyView {
             version: ServerVersion::parse(server)?,
             run_id: run_id_of(server)?,
@@ -65,7 +46,7 @@ impl ValkeyView {
             replid2: field("master_replid2")?.to_string(),
             second_offset: num("second_repl_offset")?,
             offset: num("master_repl_offset")?.max(0) as u64,
-            keys,
+            keys: info::keys(keyspace),
         })
     }
 

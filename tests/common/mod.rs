@@ -931,10 +931,7 @@ impl Twins {
 /// section does not list it.
 pub fn info_field(c: &mut Raw, section: &str, field: &str) -> Option<String> {
     let text = String::from_utf8(c.cmd(&["INFO", section])).unwrap();
-    let value = text
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?;
-    Some(value.trim().to_string())
+    walrus::upstream::info::field(&text, field).map(str::to_string)
 }
 
 /// The managed Valkey behind the walrus at `addr`, as [`Raw::connect`] names it: its Unix

@@ -38,13 +38,12 @@ use writer::writer;
 use super::pushes::PushSender;
 use crate::durability::{dirty::Scope, Durability, Held, Refusal, ReplyTx, WriteMark};
 use crate::resp::write;
-use crate::upstream::backoff::Backoff;
+use crate::task::backoff::Backoff;
 use crate::upstream::client::{Conn, ConnParts, UpstreamError};
 use crate::upstream::Upstream;
 use crate::valkey::role::{client_name, ClientName, Closing, OffsetOracle};
 use bytes::Bytes;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// How a reply is released.
@@ -191,10 +190,6 @@ pub async fn run(
     result
 }
 
-/// Waits between asking Valkey to close a broken connection.
-const CLOSE_RETRY_MIN: Duration = Duration::from_millis(50);
-const CLOSE_RETRY_MAX: Duration = Duration::from_secs(2);
-
 /// A broken connection whose writes' outcome is unknown.
 struct Lost {
     ctx: Arc<PipelineCtx>,
@@ -219,7 +214,7 @@ impl Lost {
         let why = lost_reply();
         if !self.close().await {
             d.abandon_batch(std::mem::take(&mut awaiting), Vec::new(), why.clone(), None);
-            let mut backoff = Backoff::new(CLOSE_RETRY_MIN, CLOSE_RETRY_MAX);
+            let mut backoff = Backoff::default();
             while !self.close().await {
                 tokio::time::sleep(backoff.advance()).await;
             }

@@ -8,6 +8,7 @@ use super::peers;
 use super::ClusterNode;
 use crate::config::Peer;
 use crate::metrics::{CLUSTER_NODE_INFO, CLUSTER_SLOTS, CLUSTER_STATE_OK};
+use crate::upstream::info;
 use crate::upstream::server::ServerVersion;
 use crate::upstream::Upstream;
 use std::sync::{Arc, Mutex};
@@ -43,10 +44,7 @@ impl NodeStatus {
         Ok(NodeStatus {
             id: text(&["CLUSTER", "MYID"]).await?,
             shard: text(&["CLUSTER", "MYSHARDID"]).await?,
-            ok: text(&["CLUSTER", "INFO"])
-                .await?
-                .lines()
-                .any(|l| l.trim_end() == "cluster_state:ok"),
+            ok: info::field(&text(&["CLUSTER", "INFO"]).await?, "cluster_state") == Some("ok"),
             nodes: text(&["CLUSTER", "NODES"]).await?,
         })
     }

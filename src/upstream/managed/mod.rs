@@ -10,9 +10,9 @@
 //! `PR_SET_PDEATHSIG` makes the kernel kill it if walrus itself is killed, so no orphan ever
 //! holds the socket (or, in cluster mode, the bus port).
 
-use super::backoff::Backoff;
 use super::client::UpstreamError;
 use super::cluster::ClusterNode;
+use crate::task::backoff::Backoff;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -26,7 +26,6 @@ use tokio::task::JoinHandle;
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// Grace period between SIGTERM and SIGKILL on shutdown.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
-const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 /// Called when the child dies, before it is restarted.
 pub type OnDeath = Arc<dyn Fn() + Send + Sync>;
@@ -366,7 +365,7 @@ async fn supervise(
         mut reload,
         started,
     } = control;
-    let mut backoff = Backoff::new(Duration::from_millis(100), RESTART_BACKOFF_MAX);
+    let mut backoff = Backoff::default();
     loop {
         tokio::select! {
             Some(r) = reload.recv() => {

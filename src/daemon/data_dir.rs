@@ -1,7 +1,8 @@
 //! The data directory is walrus's user's alone: the journal and the checkpoints hold the
 //! dataset, and a restore trusts that no other user can read it ([`crate::restore`]'s
 //! listener lets processes of walrus's own user through). And it is one walrus's at a time:
-//! `serve` and the offline commands take its lock ([`lock`]) before anything else.
+//! `serve` and the offline commands ([`crate::cli`]) take its lock ([`lock`]) before
+//! anything else.
 
 use crate::journal::lock::{Access, DirLock};
 use crate::journal::manifest::create_dir_durably;
@@ -50,23 +51,6 @@ pub fn of_journal(journal_dir: &Path) -> Option<&Path> {
 pub fn own(dir: &Path) -> Result<DirLock, String> {
     create_dir_durably(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     lock(dir, Access::Exclusive)
-}
-
-/// [`lock`] for an offline command on `journal_dir`: its data directory's, if it belongs to
-/// one that exists (a command on a directory that does not exist says so itself, and
-/// creates nothing). A refusal is printed, and its exit code returned.
-pub fn lock_for_command(
-    journal_dir: &Path,
-    access: Access,
-) -> Result<Option<DirLock>, std::process::ExitCode> {
-    of_journal(journal_dir)
-        .filter(|d| d.is_dir())
-        .map(|d| lock(d, access))
-        .transpose()
-        .map_err(|e| {
-            eprintln!("walrus: {e}");
-            std::process::ExitCode::from(super::EXIT_RETRY)
-        })
 }
 
 /// What walrus creates is its user's alone, whatever the umask it was started with (022

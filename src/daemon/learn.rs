@@ -4,7 +4,7 @@
 use super::Fatal;
 use crate::commands::CommandTable;
 use crate::config::Config;
-use crate::upstream::backoff::Backoff;
+use crate::task::backoff::Backoff;
 use crate::upstream::client::{frame_int, Conn, UpstreamError};
 use crate::upstream::cluster::{self, ClusterNode};
 use crate::upstream::server::ServerVersion;
@@ -85,7 +85,7 @@ pub(super) async fn learn_upstream(
     up: &Upstream,
     backoff_max: Duration,
 ) -> Result<(CommandTable, u32, ServerVersion), Fatal> {
-    let mut backoff = Backoff::new(Duration::from_millis(50), backoff_max);
+    let mut backoff = Backoff::up_to(backoff_max);
     loop {
         match try_learn(up).await {
             Ok(r) => return Ok(r),
