@@ -117,11 +117,39 @@ fn a_disk_filled_by_other_data_refuses_writes_then_resumes() {
         200,
         "reads are served: still ready"
     );
+    // /status and `walrus status` say that writes are refused, and why.
+    let status = |c: &[&str]| {
+        let out = std::process::Command::new(walrus_bin())
+            .args(c)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let (_, json) = http_get(&metrics, "/status");
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(
+        json["writes_refused"].as_str().is_some_and(
+            |w| w.starts_with("MISCONF walrus: writes are refused: the journal's file system")
+        ),
+        "{json}"
+    );
+    let text = status(&["status", "--metrics", &metrics]);
+    assert!(
+        text.lines()
+            .any(|l| l.contains("writes") && l.contains("refused: MISCONF")),
+        "{text}"
+    );
 
     std::fs::remove_file(filler).unwrap();
     w.proc.wait_line("disk watermark cleared", START_TIMEOUT);
     let (_, body) = http_get(&metrics, "/metrics");
     assert!(body.contains("walrus_disk_watermark_reached 0"), "{body}");
+    let (_, json) = http_get(&metrics, "/status");
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(json["writes_refused"].is_null(), "{json}");
+    assert!(status(&["status", "--metrics", &metrics])
+        .lines()
+        .any(|l| l.contains("writes") && l.ends_with("accepted")),);
     assert_eq!(c.cmd(&["SET", "after", "1"]), OK);
     check(&mut c, &model);
 }

@@ -136,6 +136,12 @@ impl Durability {
         self.lock().status.clone()
     }
 
+    /// What a write arriving now would be refused with (`None`: admitted), for `/status`:
+    /// not counted as a refusal.
+    pub fn write_refusal(&self) -> Option<Refusal> {
+        self.lock().write_refusal()
+    }
+
     /// Waits until a write may be sent: attached, and pending bytes and held memory under
     /// their bounds. Returns the refusal reply when writes are refused instead.
     pub async fn write_room(&self) -> Result<(), Refusal> {
@@ -541,13 +547,21 @@ impl Durability {
 impl State {
     /// Whether a new write may be sent to Valkey now; `Err` is the refusal.
     fn admit_write(&self) -> Result<(), Refusal> {
+        match self.write_refusal() {
+            None => Ok(()),
+            Some(why) => Err(why.count()),
+        }
+    }
+
+    /// What a write arriving now is refused with (`None`: it is admitted).
+    fn write_refusal(&self) -> Option<Refusal> {
         match (
             &self.status,
             self.blocked.as_ref().or(self.archive_blocked.as_ref()),
         ) {
-            (Status::Attached, None) => Ok(()),
-            (Status::Attached, Some(why)) => Err(why.clone().count()),
-            (status, _) => Err(Refusal::of(status).count()),
+            (Status::Attached, None) => None,
+            (Status::Attached, Some(why)) => Some(why.clone()),
+            (status, _) => Some(Refusal::of(status)),
         }
     }
 

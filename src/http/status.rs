@@ -70,6 +70,9 @@ pub struct Status {
     /// How long a restore would take now (the checkpointer's estimate).
     pub restore_estimate_seconds: f64,
     pub disk_watermark_reached: bool,
+    /// Why a new write is refused now, Valkey's error text as a client gets it (null:
+    /// writes are accepted). Reads go on meanwhile, so `/readyz` stays ready.
+    pub writes_refused: Option<String>,
     /// `archive.url` (null: no archive).
     pub archive_url: Option<String>,
     /// How long the oldest durable entry not in the archive has waited (0: caught up).
@@ -118,6 +121,7 @@ impl Sources {
         let Some(d) = self.durable.get() else {
             return s;
         };
+        s.writes_refused = d.gate.write_refusal().map(|r| r.to_string());
         let link = d.gate.status();
         s.attached = link == Link::Attached;
         s.link = match link {
@@ -261,6 +265,15 @@ impl Status {
                     "none running; one would take about {:.1} s",
                     self.restore_estimate_seconds
                 )
+            },
+        );
+        line(
+            "writes",
+            match &self.writes_refused {
+                Some(why) => format!("refused: {why}"),
+                None if self.link == "starting" => "-".into(),
+                None if self.durability => "accepted".into(),
+                None => "accepted (durability off)".into(),
             },
         );
         line(
