@@ -11,7 +11,7 @@
 //! With a point in time (`--until TIME | --until-offset N | --before-command CMD`), the
 //! restore starts from the newest restore point the cut can be made after (its checkpoint at
 //! or before the cut), and the stream after it stops at the cut: decided and applied by the
-//! functions a local point-in-time restore uses ([`crate::restore::pitr`]).
+//! functions a local point-in-time restore uses ([`crate::datadir::pitr`]).
 //!
 //! Also here: `walrus archive list` (the restore points) and `walrus archive verify`, the
 //! restore drill: a restore into a scratch directory, checked as `walrus verify` checks a
@@ -23,12 +23,12 @@ use super::store::Store;
 use super::timeline::{self, Cover};
 use super::ArchiveError;
 use crate::checkpoint::store::{Checkpoint, Store as LocalStore, CHECKPOINT_FILE};
+use crate::datadir::backup;
+use crate::datadir::chain::{self, ChainError};
+use crate::datadir::pitr::{self, Cut, Until};
+use crate::datadir::DataDirError;
 use crate::journal::reader::ReplayEntry;
 use crate::journal::JournalError;
-use crate::restore::backup;
-use crate::restore::chain::{self, ChainError};
-use crate::restore::pitr::{self, Cut, Until};
-use crate::restore::RestoreError;
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
@@ -166,7 +166,7 @@ pub async fn plan(store: &Store, until: &Until) -> Result<Plan, ArchiveError> {
                 plan.cut = Some(cut);
                 return Ok(plan);
             }
-            Err(RestoreError::Refused(why)) => refusals.push(format!(
+            Err(DataDirError::Refused(why)) => refusals.push(format!(
                 "from timeline {} offset {}: {why}",
                 plan.point.timeline, plan.point.offset
             )),
@@ -403,7 +403,7 @@ pub async fn verify(
     store: &Store,
     scratch: &Path,
     geometry: (u64, u32),
-) -> Result<(Restored, crate::restore::verify::Verified), ArchiveError> {
+) -> Result<(Restored, crate::datadir::verify::Verified), ArchiveError> {
     let plan = latest(store)
         .await?
         .ok_or_else(|| ArchiveError::Config(format!("{} has no restore point yet", store.url())))?;
@@ -414,7 +414,7 @@ pub async fn verify(
         let restored = restore(store, plan, &dir, geometry).await?;
         let d = dir.clone();
         let verified =
-            tokio::task::spawn_blocking(move || crate::restore::verify::verify_data_dir(&d, None))
+            tokio::task::spawn_blocking(move || crate::datadir::verify::verify_data_dir(&d, None))
                 .await
                 .map_err(|e| ArchiveError::Local(e.to_string()))?
                 .map_err(|e| ArchiveError::Corrupt(e.to_string()))?;

@@ -153,7 +153,7 @@ impl Planner {
 
 /// The journal a restore from `recorded` replays after its RDB: from the checkpoint's offset
 /// to the durable end, in replication offsets, which run on through the chain's histories
-/// (`crate::restore::chain`), so no file is read. A durable end before the checkpoint's
+/// (`crate::datadir::chain`), so no file is read. A durable end before the checkpoint's
 /// first entry is another history's offset: nothing of the journal to replay yet.
 fn replayed(recorded: Option<Extent>, durable: Durable) -> u64 {
     recorded

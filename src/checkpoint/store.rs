@@ -18,7 +18,7 @@
 //! with the data directory's identity (the journal's: [`DataDirId`]); every record keeps it.
 //! So a data directory always has one, and one that is missing is lost, never "no checkpoint
 //! yet"; and one copied in from another data directory is told apart
-//! (`crate::restore::data_dir` decides what a data directory holds before any of it is
+//! (`crate::datadir::parts` decides what a data directory holds before any of it is
 //! opened).
 
 use crate::journal::manifest::{create_dir_durably, replace_file, seal, unseal, DataDirId};
@@ -185,7 +185,7 @@ impl Store {
     /// `*.tmp` files, and RDBs the manifest does not name (stored, but the crash came before
     /// they were recorded, or recorded over before they were deleted). An RDB is deleted
     /// only on a manifest's word: with no manifest, one is an error, and a manifest of
-    /// another data directory is one too (`crate::restore::data_dir` refuses both first,
+    /// another data directory is one too (`crate::datadir::parts` refuses both first,
     /// saying why and what to do); a manifest whose own RDB is gone removes none.
     pub fn open(dir: &Path, data_dir_id: &DataDirId) -> Result<Store, StoreError> {
         let io = |source| StoreError::Io {

@@ -88,10 +88,10 @@ pub struct LinkConfig {
 /// A request to rewind Valkey in place ([`crate::restore::rewind::in_place`]), answered with
 /// what was done or why not.
 pub struct Rewind {
-    pub until: crate::restore::pitr::Until,
+    pub until: crate::datadir::pitr::Until,
     /// Where the present is kept (absolute, new or empty).
     pub way_back: std::path::PathBuf,
-    pub backups: Arc<crate::restore::backup::Backups>,
+    pub backups: Arc<crate::datadir::backup::Backups>,
     pub reply: tokio::sync::oneshot::Sender<Result<String, RestoreError>>,
 }
 

@@ -4,7 +4,7 @@
 //! (`--before-command FLUSHALL`). [`find_cut`] decides where; [`through`] hands over the
 //! journal's entries up to there, the last one cut short, for [`super::chain`] to walk as
 //! it walks any chain. What a local data directory holds is cut so by `walrus restore`
-//! ([`super::rewind`]); an archive's restore points are cut by the same two functions.
+//! ([`dir`]); an archive's restore points are cut by the same two functions.
 //!
 //! A cut falls between commands, never inside one, and never inside a transaction (MULTI ...
 //! EXEC, which is also how Valkey propagates a script's effects): what a replay applies
@@ -23,9 +23,11 @@
 //!   `occurrence` counts further back (1: the newest). The newest is what an operator
 //!   undoes first: the FLUSHALL just run by mistake, whatever earlier ones the data holds.
 
+pub mod dir;
+
 use super::chain::{self, ChainEnd, Slice};
 use super::commands::{Command, Commands};
-use super::RestoreError;
+use super::DataDirError;
 use crate::checkpoint::store::Checkpoint;
 use crate::journal::reader::ReplayEntry;
 use crate::journal::JournalError;
@@ -256,13 +258,13 @@ impl std::fmt::Display for Cut {
 
 /// Decides where `until` cuts the stream of `cp` and `entries` (the journal from the
 /// checkpoint's `from_lsn` on, or before it), reading them all once (blocking when they come
-/// from files). A cut that cannot be made as asked is [`RestoreError::Refused`], saying why
+/// from files). A cut that cannot be made as asked is [`DataDirError::Refused`], saying why
 /// and what the data holds; a damaged or broken chain is the chain's error.
 pub fn find_cut(
     cp: &Checkpoint,
     entries: impl Iterator<Item = Result<ReplayEntry, JournalError>>,
     until: &Until,
-) -> Result<Cut, RestoreError> {
+) -> Result<Cut, DataDirError> {
     let mut finder = Finder::new(cp, until);
     let held = InCheckpoint::default();
     let entries = entries.inspect(|e| {
@@ -279,10 +281,10 @@ pub fn find_cut(
         })
     });
     if let Some(why) = failure {
-        return Err(RestoreError::Other(why));
+        return Err(DataDirError::Failed(why));
     }
     let end = end?;
-    finder.commands.finish().map_err(RestoreError::Other)?;
+    finder.commands.finish().map_err(DataDirError::Failed)?;
     finder.finish(end, held.latest())
 }
 
@@ -490,8 +492,8 @@ impl<'a> Finder<'a> {
         }
     }
 
-    fn finish(self, end: ChainEnd, covered_max: Option<u64>) -> Result<Cut, RestoreError> {
-        let refused = |why: String| RestoreError::Refused(why);
+    fn finish(self, end: ChainEnd, covered_max: Option<u64>) -> Result<Cut, DataDirError> {
+        let refused = |why: String| DataDirError::Refused(why);
         if let Some(why) = self.refusal {
             return Err(refused(why));
         }

@@ -27,6 +27,7 @@
 
 use super::chain::{self, ChainError};
 use super::pitr::Cut;
+use super::DataDirError;
 use crate::checkpoint::store::{Checkpoint, Recorded, Store, CHECKPOINT_FILE};
 use crate::checkpoint::{CheckpointError, Pin, Request};
 use crate::journal::lock::{Access, DirLock};
@@ -36,20 +37,7 @@ use crate::journal::{Entry, IoBackendChoice, Journal, JournalConfig, JournalErro
 use crate::journal::{ReplayEntry, ReplayFrom};
 use std::path::{Path, PathBuf};
 
-/// Why a backup did not happen.
-#[derive(Debug, thiserror::Error)]
-pub enum BackupError {
-    /// The request cannot work as given (a target that is not empty, inside walrus's own
-    /// directories, on a file system without room): a person must change it.
-    #[error("{0}")]
-    Refused(String),
-    /// It failed or gave up (an I/O error, walrus stopping, the ring wanting room, another
-    /// backup running); the same request may succeed later.
-    #[error("{0}")]
-    Failed(String),
-}
-
-use BackupError::{Failed, Refused};
+use DataDirError::{Failed, Refused};
 
 /// What a backup copied.
 #[derive(Debug, Clone)]
@@ -111,18 +99,18 @@ pub struct Backups {
 impl Backups {
     /// Takes a checkpoint, then copies it and the journal after it into `to` (absolute, new
     /// or empty).
-    pub async fn take(&self, to: PathBuf) -> Result<Summary, BackupError> {
+    pub async fn take(&self, to: PathBuf) -> Result<Summary, DataDirError> {
         self.copy(to, true).await
     }
 
     /// Copies the recorded checkpoint and the whole journal after it into `to`, taking no new
     /// checkpoint: what an in-place rewind starts from, and its way back
-    /// ([`super::rewind`]). The journal must be settled, with no write coming.
-    pub async fn keep(&self, to: PathBuf) -> Result<Summary, BackupError> {
+    /// (`crate::restore::rewind`). The journal must be settled, with no write coming.
+    pub async fn keep(&self, to: PathBuf) -> Result<Summary, DataDirError> {
         self.copy(to, false).await
     }
 
-    async fn copy(&self, to: PathBuf, checkpoint_first: bool) -> Result<Summary, BackupError> {
+    async fn copy(&self, to: PathBuf, checkpoint_first: bool) -> Result<Summary, DataDirError> {
         let _one = self.running.try_lock().map_err(|_| {
             Failed("another backup is running; wait for it to finish (one at a time)".into())
         })?;
@@ -205,7 +193,7 @@ impl Backups {
     }
 
     /// A checkpoint before a backup, so that the copy holds little journal.
-    async fn checkpoint_first(&self, target: &Target) -> Result<(), BackupError> {
+    async fn checkpoint_first(&self, target: &Target) -> Result<(), DataDirError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.checkpoint
             .send(tx)
@@ -318,7 +306,7 @@ impl Target {
     /// rename onto it, on one file system), without `.` or `..`, and not inside one of
     /// walrus's `live` directories once symlinks above it are resolved. Nothing is created
     /// before these checks pass.
-    fn prepare(to: &Path, live: &[PathBuf]) -> Result<Target, BackupError> {
+    fn prepare(to: &Path, live: &[PathBuf]) -> Result<Target, DataDirError> {
         use std::os::unix::fs::MetadataExt;
         let refused = |why: &str| Refused(format!("{}: {why}", to.display()));
         let dotted = to
@@ -410,7 +398,7 @@ impl Target {
         need: u64,
         live: &[PathBuf],
         high_watermark: Option<(f64, u64)>,
-    ) -> Result<(), BackupError> {
+    ) -> Result<(), DataDirError> {
         use std::os::unix::fs::MetadataExt;
         let usage = crate::disk::Usage::of(&self.staging).map_err(|e| {
             Failed(format!(
@@ -447,7 +435,7 @@ impl Target {
     }
 
     /// Removes what was written, and returns `why`.
-    fn abandon(&self, why: BackupError) -> BackupError {
+    fn abandon(&self, why: DataDirError) -> DataDirError {
         let _ = std::fs::remove_dir_all(&self.staging);
         why
     }
@@ -464,7 +452,7 @@ impl Target {
         runtime: &tokio::runtime::Handle,
         give_up: &dyn Fn() -> Option<String>,
         cut: Option<&Cut>,
-    ) -> Result<Summary, BackupError> {
+    ) -> Result<Summary, DataDirError> {
         let copied = copy_into(
             read,
             store,
@@ -509,7 +497,7 @@ pub fn offline(
     from: &Path,
     to: &Path,
     geometry: (Option<u64>, Option<u32>),
-) -> Result<Summary, BackupError> {
+) -> Result<Summary, DataDirError> {
     let stopped = Stopped::of(from, geometry)?;
     // The journal's lock first: against a running walrus nothing is touched, not even a
     // staging directory its own backup may be writing.
@@ -543,14 +531,11 @@ pub(super) struct Stopped {
 }
 
 impl Stopped {
-    /// `from`'s parts, which must prove what it holds ([`super::data_dir::check`]); the
+    /// `from`'s parts, which must prove what it holds ([`super::parts::check`]); the
     /// copy's ring is `geometry` (`from`'s where not given).
-    pub fn of(from: &Path, geometry: (Option<u64>, Option<u32>)) -> Result<Stopped, BackupError> {
-        let (journal_dir, cp_dir) = super::verify::data_dirs(from);
-        super::data_dir::check(&journal_dir, &cp_dir, None).map_err(|e| match e {
-            super::RestoreError::Refused(why) => Refused(why),
-            e => Failed(e.to_string()),
-        })?;
+    pub fn of(from: &Path, geometry: (Option<u64>, Option<u32>)) -> Result<Stopped, DataDirError> {
+        let (journal_dir, cp_dir) = super::data_dirs(from);
+        super::parts::check(&journal_dir, &cp_dir, None)?;
         let manifest = Manifest::load(&journal_dir)
             .map_err(|e| Refused(e.to_string()))?
             .ok_or_else(|| Refused(format!("no journal in {}", journal_dir.display())))?;
@@ -568,7 +553,7 @@ impl Stopped {
 
     /// Copies the checkpoint and the journal after it, read through `read`, up to `cut`
     /// (all of it: `None`), into the new data directory `to` (blocking).
-    pub fn copy(&self, read: &Read, to: &Path, cut: Option<&Cut>) -> Result<Summary, BackupError> {
+    pub fn copy(&self, read: &Read, to: &Path, cut: Option<&Cut>) -> Result<Summary, DataDirError> {
         let live = [self.journal_dir.clone(), self.cp_dir.clone()];
         let geometry = self.geometry;
         Target::prepare(to, &live).and_then(|target| {
@@ -602,7 +587,7 @@ impl Stopped {
 }
 
 /// Where a copy reads the journal after the checkpoint.
-pub(super) enum Read<'a> {
+pub enum Read<'a> {
     /// A journal open for writing (a running walrus's): its durable entries.
     Open(&'a Journal),
     /// A journal directory as it is, opened by no one: read only.
@@ -610,7 +595,7 @@ pub(super) enum Read<'a> {
 }
 
 /// Entries read from a journal.
-pub(super) type Entries<'a> = Box<dyn Iterator<Item = Result<ReplayEntry, JournalError>> + 'a>;
+pub type Entries<'a> = Box<dyn Iterator<Item = Result<ReplayEntry, JournalError>> + 'a>;
 
 impl<'a> Read<'a> {
     /// The entries from `from_lsn` on; of a directory, only once its log proves clean (mid-log
@@ -643,7 +628,7 @@ fn copy_into(
     runtime: &tokio::runtime::Handle,
     give_up: &dyn Fn() -> Option<String>,
     cut: Option<&Cut>,
-) -> Result<Summary, BackupError> {
+) -> Result<Summary, DataDirError> {
     let gave_up = |why: String| Failed(format!("the backup gave up: {why}"));
     let (cp, mut rdb) = open_recorded(store).map_err(Failed)?;
     if cut.is_some_and(|c| c.checkpoint != cp) {
@@ -729,7 +714,7 @@ pub(crate) fn append_slice(
     slice: chain::Slice,
     runtime: &tokio::runtime::Handle,
     (segment_size_bytes, segments): (u64, u32),
-) -> Result<(), BackupError> {
+) -> Result<(), DataDirError> {
     let entry = Entry {
         repl_id: slice.repl_id,
         repl_offset_end: slice.end,
@@ -757,7 +742,7 @@ pub(crate) fn record_copy(
     id: crate::journal::manifest::DataDirId,
     closed: Result<crate::journal::Durable, JournalError>,
     entries: u64,
-) -> Result<Checkpoint, BackupError> {
+) -> Result<Checkpoint, DataDirError> {
     let durable = closed.map_err(|e| Failed(format!("closing the copy's journal: {e}")))?;
     if durable.lsn != entries {
         return Err(Failed(format!(
@@ -789,7 +774,7 @@ pub(crate) fn record_copy(
 pub(crate) fn new_journal(
     dir: &Path,
     (segment_size_bytes, segments): (u64, u32),
-) -> Result<Journal, BackupError> {
+) -> Result<Journal, DataDirError> {
     let cfg = JournalConfig {
         io_backend: IoBackendChoice::Sync,
         ..JournalConfig::for_geometry(segment_size_bytes, segments)
@@ -865,7 +850,7 @@ mod tests {
         store: &Store,
         to: &Path,
         give_up: &dyn Fn() -> Option<String>,
-    ) -> Result<Summary, BackupError> {
+    ) -> Result<Summary, DataDirError> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -896,7 +881,7 @@ mod tests {
             (asked.get() > 2).then(|| "walrus is stopping".to_string())
         };
         let e = write(&journal, &store, &to, &give_up).unwrap_err();
-        assert!(matches!(e, BackupError::Failed(_)), "{e}");
+        assert!(matches!(e, DataDirError::Failed(_)), "{e}");
         assert!(e.to_string().contains("walrus is stopping"), "{e}");
         assert!(!to.exists());
         let parent = tmp.path().join("backups");
@@ -922,7 +907,7 @@ mod tests {
         assert_eq!(done.entries, 4, "the entries after the checkpoint's offset");
         assert!(to.join("checkpoints").join(CHECKPOINT_FILE).is_file());
         assert!(!parent.join(".b1.partial").exists());
-        let v = crate::restore::verify::verify_data_dir(&to, None).unwrap();
+        let v = crate::datadir::verify::verify_data_dir(&to, None).unwrap();
         assert_eq!(v.restore.unwrap().chain.entries, 4);
         // A copy whose manifest is missing (a copy by hand, cut short) is no backup.
         std::fs::remove_file(to.join("checkpoints").join(CHECKPOINT_FILE)).unwrap();
@@ -930,7 +915,7 @@ mod tests {
         drop(journal.close());
         let cfg = JournalConfig::small_for_tests(64 * 1024, 4);
         drop(Journal::open(&to.join("journal"), &cfg).unwrap());
-        let e = crate::restore::verify::verify_data_dir(&to, None).unwrap_err();
+        let e = crate::datadir::verify::verify_data_dir(&to, None).unwrap_err();
         assert!(e.to_string().contains("an incomplete copy"), "{e}");
     }
 
@@ -950,7 +935,7 @@ mod tests {
         ] {
             let e = Target::prepare(&to, &live).err().expect("refused");
             assert!(
-                matches!(e, BackupError::Refused(_))
+                matches!(e, DataDirError::Refused(_))
                     && e.to_string().contains("inside walrus's own"),
                 "{}: {e}",
                 to.display()
@@ -973,7 +958,7 @@ mod tests {
         ] {
             let e = Target::prepare(&to, &live).err().expect("refused");
             assert!(
-                matches!(e, BackupError::Refused(_)) && e.to_string().contains(why),
+                matches!(e, DataDirError::Refused(_)) && e.to_string().contains(why),
                 "{}: {e}",
                 to.display()
             );
