@@ -149,7 +149,7 @@ pub async fn plan(store: &Store, until: &Until) -> Result<Plan, ArchiveError> {
         let runtime = tokio::runtime::Handle::current();
         let found = tokio::task::spawn_blocking(move || {
             let failure = RefCell::new(None);
-            let found = pitr::find_cut(
+            let found = pitr::find::find_cut(
                 &cp,
                 object_entries(&store2, &objects, &runtime, &failure),
                 &until2,
@@ -252,8 +252,8 @@ pub async fn restore(
             .map_err(|e| ArchiveError::Local(e.to_string()))?
     };
     checked.map_err(|e| ArchiveError::Corrupt(format!("{}: {e}", p.key)))?;
-    let copy =
-        backup::new_journal(&staging, geometry).map_err(|e| ArchiveError::Local(e.to_string()))?;
+    let copy = backup::copy::new_journal(&staging, geometry)
+        .map_err(|e| ArchiveError::Local(e.to_string()))?;
     let runtime = tokio::runtime::Handle::current();
     let (store2, staging2, cp2, objects, cut) = (
         store.clone(),
@@ -375,7 +375,7 @@ fn write_chain(
     let id = copy.data_dir_id();
     let mut append_failed = None;
     let walked = chain::walk_entries(entries, cp, |slice| {
-        backup::append_slice(&copy, slice, runtime, geometry).map_err(|e| {
+        backup::copy::append_slice(&copy, slice, runtime, geometry).map_err(|e| {
             let text = e.to_string();
             append_failed = Some(e);
             ChainError::Journal(JournalError::InvalidArgument(text))
@@ -392,7 +392,7 @@ fn write_chain(
     if let Some(c) = chain.cut {
         c.reached(&end).map_err(ArchiveError::Corrupt)?;
     }
-    backup::record_copy(dir, cp, id, closed, end.entries)
+    backup::copy::record_copy(dir, cp, id, closed, end.entries)
         .map_err(|e| ArchiveError::Local(e.to_string()))?;
     Ok(end)
 }

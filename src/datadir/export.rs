@@ -71,7 +71,7 @@ pub fn export_aof(
     until: &Until,
 ) -> Result<ExportSummary, DataDirError> {
     let (journal_dir, cp_dir) = super::data_dirs(data_dir);
-    let live = super::backup::live_dir_of(out, &[journal_dir.clone(), cp_dir.clone()])
+    let live = super::backup::target::live_dir_of(out, &[journal_dir.clone(), cp_dir.clone()])
         .map_err(DataDirError::Failed)?;
     if let Some(live) = live {
         return Err(DataDirError::Refused(format!(
@@ -138,7 +138,7 @@ fn export(data_dir: &Path, out: &Path, until: &Until) -> Result<ExportSummary, D
     let replay = || journal.replay(ReplayFrom::Lsn(cp.from_lsn));
     let cut = match until {
         Until::End => None,
-        until => Some(super::pitr::find_cut(&cp, replay()?, until)?),
+        until => Some(super::pitr::find::find_cut(&cp, replay()?, until)?),
     };
     let result = write_atomically(out, |w| {
         let entries = replay().map_err(|e| e.to_string())?;

@@ -33,7 +33,7 @@
 use super::listener::{accept_replica, read_command, OneTimeAuth, Replica};
 use super::Progress;
 use crate::checkpoint::store::{Checkpoint, Store};
-use crate::datadir::backup::Read;
+use crate::datadir::backup::copy::Read;
 use crate::datadir::chain::{self, ChainEnd, ChainError};
 use crate::datadir::messages;
 use crate::datadir::pitr::{through, Point};

@@ -10,7 +10,8 @@
 
 use super::RestoreError;
 use crate::checkpoint::store::Store;
-use crate::datadir::backup::{Backups, Summary};
+use crate::datadir::backup::copy::Summary;
+use crate::datadir::backup::Backups;
 use crate::datadir::pitr::{dir::plan, Cut, Until};
 
 /// What an in-place rewind did: where it cut, and the way back.

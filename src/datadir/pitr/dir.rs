@@ -13,7 +13,8 @@
 
 use super::{Cut, Until};
 use crate::checkpoint::store::Store;
-use crate::datadir::backup::{Read, Stopped, Summary};
+use crate::datadir::backup::copy::{Read, Summary};
+use crate::datadir::backup::Stopped;
 use crate::datadir::DataDirError;
 use std::path::Path;
 
@@ -53,7 +54,7 @@ fn cut(stopped: &Stopped, until: &Until) -> Result<Cut, DataDirError> {
         ))
     })?;
     let entries = Read::Dir(&stopped.journal_dir).entries(cp.from_lsn)?;
-    super::find_cut(&cp, entries, until)
+    super::find::find_cut(&cp, entries, until)
 }
 
 /// Writes what the data directory `from` holds, up to where `until` cuts it, into the new
