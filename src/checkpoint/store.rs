@@ -21,10 +21,10 @@
 //! (`crate::datadir::parts` decides what a data directory holds before any of it is
 //! opened).
 
+use super::rdb_file::{self, StoredRdb};
 use crate::journal::manifest::{create_dir_durably, replace_file, seal, unseal, DataDirId};
 use crate::upstream::server::ServerVersion;
 use crate::valkey::handshake::REPLID_LEN;
-use crate::valkey::rdb::{self, StoredRdb};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -300,7 +300,7 @@ impl Store {
     /// file has, so that a new RDB never replaces the recorded one (two checkpoints with no
     /// write between them share an offset). Only the manifest switches from one to the next.
     /// The name is reserved by creating its temporary file (`.rdb.tmp`, which
-    /// [`rdb::receive`] writes and renames), since the link and a checkpoint may both ask.
+    /// [`rdb_file::receive`] writes and renames), since the link and a checkpoint may both ask.
     pub fn path_for(&self, replid: &str, offset: u64) -> Result<PathBuf, StoreError> {
         for n in 0u64.. {
             let p = match n {
@@ -520,7 +520,7 @@ impl Store {
             path: path.clone(),
             why,
         };
-        let sum = rdb::sum_file(&path).map_err(|e| corrupt(e.to_string()))?;
+        let sum = rdb_file::sum_file(&path).map_err(|e| corrupt(e.to_string()))?;
         if sum.bytes != c.size {
             return Err(corrupt(format!(
                 "{} bytes, the manifest records {}",
@@ -558,7 +558,7 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn rdb_bytes(body: &[u8]) -> Vec<u8> {
-        let mut d = rdb::RdbDigest::default();
+        let mut d = crate::valkey::rdb::RdbDigest::default();
         d.update(body);
         d.update(&[0; 8]);
         let crc = d.finish().unwrap().crc64;
@@ -572,11 +572,11 @@ pub(crate) mod tests {
     pub(crate) fn stored(store: &Store, replid: &str, offset: u64, body: &[u8]) -> StoredRdb {
         let path = store.path_for(replid, offset).unwrap();
         let bytes = rdb_bytes(body);
-        // As `rdb::receive` does: the reserved temporary file becomes the RDB.
+        // As `rdb_file::receive` does: the reserved temporary file becomes the RDB.
         let tmp = path.with_extension("rdb.tmp");
         std::fs::write(&tmp, &bytes).unwrap();
         std::fs::rename(&tmp, &path).unwrap();
-        let sum = rdb::sum_file(&path).unwrap();
+        let sum = rdb_file::sum_file(&path).unwrap();
         StoredRdb {
             path,
             bytes: sum.bytes,

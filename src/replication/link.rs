@@ -28,6 +28,7 @@ use super::stream::StreamFramer;
 use crate::checkpoint::attached::{Attached, HistoryStart};
 use crate::checkpoint::pace::{Pace, Pacer};
 use crate::checkpoint::rates::LearnedRates;
+use crate::checkpoint::rdb_file;
 use crate::checkpoint::store::Store;
 use crate::config::OnConflict;
 use crate::durability::Durability;
@@ -41,7 +42,6 @@ use crate::upstream::backoff::Backoff;
 use crate::upstream::client::{Conn, UpstreamError};
 use crate::upstream::Upstream;
 use crate::valkey::handshake::{ack, handshake, Purpose, SyncStart};
-use crate::valkey::rdb;
 use crate::valkey::task::AbortOnDrop;
 use crate::valkey::view::ValkeyView;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -434,7 +434,7 @@ async fn synchronize(
                     )));
             }
             let dest = cfg.store.path_for(&replid, offset)?;
-            let stored = rdb::receive(&mut conn, &dest, cfg.max_rdb_bytes).await?;
+            let stored = rdb_file::receive(&mut conn, &dest, cfg.max_rdb_bytes).await?;
             let from_lsn = journal.settled().await?;
             let store = cfg.store.clone();
             let (r, s) = (replid.clone(), stored.clone());
