@@ -5,7 +5,7 @@
 //! trigger, or `walrus checkpoint` asks ([`trigger`]), walrus opens a second replica
 //! connection, asks for a full resynchronization (`PSYNC ? -1`), stores the RDB under
 //! `<data>/checkpoints/` ([`rdb_file`]: temp file, fsync, rename, directory fsync), records it in the
-//! checkpoint manifest ([`store`]), and only then releases the journal through the last
+//! checkpoint manifest ([`store`], [`manifest`]), and only then releases the journal through the last
 //! entry that was durable *before* it asked: the RDB was cut later, at a higher offset of the
 //! same replication history (or of the one the link began right after that entry:
 //! [`attached`]), so it contains all of those entries' effects. Older checkpoint
@@ -17,6 +17,7 @@
 //! entry, or that arrived after Valkey was lost, is discarded.
 
 pub mod attached;
+pub mod manifest;
 pub mod pace;
 mod plan;
 pub mod rates;

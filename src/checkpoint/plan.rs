@@ -3,8 +3,9 @@
 //! estimate, and warns once when the budget cannot be met or the ring is smaller than the
 //! sizing rule asks ([`trigger::undersized`]).
 
+use super::manifest::Extent;
 use super::rates::LearnedRates;
-use super::store::{Extent, Store};
+use super::store::Store;
 use super::trigger::{self, Figures, Policy, Reason};
 use crate::journal::{Durable, Journal};
 use std::sync::Arc;

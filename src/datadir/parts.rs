@@ -31,7 +31,8 @@
 //! foreign manifest at once.
 
 use super::DataDirError;
-use crate::checkpoint::store::{Recorded, Store, CHECKPOINT_FILE};
+use crate::checkpoint::manifest::{Recorded, CHECKPOINT_FILE};
+use crate::checkpoint::store::Store;
 use crate::journal::manifest::{DataDirId, Manifest, MANIFEST_FILE};
 use std::path::{Path, PathBuf};
 
@@ -231,7 +232,7 @@ mod tests {
     fn checkpoints(id: Option<DataDirId>, from_lsn: Option<u64>) -> Option<Recorded> {
         Some(Recorded {
             data_dir_id: id,
-            checkpoint: from_lsn.map(|from_lsn| crate::checkpoint::store::Checkpoint {
+            checkpoint: from_lsn.map(|from_lsn| crate::checkpoint::manifest::Checkpoint {
                 file: "c.rdb".into(),
                 replid: "a".repeat(40),
                 offset: 1,

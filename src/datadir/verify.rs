@@ -12,8 +12,9 @@
 
 use super::chain::{self, ChainEnd};
 use super::{data_dirs, parts};
+use crate::checkpoint::manifest::Checkpoint;
 use crate::checkpoint::rates::Rates;
-use crate::checkpoint::store::{Checkpoint, Store};
+use crate::checkpoint::store::Store;
 use crate::journal::manifest::{Manifest, MANIFEST_FILE};
 use crate::journal::open::{replay_dir, scan_dir};
 use crate::journal::recovery::ScanReport;

@@ -24,8 +24,9 @@ pub mod listener;
 pub mod primary;
 pub mod rewind;
 
+use crate::checkpoint::manifest::Checkpoint;
 use crate::checkpoint::rates::LearnedRates;
-use crate::checkpoint::store::{Checkpoint, Store, StoreError};
+use crate::checkpoint::store::{Store, StoreError};
 use crate::datadir::chain::{self, ChainEnd, ChainError};
 use crate::datadir::DataDirError;
 use crate::journal::Journal;

@@ -32,7 +32,8 @@
 
 use super::listener::{accept_replica, read_command, OneTimeAuth, Replica};
 use super::Progress;
-use crate::checkpoint::store::{Checkpoint, Store};
+use crate::checkpoint::manifest::Checkpoint;
+use crate::checkpoint::store::Store;
 use crate::datadir::backup::copy::Read;
 use crate::datadir::chain::{self, ChainEnd, ChainError};
 use crate::datadir::messages;

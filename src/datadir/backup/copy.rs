@@ -5,7 +5,9 @@
 //! data directory from a restore point with the same pieces ([`append_slice`],
 //! [`record_copy`], [`new_journal`]).
 
-use crate::checkpoint::store::{Checkpoint, Recorded, Store, CHECKPOINT_FILE};
+use crate::checkpoint::manifest::{Checkpoint, Recorded, CHECKPOINT_FILE};
+
+use crate::checkpoint::store::Store;
 use crate::datadir::chain::{self, ChainError};
 use crate::datadir::pitr::Cut;
 use crate::datadir::DataDirError::{self, Failed, Refused};

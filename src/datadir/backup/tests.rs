@@ -1,7 +1,8 @@
 use super::copy::{new_journal, Read, Summary};
 use super::target::Target;
+use crate::checkpoint::manifest::CHECKPOINT_FILE;
 use crate::checkpoint::store::tests::stored;
-use crate::checkpoint::store::{Store, CHECKPOINT_FILE};
+use crate::checkpoint::store::Store;
 use crate::datadir::DataDirError;
 use crate::journal::lock::{Access, DirLock};
 use crate::journal::{Entry, Journal, JournalConfig};

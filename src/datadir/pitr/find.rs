@@ -3,7 +3,7 @@
 //! the data can be cut so at all (the module doc of [`super`] says when it cannot).
 
 use super::{time_or_unknown, Cut, Match, Point, Until};
-use crate::checkpoint::store::Checkpoint;
+use crate::checkpoint::manifest::Checkpoint;
 use crate::datadir::chain::{self, ChainEnd, Slice};
 use crate::datadir::commands::{Command, Commands};
 use crate::datadir::DataDirError;

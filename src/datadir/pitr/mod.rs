@@ -28,7 +28,7 @@ pub mod find;
 
 use super::chain::ChainEnd;
 use super::commands::Command;
-use crate::checkpoint::store::Checkpoint;
+use crate::checkpoint::manifest::Checkpoint;
 use crate::journal::reader::ReplayEntry;
 use crate::journal::JournalError;
 use crate::units::time::format_time;
