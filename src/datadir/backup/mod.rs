@@ -219,7 +219,10 @@ impl Stopped {
     /// copy's ring is `geometry` (`from`'s where not given).
     pub fn of(from: &Path, geometry: (Option<u64>, Option<u32>)) -> Result<Stopped, DataDirError> {
         let (journal_dir, cp_dir) = super::data_dirs(from);
-        super::parts::check(&journal_dir, &cp_dir, None)?;
+        super::parts::check(&journal_dir, &cp_dir, None).map_err(|e| match e {
+            Refused(why) => Refused(why),
+            e => Failed(e.to_string()),
+        })?;
         let manifest = Manifest::load(&journal_dir)
             .map_err(|e| Refused(e.to_string()))?
             .ok_or_else(|| Refused(format!("no journal in {}", journal_dir.display())))?;
