@@ -34,6 +34,7 @@ LAYERS = [
     ["durability"],
     ["disk"],
     ["checkpoint"],
+    ["datadir"],
     ["restore"],
     ["archive"],
     ["replication", "proxy"],

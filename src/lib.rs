@@ -24,6 +24,9 @@
 //!   gate that enforces it: held replies, the dirty-key map, backpressure.
 //! - [`disk`]: disk watermarks that refuse new writes before a disk fills.
 //! - [`checkpoint`]: RDB checkpoints that let the ring recycle.
+//! - [`datadir`]: a data directory as files: whether its parts prove what it holds, the chain
+//!   of checkpoint and journal read from it, and what is done with it offline (verified,
+//!   backed up, cut at a point in time, exported as an AOF) or by a running walrus's backups.
 //! - [`restore`]: after any restart, Valkey loaded back from checkpoint and journal; the
 //!   decision table for every attach.
 //! - [`archive`]: checkpoints and the journal copied continuously to object storage, and a
@@ -43,7 +46,8 @@
 //! (for [`valkey`] and [`commands`] too: both speak to Valkey), [`durability::Refusal`]
 //! (what a refused or failed reply says, rendered to RESP in one place), [`disk::DiskError`],
 //! [`checkpoint::CheckpointError`] (with [`checkpoint::store::StoreError`]),
-//! [`restore::RestoreError`], [`archive::ArchiveError`], [`replication::link::LinkError`]; the proxy's error is the
+//! [`datadir::DataDirError`] (with [`datadir::chain::ChainError`] and
+//! [`datadir::verify::VerifyError`]), [`restore::RestoreError`], [`archive::ArchiveError`], [`replication::link::LinkError`]; the proxy's error is the
 //! RESP error reply itself; [`daemon::Fatal`] carries any of them up, and [`cli`] prints
 //! whatever reaches it and exits non-zero.
 //!
@@ -69,6 +73,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod daemon;
+pub mod datadir;
 pub mod disk;
 pub mod durability;
 pub mod fault;

@@ -12,7 +12,7 @@
 mod harness;
 
 use std::path::{Path, PathBuf};
-use walrus::checkpoint::store::{Checkpoint, Recorded};
+use walrus::checkpoint::manifest::{Checkpoint, Recorded};
 use walrus::journal::format::{encode_record, Kind, RecordHeader, FORMAT_VERSION, HEADER_BYTES};
 use walrus::journal::format::{RecordKey, UNKEYED_FORMAT_VERSION};
 use walrus::journal::manifest::{DataDirId, Manifest};

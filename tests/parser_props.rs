@@ -204,7 +204,7 @@ proptest! {
         from_lsn in 1u64..1 << 62,
         major in 0u32..20,
     ) {
-        let c = walrus::checkpoint::store::Checkpoint {
+        let c = walrus::checkpoint::manifest::Checkpoint {
             file: format!("{name}.rdb"),
             replid: "f".repeat(40),
             offset,
@@ -217,7 +217,7 @@ proptest! {
             time_ms: Some(offset / 7),
         };
         let text = c.render();
-        prop_assert_eq!(walrus::checkpoint::store::Checkpoint::parse(&text), Ok(c));
+        prop_assert_eq!(walrus::checkpoint::manifest::Checkpoint::parse(&text), Ok(c));
         harness::checkpoint_manifest::run(text.as_bytes());
     }
 

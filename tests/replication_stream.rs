@@ -6,13 +6,13 @@ use common::*;
 use bytes::Bytes;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
+use walrus::checkpoint::rdb_file;
 use walrus::replication::stream::{StreamEntry, StreamFramer};
 use walrus::resp::Limits;
 use walrus::upstream::client::{frame_str, Conn};
 use walrus::upstream::server::{rdb_format, ServerVersion};
 use walrus::upstream::Upstream;
 use walrus::valkey::handshake::{ack, handshake, Purpose, SyncStart};
-use walrus::valkey::rdb;
 
 fn upstream(addr: String) -> Upstream {
     Upstream {
@@ -33,7 +33,7 @@ struct Link {
 }
 
 impl Link {
-    async fn attach(up: &Upstream, dir: &std::path::Path) -> (Link, rdb::StoredRdb) {
+    async fn attach(up: &Upstream, dir: &std::path::Path) -> (Link, rdb_file::StoredRdb) {
         let mut conn = Conn::control(up).await.unwrap();
         let version = ServerVersion::query(&mut conn).await.unwrap();
         let format = rdb_format(&mut conn).await.unwrap();
@@ -45,7 +45,7 @@ impl Link {
             panic!("expected a full resync")
         };
         assert_eq!(replid.len(), 40);
-        let stored = rdb::receive(&mut conn, &dir.join("first.rdb"), 1 << 30)
+        let stored = rdb_file::receive(&mut conn, &dir.join("first.rdb"), 1 << 30)
             .await
             .unwrap();
         // `REPLCONF version` makes Valkey 9 send its own format (80), not 7.2's (11).

@@ -1,4 +1,4 @@
-//! The checkpoint manifest (`walrus::checkpoint::store::Recorded`, the `CHECKPOINT` file):
+//! The checkpoint manifest (`walrus::checkpoint::manifest::Recorded`, the `CHECKPOINT` file):
 //! the data directory's identity, and the record a restore trusts to name its RDB, with the
 //! server versions in it.
 //!
@@ -8,7 +8,7 @@
 //! themselves.
 
 use std::path::{Component, Path};
-use walrus::checkpoint::store::{Checkpoint, Recorded};
+use walrus::checkpoint::manifest::{Checkpoint, Recorded};
 use walrus::journal::manifest::seal;
 use walrus::upstream::server::ServerVersion;
 

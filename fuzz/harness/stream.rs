@@ -1,5 +1,5 @@
 //! The replication stream cut into journal entries (`walrus::replication::stream`), and
-//! each entry's messages blanked for a restore (`walrus::restore::messages::blank`).
+//! each entry's messages blanked for a restore (`walrus::datadir::messages::blank`).
 //!
 //! Input: one byte for the entry size the stream is cut at, one for the journal's entry
 //! limit ([`sizes`]), one byte of reads ([`super::reads`]), then the stream. Checked: no
@@ -158,7 +158,7 @@ fn check_entry(e: &StreamEntry, max_entry_bytes: u64) {
     }
     assert!(!in_multi, "an entry ends inside a transaction: {e:?}");
     assert_eq!(e.getack, getack, "getack of {e:?}");
-    let (blanked, messages) = walrus::restore::messages::blank(e.payload.clone());
+    let (blanked, messages) = walrus::datadir::messages::blank(e.payload.clone());
     assert_eq!(
         blanked.len(),
         e.payload.len(),

@@ -11,7 +11,7 @@
 //! With a point in time (`--until TIME | --until-offset N | --before-command CMD`), the
 //! restore starts from the newest restore point the cut can be made after (its checkpoint at
 //! or before the cut), and the stream after it stops at the cut: decided and applied by the
-//! functions a local point-in-time restore uses ([`crate::restore::pitr`]).
+//! functions a local point-in-time restore uses ([`crate::datadir::pitr`]).
 //!
 //! Also here: `walrus archive list` (the restore points) and `walrus archive verify`, the
 //! restore drill: a restore into a scratch directory, checked as `walrus verify` checks a
@@ -22,13 +22,14 @@ use super::object::JournalObject;
 use super::store::Store;
 use super::timeline::{self, Cover};
 use super::ArchiveError;
-use crate::checkpoint::store::{Checkpoint, Store as LocalStore, CHECKPOINT_FILE};
+use crate::checkpoint::manifest::{Checkpoint, CHECKPOINT_FILE};
+use crate::checkpoint::store::Store as LocalStore;
+use crate::datadir::backup;
+use crate::datadir::chain::{self, ChainError};
+use crate::datadir::pitr::{self, Cut, Until};
+use crate::datadir::DataDirError;
 use crate::journal::reader::ReplayEntry;
 use crate::journal::JournalError;
-use crate::restore::backup;
-use crate::restore::chain::{self, ChainError};
-use crate::restore::pitr::{self, Cut, Until};
-use crate::restore::RestoreError;
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
@@ -149,7 +150,7 @@ pub async fn plan(store: &Store, until: &Until) -> Result<Plan, ArchiveError> {
         let runtime = tokio::runtime::Handle::current();
         let found = tokio::task::spawn_blocking(move || {
             let failure = RefCell::new(None);
-            let found = pitr::find_cut(
+            let found = pitr::find::find_cut(
                 &cp,
                 object_entries(&store2, &objects, &runtime, &failure),
                 &until2,
@@ -166,7 +167,7 @@ pub async fn plan(store: &Store, until: &Until) -> Result<Plan, ArchiveError> {
                 plan.cut = Some(cut);
                 return Ok(plan);
             }
-            Err(RestoreError::Refused(why)) => refusals.push(format!(
+            Err(DataDirError::Refused(why)) => refusals.push(format!(
                 "from timeline {} offset {}: {why}",
                 plan.point.timeline, plan.point.offset
             )),
@@ -252,8 +253,8 @@ pub async fn restore(
             .map_err(|e| ArchiveError::Local(e.to_string()))?
     };
     checked.map_err(|e| ArchiveError::Corrupt(format!("{}: {e}", p.key)))?;
-    let copy =
-        backup::new_journal(&staging, geometry).map_err(|e| ArchiveError::Local(e.to_string()))?;
+    let copy = backup::copy::new_journal(&staging, geometry)
+        .map_err(|e| ArchiveError::Local(e.to_string()))?;
     let runtime = tokio::runtime::Handle::current();
     let (store2, staging2, cp2, objects, cut) = (
         store.clone(),
@@ -375,7 +376,7 @@ fn write_chain(
     let id = copy.data_dir_id();
     let mut append_failed = None;
     let walked = chain::walk_entries(entries, cp, |slice| {
-        backup::append_slice(&copy, slice, runtime, geometry).map_err(|e| {
+        backup::copy::append_slice(&copy, slice, runtime, geometry).map_err(|e| {
             let text = e.to_string();
             append_failed = Some(e);
             ChainError::Journal(JournalError::InvalidArgument(text))
@@ -392,7 +393,7 @@ fn write_chain(
     if let Some(c) = chain.cut {
         c.reached(&end).map_err(ArchiveError::Corrupt)?;
     }
-    backup::record_copy(dir, cp, id, closed, end.entries)
+    backup::copy::record_copy(dir, cp, id, closed, end.entries)
         .map_err(|e| ArchiveError::Local(e.to_string()))?;
     Ok(end)
 }
@@ -403,7 +404,7 @@ pub async fn verify(
     store: &Store,
     scratch: &Path,
     geometry: (u64, u32),
-) -> Result<(Restored, crate::restore::verify::Verified), ArchiveError> {
+) -> Result<(Restored, crate::datadir::verify::Verified), ArchiveError> {
     let plan = latest(store)
         .await?
         .ok_or_else(|| ArchiveError::Config(format!("{} has no restore point yet", store.url())))?;
@@ -414,7 +415,7 @@ pub async fn verify(
         let restored = restore(store, plan, &dir, geometry).await?;
         let d = dir.clone();
         let verified =
-            tokio::task::spawn_blocking(move || crate::restore::verify::verify_data_dir(&d, None))
+            tokio::task::spawn_blocking(move || crate::datadir::verify::verify_data_dir(&d, None))
                 .await
                 .map_err(|e| ArchiveError::Local(e.to_string()))?
                 .map_err(|e| ArchiveError::Corrupt(e.to_string()))?;

@@ -1,5 +1,5 @@
 //! Reading the journal for the archive: entries after a point, taken as a restore takes
-//! them (the chain's rule, [`crate::restore::chain`]), resumed where the last read stopped.
+//! them (the chain's rule, [`crate::datadir::chain`]), resumed where the last read stopped.
 
 use super::object::ArchivedEntry;
 use crate::journal::{Journal, JournalError, ReplayFrom, ScanStart};
@@ -36,7 +36,7 @@ pub(super) struct Batch {
 }
 
 /// Reads entries after `r.next_lsn` as a restore would take them: each continues the
-/// stream at `r.pos` (the chain's rule, [`crate::restore::chain`]), those already held are
+/// stream at `r.pos` (the chain's rule, [`crate::datadir::chain`]), those already held are
 /// skipped. Stops before another replication id (an object holds one), past `max_bytes`,
 /// at `upto_lsn`, and at an entry that does not continue the stream. Blocking.
 pub(super) fn read_batch(journal: &Journal, r: Read) -> Result<Batch, JournalError> {

@@ -166,7 +166,7 @@ async fn the_journal_and_its_checkpoint_are_archived_merged_and_restored() {
         .await
         .unwrap();
     assert_eq!((restored.entries, restored.end_offset), (9, 120));
-    let v = crate::restore::verify::verify_data_dir(&to, None).unwrap();
+    let v = crate::datadir::verify::verify_data_dir(&to, None).unwrap();
     let chain = v.restore.unwrap().chain;
     assert_eq!((chain.offset, chain.entries), (120, 9));
     assert!(!to.join(fetch::STAGING).exists());

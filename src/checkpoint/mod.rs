@@ -4,8 +4,8 @@
 //! When the ring's room or the restore budget requires one, or the ring reaches its fill
 //! trigger, or `walrus checkpoint` asks ([`trigger`]), walrus opens a second replica
 //! connection, asks for a full resynchronization (`PSYNC ? -1`), stores the RDB under
-//! `<data>/checkpoints/` (temp file, fsync, rename, directory fsync), records it in the
-//! checkpoint manifest ([`store`]), and only then releases the journal through the last
+//! `<data>/checkpoints/` ([`rdb_file`]: temp file, fsync, rename, directory fsync), records it in the
+//! checkpoint manifest ([`store`], [`manifest`]), and only then releases the journal through the last
 //! entry that was durable *before* it asked: the RDB was cut later, at a higher offset of the
 //! same replication history (or of the one the link began right after that entry:
 //! [`attached`]), so it contains all of those entries' effects. Older checkpoint
@@ -17,9 +17,11 @@
 //! entry, or that arrived after Valkey was lost, is discarded.
 
 pub mod attached;
+pub mod manifest;
 pub mod pace;
 mod plan;
 pub mod rates;
+pub mod rdb_file;
 pub mod store;
 pub mod trigger;
 
@@ -30,7 +32,6 @@ use crate::upstream::info;
 use crate::upstream::server::ServerVersion;
 use crate::upstream::Upstream;
 use crate::valkey::handshake::{handshake, Purpose, SyncStart};
-use crate::valkey::rdb;
 use std::sync::Arc;
 use std::time::Duration;
 use store::Store;
@@ -359,7 +360,7 @@ async fn take(
         ))?;
     };
     let dest = cfg.store.path_for(&replid, offset)?;
-    let stored = rdb::receive(&mut conn, &dest, cfg.max_rdb_bytes).await?;
+    let stored = rdb_file::receive(&mut conn, &dest, cfg.max_rdb_bytes).await?;
     drop(conn);
     // The RDB's history is the last durable entry's, or one that began right after it
     // (nothing of it journaled yet: a full ring, after a restore).

@@ -3,8 +3,9 @@
 //! estimate, and warns once when the budget cannot be met or the ring is smaller than the
 //! sizing rule asks ([`trigger::undersized`]).
 
+use super::manifest::Extent;
 use super::rates::LearnedRates;
-use super::store::{Extent, Store};
+use super::store::Store;
 use super::trigger::{self, Figures, Policy, Reason};
 use crate::journal::{Durable, Journal};
 use std::sync::Arc;
@@ -153,7 +154,7 @@ impl Planner {
 
 /// The journal a restore from `recorded` replays after its RDB: from the checkpoint's offset
 /// to the durable end, in replication offsets, which run on through the chain's histories
-/// (`crate::restore::chain`), so no file is read. A durable end before the checkpoint's
+/// (`crate::datadir::chain`), so no file is read. A durable end before the checkpoint's
 /// first entry is another history's offset: nothing of the journal to replay yet.
 fn replayed(recorded: Option<Extent>, durable: Durable) -> u64 {
     recorded

@@ -86,14 +86,16 @@ pub fn backup(args: BackupArgs) -> ExitCode {
         return ExitCode::from(super::EXIT_FIX);
     };
     if let Some(from) = &args.data_dir {
-        let (journal_dir, _) = crate::restore::verify::data_dirs(from);
-        let _owner =
-            match super::lock_for_command(&journal_dir, crate::journal::lock::Access::Exclusive) {
-                Ok(lock) => lock,
-                Err(code) => return code,
-            };
+        let (journal_dir, _) = crate::datadir::data_dirs(from);
+        let _owner = match super::lock_for_command(
+            &journal_dir,
+            crate::journal::lock::Access::Exclusive,
+        ) {
+            Ok(lock) => lock,
+            Err(code) => return code,
+        };
         let geometry = (args.segment_size_bytes, args.segments);
-        return match crate::restore::backup::offline(from, &args.to, geometry) {
+        return match crate::datadir::backup::offline(from, &args.to, geometry) {
             Ok(summary) => {
                 print!("{summary}");
                 ExitCode::SUCCESS
@@ -101,8 +103,8 @@ pub fn backup(args: BackupArgs) -> ExitCode {
             Err(e) => {
                 eprintln!("walrus: backup failed: {e}");
                 ExitCode::from(match e {
-                    crate::restore::backup::BackupError::Refused(_) => super::EXIT_FIX,
-                    crate::restore::backup::BackupError::Failed(_) => super::EXIT_RETRY,
+                    crate::datadir::DataDirError::Refused(_) => super::EXIT_FIX,
+                    _ => super::EXIT_RETRY,
                 })
             }
         };

@@ -111,7 +111,7 @@ pub fn run(cmd: JournalCommand) -> ExitCode {
         JournalCommand::Verify { dir, .. } => (dir.clone(), Access::Shared),
         JournalCommand::Repair { dir, .. } => (dir.clone(), Access::Exclusive),
         JournalCommand::ExportAof { dir, .. } => {
-            (crate::restore::verify::data_dirs(dir).0, Access::Exclusive)
+            (crate::datadir::data_dirs(dir).0, Access::Exclusive)
         }
     };
     match super::lock_for_command(&dir, access) {
@@ -409,7 +409,7 @@ fn export_aof(dir: &Path, out: &Path, until: &super::restore::UntilArgs) -> Exit
             return ExitCode::from(super::EXIT_FIX);
         }
     };
-    match crate::restore::export::export_aof(dir, out, &until) {
+    match crate::datadir::export::export_aof(dir, out, &until) {
         Ok(s) => {
             if let Some(cut) = &s.cut {
                 print!("{cut}");

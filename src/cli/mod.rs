@@ -89,6 +89,9 @@ fn exit_code(e: &(dyn std::error::Error + 'static)) -> ExitCode {
         if let Some(crate::restore::RestoreError::Refused(_)) = e.downcast_ref() {
             return ExitCode::from(EXIT_FIX);
         }
+        if let Some(crate::datadir::DataDirError::Refused(_)) = e.downcast_ref() {
+            return ExitCode::from(EXIT_FIX);
+        }
         let must_fix = e.downcast_ref::<JournalError>().is_some_and(|j| {
             matches!(
                 j,

@@ -1,4 +1,4 @@
-//! `walrus restore`: a point-in-time restore (`crate::restore::pitr` says where each cut
+//! `walrus restore`: a point-in-time restore (`crate::datadir::pitr` says where each cut
 //! falls). With `--data-dir NEW`, offline: what a data directory (a stopped walrus's, or a
 //! backup) holds, up to the cut, into a new data directory that `walrus serve` starts from.
 //! `--dry-run` says where the cut falls, and changes nothing. With `--keep-present DIR
@@ -6,7 +6,7 @@
 //! keeps the present in DIR and rewinds its Valkey to the cut (`crate::restore::rewind`);
 //! without `--confirm`, what it would do, and exit 2.
 
-use crate::restore::pitr::{BeforeCommand, Until};
+use crate::datadir::pitr::{BeforeCommand, Until};
 use clap::Args;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -106,15 +106,16 @@ pub fn run(args: RestoreArgs) -> ExitCode {
     let Some(from_dir) = &args.from_dir else {
         return in_place(&args, &until);
     };
-    let (journal_dir, _) = crate::restore::verify::data_dirs(from_dir);
-    let _reading = match super::lock_for_command(&journal_dir, crate::journal::lock::Access::Shared)
-    {
-        Ok(lock) => lock,
-        Err(code) => return code,
-    };
+    let (journal_dir, _) = crate::datadir::data_dirs(from_dir);
+    let _reading =
+        match super::lock_for_command(&journal_dir, crate::journal::lock::Access::Shared)
+        {
+            Ok(lock) => lock,
+            Err(code) => return code,
+        };
     let done = match (&args.data_dir, args.dry_run) {
-        (_, true) => crate::restore::rewind::plan(from_dir, &until).map(|c| c.to_string()),
-        (Some(to), false) => crate::restore::rewind::into_new_dir(
+        (_, true) => crate::datadir::pitr::dir::plan(from_dir, &until).map(|c| c.to_string()),
+        (Some(to), false) => crate::datadir::pitr::dir::into_new_dir(
             from_dir,
             to,
             &until,

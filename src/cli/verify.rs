@@ -1,4 +1,4 @@
-//! `walrus verify --data-dir DIR`: the checks of [`crate::restore::verify`], printed, under
+//! `walrus verify --data-dir DIR`: the checks of [`crate::datadir::verify`], printed, under
 //! the data directory's shared lock (a running walrus refuses it: what it writes would move
 //! under the check).
 //!
@@ -7,8 +7,8 @@
 //! must act, as on any damaged journal; 1 a walrus runs on it.
 
 use crate::checkpoint::rates::Rates;
+use crate::datadir::verify::{verify_data_dir, VerifyError};
 use crate::journal::lock::Access;
-use crate::restore::verify::{verify_data_dir, VerifyError};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -26,7 +26,7 @@ pub struct VerifyArgs {
 }
 
 pub fn verify(args: VerifyArgs) -> ExitCode {
-    let (journal_dir, _) = crate::restore::verify::data_dirs(&args.data_dir);
+    let (journal_dir, _) = crate::datadir::data_dirs(&args.data_dir);
     let _reading = match super::lock_for_command(&journal_dir, Access::Shared) {
         Ok(lock) => lock,
         Err(code) => return code,

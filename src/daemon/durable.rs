@@ -80,15 +80,15 @@ pub(super) async fn start_durability(
     let low_watermark = config.disk.low_watermark;
     let (journal, recovered, store, holding) = tokio::task::spawn_blocking(move || {
         // What the data directory holds is decided before anything in it is opened, and
-        // again with the journal's entries once it is (restore::data_dir).
-        crate::restore::data_dir::check(&dir, &cp_dir, None)?;
+        // again with the journal's entries once it is (datadir::parts).
+        crate::datadir::parts::check(&dir, &cp_dir, None)?;
         crate::journal::manifest::create_dir_durably(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         // Before the ring is allocated: an oversized one is refused, not written first.
         crate::disk::check_ring_fits(&dir, ring_bytes, low_watermark)?;
         let (journal, recovered) = Journal::open(&dir, &cfg)?;
         let entries = (journal.status().next_lsn - 1).saturating_sub(journal.released_through());
-        crate::restore::data_dir::check(&dir, &cp_dir, Some(entries))?;
+        crate::datadir::parts::check(&dir, &cp_dir, Some(entries))?;
         let store = Store::open(&cp_dir, &journal.data_dir_id())?;
         let holding = crate::restore::holding(&store, &journal)?;
         Ok::<_, Fatal>((journal, recovered, store, holding))

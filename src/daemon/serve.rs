@@ -160,7 +160,7 @@ async fn run_proxy(
         });
         let _ = admin.set(crate::http::Admin {
             checkpoint: d.checkpoint_requests.clone(),
-            backups: Arc::new(crate::restore::backup::Backups {
+            backups: Arc::new(crate::datadir::backup::Backups {
                 journal: Arc::downgrade(&d.journal),
                 store: d.store.clone(),
                 checkpoint: d.checkpoint_requests.clone(),

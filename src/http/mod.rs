@@ -28,7 +28,7 @@ pub type Ready = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 #[derive(Clone)]
 pub struct Admin {
     pub checkpoint: tokio::sync::mpsc::Sender<crate::checkpoint::Request>,
-    pub backups: Arc<crate::restore::backup::Backups>,
+    pub backups: Arc<crate::datadir::backup::Backups>,
     /// In-place rewinds, run by the replica link.
     pub rewinds: tokio::sync::mpsc::Sender<crate::replication::link::Rewind>,
 }
@@ -219,7 +219,7 @@ fn not_running(admin: Option<&Admin>, durability: bool) -> Option<(&'static str,
 }
 
 async fn backup(admin: &Admin, body: String) -> (&'static str, Vec<u8>) {
-    use crate::restore::backup::BackupError;
+    use crate::datadir::DataDirError;
     let to = body.trim();
     if to.is_empty() {
         return (
@@ -235,8 +235,8 @@ async fn backup(admin: &Admin, body: String) -> (&'static str, Vec<u8>) {
         Err(why) => {
             tracing::warn!("backup to {to} failed: {why}");
             let status = match why {
-                BackupError::Refused(_) => "409 Conflict",
-                BackupError::Failed(_) => "500 Internal Server Error",
+                DataDirError::Refused(_) => "409 Conflict",
+                _ => "500 Internal Server Error",
             };
             (status, format!("{why}\n").into_bytes())
         }
@@ -244,12 +244,12 @@ async fn backup(admin: &Admin, body: String) -> (&'static str, Vec<u8>) {
 }
 
 /// `POST /rewind`: the body's first line is where the present is kept (an absolute path), its
-/// second the cut ([`crate::restore::pitr::Until::parse`]).
+/// second the cut ([`crate::datadir::pitr::Until::parse`]).
 async fn rewind(admin: &Admin, body: String) -> (&'static str, Vec<u8>) {
     use crate::restore::RestoreError;
     let mut lines = body.lines();
     let way_back = lines.next().unwrap_or("").trim();
-    let until = crate::restore::pitr::Until::parse(lines.next().unwrap_or(""));
+    let until = crate::datadir::pitr::Until::parse(lines.next().unwrap_or(""));
     let until = match until {
         Ok(u) if !way_back.is_empty() => u,
         Ok(_) => return bad("the body's first line must be the directory where the present is kept (an absolute path)".into()),

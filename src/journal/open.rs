@@ -318,7 +318,7 @@ impl Journal {
         // A journal made before record keys: its records stay readable, new ones are keyed.
         manifest.upgrade(new_key)?;
         // One made before data directories had an identity gets one; the checkpoints'
-        // manifest takes it too, once the two are found to agree (`crate::restore::data_dir`).
+        // manifest takes it too, once the two are found to agree (`crate::datadir::parts`).
         if manifest.data_dir_id.is_none() {
             manifest.data_dir_id = Some(new_id()?);
         }

@@ -28,6 +28,7 @@ use super::stream::StreamFramer;
 use crate::checkpoint::attached::{Attached, HistoryStart};
 use crate::checkpoint::pace::{Pace, Pacer};
 use crate::checkpoint::rates::LearnedRates;
+use crate::checkpoint::rdb_file;
 use crate::checkpoint::store::Store;
 use crate::config::OnConflict;
 use crate::durability::Durability;
@@ -42,7 +43,6 @@ use crate::task::AbortOnDrop;
 use crate::upstream::client::{Conn, UpstreamError};
 use crate::upstream::Upstream;
 use crate::valkey::handshake::{ack, handshake, Purpose, SyncStart};
-use crate::valkey::rdb;
 use crate::valkey::view::ValkeyView;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -86,10 +86,10 @@ pub struct LinkConfig {
 /// A request to rewind Valkey in place ([`crate::restore::rewind::in_place`]), answered with
 /// what was done or why not.
 pub struct Rewind {
-    pub until: crate::restore::pitr::Until,
+    pub until: crate::datadir::pitr::Until,
     /// Where the present is kept (absolute, new or empty).
     pub way_back: std::path::PathBuf,
-    pub backups: Arc<crate::restore::backup::Backups>,
+    pub backups: Arc<crate::datadir::backup::Backups>,
     pub reply: tokio::sync::oneshot::Sender<Result<String, RestoreError>>,
 }
 
@@ -440,7 +440,7 @@ async fn synchronize(
                     )));
             }
             let dest = cfg.store.path_for(&replid, offset)?;
-            let stored = rdb::receive(&mut conn, &dest, cfg.max_rdb_bytes).await?;
+            let stored = rdb_file::receive(&mut conn, &dest, cfg.max_rdb_bytes).await?;
             let from_lsn = journal.settled().await?;
             let store = cfg.store.clone();
             let (r, s) = (replid.clone(), stored.clone());

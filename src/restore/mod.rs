@@ -2,14 +2,14 @@
 //! any restart of walrus, of Valkey, or of both.
 //!
 //! - [`decide`]: what to do with the Valkey the replica link finds, as one table.
-//! - [`data_dir`]: whether a data directory's parts prove what it holds, decided before
-//!   anything opens it.
-//! - [`chain`]: the checkpoint plus the journal after it, checked, as a byte stream.
-//! - [`primary`]: walrus as Valkey's primary for the length of a restore.
-//! - [`messages`]: what a restore leaves out of the stream it replays (published messages).
-//! - [`verify`]: `walrus verify`, the checks of a restore made offline; [`backup`]: the
-//!   checkpoint and the chain after it copied into a new data directory; [`export`]: the
-//!   same as one AOF.
+//! - [`primary`]: walrus as Valkey's primary for the length of a restore, sending it the
+//!   chain ([`crate::datadir::chain`]) without published messages
+//!   ([`crate::datadir::messages`]); [`listener`]: the port it listens on.
+//! - [`in_place`]: a cluster node restored through a second server.
+//! - [`rewind`]: a running walrus's Valkey rewound to a point in time.
+//!
+//! What is done with a data directory as files (checked, verified, backed up, cut, exported)
+//! is [`crate::datadir`]'s.
 //!
 //! A restore verifies everything before it touches Valkey: the checkpoint's size and CRC-64
 //! against the manifest, the whole chain of journal entries (CRCs, offsets with no hole),
@@ -18,29 +18,23 @@
 //! failure names the file, the entry or both versions, and leaves Valkey as it was. While a
 //! restore runs, clients get `-LOADING` (see [`crate::durability`]).
 
-pub mod backup;
-pub mod chain;
-pub mod commands;
-pub mod data_dir;
 pub mod decide;
-pub mod export;
 pub mod in_place;
 pub mod listener;
-pub mod messages;
-pub mod pitr;
 pub mod primary;
 pub mod rewind;
-pub mod verify;
 
+use crate::checkpoint::manifest::Checkpoint;
 use crate::checkpoint::rates::LearnedRates;
-use crate::checkpoint::store::{Checkpoint, Store, StoreError};
+use crate::checkpoint::store::{Store, StoreError};
+use crate::datadir::chain::{self, ChainEnd, ChainError};
+use crate::datadir::DataDirError;
 use crate::journal::Journal;
 use crate::upstream::client::{Conn, UpstreamError};
 use crate::upstream::server::{rdb_format, ServerVersion};
 use crate::upstream::Upstream;
 use crate::valkey::handshake::Position;
 use crate::valkey::rdb;
-use chain::{ChainEnd, ChainError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -60,9 +54,6 @@ pub enum RestoreError {
     Load(#[from] primary::LoadError),
     #[error("restore: {0}")]
     Other(String),
-    /// `walrus journal export-aof`: the text names the file and what to do.
-    #[error("{0}")]
-    Export(String),
     /// Nothing will change until a person acts: a request that cannot work as given, or a
     /// data directory whose parts do not prove what it holds. The text says what to do.
     #[error("{0}")]
@@ -72,11 +63,14 @@ pub enum RestoreError {
     Unloadable(String),
 }
 
-impl From<backup::BackupError> for RestoreError {
-    fn from(e: backup::BackupError) -> RestoreError {
+impl From<DataDirError> for RestoreError {
+    fn from(e: DataDirError) -> RestoreError {
         match e {
-            backup::BackupError::Refused(why) => RestoreError::Refused(why),
-            backup::BackupError::Failed(why) => RestoreError::Other(why),
+            DataDirError::Refused(why) => RestoreError::Refused(why),
+            DataDirError::Failed(why) => RestoreError::Other(why),
+            DataDirError::Store(e) => RestoreError::Store(e),
+            DataDirError::Journal(e) => RestoreError::Journal(e),
+            DataDirError::Chain(e) => RestoreError::Chain(e),
         }
     }
 }
@@ -117,7 +111,7 @@ impl Holding {
 
 /// Reads and checks what walrus holds (blocking): the checkpoint's file against the
 /// manifest, and every journal entry of its chain. `None`: no checkpoint yet (which
-/// [`data_dir::check`] allows only where the journal holds nothing).
+/// [`crate::datadir::parts::check`] allows only where the journal holds nothing).
 pub fn holding(store: &Store, journal: &Journal) -> Result<Option<Holding>, RestoreError> {
     let Some(cp) = store.current()? else {
         return Ok(None);

@@ -30,12 +30,14 @@
 //! is there but stops (stopped, partitioned) ends it after `restore.timeout_ms` without a
 //! sign of progress: a connection, an acknowledgement, a piece of the stream it takes.
 
-use super::backup::Read;
-use super::chain::{self, ChainEnd, ChainError};
 use super::listener::{accept_replica, read_command, OneTimeAuth, Replica};
-use super::pitr::{through, Point};
 use super::Progress;
-use crate::checkpoint::store::{Checkpoint, Store};
+use crate::checkpoint::manifest::Checkpoint;
+use crate::checkpoint::store::Store;
+use crate::datadir::backup::copy::Read;
+use crate::datadir::chain::{self, ChainEnd, ChainError};
+use crate::datadir::messages;
+use crate::datadir::pitr::{through, Point};
 use crate::journal::Journal;
 use crate::net::{ReadHalf, WriteHalf};
 use crate::resp::{write, Limits};
@@ -357,7 +359,7 @@ async fn send_stream(
         let mut messages = 0;
         let mut each = |slice: chain::Slice| {
             // Data, not messages: see `messages`.
-            let (bytes, blanked) = super::messages::blank(slice.bytes);
+            let (bytes, blanked) = messages::blank(slice.bytes);
             messages += blanked;
             // The receiver is gone only if the socket failed; that error is reported.
             let _ = tx.blocking_send(bytes);

@@ -1,75 +1,18 @@
-//! A point-in-time restore of a data directory ([`super::pitr`] decides where it is cut):
-//! `walrus restore --from-dir DIR --data-dir NEW` writes the checkpoint and the journal after
-//! it up to the cut into a new data directory, as `walrus backup` writes one (each entry keeps
-//! its time), which `walrus serve --data-dir NEW` then restores Valkey from. Nothing of `DIR`
-//! is written: a stopped walrus's data directory, or a backup, perhaps on read-only media.
+//! A point-in-time restore in place ([`in_place`]): a running walrus keeps the present in a
+//! new data directory (its way back), then loads its Valkey from that copy up to the cut, the
+//! same cut ([`crate::datadir::pitr::dir::plan`]) and the same load as any restore
+//! ([`super::load`] with [`super::primary::Source::Dir`]). Into a new data directory, with
+//! walrus stopped, is [`crate::datadir::pitr::dir`]'s.
 //!
-//! The restored Valkey does not go on with the history it was cut from as if the rest had not
-//! happened: a restore promotes it, which gives it a new replication id (the old one kept as
-//! its previous id, valid up to the cut), and the journal goes on under the new one.
-//!
-//! In place ([`in_place`]): a running walrus keeps the present in a new data directory (its
-//! way back), then loads its Valkey from that copy up to the cut, the same cut and the same
-//! load as any restore ([`super::load`] with [`super::primary::Source::Dir`]).
+//! The rewound Valkey does not go on with the history it was cut from as if the rest had not
+//! happened: the restore promotes it, which gives it a new replication id (the old one kept
+//! as its previous id, valid up to the cut), and the journal goes on under the new one.
 
-use super::backup::{Read, Stopped, Summary};
-use super::pitr::{self, Cut, Until};
 use super::RestoreError;
 use crate::checkpoint::store::Store;
-use std::path::Path;
-
-/// What a point-in-time restore into a new data directory wrote.
-#[derive(Debug, Clone)]
-pub struct Restored {
-    pub cut: Cut,
-    pub copy: Summary,
-}
-
-impl std::fmt::Display for Restored {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.cut)?;
-        let to = self.copy.to.display();
-        writeln!(f, "data directory {to} written")?;
-        self.copy.write_contents(f)?;
-        writeln!(
-            f,
-            "start walrus with --data-dir {to} to restore Valkey from it"
-        )
-    }
-}
-
-/// Where `until` cuts what the data directory `from` holds (read only: blocking, it reads
-/// the whole journal after the checkpoint once).
-pub fn plan(from: &Path, until: &Until) -> Result<Cut, RestoreError> {
-    let stopped = Stopped::of(from, (None, None))?;
-    cut(&stopped, until)
-}
-
-fn cut(stopped: &Stopped, until: &Until) -> Result<Cut, RestoreError> {
-    let store = Store::read_only(&stopped.cp_dir)?;
-    let cp = store.recorded().ok_or_else(|| {
-        RestoreError::Refused(format!(
-            "{} records no checkpoint: there is nothing to restore from",
-            stopped.cp_dir.display()
-        ))
-    })?;
-    let entries = Read::Dir(&stopped.journal_dir).entries(cp.from_lsn)?;
-    pitr::find_cut(&cp, entries, until)
-}
-
-/// Writes what the data directory `from` holds, up to where `until` cuts it, into the new
-/// data directory `to`, with a ring of `geometry` (`from`'s where not given). Blocking.
-pub fn into_new_dir(
-    from: &Path,
-    to: &Path,
-    until: &Until,
-    geometry: (Option<u64>, Option<u32>),
-) -> Result<Restored, RestoreError> {
-    let stopped = Stopped::of(from, geometry)?;
-    let cut = cut(&stopped, until)?;
-    let copy = stopped.copy(&Read::Dir(&stopped.journal_dir), to, Some(&cut))?;
-    Ok(Restored { cut, copy })
-}
+use crate::datadir::backup::copy::Summary;
+use crate::datadir::backup::Backups;
+use crate::datadir::pitr::{dir::plan, Cut, Until};
 
 /// What an in-place rewind did: where it cut, and the way back.
 #[derive(Debug, Clone)]
@@ -109,7 +52,7 @@ impl std::fmt::Display for Rewound {
 /// directory.
 pub async fn in_place(
     up: &crate::upstream::Upstream,
-    backups: &super::backup::Backups,
+    backups: &Backups,
     until: &Until,
     way_back: std::path::PathBuf,
     timeout: std::time::Duration,
@@ -121,7 +64,7 @@ pub async fn in_place(
     let (d, u) = (dir.clone(), until.clone());
     let checked = tokio::task::spawn_blocking(move || {
         let cut = plan(&d, &u)?;
-        let (journal_dir, cp_dir) = super::verify::data_dirs(&d);
+        let (journal_dir, cp_dir) = crate::datadir::data_dirs(&d);
         let store = Store::read_only(&cp_dir)?;
         let rdb_version = store.verify(&cut.checkpoint)?;
         Ok::<_, RestoreError>((cut, journal_dir, store, rdb_version))
@@ -132,7 +75,7 @@ pub async fn in_place(
     let holding = super::Holding {
         checkpoint: cut.checkpoint.clone(),
         rdb_version,
-        end: super::chain::ChainEnd {
+        end: crate::datadir::chain::ChainEnd {
             ids: cut.end.ids.clone(),
             offset: cut.at.offset,
             entries: cut.at.entries,

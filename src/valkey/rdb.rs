@@ -1,12 +1,11 @@
-//! Receiving the RDB of a full resynchronization and storing it durably: it is walrus's first
-//! checkpoint, from which a restore can start.
+//! Receiving the RDB of a full resynchronization ([`receive`]); where its bytes go is the
+//! receiver's ([`RdbSink`]: a checkpoint stores them durably, `crate::checkpoint::rdb_file`).
 //!
 //! The primary announces the payload as `$<len>\r\n` followed by exactly `len` bytes (no
 //! trailing CRLF), or, for a diskless transfer of unknown size, as `$EOF:<40-byte mark>\r\n`
 //! followed by the payload and then the mark itself. Either way, bytes that follow the
 //! payload in the same read already belong to the command stream and stay in the
-//! connection's buffer. The file is written under a temporary name, fsynced, renamed into
-//! place, and the directory fsynced: a crash leaves either no file or the whole file.
+//! connection's buffer. The payload's checksum (its trailer) is checked as it arrives.
 //!
 //! The RDB's format version is read from its header as it arrives ([`format_version`]):
 //! a restore may only send it to a server that loads that format ([`loads`]).
@@ -14,10 +13,9 @@
 use super::handshake::read_line;
 use crate::upstream::client::{Conn, UpstreamError};
 use bytes::Buf;
-use std::path::{Path, PathBuf};
-use tokio::io::AsyncWriteExt;
 
 pub const EOF_MARK_LEN: usize = 40;
+/// How much the connection's buffer grows by to read more of the payload.
 const READ_CHUNK_BYTES: usize = 256 << 10;
 
 /// Valkey's RDB checksum: CRC-64/Jones (`crc64.c`), over every byte before the 8-byte
@@ -135,126 +133,52 @@ pub struct RdbSum {
     pub version: u16,
 }
 
-/// Reads a stored RDB whole and checks its trailer (blocking).
-pub fn sum_file(path: &Path) -> std::io::Result<RdbSum> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path)?;
-    let mut d = RdbDigest::default();
-    let mut buf = vec![0u8; READ_CHUNK_BYTES];
-    loop {
-        match f.read(&mut buf)? {
-            0 => break,
-            n => d.update(&buf[..n]),
-        }
-    }
-    d.finish()
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+/// Where a received RDB's bytes go, in order, as they arrive.
+pub trait RdbSink {
+    fn write(
+        &mut self,
+        data: &[u8],
+    ) -> impl std::future::Future<Output = std::io::Result<()>> + Send;
 }
 
-/// A stored RDB.
-#[derive(Debug, Clone)]
-pub struct StoredRdb {
-    pub path: PathBuf,
-    pub bytes: u64,
-    /// Valkey's CRC-64 of the RDB, checked against its trailer on arrival.
-    pub crc64: u64,
-    /// Its format version, from its header.
-    pub version: u16,
+/// What [`receive`] took in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Received {
+    pub sum: RdbSum,
     /// Sent in the diskless `$EOF:<mark>` form rather than with its length up front.
     pub eof_mark: bool,
 }
 
-/// Reads the RDB payload from `conn` into `dest`, through `dest`'s `.rdb.tmp` (which may
-/// exist already, reserving the name), durably. On failure neither is left behind.
+/// Reads the RDB of a full resynchronization from `conn`: its header line, then the payload
+/// as the header delimits it (at most `max_bytes`), handed to `sink` as it arrives and
+/// checked ([`RdbDigest`]). The bytes after it stay in `conn.buf`.
 pub async fn receive(
     conn: &mut Conn,
-    dest: &Path,
+    sink: &mut impl RdbSink,
     max_bytes: u64,
-) -> Result<StoredRdb, UpstreamError> {
-    let tmp = dest.with_extension("rdb.tmp");
-    let stored = match read_line(conn).await {
-        Ok(header) => store(conn, &header, &tmp, dest, max_bytes).await,
-        Err(e) => Err(e),
-    };
-    if stored.is_err() {
-        // Refused, out of space or cut off: neither the partial file nor the reserved name
-        // may keep the space they took.
-        let _ = tokio::fs::remove_file(&tmp).await;
-        let _ = tokio::fs::remove_file(dest).await;
-    }
-    stored
-}
-
-/// The body of [`receive`]: the payload after its `header` into `tmp`, renamed to `dest`.
-async fn store(
-    conn: &mut Conn,
-    header: &str,
-    tmp: &Path,
-    dest: &Path,
-    max_bytes: u64,
-) -> Result<StoredRdb, UpstreamError> {
-    let transfer = Transfer::parse(header, max_bytes)?;
+) -> Result<Received, UpstreamError> {
+    let header = read_line(conn).await?;
+    let transfer = Transfer::parse(&header, max_bytes)?;
     let eof_mark = matches!(transfer, Transfer::Marked(_));
-    let mut file = Sink {
-        file: tokio::fs::File::create(tmp).await?,
-        digest: RdbDigest::default(),
-        written: 0,
-    };
-    copy_payload(conn, &mut file, Payload::new(transfer, max_bytes)).await?;
-    let Sink { file, digest, .. } = file;
-    let sum = digest.finish()?;
-    crate::fault::fail_point!("rdb::written");
-    file.sync_all().await?;
-    drop(file);
-    crate::fault::fail_point!("rdb::synced");
-    tokio::fs::rename(tmp, dest).await?;
-    crate::fault::fail_point!("rdb::renamed");
-    if let Some(dir) = dest.parent() {
-        tokio::fs::File::open(dir).await?.sync_all().await?;
-    }
-    Ok(StoredRdb {
-        path: dest.to_path_buf(),
-        bytes: sum.bytes,
-        crc64: sum.crc64,
-        version: sum.version,
-        eof_mark,
-    })
-}
-
-/// The file being written and the checksum of what went into it.
-struct Sink {
-    file: tokio::fs::File,
-    digest: RdbDigest,
-    written: u64,
-}
-
-impl Sink {
-    async fn write_all(&mut self, data: &[u8]) -> std::io::Result<()> {
-        crate::fault::io_point!("rdb::write", self.written >= 64 << 10)?;
-        self.digest.update(data);
-        self.file.write_all(data).await?;
-        self.written += data.len() as u64;
-        Ok(())
-    }
-}
-
-/// Writes the payload as it arrives; the bytes after it stay in `conn.buf`.
-async fn copy_payload(
-    conn: &mut Conn,
-    file: &mut Sink,
-    mut payload: Payload,
-) -> Result<(), UpstreamError> {
+    let mut payload = Payload::new(transfer, max_bytes);
+    let mut digest = RdbDigest::default();
     loop {
         let piece = payload.next(&conn.buf)?;
-        file.write_all(&conn.buf[..piece.payload]).await?;
+        let data = &conn.buf[..piece.payload];
+        digest.update(data);
+        sink.write(data).await?;
         conn.buf.advance(piece.consumed);
         if piece.done {
-            return Ok(());
+            break;
         }
         conn.buf.reserve(READ_CHUNK_BYTES);
         // Each piece within upstream.reply_timeout_ms: bounded by progress, not by a total.
         conn.read_more().await?;
     }
+    Ok(Received {
+        sum: digest.finish()?,
+        eof_mark,
+    })
 }
 
 /// How a transfer delimits its payload, as its header line announced it.

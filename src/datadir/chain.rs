@@ -15,7 +15,7 @@
 //! Entries are CRC-checked by the journal's scanner as they are read; a damaged one stops
 //! the walk with an error naming its LSN.
 
-use crate::checkpoint::store::Checkpoint;
+use crate::checkpoint::manifest::Checkpoint;
 use crate::journal::reader::ReplayEntry;
 use crate::journal::{Journal, JournalError, ReplayFrom};
 use bytes::Bytes;

@@ -21,7 +21,9 @@
 use super::chain::{self, ChainError};
 use super::commands::Commands;
 use super::pitr::{Cut, Until};
-use crate::checkpoint::store::{Checkpoint, Store};
+use super::DataDirError;
+use crate::checkpoint::manifest::Checkpoint;
+use crate::checkpoint::store::Store;
 use crate::journal::manifest::{fsync_dir, Manifest, MANIFEST_FILE};
 use crate::journal::ring::segment_path;
 use crate::journal::{IoBackendChoice, Journal, JournalConfig, JournalError};
@@ -68,40 +70,36 @@ pub fn export_aof(
     data_dir: &Path,
     out: &Path,
     until: &Until,
-) -> Result<ExportSummary, super::RestoreError> {
-    let (journal_dir, cp_dir) = super::verify::data_dirs(data_dir);
-    let live = super::backup::live_dir_of(out, &[journal_dir.clone(), cp_dir.clone()])
-        .map_err(super::RestoreError::Export)?;
+) -> Result<ExportSummary, DataDirError> {
+    let (journal_dir, cp_dir) = super::data_dirs(data_dir);
+    let live = super::backup::target::live_dir_of(out, &[journal_dir.clone(), cp_dir.clone()])
+        .map_err(DataDirError::Failed)?;
     if let Some(live) = live {
-        return Err(super::RestoreError::Refused(format!(
+        return Err(DataDirError::Refused(format!(
             "--out {} is inside walrus's own {}: write the export elsewhere (there it could \
              replace a file walrus keeps, or be removed as a leftover)",
             out.display(),
             live.display()
         )));
     }
-    super::data_dir::check(&journal_dir, &cp_dir, None)?;
+    super::parts::check(&journal_dir, &cp_dir, None)?;
     export(data_dir, out, until)
 }
 
-fn export(
-    data_dir: &Path,
-    out: &Path,
-    until: &Until,
-) -> Result<ExportSummary, super::RestoreError> {
-    use super::RestoreError::Export;
-    let (journal_dir, cp_dir) = super::verify::data_dirs(data_dir);
+fn export(data_dir: &Path, out: &Path, until: &Until) -> Result<ExportSummary, DataDirError> {
+    use DataDirError::Failed;
+    let (journal_dir, cp_dir) = super::data_dirs(data_dir);
     let manifest = Manifest::load(&journal_dir)
-        .map_err(|e| Export(e.to_string()))?
+        .map_err(|e| Failed(e.to_string()))?
         .ok_or_else(|| {
-            Export(format!(
+            Failed(format!(
                 "no journal in {} (no {MANIFEST_FILE}): --dir must be walrus's data directory, \
                  the one holding journal/ and checkpoints/",
                 journal_dir.display()
             ))
         })?;
     if !cp_dir.join("CHECKPOINT").is_file() {
-        return Err(Export(format!(
+        return Err(Failed(format!(
             "no checkpoint in {}: walrus records its first one when it first attaches to Valkey",
             cp_dir.display()
         )));
@@ -112,7 +110,7 @@ fn export(
         .map(|i| segment_path(&journal_dir, i))
         .find(|p| !p.is_file())
     {
-        return Err(Export(format!(
+        return Err(Failed(format!(
             "journal segment {} is missing; `walrus journal verify --dir {}` tells what is left",
             missing.display(),
             journal_dir.display()
@@ -124,7 +122,7 @@ fn export(
         ..JournalConfig::for_geometry(manifest.segment_size_bytes, manifest.segments)
     };
     let (journal, _) = Journal::open(&journal_dir, &cfg).map_err(|e| {
-        Export(match e {
+        Failed(match e {
             JournalError::InUse { .. } => format!(
                 "the journal in {} is in use by a running walrus; stop it first ({e})",
                 journal_dir.display()
@@ -132,16 +130,16 @@ fn export(
             e => format!("cannot open the journal: {e}"),
         })
     })?;
-    let store = Store::read_only(&cp_dir).map_err(|e| Export(e.to_string()))?;
+    let store = Store::read_only(&cp_dir).map_err(|e| Failed(e.to_string()))?;
     let cp = store
         .current()
-        .map_err(|e| Export(e.to_string()))?
-        .ok_or_else(|| Export(format!("no checkpoint recorded in {}", cp_dir.display())))?;
-    store.verify(&cp).map_err(|e| Export(e.to_string()))?;
+        .map_err(|e| Failed(e.to_string()))?
+        .ok_or_else(|| Failed(format!("no checkpoint recorded in {}", cp_dir.display())))?;
+    store.verify(&cp).map_err(|e| Failed(e.to_string()))?;
     let replay = || journal.replay(ReplayFrom::Lsn(cp.from_lsn));
     let cut = match until {
         Until::End => None,
-        until => Some(super::pitr::find_cut(&cp, replay()?, until)?),
+        until => Some(super::pitr::find::find_cut(&cp, replay()?, until)?),
     };
     let result = write_atomically(out, |w| {
         let entries = replay().map_err(|e| e.to_string())?;
@@ -151,8 +149,8 @@ fn export(
         }
     });
     let closed = journal.close();
-    let mut summary = result.map_err(Export)?;
-    closed.map_err(|e| Export(format!("closing the journal: {e}")))?;
+    let mut summary = result.map_err(Failed)?;
+    closed.map_err(|e| Failed(format!("closing the journal: {e}")))?;
     summary.out = out.to_path_buf();
     summary.cut = cut;
     Ok(summary)

@@ -30,7 +30,9 @@
 //! (`crate::journal::recovery::key_seals_the_ring`). From then on the identity tells a
 //! foreign manifest at once.
 
-use crate::checkpoint::store::{Recorded, Store, CHECKPOINT_FILE};
+use super::DataDirError;
+use crate::checkpoint::manifest::{Recorded, CHECKPOINT_FILE};
+use crate::checkpoint::store::Store;
 use crate::journal::manifest::{DataDirId, Manifest, MANIFEST_FILE};
 use std::path::{Path, PathBuf};
 
@@ -69,12 +71,12 @@ struct Parts {
 /// and the RDBs beside the latter (changing nothing), and decides whether they prove what
 /// the directory holds. `entries`: how many entries the journal's log holds, once it was
 /// scanned (before, the rules that need it wait). The error says what is wrong and what to
-/// do ([`super::RestoreError::Refused`]: exit 2), or why the files could not be read.
+/// do ([`DataDirError::Refused`]: exit 2), or why the files could not be read.
 pub fn check(
     journal_dir: &Path,
     cp_dir: &Path,
     entries: Option<u64>,
-) -> Result<Verdict, super::RestoreError> {
+) -> Result<Verdict, DataDirError> {
     let journal = Manifest::load(journal_dir)?.map(|m| JournalSide {
         id: m.data_dir_id,
         released_through: m.checkpoint.released_through_lsn,
@@ -86,11 +88,10 @@ pub fn check(
         checkpoint_manifest: cp_dir.join(CHECKPOINT_FILE),
         journal,
         checkpoints: Store::manifest(cp_dir)?,
-        rdbs: Store::rdbs(cp_dir).map_err(|e| {
-            super::RestoreError::Other(format!("reading {}: {e}", cp_dir.display()))
-        })?,
+        rdbs: Store::rdbs(cp_dir)
+            .map_err(|e| DataDirError::Failed(format!("reading {}: {e}", cp_dir.display())))?,
     };
-    decide(&parts).map_err(super::RestoreError::Refused)
+    decide(&parts).map_err(DataDirError::Refused)
 }
 
 /// The way out of a refusal, the same everywhere.
@@ -231,7 +232,7 @@ mod tests {
     fn checkpoints(id: Option<DataDirId>, from_lsn: Option<u64>) -> Option<Recorded> {
         Some(Recorded {
             data_dir_id: id,
-            checkpoint: from_lsn.map(|from_lsn| crate::checkpoint::store::Checkpoint {
+            checkpoint: from_lsn.map(|from_lsn| crate::checkpoint::manifest::Checkpoint {
                 file: "c.rdb".into(),
                 replid: "a".repeat(40),
                 offset: 1,

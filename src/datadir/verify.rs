@@ -3,35 +3,23 @@
 //! with [`replay_dir`], the store with [`Store::read_only`]).
 //!
 //! The same checks `serve` makes before it touches Valkey: what the directory holds
-//! ([`data_dir::check`]: its parts belong together), the journal's log scanned as recovery
+//! ([`parts::check`]: its parts belong together), the journal's log scanned as recovery
 //! scans it (a torn tail is normal, mid-log corruption is not; a manifest whose key seals no
-//! record is another journal's), then as a restore does ([`super::holding`]): the
+//! record is another journal's), then as a restore does (`crate::restore::holding`): the
 //! checkpoint's RDB against its manifest (size, CRC-64, format), and the chain
 //! ([`chain::walk_entries`]): the journal continues the checkpoint's stream from its offset
 //! to the end with no hole.
 
 use super::chain::{self, ChainEnd};
-use super::data_dir;
+use super::{data_dirs, parts};
+use crate::checkpoint::manifest::Checkpoint;
 use crate::checkpoint::rates::Rates;
-use crate::checkpoint::store::{Checkpoint, Store};
+use crate::checkpoint::store::Store;
 use crate::journal::manifest::{Manifest, MANIFEST_FILE};
 use crate::journal::open::{replay_dir, scan_dir};
 use crate::journal::recovery::ScanReport;
 use crate::journal::{JournalConfig, ReplayFrom};
 use std::path::{Path, PathBuf};
-
-/// Where a data directory keeps its journal and checkpoints. `dir` may also be the journal
-/// directory itself (it holds a MANIFEST): its parent is then the data directory.
-pub fn data_dirs(dir: &Path) -> (PathBuf, PathBuf) {
-    if dir.join(MANIFEST_FILE).is_file() {
-        let data = dir
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        return (dir.to_path_buf(), data.join("checkpoints"));
-    }
-    (dir.join("journal"), dir.join("checkpoints"))
-}
 
 /// What a restore from the directory would load.
 #[derive(Debug, Clone)]
@@ -39,8 +27,8 @@ pub struct Verified {
     pub journal_dir: PathBuf,
     pub manifest: Manifest,
     pub scan: ScanReport,
-    /// What the next start writes or removes ([`data_dir::Verdict`]).
-    pub verdict: data_dir::Verdict,
+    /// What the next start writes or removes ([`parts::Verdict`]).
+    pub verdict: parts::Verdict,
     /// `None`: no checkpoint and no journal entries, a directory walrus starts fresh from.
     pub restore: Option<Restorable>,
 }
@@ -83,7 +71,7 @@ pub fn verify_data_dir(dir: &Path, lookahead: Option<u64>) -> Result<Verified, V
     let (journal_dir, cp_dir) = data_dirs(dir);
     let fails = |e: &dyn std::fmt::Display| VerifyError::Fails(e.to_string());
     // The same decision `serve` makes, before the scan and with its entries.
-    let check = |entries| data_dir::check(&journal_dir, &cp_dir, entries).map_err(|e| fails(&e));
+    let check = |entries| parts::check(&journal_dir, &cp_dir, entries).map_err(|e| fails(&e));
     check(None)?;
     if !journal_dir.join(MANIFEST_FILE).is_file() {
         return Err(VerifyError::NotADataDir(format!(
