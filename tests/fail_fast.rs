@@ -12,11 +12,15 @@ use std::process::Command;
 
 /// A managed-mode configuration (the default users run) with a small ring.
 fn config(dir: &Path, journal: &str) -> std::path::PathBuf {
+    config_with_data(dir, &dir.join("data"), journal)
+}
+
+/// The same, its data directory at `data`.
+fn config_with_data(dir: &Path, data: &Path, journal: &str) -> std::path::PathBuf {
     let path = dir.join("walrus.toml");
     let text = format!(
-        "[upstream]\nvalkey_server = {:?}\n[data]\ndir = {:?}\n[metrics]\nlisten = \"\"\n[journal]\n{journal}",
+        "[upstream]\nvalkey_server = {:?}\n[data]\ndir = {data:?}\n[metrics]\nlisten = \"\"\n[journal]\n{journal}",
         valkey_server_bin(),
-        dir.join("data"),
     );
     std::fs::write(&path, text).unwrap();
     path
@@ -195,4 +199,38 @@ fn configuration_errors_exit_2_from_every_command_that_reads_one() {
         1,
         &["password_file"],
     );
+}
+
+/// What waiting does not cure exits 2, so that systemd stops instead of restarting five
+/// times: the data directory a file, a read-only file system, a ring larger than its volume.
+#[test]
+fn file_system_mistakes_exit_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), SMALL_RING);
+    std::fs::write(tmp.path().join("data"), "not a directory").unwrap();
+    let serve = |cfg: &Path| {
+        vec![
+            "serve".to_string(),
+            "-c".into(),
+            cfg.to_str().unwrap().into(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+        ]
+    };
+    let args = serve(&cfg);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    exits(&args, 2, &["cannot create", "File exists"]);
+    if let Some(ro) = common::Tmpfs::mount(1, true) {
+        let cfg = config_with_data(tmp.path(), &ro.path().join("data"), SMALL_RING);
+        let args = serve(&cfg);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        exits(&args, 2, &["Read-only file system"]);
+    }
+    if let Some(small) = common::Tmpfs::mount(8, false) {
+        let ring = "segments = 4\nsegment_size_bytes = \"4mb\"\nmax_write_bytes = \"64kb\"\n";
+        let cfg = config_with_data(tmp.path(), &small.path().join("data"), ring);
+        let args = serve(&cfg);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        exits(&args, 2, &["Shrink the ring or grow the volume"]);
+    }
 }

@@ -87,13 +87,11 @@ pub fn backup(args: BackupArgs) -> ExitCode {
     };
     if let Some(from) = &args.data_dir {
         let (journal_dir, _) = crate::datadir::data_dirs(from);
-        let _owner = match super::lock_for_command(
-            &journal_dir,
-            crate::journal::lock::Access::Exclusive,
-        ) {
-            Ok(lock) => lock,
-            Err(code) => return code,
-        };
+        let _owner =
+            match super::lock_for_command(&journal_dir, crate::journal::lock::Access::Exclusive) {
+                Ok(lock) => lock,
+                Err(code) => return code,
+            };
         let geometry = (args.segment_size_bytes, args.segments);
         return match crate::datadir::backup::offline(from, &args.to, geometry) {
             Ok(summary) => {

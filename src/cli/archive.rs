@@ -147,7 +147,8 @@ async fn go(cmd: ArchiveCommand) -> Result<String, ArchiveError> {
             let until = a.until.until().map_err(ArchiveError::Config)?;
             let plan = fetch::plan(&store, &until).await?;
             // One walrus at a time owns a data directory: a running one is not written under.
-            let _owner = crate::daemon::data_dir::own(&a.data_dir).map_err(ArchiveError::Local)?;
+            let _owner = crate::daemon::data_dir::own(&a.data_dir)
+                .map_err(|e| ArchiveError::Local(e.to_string()))?;
             let geometry = (config.journal.segment_size_bytes, config.journal.segments);
             let r = fetch::restore(&store, plan, &a.data_dir, geometry).await?;
             Ok(format!(

@@ -10,8 +10,10 @@
 //! the data directory, until it stops); 2 nothing will change until a person acts: a usage
 //! or configuration error, a journal whose geometry is not the configuration's, a corrupted
 //! journal, a data directory whose parts do not prove what it holds (a lost or foreign
-//! manifest), a request walrus refuses as given (an admin request answered 4xx). clap exits 2 on usage errors too; a configuration file that does
-//! not exist yet is 1, as it may yet be written. The systemd unit restarts on 1 and not on
+//! manifest), a request walrus refuses as given (an admin request answered 4xx), a file
+//! system walrus cannot use as it is (a file where its directory belongs, no permission,
+//! read-only, full, or too small for the ring). clap exits 2 on usage errors too; a
+//! configuration file that does not exist yet is 1, as it may yet be written. The systemd unit restarts on 1 and not on
 //! 2 (`RestartPreventExitStatus=2`), so a mistake is reported once, not retried forever.
 
 mod admin;
@@ -30,7 +32,6 @@ use crate::daemon::data_dir::{lock, of_journal};
 use crate::daemon::{Fatal, VERSION};
 use crate::journal::lock::{Access, DirLock};
 use crate::journal::JournalError;
-use crate::net::tls::TlsError;
 use clap::{Args, Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -69,14 +70,6 @@ fn exit_code(e: &(dyn std::error::Error + 'static)) -> ExitCode {
                 _ => EXIT_FIX,
             });
         }
-        // A TLS file as a password file: missing, it may yet be written (a Secret mounted
-        // late); present but unusable (expired, not the certificate's key), a mistake.
-        if let Some(t) = e.downcast_ref::<TlsError>() {
-            return ExitCode::from(match t {
-                TlsError::File { path, .. } if !path.exists() => EXIT_RETRY,
-                _ => EXIT_FIX,
-            });
-        }
         // Another walrus's archive, a damaged one, or [archive] that cannot work: a person
         // must act. An archive that cannot be reached (a bootstrap) is retried.
         if let Some(a) = e.downcast_ref::<crate::archive::ArchiveError>() {
@@ -92,6 +85,10 @@ fn exit_code(e: &(dyn std::error::Error + 'static)) -> ExitCode {
         if let Some(crate::datadir::DataDirError::Refused(_)) = e.downcast_ref() {
             return ExitCode::from(EXIT_FIX);
         }
+        // A ring its volume cannot hold: shrink one or grow the other.
+        if let Some(crate::disk::DiskError::NoRoom(_)) = e.downcast_ref() {
+            return ExitCode::from(EXIT_FIX);
+        }
         let must_fix = e.downcast_ref::<JournalError>().is_some_and(|j| {
             matches!(
                 j,
@@ -101,12 +98,36 @@ fn exit_code(e: &(dyn std::error::Error + 'static)) -> ExitCode {
                     | JournalError::Corrupt(_)
             )
         });
-        if must_fix {
+        if must_fix || io_must_fix(e) {
             return ExitCode::from(EXIT_FIX);
         }
         next = e.source();
     }
     ExitCode::from(EXIT_RETRY)
+}
+
+/// A file-system error that waiting does not cure: a path that is a file where a directory
+/// belongs (or the reverse), no permission, a read-only or full file system (a ring larger
+/// than its volume), a quota reached. Other I/O errors (an interrupted or timed-out call, a
+/// device error that may pass) are worth a retry.
+fn io_must_fix(e: &(dyn std::error::Error + 'static)) -> bool {
+    use std::io::ErrorKind as K;
+    let io = e.downcast_ref::<std::io::Error>().or_else(|| {
+        e.downcast_ref::<std::sync::Arc<std::io::Error>>()
+            .map(|a| &**a)
+    });
+    io.is_some_and(|io| {
+        matches!(
+            io.kind(),
+            K::AlreadyExists
+                | K::NotADirectory
+                | K::IsADirectory
+                | K::PermissionDenied
+                | K::ReadOnlyFilesystem
+                | K::StorageFull
+                | K::QuotaExceeded
+        )
+    })
 }
 
 /// [`lock`](crate::daemon::data_dir::lock) for an offline command on `journal_dir`: its data directory's, if it belongs to

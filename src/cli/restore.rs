@@ -107,12 +107,11 @@ pub fn run(args: RestoreArgs) -> ExitCode {
         return in_place(&args, &until);
     };
     let (journal_dir, _) = crate::datadir::data_dirs(from_dir);
-    let _reading =
-        match super::lock_for_command(&journal_dir, crate::journal::lock::Access::Shared)
-        {
-            Ok(lock) => lock,
-            Err(code) => return code,
-        };
+    let _reading = match super::lock_for_command(&journal_dir, crate::journal::lock::Access::Shared)
+    {
+        Ok(lock) => lock,
+        Err(code) => return code,
+    };
     let done = match (&args.data_dir, args.dry_run) {
         (_, true) => crate::datadir::pitr::dir::plan(from_dir, &until).map(|c| c.to_string()),
         (Some(to), false) => crate::datadir::pitr::dir::into_new_dir(

@@ -48,9 +48,20 @@ pub fn of_journal(journal_dir: &Path) -> Option<&Path> {
 
 /// The data directory `serve` works in, created (durably: [`create_dir_durably`]) and
 /// locked.
-pub fn own(dir: &Path) -> Result<DirLock, String> {
-    create_dir_durably(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    lock(dir, Access::Exclusive)
+pub fn own(dir: &Path) -> Result<DirLock, super::Fatal> {
+    create_dir_durably(dir).map_err(|source| CreateError {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    Ok(lock(dir, Access::Exclusive)?)
+}
+
+/// A directory walrus could not create; the I/O error is kept for the exit code's rule.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot create {}: {source}", path.display())]
+pub struct CreateError {
+    path: std::path::PathBuf,
+    source: std::io::Error,
 }
 
 /// What walrus creates is its user's alone, whatever the umask it was started with (022
