@@ -40,7 +40,7 @@ use crate::journal::Journal;
 use crate::net::{ReadHalf, WriteHalf};
 use crate::resp::{write, Limits};
 use crate::upstream::client::{Conn, UpstreamError};
-use crate::upstream::tls::replicates_with_tls;
+use crate::upstream::settings::replicates_with_tls;
 use crate::upstream::{server, Upstream};
 use crate::valkey::process;
 use crate::valkey::task::AbortOnDrop;

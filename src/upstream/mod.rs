@@ -7,6 +7,7 @@ pub mod backoff;
 pub mod binary;
 pub mod client;
 pub mod cluster;
+pub mod error;
 pub mod managed;
 pub mod server;
 pub mod settings;
