@@ -4,7 +4,6 @@
 
 use super::dirty::{DirtyKeys, Scope};
 use super::marks::{self, WriteMark};
-use super::notices::Progress;
 use super::queue::{Held, HeldQueue};
 use super::status::{Refusal, Status};
 use bytes::Bytes;
@@ -66,6 +65,15 @@ pub struct Durability {
     /// resolver takes it.
     pub(super) orphans: marks::Orphans,
     orphans_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<marks::Orphan>>>,
+}
+
+/// How far the gate has come, for the notices that wait on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Progress {
+    pub(super) epoch: u64,
+    /// Every write up to this generation is settled ([`super::dirty::DirtyKeys::settled_through`]).
+    pub(super) settled_through: u64,
+    pub(super) failed: bool,
 }
 
 impl Durability {
