@@ -8,7 +8,7 @@
 //! ROLE, PSYNC, REPLCONF, CLIENT KILL).
 //!
 //! Scripts and function libraries (EVAL, EVAL_RO, SCRIPT LOAD, FUNCTION LOAD) that may
-//! call `set_repl` are refused too: [`script`] says which, reading them with [`lua`].
+//! call `set_repl` are refused as well: [`script`] says which, reading them with [`lua`].
 //!
 //! MONITOR breaks the durability rule instead, and is refused the same way unless
 //! `proxy.allow_monitor` lets it through ([`MONITOR`]).
