@@ -7,7 +7,7 @@ use super::listeners::{self, Ports};
 use super::Fatal;
 use super::ServeArgs;
 use crate::config::{Config, UpstreamMode};
-use crate::durability::{Durability, Status};
+use crate::durability::{Durability, LinkState};
 use crate::proxy::pipeline::PipelineCtx;
 use crate::proxy::pool::{PoolKey, Pools};
 use crate::proxy::{server, Shared};
@@ -398,14 +398,14 @@ impl Readiness {
         if self.durable {
             match self.gate.get().map(|g| g.status()) {
                 None => return Err("starting: opening the journal".into()),
-                Some(Status::Attached) => {}
-                Some(Status::Detached) => {
+                Some(LinkState::Attached) => {}
+                Some(LinkState::Detached) => {
                     return Err("the replica link is not attached to Valkey".into())
                 }
-                Some(Status::Restoring) => {
+                Some(LinkState::Restoring) => {
                     return Err("restoring Valkey from the checkpoint and journal".into())
                 }
-                Some(Status::Failed(why)) => {
+                Some(LinkState::Failed(why)) => {
                     return Err(format!("the journal failed: {why}"));
                 }
             }

@@ -5,14 +5,14 @@
 use super::dirty::{DirtyKeys, Scope};
 use super::marks::{self, WriteMark};
 use super::queue::{Held, HeldQueue};
-use super::status::{Refusal, Status};
+use super::status::{LinkState, Refusal};
 use bytes::Bytes;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use tokio::sync::Notify;
 
 pub(super) struct State {
-    status: Status,
+    status: LinkState,
     /// Highest replication offset the journal holds durably (or that a stored RDB covers).
     durable_offset: u64,
     /// Highest batch offset Valkey has reported.
@@ -86,7 +86,7 @@ impl Durability {
             orphans,
             orphans_rx: Mutex::new(Some(orphans_rx)),
             state: Mutex::new(State {
-                status: Status::Detached,
+                status: LinkState::Detached,
                 durable_offset: 0,
                 executed_offset: 0,
                 history_start: 0,
@@ -134,13 +134,13 @@ impl Durability {
         let now = Progress {
             epoch: s.epoch,
             settled_through: s.dirty.settled_through(),
-            failed: matches!(s.status, Status::Failed(_)),
+            failed: matches!(s.status, LinkState::Failed(_)),
         };
         self.progress
             .send_if_modified(|p| std::mem::replace(p, now) != now);
     }
 
-    pub fn status(&self) -> Status {
+    pub fn status(&self) -> LinkState {
         self.lock().status.clone()
     }
 
@@ -187,7 +187,8 @@ impl Durability {
     /// another epoch than `not_epoch`.
     pub fn attached(&self, not_epoch: Option<u64>) -> Option<(u64, String)> {
         let s = self.lock();
-        (matches!(s.status, Status::Attached | Status::Failed(_)) && Some(s.epoch) != not_epoch)
+        (matches!(s.status, LinkState::Attached | LinkState::Failed(_))
+            && Some(s.epoch) != not_epoch)
             .then(|| (s.epoch, s.run_id.clone()))
     }
 
@@ -212,7 +213,7 @@ impl Durability {
     /// Whether a read may be sent now: not while Valkey is being restored.
     pub fn admit_read(&self) -> Result<(), Refusal> {
         match self.lock().status {
-            Status::Restoring => Err(Refusal::Loading),
+            LinkState::Restoring => Err(Refusal::Loading),
             _ => Ok(()),
         }
     }
@@ -256,7 +257,7 @@ impl Durability {
     /// of the connection it ran on.
     pub fn settle_batch(&self, offset: u64, epoch: u64, replies: Vec<Held>, marks: Vec<WriteMark>) {
         let mut s = self.lock();
-        if let Status::Failed(_) = s.status {
+        if let LinkState::Failed(_) = s.status {
             let why = Refusal::of(&s.status).reply();
             s.unmark(marks);
             drop(s);
@@ -361,7 +362,7 @@ impl Durability {
             held.pass();
             return None;
         };
-        if let Status::Failed(_) = s.status {
+        if let LinkState::Failed(_) = s.status {
             // The write it would reveal can no longer become durable.
             let why = Refusal::of(&s.status).reply();
             drop(s);
@@ -420,7 +421,7 @@ impl Durability {
         valkey_offset: u64,
     ) -> u64 {
         let mut s = self.lock();
-        if let Status::Failed(_) = s.status {
+        if let LinkState::Failed(_) = s.status {
             // The journal was fenced (a damaged segment file, say): nothing reopens it.
             return s.epoch;
         }
@@ -445,7 +446,7 @@ impl Durability {
             s.held.hold_batch(valkey_offset, Vec::new(), vec![mark]);
             self.publish(&s);
         }
-        s.status = Status::Attached;
+        s.status = LinkState::Attached;
         let epoch = s.epoch;
         self.restoring.store(false, Ordering::SeqCst);
         drop(s);
@@ -463,11 +464,11 @@ impl Durability {
     /// every held reply gets an error (what it would reveal ran on a Valkey that is gone).
     pub fn begin_restore(&self) {
         let mut s = self.lock();
-        if let Status::Failed(_) = s.status {
+        if let LinkState::Failed(_) = s.status {
             return;
         }
         let failed = self.new_epoch(&mut s);
-        s.status = Status::Restoring;
+        s.status = LinkState::Restoring;
         self.restoring.store(true, Ordering::SeqCst);
         drop(s);
         let why = Refusal::HistoryChanged.reply();
@@ -489,8 +490,8 @@ impl Durability {
     /// a partial resync will deliver their offsets.
     pub fn detach(&self) {
         let mut s = self.lock();
-        if s.status == Status::Attached {
-            s.status = Status::Detached;
+        if s.status == LinkState::Attached {
+            s.status = LinkState::Detached;
         }
         drop(s);
         self.room.notify_waiters();
@@ -514,7 +515,7 @@ impl Durability {
     pub fn fail(&self, why: &str) {
         crate::metrics::JOURNAL_FAILED.set(1);
         let mut s = self.lock();
-        s.status = Status::Failed(why.to_string());
+        s.status = LinkState::Failed(why.to_string());
         let err = Refusal::of(&s.status).reply();
         let out = s.take_held();
         self.publish(&s);
@@ -531,7 +532,7 @@ impl Durability {
         m::HELD_BYTES.set(s.held.bytes() as i64);
         m::DIRTY_KEYS.set(s.dirty.len() as i64);
         m::DURABLE_LAG.set(s.executed_offset.saturating_sub(s.durable_offset) as i64);
-        m::REPLICA_LINK_UP.set(i64::from(s.status == Status::Attached));
+        m::REPLICA_LINK_UP.set(i64::from(s.status == LinkState::Attached));
     }
 
     /// For metrics and tests: (durable offset, executed offset, held bytes, dirty keys).
@@ -553,14 +554,14 @@ impl State {
             &self.status,
             self.blocked.as_ref().or(self.archive_blocked.as_ref()),
         ) {
-            (Status::Attached, None) => Ok(()),
-            (Status::Attached, Some(why)) => Err(why.clone().count()),
+            (LinkState::Attached, None) => Ok(()),
+            (LinkState::Attached, Some(why)) => Err(why.clone().count()),
             (status, _) => Err(Refusal::of(status).count()),
         }
     }
 
     fn unmark(&mut self, marks: Vec<WriteMark>) {
-        let failed = matches!(self.status, Status::Failed(_));
+        let failed = matches!(self.status, LinkState::Failed(_));
         for mut m in marks {
             m.disarm();
             // After a journal failure those writes ran in Valkey but will never be journaled:

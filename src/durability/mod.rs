@@ -141,4 +141,4 @@ pub use marks::WriteMark;
 pub use orphans::resolve_orphans;
 pub use output::{reply_channel, ClientOutput, ReplyTx};
 pub use queue::Held;
-pub use status::{Refusal, Status};
+pub use status::{LinkState, Refusal};

@@ -114,7 +114,7 @@ pub async fn in_place(
     way_back: std::path::PathBuf,
     timeout: std::time::Duration,
     rates: &crate::checkpoint::rates::LearnedRates,
-) -> Result<(Rewound, super::Holding), RestoreError> {
+) -> Result<(Rewound, super::StoredChain), RestoreError> {
     let started = std::time::Instant::now();
     let copy = backups.keep(way_back).await?;
     let dir = copy.to.clone();
@@ -129,7 +129,7 @@ pub async fn in_place(
     .await
     .map_err(|e| RestoreError::Other(e.to_string()))?;
     let (cut, journal_dir, store, rdb_version) = checked?;
-    let holding = super::Holding {
+    let stored = super::StoredChain {
         checkpoint: cut.checkpoint.clone(),
         rdb_version,
         end: super::chain::ChainEnd {
@@ -150,14 +150,14 @@ pub async fn in_place(
         at: cut.at,
     };
     let finish = super::primary::Finish::Promote;
-    let (_, holding) =
-        super::load(up, &store, source, holding, timeout, rates, finish, started).await?;
+    let (_, stored) =
+        super::load(up, &store, source, stored, timeout, rates, finish, started).await?;
     Ok((
         Rewound {
             cut,
             way_back: copy,
         },
-        holding,
+        stored,
     ))
 }
 
