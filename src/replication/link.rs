@@ -52,7 +52,6 @@ use tokio::sync::{watch, Notify};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
-const READ_CHUNK_BYTES: usize = 256 << 10;
 
 pub struct LinkConfig {
     /// Where checkpoints (full-resync RDBs among them) are stored and recorded.
@@ -343,9 +342,7 @@ async fn attach(
                 h.end = offset_end;
             }
         }
-        if buf.capacity() - buf.len() < READ_CHUNK_BYTES / 4 {
-            buf.reserve(READ_CHUNK_BYTES);
-        }
+        crate::net::room_to_read(&mut buf, crate::net::read_chunk::BULK, 0);
         tokio::select! {
             n = rd.read_buf(&mut buf) => if n? == 0 {
                 return Err(UpstreamError::Closed.into());

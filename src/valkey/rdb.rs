@@ -12,13 +12,13 @@
 //! a restore may only send it to a server that loads that format ([`loads`]).
 
 use super::handshake::read_line;
+use crate::net::{read_chunk, room_to_read};
 use crate::upstream::client::{Conn, UpstreamError};
 use bytes::Buf;
 use std::path::{Path, PathBuf};
 use tokio::io::AsyncWriteExt;
 
 pub const EOF_MARK_LEN: usize = 40;
-const READ_CHUNK_BYTES: usize = 256 << 10;
 
 /// Valkey's RDB checksum: CRC-64/Jones (`crc64.c`), over every byte before the 8-byte
 /// trailer, which holds it little-endian (0 when Valkey runs with `rdbchecksum no`).
@@ -140,7 +140,7 @@ pub fn sum_file(path: &Path) -> std::io::Result<RdbSum> {
     use std::io::Read;
     let mut f = std::fs::File::open(path)?;
     let mut d = RdbDigest::default();
-    let mut buf = vec![0u8; READ_CHUNK_BYTES];
+    let mut buf = vec![0u8; read_chunk::BULK];
     loop {
         match f.read(&mut buf)? {
             0 => break,
@@ -251,7 +251,7 @@ async fn copy_payload(
         if piece.done {
             return Ok(());
         }
-        conn.buf.reserve(READ_CHUNK_BYTES);
+        room_to_read(&mut conn.buf, read_chunk::BULK, 0);
         // Each piece within upstream.reply_timeout_ms: bounded by progress, not by a total.
         conn.read_more().await?;
     }
