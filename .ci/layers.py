@@ -15,11 +15,13 @@ path. Every path is resolved to the module that defines what it names:
   private and `pub use` alike;
 - inline paths anywhere in code: `crate::a::b`, `super::a::b` (`super` counted from the
   module the path is written in, inline `mod tests { .. }` included), `self::a`, and paths
-  that start with a child module or with a name a `use` brought in;
+  that start with a child module or with a name a `use` brought in; a path written as a
+  string in an attribute (`deserialize_with = "crate::units::size"`), but for `doc`;
 - a path makes an arrow to the module it names and, through re-exports (`pub use x::Item`,
   a glob `pub use x::*`, or a private `use` a child module sees), to the module that
   defines the item: the code needs both.
-main.rs is a separate crate (it names `walrus::`, never `crate::`) and is not read.
+main.rs is a separate crate (it names `walrus::`, never `crate::`) and is not read. What no
+path shows is not seen: a method called on a value whose type another file defines.
 
 Layers. A room is a top-level module: a folder of src/ or a file directly in it (other
 than lib.rs/main.rs). LAYERS below is their intended order, lowest first (the same as
@@ -64,6 +66,7 @@ IDENT = re.compile(r"r#([A-Za-z_][A-Za-z0-9_]*)|([A-Za-z_][A-Za-z0-9_]*)")
 RAW_STRING = re.compile(r'[bc]?r(#*)"')
 STRING = re.compile(r'[bc]?"')
 NUMBER = re.compile(r"[0-9][0-9A-Za-z_]*(?:\.[0-9][0-9A-Za-z_]*)?")
+PATH_STRING = re.compile(r"(crate|super|self)(::[A-Za-z_][A-Za-z0-9_]*)+$")
 ITEM_KEYWORDS = {"fn", "struct", "enum", "trait", "type", "const", "static", "union"}
 KEYWORDS = ITEM_KEYWORDS | {"mod", "use", "pub", "impl", "let", "mut", "unsafe", "async", "extern"}
 
@@ -172,6 +175,26 @@ def use_leaves(toks, i, prefix):
         raise SyntaxError(f"unexpected {text!r} in a use tree")
 
 
+def attribute_strings(toks) -> set[int]:
+    """Where the string literals inside attributes are, but for `#[doc = ".."]`: a path
+    written as a string there is code (serde's `deserialize_with = "crate::units::size"`)."""
+    found, i = set(), 0
+    while i < len(toks):
+        start = i + 2 if toks[i + 1:i + 2] == [("p", "!")] else i + 1
+        if toks[i] == ("p", "#") and toks[start:start + 1] == [("p", "[")]:
+            depth, j = 0, start
+            while j < len(toks):
+                depth += (toks[j] == ("p", "[")) - (toks[j] == ("p", "]"))
+                if depth == 0:
+                    break
+                j += 1
+            if toks[start + 1:start + 2] != [("id", "doc")]:
+                found.update(k for k in range(start, j) if toks[k][0] == "str")
+            i = j
+        i += 1
+    return found
+
+
 def read_file(f: Path, file_module: tuple, modules: dict, is_dir: bool) -> list:
     """Records the file's modules (its own and inline ones) into `modules`; returns its
     out-of-line `mod x;` declarations as (module path, child file candidates, whether the
@@ -180,6 +203,7 @@ def read_file(f: Path, file_module: tuple, modules: dict, is_dir: bool) -> list:
     frames = [(file_module, 0)]  # (inline module, brace depth of its body)
     modules[file_module] = Module(file_module, f, file_module, is_dir)
     here_dir = f.parent if is_dir else f.parent / f.stem
+    in_attribute = attribute_strings(toks)
     decls, depth, path_attr, i = [], 0, None, 0
     while i < len(toks) - 4:
         kind, text = toks[i]
@@ -189,6 +213,10 @@ def read_file(f: Path, file_module: tuple, modules: dict, is_dir: bool) -> list:
         if [t if k != "str" else "" for k, t in toks[i:i + 6]] == ["#", "[", "path", "=", "", "]"]:
             path_attr = toks[i + 4][1]
             i += 6
+        elif kind == "str":
+            if i in in_attribute and PATH_STRING.match(text):
+                mod.refs.append(text.split("::"))
+            i += 1
         elif (kind, text) == ("id", "mod") and toks[i + 1][0] == "id":
             name = toks[i + 1][1]
             if top:

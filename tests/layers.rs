@@ -156,6 +156,23 @@ fn comments_and_strings_neither_fake_nor_hide_a_path() {
 }
 
 #[test]
+fn a_path_written_as_an_attributes_string_counts_but_not_a_doc_attributes() {
+    let doc = planted(&[(
+        "resp/reply.rs",
+        "#[doc = \"crate::proxy::serve\"]\npub struct Reply;\n",
+    )]);
+    let (ok, text) = check(doc.path());
+    assert!(ok, "{text}");
+    let serde = planted(&[(
+        "resp/reply.rs",
+        "pub struct Reply {\n    #[serde(deserialize_with = \"crate::proxy::serve\")]\n    n: u64,\n}\n",
+    )]);
+    let (ok, text) = check(serde.path());
+    assert!(!ok, "{text}");
+    assert!(text.contains("up: resp -> proxy (resp/reply.rs)"), "{text}");
+}
+
+#[test]
 fn super_in_an_inline_module_counts_from_that_module() {
     // In `mod tests` of client.rs, `super` is client itself: no arrow to tls from the
     // `super::` there, so no cycle; the same path at the file's top level would be one.
