@@ -4,8 +4,7 @@
 //! (the manifest) holds an `flock` on `<key>.lock` while it compares and replaces: NFSv4
 //! carries the lock to the server.
 
-use super::store::{io, Listed, Version};
-use super::ArchiveError;
+use super::{io, ArchiveError, Listed, Version};
 use std::path::Path;
 
 /// Writes `key` under `root` durably: a temporary file beside it, fsync, rename, fsync of

@@ -5,8 +5,9 @@
 
 use super::object::JournalObject;
 use super::read::Read;
-use super::upload::{unix_now_ms, uploaded, Position, Uploaded, Uploader};
+use super::upload::{uploaded, Position, Uploaded, Uploader};
 use super::ArchiveError;
+use crate::units::time::now_ms;
 
 impl Uploader {
     /// Merges the newest `archive.merge_objects` objects while they are of one level and one
@@ -47,7 +48,7 @@ impl Uploader {
                 JournalObject::of(p.timeline, first.replid, &batch.entries, first.level + 1);
             let r = self
                 .store
-                .put(&merged.key(), merged.encode(&batch.entries, unix_now_ms()))
+                .put(&merged.key(), merged.encode(&batch.entries, now_ms()))
                 .await;
             uploaded("merge", &r);
             r?;

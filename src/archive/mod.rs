@@ -45,6 +45,7 @@ use crate::config::{Ack, Config};
 use crate::durability::Durability;
 use crate::journal::Journal;
 use status::ArchiveStatus;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -66,6 +67,38 @@ pub enum ArchiveError {
     /// An object is not what its name or the manifest says.
     #[error("archive damaged: {0}")]
     Corrupt(String),
+}
+
+/// One object of a listing, its key relative to the archive's root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub key: String,
+    pub size: u64,
+    /// When the store says it was written (seconds since the epoch).
+    pub modified: i64,
+}
+
+/// The version of a conditionally written object, to replace it only if unchanged: the
+/// store's ETag, or a directory's CRC-64 of the contents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Version(String);
+
+impl Version {
+    fn of(contents: &[u8]) -> Version {
+        Version(format!("{:016x}", crc64(contents)))
+    }
+}
+
+/// A failed file operation on a directory store, naming the file.
+fn io(what: &str, path: &Path, e: std::io::Error) -> ArchiveError {
+    ArchiveError::Store(format!("{what} {}: {e}", path.display()))
+}
+
+/// The CRC-64 that checks an object's contents (and versions a directory store's).
+fn crc64(bytes: &[u8]) -> u64 {
+    let mut d = crc64fast::Digest::new();
+    d.write(bytes);
+    d.sum64()
 }
 
 /// The archive's tasks, running.

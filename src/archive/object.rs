@@ -168,7 +168,7 @@ impl JournalObject {
             b.put_u32_le(e.payload.len() as u32);
             b.put_slice(&e.payload);
         }
-        let crc = super::store::crc64(&b);
+        let crc = super::crc64(&b);
         b.put_u64_le(crc);
         b.freeze()
     }
@@ -191,7 +191,7 @@ impl JournalObject {
         };
         let body = bytes.len() - 8;
         let stored = u64::from_le_bytes(bytes[body..].try_into().expect("8 bytes"));
-        let crc = super::store::crc64(&bytes[..body]);
+        let crc = super::crc64(&bytes[..body]);
         if stored != crc {
             return Err(format!(
                 "CRC-64 {crc:016x}, the object records {stored:016x}"
@@ -352,7 +352,7 @@ mod tests {
             old.put_u32_le(e.payload.len() as u32);
             old.put_slice(&e.payload);
         }
-        let crc = super::super::store::crc64(&old);
+        let crc = super::super::crc64(&old);
         old.put_u64_le(crc);
         let untimed: Vec<_> = es
             .iter()

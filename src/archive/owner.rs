@@ -7,8 +7,8 @@
 use super::identity::{self, Identity};
 use super::manifest::{Manifest, Writer, FORMAT};
 use super::object::MANIFEST_KEY;
-use super::store::{Store, Version};
-use super::ArchiveError;
+use super::store::Store;
+use super::{ArchiveError, Version};
 use std::path::Path;
 use std::time::Instant;
 
@@ -25,7 +25,7 @@ fn writer(me: &Identity) -> Writer {
     Writer {
         identity: me.id.clone(),
         name: me.name.clone(),
-        since: super::upload::unix_now(),
+        since: crate::units::time::now_secs(),
     }
 }
 

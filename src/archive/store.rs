@@ -8,32 +8,12 @@
 //! Every request is counted (`walrus_archive_requests_total{op,result}`) with the bytes it
 //! sent: the request count is most of an S3 bill.
 
-use super::ArchiveError;
+use super::{io, ArchiveError, Listed, Version};
 use crate::config::{ArchiveConfig, ArchiveUrl};
 use bytes::Bytes;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, UpdateVersion};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// One object of a listing, its key relative to the archive's root.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Listed {
-    pub key: String,
-    pub size: u64,
-    /// When the store says it was written (seconds since the epoch).
-    pub modified: i64,
-}
-
-/// The version of a conditionally written object, to replace it only if unchanged: the
-/// store's ETag, or a directory's CRC-64 of the contents.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Version(pub(super) String);
-
-impl Version {
-    pub(super) fn of(contents: &[u8]) -> Version {
-        Version(format!("{:016x}", crc64(contents)))
-    }
-}
 
 /// Bytes streamed between a file and the store in one part.
 const PART_BYTES: usize = 16 << 20;
@@ -401,22 +381,12 @@ fn failed(op: &str, key: &str, e: object_store::Error) -> ArchiveError {
     ArchiveError::Store(format!("{op} {key}: {e}"))
 }
 
-pub(super) fn io(what: &str, path: &Path, e: std::io::Error) -> ArchiveError {
-    ArchiveError::Store(format!("{what} {}: {e}", path.display()))
-}
-
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ArchiveError> + Send + 'static,
 ) -> Result<T, ArchiveError> {
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| ArchiveError::Local(format!("archive task failed: {e}")))?
-}
-
-pub(super) fn crc64(bytes: &[u8]) -> u64 {
-    let mut d = crc64fast::Digest::new();
-    d.write(bytes);
-    d.sum64()
 }
 
 #[cfg(test)]

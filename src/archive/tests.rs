@@ -1,5 +1,5 @@
 //! The archive end to end on a directory store, without Valkey: a journal and a checkpoint
-//! archived, merged, restored into a new data directory, verified; the archive refused to a
+//! archived, merged, restored into a new data directory, verified; the archive kept from a
 //! second walrus and taken over by a directory restored from it.
 
 use super::*;

@@ -27,6 +27,7 @@ use super::{timeline, ArchiveError};
 use crate::checkpoint::{manifest::Checkpoint, store::Store as LocalStore, Pin};
 use crate::journal::{Durable, Journal, ScanStart};
 use crate::task::backoff::Backoff;
+use crate::units::time::{now_ms, now_secs};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -439,7 +440,7 @@ impl Uploader {
                 key
             }
         };
-        let now = unix_now();
+        let now = now_secs();
         let mut next = o.manifest.clone();
         next.timeline = next.timeline.max(timeline);
         next.restore_points.push(RestorePoint {
@@ -533,7 +534,7 @@ impl Uploader {
         }
         let replid = batch.replid.expect("entries have an id");
         let object = JournalObject::of(p.timeline, replid, &batch.entries, 0);
-        let bytes = object.encode(&batch.entries, unix_now_ms());
+        let bytes = object.encode(&batch.entries, now_ms());
         let r = self.store.put(&object.key(), bytes).await;
         uploaded("journal", &r);
         r?;
@@ -586,16 +587,4 @@ fn replid_bytes(replid: &str) -> Result<ReplId, ArchiveError> {
 
 fn created(m: &Manifest) -> Vec<i64> {
     m.restore_points.iter().map(|r| r.created).collect()
-}
-
-pub(super) fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-}
-
-pub(super) fn unix_now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }

@@ -25,7 +25,7 @@ pub mod rdb_file;
 pub mod store;
 pub mod trigger;
 
-use crate::durability::{Durability, Status};
+use crate::durability::{Durability, LinkState};
 use crate::journal::Journal;
 use crate::upstream::client::{Conn, UpstreamError};
 use crate::upstream::info;
@@ -131,7 +131,7 @@ pub async fn run(
             released.notify_waiters();
         }
         let now = std::time::Instant::now();
-        if planner.wants_used_memory(now) && durability.status() == Status::Attached {
+        if planner.wants_used_memory(now) && durability.status() == LinkState::Attached {
             let memory = match Conn::control(&up).await {
                 Ok(mut conn) => used_memory(&mut conn).await.ok(),
                 Err(_) => None,
@@ -315,7 +315,7 @@ fn possible(
     journal: &Journal,
     durability: &Durability,
 ) -> Result<(u64, crate::journal::Durable), CheckpointError> {
-    if durability.status() != Status::Attached {
+    if durability.status() != LinkState::Attached {
         return Err(CheckpointError::NotNow("the replica link is not attached"));
     }
     let epoch = durability.epoch();

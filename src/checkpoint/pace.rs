@@ -2,8 +2,8 @@
 //!
 //! A checkpoint releases only what was durable when it started, so everything the journal
 //! writes meanwhile must fit the ring's free room. At a write rate the room cannot hold for
-//! the checkpoint's whole duration, the ring used to fill part-way through, and every write
-//! then waited at once for the rest of the checkpoint: a stall of seconds (180 KiB SETs on a
+//! the checkpoint's whole duration, an unpaced ring fills part-way through, and every write
+//! then waits at once for the rest of the checkpoint: a stall of seconds (180 KiB SETs on a
 //! local disk, p99.9 above 1 s). Paced, the replica link appends no faster than would use
 //! the free room left in half the checkpoint's expected duration ([`Pacer::wait`]): the rate
 //! follows the room down smoothly, all writes slow a little instead of a few stopping, and

@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use tokio::io::AsyncWriteExt;
 
 /// How much of a stored RDB is read at a time to check it.
-const READ_CHUNK_BYTES: usize = 256 << 10;
 
 /// A stored RDB.
 #[derive(Debug, Clone)]
@@ -92,7 +91,7 @@ pub fn sum_file(path: &Path) -> std::io::Result<RdbSum> {
     use std::io::Read;
     let mut f = std::fs::File::open(path)?;
     let mut d = RdbDigest::default();
-    let mut buf = vec![0u8; READ_CHUNK_BYTES];
+    let mut buf = vec![0u8; crate::net::read_chunk::BULK];
     loop {
         match f.read(&mut buf)? {
             0 => break,

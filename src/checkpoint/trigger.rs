@@ -448,8 +448,8 @@ mod tests {
         );
     }
 
-    /// Found by review: a value larger than the room left below the fill trigger met a
-    /// full ring, and no rule started the checkpoint the replica link waited for.
+    /// A value larger than the room left below the fill trigger meets a full ring: the
+    /// replica link waits for room, so that wait starts a checkpoint.
     #[test]
     fn an_append_refused_for_room_starts_a_checkpoint_below_the_fill_trigger() {
         let (mut f, p) = quiet();
@@ -460,9 +460,8 @@ mod tests {
         assert_eq!(decide(&f, &p), Some(Reason::RingFull));
     }
 
-    /// Found by review: when what one checkpoint's own duration writes exceeds the journal's
-    /// allowance, checkpointing cannot meet the budget, and the rule would run them back to
-    /// back.
+    /// When what one checkpoint's own duration writes exceeds the journal's allowance,
+    /// checkpointing cannot meet the budget: the rule must not run them back to back.
     #[test]
     fn a_budget_no_checkpoint_can_meet_does_not_start_them_back_to_back() {
         let (mut f, p) = quiet();

@@ -113,8 +113,8 @@ pub fn run(args: RestoreArgs) -> ExitCode {
         Err(code) => return code,
     };
     let done = match (&args.data_dir, args.dry_run) {
-        (_, true) => crate::datadir::pitr::dir::plan(from_dir, &until).map(|c| c.to_string()),
-        (Some(to), false) => crate::datadir::pitr::dir::into_new_dir(
+        (_, true) => crate::datadir::backup::cut::plan(from_dir, &until).map(|c| c.to_string()),
+        (Some(to), false) => crate::datadir::backup::cut::into_new_dir(
             from_dir,
             to,
             &until,

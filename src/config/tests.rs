@@ -49,8 +49,8 @@ fn ring_marks_that_cannot_work_are_refused() {
     assert!(0.0 < low && low < high, "{high} {low}");
 }
 
-/// Issue 20: a small ring works with nothing else set; the limits that depend on the
-/// ring follow from it.
+/// A small ring works with nothing else set: the limits that depend on the ring follow
+/// from it.
 #[test]
 fn a_small_ring_needs_no_other_setting() {
     let c = Config::parse("[journal]\nsegment_size_bytes = 1048576\nsegments = 16\n").unwrap();
@@ -173,10 +173,10 @@ fn a_reply_timeout_below_two_keepalives_is_refused_with_the_reason() {
     c.validate().unwrap();
 }
 
-/// Found by review: on rings of 4 to 9 segments the default trigger came at the segment
-/// where the ring refuses writes, so the first failed checkpoint refused them; and an
-/// explicit trigger past the ring's own high mark, or at one segment (always in use), was
-/// accepted.
+/// On every ring size the default trigger comes before the segment where the ring refuses
+/// writes (on 4 to 9 segments a trigger at that segment would let the first failed
+/// checkpoint refuse them), and an explicit trigger past the ring's own high mark, or at
+/// one segment (always in use), is refused.
 #[test]
 fn the_checkpoint_trigger_fires_at_two_segments_or_more_before_the_ring_refuses_writes() {
     for n in 4..=64u32 {
@@ -205,8 +205,9 @@ fn the_checkpoint_trigger_fires_at_two_segments_or_more_before_the_ring_refuses_
     }
 }
 
-/// Found by review: on 3 segments the ring's high mark, computed as 1 - 1/3, rounded above
-/// the figure at 2 of 3 segments in use (2/3), so it was reached only with the ring full.
+/// The high mark is reached with one segment free, on every ring size: on 3 segments a
+/// mark computed as 1 - 1/3 rounds above the figure at 2 of 3 segments in use (2/3), and
+/// would be reached only with the ring full.
 #[test]
 fn the_rings_high_mark_is_reached_one_segment_before_it_is_full() {
     for n in 3..=64u32 {
@@ -223,9 +224,9 @@ fn the_rings_high_mark_is_reached_one_segment_before_it_is_full() {
     }
 }
 
-/// Found by the operator's-day review: `[log] level = "notice"` (Valkey's name) was taken
-/// by tracing as a target and logged nothing. Valkey's names map to tracing's; an unknown
-/// word is refused with the accepted ones.
+/// `[log] level = "notice"` (Valkey's name) would be taken by tracing as a target and log
+/// nothing. Valkey's names map to tracing's; an unknown word is refused with the accepted
+/// ones.
 #[test]
 fn log_levels_take_valkeys_names_and_refuse_unknown_words() {
     let filter = |level: &str| {
@@ -448,7 +449,7 @@ fn extra_args_cannot_open_the_managed_valkey_to_others() {
             "{err}"
         );
     }
-    // The ways around a check of whole arguments (issue 25's review): a setting and its
+    // The ways around a check of whole arguments: a setting and its
     // value in one argument, `include`, a quoted name, a second line, and a last setting
     // with no value, which would take walrus's own `--port` as its value.
     for args in [
@@ -479,7 +480,7 @@ fn extra_args_cannot_open_the_managed_valkey_to_others() {
     }
 }
 
-/// Issue 25: a TLS listener beside the plaintext one, or instead of it; what it needs
+/// A TLS listener beside the plaintext one, or instead of it: what it needs
 /// without reading a file is checked here, naming the key.
 #[test]
 fn tls_listener_settings_are_checked_by_name() {

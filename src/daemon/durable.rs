@@ -9,7 +9,7 @@ use crate::config::Config;
 use crate::durability::Durability;
 use crate::journal::Journal;
 use crate::replication::link::{self, LinkConfig};
-use crate::restore::in_place::{InPlace, Route};
+use crate::restore::in_place::{InPlace, RestoreMethod};
 use crate::upstream::managed::ManagedValkey;
 use crate::upstream::Upstream;
 use std::sync::Arc;
@@ -78,7 +78,7 @@ pub(super) async fn start_durability(
     crate::supervisor::status("starting: opening and verifying the journal and checkpoint");
     let ring_bytes = config.journal.segment_size_bytes * u64::from(config.journal.segments);
     let low_watermark = config.disk.low_watermark;
-    let (journal, recovered, store, holding) = tokio::task::spawn_blocking(move || {
+    let (journal, recovered, store, stored) = tokio::task::spawn_blocking(move || {
         // What the data directory holds is decided before anything in it is opened, and
         // again with the journal's entries once it is (datadir::parts).
         crate::datadir::parts::check(&dir, &cp_dir, None)?;
@@ -90,8 +90,8 @@ pub(super) async fn start_durability(
         let entries = (journal.status().next_lsn - 1).saturating_sub(journal.released_through());
         crate::datadir::parts::check(&dir, &cp_dir, Some(entries))?;
         let store = Store::open(&cp_dir, &journal.data_dir_id())?;
-        let holding = crate::restore::holding(&store, &journal)?;
-        Ok::<_, Fatal>((journal, recovered, store, holding))
+        let stored = crate::restore::stored_chain(&store, &journal)?;
+        Ok::<_, Fatal>((journal, recovered, store, stored))
     })
     .await??;
     // The checkpoint recorded before this start is the last one taken until the next: the
@@ -126,7 +126,7 @@ pub(super) async fn start_durability(
         offset = recovered.end.last_repl_offset,
         "journal open"
     );
-    match &holding {
+    match &stored {
         Some(h) => tracing::info!(
             checkpoint = %h.checkpoint.file,
             offset = h.checkpoint.offset,
@@ -241,7 +241,7 @@ pub(super) async fn start_durability(
         limits: crate::resp::Limits::default(),
         on_conflict: config.restore.on_conflict,
         restore_timeout: Duration::from_millis(config.restore.timeout_ms),
-        restore_route: restore_route(config, managed)?,
+        restore_method: restore_method(config, managed)?,
         archived: match (&archive, config.durability.ack) {
             (Some(a), crate::config::Ack::Archive) => Some(a.status.archived()),
             _ => None,
@@ -253,7 +253,7 @@ pub(super) async fn start_durability(
         journal.clone(),
         durability.clone(),
         link_cfg,
-        holding,
+        stored,
         stop,
     ));
     Ok(Durable {
@@ -299,19 +299,22 @@ async fn bootstrap(config: &Config) -> Result<(), Fatal> {
 
 /// How a restore reaches Valkey: as walrus's replica, unless Valkey is a cluster node, which
 /// refuses to be one ([`crate::restore::in_place`]).
-fn restore_route(config: &Config, managed: Option<&ManagedValkey>) -> Result<Route, Fatal> {
+fn restore_method(
+    config: &Config,
+    managed: Option<&ManagedValkey>,
+) -> Result<RestoreMethod, Fatal> {
     if !config.cluster.enabled {
-        return Ok(Route::Replica);
+        return Ok(RestoreMethod::Replica);
     }
     Ok(match managed {
-        Some(m) => Route::InPlace(InPlace {
+        Some(m) => RestoreMethod::InPlace(InPlace {
             binary: crate::upstream::binary::find(&config.upstream.valkey_server)?,
             extra_args: config.upstream.extra_args.clone(),
             dir: config.data.dir.join("valkey-restore"),
             socket: config.socket_path(crate::config::RESTORE_SOCKET)?,
             reloader: m.reloader(),
         }),
-        None => Route::Refuse(format!(
+        None => RestoreMethod::Refuse(format!(
             "Valkey is an external cluster node, which refuses REPLICAOF, and walrus cannot restart it from a restored RDB as it does a managed one: stop walrus, write walrus's data out with `walrus journal export-aof --data-dir {}`, start Valkey from that AOF with its nodes.conf, and start walrus with restore.on_conflict = \"valkey-wins\" once (docs/cluster.md, \"Valkey Cluster\")",
             config.data.dir.display()
         )),

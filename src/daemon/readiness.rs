@@ -1,7 +1,7 @@
 //! What `/readyz` answers, from the parts of walrus that start one after another: the gate
 //! (durable mode), the cluster watch (cluster mode) and the shared pool.
 
-use crate::durability::{Durability, Status};
+use crate::durability::{Durability, LinkState};
 use std::sync::{Arc, OnceLock};
 
 /// What `/readyz` answers: 200 only when walrus serves data durably.
@@ -19,14 +19,14 @@ impl Readiness {
         if self.durable {
             match self.gate.get().map(|g| g.status()) {
                 None => return Err("starting: opening the journal".into()),
-                Some(Status::Attached) => {}
-                Some(Status::Detached) => {
+                Some(LinkState::Attached) => {}
+                Some(LinkState::Detached) => {
                     return Err("the replica link is not attached to Valkey".into())
                 }
-                Some(Status::Restoring) => {
+                Some(LinkState::Restoring) => {
                     return Err("restoring Valkey from the checkpoint and journal".into())
                 }
-                Some(Status::Failed(why)) => {
+                Some(LinkState::Failed(why)) => {
                     return Err(format!("the journal failed: {why}"));
                 }
             }

@@ -5,7 +5,7 @@
 //! The same checks `serve` makes before it touches Valkey: what the directory holds
 //! ([`parts::check`]: its parts belong together), the journal's log scanned as recovery
 //! scans it (a torn tail is normal, mid-log corruption is not; a manifest whose key seals no
-//! record is another journal's), then as a restore does (`crate::restore::holding`): the
+//! record is another journal's), then as a restore does (`crate::restore::stored_chain`): the
 //! checkpoint's RDB against its manifest (size, CRC-64, format), and the chain
 //! ([`chain::walk_entries`]): the journal continues the checkpoint's stream from its offset
 //! to the end with no hole.

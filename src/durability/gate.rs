@@ -4,16 +4,15 @@
 
 use super::dirty::{DirtyKeys, Scope};
 use super::marks::{self, WriteMark};
-use super::notices::Progress;
 use super::queue::{Held, HeldQueue};
-use super::status::{Refusal, Status};
+use super::status::{LinkState, Refusal};
 use bytes::Bytes;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use tokio::sync::Notify;
 
 pub(super) struct State {
-    status: Status,
+    status: LinkState,
     /// Highest replication offset the journal holds durably (or that a stored RDB covers).
     durable_offset: u64,
     /// Highest batch offset Valkey has reported.
@@ -68,6 +67,15 @@ pub struct Durability {
     orphans_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<marks::Orphan>>>,
 }
 
+/// How far the gate has come, for the notices that wait on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Progress {
+    pub(super) epoch: u64,
+    /// Every write up to this generation is settled ([`super::dirty::DirtyKeys::settled_through`]).
+    pub(super) settled_through: u64,
+    pub(super) failed: bool,
+}
+
 impl Durability {
     pub fn new(max_pending_bytes: u64, max_held_bytes: u64) -> Durability {
         // Unbounded because a mark is orphaned in `Drop`, which cannot wait, and an orphan
@@ -78,7 +86,7 @@ impl Durability {
             orphans,
             orphans_rx: Mutex::new(Some(orphans_rx)),
             state: Mutex::new(State {
-                status: Status::Detached,
+                status: LinkState::Detached,
                 durable_offset: 0,
                 executed_offset: 0,
                 history_start: 0,
@@ -126,13 +134,13 @@ impl Durability {
         let now = Progress {
             epoch: s.epoch,
             settled_through: s.dirty.settled_through(),
-            failed: matches!(s.status, Status::Failed(_)),
+            failed: matches!(s.status, LinkState::Failed(_)),
         };
         self.progress
             .send_if_modified(|p| std::mem::replace(p, now) != now);
     }
 
-    pub fn status(&self) -> Status {
+    pub fn status(&self) -> LinkState {
         self.lock().status.clone()
     }
 
@@ -185,7 +193,8 @@ impl Durability {
     /// another epoch than `not_epoch`.
     pub fn attached(&self, not_epoch: Option<u64>) -> Option<(u64, String)> {
         let s = self.lock();
-        (matches!(s.status, Status::Attached | Status::Failed(_)) && Some(s.epoch) != not_epoch)
+        (matches!(s.status, LinkState::Attached | LinkState::Failed(_))
+            && Some(s.epoch) != not_epoch)
             .then(|| (s.epoch, s.run_id.clone()))
     }
 
@@ -210,7 +219,7 @@ impl Durability {
     /// Whether a read may be sent now: not while Valkey is being restored.
     pub fn admit_read(&self) -> Result<(), Refusal> {
         match self.lock().status {
-            Status::Restoring => Err(Refusal::Loading),
+            LinkState::Restoring => Err(Refusal::Loading),
             _ => Ok(()),
         }
     }
@@ -254,7 +263,7 @@ impl Durability {
     /// of the connection it ran on.
     pub fn settle_batch(&self, offset: u64, epoch: u64, replies: Vec<Held>, marks: Vec<WriteMark>) {
         let mut s = self.lock();
-        if let Status::Failed(_) = s.status {
+        if let LinkState::Failed(_) = s.status {
             let why = Refusal::of(&s.status).reply();
             s.unmark(marks);
             drop(s);
@@ -359,7 +368,7 @@ impl Durability {
             held.pass();
             return None;
         };
-        if let Status::Failed(_) = s.status {
+        if let LinkState::Failed(_) = s.status {
             // The write it would reveal can no longer become durable.
             let why = Refusal::of(&s.status).reply();
             drop(s);
@@ -418,7 +427,7 @@ impl Durability {
         valkey_offset: u64,
     ) -> u64 {
         let mut s = self.lock();
-        if let Status::Failed(_) = s.status {
+        if let LinkState::Failed(_) = s.status {
             // The journal was fenced (a damaged segment file, say): nothing reopens it.
             return s.epoch;
         }
@@ -443,7 +452,7 @@ impl Durability {
             s.held.hold_batch(valkey_offset, Vec::new(), vec![mark]);
             self.publish(&s);
         }
-        s.status = Status::Attached;
+        s.status = LinkState::Attached;
         let epoch = s.epoch;
         self.restoring.store(false, Ordering::SeqCst);
         drop(s);
@@ -461,11 +470,11 @@ impl Durability {
     /// every held reply gets an error (what it would reveal ran on a Valkey that is gone).
     pub fn begin_restore(&self) {
         let mut s = self.lock();
-        if let Status::Failed(_) = s.status {
+        if let LinkState::Failed(_) = s.status {
             return;
         }
         let failed = self.new_epoch(&mut s);
-        s.status = Status::Restoring;
+        s.status = LinkState::Restoring;
         self.restoring.store(true, Ordering::SeqCst);
         drop(s);
         let why = Refusal::HistoryChanged.reply();
@@ -487,8 +496,8 @@ impl Durability {
     /// a partial resync will deliver their offsets.
     pub fn detach(&self) {
         let mut s = self.lock();
-        if s.status == Status::Attached {
-            s.status = Status::Detached;
+        if s.status == LinkState::Attached {
+            s.status = LinkState::Detached;
         }
         drop(s);
         self.room.notify_waiters();
@@ -512,7 +521,7 @@ impl Durability {
     pub fn fail(&self, why: &str) {
         crate::metrics::JOURNAL_FAILED.set(1);
         let mut s = self.lock();
-        s.status = Status::Failed(why.to_string());
+        s.status = LinkState::Failed(why.to_string());
         let err = Refusal::of(&s.status).reply();
         let out = s.take_held();
         self.publish(&s);
@@ -529,7 +538,7 @@ impl Durability {
         m::HELD_BYTES.set(s.held.bytes() as i64);
         m::DIRTY_KEYS.set(s.dirty.len() as i64);
         m::DURABLE_LAG.set(s.executed_offset.saturating_sub(s.durable_offset) as i64);
-        m::REPLICA_LINK_UP.set(i64::from(s.status == Status::Attached));
+        m::REPLICA_LINK_UP.set(i64::from(s.status == LinkState::Attached));
     }
 
     /// For metrics and tests: (durable offset, executed offset, held bytes, dirty keys).
@@ -559,14 +568,14 @@ impl State {
             &self.status,
             self.blocked.as_ref().or(self.archive_blocked.as_ref()),
         ) {
-            (Status::Attached, None) => None,
-            (Status::Attached, Some(why)) => Some(why.clone()),
+            (LinkState::Attached, None) => None,
+            (LinkState::Attached, Some(why)) => Some(why.clone()),
             (status, _) => Some(Refusal::of(status)),
         }
     }
 
     fn unmark(&mut self, marks: Vec<WriteMark>) {
-        let failed = matches!(self.status, Status::Failed(_));
+        let failed = matches!(self.status, LinkState::Failed(_));
         for mut m in marks {
             m.disarm();
             // After a journal failure those writes ran in Valkey but will never be journaled:

@@ -128,6 +128,7 @@ mod gate;
 mod hold;
 pub mod marks;
 pub mod notices;
+mod orphans;
 mod output;
 mod queue;
 mod status;
@@ -136,7 +137,8 @@ mod tests;
 
 pub use access::{access, Access};
 pub use gate::Durability;
-pub use marks::{resolve_orphans, WriteMark};
+pub use marks::WriteMark;
+pub use orphans::resolve_orphans;
 pub use output::{reply_channel, ClientOutput, ReplyTx};
 pub use queue::Held;
-pub use status::{Refusal, Status};
+pub use status::{LinkState, Refusal};

@@ -14,6 +14,7 @@
 //! client's connection is closed with the reason ([`Refusal::NoticeWithheld`]): a subscriber
 //! or a client-side cache that silently missed one would go on with stale data.
 
+use super::gate::Progress;
 use super::{Durability, Refusal};
 use bytes::Bytes;
 use std::sync::atomic::Ordering;
@@ -28,15 +29,6 @@ pub enum Names {
     Keys { db: Option<u32>, keys: Vec<Bytes> },
     /// Anything: a flush's invalidation, or a notice walrus cannot read.
     Everything,
-}
-
-/// How far the gate has come, for the notices that wait on it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Progress {
-    pub(super) epoch: u64,
-    /// Every write up to this generation is settled ([`super::dirty::DirtyKeys::settled_through`]).
-    pub(super) settled_through: u64,
-    pub(super) failed: bool,
 }
 
 /// A notice that waits: until every write up to `through` is settled, in `epoch`.

@@ -5,9 +5,10 @@ use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Why writes are not accepted right now.
+/// The replica link's state, as the gate sees it: whether writes are accepted now, and if
+/// not, why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Status {
+pub enum LinkState {
     /// The replica link is not (yet, or no longer) following Valkey's stream.
     Detached,
     Attached,
@@ -57,12 +58,12 @@ pub enum Refusal {
 
 impl Refusal {
     /// The refusal of a write while the gate is in `status` (not `Attached`).
-    pub(super) fn of(status: &Status) -> Refusal {
+    pub(super) fn of(status: &LinkState) -> Refusal {
         match status {
-            Status::Detached => Refusal::Detached,
-            Status::Restoring => Refusal::Loading,
-            Status::Failed(why) => Refusal::JournalFailed(one_line(why)),
-            Status::Attached => unreachable!("attached writes are not refused"),
+            LinkState::Detached => Refusal::Detached,
+            LinkState::Restoring => Refusal::Loading,
+            LinkState::Failed(why) => Refusal::JournalFailed(one_line(why)),
+            LinkState::Attached => unreachable!("attached writes are not refused"),
         }
     }
 
@@ -84,7 +85,7 @@ impl Refusal {
     /// Counts a refused write in `walrus_writes_refused_total` (replies failed after they
     /// were admitted are not refusals).
     pub fn count(self) -> Self {
-        use crate::metrics::Refusal as M;
+        use crate::metrics::RefusalReason as M;
         let reason = match &self {
             Refusal::Detached => M::Detached,
             Refusal::Loading => M::Restoring,

@@ -40,7 +40,7 @@ fn a_fenced_journal_stays_fenced_across_an_attach() {
     d.attach("p", 100, true, true, 0);
     d.fail("journal segment seg-00003.wal is gone");
     d.attach("p", 200, true, false, 0);
-    assert!(matches!(d.status(), Status::Failed(_)));
+    assert!(matches!(d.status(), LinkState::Failed(_)));
     assert!(d
         .begin_write(key("a"))
         .unwrap_err()

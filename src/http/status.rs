@@ -8,7 +8,7 @@
 
 use super::Ready;
 use crate::checkpoint::store::Store;
-use crate::durability::{Durability, Status as Link};
+use crate::durability::{Durability, LinkState};
 use crate::journal::Journal;
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, OnceLock, Weak};
@@ -123,12 +123,12 @@ impl Sources {
         };
         s.writes_refused = d.gate.write_refusal().map(|r| r.to_string());
         let link = d.gate.status();
-        s.attached = link == Link::Attached;
+        s.attached = link == LinkState::Attached;
         s.link = match link {
-            Link::Attached => "attached",
-            Link::Detached => "detached",
-            Link::Restoring => "restoring",
-            Link::Failed(_) => "failed",
+            LinkState::Attached => "attached",
+            LinkState::Detached => "detached",
+            LinkState::Restoring => "restoring",
+            LinkState::Failed(_) => "failed",
         }
         .into();
         let (durable, executed, _, _) = d.gate.snapshot();

@@ -1,4 +1,4 @@
-//! The journal: a pre-initialized, recycled ring of log segments (issue 3).
+//! The journal: a pre-initialized, recycled ring of log segments.
 //!
 //! walrus journals Valkey's replication stream here and releases client replies only once
 //! the entries covering them are durable. The design, in the order of the modules:

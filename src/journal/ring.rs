@@ -86,7 +86,7 @@ pub fn missing_segments(dir: &Path, geo: Geometry) -> Result<Vec<u32>, JournalEr
     Ok(missing)
 }
 
-/// Chunk used to zero-fill segments: large sequential writes run at device bandwidth.
+/// The chunk segments are zero-filled in: large sequential writes run at device bandwidth.
 const INIT_CHUNK_BYTES: usize = 1 << 20;
 
 /// Creates and zero-fills the missing segments. `progress(done_bytes, total_bytes)` is

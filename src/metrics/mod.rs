@@ -315,7 +315,7 @@ static WRITES_REFUSED_VEC: LazyLock<IntCounterVec> = LazyLock::new(|| {
 
 /// Why a write was refused.
 #[derive(Debug, Clone, Copy)]
-pub enum Refusal {
+pub enum RefusalReason {
     /// The replica link is not attached.
     Detached,
     JournalFailed,
@@ -329,32 +329,32 @@ pub enum Refusal {
     ArchiveLag,
 }
 
-impl Refusal {
-    const ALL: [Refusal; 7] = [
-        Refusal::Detached,
-        Refusal::JournalFailed,
-        Refusal::Restoring,
-        Refusal::DiskWatermark,
-        Refusal::TooLarge,
-        Refusal::NoRoom,
-        Refusal::ArchiveLag,
+impl RefusalReason {
+    const ALL: [RefusalReason; 7] = [
+        RefusalReason::Detached,
+        RefusalReason::JournalFailed,
+        RefusalReason::Restoring,
+        RefusalReason::DiskWatermark,
+        RefusalReason::TooLarge,
+        RefusalReason::NoRoom,
+        RefusalReason::ArchiveLag,
     ];
 
     fn label(self) -> &'static str {
         match self {
-            Refusal::Detached => "detached",
-            Refusal::JournalFailed => "journal_failed",
-            Refusal::Restoring => "restoring",
-            Refusal::DiskWatermark => "disk_watermark",
-            Refusal::TooLarge => "too_large",
-            Refusal::NoRoom => "no_room",
-            Refusal::ArchiveLag => "archive_lag",
+            RefusalReason::Detached => "detached",
+            RefusalReason::JournalFailed => "journal_failed",
+            RefusalReason::Restoring => "restoring",
+            RefusalReason::DiskWatermark => "disk_watermark",
+            RefusalReason::TooLarge => "too_large",
+            RefusalReason::NoRoom => "no_room",
+            RefusalReason::ArchiveLag => "archive_lag",
         }
     }
 
     pub fn count(self) {
-        static BY_REASON: LazyLock<[IntCounter; Refusal::ALL.len()]> = LazyLock::new(|| {
-            Refusal::ALL.map(|r| WRITES_REFUSED_VEC.with_label_values(&[r.label()]))
+        static BY_REASON: LazyLock<[IntCounter; RefusalReason::ALL.len()]> = LazyLock::new(|| {
+            RefusalReason::ALL.map(|r| WRITES_REFUSED_VEC.with_label_values(&[r.label()]))
         });
         BY_REASON[self as usize].inc();
     }
@@ -542,7 +542,7 @@ pub fn register_all() {
     LazyLock::force(&HELD_BYTES);
     LazyLock::force(&DIRTY_KEYS);
     LazyLock::force(&DURABLE_LAG);
-    for r in Refusal::ALL {
+    for r in RefusalReason::ALL {
         // Each reason shows at 0 before its first refusal.
         let _ = WRITES_REFUSED_VEC.with_label_values(&[r.label()]);
     }

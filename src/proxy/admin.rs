@@ -8,7 +8,7 @@
 //! ROLE, PSYNC, REPLCONF, CLIENT KILL).
 //!
 //! Scripts and function libraries (EVAL, EVAL_RO, SCRIPT LOAD, FUNCTION LOAD) that may
-//! call `set_repl` are refused too: [`script`] says which, reading them with [`lua`].
+//! call `set_repl` are refused as well: [`script`] says which, reading them with [`lua`].
 //!
 //! MONITOR breaks the durability rule instead, and is refused the same way unless
 //! `proxy.allow_monitor` lets it through ([`MONITOR`]).
@@ -22,12 +22,12 @@ use std::borrow::Cow;
 
 /// Why a command is refused: what it touches, and what that would break.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
+pub struct Forbidden {
     pub what: &'static str,
     pub why: Cow<'static, str>,
 }
 
-impl Refusal {
+impl Forbidden {
     /// The error a client gets.
     pub fn error(&self) -> String {
         self.error_unless("proxy.allow_admin_commands")
@@ -43,7 +43,7 @@ impl Refusal {
 }
 
 /// MONITOR, refused unless `proxy.allow_monitor`.
-pub const MONITOR: Refusal = Refusal {
+pub const MONITOR: Forbidden = Forbidden {
     what: "MONITOR",
     why: Cow::Borrowed("it shows every command with its arguments as Valkey runs it, the values of writes a crash can still lose among them, before the journal holds them"),
 };
@@ -66,9 +66,9 @@ const DEBUG_HARMLESS: [&str; 7] = [
 ];
 
 /// `name`: the command's name in the command table (`config|set` for a subcommand).
-pub fn refusal(name: &str, req: &Request) -> Option<Refusal> {
+pub fn forbidden(name: &str, req: &Request) -> Option<Forbidden> {
     let refuse = |what, why: &'static str| {
-        Some(Refusal {
+        Some(Forbidden {
             what,
             why: why.into(),
         })
@@ -106,7 +106,7 @@ pub fn refusal(name: &str, req: &Request) -> Option<Refusal> {
             "FUNCTION RESTORE",
             "the libraries in its payload cannot be checked for set_repl (load them with FUNCTION LOAD)",
         ),
-        "eval" | "eval_ro" | "script|load" | "function|load" => script_refusal(name, req),
+        "eval" | "eval_ro" | "script|load" | "function|load" => script_forbidden(name, req),
         "script|debug" if req.arg_is(2, "YES") || req.arg_is(2, "SYNC") => refuse(
             "SCRIPT DEBUG YES (or SYNC)",
             "the Lua debugger runs code typed into it, which walrus cannot check for set_repl (SYNC keeps its writes), and it would turn a connection other clients share into a debugging session",
@@ -137,7 +137,7 @@ pub fn refusal(name: &str, req: &Request) -> Option<Refusal> {
 }
 
 /// A script or function library that may call `server.set_repl` ([`script::check`]).
-fn script_refusal(name: &str, req: &Request) -> Option<Refusal> {
+fn script_forbidden(name: &str, req: &Request) -> Option<Forbidden> {
     // EVAL's source comes first; SCRIPT LOAD's and FUNCTION LOAD's last. Keys and
     // arguments are data, whatever they spell.
     let source = match name {
@@ -145,7 +145,7 @@ fn script_refusal(name: &str, req: &Request) -> Option<Refusal> {
         _ => req.args.last(),
     }?;
     let finding = script::check(source).err()?;
-    Some(Refusal {
+    Some(Forbidden {
         what: "a script that may call server.set_repl (writes it keeps out of the replication stream are never journaled)",
         why: finding.to_string().into(),
     })
@@ -165,7 +165,7 @@ fn kills_replicas(req: &Request) -> bool {
 /// `CONFIG SET name value [name value ...]`: refused if any pair changes a setting walrus
 /// needs, or turns on eviction (Valkey's own deletions of keys, which walrus cannot hold:
 /// a read would show a key gone before its eviction is durable).
-fn config_set(req: &Request) -> Option<Refusal> {
+fn config_set(req: &Request) -> Option<Forbidden> {
     req.args.get(2..)?.chunks(2).find_map(|pair| {
         let [name, value] = pair else { return None };
         let name = String::from_utf8_lossy(name).to_ascii_lowercase();
@@ -174,25 +174,25 @@ fn config_set(req: &Request) -> Option<Refusal> {
             .find(|(old, _)| *old == name)
             .map_or(name.as_str(), |(_, new)| new);
         if name.starts_with("cluster-announce-") || name == "cluster-preferred-endpoint-type" {
-            return Some(Refusal {
+            return Some(Forbidden {
                 what: "cluster-announce-* (or cluster-preferred-endpoint-type)",
                 why: "cluster clients would be told another address than this walrus's, and go around it, or the other nodes would lose this one (set cluster.announce_ip and cluster.announce_port instead)".into(),
             });
         }
         if name == "cluster-allow-replica-migration" && !value.eq_ignore_ascii_case(b"no") {
-            return Some(Refusal {
+            return Some(Forbidden {
                 what: "cluster-allow-replica-migration",
                 why: "a primary that gives away its last slot would become another node's replica and load that node's dataset, and walrus journals only a primary's stream".into(),
             });
         }
         if matches!(name, "protected-mode" | "bind" | "port" | "tls-port") {
-            return Some(Refusal {
+            return Some(Forbidden {
                 what: "protected-mode, bind, port and tls-port",
                 why: "they decide who can reach Valkey other than through walrus: a client that opened them could read writes before they are durable and write around the journal (set them on Valkey's command line or in walrus.toml)".into(),
             });
         }
         if name == "requirepass" {
-            return Some(Refusal {
+            return Some(Forbidden {
                 what: "requirepass",
                 why: "walrus's own connections use the password in its configuration (upstream.password); change both together, with walrus stopped".into(),
             });
@@ -200,7 +200,7 @@ fn config_set(req: &Request) -> Option<Refusal> {
         let s = SETTINGS.iter().find(|s| s.name == name)?;
         let same = value.eq_ignore_ascii_case(s.value.as_bytes())
             || value.eq_ignore_ascii_case(s.shown.as_bytes());
-        (!same).then_some(Refusal {
+        (!same).then_some(Forbidden {
             what: s.name,
             why: s.risk.into(),
         })
@@ -224,7 +224,7 @@ mod tests {
 
     #[test]
     fn config_set_is_refused_only_for_a_setting_walrus_needs_changed() {
-        let refused = |args: &[&str]| refusal("config|set", &req(args)).map(|r| r.what);
+        let refused = |args: &[&str]| forbidden("config|set", &req(args)).map(|r| r.what);
         assert_eq!(
             refused(&["CONFIG", "SET", "appendonly", "yes"]),
             Some("appendonly")
@@ -255,7 +255,7 @@ mod tests {
 
     #[test]
     fn scripts_that_turn_off_replication_are_refused() {
-        let refused = |name: &str, args: &[&str]| refusal(name, &req(args)).is_some();
+        let refused = |name: &str, args: &[&str]| forbidden(name, &req(args)).is_some();
         let body = "redis.set_repl(redis.REPL_NONE) redis.call('SET', KEYS[1], 'v')";
         assert!(refused("eval", &["EVAL", body, "1", "k"]));
         assert!(refused("script|load", &["SCRIPT", "LOAD", body]));
@@ -294,7 +294,7 @@ mod tests {
 
     #[test]
     fn client_kill_is_refused_only_for_replicas() {
-        let refused = |args: &[&str]| refusal("client|kill", &req(args)).is_some();
+        let refused = |args: &[&str]| forbidden("client|kill", &req(args)).is_some();
         assert!(refused(&["CLIENT", "KILL", "TYPE", "replica"]));
         assert!(refused(&[
             "CLIENT", "KILL", "SKIPME", "no", "type", "SLAVE"
@@ -306,7 +306,7 @@ mod tests {
 
     #[test]
     fn cluster_commands_that_would_send_clients_or_data_elsewhere_are_refused() {
-        let refused = |name: &str, args: &[&str]| refusal(name, &req(args)).is_some();
+        let refused = |name: &str, args: &[&str]| forbidden(name, &req(args)).is_some();
         assert!(refused(
             "cluster|replicate",
             &["CLUSTER", "REPLICATE", "abc"]

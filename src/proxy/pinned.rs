@@ -16,15 +16,13 @@ use super::identity::Identity;
 use super::pushes::{self, PushReceiver, PushSender};
 use super::route;
 use super::Shared;
-use crate::net::{ReadHalf, WriteHalf};
+use crate::net::{read_chunk, room_to_read, ReadHalf, WriteHalf};
 use crate::resp::{write, ReplyScanner, Request, RequestParser};
 use crate::upstream::client::Conn;
 use bytes::{Buf, Bytes, BytesMut};
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
-
-const READ_CHUNK_BYTES: usize = 16 << 10;
 
 /// Opens the dedicated connection; `Err` is the reply for the client.
 pub async fn open(shared: &Shared, id: &Identity) -> Result<Conn, Bytes> {
@@ -74,7 +72,7 @@ pub async fn relay(
     let bound = shared.pools.upstream().reply_timeout;
     let mut up_buf = parts.buf;
     let mut messages = (!monitor).then(|| Messages::new(&shared, parts.scanner));
-    let mut out = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    let mut out = BytesMut::with_capacity(read_chunk::CLIENT);
     out.extend_from_slice(&first.raw);
     // What goes to the client next.
     let mut down = BytesMut::new();
@@ -135,17 +133,8 @@ pub async fn relay(
             }
             down.clear();
         }
-        if rbuf.capacity() - rbuf.len() < READ_CHUNK_BYTES / 4 {
-            rbuf.reserve(
-                parser
-                    .bytes_wanted()
-                    .saturating_sub(rbuf.len())
-                    .max(READ_CHUNK_BYTES),
-            );
-        }
-        if up_buf.capacity() < READ_CHUNK_BYTES / 4 {
-            up_buf.reserve(READ_CHUNK_BYTES);
-        }
+        room_to_read(&mut rbuf, read_chunk::CLIENT, parser.bytes_wanted());
+        room_to_read(&mut up_buf, read_chunk::CLIENT, 0);
         tokio::select! {
             r = up_rd.read_buf(&mut up_buf) => {
                 if !matches!(r, Ok(n) if n > 0) {

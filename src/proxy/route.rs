@@ -54,7 +54,7 @@ pub enum Local {
     /// `POST`, `Host:`: an HTTP request; the connection is closed.
     CrossProtocol,
     /// An administrative command that would break what walrus relies on ([`super::admin`]).
-    Admin(super::admin::Refusal),
+    Admin(super::admin::Forbidden),
 }
 
 /// Pinned sessions whose upstream connection stops answering one reply per request
@@ -104,8 +104,8 @@ pub fn route(info: Option<&CommandInfo>, req: &Request) -> Route {
     let Some(info) = info else {
         return Route::Pool;
     };
-    if let Some(refusal) = super::admin::refusal(&info.name, req) {
-        return Route::Local(Local::Admin(refusal));
+    if let Some(forbidden) = super::admin::forbidden(&info.name, req) {
+        return Route::Local(Local::Admin(forbidden));
     }
     match info.name.as_str() {
         "auth" => Route::Local(Local::Auth),

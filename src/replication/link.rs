@@ -34,10 +34,10 @@ use crate::config::OnConflict;
 use crate::durability::Durability;
 use crate::journal::{Entry, Journal, JournalError};
 use crate::resp::{write, Limits};
-use crate::restore::decide::{decide, Decision, HeldHistory};
-use crate::restore::in_place::{self, Route};
+use crate::restore::decide::{decide, Decision, StoredHistory};
+use crate::restore::in_place::{self, RestoreMethod};
 use crate::restore::primary::Finish;
-use crate::restore::{self, Holding, RestoreError};
+use crate::restore::{self, RestoreError, StoredChain};
 use crate::task::backoff::Backoff;
 use crate::task::AbortOnDrop;
 use crate::upstream::client::{Conn, UpstreamError};
@@ -49,8 +49,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::sync::{watch, Notify};
-
-const READ_CHUNK_BYTES: usize = 256 << 10;
 
 pub struct LinkConfig {
     /// Where checkpoints (full-resync RDBs among them) are stored and recorded.
@@ -75,7 +73,7 @@ pub struct LinkConfig {
     /// How long Valkey may take for each step of a restore.
     pub restore_timeout: Duration,
     /// How a restore reaches Valkey (a cluster node refuses to be a replica).
-    pub restore_route: Route,
+    pub restore_method: RestoreMethod,
     /// `durability.ack = "archive"`: the archive's position, which releases replies.
     pub archived: Option<tokio::sync::watch::Receiver<crate::journal::Durable>>,
     /// In-place rewinds asked for (`walrus restore --until ... --confirm`): the link runs
@@ -96,9 +94,9 @@ pub struct Rewind {
 /// What the link knows between attachments.
 struct LinkState {
     /// What the checkpoint and journal hold; `None` before the first checkpoint.
-    held: Option<HeldHistory>,
+    stored: Option<StoredHistory>,
     /// The verification done at start-up, for a restore that follows at once.
-    verified: Option<Holding>,
+    verified: Option<StoredChain>,
     /// First LSN of the current replication history: durable reports before it are offsets
     /// of another history. The journal's end (where a restart continues) is in this history.
     history_lsn: u64,
@@ -108,7 +106,7 @@ struct LinkState {
     full_resync: bool,
 }
 
-/// Runs the link until `stop`. `holding`: what the checkpoint and journal hold at start.
+/// Runs the link until `stop`. `stored`: what the checkpoint and journal hold at start.
 /// Returns an error if the first attachment is refused (decision (c)): walrus then does not
 /// start. Later refusals keep clients on `-LOADING` and are retried.
 pub async fn run(
@@ -116,13 +114,13 @@ pub async fn run(
     journal: Arc<Journal>,
     durability: Arc<Durability>,
     mut cfg: LinkConfig,
-    holding: Option<Holding>,
+    stored: Option<StoredChain>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), LinkError> {
     let mut rewinds = cfg.rewinds.take();
     let mut state = LinkState {
-        held: holding.as_ref().map(|h| h.held()),
-        verified: holding,
+        stored: stored.as_ref().map(|h| h.history()),
+        verified: stored,
         history_lsn: 0,
         attached_once: false,
         full_resync: false,
@@ -219,9 +217,9 @@ async fn rewind_in_place(
         .await
     }
     .await;
-    let reply = rewound.map(|(rewound, holding)| {
+    let reply = rewound.map(|(rewound, stored)| {
         tracing::info!("{}", rewound.to_string().trim_end().replace('\n', "; "));
-        state.held = Some(holding.held());
+        state.stored = Some(stored.history());
         state.verified = None;
         state.full_resync = true;
         rewound.to_string()
@@ -337,13 +335,11 @@ async fn attach(
             if asked {
                 getack.notify_one();
             }
-            if let Some(h) = state.held.as_mut() {
+            if let Some(h) = state.stored.as_mut() {
                 h.end = offset_end;
             }
         }
-        if buf.capacity() - buf.len() < READ_CHUNK_BYTES / 4 {
-            buf.reserve(READ_CHUNK_BYTES);
-        }
+        crate::net::room_to_read(&mut buf, crate::net::read_chunk::BULK, 0);
         tokio::select! {
             n = rd.read_buf(&mut buf) => if n? == 0 {
                 return Err(UpstreamError::Closed.into());
@@ -364,13 +360,13 @@ async fn synchronize(
 ) -> Result<Synced, LinkError> {
     let mut conn = Conn::control(up).await?;
     let mut view = ValkeyView::query(&mut conn).await?;
-    let decision = decide(&view, state.held.as_ref(), cfg.on_conflict);
+    let decision = decide(&view, state.stored.as_ref(), cfg.on_conflict);
     tracing::info!(
         ?decision,
         "{}; {}",
         view.describe(),
         state
-            .held
+            .stored
             .as_ref()
             .map_or("walrus holds no checkpoint yet".into(), |h| h.describe())
     );
@@ -386,8 +382,8 @@ async fn synchronize(
             drop(conn);
             let (store, timeout, verified) =
                 (&cfg.store, cfg.restore_timeout, state.verified.take());
-            let result = match &cfg.restore_route {
-                Route::Replica => {
+            let result = match &cfg.restore_method {
+                RestoreMethod::Replica => {
                     restore::run(
                         up,
                         store,
@@ -399,19 +395,19 @@ async fn synchronize(
                     )
                     .await
                 }
-                Route::InPlace(how) => {
+                RestoreMethod::InPlace(how) => {
                     in_place::run(how, up, store, journal, timeout, verified, &cfg.rates).await
                 }
-                Route::Refuse(why) => return Err(LinkError::Conflict(why.clone())),
+                RestoreMethod::Refuse(why) => return Err(LinkError::Conflict(why.clone())),
             };
-            let (position, holding) = match result {
+            let (position, stored) = match result {
                 // A downgrade: like a conflict, nothing to retry until someone acts.
                 Err(RestoreError::Unloadable(why)) => return Err(LinkError::Conflict(why)),
                 r => r?,
             };
-            state.held = Some(holding.held());
+            state.stored = Some(stored.history());
             conn = Conn::control(up).await?;
-            if matches!(cfg.restore_route, Route::InPlace(_)) {
+            if matches!(cfg.restore_method, RestoreMethod::InPlace(_)) {
                 // Another process now: the one the link must watch for a restart.
                 view = ValkeyView::query(&mut conn).await?;
             }
@@ -451,8 +447,11 @@ async fn synchronize(
             .await
             .map_err(|e| std::io::Error::other(e.to_string()))??;
             tracing::info!(bytes = stored.bytes, path = %stored.path.display(), offset, "full resync: RDB stored durably and recorded as the checkpoint");
-            let new_history = state.held.as_ref().is_none_or(|h| !h.ids.contains(&replid));
-            state.held = Some(HeldHistory {
+            let new_history = state
+                .stored
+                .as_ref()
+                .is_none_or(|h| !h.ids.contains(&replid));
+            state.stored = Some(StoredHistory {
                 ids: vec![replid.clone()],
                 end: offset,
             });
@@ -479,9 +478,9 @@ async fn synchronize(
                     "partial resync: the stream continues after the journal's end"
                 );
             }
-            let held = state.held.as_mut().expect("continuing a held history");
-            if !held.ids.contains(&replid) {
-                held.ids.push(replid.clone());
+            let stored = state.stored.as_mut().expect("continuing a stored history");
+            if !stored.ids.contains(&replid) {
+                stored.ids.push(replid.clone());
             }
             // Before anything of this Valkey is journaled: a restore must not take its
             // commands to an older one.

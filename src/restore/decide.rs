@@ -22,14 +22,15 @@ use crate::config::OnConflict;
 use crate::valkey::handshake::Position;
 use crate::valkey::view::ValkeyView;
 
-/// What walrus holds: the chain of its current checkpoint.
+/// The replication history the data directory stores: the ids of its current checkpoint's
+/// chain, and the offset it ends at.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeldHistory {
+pub struct StoredHistory {
     pub ids: Vec<String>,
     pub end: u64,
 }
 
-impl HeldHistory {
+impl StoredHistory {
     pub fn describe(&self) -> String {
         format!(
             "walrus's checkpoint and journal hold history {} up to offset {}",
@@ -52,8 +53,8 @@ pub enum Decision {
     Refuse(String),
 }
 
-pub fn decide(v: &ValkeyView, held: Option<&HeldHistory>, on_conflict: OnConflict) -> Decision {
-    let Some(h) = held else {
+pub fn decide(v: &ValkeyView, stored: Option<&StoredHistory>, on_conflict: OnConflict) -> Decision {
+    let Some(h) = stored else {
         return Decision::NewHistory;
     };
     if v.primary && v.offset >= h.end {
@@ -113,8 +114,8 @@ mod tests {
         }
     }
 
-    fn held(ids: &[&str], end: u64) -> HeldHistory {
-        HeldHistory {
+    fn stored(ids: &[&str], end: u64) -> StoredHistory {
+        StoredHistory {
             ids: ids.iter().map(|s| s.to_string()).collect(),
             end,
         }
@@ -130,7 +131,7 @@ mod tests {
     #[test]
     fn the_table() {
         let zero = "0000000000000000000000000000000000000000";
-        let h = held(&[A, B], 500);
+        let h = stored(&[A, B], 500);
         let r = OnConflict::Refuse;
         // (a) same history, at or past the end (past: writes never acknowledged).
         assert_eq!(

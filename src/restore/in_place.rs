@@ -20,7 +20,7 @@
 //! the node's memory again while it runs.
 
 use super::primary::Finish;
-use super::{Holding, RestoreError};
+use super::{RestoreError, StoredChain};
 use crate::checkpoint::rates::LearnedRates;
 use crate::checkpoint::store::Store;
 use crate::journal::Journal;
@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 /// How a restore reaches Valkey.
 #[derive(Clone)]
-pub enum Route {
+pub enum RestoreMethod {
     /// Valkey becomes walrus's replica ([`super::run`]): a plain Valkey.
     Replica,
     /// A managed cluster node, restored in place ([`run`]).
@@ -64,9 +64,9 @@ pub async fn run(
     store: &Store,
     journal: &Arc<Journal>,
     timeout: Duration,
-    verified: Option<Holding>,
+    verified: Option<StoredChain>,
     rates: &LearnedRates,
-) -> Result<(Position, Holding), RestoreError> {
+) -> Result<(Position, StoredChain), RestoreError> {
     let other = |e: String| RestoreError::Other(e);
     let _ = std::fs::remove_dir_all(&how.dir);
     let started = Instant::now();
@@ -96,7 +96,7 @@ pub async fn run(
     )
     .await;
     second.stop().await;
-    let (position, holding) = loaded?;
+    let (position, stored) = loaded?;
     // The node loads an RDB of the same dataset, without the journal: no longer than the
     // second server took, with margin for a busier machine.
     let took = started.elapsed();
@@ -111,5 +111,5 @@ pub async fn run(
             ))
         })?;
     let _ = std::fs::remove_dir_all(&how.dir);
-    Ok((position, holding))
+    Ok((position, stored))
 }

@@ -3,8 +3,8 @@
 //!
 //! Valkey replicates over TCP only, so the restore cannot use the Unix socket walrus reaches
 //! Valkey on: walrus listens on 127.0.0.1 and sends `REPLICAOF 127.0.0.1 <port>`. Any local
-//! process may connect there too, and whoever completed the handshake first used to get the
-//! whole dataset (and broke the restore). So before `REPLICAOF`, walrus sets a random,
+//! process may connect there too, and whoever completes the handshake first would get the
+//! whole dataset (and break the restore). So before `REPLICAOF`, walrus sets a random,
 //! one-time `masterauth` on Valkey ([`OneTimeAuth`]), which Valkey sends in its handshake
 //! (`AUTH [masteruser] <masterauth>`, right after its PING: Valkey's replication.c,
 //! `syncWithPrimary`). The listener ([`accept_replica`]) answers a PING before AUTH with
@@ -60,7 +60,7 @@ const SECRET_PREFIX: &str = "walrus-restore-";
 /// The password the restored Valkey presents to the listener, set as its `masterauth`.
 pub struct OneTimeAuth {
     /// `None`: Valkey refused the `CONFIG SET` (walrus's user may not run it): the listener
-    /// then takes the first connection that completes the handshake, as before this existed.
+    /// then takes the first connection that completes the handshake.
     secret: Option<Arc<str>>,
     /// Valkey's `masterauth` before, put back by [`OneTimeAuth::restore`].
     previous: String,

@@ -1,6 +1,6 @@
-//! The restore listener against strangers: the review of issue 25 held a restore up with 16
-//! connections that PINGed every 2 s (each PING restarted the AUTH timeout, and the 17th
-//! connection, Valkey's, was dropped).
+//! The restore listener against strangers: 16 connections that PING every 2 s must not hold
+//! a restore up (were each PING to restart the AUTH timeout, the 17th connection, Valkey's,
+//! would be dropped).
 
 use super::*;
 use std::time::Duration;

@@ -88,9 +88,10 @@ impl Progress {
     }
 }
 
-/// What walrus holds: its current checkpoint and the chain after it, verified.
+/// What the data directory stores: its current checkpoint and the journal chain after it,
+/// verified.
 #[derive(Debug, Clone)]
-pub struct Holding {
+pub struct StoredChain {
     pub checkpoint: Checkpoint,
     /// The checkpoint's RDB format, read from its header.
     pub rdb_version: u16,
@@ -100,9 +101,9 @@ pub struct Holding {
     next_lsn: u64,
 }
 
-impl Holding {
-    pub fn held(&self) -> decide::HeldHistory {
-        decide::HeldHistory {
+impl StoredChain {
+    pub fn history(&self) -> decide::StoredHistory {
+        decide::StoredHistory {
             ids: self.end.ids.clone(),
             end: self.end.offset,
         }
@@ -112,7 +113,7 @@ impl Holding {
 /// Reads and checks what walrus holds (blocking): the checkpoint's file against the
 /// manifest, and every journal entry of its chain. `None`: no checkpoint yet (which
 /// [`crate::datadir::parts::check`] allows only where the journal holds nothing).
-pub fn holding(store: &Store, journal: &Journal) -> Result<Option<Holding>, RestoreError> {
+pub fn stored_chain(store: &Store, journal: &Journal) -> Result<Option<StoredChain>, RestoreError> {
     let Some(cp) = store.current()? else {
         return Ok(None);
     };
@@ -125,7 +126,7 @@ pub fn holding(store: &Store, journal: &Journal) -> Result<Option<Holding>, Rest
     });
     let rdb_version = verified?;
     let end = end?;
-    Ok(Some(Holding {
+    Ok(Some(StoredChain {
         checkpoint: cp,
         rdb_version,
         end,
@@ -153,11 +154,11 @@ async fn target(up: &Upstream) -> Result<(ServerVersion, u16), UpstreamError> {
 /// checkpoint's format, and run every command the servers that fed it and the journal after
 /// it may have written (an older Valkey would refuse them as a replica and drop those
 /// writes). The error says why not and the ways out.
-fn compatible(held: &Holding, version: &ServerVersion, format: u16) -> Result<(), String> {
-    let cp = &held.checkpoint;
+fn compatible(stored: &StoredChain, version: &ServerVersion, format: u16) -> Result<(), String> {
+    let cp = &stored.checkpoint;
     let holds = format!(
         "walrus's checkpoint is RDB format {}{}{}",
-        held.rdb_version,
+        stored.rdb_version,
         cp.written_by
             .as_ref()
             .map_or(String::new(), |w| format!(" written by {w}")),
@@ -165,7 +166,7 @@ fn compatible(held: &Holding, version: &ServerVersion, format: u16) -> Result<()
             ", and its journal holds writes of {n}"
         ))
     );
-    let lacks = if !rdb::loads(format, held.rdb_version) {
+    let lacks = if !rdb::loads(format, stored.rdb_version) {
         format!("cannot load that format (it reads RDB formats up to {format})")
     } else if let Some(s) = cp.servers().find(|s| !version.runs_all_of(s)) {
         format!("may lack commands of {s}")
@@ -194,10 +195,10 @@ pub async fn run(
     store: &Store,
     journal: &Arc<Journal>,
     timeout: Duration,
-    verified: Option<Holding>,
+    verified: Option<StoredChain>,
     rates: &LearnedRates,
     finish: primary::Finish,
-) -> Result<(Position, Holding), RestoreError> {
+) -> Result<(Position, StoredChain), RestoreError> {
     let started = Instant::now();
     // Entries appended before Valkey was lost must be on disk before they are read back.
     // (A journal that failed holds what became durable before it did: that is restored.)
@@ -208,45 +209,45 @@ pub async fn run(
     let unchanged = verified.filter(|h| {
         h.next_lsn == journal.status().next_lsn && store.recorded().as_ref() == Some(&h.checkpoint)
     });
-    let holding = match unchanged {
+    let stored = match unchanged {
         Some(h) => h,
         None => {
             let (s, j) = (store.clone(), journal.clone());
-            tokio::task::spawn_blocking(move || holding(&s, &j))
+            tokio::task::spawn_blocking(move || stored_chain(&s, &j))
                 .await
                 .map_err(|e| RestoreError::Other(e.to_string()))??
                 .ok_or_else(|| RestoreError::Other("no checkpoint to restore from".into()))?
         }
     };
     let source = primary::Source::Open(journal.clone());
-    load(up, store, source, holding, timeout, rates, finish, started).await
+    load(up, store, source, stored, timeout, rates, finish, started).await
 }
 
-/// Loads Valkey with `holding` (verified), its checkpoint from `store` and the stream after
+/// Loads Valkey with `stored` (verified), its checkpoint from `store` and the stream after
 /// it from `source`, as [`run`] says.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn load(
     up: &Upstream,
     store: &Store,
     source: primary::Source,
-    holding: Holding,
+    stored: StoredChain,
     timeout: Duration,
     rates: &LearnedRates,
     finish: primary::Finish,
     started: Instant,
-) -> Result<(Position, Holding), RestoreError> {
+) -> Result<(Position, StoredChain), RestoreError> {
     let (version, format) = target(up).await.map_err(primary::LoadError::from)?;
-    compatible(&holding, &version, format).map_err(RestoreError::Unloadable)?;
-    let cp = &holding.checkpoint;
-    let total = cp.size + holding.end.bytes;
+    compatible(&stored, &version, format).map_err(RestoreError::Unloadable)?;
+    let cp = &stored.checkpoint;
+    let total = cp.size + stored.end.bytes;
     tracing::info!(
         checkpoint = %store.path_of(cp).display(),
         rdb_bytes = cp.size,
         replid = %cp.replid,
         offset = cp.offset,
-        journal_entries = holding.end.entries,
-        journal_bytes = holding.end.bytes,
-        end = holding.end.offset,
+        journal_entries = stored.end.entries,
+        journal_bytes = stored.end.bytes,
+        end = stored.end.offset,
         "restore: loading Valkey from the checkpoint and the journal after it"
     );
     crate::metrics::RESTORE_IN_PROGRESS.set(1);
@@ -266,7 +267,7 @@ pub(crate) async fn load(
             store,
             cp,
             journal: source,
-            end: &holding.end,
+            end: &stored.end,
             timeout,
             progress: &progress,
             finish,
@@ -309,10 +310,10 @@ pub(crate) async fn load(
         "restore: Valkey acknowledged the journal's end and is a primary again"
     );
     let position = Position {
-        replid: holding.checkpoint.replid.clone(),
-        offset: holding.end.offset,
+        replid: stored.checkpoint.replid.clone(),
+        offset: stored.end.offset,
     };
-    Ok((position, holding))
+    Ok((position, stored))
 }
 
 /// Whether the server sends a `REPLCONF ACK` right after loading its primary's RDB, which
@@ -348,8 +349,8 @@ fn learn(rates: &LearnedRates, rdb_bytes: u64, p: &primary::Phases, rdb_timed: b
 mod tests {
     use super::*;
 
-    fn holding(rdb_version: u16, written_by: &str, newest: Option<&str>) -> Holding {
-        Holding {
+    fn stored(rdb_version: u16, written_by: &str, newest: Option<&str>) -> StoredChain {
+        StoredChain {
             checkpoint: Checkpoint {
                 file: "c.rdb".into(),
                 replid: "a".repeat(40),
@@ -380,11 +381,11 @@ mod tests {
     #[test]
     fn a_restore_takes_only_what_the_target_server_can_run() {
         // Same server, or an upgrade: fine.
-        let h = holding(11, "Valkey 8.1.8", None);
+        let h = stored(11, "Valkey 8.1.8", None);
         assert_eq!(compatible(&h, &v("Valkey 8.1.8"), 11), Ok(()));
         assert_eq!(compatible(&h, &v("Valkey 9.1.2"), 80), Ok(()));
         // A downgrade below the format, naming both and the ways out.
-        let h = holding(80, "Valkey 9.1.2", None);
+        let h = stored(80, "Valkey 9.1.2", None);
         let why = compatible(&h, &v("Valkey 8.1.8"), 11).unwrap_err();
         for part in [
             "RDB format 80 written by Valkey 9.1.2",
@@ -402,7 +403,7 @@ mod tests {
             "{why}"
         );
         // Upgraded under walrus after the checkpoint: the journal holds the newer one's.
-        let h = holding(11, "Valkey 8.1.8", Some("Valkey 9.1.2"));
+        let h = stored(11, "Valkey 8.1.8", Some("Valkey 9.1.2"));
         let why = compatible(&h, &v("Valkey 8.1.8"), 11).unwrap_err();
         assert!(
             why.contains("its journal holds writes of Valkey 9.1.2")
@@ -411,7 +412,7 @@ mod tests {
         );
         assert_eq!(compatible(&h, &v("Valkey 9.1.0"), 80), Ok(()));
         // A manifest of an older walrus names no server: the format decides.
-        let mut h = holding(11, "x", None);
+        let mut h = stored(11, "x", None);
         h.checkpoint.written_by = None;
         assert_eq!(compatible(&h, &v("Valkey 8.0.0"), 11), Ok(()));
         assert!(compatible(&h, &v("Redis 7.0.15"), 10).is_err());

@@ -43,7 +43,7 @@ use crate::net::{ReadHalf, WriteHalf};
 use crate::resp::{write, Limits};
 use crate::task::AbortOnDrop;
 use crate::upstream::client::{Conn, UpstreamError};
-use crate::upstream::tls::replicates_with_tls;
+use crate::upstream::settings::replicates_with_tls;
 use crate::upstream::{server, Upstream};
 use crate::valkey::process;
 use bytes::{Bytes, BytesMut};

@@ -1,8 +1,8 @@
 //! A point-in-time restore in place ([`in_place`]): a running walrus keeps the present in a
 //! new data directory (its way back), then loads its Valkey from that copy up to the cut, the
-//! same cut ([`crate::datadir::pitr::dir::plan`]) and the same load as any restore
+//! same cut ([`crate::datadir::backup::cut::plan`]) and the same load as any restore
 //! ([`super::load`] with [`super::primary::Source::Dir`]). Into a new data directory, with
-//! walrus stopped, is [`crate::datadir::pitr::dir`]'s.
+//! walrus stopped, is [`crate::datadir::backup::cut`]'s.
 //!
 //! The rewound Valkey does not go on with the history it was cut from as if the rest had not
 //! happened: the restore promotes it, which gives it a new replication id (the old one kept
@@ -11,8 +11,9 @@
 use super::RestoreError;
 use crate::checkpoint::store::Store;
 use crate::datadir::backup::copy::Summary;
+use crate::datadir::backup::cut::plan;
 use crate::datadir::backup::Backups;
-use crate::datadir::pitr::{dir::plan, Cut, Until};
+use crate::datadir::pitr::{Cut, Until};
 
 /// What an in-place rewind did: where it cut, and the way back.
 #[derive(Debug, Clone)]
@@ -57,7 +58,7 @@ pub async fn in_place(
     way_back: std::path::PathBuf,
     timeout: std::time::Duration,
     rates: &crate::checkpoint::rates::LearnedRates,
-) -> Result<(Rewound, super::Holding), RestoreError> {
+) -> Result<(Rewound, super::StoredChain), RestoreError> {
     let started = std::time::Instant::now();
     let copy = backups.keep(way_back).await?;
     let dir = copy.to.clone();
@@ -72,7 +73,7 @@ pub async fn in_place(
     .await
     .map_err(|e| RestoreError::Other(e.to_string()))?;
     let (cut, journal_dir, store, rdb_version) = checked?;
-    let holding = super::Holding {
+    let stored = super::StoredChain {
         checkpoint: cut.checkpoint.clone(),
         rdb_version,
         end: crate::datadir::chain::ChainEnd {
@@ -93,14 +94,14 @@ pub async fn in_place(
         at: cut.at,
     };
     let finish = super::primary::Finish::Promote;
-    let (_, holding) =
-        super::load(up, &store, source, holding, timeout, rates, finish, started).await?;
+    let (_, stored) =
+        super::load(up, &store, source, stored, timeout, rates, finish, started).await?;
     Ok((
         Rewound {
             cut,
             way_back: copy,
         },
-        holding,
+        stored,
     ))
 }
 

@@ -14,6 +14,11 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// The wall clock now, in whole seconds since the Unix epoch (as [`now_ms`]).
+pub fn now_secs() -> i64 {
+    (now_ms() / 1000) as i64
+}
+
 /// Parses an RFC 3339 time into milliseconds since the Unix epoch; a fraction finer than a
 /// millisecond is cut (the journal's stamps are whole milliseconds).
 pub fn parse_time(text: &str) -> Result<u64, String> {

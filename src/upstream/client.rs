@@ -18,6 +18,8 @@
 //! these bounds ([`UpstreamError::ConnectTimeout`], [`UpstreamError::NoReply`]), never a
 //! hang.
 
+pub use super::error::UpstreamError;
+use super::tls::{explain, is_tls_error, Side};
 use super::Upstream;
 use crate::config::Credentials;
 use crate::net::{Address, Stream};
@@ -26,49 +28,6 @@ use bytes::{Bytes, BytesMut};
 use redis_protocol::resp2::types::OwnedFrame;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// Why a connection to Valkey failed or broke.
-#[derive(Debug, thiserror::Error)]
-pub enum UpstreamError {
-    #[error("cannot connect to Valkey at {addr}: {source}")]
-    Connect {
-        addr: String,
-        source: std::io::Error,
-    },
-    /// The connect, its TLS handshake or the commands that set the connection up did not
-    /// finish in time.
-    #[error("no connection to Valkey at {0} within upstream.connect_timeout_ms (connecting, or setting it up)")]
-    ConnectTimeout(String),
-    /// The TLS handshake failed; the text says what (certificate not trusted, name mismatch).
-    #[error("TLS handshake with Valkey at {addr} failed: {problem}")]
-    Tls { addr: String, problem: String },
-    /// `[upstream.tls]` cannot be used; the text names the key and the file.
-    #[error("{0}")]
-    TlsConfig(#[from] crate::net::tls::TlsError),
-    #[error("Valkey connection I/O error: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("Valkey closed the connection")]
-    Closed,
-    #[error("{0}")]
-    Scan(#[from] crate::resp::ScanError),
-    #[error("cannot decode Valkey reply: {0}")]
-    Decode(String),
-    /// Valkey answered with an error reply; the text is Valkey's own.
-    #[error("Valkey replied: {}", String::from_utf8_lossy(.0).trim_end())]
-    Refused(Bytes),
-    /// The server lacks something walrus needs; the text names it.
-    #[error("{0}")]
-    Unsupported(String),
-    /// Managed mode cannot find or start valkey-server; the text says what to fix.
-    #[error("{0}")]
-    Start(String),
-    #[error("Valkey did not answer within {0:?} (upstream.reply_timeout_ms)")]
-    NoReply(std::time::Duration),
-    /// walrus's control connection cannot tell which Valkey process a new connection reached
-    /// (Valkey unreachable, or walrus's own user may not run INFO).
-    #[error("cannot check which Valkey process this connection reached: walrus's control connection cannot run INFO server (is walrus's own user allowed INFO?)")]
-    Unverified,
-}
 
 /// An open connection to Valkey with its read buffer.
 pub struct Conn {
@@ -220,9 +179,9 @@ impl Conn {
     /// An I/O error, or on TLS the peer's alert or certificate problem behind it, explained.
     fn io_error(&self, e: std::io::Error) -> UpstreamError {
         match &self.tls_addr {
-            Some(addr) if super::tls::is_tls_error(&e) => UpstreamError::Tls {
+            Some(addr) if is_tls_error(&e) => UpstreamError::Tls {
                 addr: addr.clone(),
-                problem: super::tls::explain(&e, super::tls::Side::Client(None)),
+                problem: explain(&e, Side::Client(None)),
             },
             _ => UpstreamError::Io(e),
         }

@@ -6,6 +6,7 @@
 pub mod binary;
 pub mod client;
 pub mod cluster;
+pub mod error;
 pub mod info;
 pub mod managed;
 pub mod server;

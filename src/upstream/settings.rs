@@ -148,6 +148,24 @@ fn shown_value(name: &str, actual: &str) -> String {
         .unwrap_or_else(|| actual.to_string())
 }
 
+/// Whether Valkey connects to its primary with TLS (`tls-replication`): `None` when it
+/// will not say (walrus's user may not run `CONFIG GET`). A server built without TLS has no
+/// such setting, and answers with nothing: no.
+pub async fn replicates_with_tls(conn: &mut Conn) -> Result<Option<bool>, UpstreamError> {
+    match conn.call(["CONFIG", "GET", "tls-replication"]).await {
+        Ok(OwnedFrame::Array(kv)) => Ok(Some(
+            kv.get(1)
+                .and_then(frame_str)
+                .is_some_and(|v| v.eq_ignore_ascii_case("yes")),
+        )),
+        Ok(other) => Err(UpstreamError::Decode(format!(
+            "CONFIG GET tls-replication: {other:?}"
+        ))),
+        Err(UpstreamError::Refused(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

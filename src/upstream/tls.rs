@@ -8,14 +8,13 @@
 //! A restore reverses the roles: Valkey becomes walrus's replica and, with Valkey's
 //! `tls-replication yes`, connects to walrus's restore listener with TLS. walrus then serves
 //! the same certificate (Valkey uses its own `tls-cert-file` both ways too) and checks
-//! Valkey's client certificate against the same CA: [`UpstreamTls::replication`],
-//! [`replicates_with_tls`].
+//! Valkey's client certificate against the same CA: [`UpstreamTls::replication`]
+//! (whether Valkey does: [`super::settings::replicates_with_tls`]).
 
-use super::client::{frame_str, Conn, UpstreamError};
+use super::error::UpstreamError;
 use crate::config::{AuthClients, UpstreamTlsConfig};
 use crate::net::tls::{self, Material};
 use crate::net::Stream;
-use redis_protocol::resp2::types::OwnedFrame;
 use rustls_pki_types::ServerName;
 use std::sync::Arc;
 use tokio::net::TcpStream;
@@ -84,24 +83,6 @@ impl UpstreamTls {
     /// The server side of a restore, for a Valkey that replicates with TLS.
     pub fn replication(&self) -> Option<&TlsAcceptor> {
         self.replication.as_ref()
-    }
-}
-
-/// Whether Valkey connects to its primary with TLS (`tls-replication`): `None` when it
-/// will not say (walrus's user may not run `CONFIG GET`). A server built without TLS has no
-/// such setting, and answers with nothing: no.
-pub async fn replicates_with_tls(conn: &mut Conn) -> Result<Option<bool>, UpstreamError> {
-    match conn.call(["CONFIG", "GET", "tls-replication"]).await {
-        Ok(OwnedFrame::Array(kv)) => Ok(Some(
-            kv.get(1)
-                .and_then(frame_str)
-                .is_some_and(|v| v.eq_ignore_ascii_case("yes")),
-        )),
-        Ok(other) => Err(UpstreamError::Decode(format!(
-            "CONFIG GET tls-replication: {other:?}"
-        ))),
-        Err(UpstreamError::Refused(_)) => Ok(None),
-        Err(e) => Err(e),
     }
 }
 

@@ -11,12 +11,11 @@
 //! a restore may only send it to a server that loads that format ([`loads`]).
 
 use super::handshake::read_line;
+use crate::net::{read_chunk, room_to_read};
 use crate::upstream::client::{Conn, UpstreamError};
 use bytes::Buf;
 
 pub const EOF_MARK_LEN: usize = 40;
-/// How much the connection's buffer grows by to read more of the payload.
-const READ_CHUNK_BYTES: usize = 256 << 10;
 
 /// Valkey's RDB checksum: CRC-64/Jones (`crc64.c`), over every byte before the 8-byte
 /// trailer, which holds it little-endian (0 when Valkey runs with `rdbchecksum no`).
@@ -171,7 +170,7 @@ pub async fn receive(
         if piece.done {
             break;
         }
-        conn.buf.reserve(READ_CHUNK_BYTES);
+        room_to_read(&mut conn.buf, read_chunk::BULK, 0);
         // Each piece within upstream.reply_timeout_ms: bounded by progress, not by a total.
         conn.read_more().await?;
     }

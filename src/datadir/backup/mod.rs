@@ -26,6 +26,7 @@
 //! must not hold back the checkpoint that frees the ring, or writes would wait on it.
 
 pub mod copy;
+pub mod cut;
 pub mod target;
 
 use super::pitr::Cut;

@@ -4,7 +4,7 @@
 //! (`--before-command FLUSHALL`). [`find::find_cut`] decides where; [`through`] hands over the
 //! journal's entries up to there, the last one cut short, for [`super::chain`] to walk as
 //! it walks any chain. What a local data directory holds is cut so by `walrus restore`
-//! ([`dir`]); an archive's restore points are cut by the same two functions.
+//! ([`crate::datadir::backup::cut`]); an archive's restore points are cut by the same two functions.
 //!
 //! A cut falls between commands, never inside one, and never inside a transaction (MULTI ...
 //! EXEC, which is also how Valkey propagates a script's effects): what a replay applies
@@ -23,7 +23,6 @@
 //!   `occurrence` counts further back (1: the newest). The newest is what an operator
 //!   undoes first: the FLUSHALL just run by mistake, whatever earlier ones the data holds.
 
-pub mod dir;
 pub mod find;
 
 use super::chain::ChainEnd;

@@ -276,7 +276,8 @@ mod tests {
         assert_eq!(problem(source), Some(expected), "{source}");
     }
 
-    /// The reviewers' reproduction and every way around a search for the name.
+    /// Every way around a search for the name: comments and line breaks inside it, an index
+    /// by a string however it is built, the table or the function under another name.
     #[test]
     fn every_way_to_reach_set_repl_is_refused() {
         use Problem::*;

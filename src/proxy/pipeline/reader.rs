@@ -6,7 +6,7 @@
 
 use super::{Inflight, PipelineCtx, Release};
 use crate::durability::{Held, ReplyTx, WriteMark};
-use crate::net::ReadHalf;
+use crate::net::{read_chunk, room_to_read, ReadHalf};
 use crate::proxy::pushes::PushSender;
 use crate::resp::{write, ReplyScanner};
 use crate::upstream::client::UpstreamError;
@@ -17,8 +17,6 @@ use std::sync::Arc;
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
-/// Read buffer growth step.
-const READ_CHUNK_BYTES: usize = 64 << 10;
 /// Replies shorter than this are copied out of the read buffer rather than sharing it: a
 /// small reply waiting for its client (or held by the gate) must not keep alive a buffer
 /// that a large reply grew, out of proportion to the bytes it is counted for.
@@ -112,9 +110,7 @@ impl Reader {
                     Err(_) => return Err(UpstreamError::Decode("reply without a request".into())),
                 }
             }
-            if buf.capacity() - buf.len() < READ_CHUNK_BYTES / 4 {
-                buf.reserve(READ_CHUNK_BYTES);
-            }
+            room_to_read(&mut buf, read_chunk::SHARED, 0);
             let n = tokio::select! {
                 n = rd.read_buf(&mut buf) => {
                     heard = true;

@@ -118,7 +118,7 @@ impl Session {
             Local::Hello if self.dedicated() => {
                 // The connection is the client's own: Valkey answers HELLO on it, once
                 // walrus has checked its AUTH as for any other (a certificate user's
-                // refused: issue 25's review).
+                // refused).
                 let (mut id, auth) = match self.hello_args(&req) {
                     Ok(parsed) => parsed,
                     Err(reply) => return self.ready(reply),

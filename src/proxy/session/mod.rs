@@ -27,7 +27,7 @@ use super::route::{self, route, Local, Route};
 use super::Shared;
 use crate::durability::{self, dirty::Scope, Access, ClientOutput, ReplyTx};
 use crate::metrics;
-use crate::net::{ReadHalf, Stream, WriteHalf};
+use crate::net::{read_chunk, ReadHalf, Stream, WriteHalf};
 use crate::resp::{write, Request, RequestParser};
 use crate::upstream::client::Conn;
 use bytes::{Bytes, BytesMut};
@@ -46,7 +46,6 @@ use transaction::Transaction;
 
 use replies::{next_reply, Meter, Owed};
 
-const READ_CHUNK_BYTES: usize = 16 << 10;
 /// Reply bytes held for a client (unwritten, or waiting to be taken) past which walrus stops
 /// handling its requests: a client that does not read its replies gets no more work done
 /// for it, and what it sends meanwhile is read and held, unhandled, counted against
@@ -235,7 +234,9 @@ pub async fn run(
         // handled.)
         let ahead = reading && paused && !draining && (s.piled_up || s.behind_blocking());
         let watch = reading && paused && !ahead && !peeked;
-        let wanted = parser.bytes_wanted().max(rbuf.len() + READ_CHUNK_BYTES / 4);
+        let wanted = parser
+            .bytes_wanted()
+            .max(rbuf.len() + read_chunk::CLIENT / 4);
         tokio::select! {
             biased;
             reply = next_reply(&mut s.pending, &s.output), if !s.pending.is_empty() => {

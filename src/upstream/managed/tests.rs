@@ -85,7 +85,7 @@ async fn a_taken_default_bus_port_is_replaced_by_a_free_one() {
 
 /// walrus's listener arguments come after `upstream.extra_args`, so that Valkey, which
 /// takes a setting's last value, keeps its TCP port closed even when an argument gets past
-/// the config's check (issue 25's review: `"--port 16399"` in one argument did).
+/// the config's check (as `"--port 16399"`, a setting and its value in one argument, could).
 #[tokio::test]
 async fn extra_args_cannot_reopen_the_tcp_port_that_walrus_closes() {
     use std::io::{Read, Write};

@@ -1,4 +1,4 @@
-//! A point-in-time restore of a data directory ([`super`] decides where it is cut):
+//! A point-in-time restore of a data directory, a copy cut where [`crate::datadir::pitr`] says:
 //! `walrus restore --from-dir DIR --data-dir NEW` writes the checkpoint and the journal after
 //! it up to the cut into a new data directory, as `walrus backup` writes one (each entry keeps
 //! its time), which `walrus serve --data-dir NEW` then restores Valkey from. Nothing of `DIR`
@@ -11,10 +11,10 @@
 //! A running walrus rewinds its Valkey in place from a copy of its own data directory, cut by
 //! [`plan`] (`crate::restore::rewind`).
 
-use super::{Cut, Until};
+use super::copy::{Read, Summary};
+use super::Stopped;
 use crate::checkpoint::store::Store;
-use crate::datadir::backup::copy::{Read, Summary};
-use crate::datadir::backup::Stopped;
+use crate::datadir::pitr::{Cut, Until};
 use crate::datadir::DataDirError;
 use std::path::Path;
 
@@ -54,7 +54,7 @@ fn cut(stopped: &Stopped, until: &Until) -> Result<Cut, DataDirError> {
         ))
     })?;
     let entries = Read::Dir(&stopped.journal_dir).entries(cp.from_lsn)?;
-    super::find::find_cut(&cp, entries, until)
+    crate::datadir::pitr::find::find_cut(&cp, entries, until)
 }
 
 /// Writes what the data directory `from` holds, up to where `until` cuts it, into the new
