@@ -8,8 +8,6 @@ use crate::valkey::rdb::{self, RdbDigest, RdbSink, RdbSum};
 use std::path::{Path, PathBuf};
 use tokio::io::AsyncWriteExt;
 
-/// How much of a stored RDB is read at a time to check it.
-
 /// A stored RDB.
 #[derive(Debug, Clone)]
 pub struct StoredRdb {
