@@ -131,6 +131,7 @@ pub mod notices;
 mod orphans;
 mod output;
 mod queue;
+mod state;
 mod status;
 #[cfg(test)]
 mod tests;
