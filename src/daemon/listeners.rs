@@ -121,8 +121,11 @@ fn bind(addr: SocketAddr, key: &str) -> Result<TcpSocket, Fatal> {
         SocketAddr::V6(_) => TcpSocket::new_v6(),
     }
     .and_then(|s| {
-        // As TcpListener::bind does: a restart may bind while old connections linger.
-        s.set_reuseaddr(true)?;
+        // As TcpListener::bind does: a restart may bind its port while old connections
+        // linger. Not for a port the kernel picks (0): the socket is only bound until the
+        // restore ends, and another socket with SO_REUSEADDR that binds port 0 meanwhile
+        // (the restore's own listener) may be given the same port and listen on it first.
+        s.set_reuseaddr(addr.port() != 0)?;
         s.bind(addr)?;
         Ok(s)
     })
@@ -155,4 +158,24 @@ pub fn check_tls(config: &Config) -> Result<(), TlsError> {
 pub fn spawn_reloads(tls: Arc<ServerTls>, config: &Config, hup: watch::Receiver<u64>) {
     let every = Duration::from_millis(config.tls.reload_interval_ms);
     tokio::spawn(reload::keep_fresh(tls, every, hup));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A port the kernel picked for walrus stays walrus's while it is bound and not yet
+    /// listening: another socket cannot take it with SO_REUSEADDR and listen on it first.
+    #[tokio::test]
+    async fn a_picked_port_cannot_be_taken_before_walrus_listens() {
+        let claimed = bind("127.0.0.1:0".parse().unwrap(), "proxy.listen").unwrap();
+        let port = claimed.local_addr().unwrap();
+        let thief = TcpSocket::new_v4().unwrap();
+        thief.set_reuseaddr(true).unwrap();
+        assert!(
+            thief.bind(port).is_err(),
+            "another socket bound {port} while walrus held it"
+        );
+        claimed.listen(LISTEN_BACKLOG).unwrap();
+    }
 }
