@@ -139,6 +139,12 @@ fn a_disk_filled_by_other_data_refuses_writes_then_resumes() {
             .any(|l| l.contains("writes") && l.contains("refused: MISCONF")),
         "{text}"
     );
+    // Sizes as a person reads them: the test ring is 16 segments of 1 MiB.
+    assert!(
+        text.lines()
+            .any(|l| l.contains("ring") && l.ends_with("of 16.0 MiB")),
+        "{text}"
+    );
 
     std::fs::remove_file(filler).unwrap();
     w.proc.wait_line("disk watermark cleared", START_TIMEOUT);

@@ -89,10 +89,6 @@ pub fn pct(ratio: f64) -> String {
     format!("{:.1}%", ratio * 100.0)
 }
 
-fn mib(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
-}
-
 /// The check a checkpoint makes before it asks Valkey for an RDB.
 #[derive(Debug, Clone)]
 pub struct Room {
@@ -112,10 +108,10 @@ impl Room {
         Err(DiskError::NoRoom(format!(
             "not enough room for a checkpoint: it needs about {} ({how}), and {} has {} free of {}: \
              {} in use afterwards, over disk.high_watermark ({}). Free space or grow the volume",
-            mib(estimate),
+            crate::units::format_size(estimate),
             self.dir.display(),
-            mib(usage.avail_bytes),
-            mib(usage.used_bytes + usage.avail_bytes),
+            crate::units::format_size(usage.avail_bytes),
+            crate::units::format_size(usage.used_bytes + usage.avail_bytes),
             pct(after),
             pct(self.high_watermark),
         )))
@@ -134,10 +130,10 @@ pub fn check_ring_fits(dir: &Path, ring_bytes: u64, low_watermark: f64) -> Resul
     Err(DiskError::NoRoom(format!(
         "the journal ring ({}, journal.segments x journal.segment_size_bytes) alone takes {} of its file system ({}, {}), \
          at or above disk.low_watermark ({}): writes would never be accepted. Shrink the ring or grow the volume",
-        mib(ring_bytes),
+        crate::units::format_size(ring_bytes),
         pct(share),
         dir.display(),
-        mib(total),
+        crate::units::format_size(total),
         pct(low_watermark)
     )))
 }

@@ -10,6 +10,7 @@ use super::Ready;
 use crate::checkpoint::store::Store;
 use crate::durability::{Durability, LinkState};
 use crate::journal::Journal;
+use crate::units::format_size;
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
@@ -200,20 +201,20 @@ impl Status {
             line(
                 "offsets",
                 format!(
-                    "valkey {}, durable {}, lag {} bytes",
+                    "valkey {}, durable {}, lag {}",
                     opt(self.valkey_offset),
                     opt(self.durable_offset),
-                    opt(self.lag_bytes)
+                    size(self.lag_bytes)
                 ),
             );
             line(
                 "ring",
                 format!(
-                    "{} of {} segments, {} of {} bytes",
+                    "{} of {} segments, {} of {}",
                     opt(self.ring_segments_used),
                     opt(self.ring_segments_total),
-                    opt(self.ring_bytes_used),
-                    opt(self.ring_bytes_total)
+                    size(self.ring_bytes_used),
+                    size(self.ring_bytes_total)
                 ),
             );
             line(
@@ -226,8 +227,8 @@ impl Status {
                 "checkpoint",
                 match (&self.checkpoint_file, self.checkpoint_offset) {
                     (Some(f), Some(o)) => format!(
-                        "{f}: offset {o}, {} bytes, {} old",
-                        opt(self.checkpoint_size_bytes),
+                        "{f}: offset {o}, {}, {} old",
+                        size(self.checkpoint_size_bytes),
                         self.checkpoint_age_seconds.map_or("?".into(), duration)
                     ),
                     _ => "none".into(),
@@ -236,9 +237,9 @@ impl Status {
         }
         if let Some(url) = &self.archive_url {
             let mut a = format!(
-                "{url}: {:.1} s behind ({} bytes), {} restore points",
+                "{url}: {:.1} s behind ({}), {} restore points",
                 self.archive_lag_seconds.unwrap_or(0.0),
-                opt(self.archive_lag_bytes),
+                size(self.archive_lag_bytes),
                 opt(self.archive_restore_points)
             );
             if let Some(e) = &self.archive_error {
@@ -257,8 +258,9 @@ impl Status {
             "restore",
             if self.restore_in_progress {
                 format!(
-                    "in progress: {} of {} bytes sent",
-                    self.restore_sent_bytes, self.restore_total_bytes
+                    "in progress: {} of {} sent",
+                    format_size(self.restore_sent_bytes),
+                    format_size(self.restore_total_bytes)
                 )
             } else {
                 format!(
@@ -290,6 +292,10 @@ impl Status {
 
 fn opt(v: Option<u64>) -> String {
     v.map_or("-".into(), |v| v.to_string())
+}
+
+fn size(v: Option<u64>) -> String {
+    v.map_or("-".into(), format_size)
 }
 
 fn duration(s: u64) -> String {

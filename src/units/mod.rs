@@ -26,6 +26,22 @@ const DURATION_HELP: &str =
 
 /// Parses a size: `4096`, `64mb`, `1.5gb`, `10Gi`. Whitespace between number and unit is
 /// allowed; a fraction must come to a whole number of bytes.
+/// A size as a person reads it: bytes below 1 KiB, else the largest binary unit that keeps
+/// the figure at 1 or more, with one decimal (`312 B`, `2.2 KiB`, `1.0 GiB`).
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let (number, unit) = split(text);
     let scale: u64 = match unit.to_ascii_lowercase().as_str() {
@@ -155,6 +171,21 @@ impl schemars::JsonSchema for Millis {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_are_printed_in_the_largest_unit_that_keeps_them_at_1_or_more() {
+        for (bytes, text) in [
+            (0, "0 B"),
+            (1023, "1023 B"),
+            (1024, "1.0 KiB"),
+            (2277, "2.2 KiB"),
+            (1 << 30, "1.0 GiB"),
+            (1_073_741_823, "1024.0 MiB"),
+            (u64::MAX, "16384.0 PiB"),
+        ] {
+            assert_eq!(format_size(bytes), text, "{bytes}");
+        }
+    }
 
     #[test]
     fn sizes_follow_valkey_conf() {
