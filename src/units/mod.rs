@@ -10,14 +10,45 @@
 
 pub mod time;
 
-use serde::{de, Deserialize, Deserializer};
+use serde::{de, Deserializer};
 
 /// A number, or a string holding one and a unit.
-#[derive(Deserialize)]
-#[serde(untagged)]
 enum Written {
     Number(u64),
     Text(String),
+}
+
+/// Reads a [`Written`], refusing what is neither with the setting's own help (`expected`):
+/// a negative number or a fraction says which it is, not serde's generic "did not match".
+struct WrittenVisitor(&'static str);
+
+impl de::Visitor<'_> for WrittenVisitor {
+    type Value = Written;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Written, E> {
+        Ok(Written::Number(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Written, E> {
+        u64::try_from(v)
+            .map(Written::Number)
+            .map_err(|_| E::custom(format!("{v} is negative; expected {}", self.0)))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Written, E> {
+        Err(E::custom(format!(
+            "{v} is not a whole number; expected {} (a fraction goes in a string with its unit, as \"1.5s\" or \"0.5gb\")",
+            self.0
+        )))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Written, E> {
+        Ok(Written::Text(v.to_string()))
+    }
 }
 
 const SIZE_HELP: &str = "a byte count, or a number with a unit as in valkey.conf: 512kb, 64mb, 1gb (kb, mb, gb, tb are powers of 1024; k, m, g, t powers of 1000; Ki, Mi, Gi, Ti as in Kubernetes)";
@@ -100,8 +131,9 @@ fn scaled(number: &str, scale: u64) -> Option<u64> {
 fn deserialize<'de, D: Deserializer<'de>, T: TryFrom<u64>>(
     d: D,
     parse: fn(&str) -> Result<u64, String>,
+    help: &'static str,
 ) -> Result<T, D::Error> {
-    let n = match Written::deserialize(d)? {
+    let n = match d.deserialize_any(WrittenVisitor(help))? {
         Written::Number(n) => n,
         Written::Text(t) => parse(&t).map_err(de::Error::custom)?,
     };
@@ -110,7 +142,7 @@ fn deserialize<'de, D: Deserializer<'de>, T: TryFrom<u64>>(
 
 /// serde `deserialize_with` for a size in bytes.
 pub fn size<'de, D: Deserializer<'de>, T: TryFrom<u64>>(d: D) -> Result<T, D::Error> {
-    deserialize(d, parse_size)
+    deserialize(d, parse_size, SIZE_HELP)
 }
 
 /// serde `deserialize_with` for an optional size (the key absent: unset).
@@ -120,7 +152,7 @@ pub fn size_opt<'de, D: Deserializer<'de>, T: TryFrom<u64>>(d: D) -> Result<Opti
 
 /// serde `deserialize_with` for a duration in milliseconds.
 pub fn millis<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    deserialize(d, parse_millis)
+    deserialize(d, parse_millis, DURATION_HELP)
 }
 
 /// The JSON Schema of a size (`#[schemars(with = "crate::units::Size")]`): what
@@ -171,6 +203,23 @@ impl schemars::JsonSchema for Millis {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_negative_or_fractional_number_is_refused_saying_which_it_is() {
+        #[derive(Debug, serde::Deserialize)]
+        struct S {
+            #[serde(deserialize_with = "size")]
+            #[allow(dead_code)]
+            n: u64,
+        }
+        let err = |text: &str| toml::from_str::<S>(text).unwrap_err().to_string();
+        assert!(err("n = -1").contains("-1 is negative; expected a byte count"));
+        assert!(err("n = 1.5").contains("1.5 is not a whole number; expected a byte count"));
+        assert!(err("n = true").contains("expected a byte count"));
+        assert!(!err("n = -1").contains("untagged enum"));
+        assert_eq!(toml::from_str::<S>("n = \"2kb\"").unwrap().n, 2048);
+        assert_eq!(toml::from_str::<S>("n = 7").unwrap().n, 7);
+    }
 
     #[test]
     fn sizes_are_printed_in_the_largest_unit_that_keeps_them_at_1_or_more() {
