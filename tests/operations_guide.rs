@@ -414,3 +414,31 @@ fn leaving_walrus_through_export_aof() {
     assert_eq!(c.cmd(&["GET", "k99"]), bulk("v99"));
     assert_eq!(c.cmd(&["DBSIZE"]), b":100\r\n");
 }
+
+/// The admin commands find walrus from its configuration file (`--config`), and one pointed
+/// at a client port says it is one instead of suspecting walrus.
+#[test]
+fn admin_commands_take_the_configuration_and_name_a_client_port() {
+    let (w, metrics) = with_metrics(None);
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("walrus.toml");
+    std::fs::write(&cfg, format!("[metrics]\nlisten = \"{metrics}\"\n")).unwrap();
+    let out = run_walrus(&["status", "--config", cfg.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    assert!(output_text(&out).contains("ready"), "{}", output_text(&out));
+    let out = run_walrus(&["status", "--metrics", &w.addr]);
+    assert_eq!(out.status.code(), Some(1), "{}", output_text(&out));
+    assert!(
+        output_text(&out).contains("speaks RESP, not HTTP: it is a client port"),
+        "{}",
+        output_text(&out)
+    );
+    std::fs::write(&cfg, "[metrics]\nlisten = \"\"\n").unwrap();
+    let out = run_walrus(&["status", "-c", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", output_text(&out));
+    assert!(
+        output_text(&out).contains("metrics.listen is empty"),
+        "{}",
+        output_text(&out)
+    );
+}

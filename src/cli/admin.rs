@@ -11,21 +11,58 @@ use std::time::Duration;
 /// walrus's metrics endpoint, as every admin command takes it.
 #[derive(Debug, Args)]
 pub struct Endpoint {
-    /// walrus's metrics endpoint, host:port (its `metrics.listen`).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8379")]
-    pub metrics: String,
-    /// The admin token, from this file (walrus's `metrics.admin_token_file`).
+    /// walrus's metrics endpoint, host:port (its `metrics.listen`). Default: the
+    /// configuration's with --config, else 127.0.0.1:8379.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
+    /// The admin token, from this file (walrus's `metrics.admin_token_file`; with --config,
+    /// the configuration's unless given).
     #[arg(long, value_name = "FILE", env = "WALRUS_ADMIN_TOKEN_FILE")]
-    pub token_file: Option<PathBuf>,
+    token_file: Option<PathBuf>,
+    /// walrus's configuration file: its `metrics.listen` and `metrics.admin_token_file` are
+    /// used where --metrics and --token-file are not given.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    config: Option<PathBuf>,
 }
 
+/// Where walrus's metrics endpoint is when nothing says otherwise (config.toml's default).
+const DEFAULT_METRICS: &str = "127.0.0.1:8379";
+
 impl Endpoint {
-    /// The token to send, if a file is given: read as walrus reads its own.
+    fn config(&self) -> Result<Option<crate::config::Config>, String> {
+        self.config
+            .as_deref()
+            .map(crate::config::Config::load)
+            .transpose()
+            .map_err(|e| e.to_string())
+    }
+
+    /// The metrics endpoint to ask.
+    pub fn addr(&self) -> Result<String, String> {
+        if let Some(m) = &self.metrics {
+            return Ok(m.clone());
+        }
+        match self.config()? {
+            None => Ok(DEFAULT_METRICS.into()),
+            Some(c) if c.metrics.listen.is_empty() => Err(format!(
+                "{}: metrics.listen is empty, so that walrus has no endpoint to ask; set it, or pass --metrics",
+                self.config.as_ref().expect("a configuration").display()
+            )),
+            Some(c) => Ok(c.metrics.listen),
+        }
+    }
+
+    /// The token to send, if a file is given (or the configuration names one): read as
+    /// walrus reads its own.
     fn token(&self) -> Result<Option<String>, String> {
-        let Some(file) = &self.token_file else {
-            return Ok(None);
+        let file = match (&self.token_file, self.config()?) {
+            (Some(f), _) => f.clone(),
+            (None, Some(c)) if !c.metrics.admin_token_file.is_empty() => {
+                PathBuf::from(c.metrics.admin_token_file)
+            }
+            _ => return Ok(None),
         };
-        crate::config::read_secret("--token-file", file)
+        crate::config::read_secret("--token-file", &file)
             .map(Some)
             .map_err(|e| e.to_string())
     }
@@ -121,22 +158,15 @@ pub(super) fn post(
     timeout_secs: u64,
     what: &str,
 ) -> ExitCode {
-    let token = match endpoint.token() {
-        Ok(t) => t,
+    let (addr, token) = match endpoint.addr().and_then(|a| Ok((a, endpoint.token()?))) {
+        Ok(at) => at,
         Err(e) => {
             eprintln!("walrus: {e}");
             return ExitCode::from(super::EXIT_FIX);
         }
     };
     let timeout = Duration::from_secs(timeout_secs);
-    match request(
-        &endpoint.metrics,
-        "POST",
-        path,
-        body,
-        token.as_deref(),
-        timeout,
-    ) {
+    match request(&addr, "POST", path, body, token.as_deref(), timeout) {
         Ok(a) if a.ok() => {
             print!("{}", a.body);
             ExitCode::SUCCESS

@@ -37,6 +37,23 @@ fn hint(addr: &str) -> String {
     )
 }
 
+/// Whether `addr` answers a RESP `PING` (within [`PROBE_TIMEOUT`]).
+fn answers_resp(addr: &str) -> bool {
+    let Some(target) = addr.to_socket_addrs().ok().and_then(|mut a| a.next()) else {
+        return false;
+    };
+    let Ok(mut s) = TcpStream::connect_timeout(&target, PROBE_TIMEOUT) else {
+        return false;
+    };
+    let mut reply = [0u8; 64];
+    s.set_read_timeout(Some(PROBE_TIMEOUT)).is_ok()
+        && s.write_all(b"*1\r\n$4\r\nPING\r\n").is_ok()
+        && s.read(&mut reply).is_ok_and(|n| {
+            let r = &reply[..n];
+            r.starts_with(b"+PONG") || r.starts_with(b"-")
+        })
+}
+
 /// How long walrus takes to answer `/healthz`: it answers from memory at once.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -129,6 +146,13 @@ fn send(
         .read_to_end(&mut raw)
         .map_err(|e| io("reading the answer of", e))?;
     if raw.is_empty() {
+        // A RESP port (walrus's client port, Valkey) closes an HTTP request unanswered, as
+        // Valkey does: say so rather than suspect walrus.
+        if answers_resp(addr) {
+            return Err(format!(
+                "{addr} speaks RESP, not HTTP: it is a client port (walrus's proxy.listen, or Valkey's), not walrus's metrics endpoint; pass --metrics with its metrics.listen, or --config with its configuration file"
+            ));
+        }
         // What a walrus that stops (or is killed) during a long request leaves the caller.
         return Err(format!(
             "{addr} closed the connection without an answer: walrus may be stopping or have died (see its log)"

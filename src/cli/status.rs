@@ -30,7 +30,14 @@ pub struct StatusArgs {
 /// Exit 0 with the status (ready or not: the status says which); 1 when walrus cannot be
 /// asked.
 pub fn run(args: StatusArgs) -> ExitCode {
-    let addr = &args.endpoint.metrics;
+    let addr = match args.endpoint.addr() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("walrus: {e}");
+            return ExitCode::from(super::EXIT_FIX);
+        }
+    };
+    let addr = &addr;
     let answer = match request(addr, "GET", "/status", "", None, ANSWER_TIMEOUT) {
         Ok(a) if a.ok() => a,
         Ok(a) => {
