@@ -60,6 +60,9 @@ fn commands_that_break_what_walrus_relies_on_are_refused_with_the_reason() {
             "{cmd:?}: {r}"
         );
     }
+    // SAVE's refusal names what to run instead.
+    let r = show(&c.cmd(&["SAVE"]));
+    assert!(r.contains("`walrus backup --to DIR`"), "{r}");
     let r = show(&c.cmd(&["CONFIG", "SET", "appendonly", "yes"]));
     assert!(r.contains("appendonly is refused: Valkey's own AOF"), "{r}");
     assert!(config_get(&mut c, "appendonly").contains("no"));

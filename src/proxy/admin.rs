@@ -92,7 +92,7 @@ pub fn forbidden(name: &str, req: &Request) -> Option<Forbidden> {
         ),
         "save" | "bgsave" => refuse(
             "SAVE (or BGSAVE)",
-            "the dump.rdb it leaves in Valkey's directory is loaded by Valkey's next start, behind the history walrus restores; walrus is the persistence (back up with `walrus checkpoint` or `walrus journal export-aof`)",
+            "the dump.rdb it leaves in Valkey's directory is loaded by Valkey's next start, behind the history walrus restores; walrus is the persistence: `walrus checkpoint` takes one now, `walrus backup --to DIR` copies a data directory to restore from, `walrus journal export-aof` writes an AOF",
         ),
         "client|kill" if kills_replicas(req) => refuse(
             "CLIENT KILL TYPE replica",
