@@ -67,6 +67,15 @@ async fn init_inspect_verify_corruption_repair() {
     let (code, out, _) = walrus(&["journal", "verify", "--dir", d]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("OK: 40 entries, LSN 1..=40"), "{out}");
+    // --dir takes walrus's data directory too, as export-aof and verify --data-dir do.
+    let data = tmp.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::os::unix::fs::symlink(&dir, data.join("journal")).unwrap();
+    for sub in ["verify", "inspect"] {
+        let (code, out, err) = walrus(&["journal", sub, "--dir", data.to_str().unwrap()]);
+        assert_eq!(code, 0, "{sub}: {out}{err}");
+        assert!(out.contains("LSN 1..="), "{sub}: {out}");
+    }
     let (code, out, _) = walrus(&["journal", "inspect", "--dir", d]);
     assert_eq!(code, 0);
     assert!(

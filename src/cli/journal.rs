@@ -54,6 +54,7 @@ pub enum JournalCommand {
     },
     /// Show segments, generations, LSN and offset ranges, checkpoint, durable end, fill.
     Inspect {
+        /// walrus's data directory (holding journal/), or its journal/.
         #[arg(long)]
         dir: PathBuf,
         /// How far past the end recovery looks for proof of corruption [default: the whole
@@ -63,6 +64,7 @@ pub enum JournalCommand {
     },
     /// Check the log: exit 0 when clean (a torn tail is normal), 2 on mid-log corruption.
     Verify {
+        /// walrus's data directory (holding journal/), or its journal/.
         #[arg(long)]
         dir: PathBuf,
         /// [default: the whole ring]
@@ -71,6 +73,7 @@ pub enum JournalCommand {
     },
     /// Cut the log at mid-log corruption, losing the entries after it.
     Repair {
+        /// walrus's data directory (holding journal/), or its journal/.
         #[arg(long)]
         dir: PathBuf,
         /// Required: acknowledges that entries after the corruption are lost.
@@ -108,8 +111,8 @@ pub fn run(cmd: JournalCommand) -> ExitCode {
     // none: it shows what is on disk at one moment, of a running walrus too.
     let (dir, access) = match &cmd {
         JournalCommand::Init { .. } | JournalCommand::Inspect { .. } => return run_locked(cmd),
-        JournalCommand::Verify { dir, .. } => (dir.clone(), Access::Shared),
-        JournalCommand::Repair { dir, .. } => (dir.clone(), Access::Exclusive),
+        JournalCommand::Verify { dir, .. } => (journal_dir(dir), Access::Shared),
+        JournalCommand::Repair { dir, .. } => (journal_dir(dir), Access::Exclusive),
         JournalCommand::ExportAof { dir, .. } => {
             (crate::datadir::data_dirs(dir).0, Access::Exclusive)
         }
@@ -131,18 +134,28 @@ fn run_locked(cmd: JournalCommand) -> ExitCode {
         JournalCommand::Inspect {
             dir,
             recovery_lookahead_bytes,
-        } => inspect(&dir, recovery_lookahead_bytes),
+        } => inspect(&journal_dir(&dir), recovery_lookahead_bytes),
         JournalCommand::Verify {
             dir,
             recovery_lookahead_bytes,
-        } => verify(&dir, recovery_lookahead_bytes),
+        } => verify(&journal_dir(&dir), recovery_lookahead_bytes),
         JournalCommand::Repair {
             dir,
             accept_data_loss,
             recovery_lookahead_bytes,
-        } => repair(&dir, accept_data_loss, recovery_lookahead_bytes),
+        } => repair(
+            &journal_dir(&dir),
+            accept_data_loss,
+            recovery_lookahead_bytes,
+        ),
         JournalCommand::ExportAof { dir, out, until } => export_aof(&dir, &out, &until),
     }
+}
+
+/// The journal `--dir` names: walrus's data directory's `journal/`, or the journal itself
+/// (as export-aof, verify and backup take them).
+fn journal_dir(dir: &Path) -> PathBuf {
+    crate::datadir::data_dirs(dir).0
 }
 
 fn fail(e: JournalError) -> ExitCode {
