@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 /// The Kubernetes version whose API schemas the manifests are validated against.
 pub const KUBERNETES: &str = "1.31.0";
-pub const SETUP: &str = "run deploy/setup.sh, which installs helm and kubernetes-validate";
+pub const SETUP: &str = "run deploy/setup.sh --test, which installs helm and kubernetes-validate";
 
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
