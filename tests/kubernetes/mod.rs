@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 /// The Kubernetes version whose API schemas the manifests are validated against.
 pub const KUBERNETES: &str = "1.31.0";
-pub const SETUP: &str = "run deploy/setup.sh, which installs helm and kubernetes-validate";
+pub const SETUP: &str = "run deploy/setup.sh --test, which installs helm and kubernetes-validate";
 
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -384,8 +384,13 @@ pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-/// `helm template` with extra arguments: (succeeded, output).
-pub fn template(extra: &[&str]) -> (bool, String) {
+/// The values file naming the walrus image every rendering here uses, given before any other
+/// values so that theirs win: the chart has no default image (none is published) and refuses
+/// to render without one.
+pub const IMAGE: [&str; 2] = ["-f", "tests/kubernetes/image-values.yaml"];
+
+/// `helm template` of the chart as it is, with extra arguments: (succeeded, output).
+pub fn template_as_is(extra: &[&str]) -> (bool, String) {
     let mut args = vec![
         "template",
         "demo",
@@ -397,6 +402,11 @@ pub fn template(extra: &[&str]) -> (bool, String) {
     ];
     args.extend_from_slice(extra);
     run(&mut helm_cmd(&args))
+}
+
+/// `helm template` with an image (`IMAGE`) and extra arguments: (succeeded, output).
+pub fn template(extra: &[&str]) -> (bool, String) {
+    template_as_is(&[&IMAGE[..], extra].concat())
 }
 
 /// Lints and renders the chart for one value set (`values`: a file of helm/walrus/ci/),
@@ -412,6 +422,8 @@ pub fn render_valid(name: &str, values: Option<&Path>, dir: &Path) -> Vec<J> {
         "--strict",
         "--kube-version",
         KUBERNETES,
+        IMAGE[0],
+        IMAGE[1],
     ];
     lint.extend_from_slice(&extra);
     let (ok, out) = run(&mut helm_cmd(&lint));

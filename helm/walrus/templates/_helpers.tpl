@@ -115,11 +115,14 @@ tests/deployment_kubernetes.rs checks this list against that file.
 {{- end }}
 
 {{/*
-walrus.toml: the chart's settings, with each key of .Values.config set over them (a value
-there wins, false and 0 included), one [section] per table; values are written as JSON, which for strings, numbers, booleans and arrays is also
-TOML.
+walrus's effective configuration: the chart's settings, with each key of .Values.config set
+over them (a value there wins, false and 0 included), as {section: {key: value}}. Takes
+(list $ out) and fills the dict out, so that walrus.toml and the checks see the same values.
 */}}
-{{- define "walrus.toml" -}}
+{{- define "walrus.config" -}}
+{{- $out := index . 1 -}}
+{{- $ := index . 0 -}}
+{{- with $ -}}
 {{- $v := .Values -}}
 {{- $upstream := dict "mode" "external" "address" (printf "unix:%s" (include "walrus.valkeySocket" .)) "strict_settings" $v.upstream.strictSettings -}}
 {{- if $v.cluster.enabled -}}
@@ -169,6 +172,19 @@ TOML.
 {{- $_ := set (index $cfg $section) $key $value -}}
 {{- end -}}
 {{- end -}}
+{{- range $section, $keys := $cfg -}}
+{{- $_ := set $out $section $keys -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+walrus.toml: walrus.config, one [section] per table; values are written as JSON, which for
+strings, numbers, booleans and arrays is also TOML.
+*/}}
+{{- define "walrus.toml" -}}
+{{- $cfg := dict -}}
+{{- $_ := include "walrus.config" (list . $cfg) -}}
 # Rendered by the walrus Helm chart from its values; every key and its default are in the
 # repository's config.toml. Unknown keys are errors.
 {{- range $section, $keys := $cfg }}
@@ -195,24 +211,72 @@ only these forms through; anything else fails here rather than being guessed at.
 {{- mulf (float64 $num) (index $units $unit) -}}
 {{- end }}
 
-{{/* Bytes of a Valkey memory size ("768mb", "4gb", "1g", "1000000"), as a float. */}}
-{{- define "walrus.valkeyBytes" -}}
-{{- $q := lower (toString .) -}}
-{{- $num := regexFind "^[0-9]+" $q -}}
-{{- $units := dict "" 1.0 "k" 1e3 "kb" 1024.0 "m" 1e6 "mb" 1048576.0 "g" 1e9 "gb" 1073741824.0 -}}
-{{- mulf (float64 $num) (index $units (trimPrefix $num $q)) -}}
+{{/*
+Bytes of a size as walrus and valkey.conf write it ("768mb", "4gb", "1g", "10Gi", 1000000:
+k, m, g, t powers of 1000, kb, mb, gb, tb and Ki, Mi, Gi, Ti powers of 1024, any case;
+src/units/mod.rs), as a float. Takes (list size what), what naming the value in the error.
+*/}}
+{{- define "walrus.sizeBytes" -}}
+{{- $q := lower (trim (toString (index . 0))) -}}
+{{- $num := regexFind "^[0-9]+([.][0-9]+)?" $q -}}
+{{- $units := dict "" 1.0 "b" 1.0 "k" 1e3 "m" 1e6 "g" 1e9 "t" 1e12 "kb" 1024.0 "ki" 1024.0 "kib" 1024.0 "mb" 1048576.0 "mi" 1048576.0 "mib" 1048576.0 "gb" 1073741824.0 "gi" 1073741824.0 "gib" 1073741824.0 "tb" 1099511627776.0 "ti" 1099511627776.0 "tib" 1099511627776.0 -}}
+{{- $unit := trim (trimPrefix $num $q) -}}
+{{- if or (not $num) (not (hasKey $units $unit)) -}}
+{{- fail (printf "%s %q is not a size: a byte count, or a number with a unit as in valkey.conf (512kb, 64mb, 1gb)" (index . 1) (toString (index . 0))) -}}
+{{- end -}}
+{{- mulf (float64 $num) (index $units $unit) -}}
+{{- end }}
+
+{{/*
+Milliseconds of a duration as walrus writes it (250, "500ms", "10s", "1.5m", "2h";
+src/units/mod.rs), as a float. Takes (list duration what), what naming the value in the error.
+*/}}
+{{- define "walrus.millis" -}}
+{{- $q := lower (trim (toString (index . 0))) -}}
+{{- $num := regexFind "^[0-9]+([.][0-9]+)?" $q -}}
+{{- $units := dict "" 1.0 "ms" 1.0 "s" 1e3 "m" 6e4 "min" 6e4 "h" 3.6e6 -}}
+{{- $unit := trim (trimPrefix $num $q) -}}
+{{- if or (not $num) (not (hasKey $units $unit)) -}}
+{{- fail (printf "%s %q is not a duration: milliseconds, or a number with a unit (500ms, 10s, 5m, 1h)" (index . 1) (toString (index . 0))) -}}
+{{- end -}}
+{{- mulf (float64 $num) (index $units $unit) -}}
+{{- end }}
+
+{{/*
+Where walrus's setting section.key comes from: "config.<section>.<key>" when .Values.config
+sets it, else the chart's own value named. Takes (list $ section key chartValue).
+*/}}
+{{- define "walrus.settingFrom" -}}
+{{- $ := index . 0 -}}
+{{- if hasKey (get $.Values.config (index . 1) | default dict) (index . 2) -}}
+{{- printf "config.%s.%s" (index . 1) (index . 2) -}}
+{{- else -}}
+{{- index . 3 -}}
+{{- end -}}
 {{- end }}
 
 {{/* Refuses values that cannot work together. */}}
 {{- define "walrus.checks" -}}
 {{- $v := .Values -}}
-{{- if not (lt (float64 $v.disk.lowWatermark) (float64 $v.disk.highWatermark)) -}}
-{{- fail (printf "disk.lowWatermark (%v) must be below disk.highWatermark (%v)" $v.disk.lowWatermark $v.disk.highWatermark) -}}
+{{- if not $v.image.repository -}}
+{{- fail "image.repository is not set: no walrus image is published. Build one from the repository's root and push it where your nodes pull from:\n  docker build -t REGISTRY/walrus:0.1.0 --build-arg COMMIT=$(git rev-parse --short=12 HEAD) . && docker push REGISTRY/walrus:0.1.0\nthen install with --set image.repository=REGISTRY/walrus --set image.tag=0.1.0 (docs/deploy.md)" -}}
 {{- end -}}
-{{- $drain := div (add (int64 $v.proxy.shutdownTimeoutMs) 999) 1000 -}}
+{{- /* The checks below see walrus's effective configuration: config: over the chart's values. */ -}}
+{{- $cfg := dict -}}
+{{- $_ := include "walrus.config" (list . $cfg) -}}
+{{- $low := float64 $cfg.disk.low_watermark -}}
+{{- $lowFrom := include "walrus.settingFrom" (list . "disk" "low_watermark" "disk.lowWatermark") -}}
+{{- $high := float64 $cfg.disk.high_watermark -}}
+{{- $highFrom := include "walrus.settingFrom" (list . "disk" "high_watermark" "disk.highWatermark") -}}
+{{- if not (lt $low $high) -}}
+{{- fail (printf "%s (%v) must be below %s (%v)" $lowFrom $low $highFrom $high) -}}
+{{- end -}}
+{{- $shutdownFrom := include "walrus.settingFrom" (list . "proxy" "shutdown_timeout_ms" "proxy.shutdownTimeoutMs") -}}
+{{- $shutdown := include "walrus.millis" (list $cfg.proxy.shutdown_timeout_ms $shutdownFrom) | float64 -}}
+{{- $drain := divf $shutdown 1000 | ceil | int64 -}}
 {{- $need := add (int64 $v.preStopSleepSeconds) $drain 5 -}}
 {{- if lt (int64 $v.terminationGracePeriodSeconds) $need -}}
-{{- fail (printf "terminationGracePeriodSeconds (%v) must be at least %d: preStopSleepSeconds (%v) + proxy.shutdownTimeoutMs (%v ms, rounded up to seconds) + 5 s to close the journal and stop Valkey" $v.terminationGracePeriodSeconds $need $v.preStopSleepSeconds $v.proxy.shutdownTimeoutMs) -}}
+{{- fail (printf "terminationGracePeriodSeconds (%v) must be at least %d: preStopSleepSeconds (%v) + %s (%v ms, rounded up to seconds) + 5 s to close the journal and stop Valkey" $v.terminationGracePeriodSeconds $need $v.preStopSleepSeconds $shutdownFrom $shutdown) -}}
 {{- end -}}
 {{- if $v.cluster.enabled -}}
 {{- if not $v.networkPolicy.enabled -}}
@@ -289,21 +353,50 @@ known here.
 {{- if not $v.persistence.existingClaim -}}
 {{- $mib := 1048576.0 -}}
 {{- $size := include "walrus.quantityBytes" $v.persistence.size | float64 -}}
-{{- $ring := mulf (int64 $v.journal.segments) (int64 $v.journal.segmentSizeBytes) -}}
-{{- $checkpoints := 0.0 -}}
-{{- $rdbs := ternary 3 2 $v.cluster.enabled -}}
-{{- if $v.valkey.maxmemory -}}
-{{- $checkpoints = mulf $rdbs (include "walrus.valkeyBytes" $v.valkey.maxmemory | float64) -}}
+{{- $segments := $cfg.journal.segments -}}
+{{- $segmentsFrom := include "walrus.settingFrom" (list . "journal" "segments" "journal.segments") -}}
+{{- $segmentFrom := include "walrus.settingFrom" (list . "journal" "segment_size_bytes" "journal.segmentSizeBytes") -}}
+{{- $segment := include "walrus.sizeBytes" (list $cfg.journal.segment_size_bytes $segmentFrom) | float64 -}}
+{{- $ring := mulf (int64 $segments) $segment -}}
+{{- /* Valkey's maxmemory: its last --maxmemory, which valkey.args (after the chart's own
+--maxmemory) or, in a cluster, config.upstream.extra_args (all of Valkey's extra arguments)
+may set. */ -}}
+{{- $mem := toString $v.valkey.maxmemory -}}
+{{- $memFrom := "valkey.maxmemory" -}}
+{{- $args := $v.valkey.args -}}
+{{- $argsFrom := "valkey.args" -}}
+{{- if and $v.cluster.enabled (hasKey (get $v.config "upstream" | default dict) "extra_args") -}}
+{{- $args = $cfg.upstream.extra_args -}}
+{{- $argsFrom = "config.upstream.extra_args" -}}
+{{- $mem = "" -}}
+{{- $memFrom = "--maxmemory in config.upstream.extra_args" -}}
 {{- end -}}
+{{- range $i, $a := $args -}}
+{{- $a = toString $a -}}
+{{- if and (eq (lower $a) "--maxmemory") (lt (add1 $i) (len $args)) -}}
+{{- $mem = toString (index $args (add1 $i)) -}}
+{{- $memFrom = printf "--maxmemory in %s" $argsFrom -}}
+{{- else if hasPrefix "--maxmemory " (lower $a) -}}
+{{- $mem = trim (substr 12 (len $a) $a) -}}
+{{- $memFrom = printf "--maxmemory in %s" $argsFrom -}}
+{{- end -}}
+{{- end -}}
+{{- $memBytes := 0.0 -}}
+{{- if $mem -}}
+{{- $memBytes = include "walrus.sizeBytes" (list $mem $memFrom) | float64 -}}
+{{- end -}}
+{{- $rdbs := ternary 3 2 $v.cluster.enabled -}}
+{{- $checkpoints := mulf $rdbs $memBytes -}}
 {{- $need := addf $ring $checkpoints -}}
-{{- $low := float64 $v.disk.lowWatermark -}}
 {{- if gt $need (mulf $size $low) -}}
 {{- $minimum := divf $need (mulf $low $mib) | ceil | int64 -}}
-{{- $what := printf "the journal ring (journal.segments %v x journal.segmentSizeBytes %d = %d MiB)" $v.journal.segments (int64 $v.journal.segmentSizeBytes) (divf $ring $mib | int64) -}}
-{{- if $v.valkey.maxmemory -}}
-{{- $what = printf "%s plus %s of up to valkey.maxmemory (%s each)" $what (ternary "two checkpoints and a restore in place's RDB" "two checkpoints" $v.cluster.enabled) $v.valkey.maxmemory -}}
+{{- $what := printf "the journal ring (%s %v x %s %d = %d MiB)" $segmentsFrom $segments $segmentFrom (int64 $segment) (divf $ring $mib | int64) -}}
+{{- $shrink := printf "%s, %s" $segmentsFrom $segmentFrom -}}
+{{- if gt $memBytes 0.0 -}}
+{{- $what = printf "%s plus %s of up to Valkey's maxmemory each (%s, %s)" $what (ternary "two checkpoints and a restore in place's RDB" "two checkpoints" $v.cluster.enabled) $mem $memFrom -}}
+{{- $shrink = printf "%s or %s" $shrink $memFrom -}}
 {{- end -}}
-{{- fail (printf "persistence.size (%v) is too small: %s need %d MiB, below disk.lowWatermark (%v) of the volume. Set persistence.size to at least %dMi, or shrink the ring (journal.segments, journal.segmentSizeBytes) or valkey.maxmemory" $v.persistence.size $what (divf $need $mib | int64) $v.disk.lowWatermark $minimum) -}}
+{{- fail (printf "persistence.size (%v) is too small: %s need %d MiB, below %s (%v) of the volume. Set persistence.size to at least %dMi, or shrink %s" $v.persistence.size $what (divf $need $mib | int64) $lowFrom $low $minimum $shrink) -}}
 {{- end -}}
 {{- end -}}
 {{- end }}
