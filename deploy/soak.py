@@ -72,7 +72,7 @@ class Walrus:
     def start(self):
         args = [WALRUS, "serve", "--config", self.conf, "--listen", "127.0.0.1:%d" % self.port,
                 "--metrics-listen", self.metrics, "--data-dir", os.path.join(self.dir, "data")]
-        env = dict(os.environ, RUST_LOG="warn,walrus::cli=info,walrus::restore=info,walrus::checkpoint=info")
+        env = dict(os.environ, RUST_LOG="warn,walrus::daemon=info,walrus::restore=info,walrus::checkpoint=info")
         self.proc = Proc(args, "walrus listening on ", env=env, timeout=600)
         self.lives.append(self.proc)
 
