@@ -37,34 +37,39 @@ impl Endpoint {
             .map_err(|e| e.to_string())
     }
 
-    /// The metrics endpoint to ask.
-    pub fn addr(&self) -> Result<String, String> {
-        if let Some(m) = &self.metrics {
-            return Ok(m.clone());
-        }
-        match self.config()? {
-            None => Ok(DEFAULT_METRICS.into()),
-            Some(c) if c.metrics.listen.is_empty() => Err(format!(
-                "{}: metrics.listen is empty, so that walrus has no endpoint to ask; set it, or pass --metrics",
-                self.config.as_ref().expect("a configuration").display()
-            )),
-            Some(c) => Ok(c.metrics.listen),
-        }
-    }
-
-    /// The token to send, if a file is given (or the configuration names one): read as
-    /// walrus reads its own.
-    fn token(&self) -> Result<Option<String>, String> {
-        let file = match (&self.token_file, self.config()?) {
-            (Some(f), _) => f.clone(),
-            (None, Some(c)) if !c.metrics.admin_token_file.is_empty() => {
-                PathBuf::from(c.metrics.admin_token_file)
-            }
-            _ => return Ok(None),
+    /// The metrics endpoint to ask and, with `want_token`, the admin token to send (read as
+    /// walrus reads its own). The configuration file, where one is given and a flag leaves
+    /// something to it, is read once for both.
+    pub fn resolve(&self, want_token: bool) -> Result<(String, Option<String>), String> {
+        let token_from_config = want_token && self.token_file.is_none();
+        let config = if self.metrics.is_none() || token_from_config {
+            self.config()?
+        } else {
+            None
         };
-        crate::config::read_secret("--token-file", &file)
-            .map(Some)
-            .map_err(|e| e.to_string())
+        let addr = match (&self.metrics, &config) {
+            (Some(m), _) => m.clone(),
+            (None, None) => DEFAULT_METRICS.into(),
+            (None, Some(c)) if c.metrics.listen.is_empty() => {
+                return Err(format!(
+                    "{}: metrics.listen is empty, so that walrus has no endpoint to ask; set it, or pass --metrics",
+                    self.config.as_ref().expect("a configuration").display()
+                ))
+            }
+            (None, Some(c)) => c.metrics.listen.clone(),
+        };
+        let file = match (&self.token_file, &config) {
+            _ if !want_token => None,
+            (Some(f), _) => Some(f.clone()),
+            (None, Some(c)) if !c.metrics.admin_token_file.is_empty() => {
+                Some(PathBuf::from(&c.metrics.admin_token_file))
+            }
+            _ => None,
+        };
+        let token = file
+            .map(|f| crate::config::read_secret("--token-file", &f).map_err(|e| e.to_string()))
+            .transpose()?;
+        Ok((addr, token))
     }
 }
 
@@ -158,7 +163,7 @@ pub(super) fn post(
     timeout_secs: u64,
     what: &str,
 ) -> ExitCode {
-    let (addr, token) = match endpoint.addr().and_then(|a| Ok((a, endpoint.token()?))) {
+    let (addr, token) = match endpoint.resolve(true) {
         Ok(at) => at,
         Err(e) => {
             eprintln!("walrus: {e}");

@@ -165,7 +165,7 @@ fn in_place(args: &RestoreArgs, until: &Until) -> ExitCode {
              every write after the cut. Writes after the cut are lost to Valkey (kept only in \
              {keep}). To see where the cut falls first: `walrus backup --to DIR`, then \
              `walrus restore --from-dir DIR {until} --dry-run`. Run again with --confirm to do it.",
-            args.endpoint.addr().unwrap_or_else(|e| e)
+            args.endpoint.resolve(false).map_or_else(|e| e, |(a, _)| a)
         );
         return ExitCode::from(super::EXIT_FIX);
     }

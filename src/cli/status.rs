@@ -30,8 +30,8 @@ pub struct StatusArgs {
 /// Exit 0 with the status (ready or not: the status says which); 1 when walrus cannot be
 /// asked.
 pub fn run(args: StatusArgs) -> ExitCode {
-    let addr = match args.endpoint.addr() {
-        Ok(a) => a,
+    let addr = match args.endpoint.resolve(false) {
+        Ok((a, _)) => a,
         Err(e) => {
             eprintln!("walrus: {e}");
             return ExitCode::from(super::EXIT_FIX);
