@@ -5,21 +5,25 @@
 
 use std::path::Path;
 
-/// Runs the check on `src`: whether it passed, and what it printed.
-fn check(src: &Path) -> (bool, String) {
+/// Runs a check of .ci/ with `args`: whether it passed, and what it printed.
+fn run(script: &str, args: &[&std::ffi::OsStr]) -> (bool, String) {
     let root = env!("CARGO_MANIFEST_DIR");
     let out = std::process::Command::new("python3")
-        .arg(format!("{root}/.ci/layers.py"))
-        .arg("--src")
-        .arg(src)
+        .arg(format!("{root}/.ci/{script}"))
+        .args(args)
         .output()
-        .expect("python3 runs .ci/layers.py");
+        .unwrap_or_else(|e| panic!("python3 runs .ci/{script}: {e}"));
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.success(), text)
+}
+
+/// Runs the layer check on `src`.
+fn check(src: &Path) -> (bool, String) {
+    run("layers.py", &["--src".as_ref(), src.as_os_str()])
 }
 
 /// A crate of four rooms (resp below upstream below proxy, as in LAYERS) with `files`
@@ -195,15 +199,6 @@ fn super_in_an_inline_module_counts_from_that_module() {
 /// that imports it back, and deploy/bench.py and the other entry points start.
 #[test]
 fn the_benchmark_tool_has_no_import_cycle_and_starts() {
-    let root = env!("CARGO_MANIFEST_DIR");
-    let out = std::process::Command::new("python3")
-        .arg(format!("{root}/.ci/bench_layers.py"))
-        .output()
-        .expect("python3 runs .ci/bench_layers.py");
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (ok, text) = run("bench_layers.py", &[]);
+    assert!(ok, "{text}");
 }
