@@ -1294,7 +1294,8 @@ fn the_valkey_version_is_the_charts_everywhere() {
 }
 
 /// The disruption budget lets a drain evict the pod by default (it restarts elsewhere with
-/// its volume); maxUnavailable 0, for a volume that cannot move, blocks it.
+/// its volume), in the chart and in the plain manifests; maxUnavailable 0, for a volume that
+/// cannot move, blocks it.
 #[test]
 fn a_drain_proceeds_by_default_and_a_local_volume_can_block_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -1320,11 +1321,60 @@ fn a_drain_proceeds_by_default_and_a_local_volume_can_block_it() {
             "helm template {args:?}"
         );
     }
+    let (plain, _) = plain_manifests();
+    let pdb = plain
+        .iter()
+        .find(|d| d["kind"].s() == "PodDisruptionBudget")
+        .expect("deploy/kubernetes/pdb.yaml");
+    assert_eq!(
+        pdb["spec"]["maxUnavailable"].num(),
+        Some(1.0),
+        "the plain manifests' budget is the chart's default"
+    );
     let guide = std::fs::read_to_string(root().join("docs/deploy.md")).unwrap();
     assert!(
         guide.contains("--set podDisruptionBudget.maxUnavailable=0"),
         "docs/deploy.md must show the value that keeps a local volume's drains blocked"
     );
+}
+
+/// docs/operations.md, "Upgrading walrus": a `helm upgrade` that changes walrus's
+/// configuration changes the pod template (so the pod is replaced: a restart and a restore),
+/// and values that render only other objects leave the template as it was.
+#[test]
+fn only_values_of_the_pod_replace_it_on_upgrade() {
+    let dir = tempfile::tempdir().unwrap();
+    let pod_template = |args: &[&str]| {
+        let (ok, out) = template(args);
+        assert!(ok, "helm template {args:?}:\n{out}");
+        let file = dir.path().join("upgrade.yaml");
+        std::fs::write(&file, &out).unwrap();
+        let docs = load(&[&file]);
+        docs.iter()
+            .find(|d| d["kind"].s() == "StatefulSet")
+            .expect("a StatefulSet")["spec"]["template"]
+            .clone()
+    };
+    let before = pod_template(&[]);
+    let others = [
+        "metrics.prometheusRule.enabled=true",
+        "metrics.grafanaDashboard.enabled=true",
+        "metrics.serviceMonitor.enabled=true",
+        "metrics.podMonitor.enabled=true",
+        "podDisruptionBudget.maxUnavailable=0",
+    ];
+    for value in others {
+        assert!(
+            pod_template(&["--set-json", value]) == before,
+            "{value} changed the pod template: an upgrade with it would restart walrus"
+        );
+    }
+    assert!(
+        pod_template(&["--set-json", "config.checkpoint.max_restore_seconds=30"]) != before,
+        "a changed walrus setting left the pod template as it was: the pod would keep the old one"
+    );
+    let guide = std::fs::read_to_string(root().join("docs/operations.md")).unwrap();
+    assert!(guide.contains("any `helm upgrade` that changes the pod template"));
 }
 
 /// `maintenance: true`: the pod runs, validated, with the journal's volume where walrus keeps

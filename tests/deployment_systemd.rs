@@ -651,3 +651,55 @@ fn deny_write_execute_filter_refuses_writable_executable_memory() {
         "under the filter the mapping is refused"
     );
 }
+
+/// `deploy/release.sh` (docs/install-systemd.md, "From a release tarball"), given the walrus
+/// these tests built: the tarball holds that walrus, runnable where it is unpacked, and the
+/// shipped unit, configuration, rules and dashboard byte for byte; the chart is packaged with
+/// its version; SHA256SUMS checks both.
+#[test]
+fn the_release_script_packages_walrus_the_unit_and_the_chart() {
+    let out = tempfile::tempdir().unwrap();
+    let (ok, stdout, stderr) = run(Command::new(root().join("deploy/release.sh"))
+        .args(["--binary", common::walrus_bin().to_str().unwrap(), "--out"])
+        .arg(out.path()));
+    assert!(ok, "deploy/release.sh failed:\n{stdout}\n{stderr}");
+    let version = env!("CARGO_PKG_VERSION");
+    let tarball = std::fs::read_dir(out.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .find(|n| n.starts_with(&format!("walrus-{version}-")) && n.ends_with(".tar.gz"))
+        .unwrap_or_else(|| panic!("no walrus-{version}-TARGET.tar.gz in {stdout}"));
+    let name = tarball.trim_end_matches(".tar.gz");
+    let (ok, _, err) = run(Command::new("tar")
+        .args(["xzf", &tarball])
+        .current_dir(out.path()));
+    assert!(ok, "tar: {err}");
+    let unpacked = out.path().join(name);
+    let (ok, v, err) = run(&mut Command::new(unpacked.join("bin/walrus")).arg("--version"));
+    assert!(ok && v.starts_with(&format!("walrus {version} ")), "{v}{err}");
+    for (shipped, packed) in [
+        ("deploy/systemd/walrus.service", "systemd/walrus.service"),
+        ("deploy/systemd/walrus.toml", "systemd/walrus.toml"),
+        ("deploy/systemd/walrus-tls.conf", "systemd/walrus-tls.conf"),
+        ("deploy/prometheus/walrus-alerts.yml", "prometheus/walrus-alerts.yml"),
+        ("deploy/grafana/walrus-dashboard.json", "grafana/walrus-dashboard.json"),
+        ("config.toml", "config.toml"),
+        ("docs/install-systemd.md", "docs/install-systemd.md"),
+    ] {
+        assert!(
+            read(shipped) == std::fs::read_to_string(unpacked.join(packed)).unwrap_or_default(),
+            "{packed} in the tarball is not {shipped}"
+        );
+    }
+    let chart = read("helm/walrus/Chart.yaml");
+    let chart_version = chart
+        .lines()
+        .find_map(|l| l.strip_prefix("version:"))
+        .unwrap()
+        .trim();
+    assert!(out.path().join(format!("walrus-{chart_version}.tgz")).is_file());
+    let (ok, sums, err) = run(Command::new("sha256sum")
+        .args(["-c", "SHA256SUMS"])
+        .current_dir(out.path()));
+    assert!(ok && sums.lines().count() == 2, "{sums}{err}");
+}

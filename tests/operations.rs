@@ -256,6 +256,42 @@ fn every_alert_has_a_runbook_section() {
     }
 }
 
+/// The runbook's re-base of the plain rule file, run as the page shows it (its output path
+/// moved into a temporary directory): every alert then links the new base with its own
+/// anchor, and the result is still a rule file promtool accepts.
+#[test]
+fn the_runbooks_rebase_command_points_every_alert_at_the_new_base() {
+    let text = read(RUNBOOK);
+    let block = text
+        .split("```sh\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap())
+        .find(|b| b.contains("sed ") && b.contains(RULES_COPY))
+        .unwrap_or_else(|| panic!("{RUNBOOK} shows no sed command re-basing {RULES_COPY}"));
+    let new_base = block
+        .split('|')
+        .nth(2)
+        .unwrap_or_else(|| panic!("no s|old|new| in {block}"));
+    let dir = tempfile::tempdir().unwrap();
+    let out_file = dir.path().join("walrus-alerts.yml");
+    let script = block.replace("/etc/prometheus/walrus-alerts.yml", out_file.to_str().unwrap());
+    assert!(script != block, "the command no longer writes /etc/prometheus/walrus-alerts.yml");
+    let out = run("sh", &["-ec", &script], "sh is part of every Debian");
+    assert_success("the runbook's re-base", &out);
+    let rebased = std::fs::read_to_string(&out_file).unwrap();
+    let urls: Vec<&str> = rebased
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("runbook_url:"))
+        .map(str::trim)
+        .collect();
+    let names: Vec<String> = alerts().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(urls.len(), names.len(), "one runbook_url per alert");
+    for (url, name) in urls.iter().zip(&names) {
+        assert_eq!(*url, format!("{new_base}#{}", name.to_lowercase()));
+    }
+    promtool(&["check", "rules", out_file.to_str().unwrap()]);
+}
+
 #[test]
 fn every_alert_has_a_firing_and_a_quiet_test_case() {
     let tests = read(RULE_TESTS);

@@ -5,6 +5,9 @@ SeaweedFS on this machine (the S3 store of the tests; deploy/setup.sh builds it)
   with one (durability.ack = "local"), and with durability.ack = "archive", every setup in
   the same rounds: ops/s, p50, p99, the ratio to no archive (goal: at least 0.95x with the
   archive on), and the archive's largest lag seen during the run;
+- the same with the archive in a directory on tmpfs (file://, ack local): what walrus itself
+  spends on archiving (reading sealed segments, checksums, the manifest), without a store's
+  CPU or a second copy on the same disk;
 - bytes and requests sent to the store per byte of the stream (the journal's payload);
 - a restart from the local disk against a new node bootstrapped from the archive, for
   --dataset-mb of data: seconds until walrus serves.
@@ -18,6 +21,7 @@ ratios show what walrus spends on the archive, not a real store's latency.
 import os
 import shutil
 import statistics
+import tempfile
 import threading
 import time
 
@@ -66,8 +70,17 @@ class LagProbe:
 
 
 def throughput(opts, tmp, endpoint):
+    shm = tempfile.mkdtemp(prefix="walrus-archive-bench-", dir="/dev/shm")
+    try:
+        return throughput_to(opts, tmp, endpoint, shm)
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)
+
+
+def throughput_to(opts, tmp, endpoint, shm):
     setups = []
     for name, config in [("no archive", ""), ("archive, ack local", archive_toml(endpoint, "local")),
+                         ("archive on tmpfs (file://), ack local", '[archive]\nurl = "file://%s"\n' % shm),
                          ("archive, ack archive", 'ack = "archive"\n' + archive_toml(endpoint, "ack"))]:
         v, vport = start_valkey(tmp, WALRUS_VALKEY_SETTINGS)
         metrics = "127.0.0.1:%d" % free_port()
