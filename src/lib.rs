@@ -40,16 +40,22 @@
 //!   in order and supervised, and stopped in order within a bound.
 //! - [`cli`]: the `walrus` command: flags, printing and exit codes, calling in below.
 //!
-//! Errors: each layer has one type, and a layer's public functions return only it; private
-//! helpers may build a message that the public function wraps. [`resp::ParseError`],
-//! [`journal::JournalError`], [`config::ConfigError`], [`upstream::client::UpstreamError`]
-//! (for [`valkey`] and [`commands`] too: both speak to Valkey), [`durability::Refusal`]
-//! (what a refused or failed reply says, rendered to RESP in one place), [`disk::DiskError`],
+//! Errors: each layer has one type, and a layer's public functions return only it, never
+//! `Result<_, String>` (`.ci/string_errors.py` checks it, `tests/layers.rs` runs it); private
+//! helpers may build a message that the public function wraps. [`fault::FaultError`],
+//! [`units::UnitsError`], [`resp::ParseError`] (with [`resp::ScanError`]), [`journal::JournalError`] (with the record
+//! decoder's [`journal::format::HeaderError`] and [`journal::format::DecodeError`]),
+//! [`config::ConfigError`], [`net::tls::TlsError`], [`upstream::client::UpstreamError`] (for
+//! [`valkey`] and [`commands`] too: both speak to Valkey), [`durability::Refusal`] (what a
+//! refused or failed reply says, rendered to RESP in one place), [`disk::DiskError`],
 //! [`checkpoint::CheckpointError`] (with [`checkpoint::store::StoreError`]),
 //! [`datadir::DataDirError`] (with [`datadir::chain::ChainError`] and
-//! [`datadir::verify::VerifyError`]), [`restore::RestoreError`], [`archive::ArchiveError`], [`replication::link::LinkError`]; the proxy's error is the
-//! RESP error reply itself; [`daemon::Fatal`] carries any of them up, and [`cli`] prints
-//! whatever reaches it and exits non-zero.
+//! [`datadir::verify::VerifyError`]), [`restore::RestoreError`] (with
+//! [`restore::primary::LoadError`]), [`archive::ArchiveError`],
+//! [`replication::link::LinkError`]; the proxy's error is the RESP error reply itself (a
+//! request no connection can take: [`proxy::pool::Unavailable`]); [`daemon::Fatal`] carries
+//! any of them up, and [`cli`] (whose functions return it too) prints whatever reaches it and
+//! exits non-zero.
 //!
 //! One `SET k v`, from client to reply (docs/data-flow.md walks it with file names):
 //! 1. [`proxy::server`] accepts the client; its [`proxy::session`] parses the request

@@ -202,3 +202,39 @@ fn the_benchmark_tool_has_no_import_cycle_and_starts() {
     let (ok, text) = run("bench_layers.py", &[]);
     assert!(ok, "{text}");
 }
+
+/// Runs the check that no public function returns `Result<_, String>` on `src`.
+fn string_errors(src: &Path) -> (bool, String) {
+    run("string_errors.py", &["--src".as_ref(), src.as_os_str()])
+}
+
+#[test]
+fn no_public_function_returns_a_string_error() {
+    let (ok, text) = string_errors(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    assert!(ok, "{text}");
+}
+
+#[test]
+fn a_string_error_is_caught_over_several_lines_and_at_any_visibility() {
+    let dir = planted(&[(
+        "resp/reply.rs",
+        "pub struct Reply;\n\
+         pub(super) fn one(x: u8) -> Result<u8, String> { Ok(x) }\n\
+         pub async fn two<T: Into<u8>>(\n    t: T,\n) -> Result<\n    (String, u8),\n    String,\n> {\n    Ok((String::new(), t.into()))\n}\n",
+    )]);
+    let (ok, text) = string_errors(dir.path());
+    assert!(!ok, "{text}");
+    assert!(text.contains("resp/reply.rs: fn one"), "{text}");
+    assert!(text.contains("resp/reply.rs: fn two"), "{text}");
+    // Private functions, other error types, and signatures in comments or strings pass.
+    let fine = planted(&[(
+        "resp/reply.rs",
+        "pub struct Reply;\n\
+         fn helper() -> Result<(), String> { Ok(()) }\n\
+         pub fn typed() -> Result<String, std::io::Error> { Ok(String::new()) }\n\
+         // pub fn commented() -> Result<(), String>\n\
+         const S: &str = \"pub fn quoted() -> Result<(), String>\";\n",
+    )]);
+    let (ok, text) = string_errors(fine.path());
+    assert!(ok, "{text}");
+}

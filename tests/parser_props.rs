@@ -217,7 +217,10 @@ proptest! {
             time_ms: Some(offset / 7),
         };
         let text = c.render();
-        prop_assert_eq!(walrus::checkpoint::manifest::Checkpoint::parse(&text), Ok(c));
+        prop_assert_eq!(
+            walrus::checkpoint::manifest::Checkpoint::parse(&text).map_err(|e| e.to_string()),
+            Ok(c)
+        );
         harness::checkpoint_manifest::run(text.as_bytes());
     }
 

@@ -19,7 +19,12 @@ pub fn run(data: &[u8]) {
     for text in [text.to_string(), seal(text)] {
         if let Ok(m) = Recorded::parse(&text) {
             assert!(m.data_dir_id.is_some() || m.checkpoint.is_some(), "{m:?}");
-            assert_eq!(Recorded::parse(&m.render()).as_ref(), Ok(&m));
+            assert_eq!(
+                Recorded::parse(&m.render())
+                    .map_err(|e| e.to_string())
+                    .as_ref(),
+                Ok(&m)
+            );
             if let Some(c) = &m.checkpoint {
                 check_record(c);
             }
@@ -37,7 +42,12 @@ fn check_record(c: &Checkpoint) {
         "the manifest names {:?}, not an RDB in the checkpoint directory",
         c.file
     );
-    assert_eq!(Checkpoint::parse(&c.render()).as_ref(), Ok(c));
+    assert_eq!(
+        Checkpoint::parse(&c.render())
+            .map_err(|e| e.to_string())
+            .as_ref(),
+        Ok(c)
+    );
     for v in c.servers() {
         check_version(&v.to_string());
     }

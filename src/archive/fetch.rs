@@ -299,7 +299,9 @@ fn checkpoint_of(p: &RestorePoint) -> Result<Checkpoint, ArchiveError> {
         replid: p.replid.clone(),
         offset: p.offset,
         size: p.size,
-        crc64: p.crc64().map_err(ArchiveError::Corrupt)?,
+        crc64: p
+            .crc64()
+            .map_err(|e| ArchiveError::Corrupt(e.to_string()))?,
         from_lsn: 1,
         rdb_version: p.rdb_version,
         written_by: p.written_by.clone(),
@@ -391,7 +393,8 @@ fn write_chain(
     }
     let end = walked.map_err(|e| ArchiveError::Corrupt(e.to_string()))?;
     if let Some(c) = chain.cut {
-        c.reached(&end).map_err(ArchiveError::Corrupt)?;
+        c.reached(&end)
+            .map_err(|e| ArchiveError::Corrupt(e.to_string()))?;
     }
     backup::copy::record_copy(dir, cp, id, closed, end.entries)
         .map_err(|e| ArchiveError::Local(e.to_string()))?;

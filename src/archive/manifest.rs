@@ -6,6 +6,7 @@
 //! checkpoint's RDB in the archive; the journal objects after it on its timeline
 //! ([`super::object`]) carry it forward, as far as they go without a gap.
 
+use super::ArchiveError;
 use crate::journal::manifest::{seal, unseal};
 use serde::{Deserialize, Serialize};
 
@@ -68,8 +69,9 @@ impl RestorePoint {
         })
     }
 
-    pub fn crc64(&self) -> Result<u64, String> {
-        u64::from_str_radix(&self.crc64, 16).map_err(|e| format!("crc64 {:?}: {e}", self.crc64))
+    pub fn crc64(&self) -> Result<u64, ArchiveError> {
+        u64::from_str_radix(&self.crc64, 16)
+            .map_err(|e| ArchiveError::Malformed(format!("crc64 {:?}: {e}", self.crc64)))
     }
 }
 
@@ -78,8 +80,14 @@ impl Manifest {
         seal(&toml::to_string(self).expect("the archive manifest serializes"))
     }
 
-    pub fn parse(text: &str) -> Result<Manifest, String> {
-        let m: Manifest = toml::from_str(unseal(text)?).map_err(|e| e.to_string())?;
+    pub fn parse(text: &str) -> Result<Manifest, ArchiveError> {
+        Manifest::read(text).map_err(ArchiveError::Malformed)
+    }
+
+    /// [`Manifest::parse`], saying what in `text` is wrong.
+    fn read(text: &str) -> Result<Manifest, String> {
+        let body = unseal(text).map_err(|e| e.to_string())?;
+        let m: Manifest = toml::from_str(body).map_err(|e| e.to_string())?;
         if m.format != FORMAT {
             return Err(format!(
                 "format {} (this walrus reads format {FORMAT}: a newer walrus wrote it)",
@@ -152,6 +160,7 @@ mod tests {
         };
         assert!(Manifest::parse(&newer.render())
             .unwrap_err()
+            .to_string()
             .contains("newer walrus"));
     }
 

@@ -67,6 +67,10 @@ pub enum ArchiveError {
     /// An object is not what its name or the manifest says.
     #[error("archive damaged: {0}")]
     Corrupt(String),
+    /// An object's or the manifest's text is not what walrus writes; the caller names the
+    /// object ([`ArchiveError::Corrupt`]).
+    #[error("{0}")]
+    Malformed(String),
 }
 
 /// One object of a listing, its key relative to the archive's root.

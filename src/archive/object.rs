@@ -28,6 +28,7 @@
 //! `WALRUSA1`, are the same without the entries' times: they are read as untimed (a
 //! point-in-time restore cannot place a time among them).
 
+use super::ArchiveError;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 pub const MANIFEST_KEY: &str = "MANIFEST";
@@ -175,14 +176,18 @@ impl JournalObject {
 
     /// The entries of an object read back, checked against its CRC, its header and this
     /// name: consecutive LSNs and offsets from `start` to `end`.
-    pub fn decode(&self, bytes: Bytes) -> Result<Vec<ArchivedEntry>, String> {
+    pub fn decode(&self, bytes: Bytes) -> Result<Vec<ArchivedEntry>, ArchiveError> {
         let timed = match bytes.get(..8) {
             Some(m) if m == MAGIC => true,
             Some(m) if m == MAGIC_UNTIMED => false,
-            _ => return Err("not a walrus journal object (no WALRUSA2 or WALRUSA1 header)".into()),
+            _ => {
+                return Err(ArchiveError::Malformed(
+                    "not a walrus journal object (no WALRUSA2 or WALRUSA1 header)".into(),
+                ))
+            }
         };
         if bytes.len() < HEADER_BYTES + 8 {
-            return Err("cut short".into());
+            return Err(ArchiveError::Malformed("cut short".into()));
         }
         let entry_header = if timed {
             ENTRY_HEADER_BYTES
@@ -193,9 +198,9 @@ impl JournalObject {
         let stored = u64::from_le_bytes(bytes[body..].try_into().expect("8 bytes"));
         let crc = super::crc64(&bytes[..body]);
         if stored != crc {
-            return Err(format!(
+            return Err(ArchiveError::Malformed(format!(
                 "CRC-64 {crc:016x}, the object records {stored:016x}"
-            ));
+            )));
         }
         let mut h = bytes.slice(8..body);
         let header = [(); 6].map(|_| h.get_u64_le());
@@ -214,22 +219,24 @@ impl JournalObject {
             times: self.times,
         };
         if &named != self {
-            return Err(format!("its header says {named:?}"));
+            return Err(ArchiveError::Malformed(format!(
+                "its header says {named:?}"
+            )));
         }
         let mut out = Vec::with_capacity(count);
         let (mut at, mut lsn) = (start, first_lsn);
         for _ in 0..count {
             if h.remaining() < entry_header {
-                return Err("cut short".into());
+                return Err(ArchiveError::Malformed("cut short".into()));
             }
             let (e_lsn, e_end) = (h.get_u64_le(), h.get_u64_le());
             let time_ms = if timed { h.get_u64_le() } else { 0 };
             let len = h.get_u32_le() as usize;
             if h.remaining() < len || e_lsn != lsn || e_end != at + len as u64 {
-                return Err(format!(
+                return Err(ArchiveError::Malformed(format!(
                     "entry {e_lsn} does not follow LSN {} at offset {at}",
                     lsn - 1
-                ));
+                )));
             }
             out.push(ArchivedEntry {
                 lsn: e_lsn,
@@ -241,14 +248,17 @@ impl JournalObject {
             lsn += 1;
         }
         if h.has_remaining() || at != end || lsn != last_lsn + 1 {
-            return Err(format!("its entries end at offset {at}, LSN {}", lsn - 1));
+            return Err(ArchiveError::Malformed(format!(
+                "its entries end at offset {at}, LSN {}",
+                lsn - 1
+            )));
         }
         if times_of(&out) != self.times {
-            return Err(format!(
+            return Err(ArchiveError::Malformed(format!(
                 "its entries were journaled {:?}, its name says {:?}",
                 times_of(&out),
                 self.times
-            ));
+            )));
         }
         Ok(out)
     }
@@ -330,13 +340,18 @@ mod tests {
         assert!(other
             .decode(bytes.clone())
             .unwrap_err()
+            .to_string()
             .contains("header says"));
         // So is a name whose times are not its entries'.
         let other = JournalObject {
             times: Some((1001, 1003)),
             ..o.clone()
         };
-        assert!(other.decode(bytes).unwrap_err().contains("name says"));
+        assert!(other
+            .decode(bytes)
+            .unwrap_err()
+            .to_string()
+            .contains("name says"));
         // An object of the first format, without the entries' times, reads as untimed.
         let mut old = BytesMut::new();
         old.put_slice(MAGIC_UNTIMED);

@@ -35,7 +35,7 @@ pub async fn read(store: &Store) -> Result<Option<(Manifest, Version)>, ArchiveE
         return Ok(None);
     };
     let text = std::str::from_utf8(&bytes).map_err(|e| corrupt(store, e.to_string()))?;
-    let m = Manifest::parse(text).map_err(|why| corrupt(store, why))?;
+    let m = Manifest::parse(text).map_err(|why| corrupt(store, why.to_string()))?;
     Ok(Some((m, v)))
 }
 

@@ -43,7 +43,7 @@ impl Store {
     /// The store `url` names (`archive.url`, or a command's `--from`), with the rest of
     /// `[archive]` for S3.
     pub fn open(url: &str, cfg: &ArchiveConfig) -> Result<Store, ArchiveError> {
-        let parsed = ArchiveUrl::parse(url).map_err(ArchiveError::Config)?;
+        let parsed = ArchiveUrl::parse(url).map_err(|e| ArchiveError::Config(e.to_string()))?;
         let backend = match &parsed {
             ArchiveUrl::Dir(root) => Backend::Dir(root.clone()),
             ArchiveUrl::S3 { bucket, prefix } => Backend::S3 {

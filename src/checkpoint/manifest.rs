@@ -20,6 +20,7 @@
 //! (`crate::datadir::parts` decides what a data directory holds before any of it is
 //! opened).
 
+use super::CheckpointError;
 use crate::journal::manifest::{seal, unseal, DataDirId};
 use crate::upstream::server::ServerVersion;
 use crate::valkey::handshake::REPLID_LEN;
@@ -86,10 +87,10 @@ impl Checkpoint {
     }
 
     /// The record of a manifest's text ([`Recorded::parse`]); an error if it records none.
-    pub fn parse(text: &str) -> Result<Checkpoint, String> {
+    pub fn parse(text: &str) -> Result<Checkpoint, CheckpointError> {
         Recorded::parse(text)?
             .checkpoint
-            .ok_or_else(|| "it records no checkpoint".to_string())
+            .ok_or_else(|| CheckpointError::Malformed("it records no checkpoint".to_string()))
     }
 }
 
@@ -114,8 +115,13 @@ impl Recorded {
     /// identity, a record, or both. A record must name an RDB in the checkpoint directory (a
     /// name `path_for` could have made: not `..`, not the manifest, not a `.tmp` that `open`
     /// deletes) and a replication id that can be Valkey's.
-    pub fn parse(text: &str) -> Result<Recorded, String> {
-        let body = unseal(text)?;
+    pub fn parse(text: &str) -> Result<Recorded, CheckpointError> {
+        Recorded::read(text).map_err(CheckpointError::Malformed)
+    }
+
+    /// [`Recorded::parse`], saying what in `text` is wrong.
+    fn read(text: &str) -> Result<Recorded, String> {
+        let body = unseal(text).map_err(|e| e.to_string())?;
         let m: Recorded = toml::from_str(body).map_err(|e| e.to_string())?;
         match &m.checkpoint {
             None if m.data_dir_id.is_none() => {

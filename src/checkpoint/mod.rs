@@ -71,6 +71,9 @@ pub type Request = oneshot::Sender<Result<String, CheckpointError>>;
 /// Why no checkpoint was taken.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
+    /// A manifest's text is not what walrus writes; the caller names the file.
+    #[error("{0}")]
+    Malformed(String),
     /// There is nothing to take one of yet: not a failure of checkpoints.
     #[error("{0}")]
     NotNow(&'static str),

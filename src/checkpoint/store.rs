@@ -129,7 +129,9 @@ impl Store {
             why,
         };
         match std::fs::read_to_string(&path) {
-            Ok(text) => Recorded::parse(&text).map(Some).map_err(bad),
+            Ok(text) => Recorded::parse(&text)
+                .map(Some)
+                .map_err(|e| bad(e.to_string())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(bad(e.to_string())),
         }

@@ -127,7 +127,10 @@ fn the_manifest_carries_the_identity_and_rdbs_go_only_on_its_word() {
     assert!(e.contains("not removed on a guess"), "{e}");
     assert!(rdb.path.exists());
     // A manifest holds an identity, a checkpoint, or both.
-    assert_eq!(Recorded::parse(&empty.render()), Ok(empty));
+    assert_eq!(
+        Recorded::parse(&empty.render()).map_err(|e| e.to_string()),
+        Ok(empty)
+    );
     let nothing = Recorded {
         data_dir_id: None,
         checkpoint: None,
@@ -151,7 +154,10 @@ fn a_record_names_an_rdb_of_the_store() {
         newest_server: None,
         time_ms: Some(1_796_332_725_250),
     };
-    assert_eq!(Checkpoint::parse(&c.render()), Ok(c.clone()));
+    assert_eq!(
+        Checkpoint::parse(&c.render()).map_err(|e| e.to_string()),
+        Ok(c.clone())
+    );
     for file in ["..", "", "CHECKPOINT", "x.rdb.tmp", "../x.rdb", "sub/x.rdb"] {
         let bad = Checkpoint {
             file: file.into(),

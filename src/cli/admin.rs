@@ -3,6 +3,7 @@
 //! walrus's directory itself instead). `walrus status` is in `status.rs`.
 
 use super::http_client::request;
+use super::Fatal;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,7 +41,7 @@ impl Endpoint {
     /// The metrics endpoint to ask and, with `want_token`, the admin token to send (read as
     /// walrus reads its own). The configuration file, where one is given and a flag leaves
     /// something to it, is read once for both.
-    pub fn resolve(&self, want_token: bool) -> Result<(String, Option<String>), String> {
+    pub fn resolve(&self, want_token: bool) -> Result<(String, Option<String>), Fatal> {
         let token_from_config = want_token && self.token_file.is_none();
         let config = if self.metrics.is_none() || token_from_config {
             self.config()?
@@ -51,10 +52,10 @@ impl Endpoint {
             (Some(m), _) => m.clone(),
             (None, None) => DEFAULT_METRICS.into(),
             (None, Some(c)) if c.metrics.listen.is_empty() => {
-                return Err(format!(
+                return Err(Fatal::from(format!(
                     "{}: metrics.listen is empty, so that walrus has no endpoint to ask; set it, or pass --metrics",
                     self.config.as_ref().expect("a configuration").display()
-                ))
+                )))
             }
             (None, Some(c)) => c.metrics.listen.clone(),
         };

@@ -84,9 +84,10 @@ pub fn run(cmd: ArchiveCommand) -> ExitCode {
             eprintln!("walrus: {e}");
             ExitCode::from(match e {
                 ArchiveError::Store(_) | ArchiveError::Local(_) => EXIT_RETRY,
-                ArchiveError::Config(_) | ArchiveError::Owner(_) | ArchiveError::Corrupt(_) => {
-                    EXIT_FIX
-                }
+                ArchiveError::Config(_)
+                | ArchiveError::Owner(_)
+                | ArchiveError::Corrupt(_)
+                | ArchiveError::Malformed(_) => EXIT_FIX,
             })
         }
     }
@@ -144,7 +145,10 @@ async fn go(cmd: ArchiveCommand) -> Result<String, ArchiveError> {
         }
         ArchiveCommand::Restore(a) => {
             let (config, store) = open(&a.source)?;
-            let until = a.until.until().map_err(ArchiveError::Config)?;
+            let until = a
+                .until
+                .until()
+                .map_err(|e| ArchiveError::Config(e.to_string()))?;
             let plan = fetch::plan(&store, &until).await?;
             // One walrus at a time owns a data directory: a running one is not written under.
             let _owner = crate::daemon::data_dir::own(&a.data_dir)

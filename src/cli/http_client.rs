@@ -6,6 +6,7 @@
 //! (a status answers at once, a checkpoint or a backup may take minutes). Every failure
 //! names the address and what to check.
 
+use super::Fatal;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
@@ -69,19 +70,19 @@ pub fn request(
     body: &str,
     token: Option<&str>,
     answer_timeout: Duration,
-) -> Result<Answer, String> {
+) -> Result<Answer, Fatal> {
     if answer_timeout > PROBE_TIMEOUT {
         let probe = send(addr, "GET", "/healthz", "", None, PROBE_TIMEOUT)?;
         if probe.code != 200 || probe.body.trim() != "ok" {
-            return Err(format!(
+            return Err(Fatal::from(format!(
                 "{addr} answered GET /healthz with {} {:?}, not walrus's \"ok\"; {}",
                 probe.code,
                 probe.body.chars().take(40).collect::<String>(),
                 hint(addr)
-            ));
+            )));
         }
     }
-    send(addr, method, path, body, token, answer_timeout)
+    Ok(send(addr, method, path, body, token, answer_timeout)?)
 }
 
 fn send(

@@ -75,7 +75,7 @@ fn exit_code(e: &(dyn std::error::Error + 'static)) -> ExitCode {
         if let Some(a) = e.downcast_ref::<crate::archive::ArchiveError>() {
             use crate::archive::ArchiveError as A;
             return ExitCode::from(match a {
-                A::Config(_) | A::Owner(_) | A::Corrupt(_) => EXIT_FIX,
+                A::Config(_) | A::Owner(_) | A::Corrupt(_) | A::Malformed(_) => EXIT_FIX,
                 A::Store(_) | A::Local(_) => EXIT_RETRY,
             });
         }

@@ -6,6 +6,7 @@
 //! keeps the present in DIR and rewinds its Valkey to the cut (`crate::restore::rewind`);
 //! without `--confirm`, what it would do, and exit 2.
 
+use super::Fatal;
 use crate::datadir::pitr::{BeforeCommand, Until};
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -35,7 +36,7 @@ pub struct UntilArgs {
 }
 
 impl UntilArgs {
-    pub fn until(&self) -> Result<Until, String> {
+    pub fn until(&self) -> Result<Until, Fatal> {
         if let Some(t) = self.until {
             return Ok(Until::Time(t));
         }
@@ -50,7 +51,7 @@ impl UntilArgs {
             .map(|w| w.as_bytes().to_vec())
             .collect();
         if words.is_empty() {
-            return Err("--before-command needs a command name".into());
+            return Err(Fatal::from("--before-command needs a command name"));
         }
         Ok(Until::BeforeCommand(BeforeCommand {
             words,
@@ -165,7 +166,7 @@ fn in_place(args: &RestoreArgs, until: &Until) -> ExitCode {
              every write after the cut. Writes after the cut are lost to Valkey (kept only in \
              {keep}). To see where the cut falls first: `walrus backup --to DIR`, then \
              `walrus restore --from-dir DIR {until} --dry-run`. Run again with --confirm to do it.",
-            args.endpoint.resolve(false).map_or_else(|e| e, |(a, _)| a)
+            args.endpoint.resolve(false).map_or_else(|e| e.to_string(), |(a, _)| a)
         );
         return ExitCode::from(super::EXIT_FIX);
     }

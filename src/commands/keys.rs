@@ -8,6 +8,7 @@
 //! caller then treats the request as touching every key, which is always safe.
 
 use super::Keys;
+use crate::upstream::client::UpstreamError;
 use crate::upstream::client::{frame_int, frame_str};
 use bytes::Bytes;
 use redis_protocol::resp2::types::OwnedFrame;
@@ -44,7 +45,12 @@ pub struct KeySpec {
 
 /// Parses one key spec from COMMAND's flat RESP2 form: `["flags", [...], "begin_search",
 /// ["type", T, "spec", [...]], "find_keys", ["type", T, "spec", [...]]]`.
-pub(super) fn parse_spec(f: &OwnedFrame) -> Result<KeySpec, String> {
+pub(super) fn parse_spec(f: &OwnedFrame) -> Result<KeySpec, UpstreamError> {
+    spec(f).map_err(UpstreamError::Invalid)
+}
+
+/// [`parse_spec`], saying what in the spec is wrong.
+fn spec(f: &OwnedFrame) -> Result<KeySpec, String> {
     let map = pairs(f);
     let incomplete = match map.iter().find(|(k, _)| k == "flags") {
         Some((_, OwnedFrame::Array(fl))) => {

@@ -1,6 +1,7 @@
 //! `[archive]`: the continuous copy of checkpoints and the journal in object storage
 //! ([`crate::archive`]), and how a new node starts from it.
 
+use super::ConfigError;
 use serde::Deserialize;
 
 #[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
@@ -128,10 +129,10 @@ impl ArchiveConfig {
         !self.url.is_empty()
     }
 
-    pub(super) fn check(&self, ack: Ack) -> Result<(), String> {
+    pub(super) fn check(&self, ack: Ack) -> Result<(), ConfigError> {
         if !self.enabled() {
             if ack == Ack::Archive {
-                return Err("durability.ack = \"archive\" needs archive.url: the archive a write's reply waits for".into());
+                return Err(ConfigError::Invalid("durability.ack = \"archive\" needs archive.url: the archive a write's reply waits for".into()));
             }
             if self.bootstrap || self.enforce_max_lag {
                 let key = if self.bootstrap {
@@ -139,38 +140,38 @@ impl ArchiveConfig {
                 } else {
                     "archive.enforce_max_lag"
                 };
-                return Err(format!("{key} needs archive.url"));
+                return Err(ConfigError::Invalid(format!("{key} needs archive.url")));
             }
             return Ok(());
         }
         ArchiveUrl::parse(&self.url).map_err(|e| format!("invalid value for archive.url: {e}"))?;
         if self.max_lag_ms < 10 {
-            return Err(format!(
+            return Err(ConfigError::Invalid(format!(
                 "invalid value for archive.max_lag_ms: {} (must be at least 10)",
                 self.max_lag_ms
-            ));
+            )));
         }
         if self.request_timeout_ms < 100 {
-            return Err(format!(
+            return Err(ConfigError::Invalid(format!(
                 "invalid value for archive.request_timeout_ms: {} (must be at least 100)",
                 self.request_timeout_ms
-            ));
+            )));
         }
         if self.max_backoff_ms == 0 || self.owner_check_interval_ms == 0 {
-            return Err(
+            return Err(ConfigError::Invalid(
                 "archive.max_backoff_ms and archive.owner_check_interval_ms must be above 0".into(),
-            );
+            ));
         }
         if self.merge_objects == 1 {
-            return Err(
+            return Err(ConfigError::Invalid(
                 "invalid value for archive.merge_objects: 1 (0: never merge; else at least 2)"
                     .into(),
-            );
+            ));
         }
         if self.object_bytes == Some(0) || self.checkpoint_after_bytes == Some(0) {
-            return Err(
+            return Err(ConfigError::Invalid(
                 "archive.object_bytes and archive.checkpoint_after_bytes must be above 0".into(),
-            );
+            ));
         }
         Ok(())
     }
@@ -186,7 +187,7 @@ pub enum ArchiveUrl {
 }
 
 impl ArchiveUrl {
-    pub fn parse(text: &str) -> Result<ArchiveUrl, String> {
+    pub fn parse(text: &str) -> Result<ArchiveUrl, ConfigError> {
         let usage = || format!("{text:?}: expected s3://BUCKET/PREFIX or file:///ABSOLUTE/PATH");
         if let Some(rest) = text.strip_prefix("s3://") {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
@@ -196,19 +197,19 @@ impl ArchiveUrl {
                     b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.'
                 });
             if !valid_bucket {
-                return Err(format!(
+                return Err(ConfigError::Invalid(format!(
                     "{}: {bucket:?} is not a bucket name (3 to 63 lowercase letters, digits, '-' and '.')",
                     usage()
-                ));
+                )));
             }
             let clean = prefix
                 .split('/')
                 .all(|p| !p.is_empty() && p != "." && p != "..");
             if !prefix.is_empty() && !clean {
-                return Err(format!(
+                return Err(ConfigError::Invalid(format!(
                     "{}: the prefix {prefix:?} has an empty, . or .. part",
                     usage()
-                ));
+                )));
             }
             return Ok(ArchiveUrl::S3 {
                 bucket: bucket.to_string(),
@@ -224,14 +225,14 @@ impl ArchiveUrl {
                 )
             });
             if !path.is_absolute() || dotted {
-                return Err(format!(
+                return Err(ConfigError::Invalid(format!(
                     "{}: the path must be absolute, without . or ..",
                     usage()
-                ));
+                )));
             }
             return Ok(ArchiveUrl::Dir(path.to_path_buf()));
         }
-        Err(usage())
+        Err(ConfigError::Invalid(usage()))
     }
 }
 

@@ -4,6 +4,7 @@
 //! `cluster-announce-client-port`, Valkey 9.0 and later) while its cluster bus and
 //! replication keep Valkey's own.
 
+use super::ConfigError;
 use serde::Deserialize;
 use std::net::{IpAddr, SocketAddr};
 
@@ -121,29 +122,33 @@ impl std::fmt::Display for Peer {
 
 impl ClusterConfig {
     /// What is wrong with the settings, naming the key; `listen`: `proxy.listen`.
-    pub fn check(&self, listen: SocketAddr) -> Result<(), String> {
+    pub fn check(&self, listen: SocketAddr) -> Result<(), ConfigError> {
         if self.poll_interval_ms == 0 {
-            return Err(
+            return Err(ConfigError::Invalid(
                 "invalid value for cluster.poll_interval_ms: 0 (expected at least 1)".into(),
-            );
+            ));
         }
         self.peers()?;
         self.announce(listen).map(drop)
     }
 
     /// `peers`, parsed; the error names the entry.
-    pub fn peers(&self) -> Result<Vec<Peer>, String> {
-        self.peers.iter().map(|p| p.parse()).collect()
+    pub fn peers(&self) -> Result<Vec<Peer>, ConfigError> {
+        Ok(self
+            .peers
+            .iter()
+            .map(|p| p.parse())
+            .collect::<Result<_, String>>()?)
     }
 
     /// The address clients are told, from `announce_*` or `proxy.listen`; the error names
     /// the key to set.
-    pub fn announce(&self, listen: SocketAddr) -> Result<Announce, String> {
+    pub fn announce(&self, listen: SocketAddr) -> Result<Announce, ConfigError> {
         let ip = if self.announce_ip.is_empty() {
             if listen.ip().is_unspecified() {
-                return Err(format!(
+                return Err(ConfigError::Invalid(format!(
                     "cluster.announce_ip is needed: proxy.listen ({listen}) binds every address, so it does not say which one other hosts reach walrus at"
-                ));
+                )));
             }
             listen.ip()
         } else {
@@ -155,9 +160,9 @@ impl ClusterConfig {
             })?
         };
         if ip.is_unspecified() {
-            return Err(format!(
+            return Err(ConfigError::Invalid(format!(
                 "invalid value for cluster.announce_ip: {ip} (clients cannot connect to it)"
-            ));
+            )));
         }
         let port = match self.announce_port {
             0 => listen.port(),

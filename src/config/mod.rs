@@ -101,6 +101,14 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+/// A check's message, naming the key and the value: private checks build it, the public
+/// function's `?` wraps it.
+impl From<String> for ConfigError {
+    fn from(why: String) -> ConfigError {
+        ConfigError::Invalid(why)
+    }
+}
+
 /// Disk watermarks ([`crate::disk`]).
 #[derive(Debug, Clone, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -359,7 +367,7 @@ impl LogConfig {
     /// `off`) or Valkey's `loglevel` name (`verbose` is debug, `notice` info, `warning`
     /// warn), so a valkey.conf habit works. Anything else is an error: tracing would read a
     /// bare unknown word (`notice`) as a target name and log nothing else.
-    pub fn filter(&self) -> Result<String, String> {
+    pub fn filter(&self) -> Result<String, ConfigError> {
         let level = |word: &str| -> Option<&'static str> {
             Some(match word.trim().to_ascii_lowercase().as_str() {
                 "trace" => "trace",
@@ -391,8 +399,9 @@ impl LogConfig {
                     )
                 })
             })
-            .collect::<Result<Vec<_>, _>>()
+            .collect::<Result<Vec<_>, String>>()
             .map(|v| v.join(","))
+            .map_err(ConfigError::Invalid)
     }
 }
 
@@ -431,7 +440,7 @@ impl Config {
 
     /// Rejects values that parse but cannot work, naming the key and the value.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.check().map_err(ConfigError::Invalid)
+        self.check()
     }
 
     /// The bound on executed-but-not-durable bytes: as set, or unset 64 MiB capped by the
@@ -524,12 +533,12 @@ fn listen_or_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Socke
 }
 
 /// `host:port`, or "" for no listener (what `proxy.listen` and `--listen` take).
-pub fn parse_listen(text: &str) -> Result<Option<SocketAddr>, String> {
+pub fn parse_listen(text: &str) -> Result<Option<SocketAddr>, ConfigError> {
     if text.is_empty() {
         return Ok(None);
     }
     text.parse().map(Some).map_err(|_| {
-        format!("{text:?} is not an address to listen on: expected host:port with an IP address (127.0.0.1:6379, [::]:6379), or \"\" for none")
+        ConfigError::Invalid(format!("{text:?} is not an address to listen on: expected host:port with an IP address (127.0.0.1:6379, [::]:6379), or \"\" for none"))
     })
 }
 

@@ -2,6 +2,7 @@
 //! Unix socket that is walrus's only way to its own Valkey lives.
 
 use super::Config;
+use super::ConfigError;
 use serde::Deserialize;
 use std::path::PathBuf;
 
@@ -134,27 +135,27 @@ impl Config {
 
     /// The path of the socket `name` in [`Config::socket_dir`]; an error naming the limit
     /// and the key to change when it is too long for a Unix socket.
-    pub fn socket_path(&self, name: &str) -> Result<PathBuf, String> {
+    pub fn socket_path(&self, name: &str) -> Result<PathBuf, ConfigError> {
         let path = self.socket_dir().join(name);
         let len = path.as_os_str().len();
         if len > MAX_SOCKET_PATH_BYTES {
-            return Err(format!(
+            return Err(ConfigError::Invalid(format!(
                 "the managed Valkey's Unix socket {} would be {len} bytes long, and a socket's path has at most {MAX_SOCKET_PATH_BYTES} (sun_path): set upstream.socket_dir to a shorter directory (walrus creates it, mode 0700)",
                 path.display()
-            ));
+            )));
         }
         Ok(path)
     }
 
     /// Managed mode's settings: the socket's path fits, `extra_args` leaves walrus's own
     /// arguments alone, the removed `upstream.port` is not set.
-    pub(super) fn check_managed(&self) -> Result<(), String> {
+    pub(super) fn check_managed(&self) -> Result<(), ConfigError> {
         let u = &self.upstream;
         if let Some(port) = u.port.filter(|&p| p != 0) {
-            return Err(format!(
+            return Err(ConfigError::Invalid(format!(
                 "upstream.port = {port}: the setting was removed; the managed Valkey listens on no TCP port, only on a Unix socket in upstream.socket_dir (`valkey-cli -s {}` reaches it), so that nothing reaches it around walrus; remove the key",
                 self.socket_dir().join(VALKEY_SOCKET).display()
-            ));
+            )));
         }
         check_extra_args(&u.extra_args)
             .map_err(|e| format!("invalid value for upstream.extra_args: {e}"))?;

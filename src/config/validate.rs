@@ -1,7 +1,9 @@
 //! The values that parse but cannot work, named with their key; the journal's own limits are
 //! checked by [`crate::journal::JournalConfig`].
 
+use super::ConfigError;
 use super::{AuthClients, CertUser, Config, UpstreamMode};
+use crate::journal::JournalError;
 use std::net::SocketAddr;
 
 /// How often Valkey sends a replica a newline while it prepares an RDB (its replication
@@ -69,7 +71,7 @@ impl Config {
         Ok(())
     }
 
-    pub(super) fn check(&self) -> Result<(), String> {
+    pub(super) fn check(&self) -> Result<(), ConfigError> {
         fn at_least(key: &str, value: u64, min: u64) -> Result<(), String> {
             if value < min {
                 return Err(format!(
@@ -81,9 +83,9 @@ impl Config {
         self.log.filter()?;
         self.archive.check(self.durability.ack)?;
         if self.archive.enabled() && !self.durability.enabled {
-            return Err(
+            return Err(ConfigError::Invalid(
                 "archive.url needs durability.enabled: the archive copies the journal".into(),
-            );
+            ));
         }
         let p = &self.proxy;
         at_least("proxy.max_clients", p.max_clients as u64, 1)?;
@@ -97,10 +99,10 @@ impl Config {
             at_least("proxy.max_output_bytes", bytes as u64, 1024)?;
         }
         if p.worker_threads > 1024 {
-            return Err(format!(
+            return Err(ConfigError::Invalid(format!(
                 "invalid value for proxy.worker_threads: {} (must be at most 1024; 0: automatic)",
                 p.worker_threads
-            ));
+            )));
         }
         at_least(
             "proxy.max_pipeline_requests",
@@ -115,20 +117,20 @@ impl Config {
         let u = &self.upstream;
         at_least("upstream.pool_size", u.pool_size as u64, 1)?;
         if u.pool_size > 256 {
-            return Err(format!(
+            return Err(ConfigError::Invalid(format!(
                 "invalid value for upstream.pool_size: {} (at most 256)",
                 u.pool_size
-            ));
+            )));
         }
         at_least("upstream.connect_timeout_ms", u.connect_timeout_ms, 1)?;
         // Each piece of an RDB Valkey sends (a full sync, a checkpoint) must come within
         // the reply timeout, and Valkey sends a newline a second while it prepares one.
         if u.reply_timeout_ms < 2 * KEEPALIVE_MS {
-            return Err(format!(
+            return Err(ConfigError::Invalid(format!(
                 "invalid value for upstream.reply_timeout_ms: {} (must be at least {}: it also bounds each piece of an RDB Valkey sends, and Valkey sends a newline a second while it prepares one)",
                 u.reply_timeout_ms,
                 2 * KEEPALIVE_MS
-            ));
+            )));
         }
         at_least(
             "upstream.max_in_flight_requests",
@@ -141,39 +143,39 @@ impl Config {
             1,
         )?;
         if u.mode == UpstreamMode::External && u.address.is_empty() {
-            return Err(
+            return Err(ConfigError::Invalid(
                 "invalid value for upstream.address: \"\" (external mode needs an address)".into(),
-            );
+            ));
         }
         if u.tls.enabled {
             // Managed mode runs its own valkey-server on a Unix socket only walrus opens,
             // where TLS would only cost CPU; its certificate would be walrus's to make.
             if u.mode == UpstreamMode::Managed {
-                return Err("upstream.tls.enabled needs upstream.mode = \"external\": a managed valkey-server is reached on its Unix socket only, where TLS protects nothing".into());
+                return Err(ConfigError::Invalid("upstream.tls.enabled needs upstream.mode = \"external\": a managed valkey-server is reached on its Unix socket only, where TLS protects nothing".into()));
             }
             // How net::Address tells a Unix socket (config is below net: not imported).
             if u.address.starts_with("unix:") || u.address.starts_with('/') {
-                return Err(format!(
+                return Err(ConfigError::Invalid(format!(
                     "upstream.tls.enabled with the Unix socket upstream.address = {:?}: TLS is for TCP addresses (a Unix socket is reached only from this machine)",
                     u.address
-                ));
+                )));
             }
         }
         if !u.password.is_empty() && !u.password_file.is_empty() {
-            return Err(
+            return Err(ConfigError::Invalid(
                 "upstream.password and upstream.password_file are both set: choose one".into(),
-            );
-        }
-        if !self.metrics.listen.is_empty() && self.metrics.listen.parse::<SocketAddr>().is_err() {
-            return Err(format!(
-                "invalid value for metrics.listen: {:?} (expected host:port)",
-                self.metrics.listen
             ));
         }
+        if !self.metrics.listen.is_empty() && self.metrics.listen.parse::<SocketAddr>().is_err() {
+            return Err(ConfigError::Invalid(format!(
+                "invalid value for metrics.listen: {:?} (expected host:port)",
+                self.metrics.listen
+            )));
+        }
         if self.metrics.admin_allow_remote && self.metrics.admin_token_file.is_empty() {
-            return Err(
+            return Err(ConfigError::Invalid(
                 "metrics.admin_allow_remote needs metrics.admin_token_file: without a token, anyone who reaches the metrics port could take checkpoints and write backups".into(),
-            );
+            ));
         }
         if let Some(bytes) = self.durability.max_pending_bytes {
             at_least("durability.max_pending_bytes", bytes, 1 << 20)?;
@@ -187,9 +189,9 @@ impl Config {
         at_least("durability.max_hold_ms", self.durability.max_hold_ms, 100)?;
         let (low, high) = (self.disk.low_watermark, self.disk.high_watermark);
         if !(low > 0.0 && low < high && high < 1.0) {
-            return Err(format!(
+            return Err(ConfigError::Invalid(format!(
                 "invalid values for disk.low_watermark ({low}) and disk.high_watermark ({high}): need 0 < low < high < 1"
-            ));
+            )));
         }
         at_least("disk.check_interval_ms", self.disk.check_interval_ms, 10)?;
         if let Some(trigger) = self.checkpoint.ring_fill_trigger {
@@ -198,26 +200,32 @@ impl Config {
             // are refused.
             let ring_high = self.ring_watermarks().0;
             if !(trigger > 0.0 && trigger < low && trigger < ring_high) {
-                return Err(format!(
+                return Err(ConfigError::Invalid(format!(
                     "invalid value for checkpoint.ring_fill_trigger: {trigger} (must be above 0 and below disk.low_watermark, {low}, and the ring's own high mark, {ring_high:.4}, so that a checkpoint frees the ring before writes are refused; unset, it follows the marks)"
-                ));
+                )));
             }
         }
         let budget = self.checkpoint.max_restore_seconds;
         if !(budget.is_finite() && budget > 0.0) {
-            return Err(format!(
+            return Err(ConfigError::Invalid(format!(
                 "invalid value for checkpoint.max_restore_seconds: {budget} (must be a number of seconds above 0)"
-            ));
+            )));
         }
         if self.data.dir.as_os_str().is_empty() {
-            return Err("invalid value for data.dir: \"\"".into());
+            return Err(ConfigError::Invalid(
+                "invalid value for data.dir: \"\"".into(),
+            ));
         }
-        self.journal.check()?;
+        // The journal's message names its key, as every other here does: no prefix.
+        self.journal.validate().map_err(|e| match e {
+            JournalError::Config(why) => ConfigError::Invalid(why),
+            e => ConfigError::Invalid(e.to_string()),
+        })?;
         self.check_managed()?;
         self.check_tls()?;
         if self.cluster.enabled {
             let Some(listen) = self.proxy.listen else {
-                return Err("cluster.enabled needs proxy.listen: cluster clients are told its port (TLS cluster clients are not supported yet)".into());
+                return Err(ConfigError::Invalid("cluster.enabled needs proxy.listen: cluster clients are told its port (TLS cluster clients are not supported yet)".into()));
             };
             self.cluster.check(listen)?;
         }
@@ -225,10 +233,10 @@ impl Config {
         // ring of few segments would put it at or below 0, where the ring's figure never is.
         let (ring_high, ring_low) = self.ring_watermarks();
         if ring_low <= 0.0 {
-            return Err(format!(
+            return Err(ConfigError::Invalid(format!(
                 "invalid values for disk.high_watermark ({high}) and disk.low_watermark ({low}) with journal.segments = {}: the ring's own marks would be {ring_high} and {ring_low} (its figure moves a segment at a time, and its low mark is half a segment below the high one); raise the marks or use more segments",
                 self.journal.segments
-            ));
+            )));
         }
         // In whole segments (see `ring_fill_trigger`): a trigger below 2 checkpoints an idle
         // ring without end, and one at or past the segment where the ring refuses writes
@@ -241,10 +249,10 @@ impl Config {
         if self.journal.segments > crate::journal::config::MIN_SEGMENTS
             && !(2..refuse).contains(&at)
         {
-            return Err(format!(
+            return Err(ConfigError::Invalid(format!(
                 "invalid checkpoint trigger for journal.segments = {}: checkpoint.ring_fill_trigger {trigger:.4} starts checkpoints at {at} segments in use, and the ring refuses writes at {refuse} (its high mark, {ring_high:.4}); the trigger must come at 2 segments or more and before the high mark: leave it unset, change it, raise the marks or use more segments",
                 self.journal.segments
-            ));
+            )));
         }
         Ok(())
     }

@@ -4,6 +4,7 @@
 //! `serve` and the offline commands ([`crate::cli`]) take its lock ([`lock`]) before
 //! anything else.
 
+use super::Fatal;
 use crate::journal::lock::{Access, DirLock};
 use crate::journal::manifest::create_dir_durably;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -17,15 +18,17 @@ use std::path::Path;
 /// (`cli`): the same command succeeds once the owner stops, so a unit that systemd starts
 /// while a person's walrus holds the directory takes over when that one stops, within its
 /// restart limit.
-pub fn lock(dir: &Path, access: Access) -> Result<DirLock, String> {
-    DirLock::take(dir, access).map_err(|e| match e {
-        crate::journal::JournalError::InUse { .. } => format!(
+pub fn lock(dir: &Path, access: Access) -> Result<DirLock, Fatal> {
+    DirLock::take(dir, access)
+        .map_err(|e| match e {
+            crate::journal::JournalError::InUse { .. } => format!(
             "data directory {e}; one walrus at a time owns a data directory (docs/operations.md, \
              \"One walrus per data directory\"): stop that one first, or use another directory. \
              Nothing was changed"
         ),
-        e => format!("data directory {}: {e}", dir.display()),
-    })
+            e => format!("data directory {}: {e}", dir.display()),
+        })
+        .map_err(Fatal::from)
 }
 
 /// The data directory a journal directory belongs to: its parent, when it is the
@@ -53,7 +56,7 @@ pub fn own(dir: &Path) -> Result<DirLock, super::Fatal> {
         path: dir.to_path_buf(),
         source,
     })?;
-    Ok(lock(dir, Access::Exclusive)?)
+    lock(dir, Access::Exclusive)
 }
 
 /// A directory walrus could not create; the I/O error is kept for the exit code's rule.

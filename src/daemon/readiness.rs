@@ -1,6 +1,7 @@
 //! What `/readyz` answers, from the parts of walrus that start one after another: the gate
 //! (durable mode), the cluster watch (cluster mode) and the shared pool.
 
+use super::Fatal;
 use crate::durability::{Durability, LinkState};
 use std::sync::{Arc, OnceLock};
 
@@ -15,29 +16,31 @@ pub(super) struct Readiness {
 }
 
 impl Readiness {
-    pub(super) fn check(&self) -> Result<(), String> {
+    pub(super) fn check(&self) -> Result<(), Fatal> {
         if self.durable {
             match self.gate.get().map(|g| g.status()) {
-                None => return Err("starting: opening the journal".into()),
+                None => return Err(Fatal::from("starting: opening the journal")),
                 Some(LinkState::Attached) => {}
                 Some(LinkState::Detached) => {
-                    return Err("the replica link is not attached to Valkey".into())
+                    return Err(Fatal::from("the replica link is not attached to Valkey"))
                 }
                 Some(LinkState::Restoring) => {
-                    return Err("restoring Valkey from the checkpoint and journal".into())
+                    return Err(Fatal::from(
+                        "restoring Valkey from the checkpoint and journal",
+                    ))
                 }
                 Some(LinkState::Failed(why)) => {
-                    return Err(format!("the journal failed: {why}"));
+                    return Err(Fatal::from(format!("the journal failed: {why}")));
                 }
             }
         }
         if let Some(why) = &*self.cluster.lock().unwrap_or_else(|p| p.into_inner()) {
-            return Err(why.clone());
+            return Err(Fatal::from(why.clone()));
         }
         match self.pool.get().map(|p| p.upgrade()) {
-            None => Err("starting: connecting to Valkey".into()),
-            Some(None) => Err("stopping".into()),
-            Some(Some(p)) if !p.is_connected() => Err("no connection to Valkey".into()),
+            None => Err(Fatal::from("starting: connecting to Valkey")),
+            Some(None) => Err(Fatal::from("stopping")),
+            Some(Some(p)) if !p.is_connected() => Err(Fatal::from("no connection to Valkey")),
             Some(Some(_)) => Ok(()),
         }
     }

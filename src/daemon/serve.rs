@@ -105,7 +105,7 @@ async fn run_proxy(
     let admin = Arc::new(OnceLock::new());
     let r = readiness.clone();
     let status = Arc::new(crate::http::status::Sources::new(
-        Arc::new(move || r.check()),
+        Arc::new(move || r.check().map_err(|e| e.to_string())),
         config.durability.enabled,
     ));
     // A token file that cannot be read is a configuration error, metrics endpoint or not.

@@ -8,6 +8,7 @@
 //! bulk strings. A command may continue from one journal slice into the next (it waits),
 //! though the journal cuts its entries on command boundaries.
 
+use super::DataDirError;
 use crate::resp::{Limits, Request, RequestParser};
 use bytes::BytesMut;
 
@@ -77,6 +78,15 @@ impl Commands {
     pub fn feed(
         &mut self,
         bytes: &[u8],
+        each: impl FnMut(Command) -> Result<(), String>,
+    ) -> Result<(), DataDirError> {
+        self.take(bytes, each).map_err(DataDirError::Failed)
+    }
+
+    /// [`feed`](Self::feed), saying what in the stream, or `each`, failed.
+    fn take(
+        &mut self,
+        bytes: &[u8],
         mut each: impl FnMut(Command) -> Result<(), String>,
     ) -> Result<(), String> {
         self.pending.extend_from_slice(bytes);
@@ -118,15 +128,15 @@ impl Commands {
     }
 
     /// The stream must end after a whole command.
-    pub fn finish(&self) -> Result<(), String> {
+    pub fn finish(&self) -> Result<(), DataDirError> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        Err(format!(
+        Err(DataDirError::Failed(format!(
             "the journal's stream ends inside a command ({} bytes from replication offset {})",
             self.pending.len(),
             self.offset
-        ))
+        )))
     }
 }
 
@@ -178,13 +188,17 @@ mod tests {
         }
         let mut cmds = Commands::new(0);
         cmds.feed(&set[..set.len() - 2], |_| Ok(())).unwrap();
-        assert!(cmds.finish().unwrap_err().contains("ends inside a command"));
+        assert!(cmds
+            .finish()
+            .unwrap_err()
+            .to_string()
+            .contains("ends inside a command"));
     }
 
     #[test]
     fn what_is_not_a_command_is_refused_with_its_offset() {
         let mut cmds = Commands::new(7);
-        let err = cmds.feed(b"+OK\r\n", |_| Ok(())).unwrap_err();
+        let err = cmds.feed(b"+OK\r\n", |_| Ok(())).unwrap_err().to_string();
         assert!(err.contains("offset 7"), "{err}");
     }
 }

@@ -72,8 +72,7 @@ pub fn export_aof(
     until: &Until,
 ) -> Result<ExportSummary, DataDirError> {
     let (journal_dir, cp_dir) = super::data_dirs(data_dir);
-    let live = super::backup::target::live_dir_of(out, &[journal_dir.clone(), cp_dir.clone()])
-        .map_err(DataDirError::Failed)?;
+    let live = super::backup::target::live_dir_of(out, &[journal_dir.clone(), cp_dir.clone()])?;
     if let Some(live) = live {
         return Err(DataDirError::Refused(format!(
             "--out {} is inside walrus's own {}: write the export elsewhere (there it could \
@@ -267,28 +266,30 @@ impl Filter {
             dropped,
             dropped_bytes,
         } = self;
-        commands.feed(bytes, |c| {
-            let n = c.end - c.start;
-            let name = c.name();
-            if name.eq_ignore_ascii_case(b"PING")
-                || name.eq_ignore_ascii_case(b"REPLCONF")
-                || super::messages::is_message(name)
-            {
-                *dropped += 1;
-                *dropped_bytes += n;
-            } else {
-                w.write_all(&c.request.raw)
-                    .map_err(|e| format!("writing the output: {e}"))?;
-                *kept += 1;
-                *kept_bytes += n;
-            }
-            Ok(())
-        })
+        commands
+            .feed(bytes, |c| {
+                let n = c.end - c.start;
+                let name = c.name();
+                if name.eq_ignore_ascii_case(b"PING")
+                    || name.eq_ignore_ascii_case(b"REPLCONF")
+                    || super::messages::is_message(name)
+                {
+                    *dropped += 1;
+                    *dropped_bytes += n;
+                } else {
+                    w.write_all(&c.request.raw)
+                        .map_err(|e| format!("writing the output: {e}"))?;
+                    *kept += 1;
+                    *kept_bytes += n;
+                }
+                Ok(())
+            })
+            .map_err(|e| e.to_string())
     }
 
     /// The stream must end after a whole command.
     fn finish(&self) -> Result<(), String> {
-        self.commands.finish()
+        self.commands.finish().map_err(|e| e.to_string())
     }
 }
 

@@ -83,9 +83,16 @@ pub fn journal_no_sync() -> bool {
     false
 }
 
+/// What in `FAILPOINTS` is wrong: the message names the entry and why.
+#[derive(Debug, thiserror::Error)]
+pub enum FaultError {
+    #[error("{0}")]
+    Invalid(String),
+}
+
 /// Reads `FAILPOINTS` (once, at start, before anything else runs); Err says what in it is
 /// wrong. Without fail points, a `FAILPOINTS` set anyway is ignored, with a warning.
-pub fn setup() -> Result<(), String> {
+pub fn setup() -> Result<(), FaultError> {
     #[cfg(feature = "failpoints")]
     return points::setup(std::env::var("FAILPOINTS").ok().as_deref().unwrap_or(""));
     #[cfg(not(feature = "failpoints"))]

@@ -5,6 +5,8 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
+use super::FaultError;
+
 /// What a point takes as `return(<arg>)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -221,9 +223,10 @@ pub const POINTS: &[Point] = &[
 ];
 
 /// Configures the points `failpoints` names (`FAILPOINTS`'s text: `<name>=<actions>;...`).
-pub fn setup(failpoints: &str) -> Result<(), String> {
-    for (name, actions) in parse(failpoints)? {
-        fail::cfg(name, actions).map_err(|e| format!("FAILPOINTS: {name}={actions}: {e}"))?;
+pub fn setup(failpoints: &str) -> Result<(), FaultError> {
+    for (name, actions) in parse(failpoints).map_err(FaultError::Invalid)? {
+        fail::cfg(name, actions)
+            .map_err(|e| FaultError::Invalid(format!("FAILPOINTS: {name}={actions}: {e}")))?;
         eprintln!("walrus: fail point {name}={actions}");
     }
     Ok(())

@@ -162,7 +162,7 @@ impl JournalConfig {
         self.check().map_err(JournalError::Config)
     }
 
-    pub(crate) fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), String> {
         let block = BLOCK_BYTES as u64;
         if self.segment_size_bytes < MIN_SEGMENT_SIZE_BYTES {
             return Err(format!(

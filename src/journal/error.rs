@@ -80,6 +80,10 @@ pub enum JournalError {
     InUse { dir: PathBuf, holder: String },
     #[error("{0}")]
     InvalidArgument(String),
+    /// A sealed text's CRC line is missing or does not match ([`super::manifest::unseal`]:
+    /// the journal's, a checkpoint's or the archive's manifest); the caller names the file.
+    #[error("{0}")]
+    Seal(String),
 }
 
 impl JournalError {

@@ -219,7 +219,7 @@ impl Manifest {
     /// Reads a manifest's text (as [`render`](Self::render) wrote it), checking its CRC line,
     /// its layout version and its key.
     pub fn parse(text: &str) -> Result<Manifest, JournalError> {
-        let body = unseal(text).map_err(JournalError::Manifest)?;
+        let body = unseal(text).map_err(|e| JournalError::Manifest(e.to_string()))?;
         let m: Manifest =
             toml::from_str(body).map_err(|e| JournalError::Manifest(e.to_string()))?;
         let keyed = match m.layout_version {
@@ -272,7 +272,12 @@ pub fn seal(body: &str) -> String {
 }
 
 /// The body of a [`seal`]ed text, or why its CRC line does not match.
-pub(crate) fn unseal(text: &str) -> Result<&str, String> {
+pub(crate) fn unseal(text: &str) -> Result<&str, JournalError> {
+    seal_checked(text).map_err(JournalError::Seal)
+}
+
+/// [`unseal`], saying what is wrong with the CRC line.
+fn seal_checked(text: &str) -> Result<&str, String> {
     let idx = text.rfind("# crc64 ").ok_or("missing crc64 line")?;
     let (body, crc_line) = text.split_at(idx);
     let stored = u64::from_str_radix(crc_line.trim_start_matches("# crc64 ").trim(), 16)

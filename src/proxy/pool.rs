@@ -61,6 +61,12 @@ struct Slot {
     state: watch::Sender<SlotState>,
 }
 
+/// Why no connection can take a request now; a session answers with it as an error reply
+/// ([`pipeline::unavailable`]).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct Unavailable(pub String);
+
 pub struct Pool {
     /// The shared slots, then the one kept aside ([`Pool::aside`]).
     slots: Vec<Slot>,
@@ -159,7 +165,7 @@ impl Pool {
 
     /// The queue of the connection kept aside for the commands Valkey serves while a script
     /// keeps it busy, or why there is none; connects it on first use.
-    pub async fn aside(self: &Arc<Self>) -> Result<mpsc::Sender<PipelinedRequest>, String> {
+    pub async fn aside(self: &Arc<Self>) -> Result<mpsc::Sender<PipelinedRequest>, Unavailable> {
         let slot = self.slots.len() - 1;
         self.aside_started
             .call_once(|| self.supervise(slot, watch::channel(false).0));
@@ -168,7 +174,7 @@ impl Pool {
 
     /// The queue of the slot's live connection, or why there is none; waits while the slot
     /// connects.
-    pub async fn sender(&self, slot: usize) -> Result<mpsc::Sender<PipelinedRequest>, String> {
+    pub async fn sender(&self, slot: usize) -> Result<mpsc::Sender<PipelinedRequest>, Unavailable> {
         let mut rx = self.slots[slot].state.subscribe();
         let current = |p: u64| self.process.as_ref().is_none_or(|c| *c.borrow() == p);
         // A live queue whose receiver is gone belongs to a connection that just broke, and one
@@ -185,12 +191,12 @@ impl Pool {
         };
         match tokio::time::timeout(self.connect_timeout, settled).await {
             Ok(Ok(SlotState::Live(tx, _))) => Ok(tx),
-            Ok(Ok(SlotState::Down(why, _))) => Err(why),
-            Ok(_) => Err("the connection pool is closed".into()),
-            Err(_) => Err(format!(
+            Ok(Ok(SlotState::Down(why, _))) => Err(Unavailable(why)),
+            Ok(_) => Err(Unavailable("the connection pool is closed".into())),
+            Err(_) => Err(Unavailable(format!(
                 "no connection to Valkey within upstream.connect_timeout_ms ({} ms)",
                 self.connect_timeout.as_millis()
-            )),
+            ))),
         }
     }
 

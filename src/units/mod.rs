@@ -55,8 +55,6 @@ const SIZE_HELP: &str = "a byte count, or a number with a unit as in valkey.conf
 const DURATION_HELP: &str =
     "milliseconds, or a number with a unit: 500ms, 10s, 5m, 1h (a fraction such as 1.5s too)";
 
-/// Parses a size: `4096`, `64mb`, `1.5gb`, `10Gi`. Whitespace between number and unit is
-/// allowed; a fraction must come to a whole number of bytes.
 /// A size as a person reads it: bytes below 1 KiB, else the largest binary unit that keeps
 /// the figure at 1 or more, with one decimal (`312 B`, `2.2 KiB`, `1.0 GiB`).
 pub fn format_size(bytes: u64) -> String {
@@ -73,7 +71,26 @@ pub fn format_size(bytes: u64) -> String {
     format!("{value:.1} {}", UNITS[unit])
 }
 
-pub fn parse_size(text: &str) -> Result<u64, String> {
+/// A size, duration or time that is none; the message quotes what was written and shows
+/// the forms that are taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnitsError {
+    #[error("{text:?} is not a size: expected {}", SIZE_HELP)]
+    Size { text: String },
+    #[error("{text:?} is not a duration: expected {}", DURATION_HELP)]
+    Duration { text: String },
+    #[error("{text:?} is not a time: expected RFC 3339 with its offset, as 2026-12-03T21:18:45Z or 2026-12-03T22:18:45.250+01:00 ({reason})")]
+    Time { text: String, reason: String },
+    #[error("{text:?} is before 1970, before anything walrus journaled")]
+    BeforeEpoch { text: String },
+}
+
+/// Parses a size: `4096`, `64mb`, `1.5gb`, `10Gi`. Whitespace between number and unit is
+/// allowed; a fraction must come to a whole number of bytes.
+pub fn parse_size(text: &str) -> Result<u64, UnitsError> {
+    let refused = || UnitsError::Size {
+        text: text.to_string(),
+    };
     let (number, unit) = split(text);
     let scale: u64 = match unit.to_ascii_lowercase().as_str() {
         "" | "b" => 1,
@@ -85,27 +102,25 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "mb" | "mi" | "mib" => 1 << 20,
         "gb" | "gi" | "gib" => 1 << 30,
         "tb" | "ti" | "tib" => 1 << 40,
-        _ => return Err(format!("{text:?} is not a size: expected {SIZE_HELP}")),
+        _ => return Err(refused()),
     };
-    scaled(number, scale).ok_or_else(|| format!("{text:?} is not a size: expected {SIZE_HELP}"))
+    scaled(number, scale).ok_or_else(refused)
 }
 
 /// Parses a duration into milliseconds: `250`, `500ms`, `10s`, `1.5m`, `2h`.
-pub fn parse_millis(text: &str) -> Result<u64, String> {
+pub fn parse_millis(text: &str) -> Result<u64, UnitsError> {
+    let refused = || UnitsError::Duration {
+        text: text.to_string(),
+    };
     let (number, unit) = split(text);
     let scale: u64 = match unit.to_ascii_lowercase().as_str() {
         "" | "ms" => 1,
         "s" => 1_000,
         "m" | "min" => 60_000,
         "h" => 3_600_000,
-        _ => {
-            return Err(format!(
-                "{text:?} is not a duration: expected {DURATION_HELP}"
-            ))
-        }
+        _ => return Err(refused()),
     };
-    scaled(number, scale)
-        .ok_or_else(|| format!("{text:?} is not a duration: expected {DURATION_HELP}"))
+    scaled(number, scale).ok_or_else(refused)
 }
 
 /// The number and the unit after it, both trimmed.
@@ -130,7 +145,7 @@ fn scaled(number: &str, scale: u64) -> Option<u64> {
 
 fn deserialize<'de, D: Deserializer<'de>, T: TryFrom<u64>>(
     d: D,
-    parse: fn(&str) -> Result<u64, String>,
+    parse: fn(&str) -> Result<u64, UnitsError>,
     help: &'static str,
 ) -> Result<T, D::Error> {
     let n = match d.deserialize_any(WrittenVisitor(help))? {
@@ -258,7 +273,7 @@ mod tests {
     #[test]
     fn a_size_that_is_no_size_is_refused_with_the_forms_it_takes() {
         for text in ["", "mb", "5 parsecs", "-1", "1.1b", "99999999999tb", "1e3"] {
-            let e = parse_size(text).unwrap_err();
+            let e = parse_size(text).unwrap_err().to_string();
             assert!(
                 e.contains("is not a size") && e.contains("64mb"),
                 "{text}: {e}"
@@ -279,7 +294,10 @@ mod tests {
             assert_eq!(parse_millis(text), Ok(ms), "{text}");
         }
         for text in ["10 parsecs", "1.0005s", "s"] {
-            assert!(parse_millis(text).unwrap_err().contains("10s"), "{text}");
+            assert!(
+                parse_millis(text).unwrap_err().to_string().contains("10s"),
+                "{text}"
+            );
         }
     }
 }

@@ -6,6 +6,8 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
+use super::UnitsError;
+
 /// The wall clock now, in milliseconds since the Unix epoch (0 before it: a clock that far
 /// off stamps nothing meaningful anyway).
 pub fn now_ms() -> u64 {
@@ -21,14 +23,14 @@ pub fn now_secs() -> i64 {
 
 /// Parses an RFC 3339 time into milliseconds since the Unix epoch; a fraction finer than a
 /// millisecond is cut (the journal's stamps are whole milliseconds).
-pub fn parse_time(text: &str) -> Result<u64, String> {
-    let t = DateTime::parse_from_rfc3339(text.trim()).map_err(|e| {
-        format!(
-            "{text:?} is not a time: expected RFC 3339 with its offset, as 2026-12-03T21:18:45Z or 2026-12-03T22:18:45.250+01:00 ({e})"
-        )
+pub fn parse_time(text: &str) -> Result<u64, UnitsError> {
+    let t = DateTime::parse_from_rfc3339(text.trim()).map_err(|e| UnitsError::Time {
+        text: text.to_string(),
+        reason: e.to_string(),
     })?;
-    u64::try_from(t.timestamp_millis())
-        .map_err(|_| format!("{text:?} is before 1970, before anything walrus journaled"))
+    u64::try_from(t.timestamp_millis()).map_err(|_| UnitsError::BeforeEpoch {
+        text: text.to_string(),
+    })
 }
 
 /// `ms` since the Unix epoch as RFC 3339 in UTC, to the millisecond.
@@ -65,7 +67,7 @@ mod tests {
             "",
             "1969-12-31T23:59:59Z",
         ] {
-            let e = parse_time(bad).unwrap_err();
+            let e = parse_time(bad).unwrap_err().to_string();
             assert!(e.contains(&format!("{bad:?}")), "{e}");
         }
     }

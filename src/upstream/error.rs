@@ -39,6 +39,14 @@ pub enum UpstreamError {
     /// Managed mode cannot find or start valkey-server; the text says what to fix.
     #[error("{0}")]
     Start(String),
+    /// Valkey's cluster settings do not fit walrus's, or cannot be read; the text says what
+    /// to change, with the commands.
+    #[error("{0}")]
+    Cluster(String),
+    /// A reply walrus cannot use (a key spec of `COMMAND`'s it cannot read); the text says
+    /// which.
+    #[error("{0}")]
+    Invalid(String),
     #[error("Valkey did not answer within {0:?} (upstream.reply_timeout_ms)")]
     NoReply(std::time::Duration),
     /// walrus's control connection cannot tell which Valkey process a new connection reached

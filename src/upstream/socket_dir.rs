@@ -10,10 +10,17 @@
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
+use super::client::UpstreamError;
+
 /// Creates `dir` (mode 0700) unless it exists, then checks it is a directory, not a symbolic
 /// link, owned by this process's user and closed to everyone else. The error names the path
 /// and what to do.
-pub fn prepare(dir: &Path) -> Result<(), String> {
+pub fn prepare(dir: &Path) -> Result<(), UpstreamError> {
+    make_private(dir).map_err(UpstreamError::Start)
+}
+
+/// [`prepare`], saying what is wrong with `dir`.
+fn make_private(dir: &Path) -> Result<(), String> {
     let parent = dir
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -78,7 +85,7 @@ mod tests {
         let dir = tmp.path().join("run");
         std::fs::create_dir(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let e = prepare(&dir).unwrap_err();
+        let e = prepare(&dir).unwrap_err().to_string();
         assert!(
             e.contains(&dir.display().to_string()) && e.contains("mode 0755"),
             "{e}"
@@ -93,7 +100,7 @@ mod tests {
         std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o700)).unwrap();
         let dir = tmp.path().join("run");
         std::os::unix::fs::symlink(&target, &dir).unwrap();
-        let e = prepare(&dir).unwrap_err();
+        let e = prepare(&dir).unwrap_err().to_string();
         assert!(e.contains("not a directory"), "{e}");
     }
 
@@ -108,7 +115,7 @@ mod tests {
             eprintln!("SKIPPED: chown needs root");
             return;
         }
-        let e = prepare(&dir).unwrap_err();
+        let e = prepare(&dir).unwrap_err().to_string();
         assert!(e.contains("belongs to uid 65534"), "{e}");
     }
 }

@@ -163,7 +163,7 @@ pub(super) fn copy_into(
     }
     let end = walked.map_err(|e| Failed(e.to_string()))?;
     if let Some(c) = cut {
-        c.reached(&end).map_err(Failed)?;
+        c.reached(&end)?;
     }
     crate::fault::fail_point!("backup::journal_copied");
     let record = record_copy(dir, &cp, id, closed, end.entries)?;

@@ -43,13 +43,13 @@ pub(super) struct Target {
 /// The one of walrus's `live` directories that `path` would be inside once the symlinks
 /// above it are resolved, if any: a backup or an export written there could replace a file
 /// walrus keeps, or be removed as a leftover.
-pub(crate) fn live_dir_of(path: &Path, live: &[PathBuf]) -> Result<Option<PathBuf>, String> {
+pub(crate) fn live_dir_of(path: &Path, live: &[PathBuf]) -> Result<Option<PathBuf>, DataDirError> {
     let parent = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     let mut resolved =
-        resolve(parent).map_err(|e| format!("cannot resolve {}: {e}", parent.display()))?;
+        resolve(parent).map_err(|e| Failed(format!("cannot resolve {}: {e}", parent.display())))?;
     resolved.extend(path.file_name());
     Ok(live
         .iter()
@@ -122,7 +122,7 @@ impl Target {
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
-        if let Some(live) = live_dir_of(to, live).map_err(Failed)? {
+        if let Some(live) = live_dir_of(to, live)? {
             return Err(Refused(format!(
                 "{} is inside walrus's own {}: back up elsewhere (e.g. a backups/ directory \
                  beside journal/ and checkpoints/, better on another volume)",

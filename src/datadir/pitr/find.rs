@@ -39,7 +39,7 @@ pub fn find_cut(
         return Err(DataDirError::Failed(why));
     }
     let end = end?;
-    finder.commands.finish().map_err(DataDirError::Failed)?;
+    finder.commands.finish()?;
     finder.finish(end, held.latest())
 }
 
@@ -190,7 +190,7 @@ impl<'a> Finder<'a> {
                     Ok(())
                 });
                 self.commands = commands;
-                fed?;
+                fed.map_err(|e| e.to_string())?;
             }
         }
         self.last = end;

@@ -27,6 +27,7 @@ pub mod find;
 
 use super::chain::ChainEnd;
 use super::commands::Command;
+use super::DataDirError;
 use crate::checkpoint::manifest::Checkpoint;
 use crate::journal::reader::ReplayEntry;
 use crate::journal::JournalError;
@@ -86,7 +87,12 @@ impl Until {
         }
     }
 
-    pub fn parse(line: &str) -> Result<Until, String> {
+    pub fn parse(line: &str) -> Result<Until, DataDirError> {
+        Until::read(line).map_err(DataDirError::Refused)
+    }
+
+    /// [`Until::parse`], saying what in `line` is wrong.
+    fn read(line: &str) -> Result<Until, String> {
         let mut words = line.split_whitespace();
         let number = |w: Option<&str>| {
             w.and_then(|w| w.parse::<u64>().ok())
@@ -177,14 +183,14 @@ impl Cut {
 
     /// A copy made up to the cut ended where it was decided: the data did not change
     /// between the two reads.
-    pub fn reached(&self, end: &ChainEnd) -> Result<(), String> {
+    pub fn reached(&self, end: &ChainEnd) -> Result<(), DataDirError> {
         if end.offset == self.at.offset {
             return Ok(());
         }
-        Err(format!(
+        Err(DataDirError::Failed(format!(
             "the stream ended at offset {} where the cut was decided at {}: decide it again",
             end.offset, self.at.offset
-        ))
+        )))
     }
 }
 

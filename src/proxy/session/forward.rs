@@ -7,7 +7,7 @@ use crate::metrics;
 use crate::proxy::identity::Identity;
 use crate::proxy::pinned;
 use crate::proxy::pipeline::{self, PipelinedRequest, Release, TxCmd};
-use crate::proxy::pool::Pool;
+use crate::proxy::pool::{Pool, Unavailable};
 use crate::proxy::pushes;
 use crate::proxy::route;
 use crate::resp::{write, Request};
@@ -160,11 +160,13 @@ impl Session {
             // The connection this client used is gone; take the slot's current one.
             let current = match &self.upstream {
                 Runs::Pooled { pool, slot } => pool.sender(*slot).await,
-                Runs::Dedicated => Err("the session's dedicated connection was lost".to_string()),
+                Runs::Dedicated => Err(Unavailable(
+                    "the session's dedicated connection was lost".to_string(),
+                )),
             };
             match current {
                 Ok(s) => self.tx = Some(s),
-                Err(reason) => return self.refuse(req, &reason),
+                Err(Unavailable(reason)) => return self.refuse(req, &reason),
             }
         }
         self.refuse(req, "connection lost")
@@ -181,7 +183,7 @@ impl Session {
                 .send(req)
                 .await
                 .map_err(|back| (back.0, "connection lost".to_string())),
-            Err(reason) => Err((req, reason)),
+            Err(Unavailable(reason)) => Err((req, reason)),
         };
         match sent {
             Ok(()) => Pending::Wait(rx),

@@ -267,7 +267,7 @@ impl Session {
             one_shot: false,
         };
         match pool.sender(slot).await {
-            Err(reason) => pipeline::unavailable(&reason),
+            Err(reason) => pipeline::unavailable(&reason.0),
             Ok(sender) => match sender.send(request).await {
                 Err(_) => pipeline::unavailable("connection lost"),
                 Ok(()) => replies::received(&self.output, rx.await),

@@ -77,8 +77,19 @@ impl ClusterNode {
     /// External mode: the Valkey walrus connects to must be a cluster node of a version
     /// that announces client addresses, announcing this walrus. The error says what to
     /// change, with the commands.
-    pub async fn check(&self, conn: &mut Conn, version: &ServerVersion) -> Result<(), String> {
+    pub async fn check(
+        &self,
+        conn: &mut Conn,
+        version: &ServerVersion,
+    ) -> Result<(), UpstreamError> {
         supports_client_announce(version)?;
+        self.check_settings(conn)
+            .await
+            .map_err(UpstreamError::Cluster)
+    }
+
+    /// [`check`](Self::check) but for the version: what in Valkey's settings is wrong.
+    async fn check_settings(&self, conn: &mut Conn) -> Result<(), String> {
         let enabled = config_get(conn, "cluster-enabled").await?;
         if enabled != "yes" {
             return Err(
@@ -121,18 +132,19 @@ impl ClusterNode {
 
 /// Valkey 9.0 added `cluster-announce-client-port`, without which clients are told
 /// Valkey's own port.
-pub fn supports_client_announce(version: &ServerVersion) -> Result<(), String> {
+pub fn supports_client_announce(version: &ServerVersion) -> Result<(), UpstreamError> {
     if version.valkey && version.major >= 9 {
         return Ok(());
     }
-    Err(format!(
+    Err(UpstreamError::Cluster(format!(
         "{version} cannot announce walrus's port to cluster clients (cluster-announce-client-port came in Valkey 9.0), so every cluster-aware client would be sent around walrus: cluster mode needs Valkey 9.0 or later"
-    ))
+    )))
 }
 
 /// Whether the Valkey behind `conn` runs in cluster mode.
-pub async fn enabled(conn: &mut Conn) -> Result<bool, String> {
-    Ok(config_get(conn, "cluster-enabled").await? == "yes")
+pub async fn enabled(conn: &mut Conn) -> Result<bool, UpstreamError> {
+    let enabled = config_get(conn, "cluster-enabled").await;
+    Ok(enabled.map_err(UpstreamError::Cluster)? == "yes")
 }
 
 async fn config_get(conn: &mut Conn, name: &str) -> Result<String, String> {

@@ -12,6 +12,7 @@
 use super::client::{frame_str, Conn};
 use super::nodes::Node;
 use crate::config::Peer;
+use crate::upstream::client::UpstreamError;
 use crate::upstream::Upstream;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -31,11 +32,13 @@ pub async fn reintroduce(
     up: &Upstream,
     peers: &[Peer],
     nodes: &[Node<'_>],
-) -> Result<usize, String> {
+) -> Result<usize, UpstreamError> {
     let timeout = up.connect_timeout;
-    let mut conn = Conn::control(up).await.map_err(|e| e.to_string())?;
+    let mut conn = Conn::control(up).await?;
     let Some(me) = nodes.iter().find(|n| n.myself()) else {
-        return Err("CLUSTER NODES has no myself line".into());
+        return Err(UpstreamError::Cluster(
+            "CLUSTER NODES has no myself line".into(),
+        ));
     };
     let mut introduced = 0;
     for peer in peers {
@@ -83,7 +86,9 @@ pub async fn reintroduce(
                 bus.as_str(),
             ])
             .await
-            .map_err(|e| format!("CLUSTER MEET {ip_text} {port} {bus}: {e}"))?;
+            .map_err(|e| {
+                UpstreamError::Cluster(format!("CLUSTER MEET {ip_text} {port} {bus}: {e}"))
+            })?;
         match frame_str(&reply) {
             Some(ok) if ok == "OK" => {
                 tracing::info!(

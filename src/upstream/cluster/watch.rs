@@ -109,7 +109,12 @@ async fn poll(w: &Watch, labels: &mut Option<(String, String)>) -> Result<String
             .sum(),
     );
     CLUSTER_STATE_OK.set(i64::from(s.ok));
-    let problem = w.node.check(&mut conn, &w.server).await.err();
+    let problem = w
+        .node
+        .check(&mut conn, &w.server)
+        .await
+        .err()
+        .map(|e| e.to_string());
     let mut last = w.problem.lock().unwrap_or_else(|p| p.into_inner());
     if *last != problem {
         match &problem {

@@ -59,15 +59,17 @@ impl Reloader {
     /// (`dump.rdb`), starts it again on the same socket and returns once it is ready, having
     /// loaded it; the file is then removed, so that no later start loads it again. The
     /// child's death hook does not run: the stop is walrus's own.
-    pub async fn reload(&self, rdb: PathBuf, timeout: Duration) -> Result<(), String> {
+    pub async fn reload(&self, rdb: PathBuf, timeout: Duration) -> Result<(), UpstreamError> {
+        let stopping = || UpstreamError::Start("the managed valkey-server is stopping".into());
         let (done, result) = oneshot::channel();
         self.0
             .send(Reload { rdb, timeout, done })
             .await
-            .map_err(|_| "the managed valkey-server is stopping".to_string())?;
+            .map_err(|_| stopping())?;
         result
             .await
-            .map_err(|_| "the managed valkey-server is stopping".to_string())?
+            .map_err(|_| stopping())?
+            .map_err(UpstreamError::Start)
     }
 }
 
@@ -110,7 +112,7 @@ impl ManagedValkey {
         let socket_dir = socket
             .parent()
             .ok_or_else(|| format!("{} names no directory", socket.display()))?;
-        super::socket_dir::prepare(socket_dir)?;
+        super::socket_dir::prepare(socket_dir).map_err(|e| e.to_string())?;
         // A reload that walrus did not see through leaves its RDB behind; walrus holds
         // everything in it and restores Valkey itself, which an old file would only get in
         // the way of (Valkey would come back with data behind the journal's end).
