@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{watch, Notify};
 
 use super::batcher::{read_tail, Batcher, BatcherInit};
+use super::compact;
 use super::config::JournalConfig;
 use super::engine::{Journal, OpenOptions, Recovered};
 use super::error::JournalError;
@@ -17,9 +18,7 @@ use super::io::start_writer;
 use super::lock::{Access, DirLock};
 use super::manifest::{create_dir_durably, DataDirId, Manifest};
 use super::recovery::{key_seals_the_ring, scan, ScanLimits, ScanReport, ScanStart, Tail};
-use super::ring::{
-    init_missing_segments, missing_segments, segment_path, FileRing, Geometry, RingRead,
-};
+use super::ring::{init_segments, missing_segments, segment_path, FileRing, Geometry, RingRead};
 use super::writer::{Durable, WriterState};
 
 fn create_dir(dir: &Path) -> Result<(), JournalError> {
@@ -60,6 +59,16 @@ pub fn initialize(
     cfg: &JournalConfig,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(Manifest, u32), JournalError> {
+    initialize_with(dir, cfg, false, progress)
+}
+
+/// [`initialize`], the segments made `sparse` ([`OpenOptions::sparse`]).
+fn initialize_with(
+    dir: &Path,
+    cfg: &JournalConfig,
+    sparse: bool,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<(Manifest, u32), JournalError> {
     cfg.validate()?;
     create_dir(dir)?;
     let geo = Geometry {
@@ -87,7 +96,7 @@ pub fn initialize(
             );
         }
     }
-    let created = init_missing_segments(dir, geo, progress)?;
+    let created = init_segments(dir, geo, sparse, progress)?;
     let m = match existing {
         Some(m) => m,
         None => {
@@ -137,7 +146,9 @@ pub fn scan_dir(dir: &Path, cfg: &JournalConfig) -> Result<(Manifest, ScanReport
         segment_size_bytes: m.segment_size_bytes,
         segments: m.segments,
     };
-    if !missing_segments(dir, geo)?.is_empty() {
+    if m.compact_end_pos.is_some() {
+        compact::check_files(dir, geo)?;
+    } else if !missing_segments(dir, geo)?.is_empty() {
         return Err(JournalError::Layout(format!(
             "{} is missing segment files",
             dir.display()
@@ -150,6 +161,7 @@ pub fn scan_dir(dir: &Path, cfg: &JournalConfig) -> Result<(Manifest, ScanReport
         ScanLimits::of(&m, cfg.lookahead_bytes()),
     )?;
     check_key(dir, FileRing::open(dir, geo)?, geo, &m, &report)?;
+    compact::check_end(dir, &m, report.end.end_pos)?;
     Ok((m, report))
 }
 
@@ -266,9 +278,17 @@ impl Journal {
             segment_size_bytes: cfg.segment_size_bytes,
             segments: cfg.segments,
         };
-        // A MANIFEST is written only once every segment exists: a segment missing now was
-        // deleted, with the entries in it. Re-creating it blank would hide the loss.
-        if !opts.accept_data_loss && load_manifest(dir, cfg)?.is_some() {
+        let existing = load_manifest(dir, cfg)?;
+        if existing
+            .as_ref()
+            .is_some_and(|m| m.compact_end_pos.is_some())
+        {
+            // A backup's compact ring: what it holds is proven before it is filled out.
+            scan_dir(dir, cfg)?;
+            compact::fill_out(dir, geo, opts.sparse)?;
+        } else if !opts.accept_data_loss && existing.is_some() {
+            // A MANIFEST is written only once every segment exists: a segment missing now
+            // was deleted, with the entries in it. Re-creating it blank would hide the loss.
             let missing = missing_segments(dir, geo)?;
             if !missing.is_empty() {
                 return Err(JournalError::Layout(format!(
@@ -285,7 +305,10 @@ impl Journal {
                 )));
             }
         }
-        let (mut manifest, created) = initialize(dir, cfg, &mut log_progress())?;
+        let (mut manifest, created) = initialize_with(dir, cfg, opts.sparse, &mut log_progress())?;
+        if manifest.compact_end_pos.take().is_some() {
+            tracing::info!(dir = %dir.display(), "a backup's compact journal filled out to its whole ring");
+        }
         let checkpoint = manifest.checkpoint.clone();
         let mut ring = FileRing::open(dir, geo)?;
         let report = scan(
