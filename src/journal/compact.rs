@@ -1,11 +1,12 @@
 //! Compact rings: a backup's journal as small as its log.
 //!
 //! A serving ring is preallocated (every segment zero-filled) so that appends never
-//! allocate and never meet a full disk. A backup makes no append until it is served, and a
-//! ring of zeros made a 324-byte dataset's backup a gigabyte. So a backup's journal is
-//! written into sparse segments ([`super::OpenOptions::sparse`]), then cut ([`cut`]): every
-//! segment file ends after the block that holds the log's end (the files after it are
-//! empty), and the manifest records that end ([`Manifest::compact_end_pos`]).
+//! allocate and never meet a full disk. A backup makes no append until it is served, and as
+//! a ring of zeros a 324-byte dataset's backup would take a gigabyte. So a backup's journal
+//! is written into sparse segments ([`super::OpenOptions::sparse`]), then cut
+//! ([`super::open::cut`]): every segment file ends after the block that holds the log's
+//! end (the files after it are empty), and the manifest records that end
+//! ([`Manifest::compact_end_pos`]).
 //!
 //! What keeps it honest:
 //! - Readers read a cut file's missing bytes as zeros, as a full ring holds them
@@ -23,42 +24,8 @@ use std::fs::{File, OpenOptions};
 use std::path::Path;
 
 use super::error::JournalError;
-use super::format::BLOCK_BYTES;
-use super::lock::{Access, DirLock};
 use super::manifest::{fsync_dir, Manifest};
-use super::open::scan_dir;
 use super::ring::{segment_path, Geometry};
-use super::JournalConfig;
-
-/// Cuts the closed journal in `dir` to its log ([`Manifest::compact_end_pos`]). Returns the
-/// bytes its segment files keep.
-pub fn cut(dir: &Path) -> Result<u64, JournalError> {
-    let _lock = DirLock::take(dir, Access::Exclusive)?;
-    let (mut m, report) = scan_dir(dir, &JournalConfig::default())?;
-    if m.checkpoint.start_pos != 0 {
-        return Err(JournalError::Layout(format!(
-            "{}: only a journal that released nothing is cut (its log starts at position {})",
-            dir.display(),
-            m.checkpoint.start_pos
-        )));
-    }
-    let geo = geometry(&m);
-    let end = report.end.end_pos;
-    let keep = end.next_multiple_of(BLOCK_BYTES as u64);
-    for i in 0..geo.segments {
-        let start = u64::from(i) * geo.segment_size_bytes;
-        let len = keep.saturating_sub(start).min(geo.segment_size_bytes);
-        let path = segment_path(dir, i);
-        let io = |e| JournalError::io(format!("cutting {}", path.display()), e);
-        let f = OpenOptions::new().write(true).open(&path).map_err(io)?;
-        f.set_len(len).map_err(io)?;
-        f.sync_all().map_err(io)?;
-    }
-    fsync_dir(dir)?;
-    m.compact_end_pos = Some(end);
-    m.store(dir)?;
-    Ok(keep)
-}
 
 /// The files of a compact ring: every segment present, none longer than a segment.
 pub(super) fn check_files(dir: &Path, geo: Geometry) -> Result<(), JournalError> {
@@ -119,11 +86,4 @@ pub(super) fn fill_out(dir: &Path, geo: Geometry, sparse: bool) -> Result<(), Jo
 
 fn write_at(f: &File, bytes: &[u8], at: u64) -> std::io::Result<()> {
     std::os::unix::fs::FileExt::write_all_at(f, bytes, at)
-}
-
-fn geometry(m: &Manifest) -> Geometry {
-    Geometry {
-        segment_size_bytes: m.segment_size_bytes,
-        segments: m.segments,
-    }
 }

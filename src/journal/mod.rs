@@ -23,6 +23,8 @@
 pub mod batcher;
 pub mod buf;
 pub mod compact;
+#[cfg(test)]
+mod compact_tests;
 pub mod config;
 pub mod engine;
 pub mod error;

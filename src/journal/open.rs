@@ -14,9 +14,10 @@ use super::config::JournalConfig;
 use super::engine::{Journal, OpenOptions, Recovered};
 use super::error::JournalError;
 use super::format::RecordKey;
+use super::format::BLOCK_BYTES;
 use super::io::start_writer;
 use super::lock::{Access, DirLock};
-use super::manifest::{create_dir_durably, DataDirId, Manifest};
+use super::manifest::{create_dir_durably, fsync_dir, DataDirId, Manifest};
 use super::recovery::{key_seals_the_ring, scan, ScanLimits, ScanReport, ScanStart, Tail};
 use super::ring::{init_segments, missing_segments, segment_path, FileRing, Geometry, RingRead};
 use super::writer::{Durable, WriterState};
@@ -163,6 +164,42 @@ pub fn scan_dir(dir: &Path, cfg: &JournalConfig) -> Result<(Manifest, ScanReport
     check_key(dir, FileRing::open(dir, geo)?, geo, &m, &report)?;
     compact::check_end(dir, &m, report.end.end_pos)?;
     Ok((m, report))
+}
+
+/// Cuts the closed journal in `dir` to its log, a compact ring ([`compact`]). Returns the
+/// bytes its segment files keep.
+pub fn cut(dir: &Path) -> Result<u64, JournalError> {
+    let _lock = DirLock::take(dir, Access::Exclusive)?;
+    let (mut m, report) = scan_dir(dir, &JournalConfig::default())?;
+    if m.checkpoint.start_pos != 0 {
+        return Err(JournalError::Layout(format!(
+            "{}: only a journal that released nothing is cut (its log starts at position {})",
+            dir.display(),
+            m.checkpoint.start_pos
+        )));
+    }
+    let geo = Geometry {
+        segment_size_bytes: m.segment_size_bytes,
+        segments: m.segments,
+    };
+    let end = report.end.end_pos;
+    let keep = end.next_multiple_of(BLOCK_BYTES as u64);
+    for i in 0..geo.segments {
+        let start = u64::from(i) * geo.segment_size_bytes;
+        let len = keep.saturating_sub(start).min(geo.segment_size_bytes);
+        let path = segment_path(dir, i);
+        let io = |e| JournalError::io(format!("cutting {}", path.display()), e);
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(io)?;
+        f.set_len(len).map_err(io)?;
+        f.sync_all().map_err(io)?;
+    }
+    fsync_dir(dir)?;
+    m.compact_end_pos = Some(end);
+    m.store(dir)?;
+    Ok(keep)
 }
 
 /// Refuses a manifest whose key seals none of its ring's records ([`key_seals_the_ring`]),

@@ -239,7 +239,7 @@ pub(crate) fn record_copy(
         )));
     }
     // Its ring cut to its log: the first start on the copy fills it out again.
-    crate::journal::compact::cut(&dir.join("journal"))
+    crate::journal::open::cut(&dir.join("journal"))
         .map_err(|e| Failed(format!("cutting the copy's journal to its log: {e}")))?;
     let record = Checkpoint {
         from_lsn: 1,
