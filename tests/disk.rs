@@ -145,6 +145,12 @@ fn a_disk_filled_by_other_data_refuses_writes_then_resumes() {
             .any(|l| l.contains("ring") && l.ends_with("of 16.0 MiB")),
         "{text}"
     );
+    // So does INFO persistence, in Valkey's field and walrus's own.
+    let refused = |c: &mut Raw, field| info_field(c, "persistence", field).unwrap();
+    assert_eq!(refused(&mut c, "aof_last_write_status"), "err");
+    assert_eq!(refused(&mut c, "walrus_writes_refused"), "1");
+    assert!(refused(&mut c, "walrus_writes_refused_reason")
+        .starts_with("MISCONF walrus: writes are refused: the journal's file system"),);
 
     std::fs::remove_file(filler).unwrap();
     w.proc.wait_line("disk watermark cleared", START_TIMEOUT);
@@ -156,6 +162,8 @@ fn a_disk_filled_by_other_data_refuses_writes_then_resumes() {
     assert!(status(&["status", "--metrics", &metrics])
         .lines()
         .any(|l| l.contains("writes") && l.ends_with("accepted")),);
+    assert_eq!(refused(&mut c, "aof_last_write_status"), "ok");
+    assert_eq!(refused(&mut c, "walrus_writes_refused_reason"), "");
     assert_eq!(c.cmd(&["SET", "after", "1"]), OK);
     check(&mut c, &model);
 }

@@ -350,6 +350,7 @@ async fn a_repaired_journal_opens_clean_forever() {
             &repair_cfg,
             OpenOptions {
                 accept_data_loss: true,
+                ..OpenOptions::default()
             },
         )
         .unwrap();
@@ -629,6 +630,7 @@ async fn a_repair_below_the_upgrade_point_keeps_the_next_runs_entries() {
     std::fs::write(&path, &bytes).unwrap();
     let repaired = OpenOptions {
         accept_data_loss: true,
+        ..OpenOptions::default()
     };
     {
         let (j, rec) = Journal::open_with(dir.path(), &cfg, repaired).unwrap();

@@ -1,6 +1,7 @@
 //! What an operator scrapes: `/metrics` checked by Prometheus's own parser (promtool) and
-//! read back after a workload, `/healthz`, and `/readyz` telling the truth during a restore.
-//! The figures must move as the workload implies.
+//! read back after a workload, `/healthz`, `/readyz` telling the truth during a restore, and
+//! `INFO persistence` through walrus saying what walrus persists. The figures must move as
+//! the workload implies.
 mod common;
 use common::*;
 
@@ -278,4 +279,126 @@ fn json_logs_are_one_object_per_line() {
         })
         .unwrap();
     assert!(out.success(), "{log}");
+}
+
+/// The Persistence section of an `INFO` reply: its `key:value` lines, checked to be laid
+/// out as Valkey lays out a section (a header, CRLF lines, a blank line before the next).
+fn persistence(reply: &[u8]) -> BTreeMap<String, String> {
+    let text = String::from_utf8(reply.to_vec()).unwrap();
+    let body = text
+        .split_once("# Persistence\r\n")
+        .unwrap_or_else(|| panic!("no Persistence section: {text}"))
+        .1;
+    let body = body.split("\r\n\r\n").next().unwrap();
+    body.split("\r\n")
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let (k, v) = l
+                .split_once(':')
+                .unwrap_or_else(|| panic!("{l:?} in {text}"));
+            (k.to_string(), v.to_string())
+        })
+        .collect()
+}
+
+/// `INFO persistence` through walrus shows walrus's persistence (Valkey behind it runs
+/// with none): the journal as `aof_enabled:1`, a checkpoint's time, count and status as
+/// the RDB fields, walrus's own figures as `walrus_*`; in `INFO`, `INFO all` and a RESP3
+/// reply as well, the other sections Valkey's. With durability off, Valkey's own.
+#[test]
+fn info_persistence_shows_the_journal_and_checkpoints() {
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let w = Walrus::build()
+        .args(&["--metrics-listen", &metrics])
+        .start();
+    let mut c = Raw::connect(&w.addr);
+    for i in 0..10 {
+        assert_eq!(c.cmd(&["SET", &format!("k{i}"), "v"]), OK);
+    }
+    let before = persistence(&c.cmd(&["INFO", "persistence"]));
+    for (k, v) in [
+        ("aof_enabled", "1"),
+        ("aof_last_write_status", "ok"),
+        ("rdb_bgsave_in_progress", "0"),
+        ("rdb_last_bgsave_status", "ok"),
+        ("rdb_current_bgsave_time_sec", "-1"),
+        ("walrus_writes_refused", "0"),
+        ("walrus_writes_refused_reason", ""),
+        // Valkey's own: the Valkey process's figures.
+        ("current_cow_size", "0"),
+    ] {
+        assert_eq!(
+            before.get(k).map(String::as_str),
+            Some(v),
+            "{k}: {before:?}"
+        );
+    }
+    let number = |m: &BTreeMap<String, String>, k: &str| -> i64 {
+        m.get(k)
+            .unwrap_or_else(|| panic!("no {k}: {m:?}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(
+        number(&before, "rdb_changes_since_last_save") >= 10,
+        "{before:?}"
+    );
+    assert!(number(&before, "walrus_durable_offset") > 0, "{before:?}");
+    assert!(number(&before, "aof_current_size") > 0, "{before:?}");
+    assert_eq!(number(&before, "walrus_ring_segments_total"), 16);
+
+    let asked = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let out = std::process::Command::new(walrus_bin())
+        .args(["checkpoint", "--metrics", &metrics])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", output_text(&out));
+    let after = persistence(&c.cmd(&["INFO", "persistence"]));
+    assert!(number(&after, "rdb_last_save_time") >= asked, "{after:?}");
+    assert_eq!(
+        number(&after, "rdb_saves"),
+        number(&before, "rdb_saves") + 1
+    );
+    assert!(number(&after, "rdb_last_bgsave_time_sec") >= 0, "{after:?}");
+    assert!(number(&after, "walrus_checkpoint_offset") > 0, "{after:?}");
+    assert!(
+        number(&after, "rdb_changes_since_last_save")
+            < number(&before, "rdb_changes_since_last_save"),
+        "{after:?}"
+    );
+
+    // The section within the default, `all` and several-section replies, and in RESP3's
+    // verbatim string; the other sections stay Valkey's.
+    for cmd in [
+        &["INFO"][..],
+        &["INFO", "all"],
+        &["INFO", "everything"],
+        &["INFO", "server", "PERSISTENCE"],
+    ] {
+        let reply = c.cmd(cmd);
+        assert_eq!(persistence(&reply)["aof_enabled"], "1", "{cmd:?}");
+        assert!(
+            String::from_utf8_lossy(&reply).contains("# Server\r\nredis_version:"),
+            "{cmd:?}"
+        );
+    }
+    let mut resp3 = Raw::connect(&w.addr);
+    assert!(resp3.cmd(&["HELLO", "3"]).starts_with(b"%"));
+    let reply = resp3.cmd(&["INFO", "persistence"]);
+    assert!(reply.starts_with(b"="), "{}", show(&reply));
+    assert_eq!(persistence(&reply)["aof_enabled"], "1");
+
+    // Without a journal there is nothing of walrus's to show.
+    let off = Walrus::build()
+        .config("[durability]\nenabled = false\n")
+        .start();
+    let section = persistence(&Raw::connect(&off.addr).cmd(&["INFO", "persistence"]));
+    assert_eq!(section["aof_enabled"], "0", "{section:?}");
+    assert!(
+        !section.keys().any(|k| k.starts_with("walrus_")),
+        "{section:?}"
+    );
 }

@@ -202,6 +202,106 @@ fn a_backup_taken_while_writing_restores_every_write_acknowledged_before_it() {
     assert_eq!(c.cmd(&["SET", "after", "1"]), OK);
 }
 
+/// Bytes in the files of data directory `dir` but its locks, and in its journal's segment
+/// files.
+fn sizes(dir: &Path) -> (u64, u64) {
+    let (mut all, mut segments) = (0, 0);
+    for sub in ["journal", "checkpoints"] {
+        for e in std::fs::read_dir(dir.join(sub)).unwrap() {
+            let e = e.unwrap();
+            if e.file_name() == "LOCK" {
+                continue;
+            }
+            let len = e.metadata().unwrap().len();
+            all += len;
+            if sub == "journal" && e.file_name().to_string_lossy().starts_with("seg-") {
+                segments += len;
+            }
+        }
+    }
+    (all, segments)
+}
+
+/// A number printed after `before` in `text`.
+fn number_after(text: &str, before: &str) -> u64 {
+    let at = text
+        .find(before)
+        .unwrap_or_else(|| panic!("{before:?} in {text}"))
+        + before.len();
+    text[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A backup holds the checkpoint and the journal entries after it, not the ring's empty
+/// segments: its journal's files hold its records and no more, `walrus verify` passes on it,
+/// and walrus started on it restores every key with its ring whole again.
+#[test]
+fn a_small_datasets_backup_is_small_and_restores_exactly() {
+    use walrus::journal::format::{entry_span_bound, BLOCK_BYTES};
+    // Offline, so that the journal after the recorded checkpoint holds every write.
+    let (_w, data) = written_then_stopped(200);
+    let backups = tempfile::tempdir().unwrap();
+    let to = backups.path().join("small");
+    let out = run_walrus(&[
+        "backup",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--to",
+        to.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    let rdb = number_after(&said[said.find("checkpoint: ").unwrap()..], " (");
+    let entries = number_after(&said, "journal: ");
+    let stream = number_after(&said, "entries, ");
+    assert!(entries >= 200, "{said}");
+    // The most ring the entries can take, by the journal's own rule (linear in an entry's
+    // length, so summed over them from their count and their bytes), the log's last block
+    // kept whole.
+    let write = walrus::journal::JournalConfig::for_geometry(1 << 20, 16).max_write_bytes;
+    let span = |len| entry_span_bound(len, write, 1 << 20);
+    let most = span(stream) + (entries - 1) * (span(0) + 1) + BLOCK_BYTES as u64;
+    let (all, segments) = sizes(&to);
+    assert!(
+        segments <= most,
+        "{segments} bytes of segments, at most {most} for the entries: {said}"
+    );
+    // Besides: the RDB and the two manifests, each with its previous version, a block each.
+    let listing = || {
+        let out = Command::new("ls").args(["-lR"]).arg(&to).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(
+        all - segments <= rdb + 4 * BLOCK_BYTES as u64,
+        "{all}: {said}{}",
+        listing()
+    );
+    let out = run_walrus(&["verify", "--data-dir", to.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", output_text(&out));
+
+    let (_restored, metrics) = with_metrics(Some(&to));
+    let mut c = Raw::connect(&_restored.addr);
+    for i in 0..200 {
+        assert_eq!(
+            c.cmd(&["GET", &format!("k{i}")]),
+            bulk(format!("v{i}")),
+            "k{i}"
+        );
+    }
+    // The ring as configured: 16 segments of 1 MiB, each file whole.
+    let (_, segments) = sizes(&to);
+    assert_eq!(segments, 16 << 20);
+    let out = run_walrus(&["status", "--metrics", &metrics, "-o", "json"]);
+    assert_eq!(
+        field(&String::from_utf8_lossy(&out.stdout), "ring_segments_total"),
+        "16"
+    );
+}
+
 /// The guide's "Status": at an address where walrus is not, every admin command fails at
 /// once, naming the address and what to check; before, `walrus checkpoint` waited 600 s
 /// for a silent listener and said "os error 11".

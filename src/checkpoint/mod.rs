@@ -57,6 +57,40 @@ pub struct CheckpointConfig {
     pub pin: Pin,
     /// The replica link's pace while a checkpoint runs.
     pub pace: pace::Pace,
+    /// Whether one runs now, and since when (`INFO persistence`).
+    pub in_progress: Arc<InProgress>,
+}
+
+/// Since when the checkpoint running now runs, for those who report it (`INFO
+/// persistence`'s `rdb_bgsave_in_progress`); set by the checkpointer only.
+#[derive(Debug, Default)]
+pub struct InProgress(std::sync::atomic::AtomicU64);
+
+impl InProgress {
+    /// The Unix time (seconds) the running checkpoint started at; `None`: none runs.
+    pub fn since(&self) -> Option<u64> {
+        match self.0.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            t => Some(t),
+        }
+    }
+
+    /// A checkpoint starts; it runs until the returned guard is dropped (however it ends).
+    fn begin(&self) -> Running<'_> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_secs().max(1));
+        self.0.store(now, std::sync::atomic::Ordering::Relaxed);
+        Running(self)
+    }
+}
+
+struct Running<'a>(&'a InProgress);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        (self.0).0.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// Held (read) by a backup while it copies the journal: no entry is released meanwhile, so
@@ -175,6 +209,7 @@ pub async fn run(
         let expected =
             planner.checkpoint_seconds(cfg.store.recorded_extent().map_or(0, |c| c.size));
         let pacing = cfg.pace.begin(expected);
+        let running = cfg.in_progress.begin();
         let result = take(
             &up,
             &journal,
@@ -185,7 +220,7 @@ pub async fn run(
             &mut last_sizes,
         )
         .await;
-        drop(pacing);
+        drop((pacing, running));
         match &result {
             Ok(summary) => {
                 tracing::info!("{summary}");

@@ -397,6 +397,7 @@ fn repair(dir: &Path, accept_data_loss: bool, lookahead: Option<u64>) -> ExitCod
         &cfg,
         OpenOptions {
             accept_data_loss: true,
+            ..OpenOptions::default()
         },
     ) {
         Ok((j, rec)) => {

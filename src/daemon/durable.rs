@@ -31,6 +31,9 @@ pub(super) struct Durable {
     pub(super) pin: checkpoint::Pin,
     /// The archive's uploader, when `[archive]` is set.
     pub(super) archive: Option<crate::archive::Archive>,
+    /// Set from a failed checkpoint until one succeeds ([`CheckpointConfig::failing`]).
+    pub(super) checkpoint_failing: Arc<std::sync::atomic::AtomicBool>,
+    pub(super) checkpoint_in_progress: Arc<checkpoint::InProgress>,
 }
 
 impl Durable {
@@ -167,6 +170,7 @@ pub(super) async fn start_durability(
     let rates = Arc::new(checkpoint::rates::LearnedRates::new());
     let pin = checkpoint::Pin::default();
     let pace = checkpoint::pace::Pace::default();
+    let checkpoint_in_progress = Arc::new(checkpoint::InProgress::default());
     let checkpointer = tokio::spawn(checkpoint::run(
         up.clone(),
         journal.clone(),
@@ -187,6 +191,7 @@ pub(super) async fn start_durability(
             attached: attached.clone(),
             pin: pin.clone(),
             pace: pace.clone(),
+            in_progress: checkpoint_in_progress.clone(),
         },
         released.clone(),
         requests,
@@ -199,7 +204,7 @@ pub(super) async fn start_durability(
             interval: Duration::from_millis(config.disk.check_interval_ms),
             segments: journal.segment_paths(),
             segment_bytes: config.journal.segment_size_bytes,
-            checkpoint_failing,
+            checkpoint_failing: checkpoint_failing.clone(),
             journal_dir,
             checkpoint_dir,
         },
@@ -267,6 +272,8 @@ pub(super) async fn start_durability(
         store,
         pin,
         archive,
+        checkpoint_failing,
+        checkpoint_in_progress,
     })
 }
 

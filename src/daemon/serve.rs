@@ -250,6 +250,15 @@ async fn run_proxy(
         allow_admin_commands: config.proxy.allow_admin_commands,
         allow_monitor: config.proxy.allow_monitor,
         cert_user: config.tls.auth_clients_user,
+        persistence: durable.as_ref().map(|d| {
+            Arc::new(crate::proxy::info::Persistence {
+                gate: d.durability.clone(),
+                journal: Arc::downgrade(&d.journal),
+                store: d.store.clone(),
+                checkpoint_failing: d.checkpoint_failing.clone(),
+                checkpoint_in_progress: d.checkpoint_in_progress.clone(),
+            })
+        }),
         max_write_bytes: if config.durability.enabled {
             // Room for the SELECT or MULTI/EXEC Valkey may wrap around it in the stream.
             (config.journal.max_entry() as usize).saturating_sub(WRAPPING_BYTES)

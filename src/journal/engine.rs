@@ -73,6 +73,10 @@ pub struct OpenOptions {
     /// On mid-log corruption, cut the log at the first bad record instead of refusing to
     /// start. Entries after it are lost.
     pub accept_data_loss: bool,
+    /// Segments this open creates or fills out are sparse (sized, not written): for a
+    /// journal written once and then cut ([`super::compact`]), never for one that serves,
+    /// which would allocate as it writes and could meet a full disk there.
+    pub sparse: bool,
 }
 
 /// What open found.

@@ -146,6 +146,13 @@ pub struct Manifest {
     /// for writing of a journal made before identities.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_dir_id: Option<DataDirId>,
+    /// A compact ring's log end (a backup's journal: [`super::compact`]): its segment files
+    /// are cut after the block that holds it, and read as zeros past their end. A scan must
+    /// find the log ending exactly here; the first open for writing fills the ring out
+    /// again. Builds that predate it refuse the field: they would read the cut files as a
+    /// damaged ring.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compact_end_pos: Option<u64>,
     pub checkpoint: Checkpoint,
 }
 
@@ -165,6 +172,7 @@ impl Manifest {
             resumed_at_pos: None,
             unkeyed_below_pos: None,
             data_dir_id: None,
+            compact_end_pos: None,
             checkpoint: Checkpoint::initial(),
         }
     }

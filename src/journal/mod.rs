@@ -14,6 +14,7 @@
 //! - [`writer`]: the writer loop over an [`writer::IoBackend`]; [`io`]: the io_uring and
 //!   sync backends and their selection.
 //! - [`lock`]: a directory's one owner (the journal's, and the data directory's).
+//! - [`compact`]: a backup's ring cut to its log, filled out again when it is served.
 //! - [`open`]: opening (lock, init, recovery, repair, epoch bump); [`engine`]: the
 //!   [`Journal`] handle; [`reader`]: replay. `walrus journal ...` is in `crate::cli::journal`.
 //!
@@ -21,6 +22,9 @@
 
 pub mod batcher;
 pub mod buf;
+pub mod compact;
+#[cfg(test)]
+mod compact_tests;
 pub mod config;
 pub mod engine;
 pub mod error;

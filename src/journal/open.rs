@@ -9,17 +9,16 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{watch, Notify};
 
 use super::batcher::{read_tail, Batcher, BatcherInit};
+use super::compact;
 use super::config::JournalConfig;
 use super::engine::{Journal, OpenOptions, Recovered};
 use super::error::JournalError;
-use super::format::RecordKey;
+use super::format::{RecordKey, BLOCK_BYTES};
 use super::io::start_writer;
 use super::lock::{Access, DirLock};
-use super::manifest::{create_dir_durably, DataDirId, Manifest};
+use super::manifest::{create_dir_durably, fsync_dir, DataDirId, Manifest};
 use super::recovery::{key_seals_the_ring, scan, ScanLimits, ScanReport, ScanStart, Tail};
-use super::ring::{
-    init_missing_segments, missing_segments, segment_path, FileRing, Geometry, RingRead,
-};
+use super::ring::{init_segments, missing_segments, segment_path, FileRing, Geometry, RingRead};
 use super::writer::{Durable, WriterState};
 
 fn create_dir(dir: &Path) -> Result<(), JournalError> {
@@ -60,6 +59,16 @@ pub fn initialize(
     cfg: &JournalConfig,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(Manifest, u32), JournalError> {
+    initialize_with(dir, cfg, false, progress)
+}
+
+/// [`initialize`], the segments made `sparse` ([`OpenOptions::sparse`]).
+fn initialize_with(
+    dir: &Path,
+    cfg: &JournalConfig,
+    sparse: bool,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<(Manifest, u32), JournalError> {
     cfg.validate()?;
     create_dir(dir)?;
     let geo = Geometry {
@@ -87,7 +96,7 @@ pub fn initialize(
             );
         }
     }
-    let created = init_missing_segments(dir, geo, progress)?;
+    let created = init_segments(dir, geo, sparse, progress)?;
     let m = match existing {
         Some(m) => m,
         None => {
@@ -137,7 +146,9 @@ pub fn scan_dir(dir: &Path, cfg: &JournalConfig) -> Result<(Manifest, ScanReport
         segment_size_bytes: m.segment_size_bytes,
         segments: m.segments,
     };
-    if !missing_segments(dir, geo)?.is_empty() {
+    if m.compact_end_pos.is_some() {
+        compact::check_files(dir, geo)?;
+    } else if !missing_segments(dir, geo)?.is_empty() {
         return Err(JournalError::Layout(format!(
             "{} is missing segment files",
             dir.display()
@@ -150,7 +161,44 @@ pub fn scan_dir(dir: &Path, cfg: &JournalConfig) -> Result<(Manifest, ScanReport
         ScanLimits::of(&m, cfg.lookahead_bytes()),
     )?;
     check_key(dir, FileRing::open(dir, geo)?, geo, &m, &report)?;
+    compact::check_end(dir, &m, report.end.end_pos)?;
     Ok((m, report))
+}
+
+/// Cuts the closed journal in `dir` to its log, a compact ring ([`compact`]). Returns the
+/// bytes its segment files keep.
+pub fn cut(dir: &Path) -> Result<u64, JournalError> {
+    let _lock = DirLock::take(dir, Access::Exclusive)?;
+    let (mut m, report) = scan_dir(dir, &JournalConfig::default())?;
+    if m.checkpoint.start_pos != 0 {
+        return Err(JournalError::Layout(format!(
+            "{}: only a journal that released nothing is cut (its log starts at position {})",
+            dir.display(),
+            m.checkpoint.start_pos
+        )));
+    }
+    let geo = Geometry {
+        segment_size_bytes: m.segment_size_bytes,
+        segments: m.segments,
+    };
+    let end = report.end.end_pos;
+    let keep = end.next_multiple_of(BLOCK_BYTES as u64);
+    for i in 0..geo.segments {
+        let start = u64::from(i) * geo.segment_size_bytes;
+        let len = keep.saturating_sub(start).min(geo.segment_size_bytes);
+        let path = segment_path(dir, i);
+        let io = |e| JournalError::io(format!("cutting {}", path.display()), e);
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(io)?;
+        f.set_len(len).map_err(io)?;
+        f.sync_all().map_err(io)?;
+    }
+    fsync_dir(dir)?;
+    m.compact_end_pos = Some(end);
+    m.store(dir)?;
+    Ok(keep)
 }
 
 /// Refuses a manifest whose key seals none of its ring's records ([`key_seals_the_ring`]),
@@ -266,9 +314,17 @@ impl Journal {
             segment_size_bytes: cfg.segment_size_bytes,
             segments: cfg.segments,
         };
-        // A MANIFEST is written only once every segment exists: a segment missing now was
-        // deleted, with the entries in it. Re-creating it blank would hide the loss.
-        if !opts.accept_data_loss && load_manifest(dir, cfg)?.is_some() {
+        let existing = load_manifest(dir, cfg)?;
+        if existing
+            .as_ref()
+            .is_some_and(|m| m.compact_end_pos.is_some())
+        {
+            // A backup's compact ring: what it holds is proven before it is filled out.
+            scan_dir(dir, cfg)?;
+            compact::fill_out(dir, geo, opts.sparse)?;
+        } else if !opts.accept_data_loss && existing.is_some() {
+            // A MANIFEST is written only once every segment exists: a segment missing now
+            // was deleted, with the entries in it. Re-creating it blank would hide the loss.
             let missing = missing_segments(dir, geo)?;
             if !missing.is_empty() {
                 return Err(JournalError::Layout(format!(
@@ -285,7 +341,10 @@ impl Journal {
                 )));
             }
         }
-        let (mut manifest, created) = initialize(dir, cfg, &mut log_progress())?;
+        let (mut manifest, created) = initialize_with(dir, cfg, opts.sparse, &mut log_progress())?;
+        if manifest.compact_end_pos.take().is_some() {
+            tracing::info!(dir = %dir.display(), "a backup's compact journal filled out to its whole ring");
+        }
         let checkpoint = manifest.checkpoint.clone();
         let mut ring = FileRing::open(dir, geo)?;
         let report = scan(

@@ -96,6 +96,17 @@ pub fn init_missing_segments(
     geo: Geometry,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<u32, JournalError> {
+    init_segments(dir, geo, false, progress)
+}
+
+/// [`init_missing_segments`]; `sparse`: each made by its length only, not written (a
+/// journal written once and then cut: [`super::compact`]).
+pub(super) fn init_segments(
+    dir: &Path,
+    geo: Geometry,
+    sparse: bool,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<u32, JournalError> {
     fs::create_dir_all(dir)
         .map_err(|e| JournalError::io(format!("creating {}", dir.display()), e))?;
     let missing = missing_segments(dir, geo)?;
@@ -114,6 +125,12 @@ pub fn init_missing_segments(
             .map_err(|e| JournalError::io(ctx("creating"), e))?;
         crate::fault::fail_point!("journal::init::created");
         let mut left = geo.segment_size_bytes;
+        if sparse {
+            f.set_len(left)
+                .map_err(|e| JournalError::io(ctx("sizing"), e))?;
+            done += left;
+            left = 0;
+        }
         while left > 0 {
             let n = left.min(INIT_CHUNK_BYTES as u64) as usize;
             f.write_all(&zeros[..n])
@@ -168,9 +185,23 @@ impl<R: RingRead + ?Sized> RingRead for &mut R {
     }
 }
 
+/// Past a file's end it reads zeros: a compact ring's files are cut after its log
+/// ([`super::compact`]). A serving ring's files are checked whole before they are read
+/// ([`missing_segments`]), so there it never happens.
 impl RingRead for FileRing {
     fn read_exact_at(&mut self, index: u32, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.files[index as usize].read_exact_at(buf, offset)
+        let f = &self.files[index as usize];
+        let mut done = 0;
+        while done < buf.len() {
+            match f.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        buf[done..].fill(0);
+        Ok(())
     }
 }
 

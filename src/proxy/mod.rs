@@ -11,10 +11,12 @@
 //! - [`pushes`]: messages Valkey sends unasked (RESP3 pushes, RESP2 Pub/Sub) on their way to a
 //!   client, and [`notices`]: which of them report writes, held until those are durable.
 //! - [`admin`]: the admin commands walrus refuses or answers itself.
+//! - [`info`]: `INFO`'s Persistence section, walrus's own.
 
 pub mod admin;
 pub mod cert_user;
 pub mod identity;
+pub mod info;
 pub mod notices;
 pub mod pinned;
 pub mod pipeline;
@@ -57,4 +59,6 @@ pub struct Shared {
     /// `tls.auth_clients_user`: while certificates map to ACL users, AUTH naming a
     /// certificate user is refused ([`cert_user`]).
     pub cert_user: crate::config::CertUser,
+    /// What `INFO`'s Persistence section shows ([`info`]); `None` with durability off.
+    pub persistence: Option<Arc<info::Persistence>>,
 }

@@ -70,6 +70,21 @@ pub enum Read<'a> {
 pub type Entries<'a> = Box<dyn Iterator<Item = Result<ReplayEntry, JournalError>> + 'a>;
 
 impl<'a> Read<'a> {
+    /// The bytes of journal the source's ring holds: at least those a copy of the entries
+    /// after its checkpoint takes.
+    pub fn used_bytes(&self) -> Result<u64, JournalError> {
+        match self {
+            Read::Open(j) => {
+                let s = j.status();
+                Ok(s.write_pos - s.head_pos)
+            }
+            Read::Dir(dir) => {
+                let (m, report) = scan_dir(dir, &JournalConfig::default())?;
+                Ok(report.end.end_pos - m.checkpoint.start_pos)
+            }
+        }
+    }
+
     /// The entries from `from_lsn` on; of a directory, only once its log proves clean (mid-log
     /// corruption is refused, naming the place, as `walrus verify` does).
     pub fn entries(&self, from_lsn: u64) -> Result<Entries<'a>, JournalError> {
@@ -207,7 +222,8 @@ pub(crate) fn append_slice(
 
 /// Records the copied checkpoint `cp` in `dir`'s checkpoint manifest, with the copy's
 /// identity `id`, the copy's journal (closed as `closed`, with `entries` written) starting at
-/// LSN 1, once every entry is durable; then syncs `dir`.
+/// LSN 1, once every entry is durable and the journal is cut to its log
+/// ([`crate::journal::compact`]); then syncs `dir`.
 pub(crate) fn record_copy(
     dir: &Path,
     cp: &Checkpoint,
@@ -222,6 +238,9 @@ pub(crate) fn record_copy(
             durable.lsn
         )));
     }
+    // Its ring cut to its log: the first start on the copy fills it out again.
+    crate::journal::open::cut(&dir.join("journal"))
+        .map_err(|e| Failed(format!("cutting the copy's journal to its log: {e}")))?;
     let record = Checkpoint {
         from_lsn: 1,
         ..cp.clone()
@@ -241,8 +260,8 @@ pub(crate) fn record_copy(
     Ok(record)
 }
 
-/// The backup's journal in `dir`/journal, its ring allocated: a ring of `(segment size,
-/// segments)`.
+/// The backup's journal in `dir`/journal: a ring of `(segment size, segments)`, sparse
+/// (written once, then cut to its log by [`record_copy`]).
 pub(crate) fn new_journal(
     dir: &Path,
     (segment_size_bytes, segments): (u64, u32),
@@ -252,9 +271,20 @@ pub(crate) fn new_journal(
         ..JournalConfig::for_geometry(segment_size_bytes, segments)
     };
     cfg.validate().map_err(|e| Refused(e.to_string()))?;
-    Journal::open(&dir.join("journal"), &cfg)
+    let sparse = crate::journal::OpenOptions {
+        sparse: true,
+        ..Default::default()
+    };
+    Journal::open_with(&dir.join("journal"), &cfg, sparse)
         .map(|(j, _)| j)
         .map_err(|e| Failed(format!("cannot create the backup's journal: {e}")))
+}
+
+/// The room a copy of `journal_bytes` of journal takes besides its RDB: those bytes, and a
+/// segment for what the copy's segments end in (a copy into other segments than the
+/// source's splits its entries at other places).
+pub(crate) fn journal_room(journal_bytes: u64, segment_size_bytes: u64) -> u64 {
+    journal_bytes + segment_size_bytes
 }
 
 /// How much of the RDB is copied between two checks of whether to give up.

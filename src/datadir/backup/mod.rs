@@ -94,19 +94,21 @@ impl Backups {
             .collect();
         let status = journal.status();
         let geometry = (status.segment_bytes, status.segments);
+        let journal_bytes = Read::Open(&journal)
+            .used_bytes()
+            .map_err(|e| Failed(e.to_string()))?;
         drop(journal);
         let target = Target::prepare(&to, &live)?;
         if checkpoint_first {
             self.checkpoint_first(&target).await?;
         }
         let rdb = self.store.recorded().map_or(0, |cp| cp.size);
-        let need = rdb + geometry.0 * u64::from(geometry.1);
+        let need = rdb + copy::journal_room(journal_bytes, geometry.0);
         // On the data's file system the next checkpoint must still fit below the mark.
         if let Err(e) = target.check_room(need, &live, Some((self.high_watermark, rdb))) {
             return Err(target.abandon(e));
         }
-        // The copy's ring is allocated (zero-filled) before the pin: that takes as long as
-        // writing the ring, and checkpoints need not wait for it.
+        // The copy's ring is made before the pin, and checkpoints need not wait for it.
         let staging = target.staging.clone();
         let copy = match tokio::task::spawn_blocking(move || new_journal(&staging, geometry)).await
         {
@@ -250,7 +252,12 @@ impl Stopped {
                 .and_then(|store| {
                     let rdb = store.recorded().map_or(0, |cp| cp.size);
                     // walrus is stopped: the file system only has to hold the copy.
-                    target.check_room(rdb + geometry.0 * u64::from(geometry.1), &live, None)?;
+                    let journal = read.used_bytes().map_err(|e| Failed(e.to_string()))?;
+                    target.check_room(
+                        rdb + copy::journal_room(journal, geometry.0),
+                        &live,
+                        None,
+                    )?;
                     let copy = new_journal(&target.staging, geometry)?;
                     let runtime = tokio::runtime::Builder::new_current_thread()
                         .enable_all()

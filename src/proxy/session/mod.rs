@@ -241,7 +241,7 @@ pub async fn run(
             biased;
             reply = next_reply(&mut s.pending, &s.output), if !s.pending.is_empty() => {
                 peeked = false;
-                s.settled(&reply);
+                let reply = s.settled(reply);
                 s.out.extend_from_slice(&reply);
                 if s.take_ready().is_err() {
                     return;

@@ -12,6 +12,18 @@ pub(super) struct Owed {
     /// The reply of a command that may block (BLPOP, XREAD ... BLOCK, WAIT): what the
     /// session sends after it on the same connection runs only once it is served.
     pub(super) blocking: bool,
+    /// The reply of `INFO`: its Persistence section is walrus's ([`crate::proxy::info`]).
+    pub(super) info: Option<Arc<crate::proxy::info::Persistence>>,
+}
+
+impl Owed {
+    /// The reply as the client gets it.
+    fn finish(&self, reply: Bytes) -> Bytes {
+        match &self.info {
+            Some(p) => p.rewrite(reply),
+            None => reply,
+        }
+    }
 }
 
 /// Counts a command's reply in `walrus_commands_total` and its latency in
@@ -71,25 +83,25 @@ impl Session {
             Err(oneshot::error::TryRecvError::Empty) => return None,
             r => received(&self.output, r),
         };
-        self.settled(&r);
-        Some(r)
+        Some(self.settled(r))
     }
 
     /// The front reply is ready: it leaves the queue, metered, and widens the client's
-    /// window while its output keeps up.
-    pub(super) fn settled(&mut self, reply: &[u8]) {
+    /// window while its output keeps up. Returns it as the client gets it.
+    pub(super) fn settled(&mut self, reply: Bytes) -> Bytes {
         if self.out.len() < OUTPUT_PAUSE_BYTES {
             self.window = (self.window + 1).min(self.shared.max_pipeline_requests);
         }
         self.largest_reply = reply
             .len()
             .max(self.largest_reply - self.largest_reply / 64);
-        if let Some(Owed {
-            meter: Some(meter), ..
-        }) = self.pending.pop_front()
-        {
-            meter.done(reply);
+        let Some(owed) = self.pending.pop_front() else {
+            return reply;
+        };
+        if let Some(meter) = &owed.meter {
+            meter.done(&reply);
         }
+        owed.finish(reply)
     }
 
     /// A reply owed to a command that may still be blocked (BLPOP q 0): what follows it on
@@ -101,6 +113,10 @@ impl Session {
     /// Queues a reply for the request being handled.
     pub(super) fn owe(&mut self, reply: Pending) {
         self.queue(reply, self.meter.clone(), self.blocking_request);
+        if self.command().is_some_and(|c| c.name == "info") {
+            let owed = self.pending.back_mut().expect("queued");
+            owed.info = self.shared.persistence.clone();
+        }
     }
 
     /// Queues a reply. One walrus gives itself goes through a channel too, so that it counts
@@ -119,6 +135,7 @@ impl Session {
             reply,
             meter,
             blocking,
+            info: None,
         });
     }
 
@@ -181,11 +198,12 @@ impl Session {
     /// takes them, here and then by the session's loop, within its output limit (past it,
     /// this fails and the session closes the client).
     pub(super) async fn drain(&mut self) -> std::io::Result<()> {
-        while let Some(owed) = self.pending.pop_front() {
-            let reply = received(&self.output, owed.reply.await);
-            if let Some(meter) = owed.meter {
+        while let Some(mut owed) = self.pending.pop_front() {
+            let reply = received(&self.output, (&mut owed.reply).await);
+            if let Some(meter) = &owed.meter {
                 meter.done(&reply);
             }
+            let reply = owed.finish(reply);
             self.out.extend_from_slice(&reply);
             self.write_ready()?;
             if self.output.over() {
