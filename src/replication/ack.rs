@@ -1,4 +1,5 @@
-//! What walrus tells Valkey as its replica: `REPLCONF ACK <received> FACK <durable>`.
+//! What walrus tells Valkey as its replica: `REPLCONF ACK <received> FACK <durable>`; and
+//! [`Received`], the stream's offset as journaled, which the link advances entry by entry.
 
 use super::follow::Covered;
 use crate::journal::Journal;
