@@ -303,12 +303,29 @@ async fn release_unneeded(journal: &Arc<Journal>, store: &Store, pin: &Pin) -> b
         return false;
     }
     match journal.release_through(upto).await {
-        Ok(_) => true,
+        Ok(released) => {
+            check_retained(&released, from_lsn);
+            true
+        }
         Err(e) => {
             tracing::warn!("cannot release the journal through LSN {upto}: {e}");
             false
         }
     }
+}
+
+/// Checks what the journal retains after a release against the stored checkpoint's
+/// `from_lsn`, the first entry a restore from it replays. Paired with
+/// [`crate::datadir::parts`], which refuses at start-up a journal released through it: here
+/// it is caught where the release happens, before a crash could make it a restore's gap.
+fn check_retained(released: &crate::journal::manifest::Checkpoint, from_lsn: u64) {
+    assert!(
+        released.released_through_lsn < from_lsn && released.start_lsn <= from_lsn,
+        "the journal released entries a restore from the stored checkpoint needs (from LSN \
+         {from_lsn}): released through LSN {}, retained from LSN {}",
+        released.released_through_lsn,
+        released.start_lsn
+    );
 }
 
 /// An RDB's size and Valkey's used memory when it was taken.
@@ -446,6 +463,19 @@ async fn take(
 mod tests {
     use super::*;
     use crate::journal::{Entry, JournalConfig};
+
+    #[test]
+    #[should_panic(
+        expected = "the journal released entries a restore from the stored checkpoint needs (from LSN 4): released through LSN 3, retained from LSN 5"
+    )]
+    fn a_release_past_the_stored_checkpoint_is_caught() {
+        let mut released = crate::journal::manifest::Checkpoint::initial();
+        released.released_through_lsn = 3;
+        released.start_lsn = 4;
+        check_retained(&released, 4);
+        released.start_lsn = 5;
+        check_retained(&released, 4);
+    }
 
     /// A backup holds the pin while it reads the journal: a checkpoint recorded meanwhile
     /// releases nothing until the copy is done, then it does.

@@ -353,7 +353,15 @@ impl Store {
             data_dir_id: self.data_dir_id.clone(),
             checkpoint: checkpoint.cloned(),
         };
-        replace_file(&self.dir, CHECKPOINT_FILE, m.render().as_bytes()).map_err(|e| {
+        let text = m.render();
+        // Paired with `Store::manifest`, which reads it back: a record it refuses would make
+        // the data directory unopenable, and the checkpoint in force lost with it. A parse
+        // per record, next to an fsync and a rename, costs nothing that matters.
+        assert!(
+            Recorded::parse(&text).as_ref() == Ok(&m),
+            "the checkpoint manifest about to be written does not read back as written: {m:?}"
+        );
+        replace_file(&self.dir, CHECKPOINT_FILE, text.as_bytes()).map_err(|e| {
             StoreError::Manifest {
                 path: self.dir.join(CHECKPOINT_FILE),
                 why: e.to_string(),

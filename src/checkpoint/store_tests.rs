@@ -285,3 +285,16 @@ fn the_newest_server_that_fed_the_journal_is_noted_once() {
     let c = store.record(&rdb, "Valkey 9.1.2", &a, 20, 2).unwrap();
     assert_eq!(c.newest_server, None);
 }
+
+/// A record the manifest's reader refuses is never written: the store would not open again.
+#[test]
+#[should_panic(
+    expected = "the checkpoint manifest about to be written does not read back as written"
+)]
+fn a_manifest_that_would_not_read_back_is_never_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open(tmp.path());
+    let short = "a".repeat(39);
+    let rdb = stored(&store, &short, 10, b"REDIS0011body");
+    let _ = store.record(&rdb, "Valkey 9.1.2", &short, 10, 1);
+}

@@ -150,9 +150,14 @@ impl PushReceiver {
 
     fn take_front(&mut self) -> Bytes {
         let push = self.front.take().expect("a message is at the front");
-        self.queued
-            .bytes
-            .fetch_sub(push.bytes.len(), Ordering::AcqRel);
+        let n = push.bytes.len();
+        let before = self.queued.bytes.fetch_sub(n, Ordering::AcqRel);
+        // Paired with `PushSender::send`, which counts a message before it queues it: a
+        // count below zero would wrap, and the next message would look over the limit.
+        assert!(
+            before >= n,
+            "a push of {n} bytes taken while only {before} bytes are counted queued"
+        );
         push.bytes
     }
 
@@ -182,6 +187,15 @@ mod tests {
         assert_eq!(tx.send(Bytes::from_static(b"123456")), Err(12));
         assert!(rx.overflowed());
         assert_eq!(&rx.recv().await.unwrap().unwrap()[..], b"123456");
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "a push of 6 bytes taken while only 0 bytes are counted queued")]
+    async fn a_push_taken_uncounted_is_caught() {
+        let (tx, mut rx) = channel(10, None);
+        tx.send(Bytes::from_static(b"123456")).unwrap();
+        tx.queued.bytes.store(0, Ordering::SeqCst);
+        rx.recv().await;
     }
 
     fn message(channel: &str, payload: &str) -> Bytes {

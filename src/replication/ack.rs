@@ -1,4 +1,5 @@
-//! What walrus tells Valkey as its replica: `REPLCONF ACK <received> FACK <durable>`.
+//! What walrus tells Valkey as its replica: `REPLCONF ACK <received> FACK <durable>`; and
+//! [`Received`], the stream's offset as journaled, which the link advances entry by entry.
 
 use super::follow::Covered;
 use crate::journal::Journal;
@@ -9,6 +10,47 @@ use tokio::sync::Notify;
 
 /// Valkey drops a replica silent for `repl-timeout` (60 s by default): ack well within it.
 const ACK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How far walrus has received Valkey's stream in one attachment: the offset at the end of
+/// the last entry journaled. The link advances it, entry by entry; the acknowledger tells
+/// Valkey (`ACK`). One writer (the link), so a load and a store make an advance.
+#[derive(Debug)]
+pub struct Received(AtomicU64);
+
+impl Received {
+    /// `offset`: where the stream starts (the full resync's offset, or the journal's end a
+    /// partial resync continues from).
+    pub fn new(offset: u64) -> Received {
+        Received(AtomicU64::new(offset))
+    }
+
+    pub fn offset(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Checks, before an entry of offsets `start..end` (`start`: the offset before its first
+    /// byte) is journaled, that it continues the stream exactly: a hole or an overlap in the
+    /// journal would surface only at a restore (a gap in the chain), after the writes it
+    /// covers were acknowledged.
+    pub fn check_next(&self, start: u64, end: u64) {
+        let received = self.offset();
+        assert!(
+            start == received && end > start,
+            "an entry of offsets {start}..{end} does not continue the stream received through {received}"
+        );
+    }
+
+    /// The entry ending at `end` is journaled. Paired with [`check_next`](Self::check_next):
+    /// the received offset never goes back.
+    pub fn appended(&self, end: u64) {
+        let received = self.offset();
+        assert!(
+            end > received,
+            "the received offset would go back from {received} to {end}"
+        );
+        self.0.store(end, Ordering::Release);
+    }
+}
 
 /// Tells Valkey how far walrus has received (`ACK`, what `WAIT` counts) and how far that is
 /// on disk (`FACK`, what `WAITAOF` counts): every second (Valkey drops a replica that stays
@@ -23,7 +65,7 @@ pub async fn acknowledge(
     // close at shutdown.
     journal: std::sync::Weak<Journal>,
     mut covered: Covered,
-    received: Arc<AtomicU64>,
+    received: Arc<Received>,
     getack: Arc<Notify>,
 ) {
     let mut tick = tokio::time::interval(ACK_INTERVAL);
@@ -40,7 +82,7 @@ pub async fn acknowledge(
             return;
         }
         let fack = covered.advance(&d);
-        let ack = received.load(Ordering::Acquire).max(fack);
+        let ack = received.offset().max(fack);
         let due = last_sent.is_none() || asked_for.is_some();
         if due && last_sent != Some((ack, fack)) {
             if send_ack(&mut wr, ack, fack).await.is_err() {
@@ -59,7 +101,7 @@ pub async fn acknowledge(
             _ = tick.tick() => last_sent = None,
             _ = getack.notified() => {
                 last_sent = None;
-                asked_for = Some(received.load(Ordering::Acquire));
+                asked_for = Some(received.offset());
             }
         }
     }
@@ -74,4 +116,45 @@ async fn send_ack(wr: &mut crate::net::WriteHalf, ack: u64, fack: u64) -> std::i
         fack.to_string().as_bytes(),
     ]))
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Received;
+
+    #[test]
+    fn the_stream_is_received_entry_after_entry() {
+        let r = Received::new(100);
+        r.check_next(100, 150);
+        r.appended(150);
+        r.check_next(150, 151);
+        r.appended(151);
+        assert_eq!(r.offset(), 151);
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "an entry of offsets 160..170 does not continue the stream received through 150"
+    )]
+    fn a_hole_is_caught_before_it_is_journaled() {
+        let r = Received::new(100);
+        r.appended(150);
+        r.check_next(160, 170);
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "an entry of offsets 140..170 does not continue the stream received through 150"
+    )]
+    fn an_overlap_is_caught_before_it_is_journaled() {
+        let r = Received::new(150);
+        r.check_next(140, 170);
+    }
+
+    #[test]
+    #[should_panic(expected = "the received offset would go back from 150 to 120")]
+    fn the_received_offset_never_goes_back() {
+        let r = Received::new(150);
+        r.appended(120);
+    }
 }

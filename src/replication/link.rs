@@ -22,7 +22,7 @@
 
 pub use super::error::LinkError;
 
-use super::ack::acknowledge;
+use super::ack::{acknowledge, Received};
 use super::follow::{follow, Covered};
 use super::stream::StreamFramer;
 use crate::checkpoint::attached::{Attached, HistoryStart};
@@ -44,7 +44,6 @@ use crate::upstream::client::{Conn, UpstreamError};
 use crate::upstream::Upstream;
 use crate::valkey::handshake::{ack, handshake, Purpose, SyncStart};
 use crate::valkey::view::ValkeyView;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
@@ -296,7 +295,7 @@ async fn attach(
     let (mut rd, wr) = parts.stream.into_split();
     let mut buf = parts.buf;
     let getack = Arc::new(Notify::new());
-    let received = Arc::new(AtomicU64::new(offset));
+    let received = Arc::new(Received::new(offset));
     let covered = Covered::new(state.history_lsn, if covered { offset } else { 0 });
     let _stop_follower = AbortOnDrop(tokio::spawn(follow(
         Arc::downgrade(journal),
@@ -325,13 +324,14 @@ async fn attach(
         while let Some(entry) = framer.next_entry(&mut buf)? {
             let offset_end = entry.offset_end;
             let asked = entry.getack;
+            received.check_next(offset_end - entry.payload.len() as u64, offset_end);
             let entry = Entry {
                 repl_id,
                 repl_offset_end: offset_end,
                 payload: entry.payload,
             };
             append(journal, entry, &mut pacer, &cfg.released, replaced.as_mut()).await?;
-            received.store(offset_end, Ordering::Release);
+            received.appended(offset_end);
             if asked {
                 getack.notify_one();
             }

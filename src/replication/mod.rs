@@ -8,7 +8,8 @@
 //!
 //! - [`link`]: the replica link: attach (handshake and full or partial resync, through
 //!   [`crate::valkey`]), pump the stream into the journal, acknowledge the durable offset.
-//! - [`ack`]: `REPLCONF ACK` and `FACK`: what walrus tells Valkey it received and made durable.
+//! - [`ack`]: `REPLCONF ACK` and `FACK`: what walrus tells Valkey it received and made durable;
+//!   the received offset, checked to continue the stream at every entry.
 //! - [`follow`]: the journal's durable position, followed into the durability gate.
 //! - [`stream`]: cutting the command stream into journal entries on command boundaries.
 //! - [`error`]: [`LinkError`](error::LinkError), why an attachment ended.

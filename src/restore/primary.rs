@@ -356,13 +356,10 @@ async fn send_stream(
     let (tx, mut rx) = mpsc::channel::<Bytes>(READ_AHEAD_SLICES);
     let cp = cp.clone();
     let walker = tokio::task::spawn_blocking(move || {
-        let mut messages = 0;
+        let mut replayed = Replayed::after(&cp);
         let mut each = |slice: chain::Slice| {
-            // Data, not messages: see `messages`.
-            let (bytes, blanked) = messages::blank(slice.bytes);
-            messages += blanked;
             // The receiver is gone only if the socket failed; that error is reported.
-            let _ = tx.blocking_send(bytes);
+            let _ = tx.blocking_send(replayed.next(slice));
             Ok(())
         };
         let end = match journal {
@@ -372,9 +369,9 @@ async fn send_stream(
                 .map_err(ChainError::from)
                 .and_then(|e| chain::walk_entries(through(e, at), &cp, &mut each)),
         };
-        if messages > 0 {
+        if replayed.messages > 0 {
             tracing::info!(
-                messages,
+                messages = replayed.messages,
                 "restore: published messages left out of the replay"
             );
         }
@@ -389,4 +386,105 @@ async fn send_stream(
         .await
         .map_err(|e| LoadError::Protocol(format!("journal reader: {e}")))?
         .map_err(LoadError::from)
+}
+
+/// The stream after the checkpoint as it is sent, slice by slice: it starts at the
+/// checkpoint's offset, each slice continues the last, and blanking messages keeps every
+/// byte in its place. Paired with the chain's walk ([`chain::walk_entries`]), which cuts the
+/// slices so: Valkey counts every byte sent in its offset, and the replica link continues
+/// at the journal's end, so a byte missing or added would put Valkey's history out of step
+/// with the journal's.
+struct Replayed {
+    /// Replication offset after the last byte sent.
+    offset: u64,
+    /// Published messages blanked out.
+    messages: u64,
+}
+
+impl Replayed {
+    fn after(cp: &Checkpoint) -> Replayed {
+        Replayed {
+            offset: cp.offset,
+            messages: 0,
+        }
+    }
+
+    /// The bytes to send for `slice`: data, not messages ([`messages`]).
+    fn next(&mut self, slice: chain::Slice) -> Bytes {
+        let len = slice.bytes.len() as u64;
+        assert!(
+            slice.end.checked_sub(len) == Some(self.offset),
+            "a journal slice of {len} bytes ending at offset {} does not continue the replay at offset {}",
+            slice.end,
+            self.offset
+        );
+        let (bytes, blanked) = messages::blank(slice.bytes);
+        assert!(
+            bytes.len() as u64 == len,
+            "blanking messages made a slice of {len} bytes {} bytes long",
+            bytes.len()
+        );
+        self.messages += blanked;
+        self.offset = slice.end;
+        bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slice(end: u64, bytes: &'static [u8]) -> chain::Slice {
+        chain::Slice {
+            lsn: 1,
+            repl_id: [b'a'; 40],
+            bytes: Bytes::from_static(bytes),
+            end,
+            time_ms: None,
+        }
+    }
+
+    fn checkpoint_at(offset: u64) -> Checkpoint {
+        Checkpoint {
+            file: "c.rdb".into(),
+            replid: "a".repeat(40),
+            offset,
+            size: 1,
+            crc64: 0,
+            from_lsn: 1,
+            rdb_version: None,
+            written_by: None,
+            newest_server: None,
+            time_ms: None,
+        }
+    }
+
+    #[test]
+    fn the_replay_continues_the_checkpoint_and_keeps_every_byte_in_place() {
+        let mut r = Replayed::after(&checkpoint_at(100));
+        let publish = crate::resp::write::command(["PUBLISH", "c", "m"]);
+        let end = 100 + publish.len() as u64;
+        let mut s = slice(end, b"");
+        s.bytes = publish.clone();
+        let sent = r.next(s);
+        assert_eq!((sent.len(), r.messages, r.offset), (publish.len(), 1, end));
+        assert!(sent.iter().all(|&b| b == b'\n'));
+        assert_eq!(r.next(slice(end + 5, b"\n\n\n\n\n")).len(), 5);
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "a journal slice of 5 bytes ending at offset 110 does not continue the replay at offset 100"
+    )]
+    fn a_slice_that_leaves_a_hole_is_never_sent() {
+        Replayed::after(&checkpoint_at(100)).next(slice(110, b"\n\n\n\n\n"));
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "a journal slice of 5 bytes ending at offset 3 does not continue the replay at offset 0"
+    )]
+    fn a_slice_longer_than_its_offsets_is_never_sent() {
+        Replayed::after(&checkpoint_at(0)).next(slice(3, b"\n\n\n\n\n"));
+    }
 }

@@ -43,6 +43,7 @@ use crate::upstream::client::{Conn, ConnParts, UpstreamError};
 use crate::upstream::Upstream;
 use crate::valkey::role::{client_name, ClientName, Closing, OffsetOracle};
 use bytes::Bytes;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -108,6 +109,33 @@ pub struct PipelineCtx {
     /// (the reply timeout closes a connection that stops answering altogether). Past it
     /// the writer waits for replies.
     pub max_in_flight: usize,
+}
+
+/// Requests that may block ([`PipelinedRequest::may_block`]), sent and not yet answered:
+/// while one is owed, the connection's silence is no sign of a Valkey that stopped
+/// answering. The writer counts one up before the reader can see its reply; the reader
+/// counts it down as the reply arrives.
+#[derive(Debug, Default)]
+pub(super) struct Blocking(AtomicUsize);
+
+impl Blocking {
+    pub(super) fn sent(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Paired with [`sent`](Self::sent), which comes first: a count below zero would wrap,
+    /// and the reply timeout would never again cut a silent connection.
+    pub(super) fn answered(&self) {
+        let before = self.0.fetch_sub(1, Ordering::SeqCst);
+        assert!(
+            before > 0,
+            "a blocking request answered that was never counted sent (count {before})"
+        );
+    }
+
+    pub(super) fn none(&self) -> bool {
+        self.0.load(Ordering::SeqCst) == 0
+    }
 }
 
 /// What the reader does with the next reply.
@@ -325,4 +353,24 @@ pub fn unavailable(reason: &str) -> Bytes {
 pub fn lost_reply() -> Bytes {
     crate::metrics::UPSTREAM_ERRORS.inc();
     write::error("ERR walrus: connection to Valkey lost before the reply; the command may or may not have run")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Blocking;
+
+    #[test]
+    fn a_blocking_request_is_answered_after_it_is_sent() {
+        let b = Blocking::default();
+        b.sent();
+        assert!(!b.none());
+        b.answered();
+        assert!(b.none());
+    }
+
+    #[test]
+    #[should_panic(expected = "a blocking request answered that was never counted sent (count 0)")]
+    fn an_answer_without_a_send_is_caught() {
+        Blocking::default().answered();
+    }
 }

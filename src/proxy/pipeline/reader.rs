@@ -4,7 +4,7 @@
 //! requester alone: it gets an error naming the limit, the reply is skipped as it arrives,
 //! and the connection serves on.
 
-use super::{Inflight, PipelineCtx, Release};
+use super::{Blocking, Inflight, PipelineCtx, Release};
 use crate::durability::{Held, ReplyTx, WriteMark};
 use crate::net::{read_chunk, room_to_read, ReadHalf};
 use crate::proxy::pushes::PushSender;
@@ -12,7 +12,6 @@ use crate::resp::{write, ReplyScanner};
 use crate::upstream::client::UpstreamError;
 use crate::valkey::role::parse_role_offset;
 use bytes::{Bytes, BytesMut};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
@@ -29,7 +28,7 @@ pub(super) struct Reader {
     pub(super) marks: Vec<WriteMark>,
     pub(super) epoch: u64,
     /// Requests that may block, sent and not yet answered (the writer counts them up).
-    pub(super) blocking: Arc<AtomicUsize>,
+    pub(super) blocking: Arc<Blocking>,
 }
 
 impl Reader {
@@ -89,7 +88,7 @@ impl Reader {
                 match inflight.try_recv() {
                     Ok(Inflight::Client(tx, release, may_block)) => {
                         if may_block {
-                            self.blocking.fetch_sub(1, Ordering::SeqCst);
+                            self.blocking.answered();
                         }
                         self.reply(tx, release, frame)
                     }
@@ -121,7 +120,7 @@ impl Reader {
                     // them: no reply that comes within the timeout is cut. Not while a
                     // request that may block is owed: Valkey is silent then by design.
                     tick.as_mut().reset(tokio::time::Instant::now() + period);
-                    let owed = !inflight.is_empty() && self.blocking.load(Ordering::SeqCst) == 0;
+                    let owed = !inflight.is_empty() && self.blocking.none();
                     if std::mem::take(&mut heard) || !owed {
                         owed_at_tick = false;
                     } else if std::mem::replace(&mut owed_at_tick, true) {
@@ -148,7 +147,7 @@ impl Reader {
         match inflight.try_recv() {
             Ok(Inflight::Client(tx, release, may_block)) => {
                 if may_block {
-                    self.blocking.fetch_sub(1, Ordering::SeqCst);
+                    self.blocking.answered();
                 }
                 tracing::debug!("refused a reply: {e}");
                 self.reply(tx, release, write::error(&format!("ERR walrus: {e}")));

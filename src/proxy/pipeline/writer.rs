@@ -3,12 +3,11 @@
 //! command: [`PipelinedRequest::one_shot`]), and tells the reader whom each reply belongs to
 //! before the command goes out.
 
-use super::{Inflight, PipelinedRequest, Release, TxCmd};
+use super::{Blocking, Inflight, PipelinedRequest, Release, TxCmd};
 use crate::net::WriteHalf;
 use crate::resp::write;
 use crate::upstream::client::UpstreamError;
 use bytes::BytesMut;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -42,7 +41,7 @@ pub(super) async fn writer(
     mut requests: mpsc::Receiver<PipelinedRequest>,
     inflight: mpsc::Sender<Inflight>,
     gated: bool,
-    blocking: Arc<AtomicUsize>,
+    blocking: Arc<Blocking>,
 ) -> Result<(), UpstreamError> {
     // `None`: unknown (after a transaction that selected a database).
     let mut db = Some(0u32);
@@ -92,7 +91,7 @@ pub(super) async fn writer(
             // The reader must know whom a reply is for before the command can be answered.
             if !req.answered_by_push {
                 if req.may_block {
-                    blocking.fetch_add(1, Ordering::SeqCst);
+                    blocking.sent();
                 }
                 let owed = Inflight::Client(req.reply, req.release, req.may_block);
                 owe(&inflight, owed, &mut wr, &mut out).await?;
