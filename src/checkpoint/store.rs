@@ -358,7 +358,7 @@ impl Store {
         // the data directory unopenable, and the checkpoint in force lost with it. A parse
         // per record, next to an fsync and a rename, costs nothing that matters.
         assert!(
-            Recorded::parse(&text).as_ref() == Ok(&m),
+            Recorded::parse(&text).is_ok_and(|back| back == m),
             "the checkpoint manifest about to be written does not read back as written: {m:?}"
         );
         replace_file(&self.dir, CHECKPOINT_FILE, text.as_bytes()).map_err(|e| {
