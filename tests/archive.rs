@@ -29,19 +29,7 @@ fn await_status_within(
     within: Duration,
     ok: impl Fn(&serde_json::Value) -> bool,
 ) {
-    let deadline = Instant::now() + within;
-    loop {
-        let s = status(metrics);
-        if ok(&s) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not reached: {s}\n{}",
-            w.proc.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::state::await_read(&w.proc, what, within, || status(metrics), ok);
 }
 
 /// Waits until the archive holds everything the journal does.
@@ -252,20 +240,8 @@ fn a_store_that_hangs_is_reported_and_with_enforce_max_lag_refuses_writes() {
     await_archived(&w, &metrics);
     store.pause(true);
     let mut c = Raw::connect(&w.addr);
-    let deadline = Instant::now() + START_TIMEOUT;
-    let refused = loop {
-        let r = c.cmd(&["SET", "during", "2"]);
-        if r != OK {
-            break r;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "writes were never refused:\n{}",
-            w.proc.log_text()
-        );
-        w.proc
-            .wait_line("writes are refused: the archive is", START_TIMEOUT);
-    };
+    w.await_status("writes refused", |s| s.writes_refused.is_some());
+    let refused = c.cmd(&["SET", "during", "2"]);
     let text = show(&refused);
     assert!(
         text.starts_with("-MISCONF walrus: writes are refused: the archive is")
@@ -276,14 +252,8 @@ fn a_store_that_hangs_is_reported_and_with_enforce_max_lag_refuses_writes() {
     assert_eq!(c.cmd(&["GET", "k:3"]), bulk("v3"));
     store.pause(false);
     await_archived(&w, &metrics);
-    let deadline = Instant::now() + START_TIMEOUT;
-    while c.cmd(&["SET", "after", "1"]) != OK {
-        assert!(Instant::now() < deadline, "{}", w.proc.log_text());
-        w.proc.wait_line(
-            "the archive caught up: writes are accepted again",
-            START_TIMEOUT,
-        );
-    }
+    w.await_status("writes accepted again", |s| s.writes_refused.is_none());
+    assert_eq!(c.cmd(&["SET", "after", "1"]), OK);
 }
 
 /// The store killed for a while and started again: nothing is refused (ack local), the

@@ -127,6 +127,7 @@ fn a_stopped_valkey_gets_every_first_command_an_error_in_time_then_each_session_
 fn a_valkey_that_dies_as_its_restore_starts_is_replaced_and_the_restore_starts_over() {
     let w = Walrus::build()
         .config("[restore]\ntimeout_ms = 600000\n")
+        .with_metrics()
         .start();
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["SET", "k", "v"]), b"+OK\r\n");
@@ -146,7 +147,7 @@ fn a_valkey_that_dies_as_its_restore_starts_is_replaced_and_the_restore_starts_o
     unsafe { libc::kill(second, libc::SIGKILL) };
     w.proc
         .wait_line("Valkey continued with a partial resync", START_TIMEOUT);
-    w.proc.wait_line("replica link attached", START_TIMEOUT);
+    w.await_attached();
     assert_ne!(valkey_pid(&w.addr), second);
     assert_eq!(c.cmd(&["GET", "k"]), b"$1\r\nv\r\n");
 }

@@ -31,6 +31,7 @@ fn a_small_restore_budget_checkpoints_long_before_the_ring_fills() {
         )
     };
     assert_eq!(started("restore_budget"), 0.0, "nothing written yet");
+    let taken = w.checkpoints();
 
     let mut c = Raw::connect(&w.addr);
     let value = "v".repeat(8 << 10);
@@ -54,7 +55,7 @@ fn a_small_restore_budget_checkpoints_long_before_the_ring_fills() {
         line.contains("checkpoint.max_restore_seconds = 0.01"),
         "the log gives the figures: {line}"
     );
-    w.proc.wait_line("checkpoint taken", START_TIMEOUT);
+    w.await_checkpoint(taken);
     assert!(started("restore_budget") >= 1.0);
     assert_eq!(started("ring_fill"), 0.0);
     assert_eq!(started("ring_room"), 0.0);
@@ -88,8 +89,10 @@ fn a_value_larger_than_the_room_below_the_trigger_is_journaled_not_stalled() {
     // At 10 to 12 of 16 segments in use, at most 6 MiB is free: 7 MiB meets a full ring.
     let big = "b".repeat(7 << 20);
     assert_eq!(c.cmd(&["SET", "big", &big]), b"+OK\r\n");
-    w.proc
-        .wait_line("checkpoint started: ring_full", START_TIMEOUT);
+    w.await_metric(
+        "walrus_checkpoint_started_total{reason=\"ring_full\"}",
+        |n| n >= 1.0,
+    );
     assert!(
         sample(
             &metrics,

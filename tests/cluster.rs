@@ -15,6 +15,8 @@ use std::process::Command;
 /// Cluster mode; the metrics of the node's state read from Valkey every 100 ms, for the test
 /// that waits for them.
 const CLUSTER: &str = "[cluster]\nenabled = true\npoll_interval_ms = 100\n";
+/// 1 once the Valkey behind a walrus says cluster_state:ok (its watch polls every 100 ms).
+const CLUSTER_OK: &str = "walrus_cluster_state_ok";
 
 /// One shard: its walrus (managed Valkey in cluster mode) and the client port, kept across
 /// restarts since the cluster knows the shard by it.
@@ -121,9 +123,7 @@ fn create(shards: &[Shard]) {
         String::from_utf8_lossy(&out.stderr)
     );
     for s in shards {
-        s.walrus
-            .proc
-            .wait_line("Cluster state changed: ok", START_TIMEOUT);
+        s.walrus.await_metric(CLUSTER_OK, |ok| ok == 1.0);
     }
 }
 
@@ -322,15 +322,12 @@ fn a_shard_is_restored_in_place_after_its_valkey_or_its_walrus_dies() {
     );
     let _data = old.data; // the data directory the new walrus runs on
     let w = &shards[2].walrus;
-    // Both may come before walrus listens, which `start` waited for.
-    for line in [
-        "Valkey continued with a partial resync",
-        "Cluster state changed: ok",
-    ] {
-        if !w.proc.log_text().contains(line) {
-            w.proc.wait_line(line, START_TIMEOUT);
-        }
+    // It may come before walrus listens, which `start` waited for.
+    let line = "Valkey continued with a partial resync";
+    if !w.proc.log_text().contains(line) {
+        w.proc.wait_line(line, START_TIMEOUT);
     }
+    w.await_metric(CLUSTER_OK, |ok| ok == 1.0);
     assert_eq!(id(&shards[2]), before[2]);
     for i in 0..400 {
         assert_eq!(c.get::<_, i64>(format!("k{i}")).unwrap(), i, "k{i}");

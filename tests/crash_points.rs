@@ -422,7 +422,12 @@ impl Site {
                 }),
         );
         let live = Live {
-            w: Walrus { proc, addr, data },
+            w: Walrus {
+                proc,
+                addr,
+                data,
+                metrics: Some(metrics.clone()),
+            },
             metrics,
         };
         let mut c = Raw::connect(&live.w.addr);

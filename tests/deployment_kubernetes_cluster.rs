@@ -21,6 +21,8 @@ use std::time::Duration;
 use walrus::config::{Config, UpstreamMode};
 
 const VALUES: &str = "ci/cluster-values.yaml";
+/// 1 once the Valkey behind a walrus says cluster_state:ok.
+const CLUSTER_OK: &str = "walrus_cluster_state_ok";
 
 /// What the local run needs from the rendering.
 struct Rendered {
@@ -362,10 +364,10 @@ fn the_charts_cluster_renders_valid_and_its_job_forms_it_through_walrus() {
     let (ok, out) = run_job(&r, dir.path(), port);
     assert!(ok && out.contains("All 16384 slots covered"), "{out}");
     for p in &pods {
-        if !p.proc.log_text().contains("Cluster state changed: ok") {
-            p.proc
-                .wait_line("Cluster state changed: ok", common::START_TIMEOUT);
-        }
+        let ok = || common::state::sample(&http_get(&p.metrics, "/metrics").1, CLUSTER_OK);
+        common::state::await_read(&p.proc, CLUSTER_OK, common::START_TIMEOUT, ok, |v| {
+            *v == Some(1.0)
+        });
     }
     // Forming a cluster is the Job's: no walrus met a peer meanwhile (each knows its peers'
     // addresses from the start), which would add handshakes beside the Job's own.

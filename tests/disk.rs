@@ -73,7 +73,7 @@ fn a_disk_filled_by_other_data_refuses_writes_then_resumes() {
         model.insert(k, v);
     }
     let filler = fill_to(fs.path(), 0.95);
-    w.proc.wait_line("disk watermark reached", START_TIMEOUT);
+    w.await_status("the disk watermark reached", |s| s.disk_watermark_reached);
     for write in [
         vec!["SET", "refused", "1"],
         vec!["INCR", "k:1"],
@@ -147,7 +147,7 @@ fn a_disk_filled_by_other_data_refuses_writes_then_resumes() {
     );
 
     std::fs::remove_file(filler).unwrap();
-    w.proc.wait_line("disk watermark cleared", START_TIMEOUT);
+    w.await_status("the disk watermark cleared", |s| !s.disk_watermark_reached);
     let (_, body) = http_get(&metrics, "/metrics");
     assert!(body.contains("walrus_disk_watermark_reached 0"), "{body}");
     let (_, json) = http_get(&metrics, "/status");
@@ -170,7 +170,11 @@ fn a_checkpoint_without_room_is_not_taken_and_the_full_ring_refuses_writes() {
         return;
     };
     let data = fs.path().join("data");
-    let mut w = Walrus::build().config(CONFIG).data(&data).start();
+    let mut w = Walrus::build()
+        .config(CONFIG)
+        .data(&data)
+        .with_metrics()
+        .start();
     let mut c = Raw::connect(&w.addr);
     let mut model = BTreeMap::new();
     // About 6 MiB of data that does not compress: its RDB cannot fit in what is left.
@@ -201,12 +205,14 @@ fn a_checkpoint_without_room_is_not_taken_and_the_full_ring_refuses_writes() {
         .proc
         .wait_line("not enough room for a checkpoint", START_TIMEOUT);
     assert!(line.contains("disk.high_watermark"), "{line}");
+    // None until there is room for one.
+    let taken = w.checkpoints();
     check(&mut c, &model);
     assert!(w.proc.child.try_wait().unwrap().is_none());
 
     std::fs::remove_file(filler).unwrap();
-    w.proc.wait_line("checkpoint taken", START_TIMEOUT);
-    w.proc.wait_line("disk watermark cleared", START_TIMEOUT);
+    w.await_checkpoint(taken);
+    w.await_status("the disk watermark cleared", |s| !s.disk_watermark_reached);
     assert_eq!(c.cmd(&["SET", "after", "1"]), OK);
     check(&mut c, &model);
 }

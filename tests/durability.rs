@@ -294,14 +294,15 @@ fn checkpoints_let_the_ring_take_more_than_its_size() {
     let v = Valkey::start();
     // The test ring holds 16 MiB; write 48 MiB through it, overwriting the same keys so that
     // each checkpoint's RDB stays small.
-    let w = Walrus::build().upstream(&v.addr()).start();
+    let w = Walrus::build().upstream(&v.addr()).with_metrics().start();
+    let taken = w.checkpoints();
     let mut c = Raw::connect(&w.addr);
     let value = "x".repeat(256 << 10);
     for i in 0..192 {
         let key = format!("big:{}", i % 8);
         assert_eq!(c.cmd(&["SET", &key, &value]), b"+OK\r\n", "write {i}");
     }
-    w.proc.wait_line("checkpoint taken", START_TIMEOUT);
+    w.await_checkpoint(taken);
     let checkpoints: Vec<_> = std::fs::read_dir(w.data.path().join("data/checkpoints"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())

@@ -178,7 +178,7 @@ fn clients_cannot_open_a_replication_stream() {
 #[test]
 fn connections_killed_under_load_leave_no_write_pending_forever() {
     let v = Valkey::start();
-    let w = Walrus::build().upstream(&v.addr()).start();
+    let w = Walrus::build().upstream(&v.addr()).with_metrics().start();
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..16)
         .map(|t| {

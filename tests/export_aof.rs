@@ -100,6 +100,7 @@ fn snapshot(addr: &str) -> Snapshot {
 /// Writes through walrus: several databases, a TTL, a hash, a list, a script, transactions,
 /// enough bulk that a checkpoint is taken, and more of everything after it.
 fn write_dataset(w: &Walrus, v: &str) {
+    let taken = w.checkpoints();
     let mut c = Raw::connect(&w.addr);
     for db in [0u32, 3, 7] {
         select(&mut c, db);
@@ -131,8 +132,7 @@ fn write_dataset(w: &Walrus, v: &str) {
         let value = format!("{i:08}").repeat(5 * 1024); // 40 KiB
         assert_eq!(c.cmd(&["SET", &format!("big:{i}"), &value]), OK);
     }
-    let line = w.proc.wait_line("checkpoint taken", START_TIMEOUT);
-    eprintln!("{line}");
+    w.await_checkpoint(taken);
 
     // After the checkpoint: new keys, overwrites, a delete, a script and a transaction, in
     // several databases, and a WAIT, which makes Valkey ask its replicas for an
@@ -165,7 +165,7 @@ fn write_dataset(w: &Walrus, v: &str) {
 #[test]
 fn exported_aof_loads_into_stock_valkey_with_the_same_data() {
     let v = Valkey::start_with(&["--enable-debug-command", "yes"]);
-    let mut w = Walrus::build().upstream(&v.addr()).start();
+    let mut w = Walrus::build().upstream(&v.addr()).with_metrics().start();
     let data: PathBuf = w.data.path().join("data");
     write_dataset(&w, &v.addr());
     let original = snapshot(&v.addr());

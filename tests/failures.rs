@@ -288,7 +288,7 @@ fn version_and_help() {
 #[test]
 fn a_resp3_subscription_while_the_link_is_down_gets_loading() {
     let v = Valkey::start();
-    let w = Walrus::build().upstream(&v.addr()).start();
+    let w = Walrus::build().upstream(&v.addr()).with_metrics().start();
     let mut c = Raw::connect(&w.addr);
     assert!(c.cmd(&["HELLO", "3"]).starts_with(b"%"));
     let mut direct = Raw::connect(&v.addr());
@@ -297,8 +297,7 @@ fn a_resp3_subscription_while_the_link_is_down_gets_loading() {
         b"+OK\r\n"
     );
     direct.cmd(&["CLIENT", "KILL", "TYPE", "replica"]);
-    w.proc
-        .wait_line("replica link to Valkey broke", START_TIMEOUT);
+    w.await_status("the replica link down", |s| !s.attached);
     c.stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
@@ -315,7 +314,7 @@ fn a_resp3_subscription_while_the_link_is_down_gets_loading() {
         direct.cmd(&["ACL", "SETUSER", "default", "+@all"]),
         b"+OK\r\n"
     );
-    w.proc.wait_line("replica link attached", START_TIMEOUT);
+    w.await_attached();
     c.send_raw(&walrus::resp::write::command(["SUBSCRIBE", "news"]));
     let r = c.try_read_frame().map(|f| show(&f));
     assert_eq!(
@@ -383,7 +382,7 @@ fn a_valkey_that_stops_answering_gets_requests_an_error_not_a_hang() {
 /// restart would, instead of leaving a RESP3 subscriber listening to nothing.
 #[test]
 fn a_dedicated_session_is_closed_when_its_valkey_dies() {
-    let w = Walrus::build().start();
+    let w = Walrus::build().with_metrics().start();
     let mut sub = Raw::connect(&w.addr);
     assert!(sub.cmd(&["HELLO", "3"]).starts_with(b"%"));
     assert_eq!(

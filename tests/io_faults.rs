@@ -217,6 +217,7 @@ fn a_checkpoint_that_keeps_failing_fills_the_ring_then_writes_resume() {
             .config(CONFIG)
             .data(&data)
             .failpoint(fault, &spec)
+            .with_metrics()
             .start();
         let mut c = Raw::connect(&w.addr);
         // A dataset whose RDB is larger than the fault's 64 KiB threshold, so writing it
@@ -251,7 +252,9 @@ fn a_checkpoint_that_keeps_failing_fills_the_ring_then_writes_resume() {
         assert!(leftovers.is_empty(), "{leftovers:?}");
         alive(&mut w);
         std::fs::remove_file(&flag).unwrap();
-        w.proc.wait_line("disk watermark cleared", START_TIMEOUT);
+        w.await_status("the ring's watermark cleared", |s| {
+            !s.disk_watermark_reached
+        });
         let r = c.cmd(&["SET", "after", "1"]);
         assert_eq!(show(&r), show(OK), "{}", w.proc.log_text());
     }

@@ -543,9 +543,8 @@ fn a_flushall_is_undone_in_place_on_a_running_walrus() {
     assert!(!keep.exists());
     assert_eq!(dataset(&w.addr), present);
 
-    let attached = |w: &Walrus| w.proc.log_text().matches("replica link attached").count();
-    // A cut the data cannot make is refused, and Valkey goes on untouched.
-    let before = attached(&w);
+    // A cut the data cannot make is refused, and Valkey goes on untouched. The link, detached
+    // for the rewind, attaches again.
     let nowhere = tmp.path().join("nowhere");
     let out = run_walrus(&[
         "restore",
@@ -558,20 +557,18 @@ fn a_flushall_is_undone_in_place_on_a_running_walrus() {
         "--confirm",
     ]);
     assert_eq!(out.status.code(), Some(2), "{}", output_text(&out));
-    await_state("the link attached again after the refusal", || {
-        attached(&w) > before
-    });
+    w.await_attached();
     assert_eq!(dataset(&w.addr), present);
     assert_eq!(replid(&w.addr).unwrap(), old_replid);
-    let before = attached(&w);
     // A client of Valkey's own, beside walrus: the rewind closes it too.
     let socket = format!("unix:{}", data.join("run/valkey.sock").display());
     let mut direct = Raw::connect(&socket);
     assert_eq!(direct.cmd(&["PING"]), b"+PONG\r\n");
     let out = std::thread::scope(|s| {
         let rewind = s.spawn(|| in_place(true));
-        w.proc
-            .wait_line("rewind: the present kept; loading Valkey", START_TIMEOUT);
+        w.await_status("the rewind began (clients get -LOADING)", |s| {
+            s.link == "restoring"
+        });
         assert!(
             c.cmd(&["GET", "a:0"]).starts_with(b"-LOADING"),
             "{}",
@@ -594,9 +591,7 @@ fn a_flushall_is_undone_in_place_on_a_running_walrus() {
         "a direct client of Valkey outlived the rewind"
     );
     // The link attaches again under the new history (clients get -LOADING until then).
-    await_state("the link attached again after the rewind", || {
-        attached(&w) > before
-    });
+    w.await_attached();
     assert_eq!(dataset(&w.addr), model, "{report}\n{}", w.proc.log_text());
     let new_replid = replid(&w.addr).unwrap();
     assert_ne!(

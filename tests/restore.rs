@@ -161,9 +161,10 @@ fn managed_walrus_brings_everything_back_after_sigterm_sigkill_and_a_dead_valkey
     let mut model = Model::new();
 
     // 1. Write, SIGTERM, start again.
-    let mut w = Walrus::build().data(&data).start();
+    let mut w = Walrus::build().data(&data).with_metrics().start();
+    let taken = w.checkpoints();
     write_dataset(&w.addr, 0, &mut model);
-    w.proc.wait_line("checkpoint taken", START_TIMEOUT);
+    w.await_checkpoint(taken);
     check(&w.addr, &model);
     w.proc.signal(libc::SIGTERM);
     assert!(w.proc.wait_exit(Duration::from_secs(30)).unwrap().success());
@@ -187,7 +188,7 @@ fn managed_walrus_brings_everything_back_after_sigterm_sigkill_and_a_dead_valkey
     // 2. More writes over the restored data, then SIGKILL: the managed Valkey dies with it.
     write_dataset(&w.addr, 1, &mut model);
     w.kill_with_valkey();
-    let w = Walrus::build().data(&data).start();
+    let w = Walrus::build().data(&data).with_metrics().start();
     check(&w.addr, &model);
 
     // 3. Only the managed Valkey dies: walrus restores it while it keeps running.
@@ -385,6 +386,7 @@ fn a_full_resync_records_its_checkpoint_only_after_the_journal_before_it_is_dura
         .upstream(&v.addr())
         .data(&data)
         .config("[restore]\non_conflict = \"valkey-wins\"\n")
+        .with_metrics()
         .start();
     let mut c = Raw::connect(&w.addr);
     assert_eq!(c.cmd(&["SET", "acknowledged", "1"]), OK);
@@ -393,8 +395,7 @@ fn a_full_resync_records_its_checkpoint_only_after_the_journal_before_it_is_dura
     let _v = Valkey::start_with(&["--port", &port]);
     w.proc
         .wait_line("Valkey continued with a partial resync", START_TIMEOUT);
-    // Clients get -LOADING until the link has attached again.
-    w.proc.wait_line("replica link attached", START_TIMEOUT);
+    w.await_attached();
     let mut c = Raw::connect(&w.addr);
     let got = show(&c.cmd(&["GET", "acknowledged"]));
     assert_eq!(got, show(&bulk("1")), "{}", w.proc.log_text());

@@ -126,6 +126,7 @@ fn a_ring_full_to_its_last_byte_then_a_restore_frees_it_once_checkpoints_work() 
         .config(CONFIG)
         .data(&data)
         .failpoint("rdb::write", &spec)
+        .with_metrics()
         .start();
     let mut c = Raw::connect(&w.addr);
     for i in 0..20 {
@@ -196,7 +197,7 @@ fn a_ring_full_to_its_last_byte_then_a_restore_frees_it_once_checkpoints_work() 
     wait_dead(pid);
     std::fs::remove_file(&flag).unwrap();
     w.proc.wait_line("restore: Valkey continued", START_TIMEOUT);
-    w.proc.wait_line("replica link attached", START_TIMEOUT);
+    w.await_attached();
     // A checkpoint frees the ring; writes resume; nothing acknowledged is lost.
     w.await_writable();
     let mut c = Raw::connect(&w.addr);

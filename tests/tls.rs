@@ -137,7 +137,13 @@ fn slow_readers_and_clients_that_leave_mid_stream_over_tls() {
     );
 }
 
-/// walrus's debug lines about TLS clients: the events these tests await.
+/// The count of connections to the TLS port closed before their session, for `reason`.
+fn rejected_total(reason: &str) -> String {
+    format!("walrus_clients_rejected_total{{reason=\"{reason}\"}}")
+}
+
+/// walrus's debug lines about TLS clients: the events these tests await where no state
+/// shows them.
 const DEBUG_TLS: (&str, &str) = ("RUST_LOG", "info,walrus::proxy=debug");
 
 #[test]
@@ -153,12 +159,7 @@ fn the_tls_port_closes_plaintext_and_stalled_clients_and_shares_max_clients() {
         .env(&[DEBUG_TLS])
         .start();
     let tls = tls_addr(&w.proc);
-    let rejected = |reason: &str| {
-        metric(
-            &metrics,
-            &format!("walrus_clients_rejected_total{{reason=\"{reason}\"}}"),
-        )
-    };
+    let rejected = |reason: &str| metric(&metrics, &rejected_total(reason));
     assert_eq!(rejected("tls_plaintext"), 0.0);
 
     // A plaintext client on the TLS port: closed, unanswered, counted.
@@ -167,8 +168,7 @@ fn the_tls_port_closes_plaintext_and_stalled_clients_and_shares_max_clients() {
     let mut rest = Vec::new();
     let _ = plain.stream.read_to_end(&mut rest);
     assert!(rest.is_empty(), "{}", show(&rest));
-    w.proc
-        .wait_line("a plaintext client on the TLS port: closed", START_TIMEOUT);
+    w.await_metric(&rejected_total("tls_plaintext"), |n| n >= 1.0);
     assert_eq!(rejected("tls_plaintext"), 1.0);
 
     // A client that connects and never starts its handshake holds its slot (the only one)
@@ -193,8 +193,7 @@ fn the_tls_port_closes_plaintext_and_stalled_clients_and_shares_max_clients() {
         took >= std::time::Duration::from_millis(300) && took < std::time::Duration::from_secs(5),
         "{took:?}"
     );
-    w.proc
-        .wait_line("did not finish its handshake", START_TIMEOUT);
+    w.await_metric(&rejected_total("tls_handshake_timeout"), |n| n >= 1.0);
     assert_eq!(rejected("tls_handshake_timeout"), 1.0);
 
     // Both ports share proxy.max_clients: with a TLS client in, a plaintext one is refused,
@@ -233,12 +232,9 @@ fn clients_check_walrus_and_walrus_checks_clients() {
         .env(&[DEBUG_TLS])
         .start();
     let tls = tls_addr(&w.proc);
-    let failed = || {
-        metric(
-            &metrics,
-            "walrus_clients_rejected_total{reason=\"tls_handshake_failed\"}",
-        )
-    };
+    let failed_total = rejected_total("tls_handshake_failed");
+    let failed = || metric(&metrics, &failed_total);
+    let await_failed = |n: f64| w.await_metric(&failed_total, |f| f >= n);
 
     // A client that does not trust walrus's CA, and one that expects another name: each
     // ends the handshake, which walrus sees fail.
@@ -251,12 +247,12 @@ fn clients_check_walrus_and_walrus_checks_clients() {
     .err()
     .expect("a client that does not trust walrus's CA connected");
     assert!(e.contains("UnknownIssuer"), "{e}");
-    w.proc.wait_line("TLS handshake failed", START_TIMEOUT);
+    await_failed(1.0);
     let e = TlsRaw::connect(&tls, &files.client(Some(&cert)), "walrus.example")
         .err()
         .expect("a certificate for another name was accepted");
     assert!(e.contains("not valid for name"), "{e}");
-    w.proc.wait_line("TLS handshake failed", START_TIMEOUT);
+    await_failed(2.0);
     assert_eq!(failed(), 2.0);
 
     // auth_clients = yes (the default): no certificate, or one of another CA, is refused.
@@ -270,7 +266,23 @@ fn clients_check_walrus_and_walrus_checks_clients() {
         ),
     };
     refused(TlsRaw::connect(&tls, &files.client(None), LOCALHOST));
-    let line = w.proc.wait_line("TLS handshake failed", START_TIMEOUT);
+    await_failed(3.0);
+    // The log says why: its third failure (the count goes up just before the line).
+    let line = common::state::await_read(
+        &w.proc,
+        "the third handshake failure logged",
+        START_TIMEOUT,
+        || {
+            let log = w.proc.log_text();
+            let line = log
+                .lines()
+                .filter(|l| l.contains("TLS handshake failed"))
+                .nth(2);
+            line.map(str::to_string)
+        },
+        Option::is_some,
+    )
+    .unwrap();
     assert!(line.contains("certificate"), "{line}");
     let foreign = stranger.sign(&Leaf::client("c"));
     refused(TlsRaw::connect(
@@ -278,7 +290,7 @@ fn clients_check_walrus_and_walrus_checks_clients() {
         &files.client(Some(&foreign)),
         LOCALHOST,
     ));
-    w.proc.wait_line("TLS handshake failed", START_TIMEOUT);
+    await_failed(4.0);
     assert_eq!(failed(), 4.0);
     let mut ok = TlsRaw::connect(&tls, &files.client(Some(&cert)), LOCALHOST).unwrap();
     assert_eq!(ok.cmd(&["PING"]), b"+PONG\r\n");

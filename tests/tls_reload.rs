@@ -117,8 +117,7 @@ fn the_timer_picks_up_a_renewed_certificate_and_a_bad_reload_keeps_the_old() {
 
     // Renewed: valid until 2080. The timer finds it.
     files.serve(&Leaf::server(2).years(2020, 2080));
-    w.proc
-        .wait_line("TLS certificate and key reloaded (timer)", START_TIMEOUT);
+    w.await_metric("walrus_tls_reloads_total{result=\"loaded\"}", |n| n >= 1.0);
     let mut c = TlsRaw::connect(&tls, &client, LOCALHOST).unwrap();
     assert!(c.server_cert() == files.served);
     assert_eq!(expiry(), 3_471_292_800.0); // 2080-01-01

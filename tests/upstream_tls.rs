@@ -227,7 +227,7 @@ fn restored_after_a_restart(w: &Walrus, metrics: &str, n: usize, restart: impl F
     restart();
     w.proc
         .wait_line("Valkey continued with a partial resync", START_TIMEOUT);
-    w.proc.wait_line("replica link attached", START_TIMEOUT);
+    w.await_attached();
     let mut c = Raw::connect(&w.addr);
     for i in 0..n {
         for k in ["before", "after"] {

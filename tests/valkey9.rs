@@ -195,7 +195,7 @@ fn field_ttls_checkpoint_wrap_the_ring_and_survive_every_restart() {
     let mut model = Model::default();
 
     // 1. Field TTLs while the ring wraps three times: checkpoints must succeed.
-    let mut w = Walrus::build().data(&data).start();
+    let mut w = Walrus::build().data(&data).with_metrics().start();
     write_round(&w, 0, &mut model);
     check(&w.addr, &model);
     // A field whose expiry passes while walrus is down.
@@ -211,7 +211,7 @@ fn field_ttls_checkpoint_wrap_the_ring_and_survive_every_restart() {
     assert!(w.proc.wait_exit(Duration::from_secs(30)).unwrap().success());
 
     // 2. After SIGTERM: everything back, from the checkpoint in Valkey 9's format.
-    let mut w = Walrus::build().data(&data).start();
+    let mut w = Walrus::build().data(&data).with_metrics().start();
     // The field's time is the clock's, not an event walrus could signal.
     std::thread::sleep(Duration::from_millis(soon.saturating_sub(now_ms())));
     let mut c = Raw::connect(&w.addr);
@@ -235,7 +235,7 @@ fn field_ttls_checkpoint_wrap_the_ring_and_survive_every_restart() {
     model.strings.insert("probe".into(), "1".into());
     write_round(&w, 1, &mut model);
     w.kill_with_valkey();
-    let mut w = Walrus::build().data(&data).start();
+    let mut w = Walrus::build().data(&data).with_metrics().start();
     check(&w.addr, &model);
 
     // 4. Only Valkey dies: walrus restores it live.

@@ -154,6 +154,7 @@ fn each_installed_version_checkpoints_restores_and_exports() {
         let w = Walrus::build()
             .config(&managed_with(&binary))
             .data(&data)
+            .with_metrics()
             .start();
         let direct = Valkey::start_bin(&binary, &[]);
         let mut p = Pair {
@@ -221,6 +222,7 @@ fn an_upgrade_under_walrus_restores_from_the_older_format() {
         let mut w = Walrus::build()
             .config(&managed_with(binary))
             .data(&data)
+            .with_metrics()
             .start();
         check(&w.addr, &model);
         if let Some(prev) = last {
@@ -323,7 +325,7 @@ fn a_downgrade_below_a_server_whose_commands_the_journal_holds_is_refused() {
     );
 
     // A checkpoint in the default's own format, then 9.0: same format, fewer commands.
-    let w = Walrus::build().data(&data).start();
+    let w = Walrus::build().data(&data).with_metrics().start();
     let big = "x".repeat(256 << 10);
     let taken = w.checkpoints();
     let mut c = Raw::connect(&w.addr);
@@ -353,13 +355,13 @@ fn valkey_swapped_for_an_older_one_under_a_running_walrus_is_refused_not_fed() {
     let on_port = |binary: &Path| Valkey::start_bin(binary, &["--port", &port]);
     let addr = format!("127.0.0.1:{port}");
     let first = on_port(&v8);
-    let w = Walrus::build().upstream(&addr).start();
+    let w = Walrus::build().upstream(&addr).with_metrics().start();
     assert_eq!(Raw::connect(&w.addr).cmd(&["SET", "k", "v"]), OK);
     drop(first);
     let newer = on_port(&valkey_server_bin());
     w.proc
         .wait_line("Valkey continued with a partial resync", START_TIMEOUT);
-    w.proc.wait_line("replica link attached", START_TIMEOUT);
+    w.await_attached();
     let big = "x".repeat(256 << 10);
     let taken = w.checkpoints();
     let sets: Vec<Vec<String>> = (0..40)
