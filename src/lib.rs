@@ -2,7 +2,7 @@
 //!
 //! Clients connect to walrus instead of Valkey. The modules, lowest layer first; a module
 //! imports only from the layers above it in this list (`.ci/layers.py` checks it, and
-//! `tests/layers.rs` runs that check):
+//! `tests/it/layers.rs` runs that check):
 //!
 //! - [`fault`] (fault injection for tests), [`supervisor`] (systemd's notify protocol and
 //!   watchdog), [`task`] (what tasks share: [`task::AbortOnDrop`], one
