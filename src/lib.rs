@@ -2,7 +2,7 @@
 //!
 //! Clients connect to walrus instead of Valkey. The modules, lowest layer first; a module
 //! imports only from the layers above it in this list (`.ci/layers.py` checks it, and
-//! `tests/layers.rs` runs that check):
+//! `tests/it/layers.rs` runs that check):
 //!
 //! - [`fault`] (fault injection for tests), [`supervisor`] (systemd's notify protocol and
 //!   watchdog), [`task`] (what tasks share: [`task::AbortOnDrop`], one
@@ -41,7 +41,7 @@
 //! - [`cli`]: the `walrus` command: flags, printing and exit codes, calling in below.
 //!
 //! Errors: each layer has one type, and a layer's public functions return only it, never
-//! `Result<_, String>` (`.ci/string_errors.py` checks it, `tests/layers.rs` runs it); private
+//! `Result<_, String>` (`.ci/string_errors.py` checks it, `tests/it/layers.rs` runs it); private
 //! helpers may build a message that the public function wraps. [`fault::FaultError`],
 //! [`units::UnitsError`], [`resp::ParseError`] (with [`resp::ScanError`]), [`journal::JournalError`] (with the record
 //! decoder's [`journal::format::HeaderError`] and [`journal::format::DecodeError`]),

@@ -1,5 +1,5 @@
 //! `cargo +nightly fuzz run checkpoint_manifest fuzz/seeds/checkpoint_manifest` from the repository root. The checks are in
-//! fuzz/harness/checkpoint_manifest.rs, which `cargo test` runs too (tests/fuzz_seeds.rs).
+//! fuzz/harness/checkpoint_manifest.rs, which `cargo test` runs too (tests/it/fuzz_seeds.rs).
 #![no_main]
 
 #[path = "../harness/mod.rs"]

@@ -1,5 +1,5 @@
 //! `cargo +nightly fuzz run command_table fuzz/seeds/command_table` from the repository root. The checks are in
-//! fuzz/harness/command_table.rs, which `cargo test` runs too (tests/fuzz_seeds.rs).
+//! fuzz/harness/command_table.rs, which `cargo test` runs too (tests/it/fuzz_seeds.rs).
 #![no_main]
 
 #[path = "../harness/mod.rs"]

@@ -1,5 +1,5 @@
 //! `cargo +nightly fuzz run config fuzz/seeds/config` from the repository root. The checks are in
-//! fuzz/harness/config.rs, which `cargo test` runs too (tests/fuzz_seeds.rs).
+//! fuzz/harness/config.rs, which `cargo test` runs too (tests/it/fuzz_seeds.rs).
 #![no_main]
 
 #[path = "../harness/mod.rs"]

@@ -1,5 +1,5 @@
 //! `cargo +nightly fuzz run lua_script fuzz/seeds/lua_script` from the repository root. The checks are in
-//! fuzz/harness/lua_script.rs, which `cargo test` runs too (tests/fuzz_seeds.rs).
+//! fuzz/harness/lua_script.rs, which `cargo test` runs too (tests/it/fuzz_seeds.rs).
 #![no_main]
 
 #[path = "../harness/mod.rs"]

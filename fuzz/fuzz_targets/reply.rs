@@ -1,5 +1,5 @@
 //! `cargo +nightly fuzz run reply fuzz/seeds/reply` from the repository root. The checks are in
-//! fuzz/harness/reply.rs, which `cargo test` runs too (tests/fuzz_seeds.rs).
+//! fuzz/harness/reply.rs, which `cargo test` runs too (tests/it/fuzz_seeds.rs).
 #![no_main]
 
 #[path = "../harness/mod.rs"]

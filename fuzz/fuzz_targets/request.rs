@@ -1,5 +1,5 @@
 //! `cargo +nightly fuzz run request fuzz/seeds/request` from the repository root. The checks are in
-//! fuzz/harness/request.rs, which `cargo test` runs too (tests/fuzz_seeds.rs).
+//! fuzz/harness/request.rs, which `cargo test` runs too (tests/it/fuzz_seeds.rs).
 #![no_main]
 
 #[path = "../harness/mod.rs"]

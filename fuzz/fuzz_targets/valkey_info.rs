@@ -1,5 +1,5 @@
 //! `cargo +nightly fuzz run valkey_info fuzz/seeds/valkey_info` from the repository root. The checks are in
-//! fuzz/harness/valkey_info.rs, which `cargo test` runs too (tests/fuzz_seeds.rs).
+//! fuzz/harness/valkey_info.rs, which `cargo test` runs too (tests/it/fuzz_seeds.rs).
 #![no_main]
 
 #[path = "../harness/mod.rs"]

@@ -1,6 +1,6 @@
 //! The checks behind every fuzz target, shared by the fuzzer (`fuzz/fuzz_targets/<name>.rs`)
-//! and by `cargo test` on stable (`tests/fuzz_seeds.rs` replays the committed seeds and
-//! regressions through [`TARGETS`]; `tests/parser_props.rs` drives the same checks with
+//! and by `cargo test` on stable (`tests/it/fuzz_seeds.rs` replays the committed seeds and
+//! regressions through [`TARGETS`]; `tests/it/parser_props.rs` drives the same checks with
 //! generated input). A check panics when an invariant breaks, which is what libFuzzer and
 //! the tests report; bad input alone must never make it panic.
 //!

@@ -9,7 +9,7 @@
 //! link journaled anything of it. That matters when the ring is full to its last byte
 //! (checkpoints failed until it filled, then a restore began a new history): no entry of
 //! the new history fits, not even a PING, and without this rule no checkpoint could ever
-//! free the ring (docs/failure-modes.md, row 19; `tests/ring_full_restore.rs`).
+//! free the ring (docs/failure-modes.md, row 19; `tests/it/ring_full_restore.rs`).
 
 use std::sync::Mutex;
 

@@ -1,7 +1,7 @@
 //! `walrus config check` and `walrus config schema`: a configuration checked before it is
 //! deployed, by the same validation `serve` runs (the TLS files too); and its JSON Schema, generated from the
 //! configuration's own types, which the Helm chart's `values.schema.json` embeds for its
-//! `config:` value (tests/deployment_kubernetes.rs checks that they are equal).
+//! `config:` value (tests/it/deployment_kubernetes.rs checks that they are equal).
 
 use super::{exit_code, EXIT_FIX};
 use crate::config::Config;

@@ -1,6 +1,6 @@
 //! Certificates made in the test: a CA, and server or client certificates it signs, valid,
 //! expired or not yet valid, with a CN, host names and URIs, and a chosen serial number.
-//! Used by tests/tls.rs and by `net::tls`'s unit tests (which include this file).
+//! Used by tests/it/tls.rs and by `net::tls`'s unit tests (which include this file).
 #![allow(dead_code)]
 
 use rcgen::{

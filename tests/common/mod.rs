@@ -1,6 +1,7 @@
 //! Test harness: real valkey-server and walrus processes on free ports, a raw RESP client
 //! for byte-exact comparisons, and faultfs mounts (faultfs.rs). Every wait is on an event
-//! (a log line, a reply), bounded by a timeout that fails the test with the process's log.
+//! (a log line, a reply) or on a state walrus exposes (`/status`, a metric: state.rs),
+//! bounded by a timeout that fails the test with the process's log.
 #![allow(dead_code)]
 
 pub mod certs;
@@ -9,6 +10,7 @@ pub mod pair;
 pub mod seaweed;
 pub mod seccomp;
 pub mod server;
+pub mod state;
 pub mod tls;
 #[allow(unused_imports)] // each test binary uses a different part
 pub use pair::{decode, hello_without_id, show_args, sorted, Pair};
@@ -19,7 +21,7 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 use walrus::resp::{Limits, ReplyScanner};
 
@@ -49,6 +51,8 @@ pub fn walrus_bin() -> PathBuf {
 pub struct Proc {
     pub child: Child,
     pub log: Arc<Mutex<Vec<String>>>,
+    /// Notified as each line is added to `log`: [`Proc::await_output`].
+    logged: Arc<Condvar>,
     lines: mpsc::Receiver<String>,
 }
 
@@ -59,23 +63,44 @@ impl Proc {
             .stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("spawn");
         let log = Arc::new(Mutex::new(Vec::new()));
+        let logged = Arc::new(Condvar::new());
         let (tx, lines) = mpsc::channel();
         let out: Box<dyn Read + Send> = Box::new(child.stdout.take().unwrap());
         let err: Box<dyn Read + Send> = Box::new(child.stderr.take().unwrap());
         let (watched, other) = if from_stderr { (err, out) } else { (out, err) };
         for (stream, tx) in [(watched, Some(tx)), (other, None)] {
-            let log = log.clone();
+            let (log, logged) = (log.clone(), logged.clone());
             // Drains the pipe for the process's whole life, so it never blocks on a full pipe.
             std::thread::spawn(move || {
                 for line in BufReader::new(stream).lines().map_while(Result::ok) {
                     log.lock().unwrap().push(line.clone());
+                    logged.notify_all();
                     if let Some(tx) = &tx {
                         let _ = tx.send(line);
                     }
                 }
             });
         }
-        Proc { child, log, lines }
+        Proc {
+            child,
+            log,
+            logged,
+            lines,
+        }
+    }
+
+    /// How many lines the process has written so far.
+    pub fn lines_logged(&self) -> usize {
+        self.log.lock().unwrap().len()
+    }
+
+    /// Returns once the process has written more than `seen` lines, or `at_most` has passed.
+    pub fn await_output(&self, seen: usize, at_most: Duration) {
+        let log = self.log.lock().unwrap();
+        let _ = self
+            .logged
+            .wait_timeout_while(log, at_most, |l| l.len() <= seen)
+            .unwrap();
     }
 
     /// Waits for a line containing `needle`; returns it.
@@ -249,6 +274,9 @@ pub struct Walrus {
     pub proc: Proc,
     pub addr: String,
     pub data: tempfile::TempDir,
+    /// Its metrics endpoint (`/status`, `/metrics`), when it has one: started with
+    /// [`WalrusBuilder::with_metrics`] or `--metrics-listen ADDR`.
+    pub metrics: Option<String>,
 }
 
 /// How a test starts a walrus: `Walrus::build()`, then what differs from the default, then
@@ -267,6 +295,7 @@ pub struct WalrusBuilder<'a> {
     open_files: Option<u64>,
     journal: Option<String>,
     listen: Option<String>,
+    metrics: Option<String>,
     refuse_io_uring: bool,
 }
 
@@ -334,6 +363,13 @@ impl<'a> WalrusBuilder<'a> {
         self
     }
 
+    /// A metrics endpoint on a free port, for the waits on walrus's state
+    /// ([`Walrus::await_status`], [`Walrus::await_metric`]).
+    pub fn with_metrics(mut self) -> Self {
+        self.metrics = Some(format!("127.0.0.1:{}", free_port()));
+        self
+    }
+
     /// Starts walrus with this open-files limit (soft and hard).
     pub fn open_files(mut self, n: u64) -> Self {
         self.open_files = Some(n);
@@ -349,26 +385,27 @@ impl<'a> WalrusBuilder<'a> {
 
     /// Starts walrus and waits until it listens.
     pub fn start(self) -> Walrus {
-        let (cmd, dir) = self.command();
+        let (cmd, dir, metrics) = self.command();
         let proc = Proc::spawn(cmd, true);
         let addr = listening_addr(&proc);
         Walrus {
             proc,
             addr,
             data: dir,
+            metrics,
         }
     }
 
     /// Starts walrus without waiting for it to listen. The returned directory holds its
     /// configuration file.
     pub fn spawn(self) -> (Proc, tempfile::TempDir) {
-        let (cmd, dir) = self.command();
+        let (cmd, dir, _) = self.command();
         (Proc::spawn(cmd, true), dir)
     }
 
-    /// The `walrus serve` command and the temporary directory with its configuration (and,
-    /// unless `data` is given, its data directory `data/`).
-    fn command(self) -> (Command, tempfile::TempDir) {
+    /// The `walrus serve` command, the temporary directory with its configuration (and,
+    /// unless `data` is given, its data directory `data/`), and its metrics endpoint.
+    fn command(self) -> (Command, tempfile::TempDir, Option<String>) {
         let WalrusBuilder {
             upstream,
             config,
@@ -380,6 +417,7 @@ impl<'a> WalrusBuilder<'a> {
             open_files,
             journal,
             listen,
+            metrics,
             refuse_io_uring,
         } = self;
         let dir = tempfile::tempdir().unwrap();
@@ -450,10 +488,23 @@ impl<'a> WalrusBuilder<'a> {
             // SAFETY: the filter's installation allocates nothing and calls only prctl.
             unsafe { cmd.pre_exec(seccomp::refuse_io_uring) };
         }
-        if !args.contains(&"--metrics-listen") {
-            cmd.args(["--metrics-listen", ""]);
-        }
-        (cmd, dir)
+        let given = args
+            .iter()
+            .position(|a| *a == "--metrics-listen")
+            .map(|i| args[i + 1].to_string());
+        let metrics = match (metrics, given) {
+            (Some(m), None) => {
+                cmd.args(["--metrics-listen", &m]);
+                Some(m)
+            }
+            (None, None) => {
+                cmd.args(["--metrics-listen", ""]);
+                None
+            }
+            (None, Some(m)) => Some(m).filter(|m| !m.is_empty()),
+            (Some(_), Some(_)) => panic!("with_metrics() and --metrics-listen: one or the other"),
+        };
+        (cmd, dir, metrics)
     }
 }
 
@@ -493,22 +544,30 @@ impl Walrus {
     }
 
     /// SIGKILLs only the managed Valkey and returns once walrus has restored a new one (with
-    /// a partial resync after it) and serves it. Returns the dead Valkey's pid.
+    /// a partial resync after it) and serves it. Returns the dead Valkey's pid. Needs the
+    /// metrics endpoint.
     pub fn kill_valkey_and_await_restore(&self) -> i32 {
         let pid = valkey_pid(&self.addr);
         unsafe { libc::kill(pid, libc::SIGKILL) };
         self.proc
             .wait_line("managed valkey-server exited", START_TIMEOUT);
+        // Only the log tells a partial resync from a full one.
         self.proc
             .wait_line("Valkey continued with a partial resync", START_TIMEOUT);
-        // Clients get -LOADING until the link has attached again.
-        self.proc.wait_line("replica link attached", START_TIMEOUT);
+        self.await_attached();
         pid
+    }
+
+    /// Returns once the replica link is attached, after a restore or a break (clients get
+    /// -LOADING until then). Needs the metrics endpoint.
+    pub fn await_attached(&self) {
+        self.await_status("the replica link attached", |s| s.link == "attached");
     }
 
     /// Returns once writes are accepted (it sets the key `probe` to 1): walrus refuses them
     /// (`-MISCONF`) while its ring is above the high watermark, until a checkpoint releases
-    /// it. Each refusal waits for the next checkpoint (or finds one already logged).
+    /// it. Each refusal waits for the next checkpoint (or finds one already taken). Needs the
+    /// metrics endpoint.
     pub fn await_writable(&self) {
         let mut c = Raw::connect(&self.addr);
         loop {
@@ -521,16 +580,15 @@ impl Walrus {
         }
     }
 
-    /// How many checkpoints this walrus has logged.
+    /// How many checkpoints this walrus has taken (`walrus_checkpoints_total`). Needs the
+    /// metrics endpoint.
     pub fn checkpoints(&self) -> usize {
-        self.proc.log_text().matches("checkpoint taken").count()
+        self.sample(CHECKPOINTS).unwrap_or(0.0) as usize
     }
 
-    /// Returns once this walrus has logged more than `before` checkpoints.
+    /// Returns once this walrus has taken more than `before` checkpoints.
     pub fn await_checkpoint(&self, before: usize) {
-        while self.checkpoints() <= before {
-            self.proc.wait_line("checkpoint taken", START_TIMEOUT);
-        }
+        self.await_metric(CHECKPOINTS, |n| n > before as f64);
     }
 
     /// A walrus in front of `v` whose journal device takes `delay_ms` for every write (the
@@ -542,6 +600,9 @@ impl Walrus {
             .start()
     }
 }
+
+/// The counter of checkpoints taken.
+pub const CHECKPOINTS: &str = "walrus_checkpoints_total";
 
 /// `v` as a RESP bulk string, the way a reply carries it.
 pub fn bulk(v: impl AsRef<[u8]>) -> Vec<u8> {
@@ -826,11 +887,7 @@ pub fn assert_pubsub<S: Read + Write, P: Read + Write>(
 /// A counter or gauge from walrus's /metrics at `metrics` (`name` with its labels).
 pub fn metric(metrics: &str, name: &str) -> f64 {
     let (_, body) = http_get(metrics, "/metrics");
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("{name} is not exported:\n{body}"))
-        .parse()
-        .unwrap()
+    state::sample(&body, name).unwrap_or_else(|| panic!("{name} is not exported:\n{body}"))
 }
 
 /// Connects as a slow client: with a small receive buffer. (Set before connecting, so TCP

@@ -66,6 +66,7 @@ pub fn listening(proc: Proc, config_dir: tempfile::TempDir) -> Result<Walrus, (S
         addr: addr_in(&line),
         proc,
         data: config_dir,
+        metrics: None,
     })
 }
 

@@ -87,7 +87,7 @@ mode: walrus's managed Valkey puts its socket in a directory walrus creates insi
 
 {{/*
 The settings walrus needs from Valkey (src/upstream/settings.rs), as valkey-server arguments.
-tests/deployment_kubernetes.rs checks this list against that file.
+tests/it/deployment_kubernetes.rs checks this list against that file.
 */}}
 {{- define "walrus.valkeySettings" -}}
 - --save

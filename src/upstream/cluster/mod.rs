@@ -51,7 +51,7 @@ impl ClusterNode {
             ),
             // Walrus's port as the node's own too: a node that restarted sends its first
             // PINGs without the extension that carries the client port, and its peers then
-            // fall back to the node's own port for a moment (tests/cluster.rs,
+            // fall back to the node's own port for a moment (tests/it/cluster.rs,
             // `a_shard_is_restored_in_place_...`), which must be walrus's. Valkey's own is
             // 0 (none): without this, peers would be told port 0.
             (
