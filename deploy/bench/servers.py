@@ -52,7 +52,8 @@ def start_walrus(tmp, upstream_port, durable, binary=None, config="", metrics=""
     args = [binary or WALRUS, "serve", "--config", conf, "--listen", "127.0.0.1:0", "--metrics-listen", metrics,
             "--upstream", upstream_port if isinstance(upstream_port, str) else "127.0.0.1:%d" % upstream_port,
             "--data-dir", os.path.join(d, "data")]
-    env = dict(os.environ, RUST_LOG="warn,walrus::daemon=info,walrus::replication=info")
+    # walrus::cli too: a --baseline build from before src/daemon logs its ready line there.
+    env = dict(os.environ, RUST_LOG="warn,walrus::daemon=info,walrus::cli=info,walrus::replication=info")
     # With the journal on, walrus listens once its replica link is attached.
     p = Proc(args, "walrus listening on ", env=env)
     return p, listening_port(p)

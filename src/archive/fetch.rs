@@ -103,22 +103,49 @@ pub async fn list(store: &Store) -> Result<Vec<Plan>, ArchiveError> {
     Ok(out)
 }
 
-/// The latest restore point, or `None` for an archive without one.
+/// The latest restore point whose journal reaches what its writer held when it recorded it
+/// ([`RestorePoint::complete_at`]), or `None` for an archive without one. A newer one still
+/// waiting for its journal is passed over for the one before it; an archive with no whole
+/// one is refused, with how far the newest reaches.
 pub async fn latest(store: &Store) -> Result<Option<Plan>, ArchiveError> {
     let Some((manifest, _)) = super::owner::read(store).await? else {
         return Ok(None);
     };
-    let Some(point) = manifest.latest().cloned() else {
-        return Ok(None);
-    };
-    let objects = timeline::objects(store, point.timeline).await?;
-    let cover = timeline::cover(&objects, point.offset);
-    Ok(Some(Plan {
-        manifest,
-        point,
-        cover,
-        cut: None,
-    }))
+    let mut objects: Vec<(u64, Vec<JournalObject>)> = Vec::new();
+    let mut waiting = None;
+    for point in manifest.newest_first() {
+        if !objects.iter().any(|(t, _)| *t == point.timeline) {
+            objects.push((
+                point.timeline,
+                timeline::objects(store, point.timeline).await?,
+            ));
+        }
+        let (_, on_timeline) = objects.iter().find(|(t, _)| *t == point.timeline).unwrap();
+        let cover = timeline::cover(on_timeline, point.offset);
+        match point.complete_at {
+            Some(at) if cover.end < at => {
+                waiting.get_or_insert((point.clone(), cover.end, at));
+            }
+            _ => {
+                let point = point.clone();
+                return Ok(Some(Plan {
+                    manifest,
+                    point,
+                    cover,
+                    cut: None,
+                }));
+            }
+        }
+    }
+    match waiting {
+        None => Ok(None),
+        Some((p, end, at)) => Err(ArchiveError::Store(format!(
+            "no restore point is whole yet: the newest (timeline {}, offset {}) has its journal \
+             uploaded to offset {end} of {at}, and its writer is still uploading it; retry once \
+             `walrus archive list` shows it reaching {at}",
+            p.timeline, p.offset
+        ))),
+    }
 }
 
 /// The plan for a restore up to `until`: the latest restore point, all of it, for

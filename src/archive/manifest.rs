@@ -59,6 +59,14 @@ pub struct RestorePoint {
     /// before times): a point-in-time restore to an earlier time cannot start from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_ms: Option<u64>,
+    /// The journal offset its timeline's objects must reach before a restore from it holds
+    /// everything its writer held when it recorded it. A timeline starts from a checkpoint
+    /// with the local journal already past it (a walrus restored from the archive taking it
+    /// over, or an archive added to a walrus with data): until that journal is uploaded
+    /// again, the restore point is behind the one it follows, which stays the one to
+    /// restore from. None: complete once recorded (every later restore point).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub complete_at: Option<u64>,
 }
 
 impl RestorePoint {
@@ -105,11 +113,11 @@ impl Manifest {
         Ok(m)
     }
 
-    /// The newest restore point: on the latest timeline, the highest offset.
-    pub fn latest(&self) -> Option<&RestorePoint> {
-        self.restore_points
-            .iter()
-            .max_by_key(|r| (r.timeline, r.offset, r.created))
+    /// The restore points, newest first: on the latest timeline, the highest offset.
+    pub fn newest_first(&self) -> Vec<&RestorePoint> {
+        let mut points: Vec<&RestorePoint> = self.restore_points.iter().collect();
+        points.sort_by_key(|r| std::cmp::Reverse((r.timeline, r.offset, r.created)));
+        points
     }
 }
 
@@ -140,6 +148,7 @@ mod tests {
                     written_by: Some("Valkey 9.1.2".into()),
                     newest_server: None,
                     time_ms: None,
+                    complete_at: Some(90),
                 },
                 RestorePoint {
                     timeline: 2,
@@ -152,7 +161,7 @@ mod tests {
         };
         let text = m.render();
         assert_eq!(Manifest::parse(&text).unwrap(), m);
-        assert_eq!(m.latest().unwrap().timeline, 2);
+        assert_eq!(m.newest_first()[0].timeline, 2);
         assert!(Manifest::parse(&text.replace("since = 5", "since = 6")).is_err());
         let newer = Manifest {
             format: 2,
@@ -178,6 +187,7 @@ mod tests {
                 written_by: None,
                 newest_server: None,
                 time_ms: None,
+                complete_at: None,
             }
         }
     }

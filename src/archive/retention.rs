@@ -9,7 +9,9 @@ use super::{timeline, ArchiveError};
 use std::time::Duration;
 
 /// Removes from `points` those past the count or older than `keep_for` (0: no such limit),
-/// never the newest; returns them.
+/// never the newest, nor the newest that was whole when recorded (the one a restore falls
+/// back to while a newer one waits for its journal: [`RestorePoint::complete_at`]); returns
+/// them.
 pub fn retain(
     points: &mut Vec<RestorePoint>,
     keep: u32,
@@ -18,10 +20,11 @@ pub fn retain(
 ) -> Vec<RestorePoint> {
     points.sort_by_key(|r| (r.timeline, r.offset, r.created));
     let n = points.len();
+    let whole = points.iter().rposition(|r| r.complete_at.is_none());
     let oldest_kept = now.saturating_sub(keep_for.as_secs() as i64);
     let (mut kept, mut removed) = (Vec::new(), Vec::new());
     for (i, r) in points.drain(..).enumerate() {
-        let newest = i + 1 == n;
+        let newest = i + 1 == n || Some(i) == whole;
         let by_count = keep == 0 || n - i <= keep as usize;
         let by_age = keep_for.is_zero() || r.created >= oldest_kept;
         if newest || (by_count && by_age) {
@@ -86,6 +89,7 @@ mod tests {
             written_by: None,
             newest_server: None,
             time_ms: None,
+            complete_at: None,
         }
     }
 
@@ -109,5 +113,19 @@ mod tests {
         let mut p = all();
         retain(&mut p, 1, Duration::from_secs(1), 100 * day);
         assert_eq!(p.iter().map(|r| r.offset).collect::<Vec<_>>(), [40]);
+    }
+
+    /// A walrus restored from the archive took it over: its timeline's first restore point
+    /// waits for its journal, so the one before it, whole, stays however few are kept.
+    #[test]
+    fn the_newest_whole_restore_point_stays_beside_one_waiting_for_its_journal() {
+        let mut p = vec![point(1, 0, 1), point(1, 50, 2), point(2, 0, 3)];
+        p[2].complete_at = Some(80);
+        let gone = retain(&mut p, 1, Duration::ZERO, 10);
+        assert_eq!(
+            p.iter().map(|r| (r.timeline, r.offset)).collect::<Vec<_>>(),
+            [(1, 50), (2, 0)]
+        );
+        assert_eq!(gone.len(), 1);
     }
 }

@@ -372,3 +372,64 @@ async fn a_newer_server_noted_after_the_checkpoint_reaches_the_restore_point() {
     assert_eq!(cp.newest_server.as_deref(), Some("Valkey 9.9.0"));
     task.abort();
 }
+
+/// A timeline started from a checkpoint the local journal already runs past (an archive set
+/// on a walrus with data, or a walrus restored from the archive taking it over) records its
+/// first restore point as whole only once that journal is uploaded again; until then a
+/// restore takes the restore point before it, and with none before it, says why it cannot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_point_waiting_for_its_journal_is_passed_over_for_a_whole_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = node(&tmp.path().join("data"));
+    let store = dir_store(&tmp.path().join("bucket"));
+    append(&n, (1..=5).map(|i| i * 10)).await;
+    checkpoint(&n, 30, 4);
+    let status = Arc::new(ArchiveStatus::new("test".into(), Duration::from_millis(40)));
+    let clock = tokio::spawn(clock(n.journal.durable(), status.clone()));
+    let task = tokio::spawn(uploader(&n, &store, status.clone()).run());
+    archived(&status, 5).await;
+    task.abort();
+    clock.abort();
+    let m = await_point(&store, 30).await;
+    assert_eq!(m.restore_points[0].complete_at, Some(50), "{m:?}");
+    assert_eq!(fetch::latest(&store).await.unwrap().unwrap().cover.end, 50);
+
+    // The next timeline's first restore point, its journal not uploaded yet.
+    let me = identity::of(&n.data, &n.journal.data_dir_id()).unwrap();
+    let rewrite = |edit: &dyn Fn(&mut manifest::Manifest)| {
+        let (store, me, data) = (store.clone(), me.clone(), n.data.clone());
+        let mut next = m.clone();
+        edit(&mut next);
+        async move {
+            let mut o = owner::claim(&store, &me, &data).await.unwrap();
+            owner::replace(&store, &me, &mut o, next).await.unwrap();
+        }
+    };
+    let next = |complete_at| {
+        move |m: &mut manifest::Manifest| {
+            let mut p = m.restore_points[0].clone();
+            (p.timeline, p.complete_at) = (2, complete_at);
+            m.timeline = 2;
+            m.restore_points.push(p);
+        }
+    };
+    rewrite(&next(Some(50))).await;
+    let plan = fetch::latest(&store).await.unwrap().unwrap();
+    assert_eq!((plan.point.timeline, plan.cover.end), (1, 50));
+    // Once it is whole, it is the one.
+    rewrite(&next(Some(30))).await;
+    assert_eq!(
+        fetch::latest(&store).await.unwrap().unwrap().point.timeline,
+        2
+    );
+    // With nothing whole to fall back on: refused, saying how far it reaches.
+    rewrite(&|m: &mut manifest::Manifest| {
+        next(Some(50))(m);
+        m.restore_points.remove(0);
+    })
+    .await;
+    let Err(e) = fetch::latest(&store).await else {
+        panic!("a restore with no whole restore point was not refused")
+    };
+    assert!(e.to_string().contains("uploaded to offset 30 of 50"), "{e}");
+}

@@ -224,7 +224,7 @@ impl Uploader {
                     || (old && p.since_point > 0)
                 {
                     let timeline = p.timeline;
-                    if !self.add_point(o, &lc, timeline).await? {
+                    if !self.add_point(o, &lc, timeline, None).await? {
                         return Ok(Step::Busy);
                     }
                     p.point = lp;
@@ -368,7 +368,12 @@ impl Uploader {
         } else {
             current.max(1)
         };
-        if !self.add_point(o, lc, t).await? {
+        // The local journal may run past the checkpoint already (this walrus was restored
+        // from the archive, or had data before the archive was set): the new timeline's
+        // restore point is whole only once that much is uploaded on it again.
+        let durable = self.journal.durable().borrow().repl_offset;
+        let complete_at = (durable > lc.offset).then_some(durable);
+        if !self.add_point(o, lc, t, complete_at).await? {
             return Err(ArchiveError::Local(
                 "the checkpoint changed while it was uploaded; trying the new one".into(),
             ));
@@ -396,13 +401,15 @@ impl Uploader {
     }
 
     /// Uploads the local checkpoint `lc` (unless the archive has its RDB already) and records
-    /// it as a restore point on `timeline`, applying retention in the same manifest write.
-    /// `false`: the checkpoint was replaced (its file deleted) before it could be read.
+    /// it as a restore point on `timeline` (whole once the timeline's journal objects reach
+    /// `complete_at`: [`RestorePoint::complete_at`]), applying retention in the same manifest
+    /// write. `false`: the checkpoint was replaced (its file deleted) before it could be read.
     async fn add_point(
         &self,
         o: &mut Owned,
         lc: &Checkpoint,
         timeline: u64,
+        complete_at: Option<u64>,
     ) -> Result<bool, ArchiveError> {
         let crc = format!("{:016x}", lc.crc64);
         let existing = o
@@ -455,6 +462,7 @@ impl Uploader {
             written_by: lc.written_by.clone(),
             newest_server: lc.newest_server.clone(),
             time_ms: lc.time_ms,
+            complete_at,
         });
         let removed = super::retention::retain(
             &mut next.restore_points,

@@ -129,12 +129,17 @@ async fn go(cmd: ArchiveCommand) -> Result<String, ArchiveError> {
                 "checkpoint"
             );
             for p in &plans {
+                // A restore point still waiting for its journal says how far it must reach.
+                let reach = match p.point.complete_at {
+                    Some(at) if p.cover.end < at => format!("{} of {at}", p.cover.end),
+                    _ => p.cover.end.to_string(),
+                };
                 out.push_str(&format!(
                     "{:<9} {:<20} {:<24} {:<20} {:>14} {:>8} {}:{}\n",
                     p.point.timeline,
                     p.point.recorded(),
                     p.cover.journaled_until().map_or("-".into(), format_time),
-                    p.cover.end,
+                    reach,
                     p.point.size,
                     p.cover.objects.len(),
                     p.point.replid,

@@ -1199,6 +1199,8 @@ fn the_dockerfile_pins_its_bases_and_caches_its_dependencies() {
         assert!(exact(tag), "{base} is not pinned to an exact release");
     }
     assert!(bases[0].starts_with("rust:") && bases[0].ends_with("-bookworm"));
+    // Debian, slim included, has tar (an essential package): `kubectl cp` needs it in the
+    // container to copy a backup out (docs/operations.md).
     assert!(bases[2].starts_with("debian:") && bases[2].ends_with("-slim"));
     let deps = dockerfile
         .find("COPY Cargo.toml Cargo.lock ./")
@@ -1375,6 +1377,57 @@ fn only_values_of_the_pod_replace_it_on_upgrade() {
     );
     let guide = std::fs::read_to_string(root().join("docs/operations.md")).unwrap();
     assert!(guide.contains("any `helm upgrade` that changes the pod template"));
+}
+
+/// docs/operations.md, "A new release from a volume snapshot or a backup": the snapshot is
+/// of release `walrus`'s journal claim, and the new release's install, as the guide writes
+/// it, makes its claim from that snapshot.
+#[test]
+fn a_new_release_starts_from_the_snapshot_the_guide_names() {
+    let guide = std::fs::read_to_string(root().join("docs/operations.md")).unwrap();
+    let section = guide
+        .split("\n## A new release from a volume snapshot or a backup\n")
+        .nth(1)
+        .expect("docs/operations.md has the section")
+        .split("\n## ")
+        .next()
+        .unwrap();
+    let claim = section
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("persistentVolumeClaimName:"))
+        .expect("the VolumeSnapshot names a claim")
+        .trim();
+    let set_json = section
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("--set-json '"))
+        .and_then(|l| l.strip_suffix('\''))
+        .expect("the install sets persistence.dataSource");
+    let dir = tempfile::tempdir().unwrap();
+    let render = |release: &str, extra: &[&str]| {
+        let mut args = vec!["template", release, "helm/walrus", IMAGE[0], IMAGE[1]];
+        args.extend_from_slice(extra);
+        let (ok, out) = run(&mut helm_cmd(&args));
+        assert!(ok, "helm {args:?}:\n{out}");
+        let file = dir.path().join(format!("{release}.yaml"));
+        std::fs::write(&file, &out).unwrap();
+        load(&[&file])
+            .into_iter()
+            .find(|d| d["kind"].s() == "StatefulSet")
+            .expect("a StatefulSet")
+    };
+    // The claim a StatefulSet makes for pod 0: <template name>-<set name>-0.
+    let old = render("walrus", &[]);
+    let made = format!(
+        "{}-{}-0",
+        old["spec"]["volumeClaimTemplates"].arr()[0]["metadata"]["name"].s(),
+        old["metadata"]["name"].s()
+    );
+    assert_eq!(claim, made, "the snapshot's claim is not release walrus's");
+    let new = render("walrus-copy", &["--set-json", set_json]);
+    let source = &new["spec"]["volumeClaimTemplates"].arr()[0]["spec"]["dataSource"];
+    assert_eq!(source["kind"].s(), "VolumeSnapshot");
+    assert_eq!(source["name"].s(), "walrus-snap");
+    assert!(section.contains("name: walrus-snap"));
 }
 
 /// `maintenance: true`: the pod runs, validated, with the journal's volume where walrus keeps

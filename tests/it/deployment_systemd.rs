@@ -675,14 +675,23 @@ fn the_release_script_packages_walrus_the_unit_and_the_chart() {
         .current_dir(out.path()));
     assert!(ok, "tar: {err}");
     let unpacked = out.path().join(name);
-    let (ok, v, err) = run(&mut Command::new(unpacked.join("bin/walrus")).arg("--version"));
-    assert!(ok && v.starts_with(&format!("walrus {version} ")), "{v}{err}");
+    let (ok, v, err) = run(Command::new(unpacked.join("bin/walrus")).arg("--version"));
+    assert!(
+        ok && v.starts_with(&format!("walrus {version} ")),
+        "{v}{err}"
+    );
     for (shipped, packed) in [
         ("deploy/systemd/walrus.service", "systemd/walrus.service"),
         ("deploy/systemd/walrus.toml", "systemd/walrus.toml"),
         ("deploy/systemd/walrus-tls.conf", "systemd/walrus-tls.conf"),
-        ("deploy/prometheus/walrus-alerts.yml", "prometheus/walrus-alerts.yml"),
-        ("deploy/grafana/walrus-dashboard.json", "grafana/walrus-dashboard.json"),
+        (
+            "deploy/prometheus/walrus-alerts.yml",
+            "prometheus/walrus-alerts.yml",
+        ),
+        (
+            "deploy/grafana/walrus-dashboard.json",
+            "grafana/walrus-dashboard.json",
+        ),
         ("config.toml", "config.toml"),
         ("docs/install-systemd.md", "docs/install-systemd.md"),
     ] {
@@ -697,7 +706,10 @@ fn the_release_script_packages_walrus_the_unit_and_the_chart() {
         .find_map(|l| l.strip_prefix("version:"))
         .unwrap()
         .trim();
-    assert!(out.path().join(format!("walrus-{chart_version}.tgz")).is_file());
+    assert!(out
+        .path()
+        .join(format!("walrus-{chart_version}.tgz"))
+        .is_file());
     let (ok, sums, err) = run(Command::new("sha256sum")
         .args(["-c", "SHA256SUMS"])
         .current_dir(out.path()));

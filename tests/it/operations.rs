@@ -274,8 +274,14 @@ fn the_runbooks_rebase_command_points_every_alert_at_the_new_base() {
         .unwrap_or_else(|| panic!("no s|old|new| in {block}"));
     let dir = tempfile::tempdir().unwrap();
     let out_file = dir.path().join("walrus-alerts.yml");
-    let script = block.replace("/etc/prometheus/walrus-alerts.yml", out_file.to_str().unwrap());
-    assert!(script != block, "the command no longer writes /etc/prometheus/walrus-alerts.yml");
+    let script = block.replace(
+        "/etc/prometheus/walrus-alerts.yml",
+        out_file.to_str().unwrap(),
+    );
+    assert!(
+        script != block,
+        "the command no longer writes /etc/prometheus/walrus-alerts.yml"
+    );
     let out = run("sh", &["-ec", &script], "sh is part of every Debian");
     assert_success("the runbook's re-base", &out);
     let rebased = std::fs::read_to_string(&out_file).unwrap();
