@@ -61,7 +61,7 @@ STAGE="$(mktemp -d)"
 trap 'rm -rf "$STAGE"' EXIT
 mkdir -p "$STAGE/$NAME"/{bin,systemd,prometheus,grafana}
 install -m 0755 "$BINARY" "$STAGE/$NAME/bin/walrus"
-cp config.toml LICENSE README.md "$STAGE/$NAME/"
+for f in config.toml LICENSE README.md; do cp "$f" "$STAGE/$NAME/"; done
 cp -r docs "$STAGE/$NAME/docs"
 cp deploy/systemd/walrus.service deploy/systemd/walrus.toml deploy/systemd/walrus-tls.conf "$STAGE/$NAME/systemd/"
 cp deploy/prometheus/walrus-alerts.yml "$STAGE/$NAME/prometheus/"

@@ -51,8 +51,12 @@ pub fn walrus_bin() -> PathBuf {
 pub struct Proc {
     pub child: Child,
     pub log: Arc<Mutex<Vec<String>>>,
-    /// Notified as each line is added to `log`: [`Proc::await_output`].
+    /// Notified as each line is added to `log` ([`Proc::await_output`]) and as each pipe
+    /// ends.
     logged: Arc<Condvar>,
+    /// How many of the two pipes have ended (the process and whatever inherited them closed
+    /// them): [`Proc::wait_exit`] returns the whole log.
+    ended: Arc<std::sync::atomic::AtomicUsize>,
     lines: mpsc::Receiver<String>,
 }
 
@@ -65,11 +69,12 @@ impl Proc {
         let log = Arc::new(Mutex::new(Vec::new()));
         let logged = Arc::new(Condvar::new());
         let (tx, lines) = mpsc::channel();
+        let ended = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let out: Box<dyn Read + Send> = Box::new(child.stdout.take().unwrap());
         let err: Box<dyn Read + Send> = Box::new(child.stderr.take().unwrap());
         let (watched, other) = if from_stderr { (err, out) } else { (out, err) };
         for (stream, tx) in [(watched, Some(tx)), (other, None)] {
-            let (log, logged) = (log.clone(), logged.clone());
+            let (log, logged, ended) = (log.clone(), logged.clone(), ended.clone());
             // Drains the pipe for the process's whole life, so it never blocks on a full pipe.
             std::thread::spawn(move || {
                 for line in BufReader::new(stream).lines().map_while(Result::ok) {
@@ -79,12 +84,16 @@ impl Proc {
                         let _ = tx.send(line);
                     }
                 }
+                let _log = log.lock().unwrap();
+                ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                logged.notify_all();
             });
         }
         Proc {
             child,
             log,
             logged,
+            ended,
             lines,
         }
     }
@@ -139,6 +148,16 @@ impl Proc {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             if let Some(s) = self.child.try_wait().unwrap() {
+                // Its last lines may still be in the pipes: the log is whole once both end.
+                // A child it started may hold them open (a Valkey outliving a SIGKILLed
+                // walrus): then no longer than a pipe takes to drain.
+                let left = deadline
+                    .saturating_duration_since(std::time::Instant::now())
+                    .min(Duration::from_secs(2));
+                let log = self.log.lock().unwrap();
+                let _ = self.logged.wait_timeout_while(log, left, |_| {
+                    self.ended.load(std::sync::atomic::Ordering::SeqCst) < 2
+                });
                 return Some(s);
             }
             if std::time::Instant::now() > deadline {
