@@ -172,6 +172,15 @@ pub async fn plan(store: &Store, until: &Until) -> Result<Plan, ArchiveError> {
         if after {
             continue;
         }
+        // A restore point still waiting for its journal: a cut in it could fall short of
+        // what the one before it holds ([`latest`]).
+        if let Some(at) = plan.point.complete_at.filter(|at| plan.cover.end < *at) {
+            refusals.push(format!(
+                "from timeline {} offset {}: its journal is uploaded to offset {} of {at}",
+                plan.point.timeline, plan.point.offset, plan.cover.end
+            ));
+            continue;
+        }
         let cp = checkpoint_of(&plan.point)?;
         let (store2, objects, until2) = (store.clone(), plan.cover.objects.clone(), until.clone());
         let runtime = tokio::runtime::Handle::current();

@@ -416,6 +416,10 @@ async fn a_restore_point_waiting_for_its_journal_is_passed_over_for_a_whole_one(
     rewrite(&next(Some(50))).await;
     let plan = fetch::latest(&store).await.unwrap().unwrap();
     assert_eq!((plan.point.timeline, plan.cover.end), (1, 50));
+    // A cut, too, is made from the whole one: up to a time after every entry.
+    let later = crate::datadir::pitr::Until::Time(u64::MAX / 2);
+    let plan = fetch::plan(&store, &later).await.unwrap();
+    assert_eq!((plan.point.timeline, plan.cover.end), (1, 50));
     // Once it is whole, it is the one.
     rewrite(&next(Some(30))).await;
     assert_eq!(
