@@ -13,7 +13,7 @@
 #   deploy/release.sh --out DIR            # writes the artifacts to DIR
 #
 # Needs helm 3 (deploy/setup.sh --test builds it into its cache directory) for the chart.
-# The tarball is reproducible: its files carry the commit's time and root's ownership.
+# The tarball's files carry the commit's time and root's ownership: no builder's user or clock.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
