@@ -165,6 +165,9 @@ fn the_tls_port_closes_plaintext_and_stalled_clients_and_shares_max_clients() {
 
     // A plaintext client on the TLS port: closed, unanswered, counted.
     let mut plain = Raw::connect(&tls);
+    // Its "client connected" line, taken here: the wait for the stalled client's below
+    // must not find this one.
+    w.proc.wait_line("client connected", START_TIMEOUT);
     plain.send_raw(&walrus::resp::write::command(["PING"]));
     let mut rest = Vec::new();
     let _ = plain.stream.read_to_end(&mut rest);
