@@ -46,6 +46,14 @@ pub struct Plan {
     pub cut: Option<Cut>,
 }
 
+impl Plan {
+    /// The journal offset its restore point still waits for its timeline's objects to reach
+    /// ([`RestorePoint::complete_at`]); `None` once it is whole.
+    pub fn waiting_for(&self) -> Option<u64> {
+        self.point.complete_at.filter(|at| self.cover.end < *at)
+    }
+}
+
 /// What a restore from the archive wrote.
 #[derive(Debug, Clone)]
 pub struct Restored {
@@ -82,7 +90,8 @@ impl std::fmt::Display for Restored {
     }
 }
 
-/// The archive's restore points, each with the objects that carry it forward.
+/// The archive's restore points, oldest first (by timeline, then offset), each with the
+/// objects that carry it forward.
 pub async fn list(store: &Store) -> Result<Vec<Plan>, ArchiveError> {
     let Some((manifest, _)) = super::owner::read(store).await? else {
         return Ok(Vec::new());
@@ -100,51 +109,30 @@ pub async fn list(store: &Store) -> Result<Vec<Plan>, ArchiveError> {
             cut: None,
         });
     }
+    out.sort_by_key(|p| (p.point.timeline, p.point.offset, p.point.created));
     Ok(out)
 }
 
 /// The latest restore point whose journal reaches what its writer held when it recorded it
-/// ([`RestorePoint::complete_at`]), or `None` for an archive without one. A newer one still
-/// waiting for its journal is passed over for the one before it; an archive with no whole
-/// one is refused, with how far the newest reaches.
+/// ([`Plan::waiting_for`]), or `None` for an archive without one. A newer one still waiting
+/// for its journal is passed over for the one before it; an archive with no whole one is
+/// refused, with how far the newest reaches.
 pub async fn latest(store: &Store) -> Result<Option<Plan>, ArchiveError> {
-    let Some((manifest, _)) = super::owner::read(store).await? else {
+    let plans = list(store).await?;
+    let Some(newest) = plans.last() else {
         return Ok(None);
     };
-    let mut objects: Vec<(u64, Vec<JournalObject>)> = Vec::new();
-    let mut waiting = None;
-    for point in manifest.newest_first() {
-        if !objects.iter().any(|(t, _)| *t == point.timeline) {
-            objects.push((
-                point.timeline,
-                timeline::objects(store, point.timeline).await?,
-            ));
-        }
-        let (_, on_timeline) = objects.iter().find(|(t, _)| *t == point.timeline).unwrap();
-        let cover = timeline::cover(on_timeline, point.offset);
-        match point.complete_at {
-            Some(at) if cover.end < at => {
-                waiting.get_or_insert((point.clone(), cover.end, at));
-            }
-            _ => {
-                let point = point.clone();
-                return Ok(Some(Plan {
-                    manifest,
-                    point,
-                    cover,
-                    cut: None,
-                }));
-            }
-        }
-    }
-    match waiting {
-        None => Ok(None),
-        Some((p, end, at)) => Err(ArchiveError::Store(format!(
+    let refusal = newest.waiting_for().map(|at| {
+        ArchiveError::Store(format!(
             "no restore point is whole yet: the newest (timeline {}, offset {}) has its journal \
-             uploaded to offset {end} of {at}, and its writer is still uploading it; retry once \
+             uploaded to offset {} of {at}, and its writer is still uploading it; retry once \
              `walrus archive list` shows it reaching {at}",
-            p.timeline, p.offset
-        ))),
+            newest.point.timeline, newest.point.offset, newest.cover.end
+        ))
+    });
+    match plans.into_iter().rev().find(|p| p.waiting_for().is_none()) {
+        Some(plan) => Ok(Some(plan)),
+        None => Err(refusal.expect("the newest is waiting, or it would have been found")),
     }
 }
 
@@ -156,11 +144,10 @@ pub async fn plan(store: &Store, until: &Until) -> Result<Plan, ArchiveError> {
     if *until == Until::End {
         return latest(store).await?.ok_or_else(none);
     }
-    let mut plans = list(store).await?;
+    let plans = list(store).await?;
     if plans.is_empty() {
         return Err(none());
     }
-    plans.sort_by_key(|p| (p.point.timeline, p.point.offset, p.point.created));
     let mut refusals = Vec::new();
     for mut plan in plans.into_iter().rev() {
         // What the restore point alone shows to be after the cut is not read.
@@ -174,7 +161,7 @@ pub async fn plan(store: &Store, until: &Until) -> Result<Plan, ArchiveError> {
         }
         // A restore point still waiting for its journal: a cut in it could fall short of
         // what the one before it holds ([`latest`]).
-        if let Some(at) = plan.point.complete_at.filter(|at| plan.cover.end < *at) {
+        if let Some(at) = plan.waiting_for() {
             refusals.push(format!(
                 "from timeline {} offset {}: its journal is uploaded to offset {} of {at}",
                 plan.point.timeline, plan.point.offset, plan.cover.end

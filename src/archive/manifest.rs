@@ -112,13 +112,6 @@ impl Manifest {
         }
         Ok(m)
     }
-
-    /// The restore points, newest first: on the latest timeline, the highest offset.
-    pub fn newest_first(&self) -> Vec<&RestorePoint> {
-        let mut points: Vec<&RestorePoint> = self.restore_points.iter().collect();
-        points.sort_by_key(|r| std::cmp::Reverse((r.timeline, r.offset, r.created)));
-        points
-    }
 }
 
 #[cfg(test)]
@@ -161,7 +154,6 @@ mod tests {
         };
         let text = m.render();
         assert_eq!(Manifest::parse(&text).unwrap(), m);
-        assert_eq!(m.newest_first()[0].timeline, 2);
         assert!(Manifest::parse(&text.replace("since = 5", "since = 6")).is_err());
         let newer = Manifest {
             format: 2,

@@ -130,9 +130,9 @@ async fn go(cmd: ArchiveCommand) -> Result<String, ArchiveError> {
             );
             for p in &plans {
                 // A restore point still waiting for its journal says how far it must reach.
-                let reach = match p.point.complete_at {
-                    Some(at) if p.cover.end < at => format!("{} of {at}", p.cover.end),
-                    _ => p.cover.end.to_string(),
+                let reach = match p.waiting_for() {
+                    Some(at) => format!("{} of {at}", p.cover.end),
+                    None => p.cover.end.to_string(),
                 };
                 out.push_str(&format!(
                     "{:<9} {:<20} {:<24} {:<20} {:>14} {:>8} {}:{}\n",
