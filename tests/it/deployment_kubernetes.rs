@@ -1295,6 +1295,19 @@ fn the_valkey_version_is_the_charts_everywhere() {
     );
 }
 
+/// The one object of `kind` in what helm rendered (`rendered`: helm's success and output),
+/// read through a file in `dir`.
+fn object_of(kind: &str, rendered: (bool, String), dir: &Path) -> J {
+    let (ok, out) = rendered;
+    assert!(ok, "helm:\n{out}");
+    let file = dir.join(format!("{kind}.yaml"));
+    std::fs::write(&file, &out).unwrap();
+    load(&[&file])
+        .into_iter()
+        .find(|d| d["kind"].s() == kind)
+        .unwrap_or_else(|| panic!("no {kind} rendered"))
+}
+
 /// The disruption budget lets a drain evict the pod by default (it restarts elsewhere with
 /// its volume), in the chart and in the plain manifests; maxUnavailable 0, for a volume that
 /// cannot move, blocks it.
@@ -1308,15 +1321,7 @@ fn a_drain_proceeds_by_default_and_a_local_volume_can_block_it() {
             0.0,
         ),
     ] {
-        let (ok, out) = template(args);
-        assert!(ok, "{out}");
-        let file = dir.path().join("pdb.yaml");
-        std::fs::write(&file, &out).unwrap();
-        let docs = load(&[&file]);
-        let pdb = docs
-            .iter()
-            .find(|d| d["kind"].s() == "PodDisruptionBudget")
-            .expect("a PodDisruptionBudget");
+        let pdb = object_of("PodDisruptionBudget", template(args), dir.path());
         assert_eq!(
             pdb["spec"]["maxUnavailable"].num(),
             Some(want),
@@ -1347,15 +1352,7 @@ fn a_drain_proceeds_by_default_and_a_local_volume_can_block_it() {
 fn only_values_of_the_pod_replace_it_on_upgrade() {
     let dir = tempfile::tempdir().unwrap();
     let pod_template = |args: &[&str]| {
-        let (ok, out) = template(args);
-        assert!(ok, "helm template {args:?}:\n{out}");
-        let file = dir.path().join("upgrade.yaml");
-        std::fs::write(&file, &out).unwrap();
-        let docs = load(&[&file]);
-        docs.iter()
-            .find(|d| d["kind"].s() == "StatefulSet")
-            .expect("a StatefulSet")["spec"]["template"]
-            .clone()
+        object_of("StatefulSet", template(args), dir.path())["spec"]["template"].clone()
     };
     let before = pod_template(&[]);
     let others = [
@@ -1406,14 +1403,7 @@ fn a_new_release_starts_from_the_snapshot_the_guide_names() {
     let render = |release: &str, extra: &[&str]| {
         let mut args = vec!["template", release, "helm/walrus", IMAGE[0], IMAGE[1]];
         args.extend_from_slice(extra);
-        let (ok, out) = run(&mut helm_cmd(&args));
-        assert!(ok, "helm {args:?}:\n{out}");
-        let file = dir.path().join(format!("{release}.yaml"));
-        std::fs::write(&file, &out).unwrap();
-        load(&[&file])
-            .into_iter()
-            .find(|d| d["kind"].s() == "StatefulSet")
-            .expect("a StatefulSet")
+        object_of("StatefulSet", run(&mut helm_cmd(&args)), dir.path())
     };
     // The claim a StatefulSet makes for pod 0: <template name>-<set name>-0.
     let old = render("walrus", &[]);
