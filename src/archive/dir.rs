@@ -7,12 +7,12 @@
 use super::{io, ArchiveError, Listed, Version};
 use std::path::Path;
 
-/// Writes `key` under `root` durably: a temporary file beside it, fsync, rename, fsync of
-/// the directory (and of each directory made on the way).
+/// Writes `key` under `root` durably, its contents written by `fill`: a temporary file
+/// beside it, fsync, rename, fsync of the directory (and of each directory made on the way).
 pub(super) fn write(
     root: &Path,
     key: &str,
-    from: &mut dyn std::io::Read,
+    fill: &mut dyn FnMut(&mut std::fs::File) -> std::io::Result<()>,
 ) -> Result<(), ArchiveError> {
     let path = root.join(key);
     let parent = path.parent().unwrap_or(root).to_path_buf();
@@ -24,7 +24,7 @@ pub(super) fn write(
     let tmp = parent.join(format!(".{name}.{:016x}.tmp", rand_u64()));
     let written = (|| {
         let mut f = std::fs::File::create(&tmp).map_err(|e| io("creating", &tmp, e))?;
-        std::io::copy(from, &mut f).map_err(|e| io("writing", &tmp, e))?;
+        fill(&mut f).map_err(|e| io("writing", &tmp, e))?;
         f.sync_all().map_err(|e| io("fsync of", &tmp, e))?;
         std::fs::rename(&tmp, &path).map_err(|e| io("renaming", &tmp, e))?;
         sync_dir(&parent)
@@ -104,7 +104,7 @@ pub(super) fn put_if(
     if current.as_ref() != expect {
         return Ok(Err(()));
     }
-    write(root, key, &mut &bytes[..])?;
+    write(root, key, &mut |f| std::io::Write::write_all(f, bytes))?;
     drop(lock);
     Ok(Ok(Version::of(bytes)))
 }

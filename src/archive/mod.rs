@@ -44,6 +44,7 @@ use crate::checkpoint::Pin;
 use crate::config::{Ack, Config};
 use crate::durability::Durability;
 use crate::journal::Journal;
+use crate::task::own_thread::OwnThread;
 use status::ArchiveStatus;
 use std::path::Path;
 use std::sync::Arc;
@@ -109,6 +110,10 @@ fn crc64(bytes: &[u8]) -> u64 {
 pub struct Archive {
     pub status: Arc<ArchiveStatus>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Where the uploader runs: reading the journal back, encoding objects and sending them
+    /// cost CPU in proportion to the bytes written, and the proxy's workers must not wait
+    /// behind it.
+    _thread: OwnThread,
 }
 
 impl Archive {
@@ -134,6 +139,8 @@ pub async fn start(
     checkpoint: tokio::sync::mpsc::Sender<crate::checkpoint::Request>,
 ) -> Result<Archive, ArchiveError> {
     let a = &config.archive;
+    let thread = OwnThread::start("walrus-archive")
+        .map_err(|e| ArchiveError::Local(format!("starting the archive's thread: {e}")))?;
     let store = store::Store::open(&a.url, a)?;
     let data_dir = config.data.dir.clone();
     let (dir, id) = (data_dir.clone(), journal.data_dir_id());
@@ -141,7 +148,20 @@ pub async fn start(
         .await
         .map_err(|e| ArchiveError::Local(e.to_string()))??;
     let timeout = Duration::from_millis(a.request_timeout_ms);
-    match tokio::time::timeout(timeout, owner::claim(&store, &identity, &data_dir)).await {
+    // On the archive's thread, as every request to the store: the connections it opens
+    // are driven there.
+    let claim = {
+        let (store, identity, data_dir) = (store.clone(), identity.clone(), data_dir.clone());
+        thread.handle().spawn(async move {
+            tokio::time::timeout(timeout, owner::claim(&store, &identity, &data_dir))
+                .await
+                .map(|claimed| claimed.map(drop))
+        })
+    };
+    let claimed = claim
+        .await
+        .map_err(|e| ArchiveError::Local(format!("the archive's first claim failed: {e}")))?;
+    match claimed {
         Ok(Err(e @ (ArchiveError::Owner(_) | ArchiveError::Corrupt(_)))) => return Err(e),
         Ok(Err(e)) => tracing::warn!(
             "the archive cannot be reached now ({e}); serving, and uploading once it can"
@@ -188,8 +208,12 @@ pub async fn start(
         },
         status: status.clone(),
     };
-    tasks.push(tokio::spawn(uploader.run()));
-    Ok(Archive { status, tasks })
+    tasks.push(thread.handle().spawn(uploader.run()));
+    Ok(Archive {
+        status,
+        tasks,
+        _thread: thread,
+    })
 }
 
 /// Notes when the journal's durable position moves, for the archive's lag.

@@ -30,6 +30,7 @@
 
 use super::ArchiveError;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use object_store::PutPayload;
 
 pub const MANIFEST_KEY: &str = "MANIFEST";
 const MAGIC: &[u8; 8] = b"WALRUSA2";
@@ -39,6 +40,10 @@ const REPLID: usize = crate::journal::format::REPL_ID_BYTES;
 const HEADER_BYTES: usize = 8 + 8 * 6 + 4 + 1 + REPLID;
 const ENTRY_HEADER_BYTES: usize = 8 + 8 + 8 + 4;
 const ENTRY_HEADER_BYTES_UNTIMED: usize = 8 + 8 + 4;
+/// Payloads this large go into an encoded object as they are; smaller ones are copied into
+/// its buffer, where a part each would cost more than the copy. Large payloads (180 KiB
+/// SETs) are then neither copied nor allocated again between the journal and the store.
+const SHARED_PAYLOAD_BYTES: usize = 4096;
 
 /// A journal object, as its name says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,12 +147,16 @@ impl JournalObject {
         }
     }
 
-    /// The object's bytes.
-    pub fn encode(&self, entries: &[ArchivedEntry], written_ms: u64) -> Bytes {
-        let payload: usize = entries.iter().map(|e| e.payload.len()).sum();
-        let mut b = BytesMut::with_capacity(
-            HEADER_BYTES + entries.len() * ENTRY_HEADER_BYTES + payload + 8,
-        );
+    /// The object's bytes, in parts: payloads of [`SHARED_PAYLOAD_BYTES`] or more are the
+    /// entries' own (shared, not copied), the rest is written into the object's buffer.
+    pub fn encode(&self, entries: &[ArchivedEntry], written_ms: u64) -> PutPayload {
+        let copied: usize = entries
+            .iter()
+            .map(|e| e.payload.len())
+            .filter(|&n| n < SHARED_PAYLOAD_BYTES)
+            .sum();
+        let mut b =
+            BytesMut::with_capacity(HEADER_BYTES + entries.len() * ENTRY_HEADER_BYTES + copied + 8);
         b.put_slice(MAGIC);
         for v in [
             self.timeline,
@@ -162,16 +171,26 @@ impl JournalObject {
         b.put_u32_le(entries.len() as u32);
         b.put_u8(self.level);
         b.put_slice(&self.replid);
+        let mut parts = Vec::new();
+        let mut crc = crc64fast::Digest::new();
         for e in entries {
             b.put_u64_le(e.lsn);
             b.put_u64_le(e.end);
             b.put_u64_le(e.time_ms.unwrap_or(0));
             b.put_u32_le(e.payload.len() as u32);
-            b.put_slice(&e.payload);
+            if e.payload.len() < SHARED_PAYLOAD_BYTES {
+                b.put_slice(&e.payload);
+            } else {
+                for part in [b.split().freeze(), e.payload.clone()] {
+                    crc.write(&part);
+                    parts.push(part);
+                }
+            }
         }
-        let crc = super::crc64(&b);
-        b.put_u64_le(crc);
-        b.freeze()
+        crc.write(&b);
+        b.put_u64_le(crc.sum64());
+        parts.push(b.freeze());
+        PutPayload::from_iter(parts)
     }
 
     /// The entries of an object read back, checked against its CRC, its header and this
@@ -313,6 +332,30 @@ mod tests {
             .collect()
     }
 
+    fn joined(p: &PutPayload) -> Bytes {
+        p.iter().flat_map(|b| b.iter().copied()).collect()
+    }
+
+    #[test]
+    fn large_payloads_are_shared_with_the_object_and_still_covered_by_its_crc() {
+        let replid = *b"0123456789abcdef0123456789abcdef01234567";
+        let n = SHARED_PAYLOAD_BYTES;
+        let es = entries(1, 0, &[10, n, n - 1, 2 * n, 3]);
+        let o = JournalObject::of(1, replid, &es, 0);
+        let payload = o.encode(&es, 1);
+        let shared: Vec<_> = payload
+            .iter()
+            .filter(|part| es.iter().any(|e| e.payload.as_ptr() == part.as_ptr()))
+            .map(|part| part.len())
+            .collect();
+        assert_eq!(shared, [n, 2 * n], "the large payloads, not copies of them");
+        let bytes = joined(&payload);
+        assert_eq!(o.decode(bytes.clone()).unwrap(), es);
+        let mut bad = bytes.to_vec();
+        bad[bytes.len() / 2] ^= 1;
+        assert!(o.decode(Bytes::from(bad)).is_err());
+    }
+
     #[test]
     fn a_journal_object_names_and_proves_what_it_holds() {
         let replid = *b"0123456789abcdef0123456789abcdef01234567";
@@ -325,7 +368,7 @@ mod tests {
             "journal/00000002/00000000000000000100-00000000000000000109.0123456789abcdef0123456789abcdef01234567.7-9.L0.T1001-1002.wal"
         );
         assert_eq!(JournalObject::parse_key(&key), Some(o.clone()));
-        let bytes = o.encode(&es, 1);
+        let bytes = joined(&o.encode(&es, 1));
         assert_eq!(o.decode(bytes.clone()).unwrap(), es);
         // Any flipped bit is caught; so is a name that does not match the contents.
         for i in [0, 20, bytes.len() / 2, bytes.len() - 1] {

@@ -11,7 +11,8 @@
 use super::{io, ArchiveError, Listed, Version};
 use crate::config::{ArchiveConfig, ArchiveUrl};
 use bytes::Bytes;
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, UpdateVersion};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -69,18 +70,25 @@ impl Store {
         }
     }
 
-    /// Writes `bytes` as `key` (replacing it: keys name their contents).
-    pub async fn put(&self, key: &str, bytes: Bytes) -> Result<(), ArchiveError> {
-        let len = bytes.len() as u64;
+    /// Writes `bytes` as `key` (replacing it: keys name their contents). `bytes` may be in
+    /// parts ([`PutPayload`]): they are sent in turn, never joined.
+    pub async fn put(&self, key: &str, bytes: impl Into<PutPayload>) -> Result<(), ArchiveError> {
+        let bytes = bytes.into();
+        let len = bytes.content_length() as u64;
         let r = match &self.backend {
             Backend::S3 { store, prefix } => store
-                .put(&Self::path(prefix, key), bytes.into())
+                .put(&Self::path(prefix, key), bytes)
                 .await
                 .map(drop)
                 .map_err(|e| failed("put", key, e)),
             Backend::Dir(root) => {
                 let (root, key2) = (root.clone(), key.to_string());
-                blocking(move || super::dir::write(&root, &key2, &mut bytes.as_ref())).await
+                blocking(move || {
+                    super::dir::write(&root, &key2, &mut |f| {
+                        bytes.iter().try_for_each(|part| f.write_all(part))
+                    })
+                })
+                .await
             }
         };
         count("put", &r, len);
@@ -99,7 +107,7 @@ impl Store {
                 let (root, key2) = (root.clone(), key.to_string());
                 let r = blocking(move || {
                     let mut from = std::io::Read::take(from, len);
-                    super::dir::write(&root, &key2, &mut from)
+                    super::dir::write(&root, &key2, &mut |f| std::io::copy(&mut from, f).map(drop))
                 })
                 .await;
                 count("put", &r, len);

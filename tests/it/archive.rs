@@ -211,12 +211,34 @@ fn with_ack_archive_every_acknowledged_write_survives_the_loss_of_the_node() {
     );
     let mut w = Walrus::build().config(&archive).start();
     write_keys(&w.addr, "k", 200);
+    // The uploads ran on the archive's own thread (docs/archive.md), not the proxy's
+    // workers: woken for each of the 200 group commits, where an idle thread sleeps on.
+    let wakes = archive_thread_switches(w.proc.child.id());
+    assert!(wakes >= 100, "the walrus-archive thread woke {wakes} times");
     w.kill_with_valkey();
     std::fs::remove_dir_all(w.data.path().join("data")).unwrap();
     let w2 = Walrus::build()
         .config(&format!("{archive}bootstrap = true\n"))
         .start();
     assert_keys(&w2.addr, "k", 200);
+}
+
+/// Context switches of walrus's `walrus-archive` threads (the runtime's and its blocking
+/// pool's), from /proc.
+fn archive_thread_switches(pid: u32) -> u64 {
+    let mut n = 0;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let status = std::fs::read_to_string(t.unwrap().path().join("status")).unwrap_or_default();
+        if status.lines().next() != Some("Name:\twalrus-archive") {
+            continue;
+        }
+        n += status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    n
 }
 
 /// A store that stops answering: walrus serves on (ack local), `/status` says why the

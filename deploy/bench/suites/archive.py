@@ -26,7 +26,7 @@ import threading
 import time
 
 from ..dataset import SET_BYTES, dbsize_check, fill
-from ..procs import free_port
+from ..procs import cpu_ticks, cpu_us_per_request, free_port
 from ..runs import median_of, median_ratio, redis_benchmark, rounds, run_rounds, scaled
 from ..servers import (SEAWEED_ACCESS_KEY, SEAWEED_SECRET_KEY, WALRUS_VALKEY_SETTINGS, WalrusManaged, scrape,
                        start_seaweed, start_valkey, start_walrus, status)
@@ -85,29 +85,31 @@ def throughput_to(opts, tmp, endpoint, shm):
         v, vport = start_valkey(tmp, WALRUS_VALKEY_SETTINGS)
         metrics = "127.0.0.1:%d" % free_port()
         w, wport = start_walrus(tmp, vport, durable=True, config=config, metrics=metrics)
-        setups.append((name, wport, metrics))
+        setups.append((name, wport, metrics, w))
 
     def one(w, setup):
         _, args, n = w
-        sname, port, metrics = setup
+        sname, port, metrics, proc = setup
         probe = LagProbe(metrics) if sname != "no archive" else None
+        ticks = cpu_ticks(proc)
         row = redis_benchmark(port, args, scaled(n, opts.scale))
-        return (*row, probe.stop() if probe else 0.0)
+        lag = probe.stop() if probe else 0.0
+        return (*row, lag, cpu_us_per_request(proc, ticks, scaled(n, opts.scale)))
 
     results = run_rounds(opts.rounds, WORKLOADS, setups, one)
     print("\narchive suite, %d rounds, medians; ratio: median of per-round ops/s against no archive\n" % opts.rounds)
-    print("| workload | setup | ops/s | ratio | p50 ms | p99 ms | largest archive lag s |")
-    print("|---|---|---|---|---|---|---|")
+    print("| workload | setup | ops/s | ratio | p50 ms | p99 ms | largest archive lag s | walrus CPU µs per SET |")
+    print("|---|---|---|---|---|---|---|---|")
     for wname, _, _ in WORKLOADS:
         base = results[(wname, "no archive")]
-        for sname, _, _ in setups:
+        for sname, _, _, _ in setups:
             rows = results[(wname, sname)]
-            print("| %s | %s | %.0f | %.2fx | %.3f | %.3f | %s |" % (
+            print("| %s | %s | %.0f | %.2fx | %.3f | %.3f | %s | %.1f |" % (
                 wname, sname, median_of(rows, 0), median_ratio(rows, base, 0), median_of(rows, 1), median_of(rows, 2),
-                "" if sname == "no archive" else "%.2f" % max(x[4] for x in rows)))
+                "" if sname == "no archive" else "%.2f" % max(x[4] for x in rows), median_of(rows, 5)))
     print("\n| setup | stream bytes archived | bytes sent per stream byte | requests per MiB of stream | requests |")
     print("|---|---|---|---|---|")
-    for sname, _, metrics in setups[1:]:
+    for sname, _, metrics, _ in setups[1:]:
         await_archived(metrics)
         m = scrape(metrics)
         stream = m.get("walrus_archive_journal_bytes_total", 0.0)
