@@ -113,7 +113,7 @@ pub struct Archive {
     /// Where the uploader runs: reading the journal back, encoding objects and sending them
     /// cost CPU in proportion to the bytes written, and the proxy's workers must not wait
     /// behind it.
-    _thread: OwnThread,
+    thread: OwnThread,
 }
 
 impl Archive {
@@ -124,6 +124,9 @@ impl Archive {
             t.abort();
             let _ = t.await;
         }
+        // A file being written to a directory store is finished (not left as a temporary
+        // file), and a journal read lets go of the journal before it closes.
+        self.thread.stop().await;
     }
 }
 
@@ -140,6 +143,7 @@ pub async fn start(
 ) -> Result<Archive, ArchiveError> {
     let a = &config.archive;
     let thread = OwnThread::start("walrus-archive")
+        .await
         .map_err(|e| ArchiveError::Local(format!("starting the archive's thread: {e}")))?;
     let store = store::Store::open(&a.url, a)?;
     let data_dir = config.data.dir.clone();
@@ -212,7 +216,7 @@ pub async fn start(
     Ok(Archive {
         status,
         tasks,
-        _thread: thread,
+        thread,
     })
 }
 
