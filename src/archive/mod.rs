@@ -157,9 +157,7 @@ pub async fn start(
     let claim = {
         let (store, identity, data_dir) = (store.clone(), identity.clone(), data_dir.clone());
         thread.handle().spawn(async move {
-            tokio::time::timeout(timeout, owner::claim(&store, &identity, &data_dir))
-                .await
-                .map(|claimed| claimed.map(drop))
+            tokio::time::timeout(timeout, owner::claim(&store, &identity, &data_dir)).await
         })
     };
     let claimed = claim

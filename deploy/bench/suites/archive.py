@@ -91,10 +91,11 @@ def throughput_to(opts, tmp, endpoint, shm):
         _, args, n = w
         sname, port, metrics, proc = setup
         probe = LagProbe(metrics) if sname != "no archive" else None
+        requests = scaled(n, opts.scale)
         ticks = cpu_ticks(proc)
-        row = redis_benchmark(port, args, scaled(n, opts.scale))
+        row = redis_benchmark(port, args, requests)
         lag = probe.stop() if probe else 0.0
-        return (*row, lag, cpu_us_per_request(proc, ticks, scaled(n, opts.scale)))
+        return (*row, lag, cpu_us_per_request(proc, ticks, requests))
 
     results = run_rounds(opts.rounds, WORKLOADS, setups, one)
     print("\narchive suite, %d rounds, medians; ratio: median of per-round ops/s against no archive\n" % opts.rounds)
