@@ -60,7 +60,7 @@ def main():
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies every workload's request count")
     ap.add_argument("--no-build", action="store_true")
     ap.add_argument("--baseline", metavar="BINARY",
-                    help="proxy, durability, connect, compare, role, notifications: also run this walrus binary (e.g. a build of an "
+                    help="proxy, durability, connect, compare, role, notifications, archive: also run this walrus binary (e.g. a build of an "
                          "older commit) as a setup")
     ap.add_argument("--dataset-mb", type=int, default=1024,
                     help="restore, archive: MiB of SETs (200-byte values, 240 bytes each) written into each setup")

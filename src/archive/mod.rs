@@ -114,6 +114,9 @@ pub struct Archive {
     /// cost CPU in proportion to the bytes written, and the proxy's workers must not wait
     /// behind it.
     thread: OwnThread,
+    /// Keeps its newest entries in memory for the uploader ([`crate::journal::recent`]) until
+    /// the archive stops.
+    journal: Arc<Journal>,
 }
 
 impl Archive {
@@ -127,6 +130,7 @@ impl Archive {
         // A file being written to a directory store is finished (not left as a temporary
         // file), and a journal read lets go of the journal before it closes.
         self.thread.stop().await;
+        self.journal.keep_recent(0);
     }
 }
 
@@ -188,6 +192,8 @@ pub async fn start(
     if a.enforce_max_lag {
         tasks.push(tokio::spawn(bound(status.clone(), durability, max_lag)));
     }
+    journal.keep_recent(config.archive_memory_bytes());
+    let kept = journal.clone();
     let uploader = upload::Uploader {
         checkpoint: Some(checkpoint),
         store,
@@ -215,6 +221,7 @@ pub async fn start(
         status,
         tasks,
         thread,
+        journal: kept,
     })
 }
 

@@ -125,8 +125,21 @@ fn dir_store(root: &Path) -> store::Store {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_journal_and_its_checkpoint_are_archived_merged_and_restored() {
+    archived_merged_and_restored(0).await
+}
+
+/// The same, with the journal's newest entries in memory (`archive.memory_bytes`): all of
+/// them, or so few that a read takes the rest from the ring.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_from_the_journals_memory_whole_or_in_part() {
+    archived_merged_and_restored(1 << 20).await;
+    archived_merged_and_restored(25).await;
+}
+
+async fn archived_merged_and_restored(memory_bytes: u64) {
     let tmp = tempfile::tempdir().unwrap();
     let n = node(&tmp.path().join("data"));
+    n.journal.keep_recent(memory_bytes);
     let store = dir_store(&tmp.path().join("bucket"));
     // Entries 1..=5 end at 10..=50; the checkpoint at 30 covers the first three.
     append(&n, (1..=5).map(|i| i * 10)).await;

@@ -49,6 +49,13 @@ pub struct ArchiveConfig {
     /// Journal objects smaller than `object_bytes` are merged, this many at a time, so that
     /// a restore reads few objects however small the uploads were (0: never).
     pub merge_objects: u32,
+    /// The newest journal kept in memory for the uploader, so that it does not read back,
+    /// from the disk the journal writes to, what was just written; unset: twice
+    /// `object_bytes` (an upload and the merge of the small ones before it). 0: none, every
+    /// upload reads the journal back.
+    #[serde(deserialize_with = "crate::units::size_opt")]
+    #[schemars(with = "crate::units::Size")]
+    pub memory_bytes: Option<u64>,
     /// A checkpoint is uploaded once this much journal was archived after the last one
     /// (and whenever the archive's journal could not go on without one); unset: the ring's
     /// size, so a restore from the archive replays at most about a ring more than one from
@@ -101,6 +108,7 @@ impl Default for ArchiveConfig {
             object_bytes: None,
             // A minute of one-second uploads become one object, an hour's of those another.
             merge_objects: 60,
+            memory_bytes: None,
             checkpoint_after_bytes: None,
             checkpoint_interval_ms: 24 * 3_600_000,
             keep_restore_points: 7,

@@ -503,6 +503,13 @@ impl Config {
             .unwrap_or(self.journal.segment_size_bytes)
     }
 
+    /// `archive.memory_bytes`: as set, or twice `archive.object_bytes`.
+    pub fn archive_memory_bytes(&self) -> u64 {
+        self.archive
+            .memory_bytes
+            .unwrap_or(2 * self.archive_object_bytes())
+    }
+
     /// `archive.checkpoint_after_bytes`: as set, or the ring's size.
     pub fn archive_checkpoint_after_bytes(&self) -> u64 {
         self.archive

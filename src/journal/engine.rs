@@ -14,7 +14,7 @@ use super::error::{Corruption, JournalError};
 use super::format::REPL_ID_BYTES;
 use super::io::BackendInfo;
 use super::manifest::{hex_encode, Checkpoint, DataDirId, Manifest};
-use super::reader::{EntryIter, ReplayFrom};
+use super::reader::{EntryIter, ReplayEntry, ReplayFrom};
 use super::recovery::{LogEnd, ScanLimits, ScanStart, Scanner, Tail};
 use super::ring::{FileRing, Geometry};
 use super::writer::{Durable, WriterState};
@@ -145,13 +145,20 @@ impl Journal {
     /// times its entries had (0: unknown). A stamp below the last of this run is raised to it.
     pub fn try_append_at(&self, entry: &Entry, time_ms: u64) -> Result<Ticket, JournalError> {
         let hint = self.shared.durable_lsn.load(Ordering::Acquire);
-        let placed = self.shared.lock().append(
-            &entry.repl_id,
-            entry.repl_offset_end,
-            &entry.payload,
-            hint,
-            time_ms,
-        );
+        let placed = {
+            let mut b = self.shared.lock();
+            let placed = b.append(
+                &entry.repl_id,
+                entry.repl_offset_end,
+                &entry.payload,
+                hint,
+                time_ms,
+            );
+            if placed.is_ok() {
+                b.keep_recent(entry.payload.clone());
+            }
+            placed
+        };
         // Written only when it changes: no read-modify-write on every append.
         let full = matches!(placed, Err(JournalError::RingFull { .. }));
         if self.shared.room_wanted.load(Ordering::Acquire) != full {
@@ -337,6 +344,24 @@ impl Journal {
         Ok(EntryIter::new(scanner, ReplayFrom::Lsn(start.lsn), upto))
     }
 
+    /// Keeps up to `max_bytes` of the newest entries' payloads in memory for
+    /// [`recent_from`](Self::recent_from) (0: none): [`super::recent`].
+    pub fn keep_recent(&self, max_bytes: u64) {
+        self.shared.lock().recent_mut().set_max_bytes(max_bytes);
+    }
+
+    /// Up to `max_entries` durable entries from `lsn` on, from memory, each with the point a
+    /// replay resumes at after it ([`replay_at`](Self::replay_at)): what a replay of the ring
+    /// would return. `None` when memory does not hold `lsn`.
+    pub fn recent_from(
+        &self,
+        lsn: u64,
+        max_entries: usize,
+    ) -> Option<Vec<(ReplayEntry, ScanStart)>> {
+        let upto = self.shared.durable_tx.borrow().lsn;
+        self.shared.lock().recent().from(lsn, upto, max_entries)
+    }
+
     /// The replication id at the end of durable entry `lsn`: that of the entries appended
     /// since the history last changed, the checkpoint's when `lsn` is the last entry released
     /// (releasing everything moves the checkpoint to the end of the log), or else read from
@@ -391,7 +416,9 @@ impl Journal {
         next.store(&self.dir)?;
         *m = next;
         // Only after the manifest is durable may the old segments be overwritten.
-        self.shared.lock().set_head(m.checkpoint.start_pos);
+        self.shared
+            .lock()
+            .set_head(m.checkpoint.start_pos, m.checkpoint.start_lsn);
         Ok(m.checkpoint.clone())
     }
 

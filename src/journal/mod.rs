@@ -16,7 +16,8 @@
 //! - [`lock`]: a directory's one owner (the journal's, and the data directory's).
 //! - [`compact`]: a backup's ring cut to its log, filled out again when it is served.
 //! - [`open`]: opening (lock, init, recovery, repair, epoch bump); [`engine`]: the
-//!   [`Journal`] handle; [`reader`]: replay. `walrus journal ...` is in `crate::cli::journal`.
+//!   [`Journal`] handle; [`reader`]: replay; [`recent`]: the newest entries, in memory.
+//!   `walrus journal ...` is in `crate::cli::journal`.
 //!
 //! See docs/journal.md for the full description and benchmark results.
 
@@ -34,6 +35,7 @@ pub mod lock;
 pub mod manifest;
 pub mod open;
 pub mod reader;
+pub mod recent;
 pub mod recovery;
 pub mod ring;
 pub mod sim;

@@ -221,7 +221,7 @@ impl MemLog {
         assert!(lsn <= self.durable_lsn, "release beyond durable");
         if let Some(c) = self.batcher.checkpoint_candidate(lsn) {
             if c.pos > self.start.pos {
-                self.batcher.set_head(c.pos);
+                self.batcher.set_head(c.pos, c.lsn);
                 self.start = ScanStart {
                     pos: c.pos,
                     lsn: c.lsn,

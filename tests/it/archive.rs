@@ -210,17 +210,35 @@ fn with_ack_archive_every_acknowledged_write_survives_the_loss_of_the_node() {
         bucket.path().display()
     );
     let mut w = Walrus::build().config(&archive).start();
+    let read_before = storage_reads(w.proc.child.id());
     write_keys(&w.addr, "k", 200);
     // The uploads ran on the archive's own thread (docs/archive.md), not the proxy's
     // workers: woken for each of the 200 group commits, where an idle thread sleeps on.
     let wakes = archive_thread_switches(w.proc.child.id());
     assert!(wakes >= 100, "the walrus-archive thread woke {wakes} times");
+    // And they took the entries from memory (`archive.memory_bytes`), not from the disk the
+    // journal had just written them to: 200 reads of at least a 4 KiB block each otherwise.
+    let read = storage_reads(w.proc.child.id()) - read_before;
+    assert!(
+        read < 100 * 4096,
+        "walrus read {read} bytes from its disk while archiving"
+    );
     w.kill_with_valkey();
     std::fs::remove_dir_all(w.data.path().join("data")).unwrap();
     let w2 = Walrus::build()
         .config(&format!("{archive}bootstrap = true\n"))
         .start();
     assert_keys(&w2.addr, "k", 200);
+}
+
+/// Bytes a process has read from storage (`read_bytes` in /proc/PID/io: O_DIRECT reads
+/// included, the page cache's hits not).
+fn storage_reads(pid: u32) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
+    io.lines()
+        .find_map(|l| l.strip_prefix("read_bytes: "))
+        .and_then(|v| v.parse().ok())
+        .expect("read_bytes in /proc/PID/io")
 }
 
 /// Context switches of walrus's `walrus-archive` threads (the runtime's and its blocking

@@ -568,6 +568,75 @@ async fn a_replay_resumes_where_another_stopped_and_never_behind_a_release() {
     assert!(e.to_string().contains("released"), "{e}");
 }
 
+/// The archive takes the newest entries from memory rather than reading back what was just
+/// written: memory must return what a replay of the ring returns, entry for entry, resume
+/// point for resume point (the archive goes on from either in the ring), through fragmented
+/// entries, several histories, laps of the ring and releases; and never an entry the ring
+/// no longer holds, nor one not yet durable.
+#[tokio::test]
+async fn the_newest_entries_in_memory_are_what_a_replay_of_the_ring_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = JournalConfig {
+        segments: 8,
+        ..cfg(IoBackendChoice::Sync)
+    };
+    let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
+    let j = Arc::new(j);
+    assert!(j.recent_from(1, usize::MAX).is_none(), "off until asked");
+    j.keep_recent(1 << 30);
+    let ids = [REPL_ID, *b"0000000000111111111122222222223333333333"];
+    let sizes = [1usize, 20_000, 100, 90_000, 3000, 16_000, 0, 40_000];
+    let (mut off, mut lsn) = (0u64, 0u64);
+    for round in 0..12usize {
+        let mut last = None;
+        for (i, &len) in sizes.iter().enumerate() {
+            lsn += 1;
+            off += len as u64 + 1;
+            let entry = Entry {
+                repl_id: ids[(round + i / 5) % 2],
+                repl_offset_end: off,
+                payload: payload(lsn, len),
+            };
+            last = Some(j.append(entry).await.unwrap());
+        }
+        let first = lsn + 1 - sizes.len() as u64;
+        let not_durable = j.recent_from(first, usize::MAX).unwrap();
+        assert!(not_durable
+            .iter()
+            .all(|(e, _)| e.lsn <= j.durable().borrow().lsn));
+        last.unwrap().wait().await.unwrap();
+        let mut ring = j.replay(ReplayFrom::Lsn(first)).unwrap();
+        let mut from_ring = Vec::new();
+        while let Some(e) = ring.next() {
+            from_ring.push((e.unwrap(), ring.resume_point().unwrap()));
+        }
+        assert_eq!(from_ring.len(), sizes.len());
+        let from_memory = j.recent_from(first, usize::MAX).unwrap();
+        assert_eq!(from_memory, from_ring, "round {round}");
+        // A replay of the ring resumes at any of memory's points.
+        let (_, at) = from_memory[2];
+        let rest: Vec<_> = j.replay_at(at).unwrap().map(|e| e.unwrap()).collect();
+        let expected: Vec<_> = from_ring[3..].iter().map(|(e, _)| e.clone()).collect();
+        assert_eq!(rest, expected);
+        assert_eq!(j.recent_from(lsn + 1, usize::MAX), Some(vec![]));
+        // Released (the ring laps every few rounds): memory forgets it too.
+        let head = j.release_through(lsn - 2).await.unwrap().start_lsn;
+        assert!(head > 1 && head < lsn);
+        assert!(
+            j.recent_from(head - 1, usize::MAX).is_none(),
+            "round {round}: released"
+        );
+        let held = j.recent_from(head, usize::MAX).unwrap();
+        assert_eq!(held.len() as u64, lsn + 1 - head);
+    }
+    assert!(off > 8 * 64 * 1024 * 2, "the ring lapped");
+    // Within its bound: the oldest go first.
+    // The last three entries hold 16,000, 0 and 40,000 bytes.
+    j.keep_recent(45_000);
+    assert!(j.recent_from(lsn - 2, usize::MAX).is_none());
+    assert_eq!(j.recent_from(lsn - 1, usize::MAX).unwrap().len(), 2);
+}
+
 /// A checkpoint asks for the replication id of the last durable entry: it is known from
 /// what was appended, without reading the ring (a scan from the checkpoint through a ring
 /// of hundreds of MB delayed every checkpoint under load by seconds). Entries of an earlier

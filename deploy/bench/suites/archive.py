@@ -79,12 +79,23 @@ def throughput(opts, tmp, endpoint):
 
 def throughput_to(opts, tmp, endpoint, shm):
     setups = []
-    for name, config in [("no archive", ""), ("archive, ack local", archive_toml(endpoint, "local")),
-                         ("archive on tmpfs (file://), ack local", '[archive]\nurl = "file://%s"\n' % shm),
-                         ("archive, ack archive", 'ack = "archive"\n' + archive_toml(endpoint, "ack"))]:
+    # One directory each, beside each other: an archive's directory is its alone.
+    def tmpfs(name):
+        os.makedirs(os.path.join(shm, name))
+        return '[archive]\nurl = "file://%s"\n' % os.path.join(shm, name)
+    chosen = [("no archive", "", None), ("archive, ack local", archive_toml(endpoint, "local"), None),
+              ("archive on tmpfs (file://), ack local", tmpfs("current"), None),
+              ("archive, ack archive", 'ack = "archive"\n' + archive_toml(endpoint, "ack"), None)]
+    if opts.baseline:
+        # The archive's cost in an older build, against the same "no archive" setup.
+        chosen += [("baseline: archive, ack local", archive_toml(endpoint, "base"), opts.baseline),
+                   ("baseline: archive on tmpfs, ack local", tmpfs("baseline"), opts.baseline),
+                   ("baseline: archive, ack archive", 'ack = "archive"\n' + archive_toml(endpoint, "base-ack"),
+                    opts.baseline)]
+    for name, config, binary in chosen:
         v, vport = start_valkey(tmp, WALRUS_VALKEY_SETTINGS)
         metrics = "127.0.0.1:%d" % free_port()
-        w, wport = start_walrus(tmp, vport, durable=True, config=config, metrics=metrics)
+        w, wport = start_walrus(tmp, vport, durable=True, config=config, metrics=metrics, binary=binary)
         setups.append((name, wport, metrics, w))
 
     def one(w, setup):

@@ -26,7 +26,9 @@ use std::sync::Arc;
 
 use super::buf::{BufPool, IoBuf};
 use super::format::{align_up, entry_buffers_bound, RecordKey, BLOCK_BYTES, REPL_ID_BYTES};
-use super::recovery::EntryStart;
+use super::reader::ReplayEntry;
+use super::recent::Recent;
+use super::recovery::{EntryStart, LogEnd, ScanStart};
 use super::ring::Geometry;
 
 pub mod place;
@@ -94,6 +96,8 @@ pub struct Batcher {
     closed: bool,
     /// First entry start in each segment sequence still retained: checkpoint candidates.
     starts: VecDeque<EntryStart>,
+    /// The newest entries, for the archive (off unless it asks).
+    recent: Recent,
 }
 
 /// Initial state, from recovery.
@@ -163,6 +167,7 @@ impl Batcher {
             failed: None,
             closed: false,
             starts,
+            recent: Recent::default(),
         }
     }
 
@@ -226,10 +231,46 @@ impl Batcher {
             .then_some(self.last_repl_id)
     }
 
-    /// Moves the retained head forward; segments before it may be overwritten.
-    pub fn set_head(&mut self, head_pos: u64) {
+    /// Where the log ends now, as a scan that reached it would say.
+    pub fn log_end(&self) -> LogEnd {
+        LogEnd {
+            end_pos: self.entry_end,
+            next_lsn: self.next_lsn,
+            last_repl_id: self.last_repl_id,
+            last_repl_offset: self.last_repl_offset,
+            last_epoch: self.last_epoch,
+        }
+    }
+
+    /// Keeps the entry appended last, whose stream bytes are `payload`, among the recent
+    /// ones ([`Recent`]).
+    pub fn keep_recent(&mut self, payload: bytes::Bytes) {
+        let end = self.log_end();
+        let entry = ReplayEntry {
+            lsn: end.last_lsn(),
+            repl_id: end.last_repl_id,
+            repl_offset_end: end.last_repl_offset,
+            payload,
+            // As a replay reads it back: the time stamped, or none for a time of 0.
+            time_ms: (self.last_time_ms > 0).then_some(self.last_time_ms),
+        };
+        self.recent.push(entry, ScanStart::after(&end));
+    }
+
+    pub fn recent(&self) -> &Recent {
+        &self.recent
+    }
+
+    pub fn recent_mut(&mut self) -> &mut Recent {
+        &mut self.recent
+    }
+
+    /// Moves the retained head forward to the entry `head_lsn` begins at `head_pos`;
+    /// segments before it may be overwritten.
+    pub fn set_head(&mut self, head_pos: u64, head_lsn: u64) {
         assert!(head_pos >= self.head_pos, "the head never moves backwards");
         self.head_pos = head_pos;
+        self.recent.release_before(head_lsn);
         let head_seq = self.geo.seg_seq(head_pos);
         while self
             .starts
