@@ -521,18 +521,22 @@ async fn an_interrupted_initialization_is_finished_by_the_next_open() {
     assert!(err.contains("is not zero-filled"), "{err}");
 }
 
+/// A journal of 8 segments of 64 KiB on the sync backend.
+fn open_eight_segments(dir: &std::path::Path) -> Arc<Journal> {
+    let cfg = JournalConfig {
+        segments: 8,
+        ..cfg(IoBackendChoice::Sync)
+    };
+    Arc::new(Journal::open(dir, &cfg).unwrap().0)
+}
+
 /// A replay goes on from where an earlier one stopped (its resume point), reading nothing
 /// before it, also across segments and entries fragmented over them; a resume point that a
 /// release has left behind is refused, never read as recycled data.
 #[tokio::test]
 async fn a_replay_resumes_where_another_stopped_and_never_behind_a_release() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = JournalConfig {
-        segments: 8,
-        ..cfg(IoBackendChoice::Sync)
-    };
-    let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
-    let j = Arc::new(j);
+    let j = open_eight_segments(dir.path());
     let mut off = 0u64;
     let mut last = None;
     for (i, len) in [30_000usize, 50_000, 10, 90_000, 40_000, 7]
@@ -576,12 +580,7 @@ async fn a_replay_resumes_where_another_stopped_and_never_behind_a_release() {
 #[tokio::test]
 async fn the_newest_entries_in_memory_are_what_a_replay_of_the_ring_returns() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = JournalConfig {
-        segments: 8,
-        ..cfg(IoBackendChoice::Sync)
-    };
-    let (j, _) = Journal::open(dir.path(), &cfg).unwrap();
-    let j = Arc::new(j);
+    let j = open_eight_segments(dir.path());
     assert!(j.recent_from(1, usize::MAX).is_none(), "off until asked");
     j.keep_recent(1 << 30);
     let ids = [REPL_ID, *b"0000000000111111111122222222223333333333"];
