@@ -588,6 +588,7 @@ async fn the_newest_entries_in_memory_are_what_a_replay_of_the_ring_returns() {
     let (mut off, mut lsn) = (0u64, 0u64);
     for round in 0..12usize {
         let mut last = None;
+        let mut appended = Vec::new();
         for (i, &len) in sizes.iter().enumerate() {
             lsn += 1;
             off += len as u64 + 1;
@@ -596,6 +597,7 @@ async fn the_newest_entries_in_memory_are_what_a_replay_of_the_ring_returns() {
                 repl_offset_end: off,
                 payload: payload(lsn, len),
             };
+            appended.push(entry.payload.clone());
             last = Some(j.append(entry).await.unwrap());
         }
         let first = lsn + 1 - sizes.len() as u64;
@@ -612,6 +614,10 @@ async fn the_newest_entries_in_memory_are_what_a_replay_of_the_ring_returns() {
         assert_eq!(from_ring.len(), sizes.len());
         let from_memory = j.recent_from(first, usize::MAX).unwrap();
         assert_eq!(from_memory, from_ring, "round {round}");
+        // The link's own bytes, not a copy.
+        for ((e, _), p) in from_memory.iter().zip(&appended) {
+            assert_eq!(e.payload.as_ptr(), p.as_ptr(), "entry {} was copied", e.lsn);
+        }
         // A replay of the ring resumes at any of memory's points.
         let (_, at) = from_memory[2];
         let rest: Vec<_> = j.replay_at(at).unwrap().map(|e| e.unwrap()).collect();
