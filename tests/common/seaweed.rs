@@ -36,22 +36,29 @@ pub struct Seaweed {
 impl Seaweed {
     /// Starts a store and returns once its S3 gateway answers.
     pub fn start() -> Seaweed {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("data")).unwrap();
-        std::fs::write(
-            dir.path().join("s3.json"),
-            format!(
-                r#"{{"identities":[{{"name":"walrus","credentials":[{{"accessKey":"{ACCESS_KEY}","secretKey":"{SECRET_KEY}"}}],"actions":["Admin","Read","Write","List","Tagging"]}}]}}"#
-            ),
-        )
-        .unwrap();
-        // Each gRPC port would be its HTTP one + 10000 unless set: all are set, and kept
-        // for a restart.
-        let ports = [(); 8].map(|_| free_port());
-        let proc = Self::spawn(dir.path(), ports);
-        let s = Seaweed { proc, dir, ports };
-        s.await_ready();
-        s
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::create_dir_all(dir.path().join("data")).unwrap();
+            std::fs::write(
+                dir.path().join("s3.json"),
+                format!(
+                    r#"{{"identities":[{{"name":"walrus","credentials":[{{"accessKey":"{ACCESS_KEY}","secretKey":"{SECRET_KEY}"}}],"actions":["Admin","Read","Write","List","Tagging"]}}]}}"#
+                ),
+            )
+            .unwrap();
+            // Each gRPC port would be its HTTP one + 10000 unless set: all are set, and kept
+            // for a restart.
+            let ports = [(); 8].map(|_| free_port());
+            let proc = Self::spawn(dir.path(), ports);
+            let s = Seaweed { proc, dir, ports };
+            if s.ready() {
+                return s;
+            }
+            // One of its eight ports taken between probe and bind, most likely (it then
+            // exits: "bind: address already in use"): try others. Dropped, it is killed.
+            eprintln!("SeaweedFS did not start; log:\n{}", s.proc.log_text());
+        }
+        panic!("SeaweedFS failed to start five times");
     }
 
     fn spawn(dir: &std::path::Path, p: [u16; 8]) -> Proc {
@@ -79,16 +86,18 @@ impl Seaweed {
         Proc::spawn(cmd, true)
     }
 
-    /// Waits for the S3 gateway and the volume server (which may come in either order).
-    fn await_ready(&self) {
-        for line in [
+    /// Waits for the S3 gateway and the volume server (which may come in either order);
+    /// false when they do not come within the start timeout, or the process ends first.
+    fn ready(&self) -> bool {
+        [
             "Start Seaweed S3 API Server",
             "Volume server start with seed master",
-        ] {
-            if !self.proc.log_text().contains(line) {
-                self.proc.wait_line(line, START_TIMEOUT);
-            }
-        }
+        ]
+        .into_iter()
+        .all(|line| {
+            self.proc.log_text().contains(line)
+                || self.proc.try_wait_line(line, START_TIMEOUT).is_some()
+        })
     }
 
     /// The S3 endpoint.
@@ -132,7 +141,11 @@ impl Seaweed {
     /// Starts the killed store again, on its ports, with its data.
     pub fn restart(&mut self) {
         self.proc = Self::spawn(self.dir.path(), self.ports);
-        self.await_ready();
+        assert!(
+            self.ready(),
+            "SeaweedFS did not start again on its ports; log:\n{}",
+            self.proc.log_text()
+        );
     }
 
     /// Stops the store answering (SIGSTOP) or lets it go on (SIGCONT): a store that hangs.
