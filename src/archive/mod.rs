@@ -110,9 +110,9 @@ fn crc64(bytes: &[u8]) -> u64 {
 pub struct Archive {
     pub status: Arc<ArchiveStatus>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
-    /// Where the uploader runs: reading the journal back, encoding objects and sending them
-    /// cost CPU in proportion to the bytes written, and the proxy's workers must not wait
-    /// behind it.
+    /// Where the uploader runs: taking the journal's entries, encoding objects and sending
+    /// them cost CPU in proportion to the bytes written, and the proxy's workers must not
+    /// wait behind it.
     thread: OwnThread,
     /// Keeps its newest entries in memory for the uploader ([`crate::journal::recent`]) until
     /// the archive stops.
@@ -193,11 +193,10 @@ pub async fn start(
         tasks.push(tokio::spawn(bound(status.clone(), durability, max_lag)));
     }
     journal.keep_recent(config.archive_memory_bytes());
-    let kept = journal.clone();
     let uploader = upload::Uploader {
         checkpoint: Some(checkpoint),
         store,
-        journal,
+        journal: journal.clone(),
         local,
         pin,
         data_dir,
@@ -221,7 +220,7 @@ pub async fn start(
         status,
         tasks,
         thread,
-        journal: kept,
+        journal,
     })
 }
 

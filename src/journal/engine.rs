@@ -155,7 +155,7 @@ impl Journal {
                 time_ms,
             );
             if placed.is_ok() {
-                b.keep_recent(entry.payload.clone());
+                b.keep_recent(&entry.payload);
             }
             placed
         };

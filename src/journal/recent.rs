@@ -34,9 +34,14 @@ impl Recent {
         self.trim();
     }
 
+    /// Whether it keeps anything: appenders need not build an entry for it otherwise.
+    pub fn is_on(&self) -> bool {
+        self.max_bytes > 0
+    }
+
     /// Keeps the entry appended last (its LSN follows the one kept before it, if any).
     pub fn push(&mut self, entry: ReplayEntry, resume: ScanStart) {
-        if self.max_bytes == 0 {
+        if !self.is_on() {
             return;
         }
         debug_assert!(

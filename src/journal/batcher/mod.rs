@@ -243,14 +243,17 @@ impl Batcher {
     }
 
     /// Keeps the entry appended last, whose stream bytes are `payload`, among the recent
-    /// ones ([`Recent`]).
-    pub fn keep_recent(&mut self, payload: bytes::Bytes) {
+    /// ones ([`Recent`]) when they are kept: nothing is built or shared otherwise.
+    pub fn keep_recent(&mut self, payload: &bytes::Bytes) {
+        if !self.recent.is_on() {
+            return;
+        }
         let end = self.log_end();
         let entry = ReplayEntry {
             lsn: end.last_lsn(),
             repl_id: end.last_repl_id,
             repl_offset_end: end.last_repl_offset,
-            payload,
+            payload: payload.clone(),
             // As a replay reads it back: the time stamped, or none for a time of 0.
             time_ms: (self.last_time_ms > 0).then_some(self.last_time_ms),
         };
