@@ -182,6 +182,7 @@ impl Entries<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::journal::recent::ENTRY_OVERHEAD_BYTES;
     use crate::journal::{Entry, JournalConfig};
 
     async fn append(j: &Journal, lsns: std::ops::RangeInclusive<u64>) {
@@ -204,7 +205,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (j, _) =
             Journal::open(dir.path(), &JournalConfig::small_for_tests(64 * 1024, 8)).unwrap();
-        j.keep_recent(300 * 100);
+        j.keep_recent(300 * (100 + ENTRY_OVERHEAD_BYTES as u64));
         append(&j, 1..=400).await;
         let mut entries = Entries {
             journal: &j,

@@ -133,7 +133,10 @@ async fn the_journal_and_its_checkpoint_are_archived_merged_and_restored() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_from_the_journals_memory_whole_or_in_part() {
     archived_merged_and_restored(1 << 20).await;
-    archived_merged_and_restored(25).await;
+    archived_merged_and_restored(
+        2 * (10 + crate::journal::recent::ENTRY_OVERHEAD_BYTES as u64) + 5,
+    )
+    .await;
 }
 
 async fn archived_merged_and_restored(memory_bytes: u64) {

@@ -49,10 +49,10 @@ pub struct ArchiveConfig {
     /// Journal objects smaller than `object_bytes` are merged, this many at a time, so that
     /// a restore reads few objects however small the uploads were (0: never).
     pub merge_objects: u32,
-    /// The newest journal kept in memory for the uploader, so that it does not read back,
-    /// from the disk the journal writes to, what was just written; unset: twice
-    /// `object_bytes` (an upload and the merge of the small ones before it). 0: none, every
-    /// upload reads the journal back.
+    /// The newest journal kept in memory for the uploader (payloads and their bookkeeping),
+    /// so that it does not read back, from the disk the journal writes to, what was just
+    /// written; unset: twice `object_bytes` (an upload and the merge of the small ones
+    /// before it). 0: none, every upload reads the journal back.
     #[serde(deserialize_with = "crate::units::size_opt")]
     #[schemars(with = "crate::units::Size")]
     pub memory_bytes: Option<u64>,

@@ -3,10 +3,12 @@
 //! journal writes to, what was written a moment before: those reads took the bandwidth the
 //! writes needed (docs/benchmarks.md, "The archive").
 //!
-//! Bounded by payload bytes. An entry leaves when the bound needs its room or when the
-//! journal releases it, so every entry held here is one the ring still holds, and a read from
-//! here returns exactly what a replay of the ring would: the same entries, the same resume
-//! points. The entries are the link's own `Bytes`, shared, not copied.
+//! Bounded by bytes: each entry's payload and what keeping it costs besides (small entries,
+//! one command each under light load, cost more in bookkeeping than in payload). An entry
+//! leaves when the bound needs its room or when the journal releases it, so every entry held
+//! here is one the ring still holds, and a read from here returns exactly what a replay of
+//! the ring would: the same entries, the same resume points. The entries are the link's own
+//! `Bytes`, shared, not copied.
 
 use std::collections::VecDeque;
 
@@ -28,7 +30,7 @@ pub struct Recent {
 }
 
 impl Recent {
-    /// Holds at most `max_bytes` of payload from now on (0: nothing).
+    /// Holds at most `max_bytes` from now on, payloads and bookkeeping (0: nothing).
     pub fn set_max_bytes(&mut self, max_bytes: u64) {
         self.max_bytes = max_bytes;
         self.trim();
@@ -50,7 +52,7 @@ impl Recent {
                 .is_none_or(|k| k.entry.lsn + 1 == entry.lsn),
             "recent entries are consecutive"
         );
-        self.bytes += entry.payload.len() as u64;
+        self.bytes += cost(&entry);
         self.kept.push_back(Kept { entry, resume });
         self.trim();
     }
@@ -95,9 +97,16 @@ impl Recent {
 
     fn pop(&mut self) {
         if let Some(k) = self.kept.pop_front() {
-            self.bytes -= k.entry.payload.len() as u64;
+            self.bytes -= cost(&k.entry);
         }
     }
+}
+
+/// What holding an entry costs besides its payload: its place in the queue.
+pub const ENTRY_OVERHEAD_BYTES: usize = std::mem::size_of::<Kept>();
+
+fn cost(entry: &ReplayEntry) -> u64 {
+    (entry.payload.len() + ENTRY_OVERHEAD_BYTES) as u64
 }
 
 #[cfg(test)]
@@ -134,7 +143,7 @@ mod tests {
         let (e, at) = entry(1, 10);
         r.push(e, at);
         assert_eq!(lsns(&r, 1, 9, usize::MAX), None, "holds nothing while off");
-        r.set_max_bytes(30);
+        r.set_max_bytes(3 * (10 + ENTRY_OVERHEAD_BYTES as u64));
         for lsn in 1..=5 {
             let (e, at) = entry(lsn, 10);
             r.push(e, at);
