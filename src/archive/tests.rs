@@ -453,3 +453,43 @@ async fn a_restore_point_waiting_for_its_journal_is_passed_over_for_a_whole_one(
     };
     assert!(e.to_string().contains("uploaded to offset 30 of 50"), "{e}");
 }
+
+/// The recorded checkpoint's file deleted by hand before its restore point was uploaded: the
+/// uploader says so and waits for the next checkpoint, instead of going round at once on it
+/// for ever (a core spent, and a stop that waited on a task that never yielded).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recorded_checkpoint_deleted_by_hand_is_reported_and_the_next_one_carries_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = node(&tmp.path().join("data"));
+    let store = dir_store(&tmp.path().join("bucket"));
+    append(&n, (1..=3).map(|i| i * 10)).await;
+    checkpoint(&n, 10, 2);
+    let status = Arc::new(ArchiveStatus::new("test".into(), Duration::from_millis(40)));
+    let clock = tokio::spawn(clock(n.journal.durable(), status.clone()));
+    let mut up = uploader(&n, &store, status.clone());
+    // A new restore point once more than 20 bytes follow the last one: not before entry 4.
+    up.settings.checkpoint_after_bytes = 25;
+    let task = tokio::spawn(up.run());
+    archived(&status, 3).await;
+    checkpoint(&n, 30, 4);
+    std::fs::remove_file(n.local.path_of(&n.local.recorded().unwrap())).unwrap();
+    append(&n, [40]).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let error = loop {
+        if let Some(e) = status.snapshot().error {
+            break e;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the missing checkpoint was not reported"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(error.contains("is gone from the data directory"), "{error}");
+    checkpoint(&n, 40, 5);
+    let m = await_point(&store, 40).await;
+    assert!(m.restore_points.iter().all(|r| r.offset != 30), "{m:?}");
+    assert_eq!(status.snapshot().error, None);
+    task.abort();
+    clock.abort();
+}

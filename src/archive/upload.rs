@@ -148,7 +148,9 @@ impl Uploader {
                     backoff.reset();
                     last_failure.clear();
                     match step {
-                        Step::Busy => {}
+                        // A round may find all it awaited ready: yielding lets an abort
+                        // (walrus stopping) in between rounds whatever they do.
+                        Step::Busy => tokio::task::yield_now().await,
                         Step::Idle(until) => tokio::select! {
                             r = durable.changed() => if r.is_err() { return },
                             _ = tokio::time::sleep_until(until.into()) => {}
@@ -432,7 +434,22 @@ impl Uploader {
                 // and the open file stays readable.
                 let file = match std::fs::File::open(self.local.path_of(lc)) {
                     Ok(f) => f,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        if self.local.recorded().is_some_and(|now| now.file != lc.file) {
+                            return Ok(false);
+                        }
+                        // Still the recorded one: someone deleted it. Going round again at
+                        // once would spin on it; retrying with backoff waits for the next
+                        // checkpoint, and says why meanwhile.
+                        let gone = Err(ArchiveError::Local(format!(
+                            "the recorded checkpoint {} is gone from the data directory; \
+                             the archive goes on from the next checkpoint (`walrus checkpoint` \
+                             takes one now)",
+                            self.local.path_of(lc).display()
+                        )));
+                        uploaded("checkpoint", &gone);
+                        return gone;
+                    }
                     Err(e) => {
                         return Err(ArchiveError::Local(format!(
                             "opening {}: {e}",
