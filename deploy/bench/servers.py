@@ -134,6 +134,21 @@ def scrape(address):
             for line in text.splitlines() if line and not line.startswith("#")}
 
 
+def await_idle(ports, timeout=900):
+    """Waits until none of the servers at `ports` (Valkeys, or walruses: through walrus, INFO
+    persistence is its own, a checkpoint showing as a background save) runs a background save
+    or an AOF rewrite: what one setup's run started must not run on into the next one's."""
+    deadline = time.monotonic() + timeout
+    for port in ports:
+        while True:
+            pers = info(port, "persistence")
+            if pers.get("rdb_bgsave_in_progress", "0") == "0" and pers.get("aof_rewrite_in_progress", "0") == "0":
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("the server on port %d is still saving after %ds" % (port, timeout))
+            time.sleep(0.1)
+
+
 def status(metrics):
     """walrus's /status, decoded."""
     with urllib.request.urlopen("http://%s/status" % metrics, timeout=10) as r:

@@ -23,16 +23,16 @@ ratios show what walrus spends on the archive, not a real store's latency.
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import threading
 import time
 
 from ..dataset import SET_BYTES, dbsize_check, fill
-from ..resp import info
 from ..procs import cpu_ticks, cpu_us_per_request, free_port
 from ..runs import median_of, median_ratio, redis_benchmark, rounds, run_rounds, scaled
-from ..servers import (SEAWEED_ACCESS_KEY, SEAWEED_SECRET_KEY, WALRUS_VALKEY_SETTINGS, WalrusManaged, scrape,
-                       start_seaweed, start_valkey, start_walrus, status)
+from ..servers import (SEAWEED_ACCESS_KEY, SEAWEED_SECRET_KEY, WALRUS_VALKEY_SETTINGS, WalrusManaged, await_idle,
+                       scrape, start_seaweed, start_valkey, start_walrus, status)
 
 WORKLOADS = [
     ("SET 1 KiB, 50 clients", ["-t", "set", "-d", "1024", "-c", "50", "-r", "100000"], 200000),
@@ -44,18 +44,6 @@ WORKLOADS = [
 
 def archive_toml(endpoint, prefix):
     return '[archive]\nurl = "s3://walrus/%s"\nendpoint = "%s"\n' % (prefix, endpoint)
-
-
-def await_idle(port, metrics, archived, timeout=900):
-    """Waits until the walrus at `port` runs no checkpoint and, when `archived`, its archive
-    holds all it journaled: what one setup's run started must not run on in the next one's."""
-    deadline = time.monotonic() + timeout
-    while info(port, "persistence").get("rdb_bgsave_in_progress") != "0":
-        if time.monotonic() > deadline:
-            raise RuntimeError("walrus on port %d is still taking a checkpoint after %ds" % (port, timeout))
-        time.sleep(0.1)
-    if archived:
-        await_archived(metrics, timeout)
 
 
 def await_archived(metrics, timeout=900):
@@ -113,18 +101,26 @@ def throughput_to(opts, tmp, endpoint, shm):
         v, vport = start_valkey(tmp, WALRUS_VALKEY_SETTINGS)
         metrics = "127.0.0.1:%d" % free_port()
         w, wport = start_walrus(tmp, vport, durable=True, config=config, metrics=metrics, binary=binary)
-        setups.append((name, wport, metrics, w))
+        setups.append((name, wport, metrics, w, v))
 
     def one(w, setup):
         _, args, n = w
-        sname, port, metrics, proc = setup
-        for other in setups:
-            await_idle(other[1], other[2], other[0] != "no archive")
+        sname, port, metrics, proc, valkey = setup
+        # What one setup's run started (a checkpoint, the archive's catching up) must not
+        # run on into the next one's.
+        await_idle([other[1] for other in setups])
+        for other in setups[1:]:
+            await_archived(other[2])
         probe = LagProbe(metrics) if sname != "no archive" else None
         requests = scaled(n, opts.scale)
         ticks = cpu_ticks(proc)
         checkpoints = scrape(metrics).get("walrus_checkpoints_total", 0.0)
-        row = redis_benchmark(port, args, requests)
+        try:
+            row = redis_benchmark(port, args, requests)
+        except RuntimeError:
+            print("%s failed; the last lines of its walrus, then of its Valkey:\n%s\n%s" % (
+                sname, "\n".join(proc.lines[-15:]), "\n".join(valkey.lines[-15:])), file=sys.stderr)
+            raise
         lag = probe.stop() if probe else 0.0
         return (*row, lag, cpu_us_per_request(proc, ticks, requests),
                 scrape(metrics).get("walrus_checkpoints_total", 0.0) - checkpoints)
@@ -136,7 +132,7 @@ def throughput_to(opts, tmp, endpoint, shm):
     print("|---|---|---|---|---|---|---|---|---|")
     for wname, _, _ in WORKLOADS:
         base = results[(wname, "no archive")]
-        for sname, _, _, _ in setups:
+        for sname, *_ in setups:
             rows = results[(wname, sname)]
             print("| %s | %s | %.0f | %.2fx | %.3f | %.3f | %s | %.1f | %g |" % (
                 wname, sname, median_of(rows, 0), median_ratio(rows, base, 0), median_of(rows, 1), median_of(rows, 2),
@@ -144,7 +140,7 @@ def throughput_to(opts, tmp, endpoint, shm):
                 median_of(rows, 6)))
     print("\n| setup | stream bytes archived | bytes sent per stream byte | requests per MiB of stream | requests |")
     print("|---|---|---|---|---|")
-    for sname, _, metrics, _ in setups[1:]:
+    for sname, _, metrics, *_ in setups[1:]:
         await_archived(metrics)
         m = scrape(metrics)
         stream = m.get("walrus_archive_journal_bytes_total", 0.0)

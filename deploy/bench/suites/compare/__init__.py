@@ -3,7 +3,8 @@
 Valkey with each of its persistence modes, walrus durable on each journal backend, walrus as
 a plain proxy, and the proxies it is compared with (twemproxy, HAProxy in TCP mode), every
 setup with its own Valkey (setups.py). Each round runs every workload against every setup in
-turn (workloads.py). Besides ops/s and latency: the CPU time each proxy (or, for Valkey
+turn (workloads.py), each run once no setup is saving (walrus's checkpoint, Valkey's RDB or
+AOF rewrite), so that none pays for what the one before it left running. Besides ops/s and latency: the CPU time each proxy (or, for Valkey
 alone, valkey-server) spends per request, the proxies' peak RSS, and for walrus durable the
 journal bytes per entry and the write amplification from its /metrics (report.py).
 
@@ -17,7 +18,7 @@ import sys
 import time
 
 from ...disks import FAULTFS, LATENCY_US, SlowDisk, sync_write_floor
-from ...servers import scrape
+from ...servers import await_idle, scrape
 from .report import compare_plot, compare_report, regime_report
 from .setups import SLOW_DISK_SETUPS, compare_setups, machine_description
 from .workloads import COMPARE_WORKLOADS, LOADGEN, PRELOAD_KEYS, REGIME_SCALE, measure, runs
@@ -45,6 +46,7 @@ def compare_regime(opts, tmp, regime, workloads):
         for r in range(opts.rounds):
             for wname, tool, args, n in workloads:
                 for s in started:
+                    await_idle([port for other in started for port in other.saving_ports()])
                     results[(wname, s.name)].append(measure(s, tool, args, runs(n, opts.scale, regime_scale, tool)))
                 print("%s, round %d/%d: %s done (%.0fs so far)" % (regime, r + 1, opts.rounds, wname,
                                                                    time.monotonic() - began), file=sys.stderr)

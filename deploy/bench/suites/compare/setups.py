@@ -17,12 +17,18 @@ SLOW_DISK_SETUPS = [NO_PERSISTENCE, ALWAYS, WALRUS, WALRUS_SYNC, WALRUS_OFF]
 
 
 class Setup:
-    """One setup: the port clients use, its Valkey, and the proxy in front of it (None for
-    Valkey alone); `metrics`: walrus's /metrics address; `durable`: walrus with its journal."""
+    """One setup: the port clients use, its Valkey and that Valkey's port, and the proxy in
+    front of it (None for Valkey alone); `metrics`: walrus's /metrics address; `durable`:
+    walrus with its journal."""
 
-    def __init__(self, name, port, valkey, proxy=None, metrics=None, durable=False, about=""):
-        self.name, self.port, self.valkey, self.proxy = name, port, valkey, proxy
+    def __init__(self, name, port, valkey, valkey_port, proxy=None, metrics=None, durable=False, about=""):
+        self.name, self.port, self.valkey, self.valkey_port, self.proxy = name, port, valkey, valkey_port, proxy
         self.metrics, self.durable, self.about = metrics, durable, about
+
+    def saving_ports(self):
+        """Where INFO persistence shows what it may still be saving: its Valkey, and walrus
+        durable (its checkpoints)."""
+        return [self.valkey_port] + ([self.port] if self.durable else [])
 
     def stop(self):
         for p in (self.proxy, self.valkey):
@@ -36,7 +42,7 @@ def compare_setups(tmp, baseline=None, names=None, texts=None):
     def valkey_alone(extra, about):
         def start(name):
             v, port = start_valkey(tmp, extra)
-            return Setup(name, port, v, about=about)
+            return Setup(name, port, v, port, about=about)
         return start
 
     def walrus(durable, config, binary=None):
@@ -46,7 +52,7 @@ def compare_setups(tmp, baseline=None, names=None, texts=None):
             w, port = start_walrus(tmp, vport, durable, binary=binary, config=config, metrics=metrics)
             toml = ("[durability] enabled = %s %s %s" % (str(durable).lower(), config.replace("\n", " "),
                                                          servers.WALRUS_CONFIG.replace("\n", " "))).strip()
-            return Setup(name, port, v, w, metrics, durable,
+            return Setup(name, port, v, vport, w, metrics, durable,
                          about="walrus%s in external mode, `%s`, data dir beside the others; its Valkey with the "
                          "replication settings walrus asks for" % (" (%s)" % binary if binary else "", toml))
         return start
@@ -55,7 +61,7 @@ def compare_setups(tmp, baseline=None, names=None, texts=None):
         def start(name):
             v, vport = start_valkey(tmp)
             p, port = starter(tmp, vport)
-            return Setup(name, port, v, p, about=about)
+            return Setup(name, port, v, vport, p, about=about)
         return start
 
     uring = '[journal]\nio_backend = "io_uring"\ndirect_io = "on"\n'
