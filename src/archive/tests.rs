@@ -114,6 +114,14 @@ async fn archived(status: &ArchiveStatus, lsn: u64) {
     );
 }
 
+/// The archive's status, and the task that tells it when the journal's durable position
+/// moves (the clock of its lag).
+fn watched(n: &Node) -> (Arc<ArchiveStatus>, tokio::task::JoinHandle<()>) {
+    let status = Arc::new(ArchiveStatus::new("test".into(), Duration::from_millis(40)));
+    let clock = tokio::spawn(clock(n.journal.durable(), status.clone()));
+    (status, clock)
+}
+
 fn dir_store(root: &Path) -> store::Store {
     std::fs::create_dir_all(root).unwrap();
     store::Store::open(
@@ -150,8 +158,7 @@ async fn archived_merged_and_restored(memory_bytes: u64) {
     n.local
         .record_or_discard(&rdb, "Valkey 9.1.2", A, 30, 2)
         .unwrap();
-    let status = Arc::new(ArchiveStatus::new("test".into(), Duration::from_millis(40)));
-    let clock = tokio::spawn(clock(n.journal.durable(), status.clone()));
+    let (status, clock) = watched(&n);
     let task = tokio::spawn(uploader(&n, &store, status.clone()).run());
     archived(&status, 5).await;
     // Uploads come one by one; every third is merged with the two before.
@@ -245,8 +252,7 @@ async fn a_journal_released_before_it_was_archived_is_carried_on_by_a_new_restor
     let kb = 20_000;
     append_sized(&n, (1..=3).map(|i| i * kb), kb as usize).await;
     checkpoint(&n, kb, 2);
-    let status = Arc::new(ArchiveStatus::new("test".into(), Duration::from_millis(40)));
-    let clock = tokio::spawn(clock(n.journal.durable(), status.clone()));
+    let (status, clock) = watched(&n);
     let task = tokio::spawn(uploader(&n, &store, status.clone()).run());
     archived(&status, 3).await;
     // The store goes away; the journal goes on, a checkpoint is taken, and the segments
@@ -285,8 +291,7 @@ async fn retention_deletes_what_only_a_removed_restore_point_needed() {
     let store = dir_store(&bucket);
     append(&n, (1..=3).map(|i| i * 10)).await;
     checkpoint(&n, 10, 2);
-    let status = Arc::new(ArchiveStatus::new("test".into(), Duration::from_millis(40)));
-    let clock = tokio::spawn(clock(n.journal.durable(), status.clone()));
+    let (status, clock) = watched(&n);
     let mut up = uploader(&n, &store, status.clone());
     up.settings.checkpoint_after_bytes = 25;
     up.settings.keep_restore_points = 2;
@@ -330,8 +335,7 @@ async fn an_old_restore_point_gets_a_checkpoint_asked_for() {
     let store = dir_store(&tmp.path().join("bucket"));
     append(&n, (1..=3).map(|i| i * 10)).await;
     checkpoint(&n, 30, 4);
-    let status = Arc::new(ArchiveStatus::new("test".into(), Duration::from_millis(40)));
-    let clock = tokio::spawn(clock(n.journal.durable(), status.clone()));
+    let (status, clock) = watched(&n);
     let (tx, mut asked) = tokio::sync::mpsc::channel(4);
     let mut up = uploader(&n, &store, status.clone());
     up.checkpoint = Some(tx);
@@ -400,8 +404,7 @@ async fn a_restore_point_waiting_for_its_journal_is_passed_over_for_a_whole_one(
     let store = dir_store(&tmp.path().join("bucket"));
     append(&n, (1..=5).map(|i| i * 10)).await;
     checkpoint(&n, 30, 4);
-    let status = Arc::new(ArchiveStatus::new("test".into(), Duration::from_millis(40)));
-    let clock = tokio::spawn(clock(n.journal.durable(), status.clone()));
+    let (status, clock) = watched(&n);
     let task = tokio::spawn(uploader(&n, &store, status.clone()).run());
     archived(&status, 5).await;
     task.abort();
@@ -464,8 +467,7 @@ async fn a_recorded_checkpoint_deleted_by_hand_is_reported_and_the_next_one_carr
     let store = dir_store(&tmp.path().join("bucket"));
     append(&n, (1..=3).map(|i| i * 10)).await;
     checkpoint(&n, 10, 2);
-    let status = Arc::new(ArchiveStatus::new("test".into(), Duration::from_millis(40)));
-    let clock = tokio::spawn(clock(n.journal.durable(), status.clone()));
+    let (status, clock) = watched(&n);
     let mut up = uploader(&n, &store, status.clone());
     // A new restore point once more than 20 bytes follow the last one: not before entry 4.
     up.settings.checkpoint_after_bytes = 25;
