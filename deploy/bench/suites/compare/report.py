@@ -178,8 +178,9 @@ def compare_report(opts, header, sections, seconds):
     # Headings from level 3: docs/benchmarks.md links the report from its "## The comparison".
     lines = ["### Comparison: `deploy/bench.py --suite compare`", "",
              "`%s`, %s: %d round(s) of every workload against every setup in turn, one disk regime after the "
-             "other; figures are medians over the rounds, a ratio is the median of the per-round ratios. The "
-             "suite took %.1f minutes." % (" ".join(["deploy/bench.py"] + sys.argv[1:]),
+             "other, each run once no setup is saving (walrus's checkpoint, Valkey's RDB or AOF rewrite); figures "
+             "are medians over the rounds, a ratio is the median of the per-round ratios. The suite took %.1f "
+             "minutes." % (" ".join(["deploy/bench.py"] + sys.argv[1:]),
                                            time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), opts.rounds,
                                            seconds / 60), ""]
     lines += ["- machine: %s; the temp dir (Valkey AOFs, walrus data dirs) on %s" % (header["machine"], header["disk"]),
