@@ -36,8 +36,8 @@ from ..servers import (SEAWEED_ACCESS_KEY, SEAWEED_SECRET_KEY, WALRUS_VALKEY_SET
 
 WORKLOADS = [
     ("SET 1 KiB, 50 clients", ["-t", "set", "-d", "1024", "-c", "50", "-r", "100000"], 200000),
-    # 2.2 GB a run: about three checkpoints of the default 1 GiB ring each, so that how many
-    # fall inside one run does not decide its figure.
+    # 2.2 GB a run: several checkpoints of the default 1 GiB ring (four to six on this
+    # machine), so that how many fall inside one run does not decide its figure.
     ("SET 180 KiB, 20 clients", ["-t", "set", "-d", str(180 << 10), "-c", "20", "-r", "1000"], 12000),
 ]
 

@@ -4,9 +4,10 @@ Valkey with each of its persistence modes, walrus durable on each journal backen
 a plain proxy, and the proxies it is compared with (twemproxy, HAProxy in TCP mode), every
 setup with its own Valkey (setups.py). Each round runs every workload against every setup in
 turn (workloads.py), each run once no setup is saving (walrus's checkpoint, Valkey's RDB or
-AOF rewrite), so that none pays for what the one before it left running. Besides ops/s and latency: the CPU time each proxy (or, for Valkey
-alone, valkey-server) spends per request, the proxies' peak RSS, and for walrus durable the
-journal bytes per entry and the write amplification from its /metrics (report.py).
+AOF rewrite), so that none pays for what the one before it left running. Besides ops/s and
+latency: the CPU time each proxy (or, for Valkey alone, valkey-server) spends per request,
+the proxies' peak RSS, and for walrus durable the journal bytes per entry and the write
+amplification from its /metrics (report.py).
 
 Disk regimes (--disks): the local disk of the temp dir, and slow disks emulated by faultfs
 (examples/faultfs) in latency mode, which delays every synchronous write and sync by a fixed

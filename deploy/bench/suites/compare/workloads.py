@@ -28,8 +28,8 @@ COMPARE_WORKLOADS = [
     ("SET:GET 1:3, 1 KiB, 50 clients", "loadgen",
      ["--clients", "50", "--set-ratio", "1", "--get-ratio", "3", "--data-size", "1024",
       "--keys", str(PRELOAD_KEYS), "--key-prefix", "data:"], 200000),
-    # 2.2 GB a run locally: about three checkpoints of walrus's default 1 GiB ring, so that
-    # how many fall inside one run does not decide its figure.
+    # 2.2 GB a run locally: several checkpoints of walrus's default 1 GiB ring (four to six
+    # on this machine), so that how many fall inside one run does not decide its figure.
     ("SET 180 KiB, 20 clients", "redis-benchmark", ["-t", "set", "-d", "184320", "-c", "20", "-r", "1000"], 12000),
     ("SET 1 KiB, 1 client", "redis-benchmark", ["-t", "set", "-d", "1024", "-c", "1", "-r", "100000"], 10000),
     ("GET 1 KiB, 50 clients", "redis-benchmark", ["-c", "50", "-r", str(PRELOAD_KEYS), "GET", "data:__rand_int__"], 200000),
