@@ -476,22 +476,37 @@ async fn a_recorded_checkpoint_deleted_by_hand_is_reported_and_the_next_one_carr
     checkpoint(&n, 30, 4);
     std::fs::remove_file(n.local.path_of(&n.local.recorded().unwrap())).unwrap();
     append(&n, [40]).await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let error = loop {
-        if let Some(e) = status.snapshot().error {
-            break e;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the missing checkpoint was not reported"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let error = await_error(
+        &status,
+        |e| e.is_some(),
+        "the missing checkpoint was not reported",
+    )
+    .await
+    .unwrap();
     assert!(error.contains("is gone from the data directory"), "{error}");
     checkpoint(&n, 40, 5);
     let m = await_point(&store, 40).await;
     assert!(m.restore_points.iter().all(|r| r.offset != 30), "{m:?}");
-    assert_eq!(status.snapshot().error, None);
+    // Cleared once the new restore point is recorded, a moment after the manifest names it.
+    let error = await_error(&status, |e| e.is_none(), "the error stayed").await;
+    assert_eq!(error, None);
     task.abort();
     clock.abort();
+}
+
+/// Waits (bounded) until the archive's last error satisfies `done`, and returns it.
+async fn await_error(
+    status: &ArchiveStatus,
+    done: impl Fn(&Option<String>) -> bool,
+    why: &str,
+) -> Option<String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let error = status.snapshot().error;
+        if done(&error) {
+            return error;
+        }
+        assert!(Instant::now() < deadline, "{why}: {error:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
