@@ -471,6 +471,8 @@ async fn a_recorded_checkpoint_deleted_by_hand_is_reported_and_the_next_one_carr
     let mut up = uploader(&n, &store, status.clone());
     // A new restore point once more than 20 bytes follow the last one: not before entry 4.
     up.settings.checkpoint_after_bytes = 25;
+    let (tx, mut asked) = tokio::sync::mpsc::channel(4);
+    up.checkpoint = Some(tx);
     let task = tokio::spawn(up.run());
     archived(&status, 3).await;
     checkpoint(&n, 30, 4);
@@ -484,6 +486,10 @@ async fn a_recorded_checkpoint_deleted_by_hand_is_reported_and_the_next_one_carr
     .await
     .unwrap();
     assert!(error.contains("is gone from the data directory"), "{error}");
+    // The uploader asks for the checkpoint that carries the archive on, rather than waiting
+    // for the ring's rules to take one.
+    let request = tokio::time::timeout(Duration::from_secs(20), asked.recv()).await;
+    assert!(matches!(request, Ok(Some(_))), "no checkpoint asked for");
     checkpoint(&n, 40, 5);
     let m = await_point(&store, 40).await;
     assert!(m.restore_points.iter().all(|r| r.offset != 30), "{m:?}");

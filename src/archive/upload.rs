@@ -290,12 +290,21 @@ impl Uploader {
         {
             return;
         }
+        if self.checkpoint.is_some() {
+            p.asked = Some(now);
+            self.request_checkpoint(
+                "the newest restore point is older than archive.checkpoint_interval_ms",
+            );
+        }
+    }
+
+    /// Asks the checkpointer for a checkpoint, without awaiting it: it shows as a new local
+    /// one. A full queue means one is asked for already.
+    fn request_checkpoint(&self, why: &str) {
         let Some(tx) = &self.checkpoint else { return };
-        p.asked = Some(now);
-        // The answer is not awaited: the checkpoint shows as a new local one.
         let (answer, _) = tokio::sync::oneshot::channel();
         if tx.try_send(answer).is_ok() {
-            tracing::info!(url = %self.status.url, "archive: asking for a checkpoint: the newest restore point is older than archive.checkpoint_interval_ms");
+            tracing::info!(url = %self.status.url, "archive: asking for a checkpoint: {why}");
         }
     }
 
@@ -439,12 +448,12 @@ impl Uploader {
                             return Ok(false);
                         }
                         // Still the recorded one: someone deleted it. Going round again at
-                        // once would spin on it; retrying with backoff waits for the next
-                        // checkpoint, and says why meanwhile.
+                        // once would spin on it; the next checkpoint carries the archive on,
+                        // so one is asked for, and retries with backoff say why meanwhile.
+                        self.request_checkpoint("the recorded checkpoint's file is gone");
                         let gone = Err(ArchiveError::Local(format!(
                             "the recorded checkpoint {} is gone from the data directory; \
-                             the archive goes on from the next checkpoint (`walrus checkpoint` \
-                             takes one now)",
+                             a checkpoint is asked for, and the archive goes on from it",
                             self.local.path_of(lc).display()
                         )));
                         uploaded("checkpoint", &gone);

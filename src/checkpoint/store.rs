@@ -161,10 +161,13 @@ impl Store {
 
     /// Where a new RDB of `replid` at `offset` is stored before it is recorded: a name no
     /// file has, so that a new RDB never replaces the recorded one (two checkpoints with no
-    /// write between them share an offset). Only the manifest switches from one to the next.
+    /// write between them share an offset), and not the recorded one's even when its file was
+    /// deleted by hand (a reader of the record, the archive's uploader, would take the new
+    /// bytes for the recorded ones). Only the manifest switches from one to the next.
     /// The name is reserved by creating its temporary file (`.rdb.tmp`, which
     /// [`rdb_file::receive`] writes and renames), since the link and a checkpoint may both ask.
     pub fn path_for(&self, replid: &str, offset: u64) -> Result<PathBuf, StoreError> {
+        let recorded = self.recorded().map(|c| self.path_of(&c));
         for n in 0u64.. {
             let p = match n {
                 0 => self.dir.join(format!("checkpoint-{replid}-{offset}.rdb")),
@@ -183,7 +186,7 @@ impl Store {
                 .open(&tmp)
             {
                 // Free unless an RDB of that name was renamed into place before.
-                Ok(_) if !p.exists() => return Ok(p),
+                Ok(_) if !p.exists() && recorded.as_ref() != Some(&p) => return Ok(p),
                 Ok(_) => std::fs::remove_file(&tmp).map_err(io)?,
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(io(e)),

@@ -239,6 +239,21 @@ fn a_new_rdb_never_replaces_the_recorded_one_and_offsets_never_go_back() {
         .unwrap();
 }
 
+/// The recorded RDB deleted by hand, then a checkpoint at the same offset: the new RDB
+/// must not take the recorded one's name, or a reader holding the old record (the archive's
+/// uploader) would take the new bytes for the old checkpoint's, under its size and CRC.
+#[test]
+fn a_new_rdb_never_takes_the_name_of_a_recorded_one_deleted_by_hand() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open(tmp.path());
+    let a = "a".repeat(40);
+    let first = stored(&store, &a, 10, b"REDIS0011first");
+    let c1 = store.record(&first, "Valkey 9.1.2", &a, 10, 1).unwrap();
+    std::fs::remove_file(store.path_of(&c1)).unwrap();
+    let second = stored(&store, &a, 10, b"REDIS0011second");
+    assert_ne!(second.path, store.path_of(&c1));
+}
+
 /// Found by the power-loss generator (docs/power-loss.md): the link's full resync and a
 /// checkpoint stored their RDBs at once; the checkpoint's record removed every other
 /// RDB, and the link's record then named its removed file. The next start refused:
