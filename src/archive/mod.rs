@@ -24,6 +24,7 @@
 //! catches up once it can; with `archive.enforce_max_lag`, writes get `-MISCONF` while the
 //! archive is more than `archive.max_lag_ms` behind.
 
+pub mod ask;
 mod dir;
 pub mod fetch;
 pub mod identity;
@@ -31,6 +32,7 @@ pub mod manifest;
 mod merge;
 pub mod object;
 pub mod owner;
+mod point;
 mod read;
 pub mod retention;
 mod s3;
@@ -194,7 +196,7 @@ pub async fn start(
     }
     journal.keep_recent(config.archive_memory_bytes());
     let uploader = upload::Uploader {
-        checkpoint: Some(checkpoint),
+        checkpoint: Some(ask::Asker::new(checkpoint)),
         store,
         journal: journal.clone(),
         local,

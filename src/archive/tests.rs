@@ -338,7 +338,7 @@ async fn an_old_restore_point_gets_a_checkpoint_asked_for() {
     let (status, clock) = watched(&n);
     let (tx, mut asked) = tokio::sync::mpsc::channel(4);
     let mut up = uploader(&n, &store, status.clone());
-    up.checkpoint = Some(tx);
+    up.checkpoint = Some(ask::Asker::new(tx));
     up.settings.checkpoint_interval = Duration::from_millis(200);
     let task = tokio::spawn(up.run());
     await_point(&store, 30).await;
@@ -472,7 +472,7 @@ async fn a_recorded_checkpoint_deleted_by_hand_is_reported_and_the_next_one_carr
     // A new restore point once more than 20 bytes follow the last one: not before entry 4.
     up.settings.checkpoint_after_bytes = 25;
     let (tx, mut asked) = tokio::sync::mpsc::channel(4);
-    up.checkpoint = Some(tx);
+    up.checkpoint = Some(ask::Asker::new(tx));
     let task = tokio::spawn(up.run());
     archived(&status, 3).await;
     checkpoint(&n, 30, 4);
@@ -515,4 +515,30 @@ async fn await_error(
         assert!(Instant::now() < deadline, "{why}: {error:?}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// The uploader read the record; newer checkpoints at the same offset came meanwhile, and
+/// one of them took the name of the one read (no record names it any more). What that name
+/// holds now is not uploaded as the checkpoint read, under its size and CRC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_whose_name_went_to_a_newer_rdb_is_not_uploaded_as_the_one_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = node(&tmp.path().join("data"));
+    let store = dir_store(&tmp.path().join("bucket"));
+    append(&n, [10]).await;
+    checkpoint(&n, 10, 2);
+    let read = n.local.recorded().unwrap();
+    checkpoint(&n, 10, 2);
+    let newer = stored(&n.local, A, 10, b"REDIS0011newer, not recorded yet");
+    assert_eq!(newer.path, n.local.path_of(&read));
+    let (status, clock) = watched(&n);
+    let up = uploader(&n, &store, status);
+    let mut o = owner::claim(&store, &up.identity, &n.data).await.unwrap();
+    let added = up.add_point(&mut o, &read, 1, None).await.unwrap();
+    let m = owner::read(&store).await.unwrap().map(|(m, _)| m);
+    assert!(
+        !added && m.as_ref().is_none_or(|m| m.restore_points.is_empty()),
+        "{m:?}"
+    );
+    clock.abort();
 }

@@ -19,7 +19,7 @@
 
 use super::identity::Identity;
 use super::manifest::{Manifest, RestorePoint};
-use super::object::{CheckpointObject, JournalObject};
+use super::object::JournalObject;
 use super::owner::Owned;
 use super::status::ArchiveStatus;
 use super::store::Store;
@@ -27,7 +27,7 @@ use super::{timeline, ArchiveError};
 use crate::checkpoint::{manifest::Checkpoint, store::Store as LocalStore, Pin};
 use crate::journal::{Durable, Journal, ScanStart};
 use crate::task::backoff::Backoff;
-use crate::units::time::{now_ms, now_secs};
+use crate::units::time::now_ms;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -53,7 +53,7 @@ pub struct Settings {
 pub struct Uploader {
     /// Where a checkpoint is asked for when the newest restore point is older than
     /// `checkpoint_interval` and no newer checkpoint came by itself.
-    pub checkpoint: Option<tokio::sync::mpsc::Sender<crate::checkpoint::Request>>,
+    pub checkpoint: Option<super::ask::Asker>,
     pub store: Store,
     pub journal: Arc<Journal>,
     pub local: LocalStore,
@@ -257,29 +257,6 @@ impl Uploader {
         self.upload_journal(p, now).await
     }
 
-    /// Valkey was upgraded under walrus after the checkpoint (its record names a newer
-    /// server, [`crate::checkpoint::store::Store::note_server`]): the restore points of that
-    /// checkpoint say so too, so that a restore from the archive refuses an older Valkey as
-    /// one from the local disk does.
-    async fn note_server(&self, o: &mut Owned, lc: &Checkpoint) -> Result<(), ArchiveError> {
-        let crc = format!("{:016x}", lc.crc64);
-        let same =
-            |r: &RestorePoint| r.replid == lc.replid && r.offset == lc.offset && r.crc64 == crc;
-        if !o
-            .manifest
-            .restore_points
-            .iter()
-            .any(|r| same(r) && r.newest_server != lc.newest_server)
-        {
-            return Ok(());
-        }
-        let mut next = o.manifest.clone();
-        for r in next.restore_points.iter_mut().filter(|r| same(r)) {
-            r.newest_server = lc.newest_server.clone();
-        }
-        super::owner::replace(&self.store, &self.identity, o, next).await
-    }
-
     /// The newest restore point is older than `checkpoint_interval`, writes came since, and
     /// no checkpoint was taken meanwhile (the ring's rules did not need one): asks for one,
     /// once per interval; the next round uploads it.
@@ -298,12 +275,8 @@ impl Uploader {
         }
     }
 
-    /// Asks the checkpointer for a checkpoint, without awaiting it: it shows as a new local
-    /// one. A full queue means one is asked for already.
-    fn request_checkpoint(&self, why: &str) {
-        let Some(tx) = &self.checkpoint else { return };
-        let (answer, _) = tokio::sync::oneshot::channel();
-        if tx.try_send(answer).is_ok() {
+    pub(super) fn request_checkpoint(&self, why: &str) {
+        if self.checkpoint.as_ref().is_some_and(|c| c.ask()) {
             tracing::info!(url = %self.status.url, "archive: asking for a checkpoint: {why}");
         }
     }
@@ -409,107 +382,6 @@ impl Uploader {
             broken: false,
             unread: false,
         })
-    }
-
-    /// Uploads the local checkpoint `lc` (unless the archive has its RDB already) and records
-    /// it as a restore point on `timeline` (whole once the timeline's journal objects reach
-    /// `complete_at`: [`RestorePoint::complete_at`]), applying retention in the same manifest
-    /// write. `false`: the checkpoint was replaced (its file deleted) before it could be read.
-    async fn add_point(
-        &self,
-        o: &mut Owned,
-        lc: &Checkpoint,
-        timeline: u64,
-        complete_at: Option<u64>,
-    ) -> Result<bool, ArchiveError> {
-        let crc = format!("{:016x}", lc.crc64);
-        let existing = o
-            .manifest
-            .restore_points
-            .iter()
-            .find(|r| r.replid == lc.replid && r.offset == lc.offset && r.crc64 == crc)
-            .map(|r| r.key.clone());
-        let key = match existing {
-            Some(k) => k,
-            None => {
-                let key = CheckpointObject {
-                    timeline,
-                    offset: lc.offset,
-                    replid: lc.replid.clone(),
-                    crc64: lc.crc64,
-                }
-                .key();
-                // Opened before anything else: a newer checkpoint deletes the file's name,
-                // and the open file stays readable.
-                let file = match std::fs::File::open(self.local.path_of(lc)) {
-                    Ok(f) => f,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        if self.local.recorded().is_some_and(|now| now.file != lc.file) {
-                            return Ok(false);
-                        }
-                        // Still the recorded one: someone deleted it. Going round again at
-                        // once would spin on it; the next checkpoint carries the archive on,
-                        // so one is asked for, and retries with backoff say why meanwhile.
-                        self.request_checkpoint("the recorded checkpoint's file is gone");
-                        let gone = Err(ArchiveError::Local(format!(
-                            "the recorded checkpoint {} is gone from the data directory; \
-                             a checkpoint is asked for, and the archive goes on from it",
-                            self.local.path_of(lc).display()
-                        )));
-                        uploaded("checkpoint", &gone);
-                        return gone;
-                    }
-                    Err(e) => {
-                        return Err(ArchiveError::Local(format!(
-                            "opening {}: {e}",
-                            self.local.path_of(lc).display()
-                        )))
-                    }
-                };
-                let r = self.store.put_file(&key, file, lc.size).await;
-                uploaded("checkpoint", &r);
-                r?;
-                crate::fault::fail_point!("archive::checkpoint_uploaded");
-                key
-            }
-        };
-        let now = now_secs();
-        let mut next = o.manifest.clone();
-        next.timeline = next.timeline.max(timeline);
-        next.restore_points.push(RestorePoint {
-            timeline,
-            key,
-            replid: lc.replid.clone(),
-            offset: lc.offset,
-            size: lc.size,
-            crc64: crc,
-            created: now,
-            rdb_version: lc.rdb_version,
-            written_by: lc.written_by.clone(),
-            newest_server: lc.newest_server.clone(),
-            time_ms: lc.time_ms,
-            complete_at,
-        });
-        let removed = super::retention::retain(
-            &mut next.restore_points,
-            self.settings.keep_restore_points,
-            self.settings.keep_for,
-            now,
-        );
-        super::owner::replace(&self.store, &self.identity, o, next).await?;
-        self.status
-            .restore_points(o.manifest.timeline, &created(&o.manifest));
-        tracing::info!(
-            url = %self.status.url,
-            timeline,
-            offset = lc.offset,
-            size = lc.size,
-            "archive: restore point recorded"
-        );
-        if !removed.is_empty() {
-            super::retention::delete(&self.store, &o.manifest, &removed).await?;
-        }
-        Ok(true)
     }
 
     /// Uploads the durable entries not yet archived, when due.
@@ -619,6 +491,6 @@ fn replid_bytes(replid: &str) -> Result<ReplId, ArchiveError> {
         .map_err(|_| ArchiveError::Local(format!("{replid:?} is not a replication id")))
 }
 
-fn created(m: &Manifest) -> Vec<i64> {
+pub(super) fn created(m: &Manifest) -> Vec<i64> {
     m.restore_points.iter().map(|r| r.created).collect()
 }
