@@ -20,9 +20,7 @@ impl Uploader {
         o: &mut Owned,
         lc: &Checkpoint,
     ) -> Result<(), ArchiveError> {
-        let crc = format!("{:016x}", lc.crc64);
-        let same =
-            |r: &RestorePoint| r.replid == lc.replid && r.offset == lc.offset && r.crc64 == crc;
+        let same = |r: &RestorePoint| of_checkpoint(r, lc);
         if !o
             .manifest
             .restore_points
@@ -55,7 +53,7 @@ impl Uploader {
             .manifest
             .restore_points
             .iter()
-            .find(|r| r.replid == lc.replid && r.offset == lc.offset && r.crc64 == crc)
+            .find(|r| of_checkpoint(r, lc))
             .map(|r| r.key.clone());
         let key = match existing {
             Some(k) => k,
@@ -144,4 +142,10 @@ impl Uploader {
         }
         Ok(true)
     }
+}
+
+/// Whether restore point `r` was uploaded from local checkpoint `lc` (same history, offset
+/// and RDB checksum).
+pub(super) fn of_checkpoint(r: &RestorePoint, lc: &Checkpoint) -> bool {
+    r.replid == lc.replid && r.offset == lc.offset && r.crc64().ok() == Some(lc.crc64)
 }

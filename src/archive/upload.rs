@@ -267,14 +267,14 @@ impl Uploader {
         {
             return;
         }
-        if self.checkpoint.is_some() {
-            p.asked = Some(now);
-            self.request_checkpoint(
-                "the newest restore point is older than archive.checkpoint_interval_ms",
-            );
-        }
+        p.asked = Some(now);
+        self.request_checkpoint(
+            "the newest restore point is older than archive.checkpoint_interval_ms",
+        );
     }
 
+    /// Asks the checkpointer for a checkpoint (none while an earlier request is unanswered:
+    /// [`super::ask::Asker`]), and logs it when asked.
     pub(super) fn request_checkpoint(&self, why: &str) {
         if self.checkpoint.as_ref().is_some_and(|c| c.ask()) {
             tracing::info!(url = %self.status.url, "archive: asking for a checkpoint: {why}");
@@ -289,12 +289,7 @@ impl Uploader {
         lc: &Checkpoint,
     ) -> Result<Position, ArchiveError> {
         let t = o.manifest.timeline;
-        let same = |r: &RestorePoint| {
-            r.timeline == t
-                && r.replid == lc.replid
-                && r.offset == lc.offset
-                && r.crc64().ok() == Some(lc.crc64)
-        };
+        let same = |r: &RestorePoint| r.timeline == t && super::point::of_checkpoint(r, lc);
         if !o.manifest.restore_points.iter().any(same) {
             return self.start_timeline(o, lc).await;
         }
