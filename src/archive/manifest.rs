@@ -77,6 +77,12 @@ impl RestorePoint {
         })
     }
 
+    /// Whether this restore point was uploaded from local checkpoint `lc` (same history,
+    /// offset and RDB checksum).
+    pub fn of_checkpoint(&self, lc: &crate::checkpoint::manifest::Checkpoint) -> bool {
+        self.replid == lc.replid && self.offset == lc.offset && self.crc64().ok() == Some(lc.crc64)
+    }
+
     pub fn crc64(&self) -> Result<u64, ArchiveError> {
         u64::from_str_radix(&self.crc64, 16)
             .map_err(|e| ArchiveError::Malformed(format!("crc64 {:?}: {e}", self.crc64)))

@@ -20,7 +20,7 @@ impl Uploader {
         o: &mut Owned,
         lc: &Checkpoint,
     ) -> Result<(), ArchiveError> {
-        let same = |r: &RestorePoint| of_checkpoint(r, lc);
+        let same = |r: &RestorePoint| r.of_checkpoint(lc);
         if !o
             .manifest
             .restore_points
@@ -53,7 +53,7 @@ impl Uploader {
             .manifest
             .restore_points
             .iter()
-            .find(|r| of_checkpoint(r, lc))
+            .find(|r| r.of_checkpoint(lc))
             .map(|r| r.key.clone());
         let key = match existing {
             Some(k) => k,
@@ -142,10 +142,4 @@ impl Uploader {
         }
         Ok(true)
     }
-}
-
-/// Whether restore point `r` was uploaded from local checkpoint `lc` (same history, offset
-/// and RDB checksum).
-pub(super) fn of_checkpoint(r: &RestorePoint, lc: &Checkpoint) -> bool {
-    r.replid == lc.replid && r.offset == lc.offset && r.crc64().ok() == Some(lc.crc64)
 }

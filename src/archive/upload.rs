@@ -289,7 +289,7 @@ impl Uploader {
         lc: &Checkpoint,
     ) -> Result<Position, ArchiveError> {
         let t = o.manifest.timeline;
-        let same = |r: &RestorePoint| r.timeline == t && super::point::of_checkpoint(r, lc);
+        let same = |r: &RestorePoint| r.timeline == t && r.of_checkpoint(lc);
         if !o.manifest.restore_points.iter().any(same) {
             return self.start_timeline(o, lc).await;
         }
