@@ -29,6 +29,10 @@ const INLINE_WHILE_WRITES_UNDER_US: f64 = 250.0;
 /// hand-off (docs/benchmarks.md, "The inline write under load"). A slow device is slow on
 /// every write.
 const RECENT_WRITES: usize = 16;
+/// A write this slow is the device's, not a wait for a core (a few hundred µs on busy cores):
+/// the next write leaves the inline path at once, instead of once the fast writes before it
+/// have aged out of the window, each inline write meanwhile a whole stall on its own.
+const STALL_US: f64 = 4.0 * INLINE_WHILE_WRITES_UNDER_US;
 
 #[derive(Default)]
 struct State {
@@ -47,10 +51,13 @@ impl State {
         recent.push_back(us);
     }
 
-    /// Whether the device looks fast: its fastest recent write (none yet: fast).
+    /// Whether the device looks fast: its fastest recent write (none yet: fast), unless the
+    /// latest one took past `STALL_US`.
     fn device_fast(&self) -> bool {
-        let fastest = self.recent_us.borrow().iter().copied().reduce(f64::min);
+        let recent = self.recent_us.borrow();
+        let fastest = recent.iter().copied().reduce(f64::min);
         fastest.is_none_or(|us| us < INLINE_WHILE_WRITES_UNDER_US)
+            && recent.back().is_none_or(|&us| us < STALL_US)
     }
 }
 
@@ -136,6 +143,19 @@ mod tests {
             f.0.record(1000.0);
         }
         assert!(!f.begin(&shared).0);
+    }
+
+    /// A fast device that starts stalling (a throttled volume: 2 s a write) leaves the inline
+    /// path at its first slow write, not once the fast ones have aged out of the window:
+    /// meanwhile every write would go alone, each a whole stall.
+    #[test]
+    fn a_device_that_starts_stalling_leaves_the_inline_path_at_once() {
+        let (shared, f) = (std::sync::atomic::AtomicU64::new(0), InFlight::default());
+        for _ in 0..RECENT_WRITES {
+            f.0.record(100.0);
+        }
+        f.0.record(2_000_000.0);
+        assert!(!f.begin(&shared).0, "a write after a stall went inline");
     }
 }
 
