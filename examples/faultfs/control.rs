@@ -89,6 +89,10 @@ pub fn command(sh: &Shared, line: &str) -> String {
             sh.sched.stall();
             "ok stalled".into()
         }
+        ["freeze"] => {
+            sh.sched.freeze();
+            "ok frozen".into()
+        }
         ["resume"] => format!("ok resumed {}", sh.sched.resume()),
         ["status"] => sh.lock().status(&sh.sched),
         [] => "err empty command".into(),

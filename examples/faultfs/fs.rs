@@ -41,6 +41,20 @@ fn empty(reply: ReplyEmpty, r: Result<(), Errno>) {
     }
 }
 
+impl FaultFs {
+    /// Answers a metadata request now, or, while frozen, as a job the stall holds.
+    fn meta(&self, answer: impl FnOnce(&Shared) + Send + 'static) {
+        if self.sh.sched.frozen() {
+            let sh = self.sh.clone();
+            self.sh
+                .sched
+                .submit(std::time::Instant::now(), Box::new(move || answer(&sh)));
+        } else {
+            answer(&self.sh);
+        }
+    }
+}
+
 impl Filesystem for FaultFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Room for many requests in flight at once: background requests (async direct
@@ -56,7 +70,8 @@ impl Filesystem for FaultFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        entry(reply, meta::lookup(&self.sh, parent.0, name));
+        let name = name.to_owned();
+        self.meta(move |sh| entry(reply, meta::lookup(sh, parent.0, &name)));
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -66,10 +81,10 @@ impl Filesystem for FaultFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        match meta::getattr(&self.sh, ino.0, fh.map(|f| f.0)) {
+        self.meta(move |sh| match meta::getattr(sh, ino.0, fh.map(|f| f.0)) {
             Ok(a) => reply.attr(&TTL, &a),
             Err(e) => reply.error(e),
-        }
+        });
     }
 
     fn setattr(
@@ -292,7 +307,7 @@ impl Filesystem for FaultFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match meta::statfs(&self.sh) {
+        self.meta(move |sh| match meta::statfs(sh) {
             Ok(s) => reply.statfs(
                 s.f_blocks,
                 s.f_bfree,
@@ -304,7 +319,7 @@ impl Filesystem for FaultFs {
                 s.f_frsize as u32,
             ),
             Err(e) => reply.error(e),
-        }
+        });
     }
 
     fn create(

@@ -24,6 +24,8 @@ struct Queue {
     /// Jobs held by `stall`, with their deadlines.
     held: Vec<(Instant, Job)>,
     stalled: bool,
+    /// `freeze`: metadata requests are held too.
+    frozen: bool,
     next_id: u64,
 }
 
@@ -71,12 +73,26 @@ impl Scheduler {
         self.inner.0.lock().unwrap().stalled = true;
     }
 
+    /// `freeze`: a stall that holds metadata requests too ([`Scheduler::frozen`]).
+    pub fn freeze(&self) {
+        let mut q = self.inner.0.lock().unwrap();
+        q.stalled = true;
+        q.frozen = true;
+    }
+
+    /// Whether metadata requests are to be submitted as jobs (and so held) rather than
+    /// answered at once. A `resume` between this answer and the submit runs the job at once.
+    pub fn frozen(&self) -> bool {
+        self.inner.0.lock().unwrap().frozen
+    }
+
     /// `resume`: releases the held jobs (each still waits out its own deadline); returns
     /// how many there were.
     pub fn resume(&self) -> usize {
         let (lock, cv) = &*self.inner;
         let mut q = lock.lock().unwrap();
         q.stalled = false;
+        q.frozen = false;
         let held = std::mem::take(&mut q.held);
         let n = held.len();
         for (deadline, job) in held {
@@ -95,6 +111,7 @@ impl Scheduler {
         let jobs: Vec<Job> = {
             let mut q = self.inner.0.lock().unwrap();
             q.stalled = false;
+            q.frozen = false;
             q.timed.clear();
             let mut jobs: Vec<Job> = q.held.drain(..).map(|(_, j)| j).collect();
             jobs.extend(q.jobs.drain().map(|(_, j)| j));

@@ -40,7 +40,8 @@ pub async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut marks = Watermarks::new(cfg.high_watermark, cfg.low_watermark);
-    let mut segments = Segments::new(&cfg);
+    let segments = Arc::new(std::sync::Mutex::new(Segments::new(&cfg)));
+    let cfg = Arc::new(cfg);
     let mut durable = journal.durable();
     let mut file_systems: Option<Vec<Reading>> = None;
     // One interval for the whole run: durable advances (every group commit) must not keep
@@ -51,14 +52,28 @@ pub async fn run(
     let mut timer = true;
     loop {
         if timer {
-            if let Some(why) = segments.check() {
+            // Off the proxy's threads: on a file system that stopped answering (a network
+            // volume whose server went away) `stat` and `statfs` wait with it, and walrus
+            // runs one worker on two cores. Only this task waits then; clean reads go on.
+            let read = tokio::task::spawn_blocking({
+                let (cfg, segments) = (cfg.clone(), segments.clone());
+                move || {
+                    let problem = segments.lock().expect("segments lock").check();
+                    (problem, fs_readings(&cfg))
+                }
+            });
+            let (problem, readings) = tokio::select! {
+                read = read => read.expect("reading the disk's figures panicked"),
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            if let Some(why) = problem {
                 // Writes into a deleted or truncated file are lost at the next start:
                 // nothing more may be called durable.
                 journal.fail(why.clone());
                 durability.fail(&why);
                 tracing::error!("{why}; the journal is fenced, writes are refused");
             }
-            match fs_readings(&cfg) {
+            match readings {
                 Ok(r) => file_systems = Some(r),
                 // Keeps the last figures: a transient statvfs error is no reason to move
                 // the gate.

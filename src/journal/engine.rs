@@ -2,7 +2,7 @@
 //! release. This is the API the durable write path drives.
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -123,6 +123,11 @@ pub struct Journal {
     pub(super) geo: Geometry,
     pub(super) cfg: JournalConfig,
     pub(super) manifest: Arc<Mutex<Manifest>>,
+    /// The manifest's `released_through_lsn`, published once stored: readers on the
+    /// proxy's threads (INFO, the checkpoint task) must not wait for the manifest's lock,
+    /// which a release holds across its write and fsync (a disk that stopped answering
+    /// holds it for as long).
+    pub(super) released_through: AtomicU64,
     pub(super) thread: Option<JoinHandle<()>>,
     pub(super) backend: BackendInfo,
     /// The journal directory's lock, held while open: one writer per journal.
@@ -295,11 +300,7 @@ impl Journal {
 
     /// Entries up to this LSN were released (the manifest's checkpoint pointer).
     pub fn released_through(&self) -> u64 {
-        self.manifest
-            .lock()
-            .expect("manifest mutex poisoned")
-            .checkpoint
-            .released_through_lsn
+        self.released_through.load(Ordering::Acquire)
     }
 
     /// Iterates durable entries from `from` (replay). Reads the segment files directly.
@@ -415,6 +416,8 @@ impl Journal {
         }
         next.store(&self.dir)?;
         *m = next;
+        self.released_through
+            .store(m.checkpoint.released_through_lsn, Ordering::Release);
         // Only after the manifest is durable may the old segments be overwritten.
         self.shared
             .lock()

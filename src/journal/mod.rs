@@ -28,6 +28,8 @@ pub mod compact;
 mod compact_tests;
 pub mod config;
 pub mod engine;
+#[cfg(test)]
+mod engine_tests;
 pub mod error;
 pub mod format;
 pub mod io;

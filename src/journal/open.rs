@@ -451,6 +451,7 @@ impl Journal {
             dir: dir.to_path_buf(),
             geo,
             cfg: cfg.clone(),
+            released_through: AtomicU64::new(manifest.checkpoint.released_through_lsn),
             manifest: Arc::new(Mutex::new(manifest)),
             thread: Some(thread),
             backend,

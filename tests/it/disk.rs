@@ -238,3 +238,44 @@ fn a_ring_too_large_for_its_file_system_is_refused_at_start() {
         "{line}"
     );
 }
+
+/// A file system that stops answering altogether (a network volume whose server went away:
+/// even `stat` and `statfs` wait) holds the writes, never the reads of clean keys: the
+/// watcher reads the disk's figures off the proxy's threads (walrus runs one worker on two
+/// cores, and a `statfs` there would have stopped every client with it).
+#[test]
+fn a_file_system_that_stops_answering_holds_writes_but_not_reads_of_clean_keys() {
+    let Some(fs) = common::faultfs::FaultFs::mount() else {
+        return;
+    };
+    let v = Valkey::start();
+    let data = fs.path("data");
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .config(CONFIG)
+        .data(&data)
+        .start();
+    let mut c = Raw::connect(&w.addr);
+    assert_eq!(c.cmd(&["SET", "clean", "1"]), OK);
+    fs.ok("freeze");
+    // The watcher reads the figures every 50 ms: its next reading waits on faultfs.
+    fs.await_status("held", |n| n >= 1);
+    c.stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    // Over several of the watcher's intervals, each with its reading stuck.
+    let window = std::time::Instant::now();
+    let mut read = Some(b"$1\r\n1\r\n".to_vec());
+    while window.elapsed() < std::time::Duration::from_millis(500) && read.is_some() {
+        read = c.try_cmd(&["GET", "clean"]).filter(|r| r == b"$1\r\n1\r\n");
+    }
+    // Before any assertion: a walrus stopped while a thread of it waits on the frozen file
+    // system could not exit, nor the test end.
+    fs.ok("resume");
+    assert!(
+        read.is_some(),
+        "a read of a clean key waited on the frozen file system: {}",
+        w.proc.log_text()
+    );
+    assert_eq!(c.cmd(&["SET", "after", "1"]), OK);
+}
