@@ -405,7 +405,10 @@ async fn take(
     // The new RDB is written next to the current one: check there is room before asking.
     let memory = used_memory(&mut conn).await?;
     let (need, how) = estimate(*last_sizes, cfg.store.recorded().map(|c| c.size), memory);
-    cfg.room.check(need, &how)?;
+    // Off the proxy's threads, as every file-system call of a checkpoint: on a volume that
+    // stopped answering a `statfs` waits with it.
+    let room = cfg.room.clone();
+    tokio::task::spawn_blocking(move || room.check(need, &how)).await??;
     let version = ServerVersion::query(&mut conn).await?;
     let SyncStart::Full { replid, offset } =
         handshake(&mut conn, &version, Purpose::Checkpoint, None).await?
@@ -414,7 +417,7 @@ async fn take(
             "Valkey offered a partial resync to PSYNC ? -1".into(),
         ))?;
     };
-    let dest = cfg.store.path_for(&replid, offset)?;
+    let dest = cfg.store.reserve(&replid, offset).await?;
     let stored = rdb_file::receive(&mut conn, &dest, cfg.max_rdb_bytes).await?;
     drop(conn);
     // The RDB's history is the last durable entry's, or one that began right after it

@@ -9,6 +9,7 @@ use super::rdb_file::{self, StoredRdb};
 use crate::journal::manifest::{create_dir_durably, replace_file, DataDirId};
 use crate::upstream::server::ServerVersion;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Why the store cannot be used.
@@ -33,6 +34,12 @@ pub struct Store {
     data_dir_id: Option<DataDirId>,
     /// The manifest's record as last read or written, shared by every clone.
     recorded: Arc<Mutex<Option<Checkpoint>>>,
+    /// When the recorded checkpoint's RDB was written, in ms since the Unix epoch (0:
+    /// unknown): its `time_ms`, or, in a manifest written before those, its file's
+    /// modification time, read when the store is opened. Kept in memory so that INFO and
+    /// `/status`, on the proxy's threads, never stat a file: on a file system that stopped
+    /// answering, a `stat` there would stop every client with it.
+    written_ms: Arc<AtomicU64>,
     /// Held by whoever replaces the manifest (a checkpoint's record, the link's note of a
     /// newer server): neither may replace a record the other has just written with the
     /// older one it read.
@@ -82,6 +89,7 @@ impl Store {
         let store = Store {
             dir: dir.to_path_buf(),
             data_dir_id: Some(data_dir_id.clone()),
+            written_ms: Arc::new(AtomicU64::new(written_ms(dir, current.as_ref()))),
             recorded: Arc::new(Mutex::new(current.clone())),
             writer: Arc::default(),
         };
@@ -113,10 +121,12 @@ impl Store {
     /// it; `open` would delete what it takes for a crash's leftovers).
     pub fn read_only(dir: &Path) -> Result<Store, StoreError> {
         let found = Store::manifest(dir)?;
+        let current = found.as_ref().and_then(|m| m.checkpoint.clone());
         Ok(Store {
             dir: dir.to_path_buf(),
-            data_dir_id: found.as_ref().and_then(|m| m.data_dir_id.clone()),
-            recorded: Arc::new(Mutex::new(found.and_then(|m| m.checkpoint))),
+            data_dir_id: found.and_then(|m| m.data_dir_id),
+            written_ms: Arc::new(AtomicU64::new(written_ms(dir, current.as_ref()))),
+            recorded: Arc::new(Mutex::new(current)),
             writer: Arc::default(),
         })
     }
@@ -195,6 +205,18 @@ impl Store {
         unreachable!("some name is free")
     }
 
+    /// [`Store::path_for`] on tokio's blocking threads: a file system that stopped answering
+    /// holds the checkpoint or resync that asks, never the proxy's threads.
+    pub async fn reserve(&self, replid: &str, offset: u64) -> Result<PathBuf, StoreError> {
+        let (store, replid) = (self.clone(), replid.to_string());
+        tokio::task::spawn_blocking(move || store.path_for(&replid, offset))
+            .await
+            .map_err(|e| StoreError::Io {
+                path: self.dir.clone(),
+                source: std::io::Error::other(e),
+            })?
+    }
+
     /// [`record`](Self::record); on failure the stored RDB is removed, unless the manifest
     /// names it after all (replaced before a failed directory fsync): the checkpoint in force
     /// stays, and a failed one keeps no space.
@@ -223,11 +245,10 @@ impl Store {
         self.dir.join(&c.file)
     }
 
-    /// When `c`'s RDB was written (its file's modification time), if it can be read.
-    pub fn written_at(&self, c: &Checkpoint) -> Option<std::time::SystemTime> {
-        std::fs::metadata(self.path_of(c))
-            .and_then(|m| m.modified())
-            .ok()
+    /// When the recorded checkpoint's RDB was written, if known; from memory (no I/O).
+    pub fn written_at(&self) -> Option<std::time::SystemTime> {
+        let ms = self.written_ms.load(Ordering::Acquire);
+        (ms > 0).then(|| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
     }
 
     /// The recorded checkpoint, from memory (no I/O).
@@ -346,6 +367,9 @@ impl Store {
     /// Replaces the manifest with `c`, atomically (under the writer lock).
     fn write(&self, c: &Checkpoint) -> Result<(), StoreError> {
         self.write_manifest(Some(c))?;
+        if let Some(ms) = c.time_ms {
+            self.written_ms.store(ms, Ordering::Release);
+        }
         *self.recorded.lock().expect("checkpoint record lock") = Some(c.clone());
         Ok(())
     }
@@ -415,6 +439,20 @@ impl Store {
         }
         Ok(sum.version)
     }
+}
+
+/// [`Store::written_ms`] for `c` in `dir`: blocking (a `stat` for a manifest without
+/// `time_ms`), so only where the store is opened.
+fn written_ms(dir: &Path, c: Option<&Checkpoint>) -> u64 {
+    let Some(c) = c else { return 0 };
+    let modified = || {
+        let t = std::fs::metadata(dir.join(&c.file))
+            .and_then(|m| m.modified())
+            .ok()?;
+        let since = t.duration_since(std::time::UNIX_EPOCH).ok()?;
+        u64::try_from(since.as_millis()).ok()
+    };
+    c.time_ms.or_else(modified).unwrap_or(0)
 }
 
 #[cfg(test)]

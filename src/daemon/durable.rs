@@ -102,7 +102,7 @@ pub(super) async fn start_durability(
     // "failing") just because walrus restarted.
     if let Some(cp) = store.recorded() {
         let written = store
-            .written_at(&cp)
+            .written_at()
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
         if let Some(t) = written {
             crate::metrics::CHECKPOINT_LAST_SUCCESS.set(t.as_secs_f64());

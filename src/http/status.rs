@@ -147,7 +147,7 @@ impl Sources {
         if let Some(c) = d.store.recorded() {
             s.checkpoint_age_seconds = d
                 .store
-                .written_at(&c)
+                .written_at()
                 .and_then(|t| t.elapsed().ok())
                 .map(|a| a.as_secs());
             s.checkpoint_offset = Some(c.offset);

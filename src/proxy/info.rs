@@ -59,7 +59,7 @@ impl Persistence {
         };
         let written = checkpoint
             .as_ref()
-            .and_then(|c| self.store.written_at(c))
+            .and_then(|_| self.store.written_at())
             .map_or(0, unix);
         let running = self.checkpoint_in_progress.since();
         let saves = metrics::CHECKPOINTS.get();

@@ -435,7 +435,7 @@ async fn synchronize(
                         if restored { "+CONTINUE after the restore" } else { "its history" }
                     )));
             }
-            let dest = cfg.store.path_for(&replid, offset)?;
+            let dest = cfg.store.reserve(&replid, offset).await?;
             let stored = rdb_file::receive(&mut conn, &dest, cfg.max_rdb_bytes).await?;
             let from_lsn = journal.settled().await?;
             let store = cfg.store.clone();

@@ -239,6 +239,61 @@ fn a_ring_too_large_for_its_file_system_is_refused_at_start() {
     );
 }
 
+/// Walrus on faultfs, with `clean` written and, with `checkpoint`, a checkpoint recorded;
+/// then the file system frozen: every write, sync and metadata request waits until
+/// `resume`, as on a network volume whose server went away. The watcher's next reading
+/// (every 50 ms) is the first request held.
+fn frozen(fs: &common::faultfs::FaultFs, v: &Valkey, checkpoint: bool) -> Walrus {
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .config(CONFIG)
+        .data(&fs.path("data"))
+        .with_metrics()
+        .start();
+    assert_eq!(Raw::connect(&w.addr).cmd(&["SET", "clean", "1"]), OK);
+    if checkpoint {
+        let (code, body) = http_request(w.metrics.as_ref().unwrap(), "POST", "/checkpoint");
+        assert_eq!(code, 200, "{body}");
+    }
+    fs.ok("freeze");
+    fs.await_status("held", |n| n >= 1);
+    w
+}
+
+/// Whether reads of the clean key are answered (within 5 s each) over half a second: several
+/// of the watcher's intervals. A new connection, so that none is held by an earlier request.
+fn clean_reads_answer(w: &Walrus) -> bool {
+    let mut c = Raw::connect(&w.addr);
+    c.stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let window = std::time::Instant::now();
+    while window.elapsed() < std::time::Duration::from_millis(500) {
+        if c.try_cmd(&["GET", "clean"]).as_deref() != Some(b"$1\r\n1\r\n".as_slice()) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Sends `POST path` with `body` to the metrics endpoint from a thread of its own, and
+/// returns once faultfs holds a request more than before: the one the admin request reached
+/// the file system with. Its answer waits for `resume`.
+fn admin_request_held(fs: &common::faultfs::FaultFs, w: &Walrus, path: &str, body: &str) {
+    use std::io::{Read, Write};
+    let before = fs.status()["held"];
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut s = std::net::TcpStream::connect(w.metrics.as_ref().unwrap()).unwrap();
+    std::thread::spawn(move || {
+        s.write_all(request.as_bytes()).unwrap();
+        let _ = s.read_to_string(&mut String::new());
+    });
+    fs.await_status("held", |n| n > before);
+}
+
 /// A file system that stops answering altogether (a network volume whose server went away:
 /// even `stat` and `statfs` wait) holds the writes, never the reads of clean keys: the
 /// watcher reads the disk's figures off the proxy's threads (walrus runs one worker on two
@@ -249,33 +304,69 @@ fn a_file_system_that_stops_answering_holds_writes_but_not_reads_of_clean_keys()
         return;
     };
     let v = Valkey::start();
-    let data = fs.path("data");
-    let w = Walrus::build()
-        .upstream(&v.addr())
-        .config(CONFIG)
-        .data(&data)
-        .start();
-    let mut c = Raw::connect(&w.addr);
-    assert_eq!(c.cmd(&["SET", "clean", "1"]), OK);
-    fs.ok("freeze");
-    // The watcher reads the figures every 50 ms: its next reading waits on faultfs.
-    fs.await_status("held", |n| n >= 1);
-    c.stream
-        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
-        .unwrap();
-    // Over several of the watcher's intervals, each with its reading stuck.
-    let window = std::time::Instant::now();
-    let mut read = Some(b"$1\r\n1\r\n".to_vec());
-    while window.elapsed() < std::time::Duration::from_millis(500) && read.is_some() {
-        read = c.try_cmd(&["GET", "clean"]).filter(|r| r == b"$1\r\n1\r\n");
-    }
+    let w = frozen(&fs, &v, false);
+    let reads = clean_reads_answer(&w);
     // Before any assertion: a walrus stopped while a thread of it waits on the frozen file
     // system could not exit, nor the test end.
     fs.ok("resume");
     assert!(
-        read.is_some(),
+        reads,
         "a read of a clean key waited on the frozen file system: {}",
         w.proc.log_text()
     );
-    assert_eq!(c.cmd(&["SET", "after", "1"]), OK);
+    assert_eq!(Raw::connect(&w.addr).cmd(&["SET", "after", "1"]), OK);
+}
+
+/// INFO (its persistence section: when the checkpoint was written) and `GET /status` (its
+/// age) are answered from memory while the file system is frozen: a `stat` of the RDB there
+/// would have stopped every client with them.
+#[test]
+fn info_and_status_answer_while_the_file_system_stops_answering() {
+    let Some(fs) = common::faultfs::FaultFs::mount() else {
+        return;
+    };
+    let v = Valkey::start();
+    let w = frozen(&fs, &v, true);
+    let mut c = Raw::connect(&w.addr);
+    c.stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let info = c.try_cmd(&["INFO", "persistence"]).map(|r| show(&r));
+    let status = {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let addr = w.metrics.clone().unwrap();
+        std::thread::spawn(move || tx.send(http_get(&addr, "/status")).unwrap());
+        rx.recv_timeout(std::time::Duration::from_secs(5)).ok()
+    };
+    let reads = clean_reads_answer(&w);
+    fs.ok("resume");
+    let info = info.expect("INFO waited on the frozen file system");
+    assert!(info.contains("rdb_last_save_time:1"), "{info}");
+    let (code, body) = status.expect("/status waited on the frozen file system");
+    assert!(
+        code == 200 && body.contains("checkpoint_age_seconds"),
+        "{body}"
+    );
+    assert!(reads, "clean reads stopped");
+}
+
+/// A checkpoint, and a backup to another volume, wait on a frozen file system; clean reads
+/// do not wait with them.
+#[test]
+fn a_checkpoint_or_a_backup_on_a_frozen_file_system_leaves_clean_reads_alone() {
+    let Some(fs) = common::faultfs::FaultFs::mount() else {
+        return;
+    };
+    let v = Valkey::start();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let to = elsewhere.path().join("backup");
+    for (path, body) in [("/checkpoint", ""), ("/backup", to.to_str().unwrap())] {
+        let w = frozen(&fs, &v, true);
+        admin_request_held(&fs, &w, path, body);
+        let reads = clean_reads_answer(&w);
+        fs.ok("resume");
+        assert!(reads, "clean reads stopped behind POST {path}");
+        drop(w);
+        std::fs::remove_dir_all(fs.path("data")).unwrap();
+    }
 }

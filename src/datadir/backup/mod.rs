@@ -98,33 +98,42 @@ impl Backups {
             .used_bytes()
             .map_err(|e| Failed(e.to_string()))?;
         drop(journal);
-        let target = Target::prepare(&to, &live)?;
+        // Every step that touches a file system runs off the proxy's threads: a target (or
+        // the data's volume) that stopped answering holds the backup, not every client.
+        let target = {
+            let live = live.clone();
+            off_thread(move || Target::prepare(&to, &live)).await??
+        };
         if checkpoint_first {
-            self.checkpoint_first(&target).await?;
+            if let Err(e) = self.checkpoint_first().await {
+                return Err(abandon(target, e).await);
+            }
         }
         let rdb = self.store.recorded().map_or(0, |cp| cp.size);
         let need = rdb + copy::journal_room(journal_bytes, geometry.0);
-        // On the data's file system the next checkpoint must still fit below the mark.
-        if let Err(e) = target.check_room(need, &live, Some((self.high_watermark, rdb))) {
-            return Err(target.abandon(e));
-        }
-        // The copy's ring is made before the pin, and checkpoints need not wait for it.
-        let staging = target.staging.clone();
-        let copy = match tokio::task::spawn_blocking(move || new_journal(&staging, geometry)).await
-        {
-            Ok(Ok(copy)) => copy,
-            Ok(Err(e)) => return Err(target.abandon(e)),
-            Err(e) => return Err(target.abandon(Failed(format!("the backup task failed: {e}")))),
+        let high = self.high_watermark;
+        // On the data's file system the next checkpoint must still fit below the mark. The
+        // copy's ring is made before the pin, and checkpoints need not wait for it.
+        let (target, staged) = off_thread(move || {
+            let staged = target
+                .check_room(need, &live, Some((high, rdb)))
+                .and_then(|()| new_journal(&target.staging, geometry));
+            (target, staged)
+        })
+        .await?;
+        let copy = match staged {
+            Ok(copy) => copy,
+            Err(e) => return Err(abandon(target, e).await),
         };
         if *self.stop.borrow() {
-            let _ = copy.close();
-            return Err(target.abandon(Failed("the backup gave up: walrus is stopping".into())));
+            let _ = off_thread(move || copy.close()).await;
+            let why = Failed("the backup gave up: walrus is stopping".into());
+            return Err(abandon(target, why).await);
         }
         let pinned = self.pin.clone().read_owned().await;
         let Some(journal) = self.journal.upgrade() else {
-            return Err(target.abandon(Failed(
-                "walrus is shutting down: the journal is closed".into(),
-            )));
+            let closed = Failed("walrus is shutting down: the journal is closed".into());
+            return Err(abandon(target, closed).await);
         };
         let store = self.store.clone();
         let runtime = tokio::runtime::Handle::current();
@@ -156,12 +165,12 @@ impl Backups {
     }
 
     /// A checkpoint before a backup, so that the copy holds little journal.
-    async fn checkpoint_first(&self, target: &Target) -> Result<(), DataDirError> {
+    async fn checkpoint_first(&self) -> Result<(), DataDirError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.checkpoint
             .send(tx)
             .await
-            .map_err(|_| target.abandon(Failed("the checkpointer is not running".into())))?;
+            .map_err(|_| Failed("the checkpointer is not running".into()))?;
         match rx.await {
             Ok(Ok(_)) => Ok(()),
             // Nothing written since the recorded checkpoint: it is the fresh one.
@@ -169,12 +178,28 @@ impl Backups {
                 tracing::info!("backup: no new checkpoint ({why}); copying the recorded one");
                 Ok(())
             }
-            Ok(Err(e)) => Err(target.abandon(Failed(format!(
+            Ok(Err(e)) => Err(Failed(format!(
                 "the checkpoint before the backup failed: {e}"
-            )))),
-            Err(_) => Err(target.abandon(Failed("the checkpointer stopped".into()))),
+            ))),
+            Err(_) => Err(Failed("the checkpointer stopped".into())),
         }
     }
+}
+
+/// Removes what a backup wrote (off the proxy's threads), and returns `why`.
+async fn abandon(target: Target, why: DataDirError) -> DataDirError {
+    off_thread(move || target.abandon(why))
+        .await
+        .unwrap_or_else(|failed| failed)
+}
+
+/// Runs blocking file-system work on tokio's blocking threads.
+async fn off_thread<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, DataDirError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Failed(format!("the backup task failed: {e}")))
 }
 
 /// Offline: copies a stopped walrus's data directory `from` into `to` with a ring of
