@@ -313,3 +313,31 @@ fn a_manifest_that_would_not_read_back_is_never_written() {
     let rdb = stored(&store, &short, 10, b"REDIS0011body");
     let _ = store.record(&rdb, "Valkey 9.1.2", &short, 10, 1);
 }
+
+/// When the recorded checkpoint was written is known from memory: its `time_ms` once
+/// recorded, and for a manifest written before those, its RDB's modification time read when
+/// the store opens (INFO and `/status` ask on the proxy's threads, which must not stat).
+#[test]
+fn written_at_is_the_record_time_or_for_an_older_manifest_the_rdbs_mtime() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open(tmp.path());
+    assert_eq!(store.written_at(), None);
+    let a = "a".repeat(40);
+    let rdb = stored(&store, &a, 10, b"REDIS0011body");
+    let c = store.record(&rdb, "Valkey 9.1.2", &a, 10, 1).unwrap();
+    let at = |ms: u64| Some(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms));
+    assert_eq!(store.written_at(), at(c.time_ms.unwrap()));
+    let older = Checkpoint {
+        time_ms: None,
+        ..c.clone()
+    };
+    store.write(&older).unwrap();
+    let mtime = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+    std::fs::File::options()
+        .write(true)
+        .open(&rdb.path)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    assert_eq!(open(tmp.path()).written_at(), Some(mtime));
+}

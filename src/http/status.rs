@@ -63,7 +63,8 @@ pub struct Status {
     pub checkpoint_file: Option<String>,
     pub checkpoint_offset: Option<u64>,
     pub checkpoint_size_bytes: Option<u64>,
-    /// Since its RDB was written (its file's modification time).
+    /// Since walrus recorded it (the manifest's `time_ms`; for a manifest written before
+    /// those, its RDB's modification time when walrus started), from memory.
     pub checkpoint_age_seconds: Option<u64>,
     pub restore_in_progress: bool,
     pub restore_sent_bytes: u64,

@@ -11,9 +11,9 @@
 //! own, as does every other section. With durability off there is nothing of walrus's to
 //! show, and the reply passes unchanged.
 //!
-//! Read at reply time from what walrus keeps anyway, as `/status` is: the gate's offsets,
-//! the journal's positions, the checkpoint store's record (and its RDB's modification time),
-//! the checkpointer's flags and the checkpoint metrics. No round trip is added.
+//! Read at reply time from what walrus keeps in memory anyway, as `/status` is: the gate's
+//! offsets, the journal's positions, the checkpoint store's record and when it was taken, the
+//! checkpointer's flags and the checkpoint metrics. No round trip and no file is read.
 
 use crate::checkpoint::{store::Store, InProgress};
 use crate::durability::Durability;

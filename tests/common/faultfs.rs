@@ -71,6 +71,18 @@ impl FaultFs {
     }
 
     /// Sends one control command; returns the reply line.
+    /// `resume`, ignoring any failure: for a guard's `Drop`, which may run while a test
+    /// unwinds (a process with a thread in a held FUSE request cannot exit until then).
+    pub fn resume_quietly(&self) {
+        let sock = self.dir.path().join("control.sock");
+        if let Ok(mut s) = UnixStream::connect(sock) {
+            let _ = s.set_read_timeout(Some(START_TIMEOUT));
+            if writeln!(s, "resume").is_ok() {
+                let _ = BufReader::new(s).read_line(&mut String::new());
+            }
+        }
+    }
+
     pub fn cmd(&self, line: &str) -> String {
         let sock = self.dir.path().join("control.sock");
         let mut s = UnixStream::connect(&sock)
