@@ -95,6 +95,7 @@ pub async fn serve(
                 ("POST", "/checkpoint" | "/backup" | "/rewind") => {
                     let refused = access
                         .refusal(peer, &head)
+                        .await
                         .or_else(|| not_running(admin.as_ref(), sources.durability));
                     match refused {
                         Some(refused) => {
@@ -167,7 +168,11 @@ async fn read_request(sock: &mut tokio::net::TcpStream) -> Option<(String, Strin
 impl AdminAccess {
     /// Why this caller's admin request is refused, if it is: from another host without
     /// `allow_remote`, from a web page, or without the token.
-    fn refusal(&self, peer: std::net::SocketAddr, head: &str) -> Option<(&'static str, Vec<u8>)> {
+    async fn refusal(
+        &self,
+        peer: std::net::SocketAddr,
+        head: &str,
+    ) -> Option<(&'static str, Vec<u8>)> {
         if !self.allow_remote && !peer.ip().is_loopback() {
             return Some((
                 "403 Forbidden",
@@ -186,12 +191,19 @@ impl AdminAccess {
                     .to_vec(),
             ));
         }
-        match self.token.as_ref().map(|t| t.check(head)) {
-            None | Some(Ok(())) => None,
-            Some(Err(token::Refused::Unauthorized(why))) => {
+        let token = self.token.clone()?;
+        // The file is read at each request, off the proxy's threads: on a volume that stopped
+        // answering, the read waits with it, and only this request waits for the read.
+        let head = head.to_string();
+        let checked = tokio::task::spawn_blocking(move || token.check(&head))
+            .await
+            .unwrap_or_else(|e| Err(token::Refused::Unreadable(e.to_string())));
+        match checked {
+            Ok(()) => None,
+            Err(token::Refused::Unauthorized(why)) => {
                 Some(("401 Unauthorized", format!("{why}\n").into_bytes()))
             }
-            Some(Err(token::Refused::Unreadable(why))) => {
+            Err(token::Refused::Unreadable(why)) => {
                 tracing::error!("{why}");
                 Some(("500 Internal Server Error", format!("{why}\n").into_bytes()))
             }
@@ -323,7 +335,10 @@ mod tests {
             allow_remote: false,
             token: Some(token::AdminToken::load(&file).unwrap()),
         };
-        let code = |a: &AdminAccess, h: &str| a.refusal(remote, h).map(|r| r.0);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let code = |a: &AdminAccess, h: &str| rt.block_on(a.refusal(remote, h)).map(|r| r.0);
         assert_eq!(
             code(&closed, &head("Authorization: Bearer t\r\n")),
             Some("403 Forbidden")

@@ -384,3 +384,28 @@ fn a_checkpoint_or_a_backup_on_a_frozen_file_system_leaves_clean_reads_alone() {
         std::fs::remove_dir_all(fs.path("data")).unwrap();
     }
 }
+
+/// The admin token file, read at each admin request, on a volume that stops answering:
+/// the request waits for it, the clients do not.
+#[test]
+fn an_admin_token_file_on_a_frozen_file_system_holds_only_the_admin_request() {
+    let Some(fs) = common::faultfs::FaultFs::mount() else {
+        return;
+    };
+    let v = Valkey::start();
+    let token = fs.path("admin-token");
+    std::fs::write(&token, "t0ken\n").unwrap();
+    let config = format!("{CONFIG}[metrics]\nadmin_token_file = {token:?}\n");
+    let w = Walrus::build()
+        .upstream(&v.addr())
+        .config(&config)
+        .with_metrics()
+        .start();
+    assert_eq!(Raw::connect(&w.addr).cmd(&["SET", "clean", "1"]), OK);
+    fs.ok("freeze");
+    let _thaw = Thaw(&fs);
+    admin_request_held(&fs, &w, "/checkpoint", "");
+    let reads = clean_reads_answer(&w);
+    fs.ok("resume");
+    assert!(reads, "clean reads stopped behind the admin token's read");
+}
