@@ -57,10 +57,7 @@ impl Persistence {
             t.duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs())
         };
-        let written = checkpoint
-            .as_ref()
-            .and_then(|_| self.store.written_at())
-            .map_or(0, unix);
+        let written = self.store.written_at().map_or(0, unix);
         let running = self.checkpoint_in_progress.since();
         let saves = metrics::CHECKPOINTS.get();
         let flag = |b: bool| u8::from(b).to_string();
