@@ -4,6 +4,7 @@
 mod peer_uid;
 mod stream;
 pub mod tls;
+mod unix_connect;
 
 /// Certificates made in tests (the integration tests' own helper, shared).
 #[cfg(test)]

@@ -40,7 +40,7 @@ impl Stream {
                 s.set_nodelay(true)?;
                 Ok(Stream::Tcp(s))
             }
-            Address::Unix(p) => Ok(Stream::Unix(UnixStream::connect(p).await?)),
+            Address::Unix(p) => Ok(Stream::Unix(super::unix_connect::connect(p).await?)),
         }
     }
 

@@ -68,7 +68,12 @@ pub async fn run(
     rates: &LearnedRates,
 ) -> Result<(Position, StoredChain), RestoreError> {
     let other = |e: String| RestoreError::Other(e);
-    let _ = std::fs::remove_dir_all(&how.dir);
+    // Off the worker, as every file-system call while walrus serves (`task::off_worker`).
+    let clear = || {
+        let dir = how.dir.clone();
+        crate::task::off_worker(move || std::fs::remove_dir_all(dir))
+    };
+    let _ = clear().await;
     let started = Instant::now();
     tracing::info!(dir = %how.dir.display(), "restore: Valkey is a cluster node, which refuses REPLICAOF; loading a second, plain valkey-server first, then restarting the node from its RDB");
     let second = ManagedValkey::start(
@@ -110,6 +115,6 @@ pub async fn run(
                 "cannot restart the cluster node from its restored RDB: {e}"
             ))
         })?;
-    let _ = std::fs::remove_dir_all(&how.dir);
+    let _ = clear().await;
     Ok((position, stored))
 }

@@ -1078,19 +1078,36 @@ pub fn wait_dead(pid: i32) {
 /// needs root or CAP_SYS_ADMIN; where it is refused, `mount` returns `None` after printing
 /// that the part of the test needing it is skipped, and why.
 pub struct Tmpfs {
-    dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+    /// The directory it is mounted on, when the test did not name one.
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Tmpfs {
     pub fn mount(size_mib: u64, read_only: bool) -> Option<Tmpfs> {
         let dir = tempfile::tempdir().unwrap();
         let opts = format!("size={size_mib}m{}", if read_only { ",ro" } else { "" });
+        let mut fs = Tmpfs::mount_with(dir.path(), &opts)?;
+        fs._dir = Some(dir);
+        Some(fs)
+    }
+
+    /// A tmpfs on `dir`, which exists: inside another mount, say a faultfs one whose path
+    /// lookups can be held.
+    pub fn mount_on(dir: &std::path::Path, size_mib: u64) -> Option<Tmpfs> {
+        Tmpfs::mount_with(dir, &format!("size={size_mib}m,mode=0700"))
+    }
+
+    fn mount_with(dir: &std::path::Path, opts: &str) -> Option<Tmpfs> {
         let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &opts, "walrus-test"])
-            .arg(dir.path())
+            .args(["-t", "tmpfs", "-o", opts, "walrus-test"])
+            .arg(dir)
             .output();
         match out {
-            Ok(o) if o.status.success() => Some(Tmpfs { dir }),
+            Ok(o) if o.status.success() => Some(Tmpfs {
+                path: dir.to_path_buf(),
+                _dir: None,
+            }),
             Ok(o) => {
                 eprintln!(
                     "SKIPPED: cannot mount a tmpfs here ({}); this check needs root or CAP_SYS_ADMIN",
@@ -1106,17 +1123,14 @@ impl Tmpfs {
     }
 
     pub fn path(&self) -> &std::path::Path {
-        self.dir.path()
+        &self.path
     }
 }
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         // Lazy: a process of the test may still hold a file open in it.
-        let _ = Command::new("umount")
-            .arg("-l")
-            .arg(self.dir.path())
-            .status();
+        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
     }
 }
 

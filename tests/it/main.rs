@@ -44,6 +44,7 @@ mod export_aof;
 mod fail_fast;
 mod failures;
 mod faultfs;
+mod frozen_disk;
 mod fuzz_seeds;
 mod hostile_clients;
 mod io_faults;

@@ -106,17 +106,26 @@ impl ManagedValkey {
         /// in a row mean something else.
         const PICKS: usize = 5;
         let dir = dir.to_path_buf();
-        // Durably: in cluster mode it holds the node's identity (nodes.conf).
-        crate::journal::manifest::create_dir_durably(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let socket_dir = socket
             .parent()
-            .ok_or_else(|| format!("{} names no directory", socket.display()))?;
-        super::socket_dir::prepare(socket_dir).map_err(|e| e.to_string())?;
-        // A reload that walrus did not see through leaves its RDB behind; walrus holds
-        // everything in it and restores Valkey itself, which an old file would only get in
-        // the way of (Valkey would come back with data behind the journal's end).
-        let _ = std::fs::remove_file(dir.join(RELOAD_FILE));
+            .ok_or_else(|| format!("{} names no directory", socket.display()))?
+            .to_path_buf();
+        // Off the worker: a restore starts a second server while walrus serves.
+        let prepared = dir.clone();
+        crate::task::off_worker(move || {
+            // Durably: in cluster mode it holds the node's identity (nodes.conf).
+            crate::journal::manifest::create_dir_durably(&prepared).map_err(|e| {
+                std::io::Error::other(format!("cannot create {}: {e}", prepared.display()))
+            })?;
+            super::socket_dir::prepare(&socket_dir).map_err(std::io::Error::other)?;
+            // A reload that walrus did not see through leaves its RDB behind; walrus holds
+            // everything in it and restores Valkey itself, which an old file would only get
+            // in the way of (Valkey would come back with data behind the journal's end).
+            let _ = std::fs::remove_file(prepared.join(RELOAD_FILE));
+            Ok(())
+        })
+        .await
+        .map_err(|e| e.to_string())?;
         let mut attempt = 0;
         // The default bus port (walrus's plus 10000) was taken: free ones from then on.
         let mut default_taken = false;
@@ -229,12 +238,16 @@ impl ChildSpec {
         timeout: Duration,
     ) -> Result<Child, (Option<Child>, String)> {
         let file = self.dir.join(RELOAD_FILE);
-        std::fs::rename(rdb, &file).map_err(|e| {
-            (
-                None,
-                format!("cannot move {} to {}: {e}", rdb.display(), file.display()),
-            )
-        })?;
+        // File-system calls off the worker: a reload runs while walrus serves.
+        let (from, to) = (rdb.to_path_buf(), file.clone());
+        crate::task::off_worker(move || std::fs::rename(from, to))
+            .await
+            .map_err(|e| {
+                (
+                    None,
+                    format!("cannot move {} to {}: {e}", rdb.display(), file.display()),
+                )
+            })?;
         let started = match self.spawn() {
             Ok((child, ready)) => match wait_ready(ready, timeout).await {
                 Ok(()) => Ok(child),
@@ -246,7 +259,7 @@ impl ChildSpec {
             Err(e) => Err((None, format!("cannot start {}: {e}", self.binary.display()))),
         };
         // Loaded or not, the file must not be loaded by a later start.
-        let _ = std::fs::remove_file(&file);
+        let _ = crate::task::off_worker(move || std::fs::remove_file(file)).await;
         started
     }
 
