@@ -117,15 +117,18 @@ impl Reader {
                 }
                 _ = &mut tick => {
                     // Replies owed at two ticks in a row with no byte from Valkey between
-                    // them: no reply that comes within the timeout is cut. Not while a
-                    // request that may block is owed: Valkey is silent then by design.
+                    // them: no reply that comes within the timeout is cut, and one owed from
+                    // a tick on is given up at the next but one, so within twice the timeout
+                    // of its request. A byte heard before a tick says nothing of the replies
+                    // owed at it. Not while a request that may block is owed: Valkey is
+                    // silent then by design.
                     tick.as_mut().reset(tokio::time::Instant::now() + period);
                     let owed = !inflight.is_empty() && self.blocking.none();
-                    if std::mem::take(&mut heard) || !owed {
-                        owed_at_tick = false;
-                    } else if std::mem::replace(&mut owed_at_tick, true) {
+                    let silent = !std::mem::take(&mut heard);
+                    if owed && silent && owed_at_tick {
                         return Err(UpstreamError::NoReply(period));
                     }
+                    owed_at_tick = owed;
                     continue;
                 }
             };
