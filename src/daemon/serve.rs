@@ -83,7 +83,11 @@ pub(super) async fn serve(config: Config) -> Result<(), Fatal> {
     let result = run_proxy(&config, up, ports, stop, managed.as_ref(), cluster.as_ref()).await;
     if let Some(m) = managed {
         tracing::info!("stopping managed valkey-server");
-        m.stop().await;
+        // The stop's bound is twice proxy.shutdown_timeout_ms, and the drain may have taken
+        // one: half of one for Valkey, the rest for the journal's close and the exit. A
+        // Valkey without persistence exits at once on SIGTERM unless it does not run.
+        m.stop_within(Duration::from_millis(config.proxy.shutdown_timeout_ms) / 2)
+            .await;
     }
     result
 }

@@ -75,6 +75,22 @@ fn a_request_right_after_a_reply_gets_its_error_within_twice_the_reply_timeout()
     unsafe { libc::kill(pid, libc::SIGCONT) };
 }
 
+/// SIGTERM to walrus in managed mode while its Valkey is stopped (SIGSTOP: it never acts on
+/// a SIGTERM): the stop ends cleanly, status 0, within its bound (twice
+/// `proxy.shutdown_timeout_ms`), Valkey killed once its share of that has passed.
+#[test]
+fn a_stop_with_a_stopped_managed_valkey_ends_cleanly_within_its_bound() {
+    let mut w = Walrus::build()
+        .config("[proxy]\nshutdown_timeout_ms = 3000\n")
+        .start();
+    let pid = valkey_pid(&w.addr);
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    w.proc.signal(libc::SIGTERM);
+    let status = w.proc.wait_exit(START_TIMEOUT).expect("walrus exits");
+    assert!(status.success(), "{status:?}\n{}", w.proc.log_text());
+    wait_dead(pid);
+}
+
 /// While Valkey is stopped (SIGSTOP; a partitioned Valkey behaves alike), the first command
 /// of a session that needs a connection of its own (MULTI, WATCH, BLPOP, SUBSCRIBE in
 /// either protocol), AUTH and HELLO AUTH (checked with Valkey on a connection of their

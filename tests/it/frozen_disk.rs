@@ -263,7 +263,10 @@ fn a_restore_on_a_volume_that_stops_answering_leaves_healthz_alone() {
     let thaw = Thaw(&fs);
     // SAFETY: a signal to the managed Valkey's process.
     unsafe { libc::kill(pid, libc::SIGKILL) };
-    // The restore's first sync on the volume: the second server's directory made durable.
+    // The restore's first sync on the volume, after it said so: the second server's
+    // directory made durable.
+    w.proc
+        .wait_line("loading a second, plain valkey-server first", START_TIMEOUT);
     fs.await_status("held", |n| n >= 1);
     let health = healthz_answers(&w);
     drop(thaw);

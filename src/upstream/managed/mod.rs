@@ -24,7 +24,8 @@ use tokio::task::JoinHandle;
 
 /// How long a fresh valkey-server may take to say it is ready.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
-/// Grace period between SIGTERM and SIGKILL on shutdown.
+/// Grace period between SIGTERM and SIGKILL, unless the stop names one
+/// ([`ManagedValkey::stop_within`]).
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Called when the child dies, before it is restarted.
@@ -35,7 +36,8 @@ pub struct ManagedValkey {
     /// Run by the supervisor when the child dies, before the new child exists: the child
     /// comes back empty, and nothing may read from it before walrus restores it.
     on_death: Arc<Mutex<Option<OnDeath>>>,
-    stop: watch::Sender<bool>,
+    /// Set once, to the grace the child gets between SIGTERM and SIGKILL.
+    stop: watch::Sender<Option<Duration>>,
     task: JoinHandle<()>,
     reload: mpsc::Sender<Reload>,
     process: watch::Receiver<u64>,
@@ -170,7 +172,7 @@ impl ManagedValkey {
             }
         };
         tracing::info!(socket = %spec.socket.display(), binary = %spec.binary.display(), "managed valkey-server is ready");
-        let (stop, stop_rx) = watch::channel(false);
+        let (stop, stop_rx) = watch::channel(None);
         let (reload, reload_rx) = mpsc::channel(1);
         let (started, process) = watch::channel(0);
         let on_death = Arc::new(Mutex::new(None));
@@ -213,7 +215,14 @@ impl ManagedValkey {
 
     /// Stops the child: SIGTERM, then SIGKILL after the grace period.
     pub async fn stop(self) {
-        let _ = self.stop.send(true);
+        self.stop_within(STOP_TIMEOUT).await;
+    }
+
+    /// Stops the child: SIGTERM, then SIGKILL once `grace` has passed. A child that does not
+    /// run (stopped by a signal, a hung host) never acts on the SIGTERM: `grace` is what the
+    /// caller's own bound leaves for it.
+    pub async fn stop_within(self, grace: Duration) {
+        let _ = self.stop.send(Some(grace));
         let _ = self.task.await;
     }
 }
@@ -362,7 +371,7 @@ async fn wait_ready(
 
 /// What the supervisor is told, and tells.
 struct Control {
-    stop: watch::Receiver<bool>,
+    stop: watch::Receiver<Option<Duration>>,
     reload: mpsc::Receiver<Reload>,
     /// Counted up once each child after the first is ready: connections opened before
     /// reached an earlier one, or found none.
@@ -384,7 +393,7 @@ async fn supervise(
     loop {
         tokio::select! {
             Some(r) = reload.recv() => {
-                terminate(&mut child).await;
+                terminate(&mut child, STOP_TIMEOUT).await;
                 // On failure the child started, if any, is kept (a dead one is restarted
                 // below as after any death); the restore fails and is retried.
                 let result = match spec.reload(&r.rdb, r.timeout).await {
@@ -428,23 +437,21 @@ async fn supervise(
                 }
             }
             _ = stop.changed() => {
-                terminate(&mut child).await;
+                let grace = stop.borrow().unwrap_or(STOP_TIMEOUT);
+                terminate(&mut child, grace).await;
                 return;
             }
         }
     }
 }
 
-async fn terminate(child: &mut Child) {
+async fn terminate(child: &mut Child, grace: Duration) {
     if let Some(pid) = child.id() {
         // SAFETY: plain syscall on our own child's pid.
         unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     }
-    if tokio::time::timeout(STOP_TIMEOUT, child.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!("valkey-server ignored SIGTERM for {STOP_TIMEOUT:?}; killing it");
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        tracing::warn!("valkey-server did not exit within {grace:?} of SIGTERM; killing it");
         let _ = child.kill().await;
     }
 }
