@@ -40,11 +40,11 @@ const LOCAL_FS: [(u32, &str); 8] = [
 /// Connects to one path that may be made off the worker at once.
 const IN_FLIGHT: usize = 8;
 
-#[derive(Default)]
 struct Known {
     /// Whether its lookup stays on local file systems, once learned.
     local: Option<bool>,
-    off_worker: Option<Arc<Semaphore>>,
+    /// Turns for its connects off the worker.
+    turns: Arc<Semaphore>,
 }
 
 fn paths() -> &'static Mutex<HashMap<PathBuf, Known>> {
@@ -57,12 +57,12 @@ fn paths() -> &'static Mutex<HashMap<PathBuf, Known>> {
 pub async fn connect(path: &Path) -> io::Result<UnixStream> {
     let (local, turns) = {
         let mut paths = paths().lock().expect("unix connect paths");
-        let p = paths.entry(path.to_path_buf()).or_default();
-        let turns = p
-            .off_worker
-            .get_or_insert_with(|| Arc::new(Semaphore::new(IN_FLIGHT)))
-            .clone();
-        (p.local, turns)
+        if !paths.contains_key(path) {
+            let turns = Arc::new(Semaphore::new(IN_FLIGHT));
+            paths.insert(path.to_path_buf(), Known { local: None, turns });
+        }
+        let known = &paths[path];
+        (known.local, known.turns.clone())
     };
     if local == Some(true) {
         return UnixStream::connect(path).await;
@@ -78,9 +78,11 @@ pub async fn connect(path: &Path) -> io::Result<UnixStream> {
         Ok((std::os::unix::net::UnixStream::from(s), learned))
     })
     .await?;
-    if let Some(local) = learned {
-        let mut paths = paths().lock().expect("unix connect paths");
-        paths.entry(path.to_path_buf()).or_default().local = Some(local);
+    if let (Some(local), Some(known)) = (
+        learned,
+        paths().lock().expect("unix connect paths").get_mut(path),
+    ) {
+        known.local = Some(local);
     }
     UnixStream::from_std(stream)
 }
